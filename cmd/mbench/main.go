@@ -1,0 +1,83 @@
+// Command mbench is a microbenchmark harness and experiment orchestrator for
+// LLM serving engines. Its main is thin: all work happens in run, which the
+// tests call directly.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+
+	"github.com/mbench/mbench/orchestrator"
+	"github.com/urfave/cli/v2"
+)
+
+// exitCoder is implemented by errors that carry a process exit code (for
+// example 2 for an invalid matrix).
+type exitCoder interface{ ExitCode() int }
+
+// usageError marks bad input: a wrong flag, a malformed matrix. It exits 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+func (e usageError) ExitCode() int { return 2 }
+
+// commands collects the subcommands. Each file of this package that defines a
+// subcommand adds it from an init function, so the files stay independent.
+var commands []*cli.Command
+
+func register(c *cli.Command) { commands = append(commands, c) }
+
+func main() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		fmt.Fprintln(os.Stderr, "mbench: interrupted: stopping the load and tearing down engines (interrupt again to exit at once)")
+		cancel()
+		<-sigs
+		fmt.Fprintln(os.Stderr, "mbench: second interrupt: killing engines and exiting now")
+		orchestrator.EmergencyStop()
+		os.Exit(130)
+	}()
+	err := run(ctx, os.Args, os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mbench:", err)
+		var ec exitCoder
+		if errors.As(err, &ec) {
+			os.Exit(ec.ExitCode())
+		}
+		os.Exit(1)
+	}
+}
+
+// run is the whole program: it parses args and dispatches to a subcommand.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmds := append([]*cli.Command(nil), commands...)
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
+	app := &cli.App{
+		Name:                 "mbench",
+		Usage:                "microbenchmark harness and experiment orchestrator for LLM serving engines",
+		Version:              version,
+		Commands:             cmds,
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		EnableBashCompletion: false,
+		ExitErrHandler:       func(*cli.Context, error) {}, // never os.Exit inside run
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+	}
+	return app.RunContext(ctx, args)
+}
+
+// version is the mbench version, recorded in every sweep's fingerprint.
+var version = "0.1.0-dev"
