@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usageError{err}
 		},
 	}
-	return app.RunContext(ctx, args)
+	return app.RunContext(ctx, interspersed(cmds, args))
 }
 
 // version is the mbench version, recorded in every sweep's fingerprint.

@@ -1,0 +1,250 @@
+package matrices
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Cells expands the matrix into configs (file order) × rates × shapes.
+func (m *Matrix) Cells() []Cell {
+	var out []Cell
+	for _, name := range m.ConfigOrder {
+		c := m.Configs[name]
+		for _, r := range m.Rates {
+			for _, s := range m.Shapes {
+				out = append(out, Cell{ID: m.cellID(c, r, s), Config: name, Rate: r, Shape: s, SameAs: c.SameAs})
+			}
+		}
+	}
+	return out
+}
+
+// cellID hashes the canonical resolved cell spec: seed, engine, config
+// (same_as followed, name included), rate, shape, arrival and measure. Map
+// keys are sorted, so YAML key order does not matter; the position of a
+// config, rate or shape in its list is not part of it.
+func (m *Matrix) cellID(c *Config, rate float64, s Shape) string {
+	spec := map[string]any{
+		"v":       1,
+		"seed":    m.Seed,
+		"engine":  m.engineSpec(false),
+		"config":  map[string]any{"name": c.Name, "launch": m.configSpec(c)},
+		"rate":    rate,
+		"shape":   shapeSpec(s),
+		"arrival": map[string]any{"process": m.Arrival.Process, "burstiness": m.Arrival.Burstiness},
+		"measure": m.measureSpec(),
+	}
+	return mustHash(spec, 12)
+}
+
+// mustHash is hashJSON that cannot fail (validated matrices always encode).
+func mustHash(v any, n int) string {
+	h, err := hashJSON(v, n)
+	if err != nil {
+		h, _ = hashJSON(fmt.Sprintf("%#v", v), n)
+	}
+	return h
+}
+
+func (m *Matrix) engineSpec(full bool) map[string]any {
+	e := m.Engine
+	s := map[string]any{"kind": e.Kind, "command": e.Command, "model": e.Model,
+		"env": redactMap(e.Env), "sim": orEmpty(e.Sim), "instrument": e.Instrument}
+	if full {
+		s["ready_timeout"], s["stagger"], s["grace"] = e.ReadyTimeout.String(), e.Stagger.String(), e.Grace.String()
+		s["port"], s["restart"] = e.Port, e.Restart
+	}
+	return s
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// configSpec is what a config contributes to a launch (not its name).
+func (m *Matrix) configSpec(c *Config) map[string]any {
+	hosts := c.Topology.Hosts
+	if len(hosts) == 0 { // default "every host": independent of their file order
+		hosts = append([]string(nil), m.HostOrder...)
+		sort.Strings(hosts)
+	}
+	args := c.Args
+	if args == nil {
+		args = []string{}
+	}
+	s := map[string]any{"kv_transfer_config": c.KVTransferConfig, "args": args, "env": redactMap(c.Env),
+		"sim": orEmpty(c.Sim), "bootstrap_port": c.BootstrapPort,
+		"topology": map[string]any{"hosts": hosts, "instances_per_host": c.Topology.InstancesPerHost,
+			"gpus_per_instance": c.Topology.GPUsPerInstance}}
+	if r := c.Router; r != nil {
+		s["router"] = map[string]any{"command": r.Command, "host": r.Host, "port": r.Port,
+			"ready_path": r.ReadyPath, "env": redactMap(r.Env)}
+	}
+	return s
+}
+
+func shapeSpec(s Shape) map[string]any {
+	out := map[string]any{"name": s.Name, "input": s.Input, "output": s.Output}
+	dist := func(d *Dist) map[string]any {
+		return map[string]any{"kind": d.Kind, "min": d.Min, "max": d.Max, "median": d.Median, "p90": d.P90}
+	}
+	if s.InputDist != nil {
+		out["input_dist"] = dist(s.InputDist)
+	}
+	if s.OutputDist != nil {
+		out["output_dist"] = dist(s.OutputDist)
+	}
+	if p := s.Prefix; p != nil {
+		out["prefix"] = map[string]any{"num_prefixes": p.NumPrefixes, "prefix_tokens": p.PrefixTokens}
+	}
+	if f := s.CacheFill; f != nil {
+		out["cache_fill"] = map[string]any{"prefixes": f.Prefixes, "prefix_tokens": f.PrefixTokens}
+	}
+	if t := s.Trace; t != nil {
+		out["trace"] = map[string]any{"path": t.src, "time_scale": t.TimeScale,
+			"request_limit": t.RequestLimit, "max_inflight_sessions": t.MaxInflightSessions}
+	}
+	return out
+}
+
+func (m *Matrix) measureSpec() map[string]any {
+	x := m.Measure
+	return map[string]any{"warmup_requests": x.WarmupRequests, "min_completed": x.MinCompleted,
+		"timeout": x.Timeout.String(), "drain_timeout": x.DrainTimeout.String(),
+		"abort_if": map[string]any{"max_inflight": x.AbortIf.MaxInflight, "max_ttft": x.AbortIf.MaxTTFT.String()}}
+}
+
+// Resolved returns the canonical JSON (compact, keys sorted) of the matrix
+// after defaults, same_as and paths are resolved, with its cells. Secret env
+// values are redacted. Trace paths appear as written, so the result does
+// not depend on where the matrix file lives.
+func (m *Matrix) Resolved() ([]byte, error) {
+	hosts := map[string]any{}
+	for name, h := range m.Hosts {
+		gpus := h.GPUs
+		if gpus == nil {
+			gpus = []int{}
+		}
+		hosts[name] = map[string]any{"address": h.Address, "gpus": gpus, "host_key_policy": h.HostKeyPolicy,
+			"tunnel": h.Tunnel, "workdir": h.Workdir, "mbench_path": h.MbenchPath}
+	}
+	configs := map[string]any{}
+	for name, c := range m.Configs {
+		s := m.configSpec(c)
+		s["same_as"] = c.SameAs
+		configs[name] = s
+	}
+	shapes := make([]any, len(m.Shapes))
+	for i, s := range m.Shapes {
+		shapes[i] = shapeSpec(s)
+	}
+	var cells []any
+	for _, c := range m.Cells() {
+		cells = append(cells, map[string]any{"id": c.ID, "config": c.Config, "rate": c.Rate, "shape": c.Shape.Name, "same_as": c.SameAs})
+	}
+	r := m.Repeat
+	doc := map[string]any{
+		"name": m.Name, "seed": m.Seed, "hosts": hosts, "host_order": m.HostOrder,
+		"engine": m.engineSpec(true), "configs": configs, "config_order": m.ConfigOrder,
+		"rates": m.Rates, "shapes": shapes,
+		"arrival": map[string]any{"process": m.Arrival.Process, "burstiness": m.Arrival.Burstiness},
+		"measure": m.measureSpec(),
+		"repeat": map[string]any{"min": r.Min, "max": r.Max, "metric": r.Metric, "rel_ci": r.RelCI,
+			"confidence": r.Confidence, "budget": r.Budget.String(), "only_unconverged": r.OnlyUnconverged,
+			"randomize": r.Randomize, "fresh_restart": r.FreshRestart},
+		"baseline": m.Baseline, "compare": m.Compare,
+		"gate": map[string]any{"enabled": m.Gate.Enabled, "temp_band_c": m.Gate.TempBandC,
+			"timeout": m.Gate.Timeout.String(), "mem_tolerance_mib": m.Gate.MemToleranceMiB},
+		"probe": map[string]any{"interval": m.Probe.Interval.String(), "path": m.Probe.Path},
+		"cells": cells,
+	}
+	js, err := compactJSON(doc)
+	if err != nil {
+		return nil, fmt.Errorf("matrix %s: encode resolved matrix: %w", m.File, err)
+	}
+	return []byte(m.Redact(js)), nil
+}
+
+// hash is the sha256 (16 hex digits) of Resolved.
+func (m *Matrix) hash() (string, error) {
+	js, err := m.Resolved()
+	if err != nil {
+		return "", err
+	}
+	return hashJSON(string(js), 16)
+}
+
+// Launch-time allowances used by EstimateDuration.
+const (
+	simLaunch  = time.Second
+	vllmLaunch = 2 * time.Minute
+	simDrain   = 500 * time.Millisecond
+	vllmDrain  = 10 * time.Second
+)
+
+// EstimateDuration estimates the time of repeat.min blocks: per run
+// (cache-fill + warmup + min_completed requests)/rate (capped at
+// measure.timeout; trace shapes count as measure.timeout) plus a drain
+// allowance (min(drain_timeout, 0.5s sim | 10s vllm)), plus one launch
+// allowance (1s sim | 2m vllm, plus stagger per extra instance) for every
+// expected engine change within a block.
+func (m *Matrix) EstimateDuration() time.Duration {
+	cells := m.Cells()
+	if len(cells) == 0 {
+		return 0
+	}
+	drain, launch := min(m.Measure.DrainTimeout, simDrain), simLaunch
+	if m.Engine.Kind == "vllm" {
+		drain, launch = min(m.Measure.DrainTimeout, vllmDrain), vllmLaunch
+	}
+	keyOf := map[string]string{}
+	maxInst := 1
+	for _, name := range m.ConfigOrder {
+		keyOf[name] = name
+		if l, err := m.Launch(name, Runtime{}); err == nil {
+			keyOf[name] = l.Key
+			maxInst = max(maxInst, len(l.Instances))
+		}
+	}
+	launch += m.Engine.Stagger * time.Duration(maxInst-1)
+	var secs float64
+	counts := map[string]float64{}
+	var launches float64 = 1
+	for i, c := range cells {
+		run := m.Measure.Timeout.Seconds()
+		if c.Shape.Trace == nil {
+			n := float64(m.Measure.WarmupRequests + m.Measure.MinCompleted)
+			if c.Shape.CacheFill != nil {
+				n += float64(c.Shape.CacheFill.Prefixes)
+			}
+			run = math.Min(run, n/c.Rate)
+		}
+		secs += run + drain.Seconds()
+		counts[keyOf[c.Config]]++
+		if i > 0 && keyOf[c.Config] != keyOf[cells[i-1].Config] {
+			launches++
+		}
+	}
+	n := float64(len(cells))
+	switch {
+	case m.Engine.Restart == "every_run" || m.Repeat.FreshRestart:
+		launches = n
+	case m.Repeat.Randomize && n > 1: // expected changes between neighbours of a random order
+		same := 0.0
+		for _, c := range counts {
+			same += c * (c - 1)
+		}
+		launches = 1 + (n-1)*(1-same/(n*(n-1)))
+	}
+	secs += launches * launch.Seconds()
+	total := secs * float64(m.Repeat.Min)
+	if total > math.MaxInt64/1e9 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(total * 1e9).Round(time.Second)
+}

@@ -1,0 +1,332 @@
+package matrices
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// StepLogEnv names the env var that tells the mbench_vllm plugin where to
+// write engine_step.jsonl; it is set on every instance when
+// engine.instrument is true.
+const StepLogEnv = "MBENCH_STEP_LOG"
+
+// ConfigArgv returns the config's extra engine arguments, unquoted: its args,
+// then --kv-transfer-config and its compact JSON (vllm), or the merged
+// engine and config sim flags as --flag=value, sorted by flag (sim).
+func (m *Matrix) ConfigArgv(config string) ([]string, error) {
+	c, ok := m.Configs[config]
+	if !ok {
+		return nil, m.unknownConfig(config)
+	}
+	out := append([]string(nil), c.Args...)
+	switch m.Engine.Kind {
+	case "vllm":
+		if c.KVTransferConfig != nil {
+			js, err := compactJSON(c.KVTransferConfig)
+			if err != nil {
+				return nil, fmt.Errorf("configs.%s.kv_transfer_config: %w", config, err)
+			}
+			out = append(out, "--kv-transfer-config", js)
+		}
+	case "sim":
+		flags := map[string]string{}
+		for k, v := range m.Engine.Sim {
+			flags[k] = v
+		}
+		for k, v := range c.Sim {
+			flags[k] = v
+		}
+		for _, k := range sortedKeys(flags) {
+			out = append(out, "--"+k+"="+flags[k])
+		}
+	}
+	return out, nil
+}
+
+func (m *Matrix) unknownConfig(config string) error {
+	return &Error{File: m.File, Field: "config", Msg: fmt.Sprintf("unknown config %q", config), Valid: strings.Join(m.ConfigOrder, ", ")}
+}
+
+// compactJSON encodes v without HTML escaping, map keys sorted.
+func compactJSON(v any) (string, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
+// Launch renders config into concrete processes for rt. Twins (same_as)
+// render exactly like their target, so their Key is equal.
+func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
+	c, ok := m.Configs[config]
+	if !ok {
+		return nil, m.unknownConfig(config)
+	}
+	root := c.Name
+	if c.SameAs != "" {
+		root = c.SameAs
+	}
+	cpath := "configs." + root
+	bind := rt.Bind
+	if bind == "" {
+		bind = "127.0.0.1"
+	}
+	hosts := c.Topology.Hosts
+	if len(hosts) == 0 {
+		hosts = m.HostOrder
+	}
+	argv, err := m.ConfigArgv(config)
+	if err != nil {
+		return nil, err
+	}
+	quoted := make([]string, len(argv))
+	for i, a := range argv {
+		quoted[i] = ShellQuote(a)
+	}
+	configArgs := strings.Join(quoted, " ")
+
+	l := &Launch{Kind: m.Engine.Kind, Config: config, ReadyTimeout: m.Engine.ReadyTimeout,
+		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
+	routerHost := ""
+	if c.Router != nil {
+		if routerHost = c.Router.Host; routerHost == "" && len(hosts) > 0 {
+			routerHost = hosts[0]
+		}
+	}
+	var targets []string
+	for _, hn := range hosts {
+		h, ok := m.Hosts[hn]
+		if !ok {
+			return nil, m.errAt(cpath+".topology.hosts", fmt.Sprintf("unknown host %q", hn), strings.Join(m.HostOrder, ", "))
+		}
+		gpi := c.Topology.GPUsPerInstance
+		for i := 0; i < c.Topology.InstancesPerHost; i++ {
+			in := Instance{Host: hn, Index: i, Port: m.Engine.Port + i}
+			if len(h.GPUs) > 0 && gpi > 0 {
+				if (i+1)*gpi > len(h.GPUs) {
+					return nil, m.errAt(cpath+".topology", fmt.Sprintf("host %s has %d GPUs, too few for instance %d", hn, len(h.GPUs), i), "more GPUs under hosts."+hn+".gpus")
+				}
+				in.GPUs = append([]int(nil), h.GPUs[i*gpi:(i+1)*gpi]...)
+			}
+			if c.BootstrapPort > 0 {
+				in.BootstrapPort = c.BootstrapPort + i
+			}
+			in.StepLog = placeholderStepLog(h, i)
+			if rt.StepLog != nil {
+				in.StepLog = rt.StepLog(hn, i)
+			}
+			l.Instances = append(l.Instances, in)
+			targets = append(targets, "http://"+m.reach(hn, routerHost, bind)+":"+strconv.Itoa(in.Port))
+		}
+	}
+	self := func(hn string) string {
+		if rt.Self != nil {
+			return rt.Self(hn)
+		}
+		if p := m.Hosts[hn].MbenchPath; p != "" {
+			return p
+		}
+		return "mbench"
+	}
+	routerPort := 0
+	if c.Router != nil {
+		routerPort = c.Router.Port
+	}
+	quotedTargets := make([]string, len(targets))
+	for i, t := range targets {
+		quotedTargets[i] = ShellQuote(t)
+	}
+	rawTargets, shTargets := strings.Join(targets, " "), strings.Join(quotedTargets, " ")
+	vars := func(hn string, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
+		q, qp, tg := ShellQuote, shellPath, shTargets
+		if !quote {
+			q = func(s string) string { return s }
+			qp, tg = q, rawTargets
+		}
+		return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(gpus),
+			"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": configArgs,
+			"Config": q(root), "Self": qp(self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
+			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind)}
+	}
+	var errs Errors
+	for k := range l.Instances {
+		in := &l.Instances[k]
+		cmdVars := vars(in.Host, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, true)
+		in.Command, err = m.renderCommand("engine.command", m.Engine.Command, cmdVars)
+		errs = append(errs, asErrors(err)...)
+		if m.Engine.Kind == "vllm" && len(in.GPUs) > 0 {
+			in.Env = append(in.Env, EnvVar{Name: "CUDA_VISIBLE_DEVICES", Value: joinInts(in.GPUs)})
+		}
+		if m.Engine.Kind == "vllm" && m.Engine.Instrument {
+			in.Env = append(in.Env, EnvVar{Name: StepLogEnv, Value: in.StepLog})
+		}
+		envVars := vars(in.Host, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, false)
+		env, err := m.renderEnv(envVars, "engine.env", m.Engine.Env, cpath+".env", c.Env)
+		errs = append(errs, asErrors(err)...)
+		in.Env = append(in.Env, env...)
+	}
+	if c.Router != nil {
+		r := &RouterLaunch{Host: routerHost, Port: c.Router.Port, ReadyPath: c.Router.ReadyPath}
+		r.Command, err = m.renderCommand(cpath+".router.command", c.Router.Command, vars(routerHost, 0, r.Port, nil, c.BootstrapPort, "", true))
+		errs = append(errs, asErrors(err)...)
+		r.Env, err = m.renderEnv(vars(routerHost, 0, r.Port, nil, c.BootstrapPort, "", false), cpath+".router.env", c.Router.Env, "", nil)
+		errs = append(errs, asErrors(err)...)
+		l.Router = r
+	}
+	if len(errs) > 0 {
+		return nil, errs.sorted()
+	}
+	l.Key, err = launchKey(m, l)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// reach is how a process on host from reaches a port on host to.
+func (m *Matrix) reach(to, from, bind string) string {
+	if to == from || from == "" || m.Hosts[to].IsLocal() {
+		if bind == "0.0.0.0" || bind == "::" || bind == "" {
+			return "127.0.0.1"
+		}
+		return bracket(bind)
+	}
+	a := m.Hosts[to].Address
+	if i := strings.LastIndex(a, "@"); i >= 0 {
+		a = a[i+1:]
+	}
+	if strings.HasPrefix(a, "[") {
+		if j := strings.Index(a, "]"); j > 0 {
+			return a[:j+1]
+		}
+	}
+	if strings.Count(a, ":") == 1 {
+		a = a[:strings.Index(a, ":")]
+	}
+	return bracket(a)
+}
+
+func bracket(h string) string {
+	if strings.Contains(h, ":") && !strings.HasPrefix(h, "[") {
+		return "[" + h + "]"
+	}
+	return h
+}
+
+func placeholderStepLog(h Host, i int) string {
+	return fmt.Sprintf("%s/engine_step-%s-%d.jsonl", strings.TrimSuffix(h.Workdir, "/"), h.Name, i)
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// errAt builds an Error for field, with its line when known.
+func (m *Matrix) errAt(field, msg, valid string) *Error {
+	return &Error{File: m.File, Line: m.lines[field], Field: field, Msg: msg, Valid: valid}
+}
+
+// renderCommand renders a command template and checks the result.
+func (m *Matrix) renderCommand(field, src string, data map[string]any) (string, error) {
+	out, err := renderTemplate(src, data)
+	if err != nil {
+		var te *templateError
+		if errors.As(err, &te) {
+			return "", m.errAt(field, te.msg, te.valid)
+		}
+		return "", m.errAt(field, err.Error(), "")
+	}
+	out = strings.TrimSpace(out)
+	if out == "" || strings.ContainsRune(out, 0) {
+		return "", m.errAt(field, "renders to an empty command or one with a NUL byte", "a command line")
+	}
+	return out, nil
+}
+
+// renderEnv renders base then over (over wins), sorted by name.
+func (m *Matrix) renderEnv(data map[string]any, basePath string, base map[string]EnvValue, overPath string, over map[string]EnvValue) ([]EnvVar, error) {
+	merged := map[string]EnvValue{}
+	paths := map[string]string{}
+	for k, v := range base {
+		merged[k], paths[k] = v, basePath+"."+k
+	}
+	for k, v := range over {
+		merged[k], paths[k] = v, overPath+"."+k
+	}
+	var out []EnvVar
+	var errs Errors
+	for _, k := range sortedKeys(merged) {
+		v := merged[k]
+		val, err := renderTemplate(v.Value, data)
+		if err != nil {
+			var te *templateError
+			if errors.As(err, &te) {
+				errs = append(errs, m.errAt(paths[k], te.msg, te.valid))
+			} else {
+				errs = append(errs, m.errAt(paths[k], err.Error(), ""))
+			}
+			continue
+		}
+		if strings.ContainsRune(val, 0) {
+			errs = append(errs, m.errAt(paths[k], "renders to a value with a NUL byte", "text without NUL bytes"))
+			continue
+		}
+		out = append(out, EnvVar{Name: k, Value: val, Secret: v.Secret})
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return out, nil
+}
+
+// launchKey hashes everything that defines the running processes (secret
+// values redacted), but not the config name.
+func launchKey(m *Matrix, l *Launch) (string, error) {
+	type inst struct {
+		Host, Address string
+		Index, Port   int
+		GPUs          []int
+		Command       string
+		Env           []EnvVar
+		Bootstrap     int
+		StepLog       string
+	}
+	spec := struct {
+		Kind       string
+		Instrument bool
+		Instances  []inst
+		Router     *RouterLaunch
+	}{Kind: l.Kind, Instrument: l.Instrument}
+	for _, in := range l.Instances {
+		spec.Instances = append(spec.Instances, inst{in.Host, m.Hosts[in.Host].Address, in.Index, in.Port, in.GPUs,
+			in.Command, redactEnv(in.Env), in.BootstrapPort, in.StepLog})
+	}
+	if l.Router != nil {
+		r := *l.Router
+		r.Env = redactEnv(r.Env)
+		spec.Router = &r
+	}
+	return hashJSON(spec, 16)
+}
+
+func redactEnv(env []EnvVar) []EnvVar {
+	out := make([]EnvVar, len(env))
+	for i, e := range env {
+		if e.Secret {
+			e.Value = redacted
+		}
+		out[i] = e
+	}
+	return out
+}

@@ -1,0 +1,304 @@
+package matrices
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// DefaultCompare is the metrics compared against the baseline when the
+// matrix has no compare list.
+var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration_p50"}
+
+// Metrics returns every metric name valid in compare and repeat.metric.
+func Metrics() []string {
+	var out []string
+	for _, m := range []string{"ttft", "tpot", "itl", "e2el"} {
+		for _, s := range []string{"mean", "p50", "p90", "p99"} {
+			out = append(out, m+"_"+s)
+		}
+	}
+	return append(out, "step_duration_p50", "step_duration_p90", "step_duration_p99",
+		"build_meta_p50", "build_meta_p90", "output_throughput", "request_throughput")
+}
+
+// rates decodes the non-empty list of distinct positive rates.
+func (d *decoder) rates(v *yaml.Node, m *Matrix) {
+	es, ps, ok := d.list(v, "rates")
+	if ok && len(es) == 0 {
+		d.add(v.Line, "rates", "a list of req/s such as [0.5, 1, 2]", "at least one rate is required")
+	}
+	seen := map[float64]int{}
+	for i, e := range es {
+		r, ok := d.number(e, ps[i], true)
+		if !ok {
+			continue
+		}
+		if first, dup := seen[r]; dup {
+			d.add(e.Line, ps[i], "distinct rates", "rate %v is listed twice (first at line %d)", r, first)
+			continue
+		}
+		seen[r] = e.Line
+		m.Rates = append(m.Rates, r)
+	}
+}
+
+// shapes decodes the non-empty list of uniquely named shapes.
+func (d *decoder) shapes(v *yaml.Node, m *Matrix, checkFiles bool) {
+	es, ps, ok := d.list(v, "shapes")
+	if ok && len(es) == 0 {
+		d.add(v.Line, "shapes", "a list such as [{input: 4096, output: 256}]", "at least one shape is required")
+	}
+	seen := map[string]int{}
+	for i, e := range es {
+		s, ok := d.shape(e, ps[i], m.File, checkFiles)
+		if !ok {
+			continue
+		}
+		if first, dup := seen[s.Name]; dup {
+			d.add(e.Line, ps[i]+".name", "a distinct name per shape", "duplicate shape name %q (first at line %d)", s.Name, first)
+			continue
+		}
+		seen[s.Name] = e.Line
+		m.Shapes = append(m.Shapes, s)
+	}
+}
+
+const maxTokens = 10_000_000
+
+// shape decodes one shape and applies its defaults.
+func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (Shape, bool) {
+	var s Shape
+	n := len(d.errs)
+	d.object(e, path, e.Line, []field{
+		{"name", false, func(v *yaml.Node, p string) {
+			if s.Name, _ = d.str(v, p); s.Name != "" && !nameRE.MatchString(s.Name) {
+				d.add(v.Line, p, nameValid, "invalid shape name %q", s.Name)
+			}
+		}},
+		{"input", false, func(v *yaml.Node, p string) { s.Input = d.intField(v, p, 1, maxTokens) }},
+		{"output", false, func(v *yaml.Node, p string) { s.Output = d.intField(v, p, 1, maxTokens) }},
+		{"input_dist", false, func(v *yaml.Node, p string) { s.InputDist = d.dist(v, p) }},
+		{"output_dist", false, func(v *yaml.Node, p string) { s.OutputDist = d.dist(v, p) }},
+		{"prefix", false, func(v *yaml.Node, p string) {
+			s.Prefix = &Prefix{}
+			d.object(v, p, v.Line, []field{
+				{"num_prefixes", true, func(v *yaml.Node, p string) { s.Prefix.NumPrefixes = d.intField(v, p, 1, 1<<20) }},
+				{"prefix_tokens", true, func(v *yaml.Node, p string) { s.Prefix.PrefixTokens = d.intField(v, p, 1, maxTokens) }},
+			})
+		}},
+		{"cache_fill", false, func(v *yaml.Node, p string) {
+			s.CacheFill = &CacheFill{}
+			d.object(v, p, v.Line, []field{
+				{"prefixes", true, func(v *yaml.Node, p string) { s.CacheFill.Prefixes = d.intField(v, p, 1, 1<<20) }},
+				{"prefix_tokens", true, func(v *yaml.Node, p string) { s.CacheFill.PrefixTokens = d.intField(v, p, 1, maxTokens) }},
+			})
+		}},
+		{"trace", false, func(v *yaml.Node, p string) { s.Trace = d.trace(v, p, file, checkFiles) }},
+	})
+	has := func(k string) int { return d.lines[path+"."+k] }
+	if s.Trace != nil {
+		for _, k := range []string{"input", "output", "input_dist", "output_dist", "prefix", "cache_fill"} {
+			if l := has(k); l > 0 {
+				d.add(l, path+"."+k, "name and trace only (lengths come from the trace)", "cannot be combined with trace")
+			}
+		}
+		if s.Name == "" {
+			base := filepath.Base(s.Trace.src)
+			s.Name = strings.TrimSuffix(base, filepath.Ext(base))
+			if !nameRE.MatchString(s.Name) {
+				d.add(e.Line, path+".name", nameValid, "missing name (the trace file name %q is not a valid shape name)", base)
+			}
+		}
+		return s, len(d.errs) == n
+	}
+	for _, lens := range [][2]string{{"input", "input_dist"}, {"output", "output_dist"}} {
+		switch {
+		case has(lens[0]) > 0 && has(lens[1]) > 0:
+			d.add(has(lens[1]), path+"."+lens[1], lens[0]+" or "+lens[1]+", not both", "conflicts with %s", lens[0])
+		case has(lens[0]) == 0 && has(lens[1]) == 0:
+			d.add(e.Line, path+"."+lens[0], "a token count, or "+lens[1]+", or trace", "missing required key")
+		}
+	}
+	if s.Prefix != nil && s.Input > 0 && s.Prefix.PrefixTokens > s.Input {
+		d.add(has("prefix"), path+".prefix.prefix_tokens", fmt.Sprintf("at most input (%d)", s.Input), "%d shared tokens do not fit in the prompt", s.Prefix.PrefixTokens)
+	}
+	if s.Name == "" && has("name") == 0 {
+		if s.InputDist != nil || s.OutputDist != nil {
+			d.add(e.Line, path+".name", nameValid, "missing required key (a shape with a length distribution needs a name)")
+		} else {
+			s.Name = fmt.Sprintf("%dx%d", s.Input, s.Output)
+		}
+	}
+	return s, len(d.errs) == n
+}
+
+// dist decodes a length distribution.
+func (d *decoder) dist(v *yaml.Node, path string) *Dist {
+	x := &Dist{}
+	d.object(v, path, v.Line, []field{
+		{"kind", true, func(v *yaml.Node, p string) { x.Kind, _ = d.enum(v, p, "uniform", "lognormal") }},
+		{"min", false, func(v *yaml.Node, p string) { x.Min = d.intField(v, p, 1, maxTokens) }},
+		{"max", false, func(v *yaml.Node, p string) { x.Max = d.intField(v, p, 1, maxTokens) }},
+		{"median", false, func(v *yaml.Node, p string) { x.Median, _ = d.number(v, p, true) }},
+		{"p90", false, func(v *yaml.Node, p string) { x.P90, _ = d.number(v, p, true) }},
+	})
+	has := func(k string) int { return d.lines[path+"."+k] }
+	switch x.Kind {
+	case "uniform":
+		for _, k := range []string{"min", "max"} {
+			if has(k) == 0 {
+				d.add(v.Line, path+"."+k, "an integer ≥ 1", "missing required key (kind uniform)")
+			}
+		}
+		for _, k := range []string{"median", "p90"} {
+			if l := has(k); l > 0 {
+				d.add(l, path+"."+k, "min and max (kind uniform)", "not used by kind uniform")
+			}
+		}
+	case "lognormal":
+		for _, k := range []string{"median", "p90"} {
+			if has(k) == 0 {
+				d.add(v.Line, path+"."+k, "a number > 0", "missing required key (kind lognormal)")
+			}
+		}
+		if x.Median > 0 && x.P90 > 0 && x.P90 < x.Median {
+			d.add(has("p90"), path+".p90", fmt.Sprintf("a value ≥ median (%v)", x.Median), "p90 %v is below the median", x.P90)
+		}
+	}
+	if x.Min > 0 && x.Max > 0 && x.Max < x.Min {
+		d.add(has("max"), path+".max", fmt.Sprintf("a value ≥ min (%d)", x.Min), "max %d is below min", x.Max)
+	}
+	return x
+}
+
+// trace decodes a trace replay; its path resolves against the matrix file.
+func (d *decoder) trace(v *yaml.Node, path, file string, checkFiles bool) *Trace {
+	t := &Trace{TimeScale: 1}
+	d.object(v, path, v.Line, []field{
+		{"path", true, func(v *yaml.Node, p string) {
+			t.src = d.nonEmpty(v, p)
+			t.Path = t.src
+			if t.src != "" && !filepath.IsAbs(t.src) && !strings.HasPrefix(t.src, "~") {
+				t.Path = filepath.Join(filepath.Dir(file), t.src)
+			}
+			if checkFiles && t.src != "" {
+				if fi, err := os.Stat(t.Path); err != nil || fi.IsDir() {
+					d.add(v.Line, p, "a trace file (JSONL) relative to the matrix file", "cannot read trace %s", t.Path)
+				}
+			}
+		}},
+		{"time_scale", false, func(v *yaml.Node, p string) { t.TimeScale, _ = d.number(v, p, true) }},
+		{"request_limit", false, func(v *yaml.Node, p string) { t.RequestLimit = d.intField(v, p, 0, 1<<31-1) }},
+		{"max_inflight_sessions", false, func(v *yaml.Node, p string) { t.MaxInflightSessions = d.intField(v, p, 0, 1<<31-1) }},
+	})
+	return t
+}
+
+// workload decodes arrival, measure, repeat, compare, gate and probe.
+func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
+	m.Arrival = Arrival{Process: "poisson", Burstiness: 1}
+	d.object(nodes["arrival"], "arrival", 1, []field{
+		{"process", false, func(v *yaml.Node, p string) { m.Arrival.Process, _ = d.enum(v, p, "poisson", "gamma", "constant") }},
+		{"burstiness", false, func(v *yaml.Node, p string) { m.Arrival.Burstiness, _ = d.number(v, p, true) }},
+	})
+	if l := d.lines["arrival.burstiness"]; l > 0 && m.Arrival.Process != "gamma" && m.Arrival.Process != "" {
+		d.add(l, "arrival.burstiness", "process: gamma, or remove burstiness", "burstiness applies to process gamma only")
+	}
+
+	m.Measure = Measure{Timeout: 10 * time.Minute, DrainTimeout: time.Minute}
+	mm := &m.Measure
+	d.object(nodes["measure"], "measure", 1, []field{
+		{"warmup_requests", false, func(v *yaml.Node, p string) { mm.WarmupRequests = d.intField(v, p, 0, 1<<31-1) }},
+		{"min_completed", true, func(v *yaml.Node, p string) { mm.MinCompleted = d.intField(v, p, 1, 1<<31-1) }},
+		{"timeout", false, func(v *yaml.Node, p string) { mm.Timeout = d.positiveDuration(v, p) }},
+		{"drain_timeout", false, func(v *yaml.Node, p string) { mm.DrainTimeout = d.duration(v, p) }},
+		{"abort_if", false, func(v *yaml.Node, p string) {
+			d.object(v, p, v.Line, []field{
+				{"max_inflight", false, func(v *yaml.Node, p string) { mm.AbortIf.MaxInflight = d.intField(v, p, 0, 1<<31-1) }},
+				{"max_ttft", false, func(v *yaml.Node, p string) { mm.AbortIf.MaxTTFT = d.duration(v, p) }},
+			})
+		}},
+	})
+
+	r := &m.Repeat
+	*r = Repeat{Min: 3, Metric: "ttft_p90", RelCI: 0.05, Confidence: 0.95, Randomize: true}
+	d.object(nodes["repeat"], "repeat", 1, []field{
+		{"min", false, func(v *yaml.Node, p string) { r.Min = d.intField(v, p, 1, 10000) }},
+		{"max", false, func(v *yaml.Node, p string) { r.Max = d.intField(v, p, 1, 10000) }},
+		{"metric", false, func(v *yaml.Node, p string) { r.Metric, _ = d.enum(v, p, Metrics()...) }},
+		{"rel_ci", false, func(v *yaml.Node, p string) { r.RelCI, _ = d.number(v, p, true) }},
+		{"confidence", false, func(v *yaml.Node, p string) {
+			if r.Confidence, _ = d.number(v, p, true); r.Confidence >= 1 {
+				d.add(v.Line, p, "a number between 0 and 1, such as 0.95", "%v is out of range", r.Confidence)
+			}
+		}},
+		{"budget", false, func(v *yaml.Node, p string) { r.Budget = d.duration(v, p) }},
+		{"only_unconverged", false, func(v *yaml.Node, p string) { r.OnlyUnconverged = d.boolean(v, p) }},
+		{"randomize", false, func(v *yaml.Node, p string) { r.Randomize = d.boolean(v, p) }},
+		{"fresh_restart", false, func(v *yaml.Node, p string) { r.FreshRestart = d.boolean(v, p) }},
+	})
+	if r.Max == 0 {
+		r.Max = r.Min
+	} else if r.Max < r.Min && r.Min > 0 {
+		d.add(d.lines["repeat.max"], "repeat.max", fmt.Sprintf("a value ≥ repeat.min (%d)", r.Min), "max %d is below min", r.Max)
+	}
+
+	m.Compare = append([]string(nil), DefaultCompare...)
+	if v := nodes["compare"]; v != nil {
+		m.Compare = nil
+		es, ps, _ := d.list(v, "compare")
+		seen := map[string]bool{}
+		for i, e := range es {
+			if s, ok := d.enum(e, ps[i], Metrics()...); ok {
+				if seen[s] {
+					d.add(e.Line, ps[i], "each metric once", "metric %q is listed twice", s)
+				}
+				seen[s] = true
+				m.Compare = append(m.Compare, s)
+			}
+		}
+	}
+
+	m.Gate = Gate{Enabled: true, TempBandC: 3, Timeout: 5 * time.Minute, MemToleranceMiB: 512}
+	g := &m.Gate
+	d.object(nodes["gate"], "gate", 1, []field{
+		{"enabled", false, func(v *yaml.Node, p string) { g.Enabled = d.boolean(v, p) }},
+		{"temp_band_c", false, func(v *yaml.Node, p string) { g.TempBandC, _ = d.number(v, p, true) }},
+		{"timeout", false, func(v *yaml.Node, p string) { g.Timeout = d.positiveDuration(v, p) }},
+		{"mem_tolerance_mib", false, func(v *yaml.Node, p string) { g.MemToleranceMiB = d.intField(v, p, 0, 1<<31-1) }},
+	})
+
+	m.Probe = Probe{Interval: 250 * time.Millisecond}
+	d.object(nodes["probe"], "probe", 1, []field{
+		{"interval", false, func(v *yaml.Node, p string) { m.Probe.Interval = d.positiveDuration(v, p) }},
+		{"path", false, func(v *yaml.Node, p string) {
+			if m.Probe.Path, _ = d.str(v, p); m.Probe.Path != "" && !strings.HasPrefix(m.Probe.Path, "/") {
+				d.add(v.Line, p, "an HTTP path starting with /, such as /metrics", "invalid path %q", m.Probe.Path)
+			}
+		}},
+	})
+}
+
+// baseline decodes the baseline config (default: the first config).
+func (d *decoder) baseline(v *yaml.Node, m *Matrix, configsOK bool) {
+	if v == nil {
+		if len(m.ConfigOrder) > 0 {
+			m.Baseline = m.ConfigOrder[0]
+		}
+		return
+	}
+	s, ok := d.str(v, "baseline")
+	if !ok || !configsOK {
+		return
+	}
+	if _, ok := m.Configs[s]; !ok {
+		d.add(v.Line, "baseline", strings.Join(m.ConfigOrder, ", "), "unknown config %q%s", s, suggest(s, m.ConfigOrder))
+		return
+	}
+	m.Baseline = s
+}

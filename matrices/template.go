@@ -1,0 +1,180 @@
+package matrices
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/template"
+	tparse "text/template/parse"
+)
+
+// TemplateVars lists the variables command and env templates may use.
+//
+//	Model          engine.model
+//	Port           the instance's port (engine.port + index; the router's port for routers)
+//	GPUs           the instance's GPUs as a comma list ("" when none)
+//	Instance       the instance index on its host (0 for routers)
+//	Host, Address  the host's name and address
+//	ConfigArgs     the config's args plus --kv-transfer-config (vllm) or sim flags (sim), quoted
+//	Config         the config that defines the launch (same_as followed)
+//	Self           the mbench binary on the host
+//	StepLog        where the instance writes engine_step.jsonl
+//	BootstrapPort  bootstrap_port + index (0 when not set)
+//	RouterPort     the router's port (0 when no router)
+//	Targets        space-separated http://host:port of every instance, as the router host reaches them
+//	Bind           the address engines bind (Runtime.Bind, default 127.0.0.1)
+//
+// Functions: add (e.g. {{add 29500 .Instance}}), eq, ne, lt, le, gt, ge,
+// and, or, not. In commands, string values are shell-quoted; in env values
+// they are raw.
+var TemplateVars = []string{"Model", "Port", "GPUs", "Instance", "Host", "Address", "ConfigArgs",
+	"Config", "Self", "StepLog", "BootstrapPort", "RouterPort", "Targets", "Bind"}
+
+// allowedFuncs are the functions templates may call. Everything else
+// (printf, range, template, ...) is refused so that rendering stays cheap
+// and bounded on any input.
+var allowedFuncs = map[string]bool{"add": true, "eq": true, "ne": true, "lt": true,
+	"le": true, "gt": true, "ge": true, "and": true, "or": true, "not": true}
+
+var funcs = template.FuncMap{"add": func(a, b int) int { return a + b }}
+
+// maxRendered bounds the size of one rendered template.
+const maxRendered = 256 << 10
+
+var (
+	tmplPrefixRE = regexp.MustCompile(`^template: t:\d+(:\d+)?: (executing "t" at <[^>]*>: )?`)
+	missingKeyRE = regexp.MustCompile(`map has no entry for key "([^"]*)"`)
+)
+
+func varsValid() string { return "." + strings.Join(TemplateVars, ", .") }
+
+// templateError is a template problem: Msg and Valid as in Error.
+type templateError struct{ msg, valid string }
+
+func (e *templateError) Error() string { return e.msg }
+
+// renderTemplate parses and executes src over data.
+func renderTemplate(src string, data map[string]any) (string, error) {
+	t, err := template.New("t").Option("missingkey=error").Funcs(funcs).Parse(src)
+	if err != nil {
+		return "", tmplErr(err)
+	}
+	if len(t.Templates()) > 1 {
+		return "", &templateError{"template: define/block are not supported", "plain text with {{.Var}} actions"}
+	}
+	if err := checkNode(t.Root); err != nil {
+		return "", err
+	}
+	var b limitedBuilder
+	if err := t.Execute(&b, data); err != nil {
+		return "", tmplErr(err)
+	}
+	return b.String(), nil
+}
+
+func tmplErr(err error) error {
+	msg := tmplPrefixRE.ReplaceAllString(err.Error(), "")
+	if sm := missingKeyRE.FindStringSubmatch(msg); sm != nil {
+		return &templateError{fmt.Sprintf("unknown template variable .%s%s", sm[1], suggest(sm[1], TemplateVars)), varsValid()}
+	}
+	if strings.Contains(msg, "not defined") && strings.HasPrefix(msg, "function") {
+		return &templateError{"template: " + msg, "the functions add, eq, ne, lt, le, gt, ge, and, or, not"}
+	}
+	return &templateError{"template: " + msg, "text/template syntax with {{.Var}} and {{add N .Var}}"}
+}
+
+// checkNode refuses constructs that could make rendering unbounded.
+func checkNode(n tparse.Node) error {
+	switch n := n.(type) {
+	case nil:
+		return nil
+	case *tparse.ListNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Nodes {
+			if err := checkNode(c); err != nil {
+				return err
+			}
+		}
+	case *tparse.ActionNode:
+		return checkNode(n.Pipe)
+	case *tparse.PipeNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Cmds {
+			if err := checkNode(c); err != nil {
+				return err
+			}
+		}
+	case *tparse.CommandNode:
+		for _, a := range n.Args {
+			if err := checkNode(a); err != nil {
+				return err
+			}
+		}
+	case *tparse.ChainNode:
+		return checkNode(n.Node)
+	case *tparse.IdentifierNode:
+		if !allowedFuncs[n.Ident] {
+			return &templateError{fmt.Sprintf("template: function %q is not allowed", n.Ident), "the functions add, eq, ne, lt, le, gt, ge, and, or, not"}
+		}
+	case *tparse.IfNode:
+		return checkBranch(&n.BranchNode)
+	case *tparse.WithNode:
+		return checkBranch(&n.BranchNode)
+	case *tparse.RangeNode, *tparse.TemplateNode, *tparse.BreakNode, *tparse.ContinueNode:
+		return &templateError{"template: range, template, break and continue are not supported", "plain text with {{.Var}}, {{add N .Var}}, if and with"}
+	}
+	return nil
+}
+
+func checkBranch(b *tparse.BranchNode) error {
+	return errors.Join(checkNode(b.Pipe), checkNode(b.List), checkNode(b.ElseList))
+}
+
+// limitedBuilder is a strings.Builder that refuses to grow past maxRendered.
+type limitedBuilder struct{ strings.Builder }
+
+func (b *limitedBuilder) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > maxRendered {
+		return 0, errors.New("rendered text is longer than 256 KiB")
+	}
+	return b.Builder.Write(p)
+}
+
+// ShellQuote quotes s for a POSIX shell: words made only of safe characters
+// are returned as they are, anything else in single quotes with ' written
+// as '\”. The shell turns the result back into exactly s.
+func ShellQuote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	safe := s[0] != '='
+	for i := 0; i < len(s) && safe; i++ {
+		c := s[i]
+		safe = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("_@%+=:,./-", c) >= 0
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// shellPath quotes a path like ShellQuote but leaves a leading ~/ bare so
+// the shell on the host expands the home directory.
+func shellPath(s string) string {
+	if rest, ok := strings.CutPrefix(s, "~/"); ok {
+		if rest == "" {
+			return "~/"
+		}
+		return "~/" + ShellQuote(rest)
+	}
+	if s == "~" {
+		return s
+	}
+	return ShellQuote(s)
+}

@@ -1,0 +1,233 @@
+package matrices
+
+import "time"
+
+// Matrix is a loaded, validated and defaulted experiment matrix.
+type Matrix struct {
+	File      string          // path the matrix was read from (as given)
+	Name      string          // [A-Za-z0-9_.-]+
+	Seed      int64           // sweep seed
+	Hosts     map[string]Host // by host name; default {local: {address: local}}
+	HostOrder []string        // host names in file order
+	Engine    Engine          // how instances are launched
+	Configs   map[string]*Config
+	// ConfigOrder is the config names in file order.
+	ConfigOrder []string
+	Rates       []float64 // req/s (rate multipliers for trace shapes), file order
+	Shapes      []Shape   // file order, unique names
+	Arrival     Arrival
+	Measure     Measure
+	Repeat      Repeat
+	Baseline    string   // a config name (default: the first config)
+	Compare     []string // metrics compared against the baseline
+	Gate        Gate
+	Probe       Probe
+	Hash        string // hash of the resolved matrix (see Resolved)
+
+	lines map[string]int // field path → line, for errors found after Parse
+}
+
+// Host is a machine engines run on.
+type Host struct {
+	Name          string
+	Address       string // "local", an ssh alias, or [user@]host[:port]
+	GPUs          []int  // GPU indices instances may use, in assignment order
+	HostKeyPolicy string // strict (default) | accept-new | insecure
+	Tunnel        bool   // reach instances through SSH local port forwarding
+	Workdir       string // default "~/.mbench"
+	MbenchPath    string // mbench binary on the host ("" = the orchestrator decides)
+}
+
+// IsLocal reports whether the host is this machine.
+func (h Host) IsLocal() bool { return h.Address == "local" }
+
+// EnvValue is one env value as written: a template, possibly secret.
+type EnvValue struct {
+	Value  string
+	Secret bool // secret: true, or the name matches TOKEN|KEY|SECRET|PASSWORD
+}
+
+// Engine says how every instance of every config is launched.
+type Engine struct {
+	Kind         string              // vllm | sim
+	Command      string              // command template (sim has a default)
+	Model        string              // model path or id (sim default "sim-model")
+	Env          map[string]EnvValue // templates, rendered per instance
+	ReadyTimeout time.Duration       // default 5m
+	Stagger      time.Duration       // delay between instance starts (default 0)
+	Grace        time.Duration       // SIGTERM → SIGKILL (default 10s)
+	Port         int                 // base port; instance i on a host gets Port+i (default 8000)
+	Instrument   bool                // install the mbench_vllm step-timing plugin (vllm only)
+	Restart      string              // on_change (default) | every_run
+	Sim          map[string]string   // sim flags for every config (kind sim), by flag name
+}
+
+// Config is one engine configuration: a row of the comparison. A config
+// with SameAs set (an A/A twin) carries a copy of its target's launch
+// fields.
+type Config struct {
+	Name             string
+	SameAs           string              // A/A twin of this config
+	KVTransferConfig map[string]any      // rendered as --kv-transfer-config JSON (vllm)
+	Args             []string            // extra engine args
+	Env              map[string]EnvValue // templates, override engine env
+	Sim              map[string]string   // sim flags for this config (kind sim)
+	Topology         Topology
+	BootstrapPort    int     // Mooncake bootstrap base port (+i per instance); 0 = none
+	Router           *Router // load targets the router when set
+}
+
+// Topology places a config's instances.
+type Topology struct {
+	Hosts            []string // host names (default: every host, file order)
+	InstancesPerHost int      // default 1
+	GPUsPerInstance  int      // default 1
+}
+
+// Router is a process in front of the instances; the load targets it.
+type Router struct {
+	Command   string // template; {{.Targets}} lists the instances
+	Host      string // default: the config's first host
+	Port      int
+	ReadyPath string // default /health
+	Env       map[string]EnvValue
+}
+
+// Shape is the request shape of a cell: fixed or distributed lengths,
+// optionally with shared prefixes or a cache fill, or a trace to replay.
+type Shape struct {
+	Name          string
+	Input, Output int
+	InputDist     *Dist
+	OutputDist    *Dist
+	Prefix        *Prefix
+	CacheFill     *CacheFill
+	Trace         *Trace
+}
+
+// Dist is a token-length distribution: uniform over [Min, Max], or
+// lognormal with the given median and p90 (optionally clamped to Min/Max).
+type Dist struct {
+	Kind        string // uniform | lognormal
+	Min, Max    int
+	Median, P90 float64
+}
+
+// Prefix makes requests share prefixes: NumPrefixes groups of PrefixTokens
+// shared tokens, each followed by a random suffix.
+type Prefix struct{ NumPrefixes, PrefixTokens int }
+
+// CacheFill issues requests before the measured window that leave Prefixes
+// distinct prefixes of PrefixTokens tokens cached.
+type CacheFill struct{ Prefixes, PrefixTokens int }
+
+// Trace replays a Mooncake-format trace; the cell's rate is a multiplier.
+type Trace struct {
+	Path                string  // resolved relative to the matrix file
+	TimeScale           float64 // default 1
+	RequestLimit        int     // 0 = all
+	MaxInflightSessions int     // 0 = unlimited
+	src                 string  // path as written, for location-independent ids
+}
+
+// Arrival is the arrival process of the open-loop load.
+type Arrival struct {
+	Process    string  // poisson (default) | gamma | constant
+	Burstiness float64 // gamma shape (default 1)
+}
+
+// Measure bounds one run.
+type Measure struct {
+	WarmupRequests int           // discarded (default 0)
+	MinCompleted   int           // measured requests to complete (required)
+	Timeout        time.Duration // cap on the measure phase (default 10m)
+	DrainTimeout   time.Duration // default 1m
+	AbortIf        AbortIf
+}
+
+// AbortIf stops a run early and marks it saturated; zero values are off.
+type AbortIf struct {
+	MaxInflight int
+	MaxTTFT     time.Duration
+}
+
+// Repeat is the stopping rule over randomized blocks.
+type Repeat struct {
+	Min, Max        int           // default 3, Min
+	Metric          string        // default ttft_p90
+	RelCI           float64       // target relative CI half-width (default 0.05)
+	Confidence      float64       // default 0.95
+	Budget          time.Duration // wall-clock budget, 0 = none
+	OnlyUnconverged bool
+	Randomize       bool // default true; false is a test-only switch
+	FreshRestart    bool // restart the engine before every run
+}
+
+// Gate waits before each run until the GPUs are back to idle.
+type Gate struct {
+	Enabled         bool    // default true
+	TempBandC       float64 // default 3
+	Timeout         time.Duration
+	MemToleranceMiB int // default 512
+}
+
+// Probe configures sampling during runs.
+type Probe struct {
+	Interval time.Duration // default 250ms
+	Path     string        // metrics path scraped on instances ("" = /metrics)
+}
+
+// Cell is one (config, rate, shape) combination.
+type Cell struct {
+	ID     string // stable hash of the resolved cell spec
+	Config string
+	Rate   float64
+	Shape  Shape
+	SameAs string // the config this A/A twin copies
+}
+
+// Runtime supplies what only the orchestrator knows when rendering launches.
+// Nil funcs and empty fields get placeholder defaults.
+type Runtime struct {
+	Self    func(host string) string               // mbench binary on the host
+	StepLog func(host string, instance int) string // engine_step.jsonl path on the host
+	Bind    string                                 // address engines bind (default 127.0.0.1)
+}
+
+// Launch is a config rendered into concrete processes.
+type Launch struct {
+	Key                          string // equal keys ⇒ the running engine can be reused
+	Kind                         string
+	Config                       string
+	Instances                    []Instance
+	Router                       *RouterLaunch
+	ReadyTimeout, Stagger, Grace time.Duration
+	Instrument                   bool // install the mbench_vllm plugin first
+}
+
+// Instance is one engine process.
+type Instance struct {
+	Host          string // host name
+	Index         int    // instance index on its host
+	Port          int
+	GPUs          []int
+	Command       string // shell command line
+	Env           []EnvVar
+	BootstrapPort int // 0 = none
+	StepLog       string
+}
+
+// RouterLaunch is the rendered router process.
+type RouterLaunch struct {
+	Host      string
+	Port      int
+	Command   string
+	Env       []EnvVar
+	ReadyPath string
+}
+
+// EnvVar is one rendered environment variable.
+type EnvVar struct {
+	Name, Value string
+	Secret      bool
+}

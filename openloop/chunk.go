@@ -1,0 +1,376 @@
+package openloop
+
+import (
+	"bytes"
+	"errors"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// chunk is what the client needs from one completion stream chunk. It is
+// filled by a small JSON scanner that reads only the fields below and skips
+// the rest, without allocating. As in encoding/json, a repeated key counts
+// by its last occurrence.
+type chunk struct {
+	text             bool // choices[0].text is a non-empty string
+	usage            bool // usage is an object with completion_tokens
+	completionTokens int
+	isErr            bool   // {"error": ...} or {"object": "error", ...}
+	errMsg           []byte // the error's message, raw JSON string contents
+}
+
+var (
+	errSyntax  = errors.New("JSON syntax")
+	errTooDeep = errors.New("JSON nested too deeply")
+	errNumber  = errors.New("usage.completion_tokens: not a non-negative integer")
+)
+
+// scan reads one chunk object.
+func (c *chunk) scan(b []byte) error {
+	*c = chunk{}
+	var errKey, objErr bool // last "error" value non-null; last "object" is "error"
+	_, err := scanObject(b, 0, func(key []byte, b []byte, i int) (int, error) {
+		switch {
+		case keyIs(key, "choices"):
+			return c.scanChoices(b, i)
+		case keyIs(key, "usage"):
+			return c.scanUsage(b, i)
+		case keyIs(key, "error"):
+			errKey = b[i] != 'n'
+			switch b[i] {
+			case '"':
+				return c.scanMessage(b, i)
+			case '{':
+				return scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
+					if keyIs(key, "message") && b[i] == '"' {
+						return c.scanMessage(b, i)
+					}
+					return skipValue(b, i)
+				})
+			}
+		case keyIs(key, "object"):
+			objErr = false
+			if b[i] == '"' {
+				s, e, next, err := scanString(b, i)
+				objErr = err == nil && string(b[s:e]) == "error"
+				return next, err
+			}
+		case keyIs(key, "message"):
+			if b[i] == '"' {
+				return c.scanMessage(b, i)
+			}
+		}
+		return skipValue(b, i)
+	})
+	c.isErr = errKey || objErr
+	return err
+}
+
+func (c *chunk) scanMessage(b []byte, i int) (int, error) {
+	s, e, next, err := scanString(b, i)
+	if err == nil {
+		c.errMsg = b[s:e]
+	}
+	return next, err
+}
+
+// scanChoices reads "choices": [ {..."text": "..."...}, ... ].
+func (c *chunk) scanChoices(b []byte, i int) (int, error) {
+	c.text = false
+	if b[i] != '[' {
+		return skipValue(b, i)
+	}
+	i = skipWS(b, i+1)
+	if i >= len(b) {
+		return i, errSyntax
+	}
+	if b[i] == ']' {
+		return i + 1, nil
+	}
+	first := true
+	for {
+		var err error
+		if first && b[i] == '{' {
+			i, err = scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
+				if keyIs(key, "text") {
+					c.text = false
+					if b[i] == '"' {
+						s, e, next, err := scanString(b, i)
+						c.text = err == nil && e > s
+						return next, err
+					}
+				}
+				return skipValue(b, i)
+			})
+		} else {
+			i, err = skipValue(b, i)
+		}
+		if err != nil {
+			return i, err
+		}
+		first = false
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return i, errSyntax
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+			if i >= len(b) {
+				return i, errSyntax
+			}
+		case ']':
+			return i + 1, nil
+		default:
+			return i, errSyntax
+		}
+	}
+}
+
+// scanUsage reads "usage": null | {"completion_tokens": N, ...}.
+func (c *chunk) scanUsage(b []byte, i int) (int, error) {
+	c.usage, c.completionTokens = false, 0
+	if b[i] != '{' {
+		return skipValue(b, i)
+	}
+	return scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
+		if !keyIs(key, "completion_tokens") {
+			return skipValue(b, i)
+		}
+		n, next := 0, i
+		for next < len(b) && b[next] >= '0' && b[next] <= '9' && next-i < 10 {
+			n = n*10 + int(b[next]-'0')
+			next++
+		}
+		if next == i || (next < len(b) && (b[next] == '.' || b[next] == 'e' || b[next] == 'E' || (b[next] >= '0' && b[next] <= '9'))) {
+			return next, errNumber
+		}
+		c.usage, c.completionTokens = true, n
+		return next, nil
+	})
+}
+
+// scanObject walks the object starting at b[i] == '{' (after white space),
+// calling fn with each key (raw, without quotes) and the index of its value;
+// fn returns the index after the value. It returns the index after '}'.
+func scanObject(b []byte, i int, fn func(key []byte, b []byte, i int) (int, error)) (int, error) {
+	i = skipWS(b, i)
+	if i >= len(b) || b[i] != '{' {
+		return i, errSyntax
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return i, errSyntax
+		}
+		ks, ke, next, err := scanString(b, i)
+		if err != nil {
+			return next, err
+		}
+		i = skipWS(b, next)
+		if i >= len(b) || b[i] != ':' {
+			return i, errSyntax
+		}
+		i = skipWS(b, i+1)
+		if i >= len(b) {
+			return i, errSyntax
+		}
+		if i, err = fn(b[ks:ke], b, i); err != nil {
+			return i, err
+		}
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return i, errSyntax
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+		case '}':
+			return i + 1, nil
+		default:
+			return i, errSyntax
+		}
+	}
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString reads the string at b[i] == '"' and returns the bounds of its
+// contents and the index after the closing quote.
+func scanString(b []byte, i int) (start, end, next int, err error) {
+	start = i + 1
+	for j := start; j < len(b); {
+		q := bytes.IndexByte(b[j:], '"')
+		if q < 0 {
+			break
+		}
+		bs := bytes.IndexByte(b[j:j+q], '\\')
+		if bs < 0 {
+			return start, j + q, j + q + 1, nil
+		}
+		j += bs + 2 // skip the escaped byte
+	}
+	return start, len(b), len(b), errSyntax
+}
+
+// maxDepth bounds the nesting skipValue accepts.
+const maxDepth = 10000
+
+// skipValue skips the value at b[i] (after white space) and returns the index
+// after it. Containers are skipped by counting brackets outside strings.
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return i, errSyntax
+	}
+	switch b[i] {
+	case '"':
+		_, _, next, err := scanString(b, i)
+		return next, err
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				_, _, next, err := scanString(b, j)
+				if err != nil {
+					return next, err
+				}
+				j = next - 1
+			case '{', '[':
+				depth++
+				if depth > maxDepth {
+					return j, errTooDeep
+				}
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, nil
+				}
+			}
+		}
+		return len(b), errSyntax
+	}
+	j := i
+	for j < len(b) {
+		switch b[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			if j == i {
+				return j, errSyntax
+			}
+			return j, nil
+		}
+		j++
+	}
+	return j, nil
+}
+
+// keyIs reports whether the raw JSON string contents raw decode to want,
+// without allocating (escapes are decoded on the fly).
+func keyIs(raw []byte, want string) bool {
+	if len(raw) == len(want) && string(raw) == want {
+		return true
+	}
+	w := 0
+	var enc [utf8.UTFMax]byte
+	for i := 0; i < len(raw); {
+		var r rune
+		if raw[i] != '\\' {
+			n := 1
+			if raw[i] >= utf8.RuneSelf {
+				r, n = utf8.DecodeRune(raw[i:])
+				if r == utf8.RuneError && n == 1 {
+					return false
+				}
+			}
+			if w+n > len(want) || string(raw[i:i+n]) != want[w:w+n] {
+				return false
+			}
+			i += n
+			w += n
+			continue
+		}
+		if i+1 >= len(raw) {
+			return false
+		}
+		switch raw[i+1] {
+		case '"', '\\', '/':
+			r = rune(raw[i+1])
+		case 'b':
+			r = '\b'
+		case 'f':
+			r = '\f'
+		case 'n':
+			r = '\n'
+		case 'r':
+			r = '\r'
+		case 't':
+			r = '\t'
+		case 'u':
+			var ok bool
+			r, i, ok = decodeU(raw, i)
+			if !ok {
+				return false
+			}
+			n := utf8.EncodeRune(enc[:], r)
+			if w+n > len(want) || string(enc[:n]) != want[w:w+n] {
+				return false
+			}
+			w += n
+			continue
+		default:
+			return false
+		}
+		if w >= len(want) || want[w] != byte(r) {
+			return false
+		}
+		i += 2
+		w++
+	}
+	return w == len(want)
+}
+
+// decodeU decodes \uXXXX (with a following low surrogate where needed) at
+// raw[i] and returns the rune and the index after it.
+func decodeU(raw []byte, i int) (rune, int, bool) {
+	hex4 := func(j int) (rune, bool) {
+		if j+6 > len(raw) || raw[j] != '\\' || raw[j+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range raw[j+2 : j+6] {
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	r, ok := hex4(i)
+	if !ok {
+		return 0, i, false
+	}
+	i += 6
+	if utf16.IsSurrogate(r) {
+		if r2, ok2 := hex4(i); ok2 {
+			if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+				return d, i + 6, true
+			}
+		}
+		return utf8.RuneError, i, true
+	}
+	return r, i, true
+}

@@ -1,0 +1,29 @@
+// Package openloop is mbench's load generator. It owns:
+//
+//   - the arrival processes (Poisson, gamma with burstiness, constant), whose
+//     send times are precomputed from a seeded RNG as absolute offsets
+//     (schedule.go);
+//   - the workload shapes: fixed, uniform and lognormal lengths, shared
+//     prefixes, cache fill, and Mooncake trace replay with sessions
+//     (shape.go, prompt.go, trace.go, sample.go, replay.go);
+//   - the streaming OpenAI /v1/completions client and its allocation-free SSE
+//     parser, which measure TTFT, ITL and E2EL as `vllm bench serve` defines
+//     them (client.go, sse.go, chunk.go);
+//   - the open-loop dispatcher: one goroutine that sleeps until just before
+//     each deadline and then spins, so a late send is rare and, when it
+//     happens, fires at once and is recorded as send lag (pacer.go, run.go);
+//   - the requests.jsonl record format, written as requests finish and read
+//     back strictly by ReadRecords (record.go);
+//   - the generator's self-grading (send lag, achieved/offered, a
+//     Kolmogorov–Smirnov test of the sent gaps) and the precision harness
+//     behind `task bench:load` (grade.go, precision.go).
+//
+// Times in records are monotonic nanoseconds since the run's start
+// (Result.Start). Latency can be taken from the send (SentNs) or from the
+// intended send (ScheduledNs); the latter cannot hide generator delay
+// (coordinated omission).
+//
+// The package imports nothing else of mbench. The stub subpackage is an
+// in-process vLLM-like streaming server with ground-truth logging, used by the
+// tests and by MeasurePrecision.
+package openloop

@@ -1,0 +1,201 @@
+package openloop
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// Thresholds above which a run is marked client-limited: the generator, not
+// the server, shaped what was measured.
+const (
+	ClientLimitedLagP99Ms = 5.0  // send lag p99
+	ClientLimitedRatio    = 0.99 // achieved send rate / scheduled rate
+	ClientLimitedKSAlpha  = 0.01 // KS test rejects the offered distribution
+	// KSResolution is the grid on which the KS test compares distribution
+	// functions. A sender's wake-up jitter (tens of µs) would make a
+	// continuous KS test reject every high-rate run — with n = λT gaps it
+	// detects jitter above ~1.6/(λ^1.5 √T), 10 µs at 2,000 req/s for 3 s —
+	// while on a 0.1 ms grid such jitter matters only to second order and
+	// stalls, catch-up bursts and a wrong rate still show.
+	KSResolution = 100 * time.Microsecond
+)
+
+// Grade is the load generator grading itself over the measured requests.
+type Grade struct {
+	Sent     int     `json:"sent"`       // measured requests sent
+	LagP50Ms float64 `json:"lag_p50_ms"` // send lag = sent − scheduled
+	LagP99Ms float64 `json:"lag_p99_ms"`
+	LagMaxMs float64 `json:"lag_max_ms"`
+	// AchievedRatio is the achieved send rate over the scheduled rate of the
+	// same requests: (last scheduled − first scheduled) / (last sent − first
+	// sent). Against the schedule, not the nominal rate, so the sampling
+	// noise of a finite Poisson schedule does not count as error.
+	AchievedRatio float64 `json:"achieved_ratio"`
+	OKRatio       float64 `json:"ok_ratio"` // measured requests completed OK / sent
+	// KS tests the gaps between actual sends against the offered gap
+	// distribution (exponential for Poisson, gamma for gamma) on a
+	// KSResolution grid; not applicable to constant arrivals or trace replay.
+	KSApplicable  bool    `json:"ks_applicable"`
+	KSD           float64 `json:"ks_d"`
+	KSP           float64 `json:"ks_p"`
+	ClientLimited bool    `json:"client_limited"`
+	Reason        string  `json:"reason,omitempty"` // why it is client-limited, in words
+}
+
+// SelfGrade grades the measured records of a run offered at rate req/s with
+// the given arrival process. rate ≤ 0 or +Inf skips the KS test.
+func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
+	var sent, sched, lags []float64
+	ok := 0
+	type pair struct{ sched, sent int64 }
+	var ps []pair
+	for i := range recs {
+		r := &recs[i]
+		if r.Phase != PhaseMeasure || r.SentNs == 0 {
+			continue
+		}
+		ps = append(ps, pair{r.ScheduledNs, r.SentNs})
+		lags = append(lags, float64(r.SentNs-r.ScheduledNs)/1e6)
+		if r.OK() {
+			ok++
+		}
+	}
+	g := Grade{Sent: len(ps)}
+	if len(ps) == 0 {
+		return g
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].sched < ps[j].sched })
+	for _, p := range ps {
+		sched = append(sched, float64(p.sched))
+		sent = append(sent, float64(p.sent))
+	}
+	sort.Float64s(lags)
+	g.LagP50Ms, g.LagP99Ms, g.LagMaxMs = quantile(lags, 0.5), quantile(lags, 0.99), lags[len(lags)-1]
+	g.OKRatio = float64(ok) / float64(len(ps))
+	sort.Float64s(sent)
+	g.AchievedRatio = 1
+	if n := len(sent); n >= 2 && sent[n-1] > sent[0] {
+		g.AchievedRatio = (sched[n-1] - sched[0]) / (sent[n-1] - sent[0])
+	}
+	if cdf := gapCDF(a, rate); cdf != nil && len(sent) >= 20 {
+		gaps := make([]float64, len(sent)-1)
+		for i := 1; i < len(sent); i++ {
+			gaps[i-1] = (sent[i] - sent[i-1]) / 1e9
+		}
+		g.KSApplicable = true
+		g.KSD, g.KSP = KSTestGrid(gaps, cdf, KSResolution.Seconds())
+	}
+	var why []string
+	if g.LagP99Ms > ClientLimitedLagP99Ms {
+		why = append(why, fmt.Sprintf("send lag p99 %.2f ms > %.0f ms", g.LagP99Ms, ClientLimitedLagP99Ms))
+	}
+	if g.AchievedRatio < ClientLimitedRatio {
+		why = append(why, fmt.Sprintf("achieved/scheduled send rate %.3f < %.2f", g.AchievedRatio, ClientLimitedRatio))
+	}
+	if g.KSApplicable && g.KSP < ClientLimitedKSAlpha {
+		why = append(why, fmt.Sprintf("sent gaps fail a KS test against the offered distribution (D=%.4f, p=%.2g)", g.KSD, g.KSP))
+	}
+	if len(why) > 0 {
+		g.ClientLimited = true
+		g.Reason = "the load generator fell behind: " + strings.Join(why, "; ")
+	}
+	return g
+}
+
+// gapCDF is the CDF of the offered inter-arrival gap in seconds, or nil when
+// the KS test does not apply.
+func gapCDF(a Arrival, rate float64) func(float64) float64 {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return nil
+	}
+	switch a.Process {
+	case "", ArrivalPoisson:
+		return distuv.Exponential{Rate: rate}.CDF
+	case ArrivalGamma:
+		return distuv.Gamma{Alpha: a.Burstiness, Beta: rate * a.Burstiness}.CDF
+	}
+	return nil
+}
+
+// KSTest is the one-sample Kolmogorov–Smirnov test of xs against cdf: the
+// statistic D and its asymptotic p-value (with Stephens' small-sample
+// correction). xs is sorted in place.
+func KSTest(xs []float64, cdf func(float64) float64) (d, p float64) {
+	n := len(xs)
+	if n == 0 {
+		return 0, 1
+	}
+	sort.Float64s(xs)
+	for i, x := range xs {
+		f := cdf(x)
+		d = max(d, f-float64(i)/float64(n), float64(i+1)/float64(n)-f)
+	}
+	sn := math.Sqrt(float64(n))
+	return d, kolmogorovQ((sn + 0.12 + 0.11/sn) * d)
+}
+
+// KSTestGrid is KSTest with the distribution functions compared only at the
+// multiples of step (same unit as xs): insensitive to jitter well below step.
+// Its p-value, from the continuous Kolmogorov distribution, is conservative.
+// xs is sorted in place.
+func KSTestGrid(xs []float64, cdf func(float64) float64, step float64) (d, p float64) {
+	n := len(xs)
+	if n == 0 || !(step > 0) {
+		return KSTest(xs, cdf)
+	}
+	sort.Float64s(xs)
+	i := 0
+	for k := 1; ; k++ {
+		x := float64(k) * step
+		for i < n && xs[i] <= x {
+			i++
+		}
+		d = max(d, math.Abs(float64(i)/float64(n)-cdf(x)))
+		if i == n {
+			break
+		}
+	}
+	sn := math.Sqrt(float64(n))
+	return d, kolmogorovQ((sn + 0.12 + 0.11/sn) * d)
+}
+
+// kolmogorovQ is the survival function of the Kolmogorov distribution.
+func kolmogorovQ(lambda float64) float64 {
+	if lambda < 0.2 {
+		return 1
+	}
+	sum := 0.0
+	for k := 1; k <= 100; k++ {
+		term := math.Exp(-2 * float64(k*k) * lambda * lambda)
+		if k%2 == 1 {
+			sum += term
+		} else {
+			sum -= term
+		}
+		if term < 1e-12 {
+			break
+		}
+	}
+	return math.Min(1, math.Max(0, 2*sum))
+}
+
+// quantile is the q-quantile of sorted xs by linear interpolation (numpy's
+// default), as vllm bench serve computes percentiles.
+func quantile(sorted []float64, q float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return math.NaN()
+	}
+	h := q * float64(n-1)
+	lo := math.Floor(h)
+	i := int(lo)
+	if i+1 >= n {
+		return sorted[n-1]
+	}
+	return sorted[i] + (h-lo)*(sorted[i+1]-sorted[i])
+}

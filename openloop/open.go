@@ -1,0 +1,120 @@
+package openloop
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// runOpen is the open-loop dispatcher: one goroutine that takes prepared
+// requests in schedule order, waits for each one's send time with the pacer
+// and launches it. A request whose time has passed is launched at once; its
+// lateness shows as SentNs − ScheduledNs. Nothing waits for responses, so
+// there is no cap on the requests in flight.
+func (r *runner) runOpen() {
+	sch, err := NewSchedule(r.cfg.Arrival, r.cfg.Rate, r.cfg.Seed)
+	if err != nil { // validated before; keep the run honest anyway
+		r.abort(err.Error())
+		return
+	}
+	jobs := make(chan *job, 512)
+	base := r.clk.now() + int64(openLead)
+	go r.buildOpen(sch, base, jobs)
+	p := newPacer(&r.clk, r.stopCh, &r.stopped, r.mode)
+	defer p.close()
+	defer p.lockThread()()
+	maxInflight := int64(r.cfg.AbortIf.MaxInflight)
+	measuring := false
+	for j := range jobs {
+		if !p.wait(j.sched) {
+			return
+		}
+		if !measuring && j.phase == PhaseMeasure {
+			measuring = true
+			r.setPhase(PhaseMeasure)
+		}
+		r.launch(j, nil)
+		if maxInflight > 0 && r.inflight.Load() > maxInflight {
+			r.abort(fmt.Sprintf("more than %d requests in flight", maxInflight))
+			return
+		}
+		// A pacer that parks (timerfd) frees this P for the new request's
+		// goroutine by itself; the others keep the P, so yield it now.
+		if p.mode != waitTimerfd {
+			runtime.Gosched()
+		}
+	}
+	r.stop(r.endReason)
+}
+
+// buildOpen prepares the open-loop requests ahead of their send times: the
+// schedule offset, the prompt and the encoded body. It stops when the run
+// stops sending or when a stop condition that depends only on the schedule
+// (Requests, Duration) is met; then it records the reason and closes jobs.
+func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
+	defer close(jobs)
+	cfg := &r.cfg
+	var toks []int32
+	firstMeasured := int64(-1)
+	for i := 0; ; i++ {
+		phase := PhaseWarmup
+		if i >= cfg.Warmup {
+			phase = PhaseMeasure
+			if cfg.Requests > 0 && i-cfg.Warmup >= cfg.Requests {
+				r.endReason = "requests"
+				return
+			}
+		}
+		off := sch.Next()
+		if phase == PhaseMeasure && cfg.Duration > 0 {
+			if firstMeasured < 0 {
+				firstMeasured = off
+			}
+			if off-firstMeasured >= int64(cfg.Duration) {
+				r.endReason = "duration"
+				return
+			}
+		}
+		var out, group int
+		toks, out, group = r.gen.open(i, toks)
+		body := appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, out)
+		j := &job{id: r.fillCount + i, phase: phase, sched: base + off, body: body, input: len(toks), output: out, group: group}
+		select {
+		case jobs <- j:
+		case <-r.stopCh:
+			return
+		}
+	}
+}
+
+// runFill sends the cache-fill requests, fillConcurrency at a time, and waits
+// for all of them. They are closed-loop: scheduled when sent.
+func (r *runner) runFill() {
+	f := r.cfg.Shape.CacheFill
+	if f == nil || f.Prefixes == 0 || r.cfg.Shape.Trace != nil {
+		return
+	}
+	r.fillCount = f.Prefixes
+	sem := make(chan struct{}, fillConcurrency)
+	var toks []int32
+	for k := 0; k < f.Prefixes; k++ {
+		acquired := false
+		select {
+		case sem <- struct{}{}:
+			acquired = true
+		case <-r.stopCh:
+		}
+		if r.stopped.Load() {
+			if acquired {
+				<-sem
+			}
+			break
+		}
+		toks = r.gen.fill(k, toks)
+		body := appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, 1)
+		j := &job{id: k, phase: PhaseFill, sched: r.clk.now(), body: body, input: len(toks), output: 1}
+		r.launch(j, func() { <-sem })
+	}
+	for range fillConcurrency {
+		sem <- struct{}{}
+	}
+}

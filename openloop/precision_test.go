@@ -1,0 +1,148 @@
+package openloop
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/openloop/stub"
+)
+
+func TestMeasurePrecisionSmoke(t *testing.T) {
+	var out strings.Builder
+	rows, err := MeasurePrecision(context.Background(), []float64{100}, 400*time.Millisecond, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	if len(rows) != 1 || rows[0].Sent < 20 || rows[0].OKRatio != 1 || math.IsNaN(rows[0].TTFTErrP99Ms) || !strings.Contains(out.String(), "achieved/offered") {
+		t.Errorf("rows %+v", rows)
+	}
+}
+
+// envFloats reads a comma-separated list of numbers from the environment.
+func envFloats(name string, def []float64) []float64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []float64
+	for _, f := range strings.Split(v, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err == nil {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
+}
+
+// TestPrecisionModes compares the pacer's waiting strategies. It runs only
+// with MBENCH_PRECISION_MODES=1 (rates from MBENCH_RATES, duration from
+// MBENCH_DURATION).
+func TestPrecisionModes(t *testing.T) {
+	if os.Getenv("MBENCH_PRECISION_MODES") == "" {
+		t.Skip("set MBENCH_PRECISION_MODES=1 to compare the pacer modes")
+	}
+	rates := envFloats("MBENCH_RATES", []float64{500, 1000, 2000, 4000, 8000})
+	dur := envDuration("MBENCH_DURATION", 3*time.Second)
+	for _, m := range []struct {
+		name string
+		mode int
+	}{{"timerfd", waitTimerfd}, {"spin", waitSpin}, {"nanosleep", waitNanosleep}} {
+		fmt.Printf("pacer mode %s\n", m.name)
+		if _, err := measurePrecision(context.Background(), rates, dur, os.Stdout, m.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoad is `task bench:load`: the generator's precision against the
+// in-tree stub, one sub-benchmark per rate (MBENCH_RATES, default
+// 500,1000,2000,4000,8000 req/s; MBENCH_DURATION, default 3s). Run it with
+// -benchtime=1x; the table goes to stdout.
+func BenchmarkLoad(b *testing.B) {
+	rates := envFloats("MBENCH_RATES", []float64{500, 1000, 2000, 4000, 8000})
+	dur := envDuration("MBENCH_DURATION", 3*time.Second)
+	for _, rate := range rates {
+		b.Run(fmt.Sprintf("rate=%g", rate), func(b *testing.B) {
+			for b.Loop() {
+				rows, err := MeasurePrecision(context.Background(), []float64{rate}, dur, os.Stdout)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r := rows[0]
+				b.ReportMetric(r.AchievedRatio, "achieved/offered")
+				b.ReportMetric(r.LagP99Ms, "lag-p99-ms")
+				b.ReportMetric(r.TTFTErrP99Ms, "ttft-err-p99-ms")
+				b.ReportMetric(r.CPUPct, "cpu-%")
+			}
+		})
+	}
+}
+
+// TestPrecisionDiag prints, for one run per rate, how the sent gaps differ
+// from the scheduled ones (MBENCH_PRECISION_DIAG=1).
+func TestPrecisionDiag(t *testing.T) {
+	if os.Getenv("MBENCH_PRECISION_DIAG") == "" {
+		t.Skip("set MBENCH_PRECISION_DIAG=1")
+	}
+	srv, err := stubStart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, rate := range envFloats("MBENCH_RATES", []float64{2000}) {
+		res, err := Run(context.Background(), Config{Targets: []string{srv.URL}, Model: "stub-model", Rate: rate,
+			Shape: Shape{Input: 64, Output: 16}, Seed: 1, Warmup: int(rate / 4), Duration: envDuration("MBENCH_DURATION", 3*time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sched, sent []float64
+		for _, r := range res.Records {
+			if r.Phase == PhaseMeasure {
+				sched = append(sched, float64(r.ScheduledNs))
+				sent = append(sent, float64(r.SentNs))
+			}
+		}
+		sort.Float64s(sent)
+		gaps := func(xs []float64) []float64 {
+			g := make([]float64, len(xs)-1)
+			for i := range g {
+				g[i] = (xs[i+1] - xs[i]) / 1e9
+			}
+			return g
+		}
+		cdf := gapCDF(Arrival{}, rate)
+		gs, gt := gaps(sched), gaps(sent)
+		small := func(g []float64, lim float64) float64 {
+			n := 0
+			for _, x := range g {
+				if x < lim {
+					n++
+				}
+			}
+			return float64(n) / float64(len(g))
+		}
+		fs, ft := small(gs, 30e-6), small(gt, 30e-6)
+		ds, ps := KSTest(gs, cdf)
+		dt, pt := KSTest(gt, cdf)
+		dg, pg := KSTestGrid(gt, cdf, KSResolution.Seconds())
+		fmt.Printf("rate %g: scheduled gaps KS D=%.4f p=%.3g (<30µs: %.3f); sent gaps KS D=%.4f p=%.3g (<30µs: %.3f), on the 0.1 ms grid D=%.4f p=%.3g; lag p99 %.3f ms\n",
+			rate, ds, ps, fs, dt, pt, ft, dg, pg, res.Grade.LagP99Ms)
+	}
+}
+
+func stubStart() (*stub.Server, error) { return stub.Start(PrecisionStub) }

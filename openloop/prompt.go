@@ -1,0 +1,103 @@
+package openloop
+
+import (
+	"math/rand/v2"
+	"strconv"
+)
+
+// TraceBlockTokens is the number of tokens behind one Mooncake hash id.
+const TraceBlockTokens = 512
+
+// promptGen draws the prompts of a run. Every prompt is a pure function of
+// (seed, request index): lengths, prefix group and tokens come from separate
+// seeded streams, so request i is the same whatever else the run does.
+type promptGen struct {
+	seed  int64
+	shape Shape
+}
+
+// open returns the prompt tokens (appended to dst[:0]), the output length and
+// the 1-based prefix group (0 = none) of open-loop request i.
+func (g *promptGen) open(i int, dst []int32) (tokens []int32, output, group int) {
+	s := &g.shape
+	lr := streamRNG(g.seed, saltLengths, uint64(i))
+	input := s.Input
+	if s.InputDist != nil {
+		input = s.InputDist.Sample(lr)
+	}
+	output = s.Output
+	if s.OutputDist != nil {
+		output = s.OutputDist.Sample(lr)
+	}
+	dst = dst[:0]
+	if p := s.Prefix; p != nil {
+		gi := lr.IntN(p.NumPrefixes)
+		group = gi + 1
+		input = max(input, p.PrefixTokens)
+		dst = appendRandomTokens(dst, streamRNG(g.seed, saltPrefix, uint64(gi)), p.PrefixTokens)
+	}
+	dst = appendRandomTokens(dst, streamRNG(g.seed, saltTokens, uint64(i)), input-len(dst))
+	return dst, output, group
+}
+
+// fill returns the prompt of cache-fill request k: PrefixTokens tokens from a
+// stream no measured prompt draws from.
+func (g *promptGen) fill(k int, dst []int32) []int32 {
+	n := g.shape.CacheFill.PrefixTokens
+	return appendRandomTokens(dst[:0], streamRNG(g.seed, saltFill, uint64(k)), n)
+}
+
+// trace returns the prompt of trace request idx: one 512-token block per hash
+// id, each block a pure function of (seed, id), so equal ids give identical
+// blocks; the last block is cut to input_length. Tokens beyond the hash ids
+// (a trace that lists fewer blocks than its input needs) are unique to the
+// request.
+func (g *promptGen) trace(idx int, tr *TraceRequest, dst []int32) []int32 {
+	dst = dst[:0]
+	for _, h := range tr.HashIDs {
+		n := min(TraceBlockTokens, tr.InputLength-len(dst))
+		if n <= 0 {
+			break
+		}
+		dst = appendRandomTokens(dst, streamRNG(g.seed, saltBlock, uint64(h)), n)
+	}
+	if rest := tr.InputLength - len(dst); rest > 0 {
+		dst = appendRandomTokens(dst, streamRNG(g.seed, saltTracePad, uint64(idx)), rest)
+	}
+	return dst
+}
+
+// appendRandomTokens appends n token ids drawn from r.
+func appendRandomTokens(dst []int32, r *rand.Rand, n int) []int32 {
+	const span = TokenIDMax - TokenIDMin
+	for range n {
+		dst = append(dst, int32(TokenIDMin+r.IntN(span)))
+	}
+	return dst
+}
+
+// appendCompletionBody appends the /v1/completions request body for a
+// token-id prompt, without reflection:
+//
+//	{"model":M,"prompt":[ids],"max_tokens":O,"min_tokens":O,"ignore_eos":true,
+//	 "stream":true,"stream_options":{"include_usage":true}}
+func appendCompletionBody(b []byte, model string, tokens []int32, output int) []byte {
+	b = append(b, `{"model":`...)
+	b = appendJSONString(b, model)
+	b = append(b, `,"prompt":[`...)
+	for i, t := range tokens {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(t), 10)
+	}
+	b = append(b, `],"max_tokens":`...)
+	b = strconv.AppendInt(b, int64(output), 10)
+	b = append(b, `,"min_tokens":`...)
+	b = strconv.AppendInt(b, int64(output), 10)
+	b = append(b, `,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`...)
+	return b
+}
+
+// bodySize estimates the body length for a prompt of n tokens.
+func bodySize(model string, n int) int { return 160 + len(model) + 6*n }

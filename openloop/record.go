@@ -1,0 +1,276 @@
+package openloop
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Phases of a run, as written in Record.Phase.
+const (
+	PhaseFill    = "fill"    // cache-fill requests, before the open-loop phases
+	PhaseWarmup  = "warmup"  // open-loop requests discarded from the statistics
+	PhaseMeasure = "measure" // the measured requests
+)
+
+// Request outcomes, as written in Record.Status.
+const (
+	StatusOK    = "ok"
+	StatusError = "error"
+)
+
+// Record is one request, one line of requests.jsonl. All *Ns times are
+// monotonic nanoseconds since the run's start (Result.Start); a time that was
+// never reached is 0.
+type Record struct {
+	ID           int       `json:"id"`             // unique in the run: fill first, then warmup and measure in schedule order
+	Cell         string    `json:"cell"`           // Config.Cell
+	Block        int       `json:"block"`          // Config.Block
+	Phase        string    `json:"phase"`          // PhaseFill, PhaseWarmup or PhaseMeasure
+	ScheduledNs  int64     `json:"scheduled_ns"`   // intended send time
+	SentNs       int64     `json:"sent_ns"`        // actual send time (just before the request is written)
+	FirstTokenNs int64     `json:"first_token_ns"` // first content chunk
+	LastTokenNs  int64     `json:"last_token_ns"`  // last content chunk
+	DoneNs       int64     `json:"done_ns"`        // end of the stream, or the failure
+	InputTokens  int       `json:"input_tokens"`   // prompt token ids sent
+	OutputTokens int       `json:"output_tokens"`  // from the usage chunk (see UsageMissing)
+	ITLMs        []float64 `json:"itl_ms"`         // gaps between consecutive content chunks, ms
+	Status       string    `json:"status"`         // StatusOK or StatusError
+	Error        string    `json:"error,omitempty"`
+	HTTPStatus   int       `json:"http_status,omitempty"`
+	Target       string    `json:"target,omitempty"`       // base URL the request went to
+	Session      string    `json:"session,omitempty"`      // trace replay: session id
+	Turn         int       `json:"turn,omitempty"`         // trace replay: turn within the session
+	PrefixGroup  int       `json:"prefix_group,omitempty"` // shared-prefix shape: group number, 1-based (0 = none)
+	TraceNs      int64     `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
+	UsageMissing bool      `json:"usage_missing,omitempty"`
+	// UsageMissing is set when the stream had no usage chunk and
+	// OutputTokens counts content chunks instead.
+}
+
+// OK reports whether the request completed successfully.
+func (r *Record) OK() bool { return r.Status == StatusOK }
+
+// TTFT is the time to first token from the actual send (vllm bench serve's
+// definition); 0 when there was no content chunk.
+func (r *Record) TTFT() time.Duration {
+	if r.FirstTokenNs == 0 {
+		return 0
+	}
+	return time.Duration(r.FirstTokenNs - r.SentNs)
+}
+
+// TTFTIntended is the time to first token from the intended send time. It
+// includes any generator lag, so coordinated omission cannot hide delay.
+func (r *Record) TTFTIntended() time.Duration {
+	if r.FirstTokenNs == 0 {
+		return 0
+	}
+	return time.Duration(r.FirstTokenNs - r.ScheduledNs)
+}
+
+// E2EL is the end-to-end latency: last content chunk minus send.
+func (r *Record) E2EL() time.Duration {
+	if r.LastTokenNs == 0 {
+		return 0
+	}
+	return time.Duration(r.LastTokenNs - r.SentNs)
+}
+
+// Lag is the send lag: actual minus intended send time.
+func (r *Record) Lag() time.Duration { return time.Duration(r.SentNs - r.ScheduledNs) }
+
+// AppendJSON appends r as one JSON object (no newline) to b, without
+// reflection and without allocating when b has room. The output decodes with
+// encoding/json into an equal Record.
+func (r *Record) AppendJSON(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = strconv.AppendInt(b, int64(r.ID), 10)
+	b = append(b, `,"cell":`...)
+	b = appendJSONString(b, r.Cell)
+	b = append(b, `,"block":`...)
+	b = strconv.AppendInt(b, int64(r.Block), 10)
+	b = append(b, `,"phase":`...)
+	b = appendJSONString(b, r.Phase)
+	b = appendIntField(b, "scheduled_ns", r.ScheduledNs)
+	b = appendIntField(b, "sent_ns", r.SentNs)
+	b = appendIntField(b, "first_token_ns", r.FirstTokenNs)
+	b = appendIntField(b, "last_token_ns", r.LastTokenNs)
+	b = appendIntField(b, "done_ns", r.DoneNs)
+	b = appendIntField(b, "input_tokens", int64(r.InputTokens))
+	b = appendIntField(b, "output_tokens", int64(r.OutputTokens))
+	b = append(b, `,"itl_ms":[`...)
+	for i, v := range r.ITLMs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendFloat(b, v, 'f', -1, 64)
+	}
+	b = append(b, `],"status":`...)
+	b = appendJSONString(b, r.Status)
+	if r.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, r.Error)
+	}
+	if r.HTTPStatus != 0 {
+		b = appendIntField(b, "http_status", int64(r.HTTPStatus))
+	}
+	if r.Target != "" {
+		b = append(b, `,"target":`...)
+		b = appendJSONString(b, r.Target)
+	}
+	if r.Session != "" {
+		b = append(b, `,"session":`...)
+		b = appendJSONString(b, r.Session)
+	}
+	if r.Turn != 0 {
+		b = appendIntField(b, "turn", int64(r.Turn))
+	}
+	if r.PrefixGroup != 0 {
+		b = appendIntField(b, "prefix_group", int64(r.PrefixGroup))
+	}
+	if r.TraceNs != 0 {
+		b = appendIntField(b, "trace_ns", r.TraceNs)
+	}
+	if r.UsageMissing {
+		b = append(b, `,"usage_missing":true`...)
+	}
+	return append(b, '}')
+}
+
+func appendIntField(b []byte, name string, v int64) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, v, 10)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
+// as encoding/json does.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// ReadRecords reads requests.jsonl strictly: unknown fields, a bad phase or
+// status, negative times and out-of-order token times are errors that name
+// the line. Blank lines are skipped.
+func ReadRecords(r io.Reader) ([]Record, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var out []Record
+	for line := 1; ; line++ {
+		b, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(b)) > 0 {
+			rec, perr := parseRecordLine(b)
+			if perr != nil {
+				return out, fmt.Errorf("requests line %d: %w", line, perr)
+			}
+			out = append(out, rec)
+		}
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("requests line %d: %w", line, err)
+		}
+	}
+}
+
+func parseRecordLine(b []byte) (Record, error) {
+	var rec Record
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return rec, fmt.Errorf("%s: want %s, got %s", te.Field, te.Type, te.Value)
+		}
+		return rec, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if dec.More() {
+		return rec, errors.New("invalid JSON: more than one value on the line")
+	}
+	return rec, rec.validate()
+}
+
+func (r *Record) validate() error {
+	switch r.Phase {
+	case PhaseFill, PhaseWarmup, PhaseMeasure:
+	default:
+		return fmt.Errorf("phase: %q is not fill, warmup or measure", r.Phase)
+	}
+	switch r.Status {
+	case StatusOK, StatusError:
+	default:
+		return fmt.Errorf("status: %q is not ok or error", r.Status)
+	}
+	if r.ID < 0 {
+		return fmt.Errorf("id: must be ≥ 0, got %d", r.ID)
+	}
+	times := [...]struct {
+		name string
+		v    int64
+	}{{"scheduled_ns", r.ScheduledNs}, {"sent_ns", r.SentNs}, {"first_token_ns", r.FirstTokenNs}, {"last_token_ns", r.LastTokenNs}, {"done_ns", r.DoneNs}}
+	for _, t := range times {
+		if t.v < 0 {
+			return fmt.Errorf("%s: must be ≥ 0, got %d", t.name, t.v)
+		}
+	}
+	if r.FirstTokenNs != 0 && r.FirstTokenNs < r.SentNs {
+		return fmt.Errorf("first_token_ns: %d is before sent_ns %d", r.FirstTokenNs, r.SentNs)
+	}
+	if r.LastTokenNs != 0 && r.LastTokenNs < r.FirstTokenNs {
+		return fmt.Errorf("last_token_ns: %d is before first_token_ns %d", r.LastTokenNs, r.FirstTokenNs)
+	}
+	if r.InputTokens < 0 || r.OutputTokens < 0 {
+		return fmt.Errorf("input_tokens/output_tokens: must be ≥ 0, got %d/%d", r.InputTokens, r.OutputTokens)
+	}
+	if r.Status == StatusOK && r.Error != "" {
+		return fmt.Errorf("error: set on a request with status ok: %q", r.Error)
+	}
+	return nil
+}

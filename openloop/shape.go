@@ -1,0 +1,189 @@
+package openloop
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
+
+// Shape is the workload of a run: what each request asks for. The matrix maps
+// its shapes onto this struct. With Trace set, the trace decides lengths,
+// prompts and send times, and the other fields are ignored.
+type Shape struct {
+	Name string
+	// Input and Output are the fixed prompt and completion lengths in tokens
+	// (Input is the total prompt, shared prefix included).
+	Input, Output int
+	// InputDist and OutputDist, when set, replace Input and Output with a
+	// length drawn per request.
+	InputDist, OutputDist *Dist
+	// Prefix makes prompts share prefixes: each request takes one of
+	// NumPrefixes groups (seeded choice), whose first PrefixTokens ids are
+	// identical, followed by a random suffix up to Input tokens.
+	Prefix *Prefix
+	// CacheFill issues requests before the open-loop phases so that the
+	// engine's prefix cache holds that many distinct prefixes (phase "fill").
+	CacheFill *CacheFill
+	// Trace replays a Mooncake-format trace instead (Config.Rate is then a
+	// rate multiplier on top of Trace.TimeScale).
+	Trace *Trace
+}
+
+// Dist is a length distribution in tokens.
+type Dist struct {
+	// Kind is "uniform" (integers in [Min, Max]) or "lognormal" (given by its
+	// Median and P90, then clipped to [Min, Max] where those are set).
+	Kind     string
+	Min, Max int
+	// Median and P90 define the lognormal: mu = ln(median), sigma =
+	// ln(p90/median)/z(0.9).
+	Median, P90 float64
+}
+
+// Prefix describes a shared-prefix workload.
+type Prefix struct {
+	NumPrefixes  int // number of distinct prefix groups (≥ 1)
+	PrefixTokens int // shared tokens at the start of every prompt of a group
+}
+
+// CacheFill describes the requests sent before the measured window to leave
+// Prefixes distinct prefixes of PrefixTokens tokens in the prefix cache. They
+// never share tokens with the measured prompts.
+type CacheFill struct {
+	Prefixes, PrefixTokens int
+}
+
+// Trace describes a trace replay.
+type Trace struct {
+	Path string // Mooncake-format JSONL (see ParseTrace)
+	// TimeScale compresses time: a request at timestamp t ms is sent at
+	// t/TimeScale/rate_multiplier. 0 means 1.
+	TimeScale float64
+	// RequestLimit caps the requests replayed (the earliest ones); 0 = all.
+	RequestLimit int
+	// MaxInflightSessions caps the sessions with a request in flight or
+	// waiting for its next turn; 0 = no cap.
+	MaxInflightSessions int
+}
+
+// Token ids are drawn uniformly from [TokenIDMin, TokenIDMax), a range that
+// holds ordinary tokens in the vocabularies of common models.
+const (
+	TokenIDMin = 1000
+	TokenIDMax = 31000
+)
+
+// maxTokens bounds any one length, so a typo cannot allocate gigabytes.
+const maxTokens = 4 << 20
+
+// z90 is the 0.9 quantile of the standard normal distribution.
+const z90 = 1.2815515655446004
+
+// Validate reports the first field of the shape that cannot be used, named as
+// in the matrix.
+func (s Shape) Validate() error {
+	if s.Trace != nil {
+		t := s.Trace
+		switch {
+		case t.Path == "":
+			return errors.New("trace: path: must be set")
+		case t.TimeScale < 0 || math.IsNaN(t.TimeScale) || math.IsInf(t.TimeScale, 0):
+			return fmt.Errorf("trace: time_scale: must be > 0 (or 0 for 1), got %v", t.TimeScale)
+		case t.RequestLimit < 0:
+			return fmt.Errorf("trace: request_limit: must be ≥ 0, got %d", t.RequestLimit)
+		case t.MaxInflightSessions < 0:
+			return fmt.Errorf("trace: max_inflight_sessions: must be ≥ 0, got %d", t.MaxInflightSessions)
+		}
+		return nil
+	}
+	if err := checkLen("input", s.Input, s.InputDist); err != nil {
+		return err
+	}
+	if err := checkLen("output", s.Output, s.OutputDist); err != nil {
+		return err
+	}
+	if p := s.Prefix; p != nil {
+		if p.NumPrefixes < 1 {
+			return fmt.Errorf("prefix: num_prefixes: must be ≥ 1, got %d", p.NumPrefixes)
+		}
+		if p.PrefixTokens < 1 || p.PrefixTokens > maxTokens {
+			return fmt.Errorf("prefix: prefix_tokens: must be in [1, %d], got %d", maxTokens, p.PrefixTokens)
+		}
+		if s.InputDist == nil && p.PrefixTokens > s.Input {
+			return fmt.Errorf("prefix: prefix_tokens: %d exceeds input %d (input is the whole prompt)", p.PrefixTokens, s.Input)
+		}
+	}
+	if f := s.CacheFill; f != nil {
+		if f.Prefixes < 0 {
+			return fmt.Errorf("cache_fill: prefixes: must be ≥ 0, got %d", f.Prefixes)
+		}
+		if f.Prefixes > 0 && (f.PrefixTokens < 1 || f.PrefixTokens > maxTokens) {
+			return fmt.Errorf("cache_fill: prefix_tokens: must be in [1, %d], got %d", maxTokens, f.PrefixTokens)
+		}
+	}
+	return nil
+}
+
+func checkLen(name string, fixed int, d *Dist) error {
+	if d == nil {
+		if fixed < 1 || fixed > maxTokens {
+			return fmt.Errorf("%s: must be in [1, %d] tokens, got %d", name, maxTokens, fixed)
+		}
+		return nil
+	}
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("%s_dist: %w", name, err)
+	}
+	return nil
+}
+
+// Validate reports a distribution that cannot be sampled.
+func (d Dist) Validate() error {
+	if d.Min < 0 || d.Max < 0 || d.Max > maxTokens {
+		return fmt.Errorf("min/max: must be in [0, %d], got %d/%d", maxTokens, d.Min, d.Max)
+	}
+	switch d.Kind {
+	case "uniform":
+		if d.Min < 1 || d.Max < d.Min {
+			return fmt.Errorf("uniform: need 1 ≤ min ≤ max, got min %d max %d", d.Min, d.Max)
+		}
+	case "lognormal":
+		if !(d.Median >= 1) || math.IsInf(d.Median, 0) {
+			return fmt.Errorf("lognormal: median: must be ≥ 1, got %v", d.Median)
+		}
+		if !(d.P90 > d.Median) || math.IsInf(d.P90, 0) {
+			return fmt.Errorf("lognormal: p90: must be > median %v, got %v", d.Median, d.P90)
+		}
+		if d.Max > 0 && d.Max < d.Min {
+			return fmt.Errorf("lognormal: max %d is below min %d", d.Max, d.Min)
+		}
+	default:
+		return fmt.Errorf("kind: %q is not uniform or lognormal", d.Kind)
+	}
+	return nil
+}
+
+// Sample draws one length from d (at least 1 token).
+func (d Dist) Sample(r *rand.Rand) int {
+	var n int
+	switch d.Kind {
+	case "uniform":
+		n = d.Min + r.IntN(d.Max-d.Min+1)
+	default:
+		mu := math.Log(d.Median)
+		sigma := math.Log(d.P90/d.Median) / z90
+		v := math.Round(math.Exp(mu + sigma*r.NormFloat64()))
+		if v > maxTokens {
+			v = maxTokens
+		}
+		n = int(v)
+		if n < d.Min {
+			n = d.Min
+		}
+		if d.Max > 0 && n > d.Max {
+			n = d.Max
+		}
+	}
+	return max(n, 1)
+}

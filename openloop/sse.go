@@ -1,0 +1,194 @@
+package openloop
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// sseReader splits a server-sent-events stream into events. It handles CRLF
+// line endings, comments (":" lines), fields other than data (ignored),
+// multi-line data and events split across reads. Once its buffers have grown
+// to the stream's line and event sizes it allocates nothing.
+type sseReader struct {
+	br   *bufio.Reader
+	line []byte // long lines that do not fit br's buffer
+	data []byte // the current event's data
+}
+
+// maxSSELine bounds one line, so a broken server cannot exhaust memory.
+const maxSSELine = 16 << 20
+
+var errLineTooLong = errors.New("SSE line longer than 16 MiB")
+
+func newSSEReader(r io.Reader) *sseReader {
+	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), data: make([]byte, 0, 1024)}
+}
+
+func (s *sseReader) reset(r io.Reader) {
+	s.br.Reset(r)
+	s.line = s.line[:0]
+	s.data = s.data[:0]
+}
+
+// next returns the data of the next event. The slice is valid until the
+// following call. At the end of the stream it returns io.EOF (an event cut
+// off by the end, with no blank line after it, is still returned first).
+func (s *sseReader) next() ([]byte, error) {
+	s.data = s.data[:0]
+	have := false
+	for {
+		line, err := s.readLine()
+		if err != nil {
+			if errors.Is(err, io.EOF) && have {
+				return s.data, nil
+			}
+			return nil, err
+		}
+		if len(line) == 0 {
+			if have {
+				return s.data, nil
+			}
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value := line, []byte(nil)
+		if i := bytes.IndexByte(line, ':'); i >= 0 {
+			field, value = line[:i], line[i+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		if string(field) != "data" {
+			continue
+		}
+		if have {
+			s.data = append(s.data, '\n')
+		}
+		s.data = append(s.data, value...)
+		have = true
+	}
+}
+
+// readLine returns the next line without its line ending. A last line without
+// a newline is returned before io.EOF.
+func (s *sseReader) readLine() ([]byte, error) {
+	b, err := s.br.ReadSlice('\n')
+	if err == nil {
+		return trimEOL(b), nil
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		if len(b) > 0 && errors.Is(err, io.EOF) {
+			return trimEOL(b), nil
+		}
+		return nil, err
+	}
+	s.line = append(s.line[:0], b...)
+	for {
+		b, err = s.br.ReadSlice('\n')
+		s.line = append(s.line, b...)
+		if len(s.line) > maxSSELine {
+			return nil, errLineTooLong
+		}
+		switch {
+		case err == nil, errors.Is(err, io.EOF) && len(s.line) > 0:
+			return trimEOL(s.line), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return nil, err
+		}
+	}
+}
+
+func trimEOL(b []byte) []byte {
+	if n := len(b); n > 0 && b[n-1] == '\n' {
+		b = b[:n-1]
+	}
+	if n := len(b); n > 0 && b[n-1] == '\r' {
+		b = b[:n-1]
+	}
+	return b
+}
+
+// streamState accumulates what a completion stream tells about one request.
+type streamState struct {
+	firstNs, lastNs int64
+	chunks          int     // content chunks (non-empty choices[0].text)
+	times           []int64 // arrival of every content chunk, for ITL
+	usageOut        int
+	haveUsage       bool
+	done            bool   // saw data: [DONE]
+	onFirst         func() // called at the first content chunk, if set
+}
+
+func (st *streamState) reset() {
+	*st = streamState{times: st.times[:0]}
+}
+
+// errStream is an error reported by the server inside the stream.
+type errStream struct{ msg string }
+
+func (e *errStream) Error() string { return "stream error: " + e.msg }
+
+// consume reads the stream to [DONE] and fills st; now returns the current
+// time in ns since the run's start. It returns nil only when the stream ended
+// with [DONE] and reported no error. It allocates nothing per chunk once the
+// buffers in s and st.times have grown.
+func (st *streamState) consume(s *sseReader, now func() int64) error {
+	for {
+		data, err := s.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("stream ended before [DONE] after %d content chunks", st.chunks)
+			}
+			return err
+		}
+		t := now()
+		if isDone(data) {
+			st.done = true
+			return nil
+		}
+		var c chunk
+		if err := c.scan(data); err != nil {
+			return fmt.Errorf("malformed stream chunk %.80q: %w", data, err)
+		}
+		if c.isErr {
+			return &errStream{msg: string(c.errMsg)}
+		}
+		if c.text {
+			if st.chunks == 0 {
+				st.firstNs = t
+				if st.onFirst != nil {
+					st.onFirst()
+				}
+			}
+			st.lastNs = t
+			st.chunks++
+			st.times = append(st.times, t)
+		}
+		if c.usage {
+			st.usageOut, st.haveUsage = c.completionTokens, true
+		}
+	}
+}
+
+func isDone(data []byte) bool {
+	return string(bytes.TrimSpace(data)) == "[DONE]"
+}
+
+// itlMs returns the gaps between consecutive content chunks in ms.
+func (st *streamState) itlMs() []float64 {
+	if len(st.times) < 2 {
+		return []float64{}
+	}
+	out := make([]float64, len(st.times)-1)
+	for i := 1; i < len(st.times); i++ {
+		out[i-1] = float64(st.times[i]-st.times[i-1]) / 1e6
+	}
+	return out
+}

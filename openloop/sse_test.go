@@ -1,0 +1,236 @@
+package openloop
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// chunkLine is a vLLM-shaped content chunk.
+func chunkLine(text string) string {
+	return `data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":` +
+		jsonQuote(text) + `,"logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}` + "\n\n"
+}
+
+const usageLine = `data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":5,"total_tokens":8,"completion_tokens":3}}` + "\n\n"
+
+func jsonQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+func readEvents(t *testing.T, r io.Reader) ([]string, error) {
+	t.Helper()
+	s := newSSEReader(r)
+	var out []string
+	for {
+		d, err := s.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return out, err
+		}
+		out = append(out, string(d))
+	}
+}
+
+func TestSSEReader(t *testing.T) {
+	long := strings.Repeat("x", 40<<10)
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"plain", "data: a\n\ndata: b\n\n", []string{"a", "b"}},
+		{"crlf", "data: a\r\n\r\ndata: b\r\n\r\n", []string{"a", "b"}},
+		{"comments and fields", ": ping\n\nevent: x\nid: 3\nretry: 10\ndata: a\n\n", []string{"a"}},
+		{"multi-line data", "data: a\ndata: b\n\n", []string{"a\nb"}},
+		{"no space", "data:a\n\n", []string{"a"}},
+		{"no trailing blank line", "data: a\n\ndata: b", []string{"a", "b"}},
+		{"blank lines only", "\n\n\r\n", nil},
+		{"long line", "data: " + long + "\n\ndata: z\n\n", []string{long, "z"}},
+		{"field without colon", "data\n\n", []string{""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, r := range []io.Reader{strings.NewReader(tc.in), iotest.OneByteReader(strings.NewReader(tc.in)), iotest.HalfReader(strings.NewReader(tc.in))} {
+				got, err := readEvents(t, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+					t.Fatalf("events %q, want %q", got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestConsume(t *testing.T) {
+	three := chunkLine("a") + chunkLine("") + chunkLine("b") + chunkLine("c")
+	for _, tc := range []struct {
+		name          string
+		in            string
+		chunks, usage int
+		haveUsage     bool
+		err           string
+	}{
+		{"ok", three + usageLine + "data: [DONE]\n\n", 3, 3, true, ""},
+		{"ok crlf split", strings.ReplaceAll(three+usageLine+"data: [DONE]\n\n", "\n", "\r\n"), 3, 3, true, ""},
+		{"no usage", three + "data: [DONE]\n\n", 3, 0, false, ""},
+		{"premature EOF", three, 3, 0, false, "stream ended before [DONE] after 3 content chunks"},
+		{"EOF mid event", three + `data: {"choices":[{"te`, 3, 0, false, "malformed stream chunk"},
+		{"error object", chunkLine("a") + `data: {"error":{"object":"error","message":"boom","code":500}}` + "\n\n", 1, 0, false, "stream error: boom"},
+		{"error top-level", `data: {"object":"error","message":"too long","type":"BadRequestError"}` + "\n\n", 0, 0, false, "stream error: too long"},
+		{"not json", "data: hello\n\n", 0, 0, false, "malformed stream chunk"},
+		{"usage first then text", usageLine + chunkLine("x") + "data: [DONE]\n\n", 1, 3, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var st streamState
+			tick := int64(0)
+			err := st.consume(newSSEReader(iotest.HalfReader(strings.NewReader(tc.in))), func() int64 { tick += 10; return tick })
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("err = %v, want %q", err, tc.err)
+			}
+			if st.chunks != tc.chunks || st.usageOut != tc.usage || st.haveUsage != tc.haveUsage {
+				t.Errorf("chunks %d usage %d/%v, want %d %d/%v", st.chunks, st.usageOut, st.haveUsage, tc.chunks, tc.usage, tc.haveUsage)
+			}
+			if st.chunks > 0 && (st.firstNs == 0 || st.lastNs < st.firstNs || len(st.itlMs()) != st.chunks-1) {
+				t.Errorf("times first %d last %d itl %v", st.firstNs, st.lastNs, st.itlMs())
+			}
+		})
+	}
+}
+
+func TestScanChunk(t *testing.T) {
+	for _, tc := range []struct {
+		in           string
+		text, usage  bool
+		ct           int
+		isErr        bool
+		msg, errPart string
+	}{
+		{in: `{"choices":[{"text":"hi"}]}`, text: true},
+		{in: `{"choices":[{"text":""}]}`},
+		{in: `{"choices":[{"text":"\"}"}], "usage":null}`, text: true},
+		{in: `{"choices":[{"index":0,"te\u0078t":"a"}]}`, text: true},
+		{in: `{"choices":[{"text":""},{"text":"x"}]}`},
+		{in: `{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":256}}`, usage: true, ct: 256},
+		{in: ` { "usage" : { "completion_tokens" : 7 } } `, usage: true, ct: 7},
+		{in: `{"usage":{"completion_tokens":-1}}`, errPart: "completion_tokens"},
+		{in: `{"usage":{"completion_tokens":1.5}}`, errPart: "completion_tokens"},
+		{in: `{"error":{"message":"m"}}`, isErr: true, msg: "m"},
+		{in: `{"error":null,"choices":[{"text":"a"}]}`, text: true},
+		{in: `{"object":"error","message":"x"}`, isErr: true, msg: "x"},
+		{in: `{"nested":{"a":[1,{"b":"]}"}],"c":true},"choices":[{"text":"z"}]}`, text: true},
+		{in: `{"choices":[{"text":"a"}]`, errPart: "syntax"},
+		{in: `[1,2]`, errPart: "syntax"},
+		{in: ``, errPart: "syntax"},
+	} {
+		var c chunk
+		err := c.scan([]byte(tc.in))
+		if tc.errPart != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errPart) {
+				t.Errorf("%s: err %v, want %q", tc.in, err, tc.errPart)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if c.text != tc.text || c.usage != tc.usage || c.completionTokens != tc.ct || c.isErr != tc.isErr || string(c.errMsg) != tc.msg {
+			t.Errorf("%s: got %+v", tc.in, c)
+		}
+	}
+}
+
+// refChunk decodes a chunk with encoding/json, for comparison.
+func refChunk(b []byte) (c chunk, ok bool) {
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return c, false
+	}
+	if arr, ok := m["choices"].([]any); ok && len(arr) > 0 {
+		if o, ok := arr[0].(map[string]any); ok {
+			s, ok := o["text"].(string)
+			c.text = ok && s != ""
+		}
+	}
+	if u, ok := m["usage"].(map[string]any); ok {
+		if v, ok := u["completion_tokens"].(float64); ok {
+			c.usage, c.completionTokens = true, int(v)
+		}
+	}
+	c.isErr = m["error"] != nil || m["object"] == "error"
+	return c, true
+}
+
+func FuzzScanChunk(f *testing.F) {
+	for _, s := range []string{`{"choices":[{"text":"hi"}],"usage":null}`, `{"choices":[],"usage":{"completion_tokens":3}}`,
+		`{"error":{"message":"m"}}`, `{"object":"error"}`, `{"choices":[{"te\u0078t":"a"}]}`, `{"a":[{"b":"]"}]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var c chunk
+		err := c.scan(b)
+		if err != nil || !json.Valid(b) {
+			return
+		}
+		ref, ok := refChunk(b)
+		if !ok {
+			return
+		}
+		if c.text != ref.text || c.usage != ref.usage || c.completionTokens != ref.completionTokens || c.isErr != ref.isErr {
+			t.Fatalf("%q: scanner %+v, encoding/json %+v", b, c, ref)
+		}
+	})
+}
+
+func FuzzSSEParse(f *testing.F) {
+	f.Add([]byte(chunkLine("a") + chunkLine("b") + usageLine + "data: [DONE]\n\n"))
+	f.Add([]byte(": c\r\ndata: {\"choices\":[{\"text\":\"x\"}]}\r\n\r\ndata: [DONE]"))
+	f.Add([]byte("data: {\"error\":{\"message\":\"e\"}}\n\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var st streamState
+		tick := int64(0)
+		err := st.consume(newSSEReader(bytes.NewReader(b)), func() int64 { tick++; return tick })
+		if err == nil && !st.done {
+			t.Fatal("nil error without [DONE]")
+		}
+		if len(st.times) != st.chunks || st.chunks > 0 && st.lastNs < st.firstNs {
+			t.Fatalf("inconsistent state %+v", st)
+		}
+	})
+}
+
+// cycleReader repeats one chunk forever.
+type cycleReader struct {
+	b   []byte
+	pos int
+}
+
+func (c *cycleReader) Read(p []byte) (int, error) {
+	n := copy(p, c.b[c.pos:])
+	c.pos = (c.pos + n) % len(c.b)
+	return n, nil
+}
+
+// BenchmarkSSEParse measures one content chunk through the SSE reader and
+// the chunk scanner: allocs/op is allocations per chunk.
+func BenchmarkSSEParse(b *testing.B) {
+	line := []byte(chunkLine(" token"))
+	s := newSSEReader(&cycleReader{b: line})
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	var c chunk
+	for b.Loop() {
+		d, err := s.next()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.scan(d); err != nil || !c.text {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,307 @@
+// Package stub is an in-process, vLLM-like streaming completion server for
+// tests and load-generator benchmarks. It streams a configurable number of
+// tokens with a known first-token delay and inter-token gap, injects HTTP and
+// stream faults on demand, and logs server-side ground truth for every
+// request: its arrival, its first flush and its end, plus concurrency per
+// session. It listens on 127.0.0.1 only.
+package stub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a Server.
+type Options struct {
+	Model      string        // model id served ("stub-model" when empty)
+	FirstToken time.Duration // arrival to first content chunk
+	Gap        time.Duration // between content chunks
+	Tokens     int           // content chunks per request; 0 = the request's max_tokens
+	// Precise waits by sleeping to 1.5 ms before each deadline and then
+	// spinning, so delays are accurate to a few µs (time.Sleep alone can be
+	// ~1 ms late). It costs CPU; use it for accuracy tests, not load.
+	Precise bool
+	// Burst flushes only the first content chunk on its own and writes the
+	// rest of the stream (remaining chunks, usage, [DONE]) with one flush at
+	// the end, as a busy server coalescing its output would. It needs Gap 0.
+	// It spares the CPU in load benchmarks where the stub shares the machine
+	// with the client; the first flush, the TTFT ground truth, is unchanged.
+	Burst bool
+	// RecordPrompts keeps every request's prompt token ids in its Entry.
+	RecordPrompts bool
+	// Fault, when set, picks the fault for each request; n counts requests
+	// from 0 in arrival order and id is the X-Mbench-Id header.
+	Fault func(n int64, id string) Fault
+}
+
+// Fault is a misbehaviour injected into one response.
+type Fault struct {
+	Status      int    // reply with this HTTP status and Body instead of a stream (0 = stream)
+	Body        string // body of a Status reply
+	Break       bool   // cut the connection after BreakAfter content chunks
+	BreakAfter  int
+	StreamError string // after the content chunks, send an in-stream error with this message
+	NoUsage     bool   // omit the usage chunk
+}
+
+// Entry is the server-side ground truth of one request.
+type Entry struct {
+	ID, Session string    // X-Mbench-Id and X-Mbench-Session headers
+	Arrival     time.Time // handler entry
+	FirstFlush  time.Time // first content chunk flushed (zero if none)
+	Done        time.Time // handler exit
+	Model       string    // model named in the request
+	MaxTokens   int
+	Chunks      int     // content chunks sent
+	Status      int     // HTTP status sent
+	Prompt      []int32 // with Options.RecordPrompts
+}
+
+// TTFT is the server's own time to first token: first flush minus arrival.
+func (e Entry) TTFT() time.Duration {
+	if e.FirstFlush.IsZero() {
+		return 0
+	}
+	return e.FirstFlush.Sub(e.Arrival)
+}
+
+// Server is a running stub.
+type Server struct {
+	URL  string // base URL, http://127.0.0.1:PORT
+	opts Options
+	srv  *http.Server
+	seq  atomic.Int64
+
+	mu          sync.Mutex
+	entries     []Entry
+	inflight    int
+	maxInflight int
+	sessions    map[string]int // requests in flight per session
+	maxPerSess  map[string]int
+	maxActive   int // most sessions with a request in flight at once
+}
+
+// Start listens on 127.0.0.1:0 and serves /health, /v1/models and streaming
+// /v1/completions until Close.
+func Start(opts Options) (*Server, error) {
+	if opts.Model == "" {
+		opts.Model = "stub-model"
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{URL: "http://" + ln.Addr().String(), opts: opts, sessions: map[string]int{}, maxPerSess: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":` + strconv.Quote(opts.Model) + `,"object":"model"}]}`))
+	})
+	mux.HandleFunc("POST /v1/completions", s.complete)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Close stops the server and its connections.
+func (s *Server) Close() error { return s.srv.Close() }
+
+// Entries returns a copy of the log, in order of completion.
+func (s *Server) Entries() []Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Entry(nil), s.entries...)
+}
+
+// Reset clears the log and the concurrency maxima.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.entries, s.maxInflight, s.maxActive = nil, s.inflight, 0
+	s.maxPerSess = map[string]int{}
+}
+
+// MaxInflight is the most requests in flight at once.
+func (s *Server) MaxInflight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxInflight
+}
+
+// Sessions returns the most requests in flight at once per session, and the
+// most sessions with a request in flight at once.
+func (s *Server) Sessions() (perSession map[string]int, maxActive int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.maxPerSess))
+	for k, v := range s.maxPerSess {
+		out[k] = v
+	}
+	return out, s.maxActive
+}
+
+type completionRequest struct {
+	Model     string          `json:"model"`
+	Prompt    json.RawMessage `json:"prompt"`
+	MaxTokens int             `json:"max_tokens"`
+	Stream    bool            `json:"stream"`
+}
+
+func (s *Server) enter(sess string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight++
+	s.maxInflight = max(s.maxInflight, s.inflight)
+	if sess == "" {
+		return
+	}
+	s.sessions[sess]++
+	s.maxPerSess[sess] = max(s.maxPerSess[sess], s.sessions[sess])
+	s.maxActive = max(s.maxActive, len(s.sessions))
+}
+
+func (s *Server) leave(e *Entry) {
+	e.Done = time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	if e.Session != "" {
+		if s.sessions[e.Session]--; s.sessions[e.Session] == 0 {
+			delete(s.sessions, e.Session)
+		}
+	}
+	s.entries = append(s.entries, *e)
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
+	e := Entry{Arrival: time.Now(), ID: r.Header.Get("X-Mbench-Id"), Session: r.Header.Get("X-Mbench-Session")}
+	n := s.seq.Add(1) - 1
+	s.enter(e.Session)
+	defer s.leave(&e)
+	var req completionRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		e.Status = http.StatusBadRequest
+		http.Error(w, `{"object":"error","message":"bad request: `+err.Error()+`"}`, e.Status)
+		return
+	}
+	e.MaxTokens, e.Model = req.MaxTokens, req.Model
+	if s.opts.RecordPrompts {
+		_ = json.Unmarshal(req.Prompt, &e.Prompt)
+	}
+	var f Fault
+	if s.opts.Fault != nil {
+		f = s.opts.Fault(n, e.ID)
+	}
+	if f.Status != 0 {
+		e.Status = f.Status
+		w.WriteHeader(f.Status)
+		_, _ = w.Write([]byte(f.Body))
+		return
+	}
+	tokens := s.opts.Tokens
+	if tokens <= 0 {
+		tokens = max(req.MaxTokens, 1)
+	}
+	e.Status = http.StatusOK
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fl := w.(http.Flusher)
+	ctx := r.Context()
+	head := []byte(`data: {"id":"cmpl-stub-` + strconv.FormatInt(n, 10) + `","object":"text_completion","created":0,"model":` + strconv.Quote(s.opts.Model) + `,"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":`)
+	buf := make([]byte, 0, len(head)+64)
+	due := e.Arrival.Add(s.opts.FirstToken)
+	for k := range tokens {
+		if k > 0 {
+			due = due.Add(s.opts.Gap)
+		}
+		if !s.waitUntil(ctx, due) {
+			return
+		}
+		if f.Break && k == f.BreakAfter {
+			panic(http.ErrAbortHandler)
+		}
+		buf = append(buf[:0], head...)
+		if k == tokens-1 {
+			buf = append(buf, `"length"`...)
+		} else {
+			buf = append(buf, `null`...)
+		}
+		buf = append(buf, ",\"stop_reason\":null}],\"usage\":null}\n\n"...)
+		if _, err := w.Write(buf); err != nil {
+			return
+		}
+		if k == 0 || !s.opts.Burst || s.opts.Gap > 0 {
+			fl.Flush()
+		}
+		if k == 0 {
+			e.FirstFlush = time.Now()
+		}
+		e.Chunks++
+	}
+	if f.Break {
+		panic(http.ErrAbortHandler)
+	}
+	if f.StreamError != "" {
+		msg, _ := json.Marshal(f.StreamError)
+		_, _ = w.Write([]byte(`data: {"error":{"object":"error","message":` + string(msg) + `,"type":"InternalServerError","code":500}}` + "\n\n"))
+	}
+	if !f.NoUsage && f.StreamError == "" {
+		p := strconv.Itoa(promptLen(req.Prompt))
+		_, _ = w.Write([]byte(`data: {"id":"cmpl-stub","object":"text_completion","created":0,"model":` + strconv.Quote(s.opts.Model) +
+			`,"choices":[],"usage":{"prompt_tokens":` + p + `,"total_tokens":0,"completion_tokens":` + strconv.Itoa(e.Chunks) + `}}` + "\n\n"))
+	}
+	_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	fl.Flush()
+}
+
+// promptLen counts the ids of a token-id prompt (0 for a text prompt).
+func promptLen(raw json.RawMessage) int {
+	if len(raw) == 0 || raw[0] != '[' {
+		return 0
+	}
+	n := 0
+	for _, c := range raw {
+		if c == ',' {
+			n++
+		}
+	}
+	if len(raw) > 2 {
+		n++
+	}
+	return n
+}
+
+// waitUntil waits until t; false when the client went away.
+func (s *Server) waitUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if s.opts.Precise {
+		d -= 1500 * time.Microsecond
+	}
+	if d > 0 {
+		tm := time.NewTimer(d)
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			tm.Stop()
+			return false
+		}
+	}
+	if s.opts.Precise {
+		for time.Until(t) > 0 {
+			if time.Until(t) > 30*time.Microsecond {
+				runtime.Gosched()
+			}
+		}
+	}
+	return !errors.Is(ctx.Err(), context.Canceled)
+}

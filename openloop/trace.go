@@ -1,0 +1,164 @@
+package openloop
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+)
+
+// TraceRequest is one line of a Mooncake-format trace:
+//
+//	{"timestamp": ms, "input_length": N, "output_length": M, "hash_ids": [..],
+//	 "session_id"?: "...", "turn"?: k}
+//
+// Each hash id stands for one 512-token block of the prompt; equal ids mean
+// identical blocks. Unknown fields are ignored.
+type TraceRequest struct {
+	Line         int     // 1-based line in the trace file
+	TimestampMs  float64 // send time in the trace, ms
+	InputLength  int
+	OutputLength int
+	HashIDs      []int64
+	SessionID    string // "" = a request of its own
+	Turn         int    // position in the session when HasTurn
+	HasTurn      bool
+}
+
+// traceLine is the JSON form of a trace line; pointers detect absent fields.
+type traceLine struct {
+	Timestamp    *float64        `json:"timestamp"`
+	InputLength  *int            `json:"input_length"`
+	OutputLength *int            `json:"output_length"`
+	HashIDs      []int64         `json:"hash_ids"`
+	SessionID    json.RawMessage `json:"session_id"`
+	Turn         *int            `json:"turn"`
+}
+
+// LoadTrace reads and parses the trace file at path.
+func LoadTrace(path string) ([]TraceRequest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	defer f.Close()
+	return ParseTrace(f, path)
+}
+
+// ParseTrace reads a Mooncake-format trace. Blank lines are skipped. A line
+// that is not valid is refused with an error "name:line: field: problem".
+// A session may not repeat a turn number.
+func ParseTrace(r io.Reader, name string) ([]TraceRequest, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var out []TraceRequest
+	type sessionTurn struct {
+		session string
+		turn    int
+	}
+	seen := map[sessionTurn]int{}
+	for line := 1; ; line++ {
+		b, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(b)) > 0 {
+			tr, perr := parseTraceLine(b, name, line)
+			if perr != nil {
+				return nil, perr
+			}
+			if tr.HasTurn && tr.SessionID != "" {
+				k := sessionTurn{tr.SessionID, tr.Turn}
+				if first, dup := seen[k]; dup {
+					return nil, fmt.Errorf("%s:%d: turn: session %q repeats turn %d (first at line %d)", name, line, tr.SessionID, tr.Turn, first)
+				}
+				seen[k] = line
+			}
+			out = append(out, tr)
+		}
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+	}
+}
+
+// parseTraceLine parses and validates one non-blank trace line.
+func parseTraceLine(b []byte, name string, line int) (TraceRequest, error) {
+	tr := TraceRequest{Line: line}
+	fail := func(field, format string, args ...any) (TraceRequest, error) {
+		return tr, fmt.Errorf("%s:%d: %s: %s", name, line, field, fmt.Sprintf(format, args...))
+	}
+	var tl traceLine
+	if err := json.Unmarshal(b, &tl); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return fail(te.Field, "want %s, got %s", te.Type, te.Value)
+		}
+		return fail("json", "%v", err)
+	}
+	switch {
+	case tl.Timestamp == nil:
+		return fail("timestamp", "missing (ms since the trace's start)")
+	case *tl.Timestamp < 0 || math.IsInf(*tl.Timestamp, 0):
+		return fail("timestamp", "must be a finite number ≥ 0, got %v", *tl.Timestamp)
+	case tl.InputLength == nil:
+		return fail("input_length", "missing (prompt tokens)")
+	case *tl.InputLength < 1 || *tl.InputLength > maxTokens:
+		return fail("input_length", "must be in [1, %d], got %d", maxTokens, *tl.InputLength)
+	case tl.OutputLength == nil:
+		return fail("output_length", "missing (completion tokens)")
+	case *tl.OutputLength < 1 || *tl.OutputLength > maxTokens:
+		return fail("output_length", "must be in [1, %d], got %d", maxTokens, *tl.OutputLength)
+	}
+	tr.TimestampMs = *tl.Timestamp
+	tr.InputLength = *tl.InputLength
+	tr.OutputLength = *tl.OutputLength
+	if need := (tr.InputLength + TraceBlockTokens - 1) / TraceBlockTokens; len(tl.HashIDs) > need {
+		return fail("hash_ids", "%d blocks, but input_length %d needs at most %d blocks of %d tokens", len(tl.HashIDs), tr.InputLength, need, TraceBlockTokens)
+	}
+	tr.HashIDs = tl.HashIDs
+	sid, err := sessionString(tl.SessionID)
+	if err != nil {
+		return fail("session_id", "%v", err)
+	}
+	tr.SessionID = sid
+	if tl.Turn != nil {
+		if *tl.Turn < 0 {
+			return fail("turn", "must be ≥ 0, got %d", *tl.Turn)
+		}
+		tr.Turn, tr.HasTurn = *tl.Turn, true
+	}
+	return tr, nil
+}
+
+// sessionString accepts a session id given as a JSON string or integer.
+func sessionString(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", err
+		}
+		return s, nil
+	}
+	if _, err := strconv.ParseInt(string(raw), 10, 64); err != nil {
+		return "", fmt.Errorf("want a string or an integer, got %.40s", raw)
+	}
+	return string(raw), nil
+}
+
+// sessionKey is the key that groups a request with its session: its session
+// id, or a key of its own when it has none.
+func (t *TraceRequest) sessionKey() string {
+	if t.SessionID != "" {
+		return "s:" + t.SessionID
+	}
+	return "line:" + strconv.Itoa(t.Line)
+}

@@ -1,0 +1,286 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/orchestrator/hosts"
+)
+
+// engineProc is one started process of an engine set: an instance or the
+// router.
+type engineProc struct {
+	name     string
+	hostName string
+	host     hosts.Host
+	proc     hosts.Process
+	url      string // base URL as reachable from mbench
+	stepLog  string // engine_step.jsonl path on the host ("" for a router)
+	logPath  string // engine log on the host
+	index    int
+}
+
+// engineSet is the running engine(s) of one launch spec.
+type engineSet struct {
+	launch  *matrices.Launch
+	procs   []*engineProc
+	router  *engineProc
+	targets []string // where the load goes: the router, or every instance
+	started time.Time
+}
+
+// dead reports the first process of the set that has exited.
+func (es *engineSet) dead() *engineProc {
+	for _, p := range es.all() {
+		select {
+		case <-p.proc.Done():
+			return p
+		default:
+		}
+	}
+	return nil
+}
+
+func (es *engineSet) all() []*engineProc {
+	out := append([]*engineProc(nil), es.procs...)
+	if es.router != nil {
+		out = append(out, es.router)
+	}
+	return out
+}
+
+// launchEngines starts every instance of l (staggered), then the router, and
+// waits until all are ready. On any failure it stops what it started and
+// returns an error that names the command and quotes its log tail.
+func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineSet, error) {
+	es := &engineSet{launch: l, started: time.Now()}
+	s.launches++
+	fail := func(err error) (*engineSet, error) {
+		s.stopSet(context.WithoutCancel(ctx), es)
+		return nil, err
+	}
+	for i, inst := range l.Instances {
+		if i > 0 && l.Stagger > 0 {
+			if err := sleepCtx(ctx, l.Stagger); err != nil {
+				return fail(err)
+			}
+		}
+		command := inst.Command
+		if dir, ok := s.pluginDir[inst.Host]; ok && l.Instrument {
+			command = instrumentCommand(dir, command)
+		}
+		p, err := s.startProc(ctx, inst.Host, fmt.Sprintf("engine-%s-%d", inst.Host, inst.Index), command, inst.Env, inst.Port)
+		if err != nil {
+			return fail(err)
+		}
+		p.stepLog, p.index = inst.StepLog, inst.Index
+		es.procs = append(es.procs, p)
+	}
+	for i, p := range es.procs {
+		inst := l.Instances[i]
+		if err := s.waitReady(ctx, p, "/health", l.ReadyTimeout); err != nil {
+			return fail(err)
+		}
+		if inst.BootstrapPort > 0 {
+			u, err := s.reach(ctx, p.hostName, inst.BootstrapPort)
+			if err != nil {
+				return fail(err)
+			}
+			bp := &engineProc{name: p.name + " bootstrap", hostName: p.hostName, host: p.host, proc: p.proc, url: u, logPath: p.logPath}
+			if err := s.waitReady(ctx, bp, "/query", l.ReadyTimeout); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if r := l.Router; r != nil {
+		p, err := s.startProc(ctx, r.Host, "router-"+r.Host, r.Command, r.Env, r.Port)
+		if err != nil {
+			return fail(err)
+		}
+		es.router = p
+		if err := s.waitReady(ctx, p, r.ReadyPath, l.ReadyTimeout); err != nil {
+			return fail(err)
+		}
+		es.targets = []string{p.url}
+	} else {
+		for _, p := range es.procs {
+			es.targets = append(es.targets, p.url)
+		}
+	}
+	return es, nil
+}
+
+// startProc checks that the port is free, then starts one process.
+func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, env []matrices.EnvVar, port int) (*engineProc, error) {
+	h, err := s.host(ctx, hostName)
+	if err != nil {
+		return nil, err
+	}
+	u, err := s.reach(ctx, hostName, port)
+	if err != nil {
+		return nil, err
+	}
+	if s.portInUse(ctx, hostName, h, u, port) {
+		return nil, fmt.Errorf("host %s: port %d is already in use by another process; stop it or change engine.port in the matrix", hostName, port)
+	}
+	logPath := s.hostPath(hostName, "logs", fmt.Sprintf("%s.%d.log", name, s.launches))
+	spec := hosts.ProcSpec{
+		Name:     name,
+		Command:  command,
+		Env:      toHostEnv(env, s.opts.SelfEnv, s.isSim()),
+		LogPath:  logPath,
+		StateDir: s.hostPath(hostName, "pids"),
+		Marker:   s.state.SweepID,
+		Tether:   true,
+	}
+	s.logf("start %s on %s: %s", name, hostName, s.redact(command))
+	proc, err := h.Start(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("start %s on host %s (%s): %w", name, hostName, s.redact(command), err)
+	}
+	return &engineProc{name: name, hostName: hostName, host: h, proc: proc, url: u, logPath: logPath}, nil
+}
+
+func toHostEnv(env []matrices.EnvVar, selfEnv []string, sim bool) []hosts.Env {
+	out := make([]hosts.Env, 0, len(env)+len(selfEnv))
+	for _, e := range env {
+		out = append(out, hosts.Env{Name: e.Name, Value: e.Value})
+	}
+	if sim {
+		for _, kv := range selfEnv {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				out = append(out, hosts.Env{Name: k, Value: v})
+			}
+		}
+	}
+	return out
+}
+
+// waitReady polls url+path until it answers 200, the process exits, or the
+// timeout passes.
+func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		select {
+		case <-p.proc.Done():
+			return fmt.Errorf("%s on host %s exited before it was ready (%v); last lines of %s:\n%s",
+				p.name, p.hostName, p.proc.Err(), p.logPath, s.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
+		default:
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+path, nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s on host %s: not ready after %s (GET %s%s never answered 200); last lines of %s:\n%s",
+				p.name, p.hostName, timeout, p.url, path, p.logPath, s.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// stopSet tears down every process of the set: SIGTERM, then SIGKILL to the
+// group after the grace period; the host verifies the group is gone.
+func (s *Sweep) stopSet(ctx context.Context, es *engineSet) error {
+	if es == nil {
+		return nil
+	}
+	grace := 10 * time.Second
+	if es.launch != nil && es.launch.Grace > 0 {
+		grace = es.launch.Grace
+	}
+	var errs []error
+	procs := es.all()
+	for i := len(procs) - 1; i >= 0; i-- {
+		p := procs[i]
+		if err := p.proc.Stop(ctx, grace); err != nil {
+			errs = append(errs, fmt.Errorf("stop %s on %s: %w", p.name, p.hostName, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reach returns the base URL at which mbench reaches port on a host: loopback
+// for the local host, an SSH tunnel when the host asks for one, else the
+// host's address.
+func (s *Sweep) reach(ctx context.Context, hostName string, port int) (string, error) {
+	hc, ok := s.m.Hosts[hostName]
+	if !ok || isLocal(hc.Address) {
+		return "http://127.0.0.1:" + strconv.Itoa(port), nil
+	}
+	if hc.Tunnel {
+		h, err := s.host(ctx, hostName)
+		if err != nil {
+			return "", err
+		}
+		key := hostName + ":" + strconv.Itoa(port)
+		if a, ok := s.tunnels[key]; ok {
+			return "http://" + a, nil
+		}
+		a, err := h.Forward(ctx, "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			return "", fmt.Errorf("host %s: tunnel to port %d: %w", hostName, port, err)
+		}
+		s.tunnels[key] = a
+		return "http://" + a, nil
+	}
+	return "http://" + net.JoinHostPort(dialHost(hc.Address), strconv.Itoa(port)), nil
+}
+
+func isLocal(addr string) bool { return addr == "" || addr == "local" }
+
+// dialHost strips user@ and :port from an SSH address.
+func dialHost(addr string) string {
+	if i := strings.LastIndex(addr, "@"); i >= 0 {
+		addr = addr[i+1:]
+	}
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// portInUse reports whether something already listens on port: a stale
+// engine there would answer /health in place of ours. Locally it dials; on a
+// remote host it asks ss(8), and assumes free when ss is missing.
+func (s *Sweep) portInUse(ctx context.Context, hostName string, h hosts.Host, baseURL string, port int) bool {
+	if hc, ok := s.m.Hosts[hostName]; ok && !isLocal(hc.Address) {
+		out, _, err := h.Run(ctx, fmt.Sprintf("ss -Hltn 'sport = :%d' 2>/dev/null", port))
+		return err == nil && strings.Contains(string(out), "LISTEN")
+	}
+	hostport := strings.TrimPrefix(baseURL, "http://")
+	d := net.Dialer{Timeout: 500 * time.Millisecond}
+	c, err := d.DialContext(ctx, "tcp", hostport)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

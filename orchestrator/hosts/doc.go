@@ -1,0 +1,37 @@
+// Package hosts owns how mbench runs things on a machine: the Host seam with a
+// local implementation (NewLocal) and an SSH implementation (DialSSH, built on
+// golang.org/x/crypto/ssh), and the lifecycle of the long-lived engine
+// processes started there.
+//
+// Both implementations share one code path: every operation is a POSIX sh
+// script executed through a small transport (a local `sh` child, or an SSH
+// session on the host's connection; a second connection is opened only when
+// sshd's MaxSessions is reached). Only the transport differs, so the tests
+// that run against the local machine exercise the same scripts that run on a
+// GPU host.
+//
+// Process lifecycle (Host.Start):
+//
+//   - the command runs under setsid, so its pid is also its process group and
+//     session id; stdin is /dev/null and stdout+stderr are appended to
+//     ProcSpec.LogPath on the host;
+//   - the environment gets MBENCH_MARKER=<ProcSpec.Marker> plus ProcSpec.Env.
+//     Values travel inside the script, which is sent on stdin, so they never
+//     appear on a command line (ps) or in an error message;
+//   - "<StateDir>/<Name>.pid" holds "<pid> <starttime>" (starttime is field 22
+//     of /proc/<pid>/stat), written atomically; FindLeftovers and
+//     StopLeftovers use it, with the marker, to find engines a crashed sweep
+//     left behind without ever signalling a process that merely reuses a pid;
+//   - a monitor shell stays attached (the waiting session) and reports the exit
+//     status; over SSH with ProcSpec.Tether it also kills the process group
+//     when its stdin reaches EOF, that is when the connection drops or mbench
+//     dies;
+//   - Process.Stop sends SIGTERM to the group, waits, sends SIGKILL, and
+//     verifies that no live process remains in the group.
+//
+// Remote hosts must be Linux (the scripts read /proc) with sh, setsid
+// (util-linux), dd, tail, tr and grep.
+//
+// Subpackage sshdtest starts a real OpenSSH sshd, or an in-process SSH server,
+// on loopback for tests.
+package hosts

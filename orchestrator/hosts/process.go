@@ -1,0 +1,200 @@
+package hosts
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// proc is a Process started by host.Start; a monitor stream stays attached.
+type proc struct {
+	h     *host
+	spec  ProcSpec
+	pid   int
+	start string // /proc/<pid>/stat field 22
+
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+// Start implements Host.Start; see ProcSpec and the package doc.
+func (h *host) Start(ctx context.Context, spec ProcSpec) (Process, error) {
+	spec, err := validateSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	tag := "mbench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.Itoa(rand.IntN(1<<30))
+	script := startScript(spec, spec.Tether && h.t.canTether(), tag)
+	st, err := h.t.open(ctx, evalStdin(len(script)))
+	if err != nil {
+		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, h.name, err)
+	}
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(st.stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	go func() { _, _ = st.stdin.Write([]byte(script)) }()
+
+	drain := func() {
+		go func() {
+			for range lines {
+			}
+		}()
+	}
+	fail := func(err error) (Process, error) {
+		st.kill()
+		drain()
+		go func() { _ = st.wait() }() // reap; a second wait is harmless
+		// The launch may have happened: stop whatever the pidfile names.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		_, _ = stopPidfile(cctx, h, pidfilePath(spec), spec.Marker, 0)
+		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, h.name, err)
+	}
+	var first string
+	for first == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				werr := st.wait()
+				if werr == nil {
+					werr = errors.New("monitor exited without reporting")
+				}
+				if s := strings.TrimSpace(st.stderr.String()); s != "" {
+					werr = fmt.Errorf("%w: %s", werr, s)
+				}
+				return fail(werr)
+			}
+			// Skip anything a noisy login shell printed before the script.
+			if rest, ok := strings.CutPrefix(l, tag+" "); ok {
+				first = rest
+			}
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
+	}
+	f := strings.Fields(first)
+	if msg, ok := strings.CutPrefix(first, "error: "); ok {
+		_ = st.stdin.Close() // the script has returned; let it end
+		drain()
+		go func() { _ = st.wait(); st.kill() }()
+		return nil, fmt.Errorf("start %s on %s: %s (state dir %s, log %s, dir %q)", spec.Name, h.name, msg,
+			spec.StateDir, spec.LogPath, spec.Dir)
+	}
+	if len(f) != 3 || f[0] != "started" {
+		return fail(fmt.Errorf("unexpected monitor output %q", first))
+	}
+	pid, err := strconv.Atoi(f[1])
+	if err != nil || pid <= 1 {
+		return fail(fmt.Errorf("unexpected monitor output %q", first))
+	}
+	p := &proc{h: h, spec: spec, pid: pid, start: f[2], done: make(chan struct{})}
+	go p.monitor(st, lines, tag)
+	return p, nil
+}
+
+// monitor waits for "exited STATUS" and then for the stream to end.
+func (p *proc) monitor(st *stream, lines <-chan string, tag string) {
+	var err error
+	got := false
+	for l := range lines {
+		if rest, ok := strings.CutPrefix(l, tag+" exited "); ok {
+			code, cerr := strconv.Atoi(strings.TrimSpace(rest))
+			if cerr != nil {
+				err = fmt.Errorf("process %s: unexpected monitor output %q", p.spec.Name, l)
+			} else if code != 0 {
+				err = &ExitError{Code: code}
+			}
+			got = true
+			break
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	_ = st.stdin.Close() // releases the tether's cat (the group is gone already)
+	werr := st.wait()
+	if !got {
+		switch {
+		case errors.Is(werr, ErrConnectionLost):
+			err = fmt.Errorf("process %s (pid %d) on %s: %w", p.spec.Name, p.pid, p.h.name, ErrConnectionLost)
+		default:
+			err = fmt.Errorf("process %s (pid %d) on %s: monitor ended without an exit status: %v %s",
+				p.spec.Name, p.pid, p.h.name, werr, strings.TrimSpace(st.stderr.String()))
+		}
+	}
+	st.kill()
+	p.mu.Lock()
+	p.err = err
+	p.mu.Unlock()
+	close(p.done)
+}
+
+func (p *proc) Pid() int              { return p.pid }
+func (p *proc) Done() <-chan struct{} { return p.done }
+
+func (p *proc) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+func (p *proc) Stop(ctx context.Context, grace time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave time for SIGKILL and the verification within ctx.
+		if max := time.Until(dl) - 3*time.Second; grace > max {
+			grace = max
+		}
+	}
+	script := stopScript(pidfilePath(p.spec), p.pid, p.start, p.spec.Marker, graceTicks(grace))
+	out, _, err := p.h.Run(ctx, script)
+	if err != nil {
+		if s := strings.TrimSpace(string(out)); strings.HasPrefix(s, "survivors") {
+			return fmt.Errorf("stop %s (pgid %d) on %s: processes still alive after SIGKILL: %s",
+				p.spec.Name, p.pid, p.h.name, strings.TrimPrefix(s, "survivors "))
+		}
+		return fmt.Errorf("stop %s (pgid %d) on %s: %w", p.spec.Name, p.pid, p.h.name, err)
+	}
+	// Let the monitor report the exit status before returning.
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func (p *proc) LogTail(ctx context.Context, n int) string {
+	if n <= 0 {
+		n = 20
+	}
+	out, _, err := p.h.Run(ctx, fmt.Sprintf("tail -n %d -- %s", n, quotePath(p.spec.LogPath)))
+	if err != nil {
+		return fmt.Sprintf("(log %s on %s unavailable: %v)", p.spec.LogPath, p.h.name, err)
+	}
+	return string(out)
+}
+
+// stopPidfile stops the process a pidfile names if it is still ours, and
+// removes the pidfile. It returns the pid it acted on (0 if none).
+func stopPidfile(ctx context.Context, h Host, pidfile, marker string, grace time.Duration) (int, error) {
+	ls, err := leftoverScan(ctx, h, pidfile, marker, true, grace)
+	if len(ls) == 1 {
+		return ls[0].Pid, err
+	}
+	return 0, err
+}

@@ -1,0 +1,250 @@
+package hosts
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// quote returns s as one POSIX shell word, single-quoted.
+func quote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// quotePath quotes a path for the scripts; a leading "~/" becomes "$HOME"/.
+func quotePath(p string) string {
+	if p == "~" {
+		return `"$HOME"`
+	}
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		return `"$HOME"/` + quote(rest)
+	}
+	return quote(p)
+}
+
+// shLib is the shell library shared by every lifecycle script. It reads /proc
+// with builtins only, so a scan of all processes costs no fork per process.
+//
+//	mb_stat PID          sets mb_state, mb_pgrp, mb_start (field 22); 1 if gone
+//	mb_members PGID      sets mb_list to the live (non-zombie) pids of the group
+//	mb_marked PID M      0 if PID's environment holds MBENCH_MARKER=M
+//	mb_ours PID START M  0 if the group PID is ours: the leader is alive with
+//	                     that start time and the marker, or the leader is gone
+//	                     and a live member carries the marker
+//	mb_kill PID START M TICKS  TERM the group, wait TICKS×0.1 s, KILL, wait
+//	                     up to 10 s; 0 when no live member is left
+const shLib = `
+mb_stat() {
+	mb_s=
+	{ read -r mb_s < "/proc/$1/stat"; } 2>/dev/null
+	[ -n "$mb_s" ] || return 1
+	mb_r=${mb_s##*") "}
+	set -- $mb_r
+	[ $# -ge 20 ] || return 1
+	mb_state=$1; mb_pgrp=$3; shift 19; mb_start=$1
+}
+mb_members() {
+	mb_list=
+	for mb_f in /proc/[0-9]*; do
+		mb_p=${mb_f#/proc/}
+		mb_stat "$mb_p" || continue
+		if [ "$mb_pgrp" = "$1" ] && [ "$mb_state" != Z ] && [ "$mb_state" != X ]; then
+			mb_list="$mb_list $mb_p"
+		fi
+	done
+	mb_list=${mb_list# }
+}
+mb_marked() {
+	tr '\000' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF -e "MBENCH_MARKER=$2"
+}
+mb_ours() {
+	if mb_stat "$1" && [ "$mb_state" != Z ] && [ "$mb_state" != X ]; then
+		[ "$mb_start" = "$2" ] && mb_marked "$1" "$3"
+		return
+	fi
+	mb_members "$1"
+	for mb_m in $mb_list; do
+		mb_marked "$mb_m" "$3" && return 0
+	done
+	return 1
+}
+mb_kill() {
+	mb_ours "$1" "$2" "$3" || { mb_list=; return 0; }
+	kill -s TERM -- "-$1" 2>/dev/null
+	mb_i=0
+	while :; do
+		mb_members "$1"
+		[ -z "$mb_list" ] && return 0
+		[ "$mb_i" -ge "$4" ] && break
+		sleep 0.1; mb_i=$((mb_i+1))
+	done
+	kill -s KILL -- "-$1" 2>/dev/null
+	mb_i=0
+	while [ "$mb_i" -lt 100 ]; do
+		mb_members "$1"
+		[ -z "$mb_list" ] && return 0
+		sleep 0.1; mb_i=$((mb_i+1))
+	done
+	return 1
+}
+`
+
+// runWrapper runs "$1" in its own session and kills that session's group when
+// stdin reaches EOF, which is how a cancelled SSH Run is killed remotely.
+const runWrapper = `exec 3<&0
+( exec setsid sh -c "$1" ) 3<&- </dev/null &
+mb_p=$!
+( cat <&3 >/dev/null 2>&1; kill -s KILL -- "-$mb_p" 2>/dev/null ) >/dev/null 2>&1 &
+mb_w=$!
+exec 3<&-
+wait "$mb_p"; mb_rc=$?
+kill "$mb_w" 2>/dev/null
+exit "$mb_rc"`
+
+// evalStdin returns the command line that reads an n-byte script from stdin,
+// byte by byte so that nothing after it is consumed, and evaluates it. The
+// script's secrets therefore never reach a command line.
+func evalStdin(n int) string {
+	return fmt.Sprintf(`sh -c 'eval "$(dd bs=1 count=%d 2>/dev/null)"'`, n)
+}
+
+var (
+	nameRe    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]*$`)
+	envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// checkMarker validates a leftover marker.
+func checkMarker(m string) error {
+	if m == "" {
+		return fmt.Errorf("marker is required (one per sweep)")
+	}
+	for _, r := range m {
+		if r <= ' ' || r == 0x7f {
+			return fmt.Errorf("marker %q must be printable without spaces", m)
+		}
+	}
+	return nil
+}
+
+// graceTicks converts a grace period to the scripts' 0.1 s ticks.
+func graceTicks(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + 99*time.Millisecond) / (100 * time.Millisecond))
+}
+
+// pidfilePath is where Start records a process.
+func pidfilePath(spec ProcSpec) string {
+	return strings.TrimRight(spec.StateDir, "/") + "/" + spec.Name + ".pid"
+}
+
+// validateSpec checks a ProcSpec and fills defaults.
+func validateSpec(spec ProcSpec) (ProcSpec, error) {
+	if !nameRe.MatchString(spec.Name) {
+		return spec, fmt.Errorf("process name %q: use letters, digits, '.', '_' and '-'", spec.Name)
+	}
+	if strings.TrimSpace(spec.Command) == "" {
+		return spec, fmt.Errorf("process %s: empty command", spec.Name)
+	}
+	if spec.StateDir == "" {
+		return spec, fmt.Errorf("process %s: StateDir is required (it holds the pidfile)", spec.Name)
+	}
+	if err := checkMarker(spec.Marker); err != nil {
+		return spec, fmt.Errorf("process %s: %w", spec.Name, err)
+	}
+	if spec.LogPath == "" {
+		spec.LogPath = strings.TrimRight(spec.StateDir, "/") + "/" + spec.Name + ".log"
+	}
+	for _, p := range []string{spec.StateDir, spec.LogPath, spec.Dir} {
+		if strings.ContainsAny(p, "\x00\n") {
+			return spec, fmt.Errorf("process %s: path %q contains a NUL or newline", spec.Name, p)
+		}
+	}
+	for i, e := range spec.Env {
+		if !envNameRe.MatchString(e.Name) || e.Name == "MBENCH_MARKER" {
+			return spec, fmt.Errorf("process %s: env[%d]: invalid variable name %q", spec.Name, i, e.Name)
+		}
+		if strings.ContainsRune(e.Value, 0) {
+			return spec, fmt.Errorf("process %s: env %s: value contains a NUL byte", spec.Name, e.Name)
+		}
+	}
+	if spec.TetherGrace <= 0 {
+		spec.TetherGrace = 5 * time.Second
+	}
+	return spec, nil
+}
+
+// startScript is the monitor script of Host.Start. It prints "TAG error: …",
+// or "TAG started PID STARTTIME" and later "TAG exited STATUS"; the per-start
+// TAG keeps a login shell's chatter from being taken for a report. The body
+// is a function called on the last line, so a truncated script runs nothing.
+func startScript(spec ProcSpec, tether bool, tag string) string {
+	var b strings.Builder
+	b.WriteString(shLib)
+	b.WriteString("mb_main() {\nmb_tag=" + quote(tag) + "\n")
+	fmt.Fprintf(&b, "mb_pidf=%s\nmb_log=%s\n", quotePath(pidfilePath(spec)), quotePath(spec.LogPath))
+	logDir := spec.LogPath[:strings.LastIndex(spec.LogPath, "/")+1]
+	if logDir == "" {
+		logDir = "."
+	}
+	fmt.Fprintf(&b, `mkdir -p -- %s %s || { echo "$mb_tag error: cannot create the state or log directory"; return; }`+"\n",
+		quotePath(spec.StateDir), quotePath(logDir))
+	b.WriteString(`: >> "$mb_log" || { echo "$mb_tag error: cannot write the log file"; return; }` + "\n")
+	if spec.Dir != "" {
+		fmt.Fprintf(&b, `cd -- %s || { echo "$mb_tag error: cannot change to the working directory"; return; }`+"\n", quotePath(spec.Dir))
+	}
+	// Asynchronous lists start with SIGINT and SIGQUIT ignored; env
+	// --default-signal (coreutils >= 8.31) restores them where available.
+	b.WriteString("mb_ds=\nenv --default-signal=INT true 2>/dev/null && mb_ds='env --default-signal=INT,QUIT'\n")
+	b.WriteString("exec 3<&0\n( export MBENCH_MARKER=" + quote(spec.Marker))
+	for _, e := range spec.Env {
+		b.WriteString("; export " + e.Name + "=" + quote(e.Value))
+	}
+	b.WriteString("\nexec $mb_ds setsid sh -c " + quote(spec.Command) + `
+) 3<&- </dev/null >>"$mb_log" 2>&1 &
+mb_pid=$!
+mb_i=0
+while mb_stat "$mb_pid" && [ "$mb_pgrp" != "$mb_pid" ] && [ "$mb_state" != Z ] && [ "$mb_i" -lt 500 ]; do
+	sleep 0.01; mb_i=$((mb_i+1))
+done
+if ! mb_stat "$mb_pid"; then
+	mb_start=0 # already exited and reaped; wait still reports its status
+elif [ "$mb_pgrp" != "$mb_pid" ] && [ "$mb_state" != Z ]; then
+	kill -s KILL "$mb_pid" 2>/dev/null; wait "$mb_pid"
+	echo "$mb_tag error: the process did not become a session leader (is setsid installed?)"; return
+fi
+if ! { printf '%s %s\n' "$mb_pid" "$mb_start" > "$mb_pidf.tmp" && mv -f -- "$mb_pidf.tmp" "$mb_pidf"; }; then
+	kill -s KILL -- "-$mb_pid" 2>/dev/null; wait "$mb_pid"
+	echo "$mb_tag error: cannot write the pidfile"; return
+fi
+echo "$mb_tag started $mb_pid $mb_start"
+`)
+	if tether {
+		// The watcher outlives the leader: whatever the leader left in its
+		// group is killed when stdin closes (after "exited", or on a lost link).
+		fmt.Fprintf(&b, "( cat <&3 >/dev/null 2>&1; mb_kill \"$mb_pid\" \"$mb_start\" %s %d ) >/dev/null 2>&1 &\n",
+			quote(spec.Marker), graceTicks(spec.TetherGrace))
+	}
+	b.WriteString(`exec 3<&-
+wait "$mb_pid"; mb_rc=$?
+echo "$mb_tag exited $mb_rc"
+}
+mb_main
+`)
+	return b.String()
+}
+
+// stopScript stops the group of one started process and removes its pidfile
+// if it still names that process. It prints "survivors PIDS" on failure.
+func stopScript(pidfile string, pid int, start, marker string, ticks int) string {
+	return shLib + fmt.Sprintf(`mb_main() {
+if ! mb_kill %[1]d %[2]s %[3]s %[4]d; then echo "survivors $mb_list"; exit 1; fi
+mb_fp=; { read -r mb_fp mb_x < %[5]s; } 2>/dev/null
+[ "$mb_fp" = %[1]d ] && rm -f -- %[5]s
+exit 0
+}
+mb_main
+`, pid, quote(start), quote(marker), ticks, quotePath(pidfile))
+}

@@ -1,0 +1,67 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+
+	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/orchestrator/hosts"
+	"github.com/mbench/mbench/vllm"
+)
+
+// installPlugin copies the mbench_vllm package under the sweep's state
+// directory on a host and checks it against the engine's Python. The engine
+// then finds the plugin through PYTHONPATH (see instrumentCommand).
+func (s *Sweep) installPlugin(ctx context.Context, hostName string, h hosts.Host) error {
+	dir := s.hostPath(hostName, "mbench_vllm")
+	err := fs.WalkDir(vllm.Files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(vllm.Files, p)
+		if err != nil {
+			return err
+		}
+		return h.Put(ctx, bytes.NewReader(data), path.Join(dir, p), 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("host %s: install mbench_vllm in %s: %w", hostName, dir, err)
+	}
+	s.pluginDir[hostName] = dir
+	out, _, err := h.Run(ctx, "PYTHONPATH="+matrices.ShellQuote(dir)+"${PYTHONPATH:+:$PYTHONPATH} python3 -m mbench_vllm.check 2>&1")
+	if err != nil {
+		s.logf("host %s: mbench_vllm self-check says some step timers will be absent:\n%s", hostName, strings.TrimSpace(string(out)))
+	} else {
+		s.logf("host %s: mbench_vllm installed; self-check ok", hostName)
+	}
+	return nil
+}
+
+// instrumentCommand prefixes an engine command so the plugin loads:
+// PYTHONPATH gains the package, and an existing VLLM_PLUGINS filter gains
+// mbench_steps (setting it outright would drop the user's other plugins).
+func instrumentCommand(pluginDir, command string) string {
+	return "export PYTHONPATH=" + matrices.ShellQuote(pluginDir) + "${PYTHONPATH:+:$PYTHONPATH}; " +
+		`if [ -n "${VLLM_PLUGINS+x}" ]; then export VLLM_PLUGINS="${VLLM_PLUGINS:+$VLLM_PLUGINS,}mbench_steps"; fi; ` +
+		command
+}
+
+// workerLogs lists the per-pid worker step files next to a step log.
+func workerLogs(ctx context.Context, h hosts.Host, stepLog string) []string {
+	base := strings.TrimSuffix(stepLog, ".jsonl")
+	out, _, err := h.Run(ctx, "ls -1 "+matrices.ShellQuote(base)+".worker.*.jsonl 2>/dev/null || true")
+	if err != nil {
+		return nil
+	}
+	var files []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l != "" {
+			files = append(files, l)
+		}
+	}
+	return files
+}

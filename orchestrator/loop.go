@@ -1,0 +1,285 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mbench/mbench/matrices"
+)
+
+// Run starts a sweep of the matrix at matrixPath, or continues one in an
+// existing results directory: cells whose hash is unchanged keep their
+// results, changed or new cells run, removed cells are listed.
+func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error) {
+	m, err := matrices.Load(matrixPath)
+	if err != nil {
+		return nil, err
+	}
+	if opts.DryRun {
+		return nil, DryRun(m, opts)
+	}
+	out := opts.Out
+	if out == "" {
+		out = DefaultOut(m.Name, time.Now())
+	}
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return nil, fmt.Errorf("results directory %s: %w", out, err)
+	}
+	matrixAbs, _ := filepath.Abs(matrixPath)
+	s := newSweep(m, abs, opts)
+	old, err := ReadSweep(abs)
+	switch {
+	case err == nil:
+		if err := s.reconcile(old, matrixAbs); err != nil {
+			return nil, err
+		}
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return nil, fmt.Errorf("create results directory: %w", err)
+		}
+		resolved, err := m.Resolved()
+		if err != nil {
+			return nil, fmt.Errorf("resolve matrix: %w", err)
+		}
+		s.state = &SweepState{Format: 1, SweepID: sweepID(m.Name, abs), Name: m.Name, MatrixFile: matrixAbs,
+			MatrixHash: m.Hash, Resolved: resolved, Seed: m.Seed, Randomize: m.Repeat.Randomize,
+			Cells: cellRecords(m), Fingerprint: s.fingerprint(), Created: time.Now().UTC(), Simulated: m.Engine.Kind == "sim"}
+		if err := writeSweep(abs, s.state); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, err
+	}
+	return s.execute(ctx)
+}
+
+// Resume continues the sweep in dir exactly as recorded: the same block
+// orders and seeds. A run without a journal line is redone; its partial
+// directory is moved aside; engines left behind are stopped first.
+func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ReadSweep(abs)
+	if err != nil {
+		return nil, err
+	}
+	m, err := matrices.Load(st.MatrixFile)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s: reload the sweep's matrix: %w", dir, err)
+	}
+	if m.Hash != st.MatrixHash {
+		return nil, fmt.Errorf("resume %s: the matrix %s changed since the sweep started; to continue with the edited matrix run: mbench run %s --out %s", dir, st.MatrixFile, st.MatrixFile, dir)
+	}
+	s := newSweep(m, abs, opts)
+	s.state = st
+	if err := s.checkFingerprint(); err != nil {
+		return nil, err
+	}
+	return s.execute(ctx)
+}
+
+// reconcile adopts an existing results directory for an edited matrix.
+func (s *Sweep) reconcile(old *SweepState, matrixAbs string) error {
+	s.state = old
+	if err := s.checkFingerprint(); err != nil {
+		return err
+	}
+	now := cellRecords(s.m)
+	keep := map[string]bool{}
+	for _, c := range now {
+		keep[c.ID] = true
+	}
+	var removed []CellRecord
+	for _, c := range old.Cells {
+		if !keep[c.ID] {
+			removed = append(removed, c)
+		}
+	}
+	if old.MatrixHash != s.m.Hash {
+		resolved, err := s.m.Resolved()
+		if err != nil {
+			return err
+		}
+		old.MatrixHash, old.Resolved, old.MatrixFile = s.m.Hash, resolved, matrixAbs
+		old.Cells, old.Removed = now, append(old.Removed, removed...)
+		old.Seed, old.Randomize = s.m.Seed, s.m.Repeat.Randomize
+		// Re-plan the recorded blocks over the new cell set; runs already in
+		// the journal keep their results.
+		ids := cellIDs(now)
+		for i := range old.Blocks {
+			old.Blocks[i].Order = BlockOrder(old.Seed, old.Blocks[i].Block, ids, old.Randomize)
+		}
+		old.Stop = nil
+		for _, c := range removed {
+			s.logf("removed cell %s (%s rate=%g %s): its results stay on disk but leave the report", c.ID, c.Config, c.Rate, c.Shape)
+		}
+	}
+	return writeSweep(s.dir, old)
+}
+
+func cellRecords(m *matrices.Matrix) []CellRecord {
+	var out []CellRecord
+	for _, c := range m.Cells() {
+		out = append(out, CellRecord{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape.Name, SameAs: c.SameAs})
+	}
+	return out
+}
+
+func cellIDs(cs []CellRecord) []string {
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids
+}
+
+// fingerprint is what must not change under a sweep's results.
+func (s *Sweep) fingerprint() map[string]string {
+	fp := map[string]string{
+		"mbench_version": s.opts.Version,
+		"engine_kind":    s.m.Engine.Kind,
+		"os_arch":        runtime.GOOS + "/" + runtime.GOARCH,
+	}
+	var hs []string
+	for _, n := range s.m.HostOrder {
+		hs = append(hs, n+"="+s.m.Hosts[n].Address)
+	}
+	fp["hosts"] = strings.Join(hs, ",")
+	for k, v := range localGPUFingerprint() {
+		fp[k] = v
+	}
+	return fp
+}
+
+func (s *Sweep) checkFingerprint() error {
+	now := s.fingerprint()
+	var diffs []string
+	for _, k := range sortedKeys(now) {
+		if old, ok := s.state.Fingerprint[k]; ok && old != now[k] {
+			diffs = append(diffs, fmt.Sprintf("%s: %q → %q", k, old, now[k]))
+		}
+	}
+	if len(diffs) > 0 && !s.opts.Force {
+		return fmt.Errorf("%w (%s); refusing to mix results from two environments; use --force to accept", errFingerprint, strings.Join(diffs, "; "))
+	}
+	if s.state.Fingerprint == nil {
+		s.state.Fingerprint = map[string]string{}
+	}
+	for k, v := range now {
+		s.state.Fingerprint[k] = v
+	}
+	return nil
+}
+
+// execute runs blocks until the stopping rule says stop, then exports.
+func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
+	entries, torn, err := ReadJournal(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	if torn {
+		if err := repairJournal(s.dir, entries); err != nil {
+			return nil, fmt.Errorf("repair torn journal line: %w", err)
+		}
+	}
+	s.journal = journalIndex(entries)
+	s.replayFailures(entries)
+	rep := s.m.Repeat
+	total := len(s.state.Cells) * max(rep.Min, len(s.state.Blocks))
+	s.prog = newProgress(s.opts.Stderr, total, s.opts.Quiet)
+	for range s.journal {
+		s.prog.done++
+	}
+	defer s.prog.close()
+	if err := s.prepareHosts(ctx); err != nil {
+		s.closeAll(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	s.openGPU(ctx)
+	defer s.gpu.close()
+	s.register(true)
+	defer s.register(false)
+
+	err = s.blocks(ctx)
+	cerr := s.closeAll(context.WithoutCancel(ctx))
+	if err != nil {
+		if errors.Is(err, ErrInterrupted) || ctx.Err() != nil {
+			return nil, fmt.Errorf("%w; engines stopped; continue with: %s", ErrInterrupted, s.resumeHint())
+		}
+		return nil, err
+	}
+	if cerr != nil {
+		s.logf("warning: teardown: %v", cerr)
+	}
+	rep2, err := ExportDir(ctx, s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	o := &Outcome{Dir: s.dir, Report: rep2, Removed: s.state.Removed}
+	if s.state.Stop != nil {
+		o.StopReason = s.state.Stop.Reason
+	}
+	for _, e := range s.journal {
+		o.Runs++
+		if e.Status == "failed" {
+			o.Failed++
+		}
+	}
+	return o, nil
+}
+
+func (s *Sweep) resumeHint() string {
+	if s.opts.ResumeHint != "" {
+		return s.opts.ResumeHint
+	}
+	return "mbench resume " + s.dir
+}
+
+// replayFailures rebuilds the consecutive-failure counts from the journal,
+// so a resumed sweep skips the cells it had given up on.
+func (s *Sweep) replayFailures(entries []JournalEntry) {
+	sorted := append([]JournalEntry(nil), entries...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Finished.Before(sorted[j].Finished) })
+	for _, e := range sorted {
+		if e.Status == "failed" {
+			s.fails[e.Cell]++
+			if s.fails[e.Cell] >= s.opts.FailLimit && s.dead[e.Cell] == "" {
+				s.dead[e.Cell] = e.Reason
+			}
+		} else {
+			s.fails[e.Cell] = 0
+		}
+	}
+}
+
+func engineVersion(ctx context.Context, base string) string {
+	c := &http.Client{Timeout: 2 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/version", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Version string `json:"version"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return ""
+	}
+	return v.Version
+}

@@ -1,0 +1,339 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/results"
+)
+
+// runOutcome is what one run produced.
+type runOutcome struct {
+	entry   JournalEntry
+	summary *results.RunSummary
+}
+
+// runOne performs one (cell, block) run and journals it. It returns an error
+// only when the sweep must stop (interrupted, disk full); a failed run is an
+// outcome with status "failed".
+func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64) (*runOutcome, error) {
+	rel := filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
+	dir := filepath.Join(s.dir, rel)
+	if err := moveAside(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create run directory: %w", err)
+	}
+	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC()}
+	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
+
+	sum, runErr := s.measure(ctx, cell, block, seed, dir)
+	if ctx.Err() != nil {
+		// Interrupted: no journal line, so resume redoes this run.
+		return nil, ErrInterrupted
+	}
+	entry.Finished = time.Now().UTC()
+	switch {
+	case runErr != nil:
+		entry.Status, entry.Reason = "failed", s.redact(runErr.Error())
+		if isDiskFull(runErr) {
+			return nil, fmt.Errorf("run %s b%d: %w (the journal and the summaries already written are intact)", cell.ID, block, runErr)
+		}
+	case sum.Saturated:
+		entry.Status, entry.Reason = "saturated", sum.SaturationReason
+	default:
+		entry.Status = "ok"
+	}
+	if err := appendJournal(s.dir, entry); err != nil {
+		return nil, err
+	}
+	s.journal[runKey{cell.ID, block}] = entry
+	if entry.Status == "failed" {
+		s.fails[cell.ID]++
+		s.prog.finish("FAILED: " + firstLine(entry.Reason))
+	} else {
+		s.fails[cell.ID] = 0
+		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s%s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2), satMark(sum)))
+	}
+	return &runOutcome{entry: entry, summary: sum}, nil
+}
+
+func fmtPtr(v *float64, prec int) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', prec, 64)
+}
+
+func satMark(s *results.RunSummary) string {
+	if s.Saturated {
+		return " [saturated]"
+	}
+	return ""
+}
+
+// measure is the body of a run: engine, gate, probes, load, step log,
+// summary. Everything it writes lands in dir.
+func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed int64, dir string) (*results.RunSummary, error) {
+	es, err := s.ensureEngine(ctx, cell)
+	if err != nil {
+		return nil, err
+	}
+	gate := s.gate(ctx)
+	s.prog.setPhase("ready")
+
+	offsets := make([]int64, len(es.procs))
+	for i, p := range es.procs {
+		if p.stepLog == "" {
+			continue
+		}
+		if n, err := p.host.Size(ctx, p.stepLog); err == nil && n > 0 {
+			offsets[i] = n
+		}
+	}
+	probeStop, probeDone := s.startProbes(ctx, dir)
+	scr := newScraper(es)
+	before := scr.scrape(ctx)
+	scrCtx, scrStop := context.WithCancel(ctx)
+	scrDone := make(chan []probes.Scrape, 1)
+	go func() { scrDone <- scr.every(scrCtx, time.Second) }()
+
+	reqFile, err := os.Create(filepath.Join(dir, "requests.jsonl"))
+	if err != nil {
+		scrStop()
+		probeStop()
+		return nil, fmt.Errorf("create requests.jsonl: %w", err)
+	}
+	cfg := s.loadConfig(cell, block, seed, es.targets)
+	cfg.Sink = reqFile
+	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
+	res, loadErr := openloop.Run(ctx, cfg)
+	closeErr := reqFile.Close()
+	scrStop()
+	during := <-scrDone
+	after := scr.scrape(context.WithoutCancel(ctx))
+	probeStop()
+	<-probeDone
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if loadErr != nil {
+		return nil, fmt.Errorf("load: %w", loadErr)
+	}
+	if closeErr != nil {
+		return nil, fmt.Errorf("write requests.jsonl: %w", closeErr)
+	}
+	if dead := es.dead(); dead != nil {
+		tail := dead.proc.LogTail(context.WithoutCancel(ctx), 20)
+		s.stopSet(context.WithoutCancel(ctx), es)
+		s.cur = nil
+		return nil, fmt.Errorf("%s on host %s exited during the run (%v); last lines of its log:\n%s", dead.name, dead.hostName, dead.proc.Err(), s.redact(tail))
+	}
+	if err := writeScrapes(filepath.Join(dir, "metrics.jsonl"), before, during, after); err != nil {
+		return nil, err
+	}
+	steps, err := s.collectSteps(ctx, es, offsets, res, dir)
+	if err != nil {
+		return nil, err
+	}
+	cache := probes.SummarizeMetrics(before, after, during)
+	gpu := s.gpuSummary(dir)
+	sum, err := results.SummarizeRun(results.RunInput{
+		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape.Name, Rate: cell.Rate, Block: block,
+		Engine: s.m.Engine.Kind, Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process),
+		Records: res.Records, Start: res.Start, WindowStart: res.WindowStart, WindowEnd: res.WindowEnd,
+		Offered: res.Offered, Aborted: res.Aborted, AbortReason: res.AbortReason, ClientCPUPct: res.ClientCPUPct,
+		Steps: steps, GPU: gpu, Cache: &cache, Gate: gate,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("summarize run: %w", err)
+	}
+	data, err := json.MarshalIndent(sum, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode summary: %w", err)
+	}
+	if err := results.WriteFileAtomic(filepath.Join(dir, "summary_A.json"), append(data, '\n'), 0o644); err != nil {
+		return nil, fmt.Errorf("write summary_A.json: %w", err)
+	}
+	return sum, nil
+}
+
+func arrivalName(p string) string {
+	if p == "" {
+		return "poisson"
+	}
+	return p
+}
+
+// ensureEngine reuses the running engine when the next run has the same
+// launch spec, else tears it down and launches the one the cell needs.
+func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell) (*engineSet, error) {
+	l, err := s.m.Launch(cell.Config, s.runtime())
+	if err != nil {
+		return nil, fmt.Errorf("render launch of config %s: %w", cell.Config, err)
+	}
+	reuse := s.cur != nil && s.cur.launch.Key == l.Key && s.cur.dead() == nil && s.m.Engine.Restart != "every_run"
+	if reuse {
+		return s.cur, nil
+	}
+	if s.cur != nil {
+		if err := s.stopSet(context.WithoutCancel(ctx), s.cur); err != nil {
+			s.logf("warning: %v", err)
+		}
+		s.cur = nil
+		s.waitGateAfterTeardown(ctx)
+	}
+	s.prog.setPhase("launch")
+	es, err := s.launchEngines(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	s.cur = es
+	if err := s.checkEngineVersion(ctx, es); err != nil {
+		return nil, err
+	}
+	return es, nil
+}
+
+// loadConfig maps a cell onto the load generator.
+func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []string) openloop.Config {
+	ms := s.m.Measure
+	return openloop.Config{
+		Targets:      targets,
+		Model:        s.m.Engine.Model,
+		Rate:         cell.Rate,
+		Arrival:      openloop.Arrival{Process: s.m.Arrival.Process, Burstiness: s.m.Arrival.Burstiness},
+		Shape:        toLoadShape(cell.Shape),
+		Seed:         seed,
+		Warmup:       ms.WarmupRequests,
+		MinCompleted: ms.MinCompleted,
+		Timeout:      ms.Timeout,
+		DrainTimeout: ms.DrainTimeout,
+		AbortIf:      openloop.AbortIf{MaxInflight: ms.AbortIf.MaxInflight, MaxTTFT: ms.AbortIf.MaxTTFT},
+		Cell:         cell.ID,
+		Block:        block,
+	}
+}
+
+// collectSteps fetches each instance's step log from the offset it had at
+// the start of the run, keeps the lines inside the measured window, writes
+// them to the run directory and summarizes them.
+func (s *Sweep) collectSteps(ctx context.Context, es *engineSet, offsets []int64, res *openloop.Result, dir string) (*probes.StepStats, error) {
+	flush := 300 * time.Millisecond
+	if !s.isSim() {
+		flush = 1500 * time.Millisecond // the vLLM plugin flushes at least once a second
+	}
+	if err := sleepCtx(ctx, flush); err != nil {
+		return nil, err
+	}
+	var raw bytes.Buffer
+	any := false
+	for i, p := range es.procs {
+		if p.stepLog == "" {
+			continue
+		}
+		var part bytes.Buffer
+		if _, err := p.host.Get(ctx, p.stepLog, offsets[i], &part); err != nil {
+			s.logf("warning: %s: fetch step log %s: %v", p.name, p.stepLog, err)
+			continue
+		}
+		any = true
+		if err := s.mergeWorkers(ctx, p, &part, &raw); err != nil {
+			return nil, err
+		}
+	}
+	if !any {
+		return nil, nil
+	}
+	out, err := os.Create(filepath.Join(dir, "engine_step.jsonl"))
+	if err != nil {
+		return nil, fmt.Errorf("create engine_step.jsonl: %w", err)
+	}
+	st, err := probes.SummarizeSteps(ctx, &raw, res.WindowStart.UnixMicro(), res.WindowEnd.UnixMicro(), out)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("slice step log: %w", err)
+	}
+	return &st, nil
+}
+
+// mergeWorkers folds the worker-side get_finished timings that vLLM worker
+// processes log per pid into the engine's step lines; without worker files
+// the lines pass through unchanged.
+func (s *Sweep) mergeWorkers(ctx context.Context, p *engineProc, main *bytes.Buffer, out *bytes.Buffer) error {
+	files := workerLogs(ctx, p.host, p.stepLog)
+	if len(files) == 0 {
+		_, err := out.Write(main.Bytes())
+		return err
+	}
+	var readers []io.Reader
+	for _, f := range files {
+		var b bytes.Buffer
+		if _, err := p.host.Get(ctx, f, 0, &b); err != nil {
+			s.logf("warning: %s: fetch worker step log %s: %v", p.name, f, err)
+			continue
+		}
+		readers = append(readers, &b)
+	}
+	if _, err := probes.MergeWorkerTimings(ctx, main, readers, out); err != nil {
+		return fmt.Errorf("merge worker step timings of %s: %w", p.name, err)
+	}
+	return nil
+}
+
+// moveAside keeps a partial run directory left by an interrupted run as
+// b<k>.partial-<n>; nothing is deleted.
+func moveAside(dir string) error {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	for n := 1; ; n++ {
+		dst := dir + ".partial-" + strconv.Itoa(n)
+		if _, err := os.Stat(dst); errors.Is(err, os.ErrNotExist) {
+			if err := os.Rename(dir, dst); err != nil {
+				return fmt.Errorf("move partial run aside: %w", err)
+			}
+			return nil
+		}
+	}
+}
+
+func writeScrapes(path string, before, during, after []probes.Scrape) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, group := range []struct {
+		phase string
+		s     []probes.Scrape
+	}{{"before", before}, {"during", during}, {"after", after}} {
+		for _, sc := range group.s {
+			if err := enc.Encode(struct {
+				Phase string `json:"phase"`
+				probes.Scrape
+			}{group.phase, sc}); err != nil {
+				return fmt.Errorf("encode metrics: %w", err)
+			}
+		}
+	}
+	return results.WriteFileAtomic(path, buf.Bytes(), 0o644)
+}
+
+func firstLine(s string) string {
+	if i := bytes.IndexByte([]byte(s), '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

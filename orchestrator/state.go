@@ -1,0 +1,204 @@
+package orchestrator
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/mbench/mbench/results"
+)
+
+// SweepFile is the name of the sweep record inside a results directory.
+const SweepFile = "sweep.json"
+
+// JournalFile is the name of the append-only journal of finished runs.
+const JournalFile = "journal.jsonl"
+
+// SweepState is the content of sweep.json: everything needed to continue a
+// sweep exactly as planned, and to refuse mixing results from another
+// environment.
+type SweepState struct {
+	Format      int               `json:"format"`
+	SweepID     string            `json:"sweep_id"`
+	Name        string            `json:"name"`
+	MatrixFile  string            `json:"matrix_file"`
+	MatrixHash  string            `json:"matrix_hash"`
+	Resolved    json.RawMessage   `json:"resolved"`
+	Seed        int64             `json:"seed"`
+	Randomize   bool              `json:"randomize"`
+	Cells       []CellRecord      `json:"cells"`
+	Removed     []CellRecord      `json:"removed_cells,omitempty"`
+	Blocks      []BlockRecord     `json:"blocks"`
+	Fingerprint map[string]string `json:"fingerprint"`
+	Created     time.Time         `json:"created"`
+	Updated     time.Time         `json:"updated"`
+	Stop        *StopRecord       `json:"stop,omitempty"`
+	Simulated   bool              `json:"simulated"`
+}
+
+// CellRecord names one cell of the sweep.
+type CellRecord struct {
+	ID     string  `json:"id"`
+	Config string  `json:"config"`
+	Rate   float64 `json:"rate"`
+	Shape  string  `json:"shape"`
+	SameAs string  `json:"same_as,omitempty"`
+}
+
+// BlockRecord is one planned block: its workload seed and the order its
+// cells run in.
+type BlockRecord struct {
+	Block int      `json:"block"`
+	Seed  int64    `json:"seed"`
+	Order []string `json:"order"`
+}
+
+// StopRecord says why the sweep stopped and how close each cell came to the
+// target noise floor.
+type StopRecord struct {
+	Reason    string             `json:"reason"`
+	Blocks    int                `json:"blocks"`
+	RelHalf   map[string]float64 `json:"rel_half_width"`
+	Target    float64            `json:"target_rel_ci"`
+	Metric    string             `json:"metric"`
+	Converged bool               `json:"converged"`
+}
+
+// JournalEntry is one line of journal.jsonl. A run without a journal line did
+// not happen; resume redoes it.
+type JournalEntry struct {
+	Cell     string    `json:"cell"`
+	Block    int       `json:"block"`
+	Status   string    `json:"status"` // ok | failed | saturated
+	Dir      string    `json:"dir"`
+	Reason   string    `json:"reason,omitempty"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+}
+
+func writeSweep(dir string, st *SweepState) error {
+	st.Updated = time.Now().UTC()
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", SweepFile, err)
+	}
+	return results.WriteFileAtomic(filepath.Join(dir, SweepFile), append(data, '\n'), 0o644)
+}
+
+// ReadSweep reads dir/sweep.json.
+func ReadSweep(dir string) (*SweepState, error) {
+	path := filepath.Join(dir, SweepFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: not a sweep directory (no %s): %w", dir, SweepFile, err)
+		}
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	var st SweepState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("%s: corrupt sweep record: %w", path, err)
+	}
+	return &st, nil
+}
+
+// ReadJournal reads dir/journal.jsonl. A torn last line (a crash during the
+// append) is ignored and reported through torn; any other bad line is an
+// error naming the line.
+func ReadJournal(dir string) (entries []JournalEntry, torn bool, err error) {
+	path := filepath.Join(dir, JournalFile)
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	line := 0
+	var bad []int
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if len(b) == 0 {
+			continue
+		}
+		var e JournalEntry
+		if err := json.Unmarshal(b, &e); err != nil || e.Cell == "" {
+			bad = append(bad, line)
+			continue
+		}
+		entries = append(entries, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	switch {
+	case len(bad) == 0:
+	case len(bad) == 1 && bad[0] == line:
+		torn = true
+	default:
+		return nil, false, fmt.Errorf("%s:%d: malformed journal line", path, bad[0])
+	}
+	return entries, torn, nil
+}
+
+// journalIndex maps (cell, block) to its entry; the first line wins, so a
+// duplicate can never double-count a run.
+func journalIndex(entries []JournalEntry) map[runKey]JournalEntry {
+	m := make(map[runKey]JournalEntry, len(entries))
+	for _, e := range entries {
+		k := runKey{e.Cell, e.Block}
+		if _, ok := m[k]; !ok {
+			m[k] = e
+		}
+	}
+	return m
+}
+
+type runKey struct {
+	cell  string
+	block int
+}
+
+func appendJournal(dir string, e JournalEntry) error {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode journal line: %w", err)
+	}
+	if err := results.AppendLineSync(filepath.Join(dir, JournalFile), data); err != nil {
+		return fmt.Errorf("append journal: %w", err)
+	}
+	return nil
+}
+
+// repairJournal rewrites a journal whose last line was torn by a crash,
+// keeping every whole line, so later appends start on a fresh line.
+func repairJournal(dir string, entries []JournalEntry) error {
+	var out []byte
+	for _, e := range entries {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		out = append(append(out, b...), '\n')
+	}
+	return results.WriteFileAtomic(filepath.Join(dir, JournalFile), out, 0o644)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,270 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/orchestrator/hosts"
+)
+
+// Options configure a sweep.
+type Options struct {
+	// Out is the results directory. Empty means results/<name>-<UTC timestamp>.
+	Out string
+	// Self is the path of the mbench binary, used to start the simulated
+	// engine ({{.Self}} in the sim command template).
+	Self string
+	// SelfEnv is extra environment for processes started from Self (tests
+	// run the test binary as mbench this way).
+	SelfEnv []string
+	// DryRun prints the commands the sweep would run on each host, and runs
+	// nothing.
+	DryRun bool
+	// Force allows mixing results from a changed environment fingerprint.
+	Force bool
+	// Quiet silences progress output.
+	Quiet bool
+	// Version is the mbench version recorded in the fingerprint.
+	Version string
+	// FailLimit is the number of consecutive failed runs after which a cell
+	// is marked failed and skipped (default 3).
+	FailLimit int
+	// ResumeHint is the command line printed when the sweep is interrupted.
+	ResumeHint string
+	Stdout     io.Writer
+	Stderr     io.Writer
+}
+
+// Outcome is what a finished (or stopped) sweep reports.
+type Outcome struct {
+	Dir        string
+	Report     string
+	StopReason string
+	Runs       int
+	Failed     int
+	Removed    []CellRecord
+}
+
+// ErrInterrupted is returned when the sweep was stopped by the user; the
+// error text carries the exact resume command.
+var ErrInterrupted = errors.New("sweep interrupted")
+
+// Sweep is one sweep in progress.
+type Sweep struct {
+	opts      Options
+	m         *matrices.Matrix
+	dir       string
+	state     *SweepState
+	cells     map[string]matrices.Cell
+	journal   map[runKey]JournalEntry
+	hostConn  map[string]hosts.Host
+	homes     map[string]string
+	selfPath  map[string]string
+	pluginDir map[string]string
+	tunnels   map[string]string
+	cur       *engineSet
+	launches  int
+	fails     map[string]int    // consecutive failures per cell
+	dead      map[string]string // cells marked failed, with the reason
+	prog      *progress
+	gpu       *gpuProbe
+	started   time.Time
+}
+
+func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
+	if opts.Stdout == nil {
+		opts.Stdout = io.Discard
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = io.Discard
+	}
+	if opts.FailLimit <= 0 {
+		opts.FailLimit = 3
+	}
+	s := &Sweep{opts: opts, m: m, dir: dir, cells: map[string]matrices.Cell{},
+		hostConn: map[string]hosts.Host{}, homes: map[string]string{}, selfPath: map[string]string{}, pluginDir: map[string]string{},
+		tunnels: map[string]string{}, fails: map[string]int{}, dead: map[string]string{}, started: time.Now()}
+	for _, c := range m.Cells() {
+		s.cells[c.ID] = c
+	}
+	return s
+}
+
+// DefaultOut is the default results directory of a matrix.
+func DefaultOut(name string, now time.Time) string {
+	return filepath.Join("results", name+"-"+now.UTC().Format("20060102T150405Z"))
+}
+
+func sweepID(name, absDir string) string {
+	sum := sha256.Sum256([]byte(absDir))
+	return name + "-" + hex.EncodeToString(sum[:6])
+}
+
+func (s *Sweep) isSim() bool { return s.m.Engine.Kind == "sim" }
+
+func (s *Sweep) redact(str string) string { return s.m.Redact(str) }
+
+func (s *Sweep) logf(format string, args ...any) {
+	msg := s.redact(fmt.Sprintf(format, args...))
+	if s.prog != nil {
+		s.prog.log(msg)
+		return
+	}
+	if !s.opts.Quiet {
+		fmt.Fprintln(s.opts.Stderr, msg)
+	}
+}
+
+// host returns the connection to a host of the matrix, dialling on first use.
+func (s *Sweep) host(ctx context.Context, name string) (hosts.Host, error) {
+	if h, ok := s.hostConn[name]; ok {
+		return h, nil
+	}
+	hc, ok := s.m.Hosts[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown host %q", name)
+	}
+	var h hosts.Host
+	if isLocal(hc.Address) {
+		h = hosts.NewLocal()
+	} else {
+		var err error
+		h, err = hosts.DialSSH(ctx, hosts.SSHConfig{Name: name, Address: hc.Address, HostKeyPolicy: hc.HostKeyPolicy, Warn: s.opts.Stderr})
+		if err != nil {
+			return nil, fmt.Errorf("host %s (%s): %w", name, hc.Address, err)
+		}
+		out, _, err := h.Run(ctx, "printf %s \"$HOME\"")
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("host %s: find home directory: %w", name, err)
+		}
+		s.homes[name] = strings.TrimSpace(string(out))
+	}
+	s.hostConn[name] = h
+	return h, nil
+}
+
+// hostPath is a path under this sweep's state directory on a host: the
+// results directory's .state locally, <workdir>/<sweep id> remotely. mbench
+// deletes nothing outside it.
+func (s *Sweep) hostPath(hostName string, parts ...string) string {
+	hc := s.m.Hosts[hostName]
+	if isLocal(hc.Address) {
+		return filepath.Join(append([]string{s.dir, ".state"}, parts...)...)
+	}
+	wd := hc.Workdir
+	if wd == "" {
+		wd = "~/.mbench"
+	}
+	if strings.HasPrefix(wd, "~") {
+		wd = s.homes[hostName] + strings.TrimPrefix(wd, "~")
+	}
+	return path.Join(append([]string{wd, s.state.SweepID}, parts...)...)
+}
+
+// runtime gives the matrices package what it needs to render commands.
+func (s *Sweep) runtime() matrices.Runtime {
+	return matrices.Runtime{
+		Self: func(h string) string {
+			if p, ok := s.selfPath[h]; ok {
+				return p
+			}
+			return s.opts.Self
+		},
+		StepLog: func(h string, i int) string { return s.hostPath(h, "steps", fmt.Sprintf("engine_step.%d.jsonl", i)) },
+	}
+}
+
+// prepareHosts connects to every host the sweep uses, uploads mbench where
+// the simulated engine runs remotely, and stops engines a crashed earlier
+// run of this sweep left behind.
+func (s *Sweep) prepareHosts(ctx context.Context) error {
+	for _, name := range s.m.HostOrder {
+		if !s.hostUsed(name) {
+			continue
+		}
+		h, err := s.host(ctx, name)
+		if err != nil {
+			return err
+		}
+		if _, _, err := h.Run(ctx, "mkdir -p "+matrices.ShellQuote(s.hostPath(name, "steps"))+" "+matrices.ShellQuote(s.hostPath(name, "logs"))); err != nil {
+			return fmt.Errorf("host %s: create the sweep's state directory: %w", name, err)
+		}
+		left, err := hosts.StopLeftovers(ctx, h, s.hostPath(name, "pids"), s.state.SweepID, 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("host %s: stop engines left by an earlier run: %w", name, err)
+		}
+		for _, l := range left {
+			s.logf("host %s: stopped leftover engine from an earlier run: %+v", name, l)
+		}
+		hc := s.m.Hosts[name]
+		if s.isSim() && !isLocal(hc.Address) {
+			if err := s.uploadSelf(ctx, name, h); err != nil {
+				return err
+			}
+		}
+		if s.m.Engine.Kind == "vllm" && s.m.Engine.Instrument {
+			if err := s.installPlugin(ctx, name, h); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Sweep) hostUsed(name string) bool {
+	for _, c := range s.m.ConfigOrder {
+		l, err := s.m.Launch(c, s.runtime())
+		if err != nil {
+			continue
+		}
+		for _, in := range l.Instances {
+			if in.Host == name {
+				return true
+			}
+		}
+		if l.Router != nil && l.Router.Host == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Sweep) uploadSelf(ctx context.Context, name string, h hosts.Host) error {
+	hc := s.m.Hosts[name]
+	if hc.MbenchPath != "" {
+		s.selfPath[name] = hc.MbenchPath
+		return nil
+	}
+	f, err := os.Open(s.opts.Self)
+	if err != nil {
+		return fmt.Errorf("open mbench binary %s for upload: %w", s.opts.Self, err)
+	}
+	defer f.Close()
+	dst := s.hostPath(name, "bin", "mbench")
+	if err := h.Put(ctx, f, dst, 0o755); err != nil {
+		return fmt.Errorf("host %s: upload mbench to %s: %w", name, dst, err)
+	}
+	s.selfPath[name] = dst
+	return nil
+}
+
+// closeAll tears down the running engines and closes every host connection.
+func (s *Sweep) closeAll(ctx context.Context) error {
+	err := s.stopSet(ctx, s.cur)
+	s.cur = nil
+	for _, h := range s.hostConn {
+		h.Close()
+	}
+	return err
+}

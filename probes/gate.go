@@ -1,0 +1,161 @@
+package probes
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Gate defaults.
+const (
+	DefaultTempBandC       = 3.0
+	DefaultMemToleranceMiB = 512.0
+	DefaultGateTimeout     = 120 * time.Second
+	DefaultGatePoll        = time.Second
+)
+
+// Gate holds a run back until the GPUs are back at the sweep's baseline:
+// memory used back at its idle level (within MemToleranceMiB above it) and
+// temperature within ±TempBandC of the baseline. This cures the cold/warm
+// ordering effect of seed 000 (the first config ran on a cold GPU).
+// Zero fields take the Default* values; a nil Clock is the system clock.
+type Gate struct {
+	Read            func(ctx context.Context) ([]GPUSample, error) // one reading of every GPU
+	Clock           Clock
+	TempBandC       float64
+	MemToleranceMiB float64
+	Timeout         time.Duration
+	Poll            time.Duration
+	Baseline        []GPUSample // set by MeasureBaseline before the first launch
+}
+
+// GateGPU is one GPU's state when the gate opened (or timed out).
+type GateGPU struct {
+	Host           string  `json:"host"`
+	GPU            int     `json:"gpu"`
+	TempC          float64 `json:"temp_c"`
+	BaseTempC      float64 `json:"base_temp_c"`
+	MemUsedMiB     float64 `json:"mem_used_mib"`
+	BaseMemUsedMiB float64 `json:"base_mem_used_mib"`
+	OK             bool    `json:"ok"`
+}
+
+// GateResult is recorded in the run summary.
+type GateResult struct {
+	Waited   time.Duration `json:"-"`
+	WaitedS  float64       `json:"waited_s"`
+	TimedOut bool          `json:"timed_out"`
+	Skipped  bool          `json:"skipped,omitempty"` // no baseline (no GPU)
+	Polls    int           `json:"polls"`
+	GPUs     []GateGPU     `json:"gpus,omitempty"`
+	// Reason says what was still out of band at the last poll (or why the
+	// gate was skipped); empty when the gate opened.
+	Reason    string  `json:"reason,omitempty"`
+	BandC     float64 `json:"band_c"`
+	MemTolMiB float64 `json:"mem_tolerance_mib"`
+}
+
+func (g *Gate) defaults() (band, tol float64, timeout, poll time.Duration, c Clock) {
+	band, tol, timeout, poll = g.TempBandC, g.MemToleranceMiB, g.Timeout, g.Poll
+	if band <= 0 {
+		band = DefaultTempBandC
+	}
+	if tol <= 0 {
+		tol = DefaultMemToleranceMiB
+	}
+	if timeout <= 0 {
+		timeout = DefaultGateTimeout
+	}
+	if poll <= 0 {
+		poll = DefaultGatePoll
+	}
+	return band, tol, timeout, poll, orSystem(g.Clock)
+}
+
+// MeasureBaseline takes one reading of the idle GPUs (before the first
+// launch of a sweep) and keeps it as the baseline.
+func (g *Gate) MeasureBaseline(ctx context.Context) error {
+	s, err := g.Read(ctx)
+	if err != nil {
+		return fmt.Errorf("gate baseline: %w", err)
+	}
+	g.Baseline = s
+	return nil
+}
+
+// Wait polls until every baseline GPU is back in band, the timeout passes
+// (TimedOut, not an error) or ctx ends (its error). Read errors are retried
+// until the timeout and reported in Reason.
+func (g *Gate) Wait(ctx context.Context) (GateResult, error) {
+	band, tol, timeout, poll, clock := g.defaults()
+	res := GateResult{BandC: band, MemTolMiB: tol}
+	if len(g.Baseline) == 0 {
+		res.Skipped, res.Reason = true, "no GPU baseline (no GPU or NVML unavailable)"
+		return res, nil
+	}
+	start := clock.Now()
+	deadline := start.Add(timeout)
+	for {
+		res.Polls++
+		cur, err := g.Read(ctx)
+		now := clock.Now()
+		res.Waited = now.Sub(start)
+		res.WaitedS = res.Waited.Seconds()
+		if err != nil {
+			res.Reason = "read: " + err.Error()
+		} else {
+			var ok bool
+			res.GPUs, ok, res.Reason = g.check(cur, band, tol)
+			if ok {
+				return res, nil
+			}
+		}
+		if !now.Before(deadline) {
+			res.TimedOut = true
+			return res, nil
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-clock.After(min(poll, deadline.Sub(now))):
+		}
+	}
+}
+
+// check compares a reading with the baseline, GPU by GPU (host and index).
+func (g *Gate) check(cur []GPUSample, band, tol float64) ([]GateGPU, bool, string) {
+	byKey := make(map[gpuKey]GPUSample, len(cur))
+	for _, s := range cur {
+		byKey[gpuKey{s.Host, s.GPU}] = s
+	}
+	var (
+		out     []GateGPU
+		reasons []string
+	)
+	for _, b := range g.Baseline {
+		name := fmt.Sprintf("%s/gpu%d", b.Host, b.GPU)
+		s, found := byKey[gpuKey{b.Host, b.GPU}]
+		st := GateGPU{Host: b.Host, GPU: b.GPU, BaseTempC: b.TempC, BaseMemUsedMiB: b.MemUsedMiB,
+			TempC: s.TempC, MemUsedMiB: s.MemUsedMiB}
+		if !found {
+			reasons = append(reasons, name+": missing from reading")
+			out = append(out, st)
+			continue
+		}
+		memOK := s.MemUsedMiB <= b.MemUsedMiB+tol
+		tempOK := math.Abs(s.TempC-b.TempC) <= band
+		st.OK = memOK && tempOK
+		if !memOK {
+			reasons = append(reasons, fmt.Sprintf("%s: memory used %.0f MiB > idle %.0f + %.0f MiB",
+				name, s.MemUsedMiB, b.MemUsedMiB, tol))
+		}
+		if !tempOK {
+			reasons = append(reasons, fmt.Sprintf("%s: temperature %.0f °C outside baseline %.0f ± %g °C",
+				name, s.TempC, b.TempC, band))
+		}
+		out = append(out, st)
+	}
+	return out, len(reasons) == 0, strings.Join(reasons, "; ")
+}

@@ -1,0 +1,186 @@
+package probes
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func readTestdata(tb testing.TB, name string) string {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestParseMetricsVLLM(t *testing.T) {
+	m, err := ParseMetrics(strings.NewReader(readTestdata(t, "vllm_metrics.txt")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"vllm:num_requests_running":                12 + 9, // summed over engines
+		"vllm:num_requests_waiting":                3,
+		"vllm:prefix_cache_queries_total":          1228800 + 983040,
+		"vllm:prefix_cache_hits_total":             614400 + 393216,
+		"vllm:external_prefix_cache_queries_total": 409600,
+		"vllm:external_prefix_cache_hits_total":    131072,
+		"vllm:num_preemptions_total":               5,
+		"vllm:request_success_total":               540, // over finished_reason
+		"vllm:time_to_first_token_seconds_count":   300,
+		"vllm:time_to_first_token_seconds_sum":     134.7,
+		"vllm:iteration_tokens_total_count":        5000,
+		"vllm:cache_config_info":                   1,
+		"python_gc_objects_collected_total":        12873 + 2412 + 301,
+		"process_resident_memory_bytes":            2147483648,
+	}
+	for k, v := range want {
+		if got, ok := m[k]; !ok || !closeTo(got, v, 1e-12) {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
+		}
+	}
+	for k := range m {
+		if strings.HasSuffix(k, "_bucket") || strings.HasSuffix(k, "_created") {
+			t.Errorf("%s should be dropped", k)
+		}
+	}
+}
+
+func TestParseMetricsErrors(t *testing.T) {
+	for _, tc := range []struct{ text, line string }{
+		{"a 1\nb{x=\"1\" 2\n", "line 2"},
+		{"# TYPE a counter\n# TYPE a gauge\n", "line 2"},
+		{"# TYPE a countr\n", "line 1"},
+		{"a 1\n\nb notanumber\n", "line 3"},
+		{"a{x=1} 1\n", "line 1"},
+		{"9a 1\n", "line 1"},
+		{"a 1 2 3\n", "line 1"},
+	} {
+		_, err := ParseMetrics(strings.NewReader(tc.text))
+		if err == nil || !strings.Contains(err.Error(), tc.line) {
+			t.Errorf("%q: error %v, want one naming %s", tc.text, err, tc.line)
+		}
+	}
+	// The UTF-8 extension: a quoted name inside the braces, timestamps, NaN.
+	m, err := ParseMetrics(strings.NewReader("{\"my.metric\",le=\"x\"} 2 1700000000000\nvllm:x{a=\"\\\"q\\\\\"} 3\nn NaN\n"))
+	if err != nil || m["my.metric"] != 2 || m["vllm:x"] != 3 || len(m) != 2 {
+		t.Fatalf("%v %v", m, err)
+	}
+}
+
+func scrapeText(hits, queries, running float64) string {
+	return strings.NewReplacer("HITS", ftoa(hits), "QUERIES", ftoa(queries), "RUN", ftoa(running)).Replace(
+		"# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{engine=\"0\"} HITS\n" +
+			"# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{engine=\"0\"} QUERIES\n" +
+			"vllm:num_requests_running{engine=\"0\"} RUN\nvllm:num_requests_waiting{engine=\"0\"} 1\n")
+}
+
+func TestScraperAndSummary(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		k := float64(n.Add(1)) // 1 before, 2..4 during, 5 after
+		w.Write([]byte(scrapeText(100*k, 1000*k, k)))
+	}))
+	defer srv.Close()
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "boom", http.StatusInternalServerError)
+	}))
+	defer bad.Close()
+
+	var sink strings.Builder
+	clock := newFakeClock(false)
+	sc := &Scraper{Targets: []string{srv.URL}, Clock: clock, Sink: &sink}
+	ctx := context.Background()
+	before, err := sc.Round(ctx, PhaseBefore)
+	if err != nil || before[0].Err != "" {
+		t.Fatal(err, before)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan []Scrape)
+	go func() { d, _ := sc.Run(dctx); done <- d }()
+	clock.waitTicker(1)
+	for i := int64(0); i < 3; i++ {
+		clock.Tick(1e9)
+		for n.Load() < 2+i { // this round has been served (it read the clock first)
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cancel()
+	during := <-done
+	after, _ := sc.Round(ctx, PhaseAfter)
+	if len(during) != 3 {
+		t.Fatalf("%d during scrapes, want 3", len(during))
+	}
+	// A second target that fails is noted, not fatal.
+	badScrape, _ := (&Scraper{Targets: []string{bad.URL}}).Round(ctx, PhaseBefore)
+	if !strings.Contains(badScrape[0].Err, "HTTP 500") {
+		t.Errorf("bad target: %+v", badScrape[0])
+	}
+	cs := SummarizeMetrics(append(before, badScrape...), after, during)
+	if cs.Targets != 1 || cs.Hits != 400 || cs.Queries != 4000 || !cs.HitRateValid || cs.HitRate != 0.1 {
+		t.Errorf("summary %+v", cs)
+	}
+	if cs.Running.Mean != 3 || cs.Running.Max != 4 || cs.Waiting.Mean != 1 || cs.DuringRounds != 3 {
+		t.Errorf("levels %+v %+v rounds %d", cs.Running, cs.Waiting, cs.DuringRounds)
+	}
+	lines, err := ReadScrapes(strings.NewReader(sink.String()))
+	if err != nil || len(lines) != 5 || lines[0].Phase != PhaseBefore || lines[4].Phase != PhaseAfter {
+		t.Fatalf("metrics.jsonl: %d lines, %v", len(lines), err)
+	}
+}
+
+func TestSummarizeMetricsOldNamesAndReset(t *testing.T) {
+	sc := func(tgt string, v map[string]float64) Scrape { return Scrape{Target: tgt, Values: v} }
+	before := []Scrape{
+		sc("a", map[string]float64{"vllm:gpu_prefix_cache_hits_total": 10, "vllm:gpu_prefix_cache_queries_total": 100, "vllm:num_preemptions_total": 7}),
+		sc("b", map[string]float64{"vllm:prefix_cache_hits_total": 50, "vllm:prefix_cache_queries_total": 500,
+			"vllm:external_prefix_cache_hits_total": 0, "vllm:external_prefix_cache_queries_total": 0}),
+	}
+	after := []Scrape{
+		sc("a", map[string]float64{"vllm:gpu_prefix_cache_hits_total": 30, "vllm:gpu_prefix_cache_queries_total": 200, "vllm:num_preemptions_total": 2}),
+		sc("b", map[string]float64{"vllm:prefix_cache_hits_total": 110, "vllm:prefix_cache_queries_total": 700,
+			"vllm:external_prefix_cache_hits_total": 30, "vllm:external_prefix_cache_queries_total": 120}),
+	}
+	cs := SummarizeMetrics(before, after, nil)
+	if cs.Hits != 80 || cs.Queries != 300 || !closeTo(cs.HitRate, 80.0/300, 1e-12) {
+		t.Errorf("hits %v queries %v rate %v", cs.Hits, cs.Queries, cs.HitRate)
+	}
+	if !cs.ExternalValid || cs.ExternalHitRate != 0.25 || cs.Preemptions != 2 {
+		t.Errorf("external %+v", cs)
+	}
+	notes := strings.Join(cs.Notes, "|")
+	if !strings.Contains(notes, "old name") || !strings.Contains(notes, "backwards") {
+		t.Errorf("notes %q", notes)
+	}
+	if empty := SummarizeMetrics(nil, nil, nil); empty.HitRateValid || empty.Targets != 0 {
+		t.Errorf("empty %+v", empty)
+	}
+}
+
+func TestMetricsURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:8000":         "http://127.0.0.1:8000/metrics",
+		"http://127.0.0.1:8000/":        "http://127.0.0.1:8000/metrics",
+		"http://127.0.0.1:9000/custom":  "http://127.0.0.1:9000/custom",
+		"http://127.0.0.1:8000/metrics": "http://127.0.0.1:8000/metrics",
+	} {
+		if got := MetricsURL(in); got != want {
+			t.Errorf("%s → %s, want %s", in, got, want)
+		}
+	}
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

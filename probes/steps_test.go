@@ -1,0 +1,281 @@
+package probes
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// numpyPercentile is numpy.percentile(xs, p*100) with the default "linear"
+// method, computed from a sorted copy: the independent reference.
+func numpyPercentile(xs []float64, p float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	h := float64(len(s)-1) * p
+	lo := int(math.Floor(h))
+	hi := min(lo+1, len(s)-1)
+	return s[lo] + (h-float64(lo))*(s[hi]-s[lo])
+}
+
+func refQuantiles(xs []float64) Quantiles {
+	q := Quantiles{N: int64(len(xs)), Min: math.Inf(1), Max: math.Inf(-1)}
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+		q.Min, q.Max = min(q.Min, x), max(q.Max, x)
+	}
+	q.Mean = sum / float64(len(xs))
+	q.P50, q.P90, q.P99 = numpyPercentile(xs, .5), numpyPercentile(xs, .9), numpyPercentile(xs, .99)
+	return q
+}
+
+func closeTo(a, b, rel float64) bool {
+	return math.Abs(a-b) <= rel*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
+
+func checkQuantiles(t *testing.T, name string, got, want Quantiles, rel float64) {
+	t.Helper()
+	if got.N != want.N || !closeTo(got.Mean, want.Mean, 1e-9) || !closeTo(got.P50, want.P50, rel) ||
+		!closeTo(got.P90, want.P90, rel) || !closeTo(got.P99, want.P99, rel) ||
+		got.Min != want.Min || got.Max != want.Max {
+		t.Errorf("%s:\n got %+v\nwant %+v", name, got, want)
+	}
+}
+
+// genLog writes a step log of n steps in varied but valid shapes, plus
+// malformed and blank lines, and returns the expected values per timer for
+// steps inside [from, to] and the number of malformed lines.
+func genLog(rng *rand.Rand, n int, from, to int64) (log []byte, want map[string][]float64, kept, malformed int) {
+	var b bytes.Buffer
+	want = map[string][]float64{}
+	ts := int64(1_780_000_000_000_000)
+	for i := 0; i < n; i++ {
+		ts += 20 + rng.Int64N(400)
+		vals := map[string]float64{}
+		var parts []string
+		parts = append(parts, fmt.Sprintf(`"ts_us":%d`, ts))
+		for ti, name := range TimerNames {
+			if ti > 0 && rng.IntN(4) == 0 {
+				if rng.IntN(3) == 0 {
+					parts = append(parts, fmt.Sprintf(`"%s":null`, name))
+				}
+				continue // absent
+			}
+			var v float64
+			switch rng.IntN(10) {
+			case 0:
+				v = math.Round(rng.Float64()*1e5) / 100 // non-integer µs
+			case 1:
+				v = float64(2_000_000 + rng.IntN(1000)) // beyond the dense range
+			default:
+				v = float64(int(math.Exp(3 + 5*rng.Float64())))
+			}
+			vals[name] = v
+			parts = append(parts, fmt.Sprintf(`"%s":%s`, name, strconv.FormatFloat(v, fmtByte(rng), -1, 64)))
+		}
+		parts = append(parts, fmt.Sprintf(`"num_running":%d`, rng.IntN(64)), `"pid":4242`)
+		switch rng.IntN(20) {
+		case 0:
+			parts = append(parts, `"note":"plain string"`, `"ok":true`, `"x":false`)
+		case 1:
+			parts = append(parts, `"nested":{"a":[1,2,{"b":null}]}`) // slow path
+		case 2:
+			parts = append(parts, `"esc":"tab\tquote\""`) // slow path
+		}
+		rng.Shuffle(len(parts), func(a, c int) { parts[a], parts[c] = parts[c], parts[a] })
+		sep := ","
+		if rng.IntN(10) == 0 {
+			sep = " , "
+		}
+		line := "{" + strings.Join(parts, sep) + "}"
+		if rng.IntN(15) == 0 {
+			line = " " + line + " \r"
+		}
+		b.WriteString(line + "\n")
+		if (from == 0 || ts >= from) && (to == 0 || ts <= to) {
+			kept++
+			for k, v := range vals {
+				want[k] = append(want[k], v)
+			}
+		}
+		switch rng.IntN(40) {
+		case 0:
+			b.WriteString(line[:len(line)/2] + "\n") // truncated
+			malformed++
+		case 1:
+			fmt.Fprintf(&b, "{\"ts_us\":%d,\"schedule_us\":5}\n", ts) // no step_duration_us
+			malformed++
+		case 2:
+			fmt.Fprintf(&b, "{\"ts_us\":%d,\"step_duration_us\":\"12\"}\n", ts) // string
+			malformed++
+		case 3:
+			b.WriteString("not json at all\n")
+			malformed++
+		case 4:
+			b.WriteString("\n   \n")
+		}
+	}
+	return b.Bytes(), want, kept, malformed
+}
+
+func TestSummarizeStepsAgainstReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		name     string
+		n        int
+		from, to int64
+	}{
+		{"whole", 5000, 0, 0},
+		{"window", 5000, 1_780_000_000_200_000, 1_780_000_000_600_000},
+		{"from only", 3000, 1_780_000_000_300_000, 0},
+		{"to only", 3000, 0, 1_780_000_000_100_000},
+		{"one step", 1, 0, 0},
+		{"empty window", 100, 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log, want, kept, malformed := genLog(rng, tc.n, tc.from, tc.to)
+			var cp bytes.Buffer
+			st, err := SummarizeSteps(context.Background(), bytes.NewReader(log), tc.from, tc.to, &cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.NSteps != int64(kept) || st.Malformed != int64(malformed) {
+				t.Fatalf("n_steps %d malformed %d, want %d and %d (first: %s)", st.NSteps, st.Malformed, kept, malformed, st.FirstMalformed)
+			}
+			for _, name := range TimerNames {
+				xs := want[name]
+				got, ok := st.Timers[name]
+				if len(xs) == 0 {
+					if ok {
+						t.Errorf("%s: present with no values", name)
+					}
+					continue
+				}
+				checkQuantiles(t, name, got, refQuantiles(xs), 1e-12)
+			}
+			// The copy holds exactly the kept lines, and re-summarizes the same.
+			if got := bytes.Count(cp.Bytes(), []byte("\n")); got != kept {
+				t.Fatalf("copy has %d lines, want %d", got, kept)
+			}
+			st2, err := SummarizeSteps(context.Background(), &cp, 0, 0, nil)
+			if err != nil || st2.NSteps != st.NSteps || st2.Malformed != 0 {
+				t.Fatalf("re-summary of copy: %+v %v", st2, err)
+			}
+			for k, q := range st.Timers {
+				if st2.Timers[k] != q {
+					t.Errorf("copy %s: %+v != %+v", k, st2.Timers[k], q)
+				}
+			}
+		})
+	}
+}
+
+func TestSummarizeStepsEdgeLines(t *testing.T) {
+	log := strings.Join([]string{
+		`{"ts_us":10,"step_duration_us":5,"build_meta_us":0}`, // measured zero is kept
+		`{"ts_us":11,"step_duration_us":7,"build_meta_us":null}`,
+		`{"ts_us":12.9,"step_duration_us":1e1}`,               // float ts floors to 12
+		`{"ts_us":13,"step_duration_us":3,"ts_us":14}`,        // last duplicate wins
+		`{"ts_u\u0073":15,"step_duration_us":4}`,              // escaped key (slow path)
+		`{"ts_us":16,"step_duration_us":01}`,                  // invalid JSON number
+		`[1,2]`,                                               // not an object
+		`null`,                                                // not an object
+		`{"ts_us":17,"step_duration_us":2} trailing`,          // trailing garbage
+		`{"ts_us":18,"step_duration_us":2,"execute_us":true}`, // bool in a timer
+		`{"ts_us":19,"step_duration_us":6}`,                   // last line without newline
+	}, "\n")
+	st, err := SummarizeSteps(context.Background(), strings.NewReader(log), 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NSteps != 6 || st.Malformed != 5 {
+		t.Fatalf("n_steps %d malformed %d (first %q), want 6 and 5", st.NSteps, st.Malformed, st.FirstMalformed)
+	}
+	if !strings.HasPrefix(st.FirstMalformed, "line 6:") {
+		t.Errorf("first malformed %q, want line 6", st.FirstMalformed)
+	}
+	checkQuantiles(t, "step", st.Timers["step_duration_us"], refQuantiles([]float64{5, 7, 10, 3, 4, 6}), 1e-12)
+	if q := st.Timers["build_meta_us"]; q.N != 1 || q.Max != 0 {
+		t.Errorf("build_meta: %+v, want one measured zero", q)
+	}
+	if st.FirstTsUs != 10 || st.LastTsUs != 19 {
+		t.Errorf("ts range %d..%d", st.FirstTsUs, st.LastTsUs)
+	}
+	// Window bounds are inclusive; 12.9 floors to 12.
+	st, _ = SummarizeSteps(context.Background(), strings.NewReader(log), 12, 14, nil)
+	if st.NSteps != 2 {
+		t.Errorf("window [12,14]: %d steps, want 2", st.NSteps)
+	}
+}
+
+func TestSummarizeStepsLongLine(t *testing.T) {
+	long := `{"ts_us":1,"step_duration_us":9,"pad":"` + strings.Repeat("x", 3*readBufSize) + `"}`
+	log := long + "\n" + `{"ts_us":2,"step_duration_us":11}` + "\n"
+	st, err := SummarizeSteps(context.Background(), strings.NewReader(log), 0, 0, nil)
+	if err != nil || st.NSteps != 2 || st.Malformed != 0 {
+		t.Fatalf("%+v %v", st, err)
+	}
+}
+
+func TestSummarizeStepsCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := newRepeatReader(genBlock(100), 100, 1_000_000)
+	if _, err := SummarizeSteps(ctx, r, 0, 0, nil); err == nil {
+		t.Fatal("want context error")
+	}
+}
+
+// Many distinct non-integer values force binning: the percentiles must stay
+// within the documented relative error of 2^-11.
+func TestSummarizeStepsBinnedError(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var b bytes.Buffer
+	var xs []float64
+	for i := 0; i < 3*tailCap; i++ {
+		v := math.Exp(2+8*rng.Float64()) + 0.5*rng.Float64()
+		xs = append(xs, v)
+		fmt.Fprintf(&b, `{"ts_us":%d,"step_duration_us":%s}`+"\n", i+1, strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	st, err := SummarizeSteps(context.Background(), &b, 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := st.Timers["step_duration_us"]
+	if !q.Approx {
+		t.Fatal("want Approx after binning")
+	}
+	checkQuantiles(t, "binned", q, refQuantiles(xs), 1.0/2048)
+}
+
+// fmtByte picks plain or exponent notation for a value.
+func fmtByte(rng *rand.Rand) byte {
+	if rng.IntN(5) == 0 {
+		return 'g'
+	}
+	return 'f'
+}
+
+func TestParseDigits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 20000; i++ {
+		n := 1 + rng.IntN(18)
+		digits := make([]byte, n)
+		for k := range digits {
+			digits[k] = byte('0' + rng.IntN(10))
+		}
+		tails := []string{"", ",", "}", " ", ".5", "e3", "\xff", "x12345678"}
+		in := append(append([]byte("xx"), digits...), tails[rng.IntN(len(tails))]...)
+		want, _ := strconv.ParseInt(string(digits), 10, 64)
+		got, end := parseDigits(in, 2)
+		if got != want || end != 2+n {
+			t.Fatalf("%q: got %d end %d, want %d end %d", in, got, end, want, 2+n)
+		}
+	}
+}

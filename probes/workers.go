@@ -1,0 +1,155 @@
+package probes
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// WorkerLogGlob returns the glob pattern of the per-pid worker files that
+// vLLM worker processes write next to a step log:
+// "<steplog without .jsonl>.worker.*.jsonl".
+func WorkerLogGlob(stepLog string) string {
+	return strings.TrimSuffix(stepLog, ".jsonl") + ".worker.*.jsonl"
+}
+
+// MergeStats counts what MergeWorkerTimings did.
+type MergeStats struct {
+	Steps           int64 // main lines written
+	Merged          int64 // steps that got get_finished_us from the workers
+	MainMalformed   int64 // main lines copied through unchanged because unparsable
+	WorkerLines     int64 // worker lines read
+	WorkerMalformed int64 // worker lines skipped (no ts_us or get_finished_us)
+}
+
+// workerStream is one worker file with one parsed line of look-ahead.
+type workerStream struct {
+	lr     *lineReader
+	idx    int
+	peeked bool
+	eof    bool
+	ts     int64
+	gf     float64
+	pid    float64
+}
+
+// peek loads the next valid worker line; false at end of stream.
+func (ws *workerStream) peek(st *MergeStats) (bool, error) {
+	var rec StepRecord
+	for !ws.peeked && !ws.eof {
+		line, tooLong, err := ws.lr.next()
+		if errors.Is(err, io.EOF) {
+			ws.eof = true
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("worker log %d: %w", ws.idx, err)
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		st.WorkerLines++
+		if tooLong || parseFields(nil, line, &rec) != nil || rec.Has&(1<<FieldGetFinished) == 0 {
+			st.WorkerMalformed++
+			continue
+		}
+		ws.ts, ws.gf, ws.peeked = rec.TsUs, rec.Values[FieldGetFinished], true
+		ws.pid = -1 - float64(ws.idx) // a file without pids counts as one worker
+		if v, ok := rec.Get(FieldPID); ok {
+			ws.pid = v
+		}
+	}
+	return ws.peeked, nil
+}
+
+// MergeWorkerTimings writes the main step log to w with get_finished_us
+// filled in from the worker logs. For each main step, whose interval is
+// (ts_us − step_duration_us, ts_us], it sums each worker pid's
+// get_finished_us with ts_us inside the interval and takes the maximum over
+// pids (the slowest worker gates the step). A main line that already has
+// get_finished_us, or whose interval holds no worker line, is written
+// unchanged; so are malformed main lines (SummarizeSteps counts them).
+// unaccounted_us is left as is: worker get_finished runs inside the step's
+// execute phase as the main process sees it.
+//
+// All files are streamed in one pass and must each be in ts_us order (as
+// appended); memory is O(number of worker pids).
+func MergeWorkerTimings(ctx context.Context, main io.Reader, workers []io.Reader, w io.Writer) (MergeStats, error) {
+	var st MergeStats
+	streams := make([]*workerStream, len(workers))
+	for i, r := range workers {
+		streams[i] = &workerStream{lr: newLineReader(r), idx: i}
+	}
+	bw := bufio.NewWriterSize(w, 1<<16)
+	mr := newLineReader(main)
+	sums := make(map[float64]float64)
+	var rec StepRecord
+	var num []byte
+	for lineNo := int64(1); ; lineNo++ {
+		if lineNo%ctxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return st, err
+			}
+		}
+		line, tooLong, err := mr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return st, fmt.Errorf("main step log: read after line %d: %w", lineNo-1, err)
+		}
+		if tooLong || ParseStepLine(line, &rec) != nil {
+			if len(bytes.TrimSpace(line)) > 0 {
+				st.MainMalformed++
+			}
+			st.Steps++
+			bw.Write(line)
+			bw.WriteByte('\n')
+			continue
+		}
+		start := rec.TsUs - int64(rec.Values[FieldStepDuration])
+		clear(sums)
+		for _, ws := range streams {
+			for {
+				ok, err := ws.peek(&st)
+				if err != nil {
+					return st, err
+				}
+				if !ok || ws.ts > rec.TsUs {
+					break
+				}
+				if ws.ts > start {
+					sums[ws.pid] += ws.gf
+				}
+				ws.peeked = false
+			}
+		}
+		_, has := rec.Get(FieldGetFinished)
+		end := bytes.LastIndexByte(line, '}')
+		st.Steps++
+		if has || len(sums) == 0 || end < 0 {
+			bw.Write(line)
+			bw.WriteByte('\n')
+			continue
+		}
+		mx := 0.0
+		for _, v := range sums {
+			mx = max(mx, v)
+		}
+		st.Merged++
+		num = strconv.AppendFloat(num[:0], mx, 'f', -1, 64)
+		bw.Write(line[:end])
+		bw.WriteString(`,"get_finished_us":`)
+		bw.Write(num)
+		bw.WriteString("}\n")
+	}
+	if err := bw.Flush(); err != nil {
+		return st, fmt.Errorf("merged step log: %w", err)
+	}
+	return st, nil
+}

@@ -1,0 +1,150 @@
+package results
+
+import (
+	"math"
+	"sort"
+)
+
+// CellSummary is cells/<id>/summary_A.json: a cell across its runs.
+type CellSummary struct {
+	Cell              string                 `json:"cell"`
+	Config            string                 `json:"config"`
+	Shape             string                 `json:"shape"`
+	Rate              float64                `json:"rate"`
+	SameAs            string                 `json:"same_as,omitempty"`
+	Simulated         bool                   `json:"simulated"`
+	Engine            string                 `json:"engine,omitempty"`
+	Confidence        float64                `json:"confidence"`
+	NRuns             int                    `json:"n_runs"` // usable (ok or saturated) runs
+	SaturatedRuns     int                    `json:"saturated_runs"`
+	ClientLimitedRuns int                    `json:"client_limited_runs"`
+	Metrics           map[string]MetricStats `json:"metrics"`
+	Runs              []CellRun              `json:"runs"`
+	MissingBlocks     []int                  `json:"missing_blocks"`
+}
+
+// MetricStats is one metric of a cell across runs: the mean, its Student-t
+// CI, the CV, and the per-run values with their blocks. Statistics that do
+// not exist (fewer than two runs, zero mean) are null.
+type MetricStats struct {
+	Mean         *float64  `json:"mean"`
+	CILo         *float64  `json:"ci_lo"`
+	CIHi         *float64  `json:"ci_hi"`
+	HalfWidth    *float64  `json:"half_width"`
+	RelHalfWidth *float64  `json:"rel_half_width"`
+	CV           *float64  `json:"cv"`
+	N            int       `json:"n"`
+	Values       []float64 `json:"values"`
+	Blocks       []int     `json:"blocks"`
+}
+
+// CellRun is one run of a cell as listed in its cell summary.
+type CellRun struct {
+	Block               int    `json:"block"`
+	Status              string `json:"status"`
+	Reason              string `json:"reason,omitempty"`
+	Dir                 string `json:"dir"`
+	Used                bool   `json:"used"` // counted in the statistics
+	Saturated           bool   `json:"saturated"`
+	SaturationReason    string `json:"saturation_reason,omitempty"`
+	ClientLimited       bool   `json:"client_limited"`
+	ClientLimitedReason string `json:"client_limited_reason,omitempty"`
+}
+
+// summarizeCell computes a cell's across-run statistics.
+func summarizeCell(c *cellData, s *Sweep, blocks int) CellSummary {
+	cs := CellSummary{
+		Cell: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: c.Info.Rate,
+		SameAs: c.Info.SameAs, Simulated: s.Simulated, Confidence: s.Confidence,
+		Metrics: map[string]MetricStats{}, Runs: []CellRun{}, MissingBlocks: []int{},
+	}
+	for _, r := range c.Runs {
+		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: r.Ref.Reason, Dir: r.Ref.Dir, Used: r.Problem == "" && r.Sum != nil}
+		if r.Problem != "" && cr.Reason == "" {
+			cr.Reason = r.Problem
+		}
+		if r.Sum != nil {
+			cr.Saturated = r.Sum.Saturated || r.Ref.Status == "saturated"
+			cr.SaturationReason = r.Sum.SaturationReason
+			if cr.Saturated && cr.SaturationReason == "" {
+				cr.SaturationReason = r.Ref.Reason
+			}
+			cr.ClientLimited, cr.ClientLimitedReason = r.Sum.ClientLimited, r.Sum.ClientLimitedReason
+			if cs.Engine == "" {
+				cs.Engine = r.Sum.Engine
+			}
+		}
+		if cr.Used {
+			cs.NRuns++
+			if cr.Saturated {
+				cs.SaturatedRuns++
+			}
+			if cr.ClientLimited {
+				cs.ClientLimitedRuns++
+			}
+		}
+		cs.Runs = append(cs.Runs, cr)
+	}
+	for b := 1; b <= blocks; b++ {
+		if c.Used[b] == nil {
+			cs.MissingBlocks = append(cs.MissingBlocks, b)
+		}
+	}
+	keys := map[string]bool{}
+	for _, r := range c.Used {
+		for k := range r.Metrics {
+			keys[k] = true
+		}
+	}
+	for k := range keys {
+		cs.Metrics[k] = metricStats(c.metricByBlock(k), s.Confidence)
+	}
+	return cs
+}
+
+// metricByBlock returns block → value of metric key over the used runs.
+func (c *cellData) metricByBlock(key string) map[int]float64 {
+	out := map[int]float64{}
+	for b, r := range c.Used {
+		if v, ok := r.Metrics[key]; ok {
+			out[b] = v
+		}
+	}
+	return out
+}
+
+// saturated reports whether any used run of the cell was saturated.
+func (c *cellData) saturated() bool { return c.Sum.SaturatedRuns > 0 }
+
+// metricStats computes mean, CI and CV of per-block values.
+func metricStats(byBlock map[int]float64, confidence float64) MetricStats {
+	ms := MetricStats{Values: []float64{}, Blocks: []int{}}
+	for b := range byBlock {
+		ms.Blocks = append(ms.Blocks, b)
+	}
+	sort.Ints(ms.Blocks)
+	for _, b := range ms.Blocks {
+		ms.Values = append(ms.Values, byBlock[b])
+	}
+	ms.N = len(ms.Values)
+	m, half := MeanCI(ms.Values, confidence)
+	ms.Mean, ms.HalfWidth = ptr(m), ptr(half)
+	ms.CILo, ms.CIHi = ptr(m-half), ptr(m+half)
+	if m != 0 {
+		ms.RelHalfWidth = ptr(half / math.Abs(m))
+	}
+	ms.CV = ptr(CV(ms.Values))
+	return ms
+}
+
+// redactCell applies the redactor to every free-text field of a cell summary.
+func redactCell(cs CellSummary, red func(string) string) CellSummary {
+	cs.Cell, cs.Config, cs.Shape, cs.SameAs, cs.Engine = red(cs.Cell), red(cs.Config), red(cs.Shape), red(cs.SameAs), red(cs.Engine)
+	runs := make([]CellRun, len(cs.Runs))
+	for i, r := range cs.Runs {
+		r.Reason, r.Dir, r.SaturationReason, r.ClientLimitedReason = red(r.Reason), red(r.Dir), red(r.SaturationReason), red(r.ClientLimitedReason)
+		runs[i] = r
+	}
+	cs.Runs = runs
+	return cs
+}

@@ -1,0 +1,93 @@
+package results
+
+import (
+	"math"
+	"testing"
+)
+
+func TestCompareKnownValues(t *testing.T) {
+	base := map[int]float64{1: 100, 2: 200, 3: 50, 4: 80}
+	treat := map[int]float64{1: 110, 2: 224, 3: 54, 5: 999} // block 4 and 5 unpaired
+	c := Compare(base, treat, 0.95)
+	logs := []float64{math.Log(1.10), math.Log(1.12), math.Log(1.08)}
+	m, half := MeanCI(logs, 0.95)
+	if c.N != 3 || len(c.Blocks) != 3 || c.Blocks[2] != 3 {
+		t.Fatalf("paired blocks = %v", c.Blocks)
+	}
+	if !near(c.MeanLog, m, 1e-12) || !near(c.Effect, math.Exp(m)-1, 1e-12) ||
+		!near(c.Lo, math.Exp(m-half)-1, 1e-12) || !near(c.Hi, math.Exp(m+half)-1, 1e-12) {
+		t.Errorf("effect %v [%v, %v]", c.Effect, c.Lo, c.Hi)
+	}
+	// t = mean/(sd/√3) on 2 df; sd of the three logs by hand.
+	sd := sampleStd(logs)
+	if want := tTwoSidedP(m/(sd/math.Sqrt(3)), 2); !near(c.P, want, 1e-12) || c.P > 0.05 {
+		t.Errorf("p = %v, want %v", c.P, want)
+	}
+	// Unpaired ranks: base 50,100,200 → ranks 1,3,5, U = 9 − 6 = 3; exact
+	// null counts of U = 0..3 are 1,1,2,3 of 20 ⇒ p = 2·7/20 = 0.7. The
+	// unpaired test cannot see what pairing shows.
+	if !near(c.PMW, 0.7, 1e-12) {
+		t.Errorf("Mann–Whitney p = %v, want 0.7", c.PMW)
+	}
+	if !c.Significant() {
+		t.Error("a consistent +10% over 3 blocks is not significant")
+	}
+}
+
+func TestComparisonString(t *testing.T) {
+	cases := []struct {
+		name string
+		c    Comparison
+		want string
+	}{
+		{"effect", Comparison{N: 5, Effect: 0.123, Lo: 0.081, Hi: 0.166, P: 0.001, PAdj: 0.004, Confidence: 0.95}, "+12.3% [+8.1, +16.6]"},
+		{"negative effect", Comparison{N: 5, Effect: -0.06, Lo: -0.09, Hi: -0.031, PAdj: 0.01, Confidence: 0.95}, "-6.0% [-9.0, -3.1]"},
+		{"CI includes 0", Comparison{N: 5, Effect: 0.02, Lo: -0.03, Hi: 0.07, P: 0.3, PAdj: 0.3, Confidence: 0.95}, "within noise (±5.0%)"},
+		{"significant alone, not after Holm", Comparison{N: 5, Effect: 0.05, Lo: 0.01, Hi: 0.09, P: 0.03, PAdj: 0.12, Confidence: 0.95}, "within noise (±4.0%)"},
+		{"one block", Comparison{N: 1, Effect: 0.3}, "n/a (1 block)"},
+		{"no block", Comparison{}, "n/a (0 blocks)"},
+		{"saturated effect", Comparison{N: 3, Effect: 0.29, Lo: 0.2, Hi: 0.38, PAdj: 0.001, Confidence: 0.95, Saturated: true}, "+29.0% [+20.0, +38.0] [saturated]"},
+		{"saturated noise", Comparison{N: 3, Effect: 0.29, Lo: -0.2, Hi: 0.9, PAdj: 0.3, Confidence: 0.95, Saturated: true}, "within noise (±55.0%) [saturated]"},
+		{"saturated n/a", Comparison{N: 1, Saturated: true}, "n/a (1 block) [saturated]"},
+	}
+	for _, c := range cases {
+		if got := c.c.String(); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestCompareEdgeCases(t *testing.T) {
+	// Identical ratio in every block: sd 0, the effect is exact.
+	c := Compare(map[int]float64{1: 100, 2: 200}, map[int]float64{1: 150, 2: 300}, 0.95)
+	if c.P != 0 || c.String() != "+50.0% [+50.0, +50.0]" {
+		t.Errorf("exact ratio: p=%v %q", c.P, c.String())
+	}
+	c = Compare(map[int]float64{1: 100, 2: 200}, map[int]float64{1: 100, 2: 200}, 0.95)
+	if c.P != 1 || c.String() != "within noise (±0.0%)" {
+		t.Errorf("identical: p=%v %q", c.P, c.String())
+	}
+	// Zero, negative and infinite values cannot be log ratios: left out.
+	c = Compare(map[int]float64{1: 0, 2: 100, 3: math.Inf(1)}, map[int]float64{1: 5, 2: -1, 3: 7}, 0.95)
+	if c.N != 0 || c.String() != "n/a (0 blocks)" {
+		t.Errorf("bad values: N=%d %q", c.N, c.String())
+	}
+	// Holm over a family: the smallest p is multiplied by the family size.
+	cs := []Comparison{{N: 5, P: 0.01}, {N: 5, P: 0.04}, {N: 1, P: 1, PAdj: 1}}
+	AdjustHolm(cs)
+	if !near(cs[0].PAdj, 0.02, 1e-12) || !near(cs[1].PAdj, 0.04, 1e-12) || cs[2].PAdj != 1 {
+		t.Errorf("AdjustHolm: %v %v %v", cs[0].PAdj, cs[1].PAdj, cs[2].PAdj)
+	}
+}
+
+func TestResolveMetric(t *testing.T) {
+	for in, want := range map[string]string{
+		"ttft_p90": "p90_ttft_ms", "tpot_p99": "p99_tpot_ms", "e2el_p50": "median_e2el_ms", "itl_mean": "mean_itl_ms",
+		"step_duration_p50": "step_duration_us_p50", "build_meta_us_p90": "build_meta_us_p90",
+		"p90_ttft_ms": "p90_ttft_ms", "request_throughput": "request_throughput", "gpu_util_mean": "gpu_util_mean",
+	} {
+		if got := ResolveMetric(in); got != want {
+			t.Errorf("ResolveMetric(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package results
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// DefaultCompare are the metrics compared with the baseline when a sweep
+// names none (issue 5).
+var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration_p50"}
+
+// DefaultStopMetric is the metric of the stopping rule and of the
+// noise-floor table when a sweep names none.
+const DefaultStopMetric = "ttft_p90"
+
+// identityFields are numeric summary fields that name a run rather than
+// measure it.
+var identityFields = map[string]bool{"rate": true, "block": true}
+
+// RunMetrics flattens a run summary into metric name → value: every numeric
+// top-level field under its JSON name (completed, p90_ttft_ms, thr_ratio, …;
+// null ones are left out), every engine-step timer statistic as
+// <timer>_<stat> (step_duration_us_p50, build_meta_us_p90, …) plus n_steps,
+// and gpu_util_mean, gpu_energy_j, prefix_cache_hit_rate where present.
+func RunMetrics(s *RunSummary) map[string]float64 {
+	out := map[string]float64{}
+	if s == nil {
+		return out
+	}
+	v := reflect.ValueOf(s).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" || name == "-" || identityFields[name] {
+			continue
+		}
+		f := v.Field(i)
+		if f.Kind() == reflect.Pointer {
+			if f.IsNil() || f.Elem().Kind() != reflect.Float64 {
+				continue
+			}
+			f = f.Elem()
+		}
+		switch f.Kind() {
+		case reflect.Float64:
+			out[name] = f.Float()
+		case reflect.Int, reflect.Int64:
+			out[name] = float64(f.Int())
+		}
+	}
+	if st := s.EngineStep; st != nil {
+		out["n_steps"] = float64(st.NSteps)
+		for timer, q := range st.Timers {
+			for stat, x := range map[string]float64{"mean": q.Mean, "p50": q.P50, "p90": q.P90, "p99": q.P99, "min": q.Min, "max": q.Max} {
+				out[timer+"_"+stat] = x
+			}
+		}
+	}
+	if u, ok := gpuUtilMean(s.GPU); ok {
+		out["gpu_util_mean"] = u
+		var e float64
+		for _, g := range s.GPU.PerGPU {
+			e += g.EnergyJ
+		}
+		out["gpu_energy_j"] = e
+	}
+	if h, ok := cacheHitRate(s.PrefixCache); ok {
+		out["prefix_cache_hit_rate"] = h
+	}
+	return out
+}
+
+var (
+	latencyAlias = regexp.MustCompile(`^(ttft|tpot|itl|e2el)_(mean|median|std|p50|p90|p99)$`)
+	timerAlias   = regexp.MustCompile(`^([a-z_]+?)(_us)?_(mean|p50|p90|p99|min|max)$`)
+)
+
+// stepTimers are the timers of engine_step.jsonl, without the _us suffix.
+var stepTimers = map[string]bool{
+	"step_duration": true, "schedule": true, "build_meta": true, "execute": true,
+	"update": true, "get_finished": true, "unaccounted": true,
+}
+
+// ResolveMetric maps a metric name as users write it in a matrix to the key
+// RunMetrics uses: "ttft_p90" → "p90_ttft_ms", "ttft_p50"/"ttft_median" →
+// "median_ttft_ms", "step_duration_p50" → "step_duration_us_p50". Names that
+// are already keys, and names it does not recognise, come back unchanged.
+func ResolveMetric(name string) string {
+	if m := latencyAlias.FindStringSubmatch(name); m != nil {
+		stat := m[2]
+		if stat == "p50" {
+			stat = "median"
+		}
+		return stat + "_" + m[1] + "_ms"
+	}
+	if m := timerAlias.FindStringSubmatch(name); m != nil && stepTimers[m[1]] {
+		return m[1] + "_us_" + m[3]
+	}
+	return name
+}
+
+// RunMetric returns one metric of a run by user name (see ResolveMetric).
+func RunMetric(s *RunSummary, name string) (float64, bool) {
+	v, ok := RunMetrics(s)[ResolveMetric(name)]
+	return v, ok
+}
+
+// ReadRunSummary reads a run's summary_A.json.
+func ReadRunSummary(path string) (*RunSummary, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read run summary: %w", err)
+	}
+	s, err := parseRunSummary(b)
+	if err != nil {
+		return nil, fmt.Errorf("parse run summary %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// parseRunSummary decodes a summary_A.json.
+func parseRunSummary(b []byte) (*RunSummary, error) {
+	var s RunSummary
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// metricUnit guesses the unit of a metric key from its name, for tables.
+func metricUnit(key string) string {
+	switch {
+	case strings.HasSuffix(key, "_ms"):
+		return "ms"
+	case strings.Contains(key, "_us_"), strings.HasSuffix(key, "_us"):
+		return "µs"
+	}
+	return ""
+}
+
+// sortedKeys returns the keys of m in ascending order.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// WriteRunSummary writes a run's summary_A.json atomically, indented, with
+// "<" and ">" left readable.
+func WriteRunSummary(path string, s *RunSummary) error {
+	b, err := encodeJSON(s)
+	if err != nil {
+		return fmt.Errorf("encode run summary %s: %w", path, err)
+	}
+	return WriteFileAtomic(path, b, 0o644)
+}
+
+// encodeJSON encodes v indented by two spaces, without HTML escaping, with a
+// final newline.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

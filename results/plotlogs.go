@@ -1,0 +1,190 @@
+package results
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/mbench/mbench/probes"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Plots drawn from the runs' raw logs: engine steps and GPU samples.
+
+// stepCDFPlot draws the CDF of step_duration_us per config from the runs'
+// engine_step.jsonl, or returns nil when no run has one.
+func stepCDFPlot(ctx context.Context, s *Sweep, ordered []*cellData, rep *Report) *plot.Plot {
+	p := newPlot(s, "Engine step duration CDF", "step_duration (µs, log scale)", "fraction of steps ≤ x")
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, logTicks{}
+	p.Y.Min, p.Y.Max = 0, 1
+	drawn := 0
+	for i, cfg := range configsOf(ordered, s) {
+		res := reservoir{rng: rand.New(rand.NewPCG(uint64(i)+1, 0x5eed))}
+		for _, c := range ordered {
+			for _, r := range c.Runs {
+				if c.Info.Config != cfg || r.Sum == nil || r.Problem != "" || ctx.Err() != nil {
+					continue
+				}
+				if err := readSteps(filepath.Join(s.Dir, r.Ref.Dir, "engine_step.jsonl"), &res); err != nil && !errors.Is(err, os.ErrNotExist) {
+					rep.warn("step CDF: %v", err)
+				}
+			}
+		}
+		if len(res.xs) == 0 {
+			continue
+		}
+		sort.Float64s(res.xs)
+		const points = 500
+		xys := make(plotter.XYs, 0, points+1)
+		for k := 0; k <= points; k++ {
+			q := float64(k) / points
+			xys = append(xys, plotter.XY{X: percentileSorted(res.xs, 100*q), Y: q})
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			continue
+		}
+		l.Color, l.Dashes, l.Width = plotutil.Color(i), plotutil.Dashes(i), vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s (%d steps)", s.redact(cfg), res.seen), l)
+		drawn++
+	}
+	if drawn == 0 {
+		return nil
+	}
+	p.Y.Max = 1 + 0.075*float64(drawn) // headroom above the curves for the legend
+	p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"}, {Value: 0.5, Label: "0.5"}, {Value: 0.75, Label: "0.75"}, {Value: 1, Label: "1"}}
+	p.Legend.Top, p.Legend.Left = true, true
+	return p
+}
+
+// reservoir keeps a uniform random sample of at most stepSampleCap values.
+type reservoir struct {
+	rng  *rand.Rand
+	xs   []float64
+	seen int
+}
+
+// add offers one value to the sample.
+func (r *reservoir) add(x float64) {
+	r.seen++
+	if len(r.xs) < stepSampleCap {
+		r.xs = append(r.xs, x)
+		return
+	}
+	if j := r.rng.IntN(r.seen); j < stepSampleCap {
+		r.xs[j] = x
+	}
+}
+
+// readSteps streams step_duration_us (> 0) of an engine_step.jsonl into res,
+// parsing with probes (which owns the format) and skipping malformed lines.
+func readSteps(path string, res *reservoir) error {
+	var rec probes.StepRecord
+	return eachLine(path, func(line []byte) {
+		if probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) != nil {
+			return
+		}
+		if d, ok := rec.Get(probes.FieldStepDuration); ok && d > 0 && !math.IsInf(d, 0) {
+			res.add(d)
+		}
+	})
+}
+
+// eachLine calls fn for every non-empty line of a file, streaming.
+func eachLine(path string, fn func([]byte)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			fn(line)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+	}
+}
+
+// gpuPlot draws GPU utilisation over time for one run from its gpu.jsonl, or
+// returns nil when the run has none.
+func gpuPlot(s *Sweep, c *cellData, r *runData, rep *Report) *plot.Plot {
+	type key struct {
+		host string
+		gpu  int
+	}
+	path := filepath.Join(s.Dir, r.Ref.Dir, "gpu.jsonl")
+	f, err := os.Open(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			rep.warn("gpu plot: %v", err)
+		}
+		return nil
+	}
+	samples, err := probes.ReadGPUSamples(f)
+	f.Close()
+	if err != nil { // plot what was read before the bad line
+		rep.warn("gpu plot: %s: %v", path, err)
+	}
+	series := map[key]plotter.XYs{}
+	first := int64(math.MaxInt64)
+	for _, v := range samples {
+		if v.TsUs <= 0 {
+			continue
+		}
+		first = min(first, v.TsUs)
+		k := key{v.Host, v.GPU}
+		series[k] = append(series[k], plotter.XY{X: float64(v.TsUs), Y: v.UtilGPU})
+	}
+	if len(series) == 0 {
+		return nil
+	}
+	title := fmt.Sprintf("GPU utilisation: %s b%d (%s, rate=%g, %s)", c.Info.ID, r.Ref.Block, c.Info.Config, c.Info.Rate, c.Info.Shape)
+	p := newPlot(s, title, "time since first sample (s)", "GPU utilisation (%)")
+	p.Y.Min, p.Y.Max = 0, 100+15*float64(len(series)) // headroom for the legend
+	p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 25, Label: "25"}, {Value: 50, Label: "50"}, {Value: 75, Label: "75"}, {Value: 100, Label: "100"}}
+	keys := make([]key, 0, len(series))
+	for k := range series {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].host != keys[j].host {
+			return keys[i].host < keys[j].host
+		}
+		return keys[i].gpu < keys[j].gpu
+	})
+	for i, k := range keys {
+		xys := series[k]
+		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
+		for j := range xys {
+			xys[j].X = (xys[j].X - float64(first)) / 1e6
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			continue
+		}
+		l.Color, l.Dashes = plotutil.Color(i), plotutil.Dashes(i)
+		p.Add(l)
+		p.Legend.Add(s.redact(fmt.Sprintf("%s gpu%d", k.host, k.gpu)), l)
+	}
+	p.Legend.Top = true
+	return p
+}

@@ -1,0 +1,251 @@
+package results
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// stepSampleCap bounds the step durations kept per config for the CDF
+// (reservoir sample), so memory does not grow with the step log.
+const stepSampleCap = 20000
+
+// plotW, plotH are the size of every plot.
+var plotW, plotH = 20 * vg.Centimeter, 12 * vg.Centimeter
+
+// writePlots writes plots/ as PNG and SVG: TTFT p90 against rate per shape,
+// the step-duration CDF per config, and GPU utilisation over time per run.
+// A plot that cannot be drawn is a warning; a file that cannot be written is
+// an error.
+func writePlots(ctx context.Context, s *Sweep, cells []*cellData, w *writer) error {
+	ordered := cellOrder(s, cells)
+	shapes, _ := shapesOf(ordered)
+	for _, sh := range shapes {
+		p := ttftPlot(s, ordered, sh)
+		if err := savePlot(w, p, "ttft_p90_vs_rate_"+fileSafe(sh)); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if p := stepCDFPlot(ctx, s, ordered, w.rep); p != nil {
+		if err := savePlot(w, p, "step_duration_cdf"); err != nil {
+			return err
+		}
+	}
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			if !filepath.IsLocal(r.Ref.Dir) {
+				continue
+			}
+			p := gpuPlot(s, c, r, w.rep)
+			if p == nil {
+				continue
+			}
+			if err := savePlot(w, p, fmt.Sprintf("gpu_util_%s_b%d", c.Info.ID, r.Ref.Block)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// savePlot renders p as PNG and SVG under plots/. gonum/plot panics on some
+// degenerate input; that becomes a warning, not a crash.
+func savePlot(w *writer, p *plot.Plot, base string) error {
+	for _, format := range []string{"png", "svg"} {
+		var buf bytes.Buffer
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("drawing failed: %v", r)
+				}
+			}()
+			wt, err := p.WriterTo(plotW, plotH, format)
+			if err != nil {
+				return err
+			}
+			_, err = wt.WriteTo(&buf)
+			return err
+		}()
+		if err != nil {
+			w.rep.warn("plot %s.%s not drawn: %v", base, format, err)
+			continue
+		}
+		if err := w.write(filepath.Join("plots", base+"."+format), buf.Bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fileSafe replaces every character that is not safe in a file name.
+func fileSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// newPlot returns a plot with a title, axis labels and a white background.
+func newPlot(s *Sweep, title, x, y string) *plot.Plot {
+	p := plot.New()
+	if s.Simulated {
+		title += " — SIMULATED ENGINE"
+	}
+	p.Title.Text = s.redact(title)
+	p.X.Label.Text, p.Y.Label.Text = x, y
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// errPoints are points with asymmetric Y errors.
+type errPoints struct {
+	plotter.XYs
+	lo, hi []float64
+}
+
+// YError implements plotter.YErrorer.
+func (e errPoints) YError(i int) (float64, float64) { return e.lo[i], e.hi[i] }
+
+// ttftPlot draws TTFT p90 against rate, one line per config, with CI error
+// bars; saturated cells get a cross. The Y axis is logarithmic when the
+// values span more than 20×.
+func ttftPlot(s *Sweep, ordered []*cellData, shape string) *plot.Plot {
+	p := newPlot(s, "TTFT p90 vs rate ("+shape+")", "offered rate (req/s)", "TTFT p90 (ms), mean ± CI")
+	minY, maxY := math.Inf(1), math.Inf(-1)
+	type series struct {
+		cfg string
+		pts errPoints
+		sat plotter.XYs
+	}
+	var all []series
+	for _, cfg := range configsOf(ordered, s) {
+		se := series{cfg: cfg}
+		for _, c := range ordered {
+			m, ok := c.Sum.Metrics["p90_ttft_ms"]
+			if c.Info.Config != cfg || c.Info.Shape != shape || !ok || m.Mean == nil || !(*m.Mean > 0) {
+				continue
+			}
+			half := 0.0
+			if m.HalfWidth != nil {
+				half = *m.HalfWidth
+			}
+			se.pts.XYs = append(se.pts.XYs, plotter.XY{X: c.Info.Rate, Y: *m.Mean})
+			se.pts.lo, se.pts.hi = append(se.pts.lo, half), append(se.pts.hi, half)
+			if c.saturated() {
+				se.sat = append(se.sat, plotter.XY{X: c.Info.Rate, Y: *m.Mean})
+			}
+			minY, maxY = math.Min(minY, *m.Mean-half), math.Max(maxY, *m.Mean+half)
+		}
+		if len(se.pts.XYs) > 0 {
+			all = append(all, se)
+		}
+	}
+	logY := len(all) > 0 && maxY/math.Max(minY, 1e-9) > 5
+	if logY {
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, logTicks{}
+		p.Y.Label.Text += " (log scale)"
+	}
+	if len(all) > 0 { // headroom above the data for the legend, margins at the sides
+		if logY {
+			p.Y.Min, p.Y.Max = math.Max(minY, 1e-9)/1.5, maxY*math.Pow(maxY/math.Max(minY, 1e-9), 0.45)
+		} else {
+			p.Y.Min, p.Y.Max = 0, maxY*1.6
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, se := range all {
+			for _, xy := range se.pts.XYs {
+				lo, hi = math.Min(lo, xy.X), math.Max(hi, xy.X)
+			}
+		}
+		pad := math.Max((hi-lo)*0.05, 0.05*math.Max(hi, 1e-9))
+		p.X.Min, p.X.Max = lo-pad, hi+pad
+		// Dodge: shift each config a little so error bars at one rate do
+		// not hide each other.
+		step := pad / 4 / math.Max(1, float64(len(all)))
+		for i, se := range all {
+			off := (float64(i) - float64(len(all)-1)/2) * step
+			for j := range se.pts.XYs {
+				se.pts.XYs[j].X += off
+			}
+			for j := range se.sat {
+				se.sat[j].X += off
+			}
+		}
+	}
+	for i, se := range all {
+		if logY { // keep the bars' low ends above 0 on a log axis
+			for j := range se.pts.lo {
+				se.pts.lo[j] = math.Min(se.pts.lo[j], 0.9*se.pts.XYs[j].Y)
+			}
+		}
+		l, pts, err := plotter.NewLinePoints(se.pts.XYs)
+		if err != nil {
+			continue
+		}
+		l.Color, pts.Color, pts.Shape = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i)
+		l.Dashes = plotutil.Dashes(i)
+		p.Add(l, pts)
+		if eb, err := plotter.NewYErrorBars(se.pts); err == nil {
+			eb.Color = plotutil.Color(i)
+			p.Add(eb)
+		}
+		p.Legend.Add(s.redact(se.cfg), l, pts)
+		if len(se.sat) > 0 {
+			if sc, err := plotter.NewScatter(se.sat); err == nil {
+				sc.Shape, sc.Color, sc.Radius = draw.CrossGlyph{}, plotutil.Color(i), vg.Points(7)
+				p.Add(sc)
+			}
+		}
+	}
+	if len(all) == 0 {
+		p.Title.Text += " (no data)"
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.Add("× saturated")
+	return p
+}
+
+// logTicks marks a log axis at 1, 2 and 5 per decade (labelled) and the
+// other integers (minor), so values between powers of ten can be read.
+type logTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(lo > 0) || !(hi > lo) {
+		return nil
+	}
+	var ts []plot.Tick
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		base := math.Pow(10, e)
+		for m := 1; m < 10; m++ {
+			v := float64(m) * base
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}

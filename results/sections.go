@@ -1,0 +1,171 @@
+package results
+
+import (
+	"fmt"
+	"strings"
+)
+
+// renderSteps writes the seed-000 "Per-Step Latency" table and says in words
+// where the timers do not decompose the step (seed 001).
+func renderSteps(b *strings.Builder, ordered []*cellData) {
+	b.WriteString("## Per-Step Latency (from engine_step.jsonl)\n\n")
+	any := false
+	for _, c := range ordered {
+		if _, ok := c.Sum.Metrics["step_duration_us_p50"]; ok {
+			any = true
+		}
+	}
+	if !any {
+		b.WriteString("No run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.\n\n")
+		return
+	}
+	b.WriteString("Mean over runs of each run's per-step quantiles, in µs. \"not timed\" means the engine did not log that timer (it is never shown as 0).\n\n")
+	b.WriteString("| Config | Shape | Rate | step_duration p50 | step_duration p90 | build_meta p50 | build_meta p90 | get_finished p50 | unaccounted share | n_steps per run |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	var noUnacc, noGetFin []string
+	var large []string
+	for _, c := range ordered {
+		m := c.Sum.Metrics
+		if _, ok := m["step_duration_us_p50"]; !ok {
+			fmt.Fprintf(b, "| %s | %s | %g | no data | | | | | | |\n", c.Info.Config, c.Info.Shape, c.Info.Rate)
+			continue
+		}
+		get := func(k string) string {
+			if v, ok := m[k]; ok && v.Mean != nil {
+				return fmtNum(*v.Mean)
+			}
+			return "not timed"
+		}
+		share := "not measured"
+		u, uok := m["unaccounted_us_mean"]
+		d, dok := m["step_duration_us_mean"]
+		where := fmt.Sprintf("%s at rate=%g (%s)", c.Info.Config, c.Info.Rate, c.Info.Shape)
+		switch {
+		case !uok || u.Mean == nil:
+			noUnacc = appendOnce(noUnacc, c.Info.Config)
+		case dok && d.Mean != nil && *d.Mean > 0:
+			frac := *u.Mean / *d.Mean
+			share = fmtPct(&frac)
+			if frac > unaccountedLarge {
+				large = append(large, fmt.Sprintf("%s: %s of step time is covered by no timer", where, share))
+			}
+		}
+		if _, ok := m["get_finished_us_p50"]; !ok {
+			noGetFin = appendOnce(noGetFin, c.Info.Config)
+		}
+		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
+			get("step_duration_us_p50"), get("step_duration_us_p90"), get("build_meta_us_p50"), get("build_meta_us_p90"),
+			get("get_finished_us_p50"), share, get("n_steps"))
+	}
+	b.WriteString("\n")
+	if len(noUnacc) > 0 {
+		fmt.Fprintf(b, "**Decomposition incomplete** for %s: the step log has no unaccounted_us, so nothing shows that the timers cover the whole step. The timed phases say what they cost, not what share of the step they are; \"all of the per-step cost is in one phase\" cannot be concluded from them.\n\n", strings.Join(noUnacc, ", "))
+	}
+	if len(noGetFin) > 0 {
+		fmt.Fprintf(b, "get_finished was not timed for %s.\n\n", strings.Join(noGetFin, ", "))
+	}
+	if len(large) > 0 {
+		fmt.Fprintf(b, "**Decomposition incomplete**: %s.\n\n", strings.Join(large, "; "))
+	}
+}
+
+// appendOnce appends s to list unless it is already there.
+func appendOnce(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+// renderComparisons writes the comparison and A/A tables.
+func renderComparisons(b *strings.Builder, s *Sweep, rep *Report) {
+	fmt.Fprintf(b, "## Comparisons with %s\n\n", orDefault(s.Baseline, "the baseline"))
+	method := fmt.Sprintf("Method: runs of one block share the workload, so each config is paired with the baseline block by block; the mean of the per-block log ratio config/baseline gets a %.0f%% Student-t CI, shown as a percent change [low, high]; p-values are two-sided paired t-tests, Holm-corrected within each metric's table, and a change is printed only when the corrected p < %.2g and the CI excludes 0, otherwise as \"within noise (±CI half-width)\"; the Mann–Whitney U p (unpaired, uncorrected) is shown for reference.\n\n",
+		100*s.Confidence, 1-s.Confidence)
+	switch {
+	case s.Baseline == "":
+		b.WriteString("No baseline config named: no comparisons.\n\n")
+	case len(rep.Comparisons) == 0:
+		b.WriteString("Only the baseline config ran: nothing to compare.\n\n")
+	default:
+		b.WriteString(method)
+		for _, metric := range s.Compare {
+			fmt.Fprintf(b, "### %s (%s)\n\n| Config | Shape | Rate | Change vs %s | p (Holm) | p (Mann–Whitney) | Blocks |\n|---|---|---|---|---|---|---|\n", metric, ResolveMetric(metric), s.Baseline)
+			for _, r := range rep.Comparisons {
+				if r.Metric == metric {
+					fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %d |\n", r.Config, r.Shape, r.Rate, r.Text(), fmtP(r.PAdj, r.N), fmtP(r.PMW, r.N), r.N)
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString("## A/A noise floor\n\n")
+	if len(rep.NoiseFloor) == 0 {
+		b.WriteString("No A/A control in this sweep. Declare one (for example `plain_aa: {same_as: plain}`) to measure the noise floor of the comparisons directly.\n\n")
+		return
+	}
+	b.WriteString("An A/A control runs the same config as its original under another name, so any difference between the two is noise: these rows are the measured noise floor of the comparisons above (same method, Holm-corrected within each metric).\n\n")
+	b.WriteString("| A/A config | Same as | Shape | Rate | Metric | Difference | p (Holm) | Blocks |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rep.NoiseFloor {
+		fmt.Fprintf(b, "| %s | %s | %s | %g | %s | %s | %s | %d |\n", r.Config, r.Baseline, r.Shape, r.Rate, r.Metric, r.Text(), fmtP(r.PAdj, r.N), r.N)
+	}
+	b.WriteString("\n")
+	for _, r := range rep.NoiseFloor {
+		if r.Significant() {
+			fmt.Fprintf(b, "**Warning**: the A/A control %s differs from %s in %s at rate=%g (%s); the comparisons above are not trustworthy until this is explained (ordering, warm-up, thermal state).\n\n", r.Config, r.Baseline, r.Metric, r.Rate, r.Shape)
+		}
+	}
+}
+
+// renderClientLimited says in words which runs the load generator could not
+// drive at their schedule.
+func renderClientLimited(b *strings.Builder, ordered []*cellData) {
+	b.WriteString("## Client-limited runs\n\n")
+	n := 0
+	for _, c := range ordered {
+		for _, r := range c.Sum.Runs {
+			if r.Used && r.ClientLimited {
+				n++
+				fmt.Fprintf(b, "- %s b%d (%s, rate=%g, %s): %s. Its latencies include time the request spent waiting in the client.\n", c.Info.ID, r.Block, c.Info.Config, c.Info.Rate, c.Info.Shape, orDefault(r.ClientLimitedReason, "marked client-limited"))
+			}
+		}
+	}
+	if n == 0 {
+		fmt.Fprintf(b, "None: in every run the load generator kept to its schedule (send-lag p99 ≤ %.0f ms and, for Poisson arrivals, the KS test of the sent gaps did not reject at %.2g).\n", ClientLagP99Ms, ClientKSAlpha)
+	}
+	b.WriteString("\n")
+}
+
+// renderProblems lists missing cells, missing blocks, failed runs and
+// warnings.
+func renderProblems(b *strings.Builder, ordered []*cellData, rep *Report) {
+	b.WriteString("## Failed and missing\n\n")
+	var lines []string
+	for _, c := range ordered {
+		id := fmt.Sprintf("%s (%s, rate=%g, %s)", c.Info.ID, c.Info.Config, c.Info.Rate, c.Info.Shape)
+		switch {
+		case c.Sum.NRuns == 0:
+			lines = append(lines, fmt.Sprintf("- cell %s: **missing** — no usable run", id))
+		case len(c.Sum.MissingBlocks) > 0:
+			bs := make([]string, len(c.Sum.MissingBlocks))
+			for i, x := range c.Sum.MissingBlocks {
+				bs[i] = fmt.Sprint(x)
+			}
+			lines = append(lines, fmt.Sprintf("- cell %s: no usable run in block %s", id, strings.Join(bs, ", ")))
+		}
+		for _, r := range c.Sum.Runs {
+			if !r.Used {
+				lines = append(lines, fmt.Sprintf("- run %s b%d: %s — %s", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded")))
+			}
+		}
+	}
+	for _, w := range rep.Warnings {
+		lines = append(lines, "- "+w)
+	}
+	if len(lines) == 0 {
+		b.WriteString("None: every cell has a usable run in every block.\n\n")
+		return
+	}
+	b.WriteString(strings.Join(lines, "\n") + "\n\n")
+}

@@ -1,0 +1,152 @@
+package results
+
+import (
+	"math"
+	"sort"
+
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// Percentile returns the p-th percentile (0 ≤ p ≤ 100) of xs by linear
+// interpolation between the closest ranks, as numpy.percentile does by
+// default (method "linear"): with xs sorted ascending and h = (n−1)·p/100, the
+// result is xs[⌊h⌋] + (h−⌊h⌋)·(xs[⌊h⌋+1] − xs[⌊h⌋]). It returns NaN for an
+// empty slice or a p outside [0, 100]. xs is not modified.
+func Percentile(xs []float64, p float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return percentileSorted(s, p)
+}
+
+// percentileSorted is Percentile on an already sorted slice.
+func percentileSorted(s []float64, p float64) float64 {
+	n := len(s)
+	if n == 0 || math.IsNaN(p) || p < 0 || p > 100 {
+		return math.NaN()
+	}
+	h := float64(n-1) * p / 100
+	lo := int(math.Floor(h))
+	if lo >= n-1 {
+		return s[n-1]
+	}
+	return s[lo] + (h-float64(lo))*(s[lo+1]-s[lo])
+}
+
+// meanOf is the arithmetic mean; NaN for an empty slice.
+func meanOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// sampleStd is the sample standard deviation (n−1 denominator); NaN for n < 2.
+func sampleStd(xs []float64) float64 {
+	n := len(xs)
+	if n < 2 {
+		return math.NaN()
+	}
+	m := meanOf(xs)
+	var ss float64
+	for _, x := range xs {
+		ss += (x - m) * (x - m)
+	}
+	return math.Sqrt(ss / float64(n-1))
+}
+
+// popStd is the population standard deviation (n denominator, numpy's
+// np.std default, which vllm bench serve reports as std_*_ms).
+func popStd(xs []float64) float64 {
+	n := len(xs)
+	if n == 0 {
+		return math.NaN()
+	}
+	m := meanOf(xs)
+	var ss float64
+	for _, x := range xs {
+		ss += (x - m) * (x - m)
+	}
+	return math.Sqrt(ss / float64(n))
+}
+
+// tQuantile is the q-quantile of Student's t with nu degrees of freedom.
+func tQuantile(q, nu float64) float64 {
+	return distuv.StudentsT{Mu: 0, Sigma: 1, Nu: nu}.Quantile(q)
+}
+
+// tTwoSidedP is the two-sided p-value of statistic t under Student's t with
+// nu degrees of freedom.
+func tTwoSidedP(t, nu float64) float64 {
+	if math.IsInf(t, 0) {
+		return 0
+	}
+	return 2 * distuv.StudentsT{Mu: 0, Sigma: 1, Nu: nu}.Survival(math.Abs(t))
+}
+
+// MeanCI returns the mean of xs and the half-width of its two-sided Student-t
+// confidence interval at the given confidence (for example 0.95):
+// half = t_{(1+c)/2, n−1} · s/√n with s the sample standard deviation. With
+// fewer than two values the half-width is NaN (no interval exists), and with
+// none the mean is NaN too. A confidence outside (0, 1) gives a NaN
+// half-width.
+func MeanCI(xs []float64, confidence float64) (mean, half float64) {
+	mean = meanOf(xs)
+	n := len(xs)
+	if n < 2 || !(confidence > 0 && confidence < 1) {
+		return mean, math.NaN()
+	}
+	t := tQuantile((1+confidence)/2, float64(n-1))
+	return mean, t * sampleStd(xs) / math.Sqrt(float64(n))
+}
+
+// CV is the coefficient of variation of xs: sample standard deviation over
+// the absolute mean. NaN with fewer than two values or a zero mean.
+func CV(xs []float64) float64 {
+	m := meanOf(xs)
+	if len(xs) < 2 || m == 0 {
+		return math.NaN()
+	}
+	return sampleStd(xs) / math.Abs(m)
+}
+
+// Holm returns Holm–Bonferroni adjusted p-values, in the order of ps: sorted
+// ascending, the i-th smallest (0-based) of m becomes max over j ≤ i of
+// min(1, (m−j)·p_(j)). Rejecting where the adjusted p < α controls the
+// family-wise error rate at α. NaN entries (no test possible) stay NaN and do
+// not count towards m.
+func Holm(ps []float64) []float64 {
+	out := make([]float64, len(ps))
+	idx := make([]int, 0, len(ps))
+	for i, p := range ps {
+		out[i] = math.NaN()
+		if !math.IsNaN(p) {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return ps[idx[a]] < ps[idx[b]] })
+	m := len(idx)
+	running := 0.0
+	for j, i := range idx {
+		adj := math.Min(1, float64(m-j)*ps[i])
+		running = math.Max(running, adj)
+		out[i] = running
+	}
+	return out
+}
+
+// Converged reports whether the relative half-width of the Student-t CI of
+// the mean of values (half-width / |mean|) is at most relCI — the stopping
+// rule of DESIGN.md. relHalf is that relative half-width; it is NaN, and ok
+// false, with fewer than two values or a zero mean.
+func Converged(values []float64, relCI, confidence float64) (ok bool, relHalf float64) {
+	m, half := MeanCI(values, confidence)
+	if len(values) < 2 || m == 0 || math.IsNaN(half) {
+		return false, math.NaN()
+	}
+	relHalf = half / math.Abs(m)
+	return relHalf <= relCI, relHalf
+}

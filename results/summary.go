@@ -1,0 +1,284 @@
+package results
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/mbench/mbench/openloop"
+)
+
+// Thresholds of the run self-grading (DESIGN.md, issues 5 and 8).
+const (
+	// SaturationThrRatio: a run whose thr_ratio is below it is saturated.
+	SaturationThrRatio = 0.9
+	// TrendAlpha: the TTFT slope test must reject "no rise" at this level...
+	TrendAlpha = 0.01
+	// TrendMinRise: ...and the fitted rise over the window must exceed this
+	// fraction of the median TTFT, for a run to count as saturated by trend.
+	TrendMinRise = 0.5
+	// ClientLagP99Ms: send-lag p99 above this marks the run client_limited.
+	ClientLagP99Ms = 5.0
+	// ClientKSAlpha: a KS p-value below this marks the run client_limited.
+	ClientKSAlpha = 0.01
+)
+
+// RunInput is everything SummarizeRun needs about one run: who it was, the
+// request records (all phases; only "measure" counts), the window, and the
+// probe summaries, which are copied into the summary as they are.
+type RunInput struct {
+	Cell, Config, Shape string
+	Rate                float64 // the cell's nominal rate (req/s)
+	Block               int
+	Engine              string // e.g. "vllm 0.11.0" or "sim"
+	Simulated           bool
+	Arrival             string  // poisson (the default when empty), gamma, constant, trace
+	Burstiness          float64 // gamma shape k of a gamma arrival process
+
+	Records                       []Record
+	Start, WindowStart, WindowEnd time.Time // Start is t=0 of the records' *_ns
+	Offered                       float64   // offered rate (req/s)
+	Aborted                       bool
+	AbortReason                   string
+	ClientCPUPct                  float64
+
+	Steps *StepStats
+	GPU   *GPUSummary
+	Cache *CacheSummary
+	Gate  any
+}
+
+// RunSummary is the per-run summary_A.json. Field names follow
+// `vllm bench serve`; latency statistics are in milliseconds and are null
+// when there were no samples (never a made-up 0).
+type RunSummary struct {
+	Simulated bool    `json:"simulated"`
+	Engine    string  `json:"engine,omitempty"`
+	Cell      string  `json:"cell"`
+	Config    string  `json:"config"`
+	Shape     string  `json:"shape"`
+	Rate      float64 `json:"rate"`
+	Block     int     `json:"block"`
+	Arrival   string  `json:"arrival,omitempty"`
+
+	NumPrompts        int     `json:"num_prompts"`
+	Completed         int     `json:"completed"`
+	Failed            int     `json:"failed"`
+	Duration          float64 `json:"duration"`
+	RequestThroughput float64 `json:"request_throughput"`
+	OutputThroughput  float64 `json:"output_throughput"`
+	TotalInputTokens  int64   `json:"total_input_tokens"`
+	TotalOutputTokens int64   `json:"total_output_tokens"`
+
+	MeanTTFTMs   *float64 `json:"mean_ttft_ms"`
+	MedianTTFTMs *float64 `json:"median_ttft_ms"`
+	StdTTFTMs    *float64 `json:"std_ttft_ms"`
+	P90TTFTMs    *float64 `json:"p90_ttft_ms"`
+	P99TTFTMs    *float64 `json:"p99_ttft_ms"`
+	MeanTPOTMs   *float64 `json:"mean_tpot_ms"`
+	MedianTPOTMs *float64 `json:"median_tpot_ms"`
+	StdTPOTMs    *float64 `json:"std_tpot_ms"`
+	P90TPOTMs    *float64 `json:"p90_tpot_ms"`
+	P99TPOTMs    *float64 `json:"p99_tpot_ms"`
+	MeanITLMs    *float64 `json:"mean_itl_ms"`
+	MedianITLMs  *float64 `json:"median_itl_ms"`
+	StdITLMs     *float64 `json:"std_itl_ms"`
+	P90ITLMs     *float64 `json:"p90_itl_ms"`
+	P99ITLMs     *float64 `json:"p99_itl_ms"`
+	MeanE2ELMs   *float64 `json:"mean_e2el_ms"`
+	MedianE2ELMs *float64 `json:"median_e2el_ms"`
+	StdE2ELMs    *float64 `json:"std_e2el_ms"`
+	P90E2ELMs    *float64 `json:"p90_e2el_ms"`
+	P99E2ELMs    *float64 `json:"p99_e2el_ms"`
+
+	// P90/P99TTFTIntendedMs measure TTFT from the scheduled send time, so a
+	// load generator that fell behind cannot hide queueing (coordinated
+	// omission).
+	P90TTFTIntendedMs *float64 `json:"p90_ttft_intended_ms"`
+	P99TTFTIntendedMs *float64 `json:"p99_ttft_intended_ms"`
+
+	OfferedRate float64 `json:"offered_rate"`
+	// OfferedRealized is the rate the arrival schedule actually offered in
+	// this run, (n−1)/(last − first scheduled send): a Poisson sample of
+	// 200 requests is ±7% off its nominal rate, and thr_ratio is measured
+	// against this, not against the nominal rate.
+	OfferedRealized  *float64 `json:"offered_rate_realized"`
+	AchievedRate     *float64 `json:"achieved_rate"`
+	ThrRatio         *float64 `json:"thr_ratio"`
+	Saturated        bool     `json:"saturated"`
+	SaturationReason string   `json:"saturation_reason,omitempty"`
+	Aborted          bool     `json:"aborted"`
+	AbortReason      string   `json:"abort_reason,omitempty"`
+	TTFTSlopeMsPerS  *float64 `json:"ttft_slope_ms_per_s"`
+	TTFTSlopeP       *float64 `json:"ttft_slope_p"`
+
+	SendLagP50Ms        *float64 `json:"send_lag_p50_ms"`
+	SendLagP99Ms        *float64 `json:"send_lag_p99_ms"`
+	SendLagMaxMs        *float64 `json:"send_lag_max_ms"`
+	KSStat              *float64 `json:"ks_stat"`
+	KSP                 *float64 `json:"ks_p"`
+	ClientCPUPct        float64  `json:"client_cpu_pct"`
+	ClientLimited       bool     `json:"client_limited"`
+	ClientLimitedReason string   `json:"client_limited_reason,omitempty"`
+
+	WindowStart string `json:"window_start,omitempty"` // RFC 3339, UTC
+	WindowEnd   string `json:"window_end,omitempty"`
+
+	Errors      map[string]int `json:"errors"`
+	EngineStep  *StepStats     `json:"engine_step,omitempty"`
+	GPU         *GPUSummary    `json:"gpu,omitempty"`
+	PrefixCache *CacheSummary  `json:"prefix_cache,omitempty"`
+	Gate        any            `json:"gate,omitempty"`
+}
+
+// latStats holds pointers to the five statistics of one latency metric.
+type latStats struct{ mean, median, std, p90, p99 **float64 }
+
+// fill sets the statistics of xs (ms); all stay nil when xs is empty.
+func (l latStats) fill(xs []float64) {
+	if len(xs) == 0 {
+		return
+	}
+	sort.Float64s(xs)
+	*l.mean = ptr(meanOf(xs))
+	*l.median = ptr(percentileSorted(xs, 50))
+	*l.std = ptr(popStd(xs))
+	*l.p90 = ptr(percentileSorted(xs, 90))
+	*l.p99 = ptr(percentileSorted(xs, 99))
+}
+
+// ptr returns a pointer to v, or nil when v is NaN or infinite.
+func ptr(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+// SummarizeRun computes a run's summary_A.json from its records, as
+// `vllm bench serve` defines the metrics: only records of phase "measure"
+// count; completed = status "ok", failed = every other status; TTFT =
+// first_token − sent, E2EL = last_token − sent, TPOT = (E2EL − TTFT) /
+// (output_tokens − 1) for output_tokens > 1, ITL = every itl_ms pooled;
+// percentiles by linear interpolation. duration = WindowEnd − WindowStart (the
+// measured window); request_throughput = completed / duration; achieved_rate =
+// (measured sends − 1) / (last send − first send), the rate of the sent gaps;
+// thr_ratio = completions inside the window / requests offered in the window,
+// the latter being (the schedule's realized rate, or Offered when there are no
+// scheduled times) × duration. Using the realized rate keeps a Poisson
+// sample that happened to be sparse from looking saturated: with the nominal
+// rate, 200 healthy requests fall below 0.9 about one run in twelve.
+//
+// It grades the run: saturated when thr_ratio < 0.9, when the run was
+// aborted, or when TTFT rises through the window (least-squares slope of TTFT
+// against send time with one-sided p < 0.01 and a fitted rise over the window
+// above half the median TTFT); client_limited when the send-lag p99 exceeds
+// 5 ms or, for Poisson (gamma) arrivals, the KS test of the sent gaps against
+// Exponential(offered) (Gamma(k, offered·k)) rejects at 0.01. The reasons are
+// in words.
+func SummarizeRun(in RunInput) (*RunSummary, error) {
+	if in.Offered < 0 || math.IsNaN(in.Offered) || math.IsInf(in.Offered, 0) {
+		return nil, fmt.Errorf("summarize run %s b%d: offered rate %v is not a rate", in.Cell, in.Block, in.Offered)
+	}
+	for name, v := range map[string]float64{"rate": in.Rate, "client CPU": in.ClientCPUPct, "burstiness": in.Burstiness} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("summarize run %s b%d: %s is %v", in.Cell, in.Block, name, v)
+		}
+	}
+	if !in.WindowStart.IsZero() && in.WindowEnd.Before(in.WindowStart) {
+		return nil, fmt.Errorf("summarize run %s b%d: window ends (%s) before it starts (%s)", in.Cell, in.Block, in.WindowEnd, in.WindowStart)
+	}
+	s := &RunSummary{
+		Simulated: in.Simulated, Engine: in.Engine, Cell: in.Cell, Config: in.Config, Shape: in.Shape,
+		Rate: in.Rate, Block: in.Block, Arrival: in.Arrival, OfferedRate: in.Offered,
+		Aborted: in.Aborted, AbortReason: in.AbortReason, ClientCPUPct: in.ClientCPUPct,
+		Errors: map[string]int{}, EngineStep: in.Steps, GPU: in.GPU, PrefixCache: in.Cache, Gate: in.Gate,
+	}
+	if !in.WindowStart.IsZero() {
+		s.WindowStart = in.WindowStart.UTC().Format(time.RFC3339Nano)
+		s.WindowEnd = in.WindowEnd.UTC().Format(time.RFC3339Nano)
+		s.Duration = in.WindowEnd.Sub(in.WindowStart).Seconds()
+	}
+	windowEndNs := int64(math.MaxInt64)
+	if !in.WindowEnd.IsZero() && !in.Start.IsZero() {
+		windowEndNs = in.WindowEnd.Sub(in.Start).Nanoseconds()
+	}
+
+	var ttft, tpot, itl, e2el, intended, lag, sends, sched []float64
+	var trendX, trendY []float64
+	inWindow := 0
+	for i := range in.Records {
+		r := &in.Records[i]
+		if r.Phase != openloop.PhaseMeasure {
+			continue
+		}
+		s.NumPrompts++
+		if r.ScheduledNs > 0 {
+			sched = append(sched, float64(r.ScheduledNs))
+		}
+		if r.SentNs > 0 {
+			sends = append(sends, float64(r.SentNs))
+			if r.ScheduledNs > 0 {
+				lag = append(lag, float64(r.SentNs-r.ScheduledNs)/1e6)
+			}
+		}
+		if r.Status != openloop.StatusOK {
+			s.Failed++
+			s.Errors[errorKey(r)]++
+			continue
+		}
+		s.Completed++
+		s.TotalInputTokens += int64(r.InputTokens)
+		s.TotalOutputTokens += int64(r.OutputTokens)
+		end := r.DoneNs
+		if end == 0 {
+			end = r.LastTokenNs
+		}
+		if end <= windowEndNs {
+			inWindow++
+		}
+		itl = append(itl, r.ITLMs...)
+		if r.FirstTokenNs <= 0 || r.SentNs <= 0 {
+			continue
+		}
+		t := float64(r.FirstTokenNs-r.SentNs) / 1e6
+		ttft = append(ttft, t)
+		trendX = append(trendX, float64(r.SentNs)/1e9)
+		trendY = append(trendY, t)
+		if r.ScheduledNs > 0 {
+			intended = append(intended, float64(r.FirstTokenNs-r.ScheduledNs)/1e6)
+		}
+		if r.LastTokenNs <= 0 {
+			continue
+		}
+		e := float64(r.LastTokenNs-r.SentNs) / 1e6
+		e2el = append(e2el, e)
+		if r.OutputTokens > 1 {
+			tpot = append(tpot, (e-t)/float64(r.OutputTokens-1))
+		}
+	}
+	if s.Duration > 0 {
+		s.RequestThroughput = float64(s.Completed) / s.Duration
+		s.OutputThroughput = float64(s.TotalOutputTokens) / s.Duration
+		offered := in.Offered
+		if r, ok := spanRate(sched); ok {
+			s.OfferedRealized, offered = ptr(r), r
+		}
+		if offered > 0 {
+			s.ThrRatio = ptr(float64(inWindow) / (offered * s.Duration))
+		}
+	}
+	latStats{&s.MeanTTFTMs, &s.MedianTTFTMs, &s.StdTTFTMs, &s.P90TTFTMs, &s.P99TTFTMs}.fill(ttft)
+	latStats{&s.MeanTPOTMs, &s.MedianTPOTMs, &s.StdTPOTMs, &s.P90TPOTMs, &s.P99TPOTMs}.fill(tpot)
+	latStats{&s.MeanITLMs, &s.MedianITLMs, &s.StdITLMs, &s.P90ITLMs, &s.P99ITLMs}.fill(itl)
+	latStats{&s.MeanE2ELMs, &s.MedianE2ELMs, &s.StdE2ELMs, &s.P90E2ELMs, &s.P99E2ELMs}.fill(e2el)
+	if len(intended) > 0 {
+		sort.Float64s(intended)
+		s.P90TTFTIntendedMs = ptr(percentileSorted(intended, 90))
+		s.P99TTFTIntendedMs = ptr(percentileSorted(intended, 99))
+	}
+	gradeSends(s, sends, lag, in)
+	gradeSaturation(s, trendX, trendY, ttft)
+	return s, nil
+}

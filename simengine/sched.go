@@ -1,0 +1,292 @@
+package simengine
+
+import (
+	"math/rand/v2"
+)
+
+// eosProb is the per-token chance of a pseudo-EOS when ignore_eos is false
+// and min_tokens have been generated.
+const eosProb = 1.0 / 100
+
+// seq is one request inside the engine. All fields are guarded by the
+// engine's mutex.
+type seq struct {
+	serial      uint64
+	promptLen   int
+	numTokens   int // prompt + generated
+	numComputed int // tokens whose KV is computed
+	maxTokens   int
+	minTokens   int
+	output      int // generated tokens
+	ignoreEOS   bool
+	hashes      []uint64 // chain hashes of the prompt's full blocks
+	blocks      []int32
+	numHashed   int // leading blocks registered in (or hit from) the prefix cache
+	queried     bool
+	aborted     bool
+	done        bool
+	rng         *rand.Rand
+	stream      *tokenStream
+}
+
+// counters are the engine's Prometheus counters.
+type counters struct {
+	queries, hits, preemptions int64
+	promptTokens, genTokens    int64
+	successLength, successStop int64
+	aborted, steps             int64
+}
+
+// stepPlan is what one step computes: new tokens per scheduled sequence.
+type stepPlan struct {
+	seqs          []*seq
+	tokens        []int
+	prefillTokens int
+	decodeSeqs    int
+	numRunning    int
+	numWaiting    int
+	cachedBlocks  int
+}
+
+func (p *stepPlan) reset() {
+	p.seqs, p.tokens = p.seqs[:0], p.tokens[:0]
+	p.prefillTokens, p.decodeSeqs, p.numRunning, p.numWaiting, p.cachedBlocks = 0, 0, 0, 0, 0
+}
+
+func (p *stepPlan) add(s *seq, n int) {
+	p.seqs = append(p.seqs, s)
+	p.tokens = append(p.tokens, n)
+	if n == 1 && s.output > 0 && s.numTokens-s.numComputed == 1 {
+		p.decodeSeqs++
+	} else {
+		p.prefillTokens += n
+	}
+}
+
+// scheduler is a vLLM-v1-like continuous-batching scheduler over a kvCache.
+type scheduler struct {
+	budget, maxSeqs int
+	kv              *kvCache
+	waiting         []*seq
+	running         []*seq
+	abortsPending   int
+	c               counters
+}
+
+func newScheduler(cfg Config) *scheduler {
+	return &scheduler{budget: cfg.TokenBudget, maxSeqs: cfg.MaxSeqs, kv: newKVCache(cfg.KVBlocks, cfg.BlockSize)}
+}
+
+func (sc *scheduler) add(s *seq) { sc.waiting = append(sc.waiting, s) }
+
+func (sc *scheduler) idle() bool { return len(sc.waiting) == 0 && len(sc.running) == 0 }
+
+// abort marks s; the next schedule frees it.
+func (sc *scheduler) abort(s *seq) {
+	if s.done || s.aborted {
+		return
+	}
+	s.aborted = true
+	sc.abortsPending++
+}
+
+func (sc *scheduler) purgeAborted() {
+	if sc.abortsPending == 0 {
+		return
+	}
+	keep := func(list []*seq) []*seq {
+		out := list[:0]
+		for _, s := range list {
+			if s.aborted {
+				sc.free(s)
+				s.done = true
+				sc.c.aborted++
+				continue
+			}
+			out = append(out, s)
+		}
+		clear(list[len(out):])
+		return out
+	}
+	sc.running = keep(sc.running)
+	sc.waiting = keep(sc.waiting)
+	sc.abortsPending = 0
+}
+
+// free releases s's blocks, its last blocks first.
+func (sc *scheduler) free(s *seq) {
+	for i := len(s.blocks) - 1; i >= 0; i-- {
+		sc.kv.release(s.blocks[i])
+	}
+	s.blocks = s.blocks[:0]
+	s.numHashed = 0
+}
+
+// grow gives s the blocks to hold tokens tokens, or reports false and
+// changes nothing.
+func (sc *scheduler) grow(s *seq, tokens int) bool {
+	need := sc.kv.blocksFor(tokens) - len(s.blocks)
+	if need > sc.kv.numFree {
+		return false
+	}
+	for ; need > 0; need-- {
+		s.blocks = append(s.blocks, sc.kv.alloc())
+	}
+	return true
+}
+
+// preempt frees s for recompute and puts it at the head of the queue.
+func (sc *scheduler) preempt(s *seq) {
+	sc.free(s)
+	s.numComputed = 0
+	sc.c.preemptions++
+	sc.waiting = append([]*seq{s}, sc.waiting...)
+}
+
+// schedule plans the next step: running sequences first (remaining prefill
+// chunk or one decode token each), preempting the newest running sequence
+// when one cannot get a block; then, if nothing was preempted, waiting
+// sequences in FIFO order with chunked prefill, while budget, MaxSeqs and
+// free blocks allow.
+func (sc *scheduler) schedule(p *stepPlan) {
+	p.reset()
+	sc.purgeAborted()
+	budget := sc.budget
+	preempted := false
+	for i := 0; i < len(sc.running) && budget > 0; i++ {
+		s := sc.running[i]
+		n := min(s.numTokens-s.numComputed, budget)
+		self := false
+		for !sc.grow(s, s.numComputed+n) {
+			victim := sc.running[len(sc.running)-1]
+			sc.running = sc.running[:len(sc.running)-1]
+			sc.preempt(victim)
+			preempted = true
+			if victim == s {
+				self = true
+				break
+			}
+		}
+		if self {
+			break
+		}
+		p.add(s, n)
+		budget -= n
+	}
+	for !preempted && budget > 0 && len(sc.waiting) > 0 && len(sc.running) < sc.maxSeqs {
+		s := sc.waiting[0]
+		n, ok := sc.admit(s, budget)
+		if !ok {
+			break
+		}
+		sc.waiting[0] = nil
+		sc.waiting = sc.waiting[1:]
+		sc.running = append(sc.running, s)
+		p.add(s, n)
+		budget -= n
+	}
+	p.numRunning, p.numWaiting = len(sc.running), len(sc.waiting)
+	p.cachedBlocks = sc.kv.numCached()
+}
+
+// admit looks s up in the prefix cache (whole blocks, never the prompt's last
+// token, as vLLM) and allocates the blocks for its first chunk. It changes
+// nothing when the blocks are not there.
+func (sc *scheduler) admit(s *seq, budget int) (int, bool) {
+	bs := sc.kv.blockSize
+	var hits []int32
+	if s.numComputed == 0 && len(s.blocks) == 0 {
+		hits = sc.kv.lookup(s.hashes, (s.numTokens-1)/bs)
+	}
+	computed := len(hits) * bs
+	n := min(s.numTokens-computed, budget)
+	needNew := sc.kv.blocksFor(computed+n) - len(hits)
+	freeHits := 0
+	for _, b := range hits {
+		if sc.kv.ref[b] == 0 {
+			freeHits++
+		}
+	}
+	if needNew > sc.kv.numFree-freeHits {
+		return 0, false
+	}
+	for _, b := range hits {
+		sc.kv.touch(b)
+		s.blocks = append(s.blocks, b)
+	}
+	s.numHashed = len(hits)
+	s.numComputed = computed
+	for ; needNew > 0; needNew-- {
+		s.blocks = append(s.blocks, sc.kv.alloc())
+	}
+	if !s.queried {
+		s.queried = true
+		sc.c.queries += int64(s.promptLen)
+		sc.c.hits += int64(computed)
+	}
+	return n, true
+}
+
+// complete applies a finished step: KV becomes computed, full prompt blocks
+// join the prefix cache, and every sequence whose tokens are all computed
+// samples one token. Finished sequences leave the batch and free their blocks.
+func (sc *scheduler) complete(p *stepPlan) {
+	sc.c.steps++
+	finished := 0
+	bs := sc.kv.blockSize
+	for i, s := range p.seqs {
+		if s.aborted || s.done {
+			continue
+		}
+		s.numComputed += p.tokens[i]
+		full := min(min(s.numComputed, s.promptLen)/bs, len(s.hashes))
+		for ; s.numHashed < full; s.numHashed++ {
+			sc.kv.register(s.blocks[s.numHashed], s.hashes[s.numHashed])
+		}
+		if s.numComputed < s.numTokens {
+			continue
+		}
+		if s.output == 0 {
+			sc.c.promptTokens += int64(s.promptLen)
+		}
+		ev := sc.sample(s)
+		s.output++
+		s.numTokens++
+		sc.c.genTokens++
+		if ev.finish != "" {
+			s.done = true
+			finished++
+			sc.free(s)
+			if ev.finish == "stop" {
+				sc.c.successStop++
+			} else {
+				sc.c.successLength++
+			}
+		}
+		s.stream.push(ev)
+	}
+	if finished > 0 {
+		out := sc.running[:0]
+		for _, s := range sc.running {
+			if !s.done {
+				out = append(out, s)
+			}
+		}
+		clear(sc.running[len(out):])
+		sc.running = out
+	}
+}
+
+// sample draws s's next token: a vocabulary word, or a pseudo-EOS once
+// min_tokens are out when ignore_eos is off.
+func (sc *scheduler) sample(s *seq) tokenEvent {
+	last := s.output+1 == s.maxTokens
+	if !s.ignoreEOS && s.output >= s.minTokens && s.rng.Float64() < eosProb {
+		return tokenEvent{word: -1, finish: "stop"}
+	}
+	ev := tokenEvent{word: s.rng.IntN(len(vocab))}
+	if last {
+		ev.finish = "length"
+	}
+	return ev
+}

@@ -1,0 +1,219 @@
+package simengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Engine is one simulated engine: a step loop and its HTTP surface.
+type Engine struct {
+	cfg     Config
+	cost    *costModel
+	created time.Time
+	stderr  io.Writer
+
+	mu     sync.Mutex // guards sch, closed, serial
+	sch    *scheduler
+	closed bool
+	serial uint64
+
+	wake      chan struct{}
+	stop      chan struct{}
+	loopDone  chan struct{}
+	startOnce sync.Once
+	stopOnce  sync.Once
+	logOnce   sync.Once
+	log       *stepLog // nil without a step log
+
+	lateResets atomic.Int64 // steps that started more than maxLag behind the timeline
+}
+
+// New validates cfg, applies its defaults and opens the step log. The step
+// loop starts with Serve or the first request.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sim config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	e := &Engine{
+		cfg:      cfg,
+		cost:     newCostModel(cfg),
+		created:  time.Now(),
+		stderr:   os.Stderr,
+		sch:      newScheduler(cfg),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+	}
+	if cfg.StepLog != "" {
+		l, err := openStepLog(cfg.StepLog)
+		if err != nil {
+			return nil, err
+		}
+		e.log = l
+	}
+	return e, nil
+}
+
+// Config returns the engine's configuration with defaults applied.
+func (e *Engine) Config() Config { return e.cfg }
+
+// LaunchFactor is this launch's multiplicative noise factor on step time
+// (1 when Noise is 0).
+func (e *Engine) LaunchFactor() float64 { return e.cost.launchFactor }
+
+func (e *Engine) start() { e.startOnce.Do(func() { go e.loop() }) }
+
+// Close stops the step loop, fails requests still in flight and flushes and
+// closes the step log. It is safe to call more than once.
+func (e *Engine) Close() error {
+	e.stopOnce.Do(func() { close(e.stop) })
+	e.startOnce.Do(func() { close(e.loopDone) }) // never started: nothing to wait for
+	<-e.loopDone
+	e.mu.Lock()
+	e.closed = true
+	e.failAllLocked(errShutdown)
+	e.mu.Unlock()
+	e.closeLog()
+	if e.log != nil && e.log.err != nil {
+		return e.log.err
+	}
+	return nil
+}
+
+// Serve serves the engine's HTTP surface on ln until ctx is done, then shuts
+// down within about a second: in-flight requests are ended, the step log is
+// flushed, the listener closed. It returns nil after a shutdown asked for by
+// ctx. Serve may be called once per Engine.
+func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	e.start()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		cerr := e.Close()
+		return errors.Join(fmt.Errorf("sim: serve on %s: %w", ln.Addr(), err), cerr)
+	case <-ctx.Done():
+	}
+	cerr := e.Close() // ends streams, so Shutdown does not wait on them
+	sctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	<-errc
+	return cerr
+}
+
+// ListenAndServe runs a simulated engine on cfg.Addr until ctx is done,
+// announcing on stdout that it is simulated.
+func ListenAndServe(ctx context.Context, cfg Config, stdout io.Writer) error {
+	e, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	addr := e.cfg.Addr
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		_ = e.Close()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("sim: cannot listen on %s: the address is already in use (another engine or process listens there; pick a free port with --addr): %w", addr, err)
+		}
+		return fmt.Errorf("sim: cannot listen on %s: %w", addr, err)
+	}
+	stepLog := e.cfg.StepLog
+	if stepLog == "" {
+		stepLog = "none"
+	}
+	fmt.Fprintf(stdout, "%s: serving model %q on http://%s (pid %d, connector %s, async %t, launch factor %.4f, step log %s)\n",
+		Banner, e.cfg.Model, ln.Addr(), os.Getpid(), e.cfg.Connector, e.cfg.Async, e.LaunchFactor(), stepLog)
+	fmt.Fprintf(stdout, "sim: model %s\n", e.cfg.describe())
+	return e.Serve(ctx, ln)
+}
+
+// Handler returns the engine's HTTP surface. Using it without Serve is fine:
+// the step loop starts with the first request; call Close when done.
+func (e *Engine) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", e.handleHealth)
+	mux.HandleFunc("/v1/models", e.handleModels)
+	mux.HandleFunc("/version", e.handleVersion)
+	mux.HandleFunc("/metrics", e.handleMetrics)
+	mux.HandleFunc("/v1/completions", e.handleCompletions)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Mbench-Simulated", "true")
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// allow answers 405 unless r uses one of the methods.
+func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	for _, m := range methods {
+		if r.Method == m {
+			return true
+		}
+	}
+	writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
+	return false
+}
+
+func (e *Engine) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet, http.MethodHead) {
+		return
+	}
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet) {
+		return
+	}
+	type card struct {
+		ID          string  `json:"id"`
+		Object      string  `json:"object"`
+		Created     int64   `json:"created"`
+		OwnedBy     string  `json:"owned_by"`
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"`
+		MaxModelLen int     `json:"max_model_len"`
+		Permission  []any   `json:"permission"`
+	}
+	type list struct {
+		Object string `json:"object"`
+		Data   []card `json:"data"`
+	}
+	writeJSON(w, http.StatusOK, list{Object: "list", Data: []card{{
+		ID: e.cfg.Model, Object: "model", Created: e.created.Unix(), OwnedBy: "mbench-sim",
+		Root: e.cfg.Model, MaxModelLen: e.cfg.MaxModelLen, Permission: []any{},
+	}}})
+}
+
+func (e *Engine) handleVersion(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet) {
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Version   string `json:"version"`
+		Simulated bool   `json:"simulated"`
+	}{"mbench-sim-" + Version, true})
+}

@@ -1,0 +1,234 @@
+package simengine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxBodyBytes bounds a request body (a 1M-token id list is about 8 MB).
+const maxBodyBytes = 64 << 20
+
+func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodPost) {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			badRequest("request body exceeds %d bytes", maxBodyBytes).write(w)
+			return
+		}
+		badRequest("reading the request body: %v", err).write(w)
+		return
+	}
+	req, err := decodeCompletionRequest(body)
+	if err != nil {
+		var ae *apiError
+		if !errors.As(err, &ae) {
+			ae = badRequest("%v", err)
+		}
+		ae.write(w)
+		return
+	}
+	if req.Model != "" && req.Model != e.cfg.Model {
+		(&apiError{status: http.StatusNotFound, typ: "NotFoundError",
+			msg: fmt.Sprintf("The model `%s` does not exist.", req.Model)}).write(w)
+		return
+	}
+	p, maxLen := len(req.Prompt), e.cfg.MaxModelLen
+	if p >= maxLen {
+		badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
+			"Please reduce the length of the input messages.", maxLen, p).write(w)
+		return
+	}
+	if p+req.MaxTokens > maxLen {
+		badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens "+
+			"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			maxLen, p+req.MaxTokens, p, req.MaxTokens).write(w)
+		return
+	}
+	s, err := e.submit(req)
+	if err != nil {
+		(&apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableError", msg: err.Error()}).write(w)
+		return
+	}
+	rs := response{
+		id:      fmt.Sprintf("cmpl-%016x%016x", rand.Uint64(), rand.Uint64()),
+		created: time.Now().Unix(),
+		model:   e.cfg.Model,
+		prompt:  p,
+	}
+	if req.Stream {
+		e.streamResponse(w, r, s, req.IncludeUsage, rs)
+	} else {
+		e.wholeResponse(w, r, s, rs)
+	}
+}
+
+// submit queues a request for the step loop.
+func (e *Engine) submit(req *completionRequest) (*seq, error) {
+	hashes := chainHashes(req.Prompt, e.cfg.BlockSize)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, errShutdown
+	}
+	e.serial++
+	s := &seq{
+		serial: e.serial, promptLen: len(req.Prompt), numTokens: len(req.Prompt),
+		maxTokens: req.MaxTokens, minTokens: req.MinTokens, ignoreEOS: req.IgnoreEOS,
+		hashes: hashes, rng: rand.New(rand.NewPCG(uint64(e.cfg.Seed), e.serial)), stream: newTokenStream(),
+	}
+	e.sch.add(s)
+	e.mu.Unlock()
+	e.start()
+	e.signalWake()
+	return s, nil
+}
+
+// abort ends s early (the client went away); the loop frees its blocks.
+func (e *Engine) abort(s *seq) {
+	e.mu.Lock()
+	e.sch.abort(s)
+	e.mu.Unlock()
+	e.signalWake()
+}
+
+func (e *Engine) signalWake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// response holds what every chunk of one completion repeats.
+type response struct {
+	id      string
+	created int64
+	model   string
+	prompt  int
+}
+
+func (rs response) head() string {
+	m, _ := json.Marshal(rs.model)
+	return `{"id":"` + rs.id + `","object":"text_completion","created":` + strconv.FormatInt(rs.created, 10) +
+		`,"model":` + string(m)
+}
+
+func usageJSON(prompt, completion int) string {
+	return fmt.Sprintf(`{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}`, prompt, prompt+completion, completion)
+}
+
+// streamResponse writes vLLM's SSE stream: one chunk per token, flushed as
+// soon as the step that produced it ends; the optional usage chunk; [DONE].
+func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, includeUsage bool, rs response) {
+	flush := func() {}
+	if f, ok := w.(http.Flusher); ok {
+		flush = f.Flush
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flush()
+	head := rs.head()
+	chunk := "data: " + head + `,"choices":[{"index":0,"text":`
+	var (
+		buf  []byte
+		evs  []tokenEvent
+		sent int
+	)
+	for {
+		select {
+		case <-s.stream.notify:
+		case <-r.Context().Done():
+			e.abort(s)
+			return
+		}
+		var done bool
+		var err error
+		evs, done, err = s.stream.take(evs)
+		buf = buf[:0]
+		for _, ev := range evs {
+			buf = append(buf, chunk...)
+			buf = append(buf, ev.textJSON()...)
+			buf = append(buf, `,"logprobs":null,"finish_reason":`...)
+			if ev.finish == "" {
+				buf = append(buf, "null"...)
+			} else {
+				buf = strconv.AppendQuote(buf, ev.finish)
+			}
+			buf = append(buf, ",\"stop_reason\":null}],\"usage\":null}\n\n"...)
+			sent++
+		}
+		switch {
+		case done:
+			if includeUsage {
+				buf = append(buf, "data: "+head+`,"choices":[],"usage":`+usageJSON(rs.prompt, sent)+"}\n\n"...)
+			}
+			buf = append(buf, "data: [DONE]\n\n"...)
+		case err != nil:
+			msg, _ := json.Marshal(err.Error())
+			buf = append(buf, `data: {"error":{"object":"error","message":`+string(msg)+
+				`,"type":"InternalServerError","param":null,"code":500}}`+"\n\ndata: [DONE]\n\n"...)
+		}
+		if len(buf) > 0 {
+			if _, werr := w.Write(buf); werr != nil {
+				e.abort(s)
+				return
+			}
+			flush()
+		}
+		if done || err != nil {
+			return
+		}
+	}
+}
+
+// wholeResponse waits for the whole completion and returns one JSON object.
+func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, rs response) {
+	var (
+		text   strings.Builder
+		evs    []tokenEvent
+		n      int
+		finish string
+	)
+	for {
+		select {
+		case <-s.stream.notify:
+		case <-r.Context().Done():
+			e.abort(s)
+			return
+		}
+		var done bool
+		var err error
+		evs, done, err = s.stream.take(evs)
+		for _, ev := range evs {
+			text.WriteString(ev.text())
+			n++
+			finish = ev.finish
+		}
+		if done {
+			break
+		}
+		if err != nil {
+			(&apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: err.Error()}).write(w)
+			return
+		}
+	}
+	txt, _ := json.Marshal(text.String())
+	fin, _ := json.Marshal(finish)
+	body := rs.head() + `,"choices":[{"index":0,"text":` + string(txt) + `,"logprobs":null,"finish_reason":` + string(fin) +
+		`,"stop_reason":null,"prompt_logprobs":null}],"usage":` + usageJSON(rs.prompt, n) + "}\n"
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, body)
+}

@@ -1,0 +1,137 @@
+"""``python -m mbench_vllm.check``: which step hooks this vLLM offers.
+
+``python -m mbench_vllm.check --log PATH`` instead summarizes a step log
+(fields present, p50/p90/p99 per timer, worker files next to it); it needs
+no vLLM.
+
+Imports vLLM's modules (no engine, no GPU work), prints the vLLM version,
+each hook point as OK or missing, and whether vLLM will load the plugin
+(entry point visible, ``VLLM_PLUGINS`` filter, ``MBENCH_STEP_LOG``).
+
+Exit status: 0 when vLLM imports and every hook point is OK, 1 when vLLM
+cannot be imported, 2 when some hook point is missing or the plugin would
+not load.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import __version__, hooks
+
+GROUP = "vllm.general_plugins"
+PLUGIN = "mbench_steps"
+
+
+def _entry_point_visible() -> str:
+    try:
+        from importlib.metadata import entry_points
+
+        eps = [ep for ep in entry_points(group=GROUP) if ep.name == PLUGIN]
+    except Exception as exc:  # pragma: no cover - very old Pythons
+        return f"unknown ({exc!r})"
+    if not eps:
+        return "NOT FOUND (pip install the package, or put its directory on PYTHONPATH)"
+    return "OK (" + ", ".join(sorted({ep.value for ep in eps})) + ")"
+
+
+def report(out=sys.stdout) -> int:
+    """Print the report; return the exit status."""
+    w = out.write
+    w(f"mbench_vllm {__version__}\n")
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:
+        w(f"vLLM: cannot import ({type(exc).__name__}: {exc})\n")
+        return 1
+    if getattr(vllm, "__file__", None) is None and not hasattr(vllm, "__version__"):
+        # e.g. run from the mbench repo root: its vllm/ directory is a namespace package
+        w(f"vLLM: cannot import (found only a directory named vllm: {list(vllm.__path__)})\n")
+        return 1
+    t = hooks.discover()
+    w(f"vLLM {t.version} ({os.path.dirname(getattr(vllm, '__file__', None) or '') or '?'})\n")
+    status = t.status()
+    ok = True
+    width = max(len(k) for k in status)
+    for name, st in status.items():
+        ok &= st.startswith("OK")
+        w(f"  {name:<{width}}  {st}\n")
+    derived = status["Scheduler.schedule"].startswith("OK") and status[
+        "Scheduler.update_from_output"
+    ].startswith("OK")
+    w(f"  {'execute':<{width}}  {'OK (derived)' if derived else 'missing'}\n")
+    ep = _entry_point_visible()
+    w(f"entry point {GROUP}:{PLUGIN}: {ep}\n")
+    plugins = os.environ.get("VLLM_PLUGINS")
+    if plugins is None:
+        w("VLLM_PLUGINS: unset (all plugins load, mbench_steps included)\n")
+        loads = True
+    else:
+        loads = PLUGIN in plugins.split(",")
+        w(f"VLLM_PLUGINS={plugins!r}: mbench_steps {'loads' if loads else 'is FILTERED OUT'}\n")
+    log = os.environ.get("MBENCH_STEP_LOG")
+    w(f"MBENCH_STEP_LOG: {log if log else 'unset (the plugin stays inactive)'}\n")
+    if not ok:
+        w("missing hook points: their fields will be ABSENT from engine_step.jsonl\n")
+    return 0 if ok and loads and ep.startswith("OK") else 2
+
+
+TIMERS = ("step_duration_us", "schedule_us", "build_meta_us", "execute_us",
+          "update_us", "get_finished_us", "unaccounted_us")
+
+
+def _pct(xs: list, q: float) -> float:
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def summarize(path: str, out=sys.stdout) -> int:
+    """Print a step log's summary; 0 if it has lines, 3 if none."""
+    import glob
+    import json
+
+    w = out.write
+    lines, bad = [], 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            for raw in f:
+                try:
+                    lines.append(json.loads(raw))
+                except ValueError:
+                    bad += 1
+    except OSError as exc:
+        w(f"{path}: {exc}\n")
+        return 3
+    pids = sorted({ln.get("pid") for ln in lines})
+    w(f"{path}: {len(lines)} steps, {bad} malformed, pids {pids}\n")
+    for k in TIMERS:
+        xs = [ln[k] for ln in lines if k in ln]
+        if not xs:
+            w(f"  {k:<17} absent in every line\n")
+            continue
+        w(f"  {k:<17} in {len(xs):>7} lines  p50 {_pct(xs, .5):10.1f}  "
+          f"p90 {_pct(xs, .9):10.1f}  p99 {_pct(xs, .99):10.1f} us\n")
+    base = path[:-6] if path.endswith(".jsonl") else path
+    for wf in sorted(glob.glob(base + ".worker.*.jsonl")):
+        with open(wf, encoding="utf-8") as f:
+            n = sum(1 for raw in f if raw.strip())
+        w(f"  worker file {wf}: {n} get_finished lines\n")
+    return 0 if lines else 3
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["--log"] and len(args) == 2:
+        sys.exit(summarize(args[1]))
+    if args:
+        sys.stderr.write("usage: python -m mbench_vllm.check [--log STEP_LOG]\n")
+        sys.exit(64)
+    sys.exit(report())
+
+
+if __name__ == "__main__":
+    main()
