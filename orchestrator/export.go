@@ -15,13 +15,22 @@ import (
 // and the run directories. It works on a partial sweep too, where missing
 // cells are marked. It returns the path of report.md.
 func ExportDir(ctx context.Context, dir string) (string, error) {
+	if _, err := ExportReport(ctx, dir); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "report.md"), nil
+}
+
+// ExportReport is ExportDir returning what was computed: the per-cell
+// statistics, the comparisons and the A/A noise floor.
+func ExportReport(ctx context.Context, dir string) (*results.Report, error) {
 	st, err := ReadSweep(dir)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	entries, _, err := ReadJournal(dir)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	sw := results.Sweep{
 		Dir:        dir,
@@ -35,7 +44,7 @@ func ExportDir(ctx context.Context, dir string) (string, error) {
 	// itself only for the redactor, the baseline and the compared metrics.
 	if m, err := matrices.Load(st.MatrixFile); err == nil {
 		sw.Baseline, sw.Compare, sw.Redact = m.Baseline, m.Compare, m.Redact
-		sw.Confidence = m.Repeat.Confidence
+		sw.Confidence, sw.Metric, sw.RelCI = m.Repeat.Confidence, m.Repeat.Metric, m.Repeat.RelCI
 	} else if b, c, conf, ok := resolvedBasics(st); ok {
 		sw.Baseline, sw.Compare, sw.Confidence = b, c, conf
 	}
@@ -62,8 +71,9 @@ func ExportDir(ctx context.Context, dir string) (string, error) {
 		e := idx[k]
 		sw.Runs = append(sw.Runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason})
 	}
-	if _, err := results.Export(ctx, sw); err != nil {
-		return "", fmt.Errorf("export %s: %w", dir, err)
+	rep, err := results.Export(ctx, sw)
+	if err != nil {
+		return nil, fmt.Errorf("export %s: %w", dir, err)
 	}
-	return filepath.Join(dir, "report.md"), nil
+	return rep, nil
 }

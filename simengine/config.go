@@ -3,6 +3,7 @@ package simengine
 import (
 	"fmt"
 	"math"
+	"time"
 )
 
 // Version is the simulator's version, reported by GET /version as
@@ -46,6 +47,11 @@ type Config struct {
 	Jitter     float64 // sigma of per-step lognormal noise on step time (default 0.02)
 	ColdSteps  int     // the first ColdSteps steps after launch are ColdFactor× slower
 	ColdFactor float64 // default 1 (no effect)
+	// DriftPerS models a machine that slows as it warms over a sweep (seed
+	// 000's cold-vs-warm GPU): step time grows by this fraction per second
+	// since DriftEpoch, across launches. 0 = no drift.
+	DriftPerS  float64
+	DriftEpoch time.Time // start of the drift (e.g. the sweep's start)
 	// CrashAfterSteps makes the process exit with code 3 after this many
 	// steps (fault injection); 0 = never.
 	CrashAfterSteps int

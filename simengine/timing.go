@@ -53,6 +53,9 @@ func (m *costModel) cost(step int64, prefill, decode, cached int) stepCost {
 	if step < int64(c.ColdSteps) {
 		f *= c.ColdFactor
 	}
+	if c.DriftPerS > 0 && !c.DriftEpoch.IsZero() {
+		f *= 1 + c.DriftPerS*max(0, time.Since(c.DriftEpoch).Seconds())
+	}
 	model := (c.StepBaseUs + c.PrefillTokenUs*float64(prefill) + c.DecodeSeqUs*float64(decode)) * f
 	sc := stepCost{factor: f}
 	sc.schedule = scheduleShare * c.StepBaseUs * f

@@ -1,28 +1,70 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/mbench/mbench/orchestrator"
+	"github.com/mbench/mbench/results"
 	"github.com/urfave/cli/v2"
 )
 
 func init() {
-	register(&cli.Command{
-		Name:      "export",
-		Usage:     "write cells/<id>/summary_A.json, report.md, tables.csv and plots/ of a (possibly partial) sweep",
-		ArgsUsage: "DIR",
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usageError{errors.New("export: want exactly one DIR argument")}
-			}
-			report, err := orchestrator.ExportDir(c.Context, c.Args().First())
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(c.App.Writer, "report: %s\n", report)
-			return nil
-		},
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:      "export",
+			Usage:     "write cells/<id>/summary_A.json, report.md, tables.csv and plots/ of a (possibly partial) sweep",
+			ArgsUsage: "DIR",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "format", Value: "md", Usage: "what to print or write to --out: md (report.md), csv (tables.csv) or json (cells, comparisons, noise floor)"},
+				&cli.StringFlag{Name: "out", Usage: "also write the chosen format to this file"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return usageError{errors.New("export: want exactly one DIR argument")}
+				}
+				format := c.String("format")
+				if format != "md" && format != "csv" && format != "json" {
+					return usageError{fmt.Errorf("export: --format %q: valid: md, csv, json", format)}
+				}
+				dir := c.Args().First()
+				rep, err := orchestrator.ExportReport(c.Context, dir)
+				if err != nil {
+					return err
+				}
+				for _, w := range rep.Warnings {
+					fmt.Fprintln(c.App.ErrWriter, "warning:", w)
+				}
+				if c.String("out") == "" {
+					fmt.Fprintf(c.App.Writer, "report: %s\n", filepath.Join(dir, "report.md"))
+					return nil
+				}
+				var data []byte
+				switch format {
+				case "md":
+					data, err = os.ReadFile(filepath.Join(dir, "report.md"))
+				case "csv":
+					data, err = os.ReadFile(filepath.Join(dir, "tables.csv"))
+				case "json":
+					data, err = json.MarshalIndent(struct {
+						Cells       []results.CellSummary   `json:"cells"`
+						Comparisons []results.ComparisonRow `json:"comparisons"`
+						NoiseFloor  []results.ComparisonRow `json:"noise_floor"`
+						Warnings    []string                `json:"warnings,omitempty"`
+					}{rep.Cells, rep.Comparisons, rep.NoiseFloor, rep.Warnings}, "", "  ")
+				}
+				if err != nil {
+					return fmt.Errorf("export: %w", err)
+				}
+				if err := results.WriteFileAtomic(c.String("out"), append(data, '\n'), 0o644); err != nil {
+					return fmt.Errorf("export: %w", err)
+				}
+				fmt.Fprintf(c.App.Writer, "wrote %s (%s)\n", c.String("out"), format)
+				return nil
+			},
+		}
 	})
 }

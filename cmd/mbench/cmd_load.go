@@ -14,31 +14,33 @@ import (
 )
 
 func init() {
-	register(&cli.Command{
-		Name:  "load",
-		Usage: "one open-loop run against any OpenAI-compatible endpoint; writes requests.jsonl and summary_A.json",
-		Flags: []cli.Flag{
-			&cli.StringSliceFlag{Name: "url", Usage: "base URL of the endpoint (repeat to round-robin)", Required: true},
-			&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s)", Required: true},
-			&cli.IntFlag{Name: "input", Usage: "prompt length in tokens"},
-			&cli.IntFlag{Name: "output", Usage: "output tokens per request (max_tokens = min_tokens, ignore_eos)"},
-			&cli.IntFlag{Name: "requests", Usage: "measured requests to send"},
-			&cli.DurationFlag{Name: "duration", Usage: "send for this long"},
-			&cli.IntFlag{Name: "min-completed", Usage: "measure until this many requests completed"},
-			&cli.IntFlag{Name: "warmup", Usage: "warmup requests, discarded"},
-			&cli.Int64Flag{Name: "seed", Value: 1, Usage: "workload seed"},
-			&cli.StringFlag{Name: "model", Usage: "model name (default: the first of /v1/models)"},
-			&cli.StringFlag{Name: "arrival", Value: "poisson", Usage: "poisson | gamma | constant"},
-			&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
-			&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"},
-			&cli.Float64Flag{Name: "time-scale", Value: 1, Usage: "trace time compression"},
-			&cli.IntFlag{Name: "request-limit", Usage: "trace: at most this many requests"},
-			&cli.IntFlag{Name: "max-inflight-sessions", Usage: "trace: sessions in flight at once (0 = unlimited)"},
-			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "cap on the measured phase"},
-			&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "wait this long for in-flight requests after sending stops"},
-			&cli.StringFlag{Name: "out", Usage: "directory for requests.jsonl and summary_A.json", Required: true},
-		},
-		Action: loadAction,
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:  "load",
+			Usage: "one open-loop run against any OpenAI-compatible endpoint; writes requests.jsonl and summary_A.json",
+			Flags: []cli.Flag{
+				&cli.StringSliceFlag{Name: "url", Usage: "base URL of the endpoint (repeat to round-robin)", Required: true},
+				&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s)", Required: true},
+				&cli.IntFlag{Name: "input", Usage: "prompt length in tokens"},
+				&cli.IntFlag{Name: "output", Usage: "output tokens per request (max_tokens = min_tokens, ignore_eos)"},
+				&cli.IntFlag{Name: "requests", Usage: "measured requests to send"},
+				&cli.DurationFlag{Name: "duration", Usage: "send for this long"},
+				&cli.IntFlag{Name: "min-completed", Usage: "measure until this many requests completed"},
+				&cli.IntFlag{Name: "warmup", Usage: "warmup requests, discarded"},
+				&cli.Int64Flag{Name: "seed", Value: 1, Usage: "workload seed"},
+				&cli.StringFlag{Name: "model", Usage: "model name (default: the first of /v1/models)"},
+				&cli.StringFlag{Name: "arrival", Value: "poisson", Usage: "poisson | gamma | constant"},
+				&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
+				&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"},
+				&cli.Float64Flag{Name: "time-scale", Value: 1, Usage: "trace time compression"},
+				&cli.IntFlag{Name: "request-limit", Usage: "trace: at most this many requests"},
+				&cli.IntFlag{Name: "max-inflight-sessions", Usage: "trace: sessions in flight at once (0 = unlimited)"},
+				&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "cap on the measured phase"},
+				&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "wait this long for in-flight requests after sending stops"},
+				&cli.StringFlag{Name: "out", Usage: "directory for requests.jsonl and summary_A.json", Required: true},
+			},
+			Action: loadAction,
+		}
 	})
 }
 

@@ -15,27 +15,29 @@ import (
 )
 
 func init() {
-	register(&cli.Command{
-		Name:      "router",
-		Usage:     "a load-only router: round-robins OpenAI requests over the given instances (streaming passes through)",
-		ArgsUsage: "TARGET_URL...",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:9090", Usage: "listen address"},
-		},
-		Action: func(c *cli.Context) error {
-			if c.NArg() == 0 {
-				return usageError{errors.New("router: give at least one target URL")}
-			}
-			var targets []*url.URL
-			for _, a := range c.Args().Slice() {
-				u, err := url.Parse(a)
-				if err != nil || u.Scheme == "" || u.Host == "" {
-					return usageError{fmt.Errorf("router: target %q is not an http URL", a)}
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:      "router",
+			Usage:     "a load-only router: round-robins OpenAI requests over the given instances (streaming passes through)",
+			ArgsUsage: "TARGET_URL...",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "addr", Value: "127.0.0.1:9090", Usage: "listen address"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() == 0 {
+					return usageError{errors.New("router: give at least one target URL")}
 				}
-				targets = append(targets, u)
-			}
-			return serveRouter(c.Context, c.String("addr"), targets, c.App.ErrWriter)
-		},
+				var targets []*url.URL
+				for _, a := range c.Args().Slice() {
+					u, err := url.Parse(a)
+					if err != nil || u.Scheme == "" || u.Host == "" {
+						return usageError{fmt.Errorf("router: target %q is not an http URL", a)}
+					}
+					targets = append(targets, u)
+				}
+				return serveRouter(c.Context, c.String("addr"), targets, c.App.ErrWriter)
+			},
+		}
 	})
 }
 

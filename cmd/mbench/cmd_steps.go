@@ -18,21 +18,23 @@ import (
 )
 
 func init() {
-	register(&cli.Command{
-		Name:      "steps",
-		Usage:     "summarize engine_step.jsonl files: n_steps and percentiles of every timer",
-		ArgsUsage: "FILE...",
-		Description: "Prints one row per step log (seed-000 style). A timer the log never measured is\n" +
-			"shown as — (absent), never as 0. Worker files <log>.worker.<pid>.jsonl next to a\n" +
-			"log are merged in for get_finished_us unless --no-workers. FILE may be gzipped (.gz).",
-		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
-			&cli.BoolFlag{Name: "markdown", Usage: "print the table as Markdown"},
-			&cli.Int64Flag{Name: "from-us", Usage: "keep steps with ts_us ≥ this (µs since the epoch)"},
-			&cli.Int64Flag{Name: "to-us", Usage: "keep steps with ts_us ≤ this"},
-			&cli.BoolFlag{Name: "no-workers", Usage: "do not merge worker get_finished_us files"},
-		},
-		Action: stepsAction,
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:      "steps",
+			Usage:     "summarize engine_step.jsonl files: n_steps and percentiles of every timer",
+			ArgsUsage: "FILE...",
+			Description: "Prints one row per step log (seed-000 style). A timer the log never measured is\n" +
+				"shown as — (absent), never as 0. Worker files <log>.worker.<pid>.jsonl next to a\n" +
+				"log are merged in for get_finished_us unless --no-workers. FILE may be gzipped (.gz).",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+				&cli.BoolFlag{Name: "markdown", Usage: "print the table as Markdown"},
+				&cli.Int64Flag{Name: "from-us", Usage: "keep steps with ts_us ≥ this (µs since the epoch)"},
+				&cli.Int64Flag{Name: "to-us", Usage: "keep steps with ts_us ≤ this"},
+				&cli.BoolFlag{Name: "no-workers", Usage: "do not merge worker get_finished_us files"},
+			},
+			Action: stepsAction,
+		}
 	})
 }
 

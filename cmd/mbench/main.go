@@ -30,9 +30,11 @@ func (e usageError) ExitCode() int { return 2 }
 
 // commands collects the subcommands. Each file of this package that defines a
 // subcommand adds it from an init function, so the files stay independent.
-var commands []*cli.Command
+// They are factories: urfave/cli keeps state in commands and flags, so every
+// run (tests call run many times in one process) builds fresh ones.
+var commands []func() *cli.Command
 
-func register(c *cli.Command) { commands = append(commands, c) }
+func register(c func() *cli.Command) { commands = append(commands, c) }
 
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -61,7 +63,10 @@ func main() {
 
 // run is the whole program: it parses args and dispatches to a subcommand.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmds := append([]*cli.Command(nil), commands...)
+	cmds := make([]*cli.Command, 0, len(commands))
+	for _, c := range commands {
+		cmds = append(cmds, c())
+	}
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
 	app := &cli.App{
 		Name:                 "mbench",

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/orchestrator"
+	"github.com/mbench/mbench/results"
+)
+
+// These tests check the method end to end against known truth on the
+// simulated engine (issue 5): a real tax is found with the right sign, an
+// A/A pair is within noise, and seed 000's ordering effect appears without
+// randomization and disappears with randomized blocks.
+
+const validityMatrix = `name: %NAME%
+seed: %SEED%
+engine:
+  kind: sim
+  port: %PORT%
+  ready_timeout: 20s
+  grace: 2s
+  sim: {step_base_us: 2000, decode_seq_us: 20, prefill_token_us: 0.5, jitter: 0.01%SIM%}
+configs:
+  plain: {}
+  plain_aa: {same_as: plain}
+%EXTRA%rates: [20]
+shapes:
+  - {name: 64x8, input: 64, output: 8}
+measure: {warmup_requests: 3, min_completed: 30, timeout: 30s, drain_timeout: 5s}
+repeat: {min: 4, max: 4, metric: tpot_p90, rel_ci: 0.05, confidence: 0.95, randomize: %RANDOMIZE%}
+gate: {enabled: false}
+baseline: plain
+compare: [tpot_p90, step_duration_p50]
+`
+
+func validitySweep(t *testing.T, name string, seed int64, sim, extra string, randomize bool) *results.Report {
+	t.Helper()
+	dir := t.TempDir()
+	r := strings.NewReplacer("%NAME%", name, "%SEED%", fmt.Sprint(seed), "%SIM%", sim, "%EXTRA%", extra,
+		"%RANDOMIZE%", fmt.Sprint(randomize))
+	m := writeMatrix(t, dir, r.Replace(validityMatrix))
+	out := filepath.Join(dir, "out")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)
+	}
+	rep, err := orchestrator.ExportReport(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func findRow(t *testing.T, rows []results.ComparisonRow, config, metric string) results.ComparisonRow {
+	t.Helper()
+	for _, r := range rows {
+		if r.Config == config && r.Metric == metric {
+			return r
+		}
+	}
+	t.Fatalf("no comparison of %s on %s in %+v", config, metric, rows)
+	return results.ComparisonRow{}
+}
+
+func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end sweep")
+	}
+	// A constant connector of 1000 µs on a 2000 µs step: +50% per step.
+	rep := validitySweep(t, "tax", 11, "", "  taxed:\n    sim: {connector: constant, connector_us: 1000}\n", true)
+	for _, metric := range []string{"step_duration_p50", "tpot_p90"} {
+		r := findRow(t, rep.Comparisons, "taxed", metric)
+		t.Logf("taxed vs plain %s: %s (p_holm %.3g)", metric, r.Text(), r.PAdj)
+		if !r.Significant() || r.Effect < 0.3 || r.Effect > 0.7 {
+			t.Errorf("taxed %s: %s; want a significant effect near +50%%", metric, r.Text())
+		}
+	}
+	aa := findRow(t, rep.NoiseFloor, "plain_aa", "tpot_p90")
+	t.Logf("A/A plain_aa vs plain tpot_p90: %s", aa.Text())
+	if aa.Significant() || !strings.HasPrefix(aa.Text(), "within noise") {
+		t.Errorf("A/A pair: %s; want within noise", aa.Text())
+	}
+}
+
+// TestValidityOrderingEffect reproduces seed 000's failure and its cure. The
+// simulated machine slows as it warms (10% per second of sweep). Without
+// randomization plain_aa always runs after plain, so an A/A pair shows a
+// spurious "tax"; with randomized blocks (half the blocks each way) it is
+// within noise.
+func TestValidityOrderingEffect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end sweep")
+	}
+	drift := fmt.Sprintf(", drift_per_s: 0.1, drift_epoch: %d", time.Now().Unix())
+
+	naive := validitySweep(t, "naive", 5, drift, "", false)
+	n := findRow(t, naive.NoiseFloor, "plain_aa", "tpot_p90")
+	t.Logf("naive order, A/A tpot_p90: %s", n.Text())
+	if !n.Significant() || n.Effect <= 0 {
+		t.Errorf("naive order: %s; want the spurious positive effect of running second on a warming machine", n.Text())
+	}
+
+	seed := balancedSeed(t)
+	rnd := validitySweep(t, "randomized", seed, drift, "", true)
+	r := findRow(t, rnd.NoiseFloor, "plain_aa", "tpot_p90")
+	t.Logf("randomized blocks (seed %d), A/A tpot_p90: %s", seed, r.Text())
+	if r.Significant() {
+		t.Errorf("randomized blocks: %s; want within noise", r.Text())
+	}
+}
+
+// balancedSeed finds a sweep seed whose 4 block orders put each of the two
+// cells first twice, so the drift cancels in expectation.
+func balancedSeed(t *testing.T) int64 {
+	for seed := int64(1); seed < 1000; seed++ {
+		first := 0
+		for b := 1; b <= 4; b++ {
+			if orchestrator.BlockOrder(seed, b, []string{"a", "b"}, true)[0] == "a" {
+				first++
+			}
+		}
+		if first == 2 {
+			return seed
+		}
+	}
+	t.Fatal("no balanced seed")
+	return 0
+}
