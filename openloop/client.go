@@ -83,7 +83,9 @@ var scratchPool = sync.Pool{New: func() any {
 
 // do sends j to url and fills rec (whose identity fields are already set):
 // times, tokens, status. onFirst, if not nil, runs at the first content chunk.
-func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirst func()) {
+// The returned function, when not nil, reads the response to its end (so the
+// connection is reused) and releases it; call it after recording rec.
+func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirst func()) (release func()) {
 	fail := func(msg string) {
 		rec.DoneNs = c.clk.now()
 		rec.Status, rec.Error = StatusError, msg
@@ -92,7 +94,7 @@ func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirs
 	if err != nil {
 		rec.SentNs = c.clk.now()
 		fail(err.Error())
-		return
+		return nil
 	}
 	req.Header["Content-Type"] = hdrJSON
 	req.Header["Accept"] = hdrSSE
@@ -104,18 +106,18 @@ func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirs
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		fail(errText(ctx, err))
-		return
+		return nil
 	}
-	defer resp.Body.Close()
 	rec.HTTPStatus = resp.StatusCode
 	if resp.StatusCode != http.StatusOK {
 		excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		fail(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(excerpt))))
-		return
+		return func() {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+		}
 	}
 	sc := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(sc)
 	sc.sse.reset(resp.Body)
 	sc.st.reset()
 	if cap(sc.st.times) < j.output+1 {
@@ -133,14 +135,19 @@ func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirs
 	} else {
 		rec.UsageMissing = true
 	}
+	rec.Status = StatusOK
 	if err != nil {
 		rec.Status, rec.Error = StatusError, errText(ctx, err)
-		return
 	}
-	// Read to the end of the body so the connection is reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(sc.sse.br, 64<<10))
-	sc.sse.reset(nil)
-	rec.Status = StatusOK
+	return func() {
+		if err == nil { // after [DONE]: read to the end so the connection is reused
+			_, _ = io.Copy(io.Discard, io.LimitReader(sc.sse.br, 64<<10))
+		}
+		resp.Body.Close()
+		sc.sse.reset(nil)
+		sc.st.onFirst = nil
+		scratchPool.Put(sc)
+	}
 }
 
 // errText is the record's error text for err: the cause when the request

@@ -9,11 +9,15 @@
 //   - the streaming OpenAI /v1/completions client and its allocation-free SSE
 //     parser, which measure TTFT, ITL and E2EL as `vllm bench serve` defines
 //     them (client.go, sse.go, chunk.go);
-//   - the open-loop dispatcher: one goroutine that sleeps until just before
-//     each deadline and then spins, so a late send is rare and, when it
-//     happens, fires at once and is recorded as send lag (pacer.go, run.go);
-//   - the requests.jsonl record format, written as requests finish and read
-//     back strictly by ReadRecords (record.go);
+//   - the run itself: cache fill, warmup and measurement, stop conditions,
+//     abort rules, drain, streaming of records (config.go, run.go);
+//   - the open-loop dispatcher: one goroutine that takes prepared requests in
+//     schedule order and waits for each deadline on a Linux timerfd parked in
+//     Go's netpoller (µs wake-ups without holding a P), busy-waiting only the
+//     last 25 µs; a late send fires at once and is recorded as send lag
+//     (open.go, pacer.go, timerfd_linux.go);
+//   - the requests.jsonl record format, encoded without reflection as
+//     requests finish and read back strictly by ReadRecords (record.go);
 //   - the generator's self-grading (send lag, achieved/offered, a
 //     Kolmogorov–Smirnov test of the sent gaps) and the precision harness
 //     behind `task bench:load` (grade.go, precision.go).

@@ -94,6 +94,7 @@ func (r *runner) runFill() {
 		return
 	}
 	r.fillCount = f.Prefixes
+	r.setPhase(PhaseFill)
 	sem := make(chan struct{}, fillConcurrency)
 	var toks []int32
 	for k := 0; k < f.Prefixes; k++ {

@@ -7,7 +7,6 @@ import (
 	"math"
 	"sort"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/mbench/mbench/openloop/stub"
@@ -49,7 +48,7 @@ var PrecisionStub = stub.Options{Tokens: 16, FirstToken: time.Millisecond, Burst
 // in-tree stub on 127.0.0.1, runs Poisson load at each rate for dur (after a
 // quarter second of warmup), and reports per rate the achieved/scheduled send
 // ratio, send lag, TTFT error against the stub's ground truth and CPU. The
-// table is written to w as it goes (w may be nil). The stub shares the
+// table (times in ms) is written to w as it goes (w may be nil). The stub shares the
 // process and the machine with the client, so CPU covers both.
 func MeasurePrecision(ctx context.Context, rates []float64, dur time.Duration, w io.Writer) ([]PrecisionRow, error) {
 	return measurePrecision(ctx, rates, dur, w, defaultWaitMode)
@@ -61,11 +60,8 @@ func measurePrecision(ctx context.Context, rates []float64, dur time.Duration, w
 		return nil, fmt.Errorf("precision: starting the stub: %w", err)
 	}
 	defer srv.Close()
-	var tw *tabwriter.Writer
 	if w != nil {
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "rate\tsent\tachieved/offered\tlag p50 ms\tlag p99 ms\tlag max ms\tTTFT err p50 ms\tTTFT err p99 ms\tCPU %\tKS p\tholds\t")
-		_ = tw.Flush()
+		WritePrecisionHeader(w)
 	}
 	var rows []PrecisionRow
 	for _, rate := range rates {
@@ -82,13 +78,23 @@ func measurePrecision(ctx context.Context, rates []float64, dur time.Duration, w
 		}
 		row := precisionRow(rate, res, srv.Entries())
 		rows = append(rows, row)
-		if tw != nil {
-			fmt.Fprintf(tw, "%g\t%d\t%.4f\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.0f\t%.3g\t%v\t\n", row.Rate, row.Sent, row.AchievedRatio,
-				row.LagP50Ms, row.LagP99Ms, row.LagMaxMs, row.TTFTErrP50Ms, row.TTFTErrP99Ms, row.CPUPct, row.KSP, row.Holds)
-			_ = tw.Flush()
+		if w != nil {
+			WritePrecisionRow(w, row)
 		}
 	}
 	return rows, nil
+}
+
+// WritePrecisionHeader writes the header of the precision table.
+func WritePrecisionHeader(w io.Writer) {
+	fmt.Fprintf(w, "%7s %6s %9s %8s %8s %8s %9s %9s %6s %8s %6s\n", "rate", "sent", "ach/off", "lag p50", "lag p99",
+		"lag max", "TTFTe p50", "TTFTe p99", "CPU%", "KS p", "holds")
+}
+
+// WritePrecisionRow writes one row of the precision table (times in ms).
+func WritePrecisionRow(w io.Writer, r PrecisionRow) {
+	fmt.Fprintf(w, "%7g %6d %9.4f %8.3f %8.3f %8.2f %9.3f %9.3f %6.0f %8.3g %6v\n", r.Rate, r.Sent, r.AchievedRatio,
+		r.LagP50Ms, r.LagP99Ms, r.LagMaxMs, r.TTFTErrP50Ms, r.TTFTErrP99Ms, r.CPUPct, r.KSP, r.Holds)
 }
 
 // precisionRow grades one run and joins it with the stub's log by request id.

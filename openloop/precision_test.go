@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ func TestMeasurePrecisionSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", out.String())
-	if len(rows) != 1 || rows[0].Sent < 20 || rows[0].OKRatio != 1 || math.IsNaN(rows[0].TTFTErrP99Ms) || !strings.Contains(out.String(), "achieved/offered") {
+	if len(rows) != 1 || rows[0].Sent < 20 || rows[0].OKRatio != 1 || math.IsNaN(rows[0].TTFTErrP99Ms) || !strings.Contains(out.String(), "ach/off") {
 		t.Errorf("rows %+v", rows)
 	}
 }
@@ -76,14 +77,19 @@ func TestPrecisionModes(t *testing.T) {
 func BenchmarkLoad(b *testing.B) {
 	rates := envFloats("MBENCH_RATES", []float64{500, 1000, 2000, 4000, 8000})
 	dur := envDuration("MBENCH_DURATION", 3*time.Second)
+	if os.Getenv("MBENCH_STUB_FLUSH_EACH") != "" {
+		PrecisionStub.Burst = false // flush every token: the stub costs more CPU
+	}
+	WritePrecisionHeader(os.Stdout)
 	for _, rate := range rates {
 		b.Run(fmt.Sprintf("rate=%g", rate), func(b *testing.B) {
 			for b.Loop() {
-				rows, err := MeasurePrecision(context.Background(), []float64{rate}, dur, os.Stdout)
+				rows, err := MeasurePrecision(context.Background(), []float64{rate}, dur, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
 				r := rows[0]
+				WritePrecisionRow(os.Stdout, r)
 				b.ReportMetric(r.AchievedRatio, "achieved/offered")
 				b.ReportMetric(r.LagP99Ms, "lag-p99-ms")
 				b.ReportMetric(r.TTFTErrP99Ms, "ttft-err-p99-ms")
@@ -94,7 +100,8 @@ func BenchmarkLoad(b *testing.B) {
 }
 
 // TestPrecisionDiag prints, for one run per rate, how the sent gaps differ
-// from the scheduled ones (MBENCH_PRECISION_DIAG=1).
+// from the scheduled ones, the GC's pauses, and when lags above 2 ms
+// happened (MBENCH_PRECISION_DIAG=1).
 func TestPrecisionDiag(t *testing.T) {
 	if os.Getenv("MBENCH_PRECISION_DIAG") == "" {
 		t.Skip("set MBENCH_PRECISION_DIAG=1")
@@ -105,16 +112,28 @@ func TestPrecisionDiag(t *testing.T) {
 	}
 	defer srv.Close()
 	for _, rate := range envFloats("MBENCH_RATES", []float64{2000}) {
+		srv.Reset()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
 		res, err := Run(context.Background(), Config{Targets: []string{srv.URL}, Model: "stub-model", Rate: rate,
 			Shape: Shape{Input: 64, Output: 16}, Seed: 1, Warmup: int(rate / 4), Duration: envDuration("MBENCH_DURATION", 3*time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}
+		runtime.ReadMemStats(&m1)
+		var maxPause uint64
+		for i := m0.NumGC; i < m1.NumGC && i < m0.NumGC+256; i++ {
+			maxPause = max(maxPause, m1.PauseNs[i%256])
+		}
 		var sched, sent []float64
+		var spikes []string
 		for _, r := range res.Records {
 			if r.Phase == PhaseMeasure {
 				sched = append(sched, float64(r.ScheduledNs))
 				sent = append(sent, float64(r.SentNs))
+			}
+			if r.Lag() > 2*time.Millisecond && len(spikes) < 12 {
+				spikes = append(spikes, fmt.Sprintf("%.1fms:+%.1f", float64(r.ScheduledNs)/1e6, float64(r.Lag())/1e6))
 			}
 		}
 		sort.Float64s(sent)
@@ -126,22 +145,12 @@ func TestPrecisionDiag(t *testing.T) {
 			return g
 		}
 		cdf := gapCDF(Arrival{}, rate)
-		gs, gt := gaps(sched), gaps(sent)
-		small := func(g []float64, lim float64) float64 {
-			n := 0
-			for _, x := range g {
-				if x < lim {
-					n++
-				}
-			}
-			return float64(n) / float64(len(g))
-		}
-		fs, ft := small(gs, 30e-6), small(gt, 30e-6)
-		ds, ps := KSTest(gs, cdf)
-		dt, pt := KSTest(gt, cdf)
-		dg, pg := KSTestGrid(gt, cdf, KSResolution.Seconds())
-		fmt.Printf("rate %g: scheduled gaps KS D=%.4f p=%.3g (<30µs: %.3f); sent gaps KS D=%.4f p=%.3g (<30µs: %.3f), on the 0.1 ms grid D=%.4f p=%.3g; lag p99 %.3f ms\n",
-			rate, ds, ps, fs, dt, pt, ft, dg, pg, res.Grade.LagP99Ms)
+		_, ps := KSTest(gaps(sched), cdf)
+		_, pt := KSTest(gaps(sent), cdf)
+		dg, pg := KSTestGrid(gaps(sent), cdf, KSResolution.Seconds())
+		fmt.Printf("rate %g: KS p sched %.3g sent %.3g grid D=%.4f p=%.3g; lag p50 %.3f p99 %.3f max %.2f ms; GCs %d, max pause %.2f ms, pause total %.2f ms; cpu %.0f%%\n  lags > 2 ms (sched:+lag): %v\n",
+			rate, ps, pt, dg, pg, res.Grade.LagP50Ms, res.Grade.LagP99Ms, res.Grade.LagMaxMs, m1.NumGC-m0.NumGC, float64(maxPause)/1e6,
+			float64(m1.PauseTotalNs-m0.PauseTotalNs)/1e6, res.ClientCPUPct, spikes)
 	}
 }
 

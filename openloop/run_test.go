@@ -96,6 +96,9 @@ func TestTTFTAndITLAgainstStub(t *testing.T) {
 		}
 		t.Logf("attempt %d: %s", attempt, strings.Join(problems, "; "))
 	}
+	if raceEnabled {
+		t.Skipf("race detector on, timing not checked: %s", strings.Join(problems, "; "))
+	}
 	t.Errorf("3 attempts failed; last: %s", strings.Join(problems, "; "))
 }
 
@@ -125,7 +128,7 @@ func TestOpenLoopModestRate(t *testing.T) {
 	// Bounds are generous: 2 cores shared by several agents (load ~10) can
 	// deschedule the process for tens of ms. MeasurePrecision gives the
 	// real figures.
-	if g.AchievedRatio < 0.98 || g.OKRatio != 1 || g.LagP50Ms > 1 || g.LagP99Ms > 50 {
+	if !raceEnabled && (g.AchievedRatio < 0.98 || g.OKRatio != 1 || g.LagP50Ms > 1 || g.LagP99Ms > 50) {
 		t.Errorf("grade %+v: want achieved ≥ 0.98, all ok, lag p50 ≤ 1 ms, p99 ≤ 50 ms", g)
 	}
 	truth := map[string]stub.Entry{}
@@ -151,7 +154,7 @@ func TestOpenLoopModestRate(t *testing.T) {
 	}
 	sort.Float64s(errs)
 	t.Logf("TTFT error vs stub: p50 %.3f ms p99 %.3f ms", quantile(errs, 0.5), quantile(errs, 0.99))
-	if quantile(errs, 0.5) < 0 || quantile(errs, 0.5) > 2 || quantile(errs, 0.99) > 50 {
+	if !raceEnabled && (quantile(errs, 0.5) < 0 || quantile(errs, 0.5) > 2 || quantile(errs, 0.99) > 50) {
 		t.Errorf("TTFT error p50 %.3f p99 %.3f ms: want p50 in [0, 2] ms and p99 ≤ 50 ms", quantile(errs, 0.5), quantile(errs, 0.99))
 	}
 	// The sink holds the same records, readable strictly.

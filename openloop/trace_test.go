@@ -251,7 +251,7 @@ func TestTraceReplaySessions(t *testing.T) {
 }
 
 func TestTraceReplayLimits(t *testing.T) {
-	s := startStub(t, stub.Options{Tokens: 1})
+	s := startStub(t, stub.Options{Tokens: 1, FirstToken: 30 * time.Millisecond}) // long enough for sessions to overlap
 	res, err := Run(context.Background(), Config{Targets: []string{s.URL}, Model: "m", Warmup: 3,
 		Shape: Shape{Trace: &Trace{Path: syntheticTrace, TimeScale: 1000, RequestLimit: 20}}})
 	if err != nil {
@@ -330,5 +330,23 @@ func TestSampleTrace(t *testing.T) {
 	err = SampleTrace(context.Background(), strings.NewReader("{\"timestamp\": 1}\n"), &out, 5, 1)
 	if err == nil || err.Error() != "trace sample: trace:1: input_length: missing (prompt tokens)" {
 		t.Errorf("bad input: %v", err)
+	}
+}
+
+func TestTraceReplayTimeoutDrains(t *testing.T) {
+	s := startStub(t, stub.Options{Tokens: 2, FirstToken: 5 * time.Second})
+	start := time.Now()
+	res, err := Run(context.Background(), Config{Targets: []string{s.URL}, Model: "m", Timeout: 300 * time.Millisecond,
+		DrainTimeout: 200 * time.Millisecond, Shape: Shape{Trace: &Trace{Path: syntheticTrace, TimeScale: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 2*time.Second || res.StopReason != "timeout" {
+		t.Fatalf("stop %q after %v; want timeout within ~0.5 s", res.StopReason, el)
+	}
+	for _, r := range res.Records {
+		if r.Error != "drain timeout" {
+			t.Fatalf("record %+v", r)
+		}
 	}
 }

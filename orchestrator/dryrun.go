@@ -2,23 +2,62 @@ package orchestrator
 
 import (
 	"fmt"
+	"io"
+	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
 )
 
-// DryRun prints, per host, the exact commands a sweep of m would run, with
-// secrets redacted, and runs nothing.
+// DryRun prints, per config and host, the exact command lines a sweep of m
+// would start, each with the environment it gets (secret values as ***),
+// the sweep's state directory on the host and how readiness is checked. It
+// connects to nothing and runs nothing. Remote paths keep a leading ~ (the
+// host's $HOME, learnt only on connecting); the sweep id is known when
+// opts.Out is set.
 func DryRun(m *matrices.Matrix, opts Options) error {
 	w := opts.Stdout
-	self := opts.Self
-	if self == "" {
-		self = "mbench"
+	if w == nil {
+		w = io.Discard
+	}
+	id := "<sweep id>"
+	localState := filepath.Join("results", m.Name+"-<UTC timestamp>", ".state")
+	if opts.Out != "" {
+		if abs, err := filepath.Abs(opts.Out); err == nil {
+			id, localState = sweepID(m.Name, abs), filepath.Join(abs, ".state")
+		}
+	}
+	workdir := func(h string) string {
+		if wd := m.Hosts[h].Workdir; wd != "" {
+			return wd
+		}
+		return "~/.mbench"
+	}
+	state := func(h string) string {
+		if isLocal(m.Hosts[h].Address) {
+			return localState
+		}
+		return path.Join(workdir(h), id)
 	}
 	rt := matrices.Runtime{
-		Self:    func(string) string { return self },
-		StepLog: func(h string, i int) string { return fmt.Sprintf("<state:%s>/steps/engine_step.%d.jsonl", h, i) },
+		Self: func(h string) string {
+			hc := m.Hosts[h]
+			switch {
+			case isLocal(hc.Address) && opts.Self != "":
+				return opts.Self
+			case isLocal(hc.Address):
+				return "mbench"
+			case hc.MbenchPath != "":
+				return hc.MbenchPath
+			}
+			return path.Join(state(h), "bin", "mbench")
+		},
+		StepLog: func(h string, i int) string {
+			return path.Join(state(h), "steps", fmt.Sprintf("engine_step.%d.jsonl", i))
+		},
+		Bind: bindAddr(m),
 	}
 	fmt.Fprintf(w, "# dry run of %s (%s engine): nothing is started\n", m.Name, m.Engine.Kind)
 	if m.Engine.Kind == "sim" {
@@ -30,12 +69,13 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 			return fmt.Errorf("config %s: %w", name, err)
 		}
 		fmt.Fprintf(w, "\n## config %s (launch %s)\n", name, l.Key)
+		fmt.Fprintf(w, "# %s\n", readiness(l))
 		byHost := map[string][]string{}
 		for _, in := range l.Instances {
-			byHost[in.Host] = append(byHost[in.Host], fmt.Sprintf("%s %s", envPrefix(in.Env), in.Command))
+			byHost[in.Host] = append(byHost[in.Host], envPrefix(in.Env)+in.Command)
 		}
 		if r := l.Router; r != nil {
-			byHost[r.Host] = append(byHost[r.Host], fmt.Sprintf("%s %s   # router, ready at :%d%s", envPrefix(r.Env), r.Command, r.Port, r.ReadyPath))
+			byHost[r.Host] = append(byHost[r.Host], fmt.Sprintf("%s%s   # router, ready when GET :%d%s answers 200", envPrefix(r.Env), r.Command, r.Port, r.ReadyPath))
 		}
 		hostsSorted := make([]string, 0, len(byHost))
 		for h := range byHost {
@@ -43,23 +83,69 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 		}
 		sort.Strings(hostsSorted)
 		for _, h := range hostsSorted {
-			fmt.Fprintf(w, "[%s %s]\n", h, m.Hosts[h].Address)
+			hc := m.Hosts[h]
+			reach := ""
+			if !isLocal(hc.Address) && hc.Tunnel {
+				reach = ", reached through SSH port forwarding"
+			}
+			fmt.Fprintf(w, "[%s %s] state %s%s\n", h, hc.Address, state(h), reach)
+			if l.Instrument {
+				fmt.Fprintf(w, "  # mbench_vllm step plugin installed in %s; every engine runs with PYTHONPATH=<that>:$PYTHONPATH\n", path.Join(state(h), "mbench_vllm"))
+			}
 			for _, c := range byHost[h] {
-				fmt.Fprintln(w, "  "+m.Redact(strings.TrimSpace(c)))
+				fmt.Fprintln(w, "  "+m.Redact(c))
 			}
 		}
 	}
 	return nil
 }
 
+// readiness says how a launch is started and when it counts as ready.
+func readiness(l *matrices.Launch) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d instance(s)", len(l.Instances))
+	if l.Stagger > 0 && len(l.Instances) > 1 {
+		fmt.Fprintf(&b, " started %s apart", l.Stagger)
+	}
+	fmt.Fprintf(&b, " under setsid; ready when GET /health answers 200 on each")
+	var bs []string
+	for _, in := range l.Instances {
+		if in.BootstrapPort > 0 {
+			bs = append(bs, fmt.Sprint(in.BootstrapPort))
+		}
+	}
+	if len(bs) > 0 {
+		fmt.Fprintf(&b, " and GET /query on bootstrap ports %s", strings.Join(bs, ","))
+	}
+	if l.ReadyTimeout > 0 {
+		fmt.Fprintf(&b, " (within %s)", l.ReadyTimeout)
+	}
+	if l.Router != nil {
+		fmt.Fprintf(&b, "; load → router on %s:%d", l.Router.Host, l.Router.Port)
+	} else {
+		b.WriteString("; load round-robins over the instances")
+	}
+	return b.String()
+}
+
+// envPrefix renders env as NAME=value words before a command: secret values
+// as ***, and a leading ~/ left unquoted so that it still expands.
 func envPrefix(env []matrices.EnvVar) string {
 	var b strings.Builder
 	for _, e := range env {
-		v := e.Value
+		v := shellWordPath(e.Value)
 		if e.Secret {
 			v = "***"
 		}
-		fmt.Fprintf(&b, "%s=%s ", e.Name, matrices.ShellQuote(v))
+		fmt.Fprintf(&b, "%s=%s ", e.Name, v)
 	}
 	return b.String()
+}
+
+// shellWordPath quotes s as one shell word, keeping a leading ~/ unquoted.
+func shellWordPath(s string) string {
+	if rest, ok := strings.CutPrefix(s, "~/"); ok && rest != "" {
+		return "~/" + matrices.ShellQuote(rest)
+	}
+	return matrices.ShellQuote(s)
 }

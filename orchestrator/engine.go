@@ -76,6 +76,11 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 		if dir, ok := s.pluginDir[inst.Host]; ok && l.Instrument {
 			command = instrumentCommand(dir, command)
 		}
+		if s.isSim() {
+			// Each launch of the simulated engine draws its own launch
+			// noise: a seed from the sweep seed and the launch count.
+			command += fmt.Sprintf(" --seed=%d", BlockSeed(s.state.Seed, 1000+s.launches*64+i))
+		}
 		p, err := s.startProc(ctx, inst.Host, fmt.Sprintf("engine-%s-%d", inst.Host, inst.Index), command, inst.Env, inst.Port)
 		if err != nil {
 			return fail(err)
@@ -240,10 +245,36 @@ func (s *Sweep) reach(ctx context.Context, hostName string, port int) (string, e
 		s.tunnels[key] = a
 		return "http://" + a, nil
 	}
-	return "http://" + net.JoinHostPort(dialHost(hc.Address), strconv.Itoa(port)), nil
+	return "http://" + net.JoinHostPort(netHost(hc.Address), strconv.Itoa(port)), nil
 }
 
 func isLocal(addr string) bool { return addr == "" || addr == "local" }
+
+// netHost is the network host of an SSH address as mbench reaches it:
+// ssh_config's HostName for an alias, else the host of [user@]host[:port].
+func netHost(addr string) string {
+	if h, err := hosts.ResolveHostName("", addr); err == nil && h != "" {
+		return h
+	}
+	return dialHost(addr)
+}
+
+// bindAddr is the address engines bind ({{.Bind}}): loopback when every
+// remote host is reached through a tunnel or at a loopback address, else all
+// interfaces, since mbench must reach a remote engine from outside.
+func bindAddr(m *matrices.Matrix) string {
+	for _, h := range m.Hosts {
+		if isLocal(h.Address) || h.Tunnel {
+			continue
+		}
+		nh := netHost(h.Address)
+		if ip := net.ParseIP(strings.Trim(nh, "[]")); (ip != nil && ip.IsLoopback()) || nh == "localhost" {
+			continue
+		}
+		return "0.0.0.0"
+	}
+	return "127.0.0.1"
+}
 
 // dialHost strips user@ and :port from an SSH address.
 func dialHost(addr string) string {
@@ -258,11 +289,13 @@ func dialHost(addr string) string {
 
 // portInUse reports whether something already listens on port: a stale
 // engine there would answer /health in place of ours. Locally it dials; on a
-// remote host it asks ss(8), and assumes free when ss is missing.
+// remote host it reads the host's listening sockets from /proc/net/tcp{,6}
+// (a dial through a tunnel would always succeed locally), and assumes free
+// when they cannot be read.
 func (s *Sweep) portInUse(ctx context.Context, hostName string, h hosts.Host, baseURL string, port int) bool {
 	if hc, ok := s.m.Hosts[hostName]; ok && !isLocal(hc.Address) {
-		out, _, err := h.Run(ctx, fmt.Sprintf("ss -Hltn 'sport = :%d' 2>/dev/null", port))
-		return err == nil && strings.Contains(string(out), "LISTEN")
+		out, _, err := h.Run(ctx, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true")
+		return err == nil && listening(string(out), port)
 	}
 	hostport := strings.TrimPrefix(baseURL, "http://")
 	d := net.Dialer{Timeout: 500 * time.Millisecond}
@@ -272,6 +305,25 @@ func (s *Sweep) portInUse(ctx context.Context, hostName string, h hosts.Host, ba
 	}
 	c.Close()
 	return true
+}
+
+// listening reports whether a /proc/net/tcp listing has a socket in state
+// LISTEN (0A) on port, on any local address.
+func listening(procNetTCP string, port int) bool {
+	for _, line := range strings.Split(procNetTCP, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "0A" {
+			continue
+		}
+		i := strings.LastIndexByte(f[1], ':')
+		if i < 0 {
+			continue
+		}
+		if p, err := strconv.ParseUint(f[1][i+1:], 16, 16); err == nil && int(p) == port {
+			return true
+		}
+	}
+	return false
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

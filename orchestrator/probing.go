@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/probes"
 )
 
@@ -58,8 +62,11 @@ func (s *Sweep) openGPU(ctx context.Context) {
 	s.gpu = g
 }
 
-// startProbes samples the local GPUs and host into the run directory until
-// stop is called.
+// startProbes samples into the run directory's gpu.jsonl and host.jsonl
+// until stop is called: this machine's host (where the load generator runs)
+// and, when an engine of the run is local, its GPUs; and on every remote
+// host of the run a `mbench probe` process whose files are fetched and
+// appended when it stops. done is closed when everything is written.
 func (s *Sweep) startProbes(ctx context.Context, dir string) (stop func(), done <-chan struct{}) {
 	ch := make(chan struct{})
 	if s.gpu == nil {
@@ -75,15 +82,120 @@ func (s *Sweep) startProbes(ctx context.Context, dir string) (stop func(), done 
 		close(ch)
 		return func() {}, ch
 	}
+	remote := s.startRemoteProbes(ctx)
+	var gw io.Writer
+	if s.runIsLocal() {
+		gw = gf
+	}
 	go func() {
 		defer close(ch)
-		if err := s.gpu.sampler().Run(pctx, gf, hf); err != nil && pctx.Err() == nil {
+		if err := s.gpu.sampler().Run(pctx, gw, hf); err != nil && pctx.Err() == nil {
 			s.logf("warning: probe: %v", err)
 		}
+		s.finishRemoteProbes(context.WithoutCancel(ctx), remote, gf, hf)
 		gf.Close()
 		hf.Close()
 	}()
 	return cancel, ch
+}
+
+// runIsLocal reports whether a process of the running engine set is on this
+// machine (or no engine set is known): only then are local GPUs sampled.
+func (s *Sweep) runIsLocal() bool {
+	if s.cur == nil {
+		return true
+	}
+	for _, p := range s.cur.all() {
+		if isLocal(s.m.Hosts[p.hostName].Address) {
+			return true
+		}
+	}
+	return false
+}
+
+// remoteProbe is a `mbench probe` process on a remote host for one run.
+type remoteProbe struct {
+	hostName    string
+	h           hosts.Host
+	proc        hosts.Process
+	gpuF, hostF string
+	logF        string
+}
+
+// startRemoteProbes starts `mbench probe` on every remote host of the
+// running engine set; a host without an mbench binary is skipped (said once).
+func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
+	if s.cur == nil {
+		return nil
+	}
+	interval := s.m.Probe.Interval
+	if interval <= 0 {
+		interval = 250 * time.Millisecond
+	}
+	seen := map[string]bool{}
+	var out []*remoteProbe
+	for _, p := range s.cur.all() {
+		name := p.hostName
+		if seen[name] || isLocal(s.m.Hosts[name].Address) {
+			continue
+		}
+		seen[name] = true
+		self, ok := s.selfPath[name]
+		if !ok {
+			s.noteOnce("probe-"+name, "host %s: no mbench binary there (set hosts.%s.mbench_path): no GPU or host samples from it", name, name)
+			continue
+		}
+		s.probeSeq++
+		base := s.hostPath(name, "probes", fmt.Sprintf("probe.%d", s.probeSeq))
+		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
+		q := matrices.ShellQuote
+		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
+			q(self), interval, q(name), q(rp.gpuF), q(rp.hostF))
+		proc, err := p.host.Start(ctx, hosts.ProcSpec{
+			Name: "probe-" + name, Command: cmd, Env: toHostEnv(nil, s.opts.SelfEnv, true),
+			LogPath: rp.logF, StateDir: s.hostPath(name, "pids"), Marker: s.state.SweepID,
+			Tether: true, TetherGrace: time.Second,
+		})
+		if err != nil {
+			s.logf("warning: host %s: start probe: %v", name, err)
+			continue
+		}
+		rp.proc = proc
+		out = append(out, rp)
+	}
+	return out
+}
+
+// finishRemoteProbes stops each remote probe and appends its samples to the
+// run's files. The probe's own notes (NVML unavailable) are said once.
+func (s *Sweep) finishRemoteProbes(ctx context.Context, rps []*remoteProbe, gf, hf io.Writer) {
+	for _, rp := range rps {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		if err := rp.proc.Stop(cctx, 2*time.Second); err != nil {
+			s.logf("warning: host %s: stop probe: %v", rp.hostName, err)
+		}
+		for _, f := range []struct {
+			path string
+			w    io.Writer
+		}{{rp.gpuF, gf}, {rp.hostF, hf}} {
+			if _, err := rp.h.Get(cctx, f.path, 0, f.w); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				s.logf("warning: host %s: fetch probe samples %s: %v", rp.hostName, f.path, err)
+			}
+		}
+		if note := strings.TrimSpace(rp.proc.LogTail(cctx, 5)); strings.Contains(note, "NVML unavailable") {
+			s.noteOnce("nvml-"+rp.hostName, "host %s: %s", rp.hostName, firstLine(note))
+		}
+		cancel()
+	}
+}
+
+// noteOnce logs a message the first time key is seen in this sweep.
+func (s *Sweep) noteOnce(key, format string, args ...any) {
+	if s.noted[key] {
+		return
+	}
+	s.noted[key] = true
+	s.logf(format, args...)
 }
 
 // gpuSummary summarizes the run's gpu.jsonl.

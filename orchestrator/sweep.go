@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -74,6 +75,8 @@ type Sweep struct {
 	tunnels   map[string]string
 	cur       *engineSet
 	launches  int
+	probeSeq  int
+	noted     map[string]bool   // messages said once per sweep (noteOnce)
 	fails     map[string]int    // consecutive failures per cell
 	dead      map[string]string // cells marked failed, with the reason
 	prog      *progress
@@ -93,7 +96,7 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	}
 	s := &Sweep{opts: opts, m: m, dir: dir, cells: map[string]matrices.Cell{},
 		hostConn: map[string]hosts.Host{}, homes: map[string]string{}, selfPath: map[string]string{}, pluginDir: map[string]string{},
-		tunnels: map[string]string{}, fails: map[string]int{}, dead: map[string]string{}, started: time.Now()}
+		tunnels: map[string]string{}, noted: map[string]bool{}, fails: map[string]int{}, dead: map[string]string{}, started: time.Now()}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}
@@ -141,7 +144,10 @@ func (s *Sweep) host(ctx context.Context, name string) (hosts.Host, error) {
 		var err error
 		h, err = hosts.DialSSH(ctx, hosts.SSHConfig{Name: name, Address: hc.Address, HostKeyPolicy: hc.HostKeyPolicy, Warn: s.opts.Stderr})
 		if err != nil {
-			return nil, fmt.Errorf("host %s (%s): %w", name, hc.Address, err)
+			if !strings.Contains(err.Error(), "host "+name) {
+				err = fmt.Errorf("host %s (%s): %w", name, hc.Address, err)
+			}
+			return nil, err
 		}
 		out, _, err := h.Run(ctx, "printf %s \"$HOME\"")
 		if err != nil {
@@ -162,14 +168,20 @@ func (s *Sweep) hostPath(hostName string, parts ...string) string {
 	if isLocal(hc.Address) {
 		return filepath.Join(append([]string{s.dir, ".state"}, parts...)...)
 	}
-	wd := hc.Workdir
+	return path.Join(append([]string{s.workdir(hostName), s.state.SweepID}, parts...)...)
+}
+
+// workdir is a remote host's work directory with a leading ~ expanded to
+// the remote $HOME (learnt when the host was dialled).
+func (s *Sweep) workdir(hostName string) string {
+	wd := s.m.Hosts[hostName].Workdir
 	if wd == "" {
 		wd = "~/.mbench"
 	}
-	if strings.HasPrefix(wd, "~") {
+	if wd == "~" || strings.HasPrefix(wd, "~/") {
 		wd = s.homes[hostName] + strings.TrimPrefix(wd, "~")
 	}
-	return path.Join(append([]string{wd, s.state.SweepID}, parts...)...)
+	return wd
 }
 
 // runtime gives the matrices package what it needs to render commands.
@@ -182,6 +194,7 @@ func (s *Sweep) runtime() matrices.Runtime {
 			return s.opts.Self
 		},
 		StepLog: func(h string, i int) string { return s.hostPath(h, "steps", fmt.Sprintf("engine_step.%d.jsonl", i)) },
+		Bind:    bindAddr(s.m),
 	}
 }
 
@@ -207,10 +220,12 @@ func (s *Sweep) prepareHosts(ctx context.Context) error {
 		for _, l := range left {
 			s.logf("host %s: stopped leftover engine from an earlier run: %+v", name, l)
 		}
-		hc := s.m.Hosts[name]
-		if s.isSim() && !isLocal(hc.Address) {
+		if !isLocal(s.m.Hosts[name].Address) {
 			if err := s.uploadSelf(ctx, name, h); err != nil {
-				return err
+				if s.isSim() {
+					return err
+				}
+				s.logf("host %s: %v: remote probes and {{.Self}} commands are off on this host", name, err)
 			}
 		}
 		if s.m.Engine.Kind == "vllm" && s.m.Engine.Instrument {
@@ -240,23 +255,69 @@ func (s *Sweep) hostUsed(name string) bool {
 	return false
 }
 
+// uploadSelf makes this mbench binary available on a remote host, for the
+// simulated engine, the router subcommand and remote probes: hosts.X.mbench_path
+// when set, else a copy in the sweep's state directory, uploaded unless the
+// copy there already has the same SHA-256 (a resumed sweep). The host must
+// run the same OS and architecture as this binary.
 func (s *Sweep) uploadSelf(ctx context.Context, name string, h hosts.Host) error {
 	hc := s.m.Hosts[name]
 	if hc.MbenchPath != "" {
 		s.selfPath[name] = hc.MbenchPath
 		return nil
 	}
+	if s.opts.Self == "" {
+		return fmt.Errorf("host %s: no mbench binary to upload (set hosts.%s.mbench_path)", name, name)
+	}
+	out, _, err := h.Run(ctx, "uname -sm")
+	if err != nil {
+		return fmt.Errorf("host %s: uname: %w", name, err)
+	}
+	if want := unameOf(runtime.GOOS, runtime.GOARCH); strings.TrimSpace(string(out)) != want {
+		return fmt.Errorf("host %s is %q but this mbench is built for %q; build mbench for the host and set hosts.%s.mbench_path",
+			name, strings.TrimSpace(string(out)), want, name)
+	}
 	f, err := os.Open(s.opts.Self)
 	if err != nil {
 		return fmt.Errorf("open mbench binary %s for upload: %w", s.opts.Self, err)
 	}
 	defer f.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(sum, f); err != nil {
+		return fmt.Errorf("read mbench binary %s: %w", s.opts.Self, err)
+	}
+	digest := hex.EncodeToString(sum.Sum(nil))
 	dst := s.hostPath(name, "bin", "mbench")
+	q := matrices.ShellQuote(dst)
+	if out, _, err := h.Run(ctx, "[ -x "+q+" ] && sha256sum -- "+q+" 2>/dev/null"); err == nil && strings.HasPrefix(string(out), digest) {
+		s.selfPath[name] = dst
+		return nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	s.logf("host %s: uploading mbench to %s", name, dst)
 	if err := h.Put(ctx, f, dst, 0o755); err != nil {
 		return fmt.Errorf("host %s: upload mbench to %s: %w", name, dst, err)
 	}
 	s.selfPath[name] = dst
 	return nil
+}
+
+// unameOf is `uname -sm` of a machine that runs binaries for goos/goarch.
+func unameOf(goos, goarch string) string {
+	sys := map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[goos]
+	if sys == "" {
+		sys = goos
+	}
+	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64", "386": "i686"}[goarch]
+	if arch == "" {
+		arch = goarch
+	}
+	if goos == "darwin" && goarch == "arm64" {
+		arch = "arm64"
+	}
+	return sys + " " + arch
 }
 
 // closeAll tears down the running engines and closes every host connection.

@@ -10,12 +10,23 @@
 //   - the GPU gate that waits, between runs, until GPU memory is back at its
 //     idle level and the temperature is back within a band of the sweep's
 //     baseline (Gate), curing the cold/warm ordering effect;
-//   - vLLM's Prometheus /metrics: parsing, scraping before/during/after a
-//     measured window (Scraper, metrics.jsonl) and the prefix-cache,
-//     preemption and queue summary (SummarizeMetrics).
+//   - vLLM's Prometheus /metrics: parsing (ParseMetrics, a small parser of
+//     the text format: prometheus/common/expfmt cannot be built from this
+//     module's go.sum), scraping before/during/after a measured window
+//     (Scraper, metrics.jsonl) and the prefix-cache, preemption and queue
+//     summary (SummarizeMetrics).
 //
 // The package imports nothing else of mbench; it owns the formats of
 // gpu.jsonl, host.jsonl and metrics.jsonl and reads engine_step.jsonl.
+//
+// The step reader has three paths, all giving the same result (a fuzz
+// target checks it against encoding/json): a template path for lines
+// shaped like the previous one (word-at-a-time key compares and SWAR digit
+// parsing, amd64/arm64), a general hand-rolled scanner, and encoding/json
+// for anything unusual. Percentiles are exact for integer µs below 2^20
+// (dense counts), and within 2^-11 relative error beyond 65536 distinct
+// other values (log bins); memory is bounded by the value range, never by
+// the file length.
 //
 // NVML is reached only through OpenNVML: after a failed nvml.Init no other
 // NVML function may be called (with lazy symbol binding such a call kills the

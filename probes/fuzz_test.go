@@ -24,20 +24,46 @@ func FuzzParseStepLine(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	typical := bytes.TrimSpace(genBlock(1))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		var fast, slow StepRecord
-		var fastTs, slowTs bool
-		var sp stepParser
-		sp.parse(line, &fast) // warm the key-order guesses with the line itself
-		fast = StepRecord{}
-		if !scanFast(&sp, line, &fast, &fastTs) {
-			return
+		var slow StepRecord
+		var slowTs bool
+		slowErr := parseSlow(line, &slow, &slowTs)
+		check := func(path string, rec StepRecord, ts bool, skip uint32) {
+			t.Helper()
+			if slowErr != nil {
+				t.Fatalf("%s accepted %q, encoding/json says %v", path, line, slowErr)
+			}
+			want := slow
+			for i := range want.Values { // skipped fields are validated, not stored
+				if skip&(1<<uint(i)) != 0 {
+					want.Values[i], rec.Values[i] = 0, 0
+					want.Has &^= 1 << uint(i)
+				}
+			}
+			if rec != want || ts != slowTs {
+				t.Fatalf("%s %q:\n got %+v ts %v\nslow %+v ts %v", path, line, rec, ts, want, slowTs)
+			}
 		}
-		if err := parseSlow(line, &slow, &slowTs); err != nil {
-			t.Fatalf("fast path accepted %q, encoding/json says %v", line, err)
-		}
-		if fast != slow || fastTs != slowTs {
-			t.Fatalf("%q:\nfast %+v ts %v\nslow %+v ts %v", line, fast, fastTs, slow, slowTs)
+		for _, skip := range []uint32{0, ^uint32(0) &^ (1<<NumTimers - 1)} {
+			// scanFast, with key-order guesses from the line itself.
+			sp := stepParser{skip: skip}
+			var tmp StepRecord
+			sp.parse(line, &tmp)
+			var rec StepRecord
+			var ts bool
+			if scanFast(&sp, line, &rec, &ts) {
+				check("scanFast", rec, ts, skip)
+			}
+			// scanTemplate, with the template of a typical line, then of the line.
+			for _, warm := range [][]byte{typical, line} {
+				sp := stepParser{skip: skip}
+				sp.parse(warm, &tmp)
+				rec, ts = StepRecord{}, false
+				if sp.scanTemplate(line, &rec, &ts) {
+					check("scanTemplate", rec, ts, skip)
+				}
+			}
 		}
 	})
 }

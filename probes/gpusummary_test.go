@@ -62,3 +62,44 @@ func TestReadProbeStream(t *testing.T) {
 		}
 	}
 }
+
+// TestSummarizeGPUH200 is a regression test on real samples: every third
+// line of `mbench probe --interval 250ms` on an H200 while a bf16 matmul
+// loop ran from LoadStart to LoadEnd (µs). Expected figures were computed
+// independently (Python) from the same file.
+func TestSummarizeGPUH200(t *testing.T) {
+	const loadStart, loadEnd = 1796005549762197, 1796005559794552
+	f := strings.NewReader(readTestdata(t, "h200_probe_excerpt.jsonl"))
+	samples, err := ReadGPUSamples(f)
+	if err != nil || len(samples) != 38 {
+		t.Fatalf("%d samples, %v", len(samples), err)
+	}
+	sum := SummarizeGPU(samples)
+	if !sum.Available || len(sum.PerGPU) != 1 || sum.Imbalance != 1 {
+		t.Fatalf("%+v", sum)
+	}
+	g := sum.PerGPU[0]
+	if g.Name != "NVIDIA H200" || g.N != 38 || !closeTo(g.DurationS, 27.750059, 1e-9) {
+		t.Errorf("%+v", g)
+	}
+	if !closeTo(g.EnergyJ, 8362.8757591155, 1e-9) || !closeTo(g.UtilGPU.Mean, 33.86842105263158, 1e-12) ||
+		!closeTo(g.PowerW.Mean, 295.4987894736842, 1e-12) || g.PowerW.Max != 695.493 || g.PowerW.Min != 78.052 ||
+		g.MemUsed.Max != 1625.875 || g.MemUsed.Min != 615.0625 || g.ThrottleReasons != 5 || g.TempC.Max != 58 {
+		t.Errorf("summary %+v", g)
+	}
+	for _, ph := range []struct {
+		name         string
+		from, to     int64
+		n            int
+		util, powerW float64
+	}{
+		{"before", 0, loadStart - 1, 16, 0, 78.459375},
+		{"during", loadStart, loadEnd, 13, 99, 670.6391538461539},
+		{"after", loadEnd + 1, 0, 9, 0, 139.47722222222222},
+	} {
+		s := SummarizeGPU(SliceGPUSamples(samples, ph.from, ph.to)).PerGPU[0]
+		if s.N != ph.n || !closeTo(s.UtilGPU.Mean, ph.util, 1e-12) || !closeTo(s.PowerW.Mean, ph.powerW, 1e-12) {
+			t.Errorf("%s: n %d util %v power %v", ph.name, s.N, s.UtilGPU.Mean, s.PowerW.Mean)
+		}
+	}
+}

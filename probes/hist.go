@@ -38,24 +38,16 @@ const (
 // keys (then log-binned). Its memory is bounded whatever the stream length:
 // at most numPages pages of pageSize int64 plus the bounded map.
 type counter struct {
-	n        int64
-	sum      float64
-	min, max float64
-	pages    [numPages]*[pageSize]int64
-	tail     map[float64]int64
-	binned   bool
+	n      int64
+	sum    float64
+	pages  [numPages]*[pageSize]int64
+	tail   map[float64]int64
+	binned bool
+	// Exact extremes of the tail values (dense values are exact anyway).
+	tailMin, tailMax float64
 }
 
-// newCounter returns an empty counter.
-func newCounter() counter { return counter{min: math.Inf(1), max: math.Inf(-1)} }
-
 func (c *counter) add(v float64) {
-	if v < c.min {
-		c.min = v
-	}
-	if v > c.max {
-		c.max = v
-	}
 	c.n++
 	c.sum += v
 	if v >= 0 && v < denseMax {
@@ -80,7 +72,9 @@ func binOf(v float64) float64 {
 func (c *counter) addTail(v float64) {
 	if c.tail == nil {
 		c.tail = make(map[float64]int64)
+		c.tailMin, c.tailMax = v, v
 	}
+	c.tailMin, c.tailMax = min(c.tailMin, v), max(c.tailMax, v)
 	if c.binned {
 		c.tail[binOf(v)]++
 		return
@@ -133,10 +127,11 @@ func (c *counter) walk(f func(v float64, n int64) bool) {
 
 // quantiles computes the summary in one ordered pass.
 func (c *counter) quantiles() Quantiles {
-	q := Quantiles{N: c.n, Min: c.min, Max: c.max, Approx: c.binned}
+	q := Quantiles{N: c.n, Approx: c.binned}
 	if c.n == 0 {
 		return q
 	}
+	q.Min, q.Max = c.extremes()
 	q.Mean = c.sum / float64(c.n)
 	ps := [3]float64{0.50, 0.90, 0.99}
 	var ranks [6]int64 // lo, hi per percentile
@@ -177,4 +172,35 @@ func lerp(a, b, t float64) float64 {
 		return b - d*(1-t)
 	}
 	return a + d*t
+}
+
+// extremes returns the smallest and largest value counted (n > 0).
+func (c *counter) extremes() (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	if c.tail != nil {
+		lo, hi = c.tailMin, c.tailMax
+	}
+	for pi := 0; pi < numPages; pi++ {
+		if p := c.pages[pi]; p != nil {
+			for j, n := range p {
+				if n != 0 {
+					lo = min(lo, float64(pi<<pageBits|j))
+					break
+				}
+			}
+			break
+		}
+	}
+	for pi := numPages - 1; pi >= 0; pi-- {
+		if p := c.pages[pi]; p != nil {
+			for j := pageSize - 1; j >= 0; j-- {
+				if p[j] != 0 {
+					hi = max(hi, float64(pi<<pageBits|j))
+					break
+				}
+			}
+			break
+		}
+	}
+	return lo, hi
 }

@@ -3,12 +3,15 @@ package probes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/shirou/gopsutil/v4/cpu"
 	"github.com/shirou/gopsutil/v4/load"
 	"github.com/shirou/gopsutil/v4/mem"
 )
@@ -46,8 +49,9 @@ type HostSample struct {
 // DefaultInterval is the default sampling interval.
 const DefaultInterval = 250 * time.Millisecond
 
-// Sampler samples every GPU (through NVML) and the host (through gopsutil)
-// at a fixed interval. With a nil library it samples the host only.
+// Sampler samples every GPU (through NVML) and the host (/proc on Linux,
+// gopsutil elsewhere) at a fixed interval. With a nil library it samples the
+// host only. A Sampler is used by one goroutine at a time.
 type Sampler struct {
 	lib      nvml.Interface
 	host     string
@@ -55,9 +59,16 @@ type Sampler struct {
 	clock    Clock
 	devs     []gpuDev
 	lastCPU  cpuTimes
+	procStat procFile
+	procMem  procFile
+	procLoad procFile
 	haveCPU  bool
 	buf      []byte
+	rounds   int64
 }
+
+// Rounds returns the number of sampling rounds taken so far.
+func (s *Sampler) Rounds() int64 { return s.rounds }
 
 type gpuDev struct {
 	index      int
@@ -153,23 +164,55 @@ func (s *Sampler) sampleGPU(g gpuDev) GPUSample {
 // and memory.
 func (s *Sampler) SampleHost(ctx context.Context) (HostSample, error) {
 	h := HostSample{TsUs: s.clock.Now().UnixMicro(), Host: s.host}
-	ts, err := readCPUTimes()
+	if s.procStat.path == "" {
+		s.procStat.path, s.procMem.path, s.procLoad.path = "/proc/stat", "/proc/meminfo", "/proc/loadavg"
+	}
+	mb, err := s.procMem.read()
+	if errors.Is(err, fs.ErrNotExist) { // no /proc: gopsutil
+		vm, err := mem.VirtualMemoryWithContext(ctx)
+		if err != nil {
+			return h, fmt.Errorf("host memory: %w", err)
+		}
+		h.MemUsedMiB, h.MemTotalMiB = float64(vm.Used)/(1<<20), float64(vm.Total)/(1<<20)
+		if la, err := load.AvgWithContext(ctx); err == nil {
+			h.Load1 = la.Load1
+		}
+		if pct, err := cpu.PercentWithContext(ctx, 0, false); err == nil && len(pct) == 1 {
+			h.CPUPct = pct[0] // busy since the previous call (0 interval)
+		}
+		return h, nil
+	}
+	if err != nil {
+		return h, fmt.Errorf("host memory: %w", err)
+	}
+	total, avail, err := parseMeminfo(mb)
+	if err != nil {
+		return h, err
+	}
+	h.MemTotalMiB, h.MemUsedMiB = float64(total)/1024, float64(total-min(avail, total))/1024
+	sb, err := s.procStat.read()
+	if err != nil {
+		return h, fmt.Errorf("host cpu: %w", err)
+	}
+	ct, err := parseCPUStat(sb)
 	if err != nil {
 		return h, err
 	}
 	if s.haveCPU {
-		h.CPUPct = busyPct(s.lastCPU, ts)
+		h.CPUPct = busyPct(s.lastCPU, ct)
 	}
-	s.lastCPU, s.haveCPU = ts, true
-	vm, err := mem.VirtualMemoryWithContext(ctx)
-	if err != nil {
-		return h, fmt.Errorf("host memory: %w", err)
-	}
-	h.MemUsedMiB, h.MemTotalMiB = float64(vm.Used)/(1<<20), float64(vm.Total)/(1<<20)
-	if la, err := load.AvgWithContext(ctx); err == nil {
-		h.Load1 = la.Load1
+	s.lastCPU, s.haveCPU = ct, true
+	if lb, err := s.procLoad.read(); err == nil {
+		h.Load1, _ = parseLoadavg(lb)
 	}
 	return h, nil
+}
+
+// Close releases the /proc files the host sampler keeps open.
+func (s *Sampler) Close() {
+	s.procStat.close()
+	s.procMem.close()
+	s.procLoad.close()
 }
 
 // Run samples until ctx is done: GPUs at once and on every tick to gpuW,
@@ -177,6 +220,7 @@ func (s *Sampler) SampleHost(ctx context.Context) (HostSample, error) {
 // A nil writer turns that stream off. It returns nil when ctx ends, or the
 // first NVML discovery or write error.
 func (s *Sampler) Run(ctx context.Context, gpuW, hostW io.Writer) error {
+	defer s.Close()
 	if err := s.discover(); err != nil {
 		return err
 	}
@@ -202,6 +246,7 @@ func (s *Sampler) Run(ctx context.Context, gpuW, hostW io.Writer) error {
 // Tick takes one round of samples: GPUs to gpuW, and, when host is true,
 // the host to hostW. Each stream gets one Write per round.
 func (s *Sampler) Tick(ctx context.Context, gpuW, hostW io.Writer, host bool) error {
+	s.rounds++
 	if gpuW != nil && s.lib != nil {
 		gs, err := s.SampleGPUs()
 		if err != nil {

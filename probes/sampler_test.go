@@ -138,7 +138,7 @@ func TestSamplerHostOnly(t *testing.T) {
 	}
 }
 
-func TestParseCPUStat(t *testing.T) {
+func TestParseProcFiles(t *testing.T) {
 	a, err := parseCPUStat([]byte("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +150,25 @@ func TestParseCPUStat(t *testing.T) {
 	if _, err := parseCPUStat([]byte("intr 1 2\n")); err == nil {
 		t.Error("want error for a missing cpu line")
 	}
+	total, avail, err := parseMeminfo([]byte("MemTotal:       24684936 kB\nMemFree:  1 kB\nMemAvailable:   20000000 kB\n"))
+	if err != nil || total != 24684936 || avail != 20000000 {
+		t.Errorf("meminfo %d %d %v", total, avail, err)
+	}
+	if _, _, err := parseMeminfo([]byte("MemTotal: 5 kB\n")); err == nil {
+		t.Error("want error without MemAvailable")
+	}
+	if l, err := parseLoadavg([]byte("0.59 0.40 0.30 1/150 4242\n")); err != nil || l != 0.59 {
+		t.Errorf("loadavg %v %v", l, err)
+	}
+	// The files stay open and re-read fresh content.
+	s := NewSampler(nil, "h", 0, nil)
+	defer s.Close()
+	for i := 0; i < 3; i++ {
+		h, err := s.SampleHost(context.Background())
+		if err != nil || h.MemTotalMiB <= 0 || h.MemUsedMiB <= 0 || h.MemUsedMiB > h.MemTotalMiB {
+			t.Fatalf("host sample %+v %v", h, err)
+		}
+	}
 }
 
 // BenchmarkSamplerTick is one sampling round: 8 GPUs of the mock plus the
@@ -160,11 +179,43 @@ func BenchmarkSamplerTick(b *testing.B) {
 	tick := 0
 	s := NewSampler(mockH200(&tick), "h200", 0, nil)
 	ctx := context.Background()
+	cpu0 := processCPU()
 	for b.Loop() {
 		if err := s.Tick(ctx, io.Discard, io.Discard, true); err != nil {
 			b.Fatal(err)
 		}
 	}
-	perTick := b.Elapsed().Seconds() / float64(b.N)
+	perTick := (processCPU() - cpu0).Seconds() / float64(b.N)
+	b.ReportMetric(perTick*1e6, "cpu-µs/tick")
 	b.ReportMetric(perTick*10*100, "cpu%@10Hz")
+}
+
+// BenchmarkSamplerTickNVML measures one round against the real NVML (it
+// skips without a GPU), GPUs only, host only and both, in CPU time of this
+// process per round, and converts it to the share of a core at 10 Hz.
+func BenchmarkSamplerTickNVML(b *testing.B) {
+	lib, closeLib, err := OpenNVML()
+	if err != nil {
+		b.Skip(err)
+	}
+	defer closeLib()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		gpu, hostW io.Writer
+	}{{"gpu", io.Discard, nil}, {"host", nil, io.Discard}, {"both", io.Discard, io.Discard}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := NewSampler(lib, "h", 0, nil)
+			s.Tick(ctx, tc.gpu, tc.hostW, true) // discovery
+			cpu0 := processCPU()
+			for b.Loop() {
+				if err := s.Tick(ctx, tc.gpu, tc.hostW, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perTick := (processCPU() - cpu0).Seconds() / float64(b.N)
+			b.ReportMetric(perTick*1e6, "cpu-µs/tick")
+			b.ReportMetric(perTick*10*100, "cpu%@10Hz")
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 )
 
 // StepStats summarizes the engine steps of one window.
@@ -90,9 +91,6 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 		sp     = stepParser{skip: ^uint32(0) &^ (1<<NumTimers - 1)} // only timers are read
 		bw     *bufio.Writer
 	)
-	for i := range timers {
-		timers[i] = newCounter()
-	}
 	if w != nil {
 		bw = bufio.NewWriterSize(w, 1<<16)
 	}
@@ -104,10 +102,10 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 			}
 		}
 		line, tooLong, err := lr.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
 		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
 			return st, fmt.Errorf("engine_step.jsonl: read after line %d: %w", lineNo-1, err)
 		}
 		if tooLong {
@@ -131,10 +129,9 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 			st.LastTsUs = rec.TsUs
 		}
 		st.NSteps++
-		for i := 0; i < NumTimers; i++ {
-			if rec.Has&(1<<uint(i)) != 0 {
-				timers[i].add(rec.Values[i])
-			}
+		for h := rec.Has & (1<<NumTimers - 1); h != 0; h &= h - 1 {
+			i := bits.TrailingZeros32(h)
+			timers[i].add(rec.Values[i])
 		}
 		if bw != nil {
 			bw.Write(line)

@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -103,11 +102,8 @@ func BenchmarkSummarizeStepsMemory(b *testing.B) {
 
 // processCPU is this process's user+system CPU time.
 func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	d, _ := ProcessCPU()
+	return d
 }
 
 // TestSummarizeStepsMemoryBounded: 10× the lines must not allocate more.
@@ -143,4 +139,16 @@ func BenchmarkParseStepLine(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// BenchmarkSummarizeStepsSmall ingests 100k lines per op (for instruction
+// counts under valgrind, where 10M lines take too long).
+func BenchmarkSummarizeStepsSmall(b *testing.B) {
+	block := genBlock(10_000)
+	for b.Loop() {
+		if _, err := SummarizeSteps(context.Background(), newRepeatReader(block, 10_000, 100_000), 0, 0, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/100_000, "ns/line")
 }

@@ -279,3 +279,70 @@ func TestParseDigits(t *testing.T) {
 		}
 	}
 }
+
+// TestParserPathsAgree parses a realistic log whose lines mostly share one
+// shape, with mutations, through one long-lived parser (template, fast
+// path, key-order guesses and their relearning) and checks every line
+// against encoding/json.
+func TestParserPathsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	lines := bytes.Split(bytes.TrimSpace(genBlock(3000)), []byte("\n"))
+	mutations := []func([]byte) []byte{
+		func(l []byte) []byte { return bytes.Replace(l, []byte(`"pid":31337`), []byte(`"pid":-1`), 1) },
+		func(l []byte) []byte {
+			return bytes.Replace(l, []byte(`,"schedule_us":`), []byte(`, "schedule_us" : `), 1)
+		},
+		func(l []byte) []byte { return bytes.Replace(l, []byte(`"update_us":`), []byte(`"update_us":0`), 1) }, // leading zero
+		func(l []byte) []byte {
+			return bytes.Replace(l, []byte(`"update_us":`), []byte(`"update_us":1.5e1,"x":`), 1)
+		},
+		func(l []byte) []byte { return bytes.Replace(l, []byte(`"execute_us":`), []byte(`"execute_uz":`), 1) },
+		func(l []byte) []byte {
+			return bytes.Replace(l, []byte(`,"get_finished_us"`), []byte(`,"extra":"s","get_finished_us"`), 1)
+		},
+		func(l []byte) []byte { return l[:len(l)-1] },                           // truncated
+		func(l []byte) []byte { return append(l[:len(l):len(l)], ' ') },         // trailing space
+		func(l []byte) []byte { return append(l[:len(l)-1:len(l)-1], ",}"...) }, // trailing comma
+		func(l []byte) []byte {
+			return bytes.Replace(l, []byte(`"num_running":`), []byte(`"num_running":null,"n":`), 1)
+		},
+		func(l []byte) []byte {
+			return bytes.Replace(l, []byte(`"step_duration_us":`), []byte(`"step_duration_us":99999999999999999999,"s":`), 1)
+		},
+		func(l []byte) []byte { i := bytes.LastIndexByte(l, ','); return append(l[:i:i], '}') }, // last key gone
+	}
+	sp := stepParser{}
+	templated := 0
+	for n, l := range lines {
+		if rng.IntN(3) == 0 {
+			l = mutations[rng.IntN(len(mutations))](l)
+		}
+		var got, want, scratch StepRecord
+		var ts bool
+		if sp.scanTemplate(l, &scratch, &ts) {
+			templated++
+		}
+		gotErr := sp.parse(l, &got)
+		wantErr := ParseStepLine(l, &want) // no template, no guesses
+		if (gotErr == nil) != (wantErr == nil) || (gotErr == nil && got != want) {
+			t.Fatalf("line %d %q:\n parser %+v %v\n fresh  %+v %v", n, l, got, gotErr, want, wantErr)
+		}
+	}
+	if templated < len(lines)/2 {
+		t.Errorf("template path taken for %d of %d lines; want most", templated, len(lines))
+	}
+}
+
+// A short line whose last key is long still takes the template path.
+func TestTemplateShortTail(t *testing.T) {
+	sp := stepParser{}
+	var rec StepRecord
+	var ts bool
+	line := []byte(`{"ts_us":1,"step_duration_us":2,"num_decode_tokens":4}`)
+	if err := sp.parse(line, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if !sp.scanTemplate(line, &rec, &ts) || rec.Values[FieldNumDecodeTokens] != 4 || rec.TsUs != 1 {
+		t.Fatalf("template missed: %+v", rec)
+	}
+}

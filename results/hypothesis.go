@@ -1,6 +1,7 @@
 package results
 
 import (
+	"golang.org/x/perf/benchmath"
 	"math"
 	"sort"
 
@@ -106,113 +107,14 @@ func fitTrend(x, y []float64) (tr trend, ok bool) {
 }
 
 // MannWhitneyP is the two-sided p-value of the Mann–Whitney U test (Wilcoxon
-// rank-sum) that xs and ys come from distributions with the same location.
-// Without ties and with both samples of at most 50 values it is exact;
-// otherwise it uses the normal approximation with tie and continuity
-// corrections. It returns NaN when either sample is empty.
-//
-// It stands in for golang.org/x/perf/benchmath's AssumeNothing.Compare, which
-// computes the same test but cannot be built from this module's go.sum.
+// rank-sum) that xs and ys come from distributions with the same location,
+// computed by golang.org/x/perf/benchmath (benchstat's test, exact for small
+// samples). It returns NaN when either sample is empty.
 func MannWhitneyP(xs, ys []float64) float64 {
-	n1, n2 := len(xs), len(ys)
-	if n1 == 0 || n2 == 0 {
+	if len(xs) == 0 || len(ys) == 0 {
 		return math.NaN()
 	}
-	type obs struct {
-		v     float64
-		first bool
-	}
-	all := make([]obs, 0, n1+n2)
-	for _, v := range xs {
-		all = append(all, obs{v, true})
-	}
-	for _, v := range ys {
-		all = append(all, obs{v, false})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v < all[j].v })
-	var r1, tieTerm float64
-	ties := false
-	for i := 0; i < len(all); {
-		j := i
-		for j < len(all) && all[j].v == all[i].v {
-			j++
-		}
-		rank := float64(i+j+1) / 2 // average of 1-based ranks i+1..j
-		for k := i; k < j; k++ {
-			if all[k].first {
-				r1 += rank
-			}
-		}
-		if t := float64(j - i); t > 1 {
-			ties = true
-			tieTerm += t*t*t - t
-		}
-		i = j
-	}
-	u := r1 - float64(n1*(n1+1))/2
-	if !ties && n1 <= 50 && n2 <= 50 {
-		return mannWhitneyExact(int(math.Round(u)), n1, n2)
-	}
-	return mannWhitneyNormal(u, n1, n2, tieTerm)
-}
-
-// mannWhitneyNormal is the two-sided p-value of U = u by the normal
-// approximation with tie correction (tieTerm = Σ t³ − t over tie groups) and
-// continuity correction, as scipy's method="asymptotic".
-func mannWhitneyNormal(u float64, n1, n2 int, tieTerm float64) float64 {
-	fn1, fn2 := float64(n1), float64(n2)
-	n := fn1 + fn2
-	mu := fn1 * fn2 / 2
-	sigma := math.Sqrt(fn1 * fn2 / 12 * ((n + 1) - tieTerm/(n*(n-1))))
-	if sigma == 0 {
-		return 1
-	}
-	z := (math.Abs(u-mu) - 0.5) / sigma
-	if z < 0 {
-		z = 0
-	}
-	return math.Min(1, 2*distuv.UnitNormal.Survival(z))
-}
-
-// mannWhitneyExact is the exact two-sided p-value of U = u for sample sizes
-// n1, n2 without ties: twice the smaller tail of the null distribution of U,
-// counted by the recurrence c(m, n, k) = c(m−1, n, k−n) + c(m, n−1, k).
-func mannWhitneyExact(u, n1, n2 int) float64 {
-	maxU := n1 * n2
-	// prev[n][k] for m−1, cur[n][k] for m; counts as float64 (binomials up
-	// to C(100,50) ≈ 1e29 fit with ample precision for a p-value).
-	prev := make([][]float64, n2+1)
-	for n := range prev {
-		prev[n] = make([]float64, maxU+1)
-		prev[n][0] = 1 // m = 0: only U = 0
-	}
-	for m := 1; m <= n1; m++ {
-		cur := make([][]float64, n2+1)
-		for n := 0; n <= n2; n++ {
-			cur[n] = make([]float64, maxU+1)
-			for k := 0; k <= m*n; k++ {
-				v := 0.0
-				if k-n >= 0 {
-					v += prev[n][k-n]
-				}
-				if n > 0 {
-					v += cur[n-1][k]
-				}
-				cur[n][k] = v
-			}
-		}
-		prev = cur
-	}
-	counts := prev[n2]
-	var total, lower, upper float64
-	for k, c := range counts {
-		total += c
-		if k <= u {
-			lower += c
-		}
-		if k >= u {
-			upper += c
-		}
-	}
-	return math.Min(1, 2*math.Min(lower, upper)/total)
+	a := benchmath.NewSample(append([]float64(nil), xs...), &benchmath.DefaultThresholds)
+	b := benchmath.NewSample(append([]float64(nil), ys...), &benchmath.DefaultThresholds)
+	return benchmath.AssumeNothing.Compare(a, b).P
 }

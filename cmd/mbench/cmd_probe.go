@@ -32,6 +32,7 @@ func init() {
 				&cli.StringFlag{Name: "host-out", Value: "-", Usage: "file for host.jsonl lines (- = stdout, none = off)"},
 				&cli.DurationFlag{Name: "duration", Usage: "stop after this long (0 = until interrupted)"},
 				&cli.BoolFlag{Name: "once", Usage: "print one round of samples and exit"},
+				&cli.BoolFlag{Name: "report-cost", Usage: "at the end, print on stderr the CPU the sampling used (steady state)"},
 				&cli.BoolFlag{Name: "gate", Usage: "run the GPU gate and print its result as JSON"},
 				&cli.Float64Flag{Name: "band", Value: probes.DefaultTempBandC, Usage: "gate: temperature band around the baseline, °C"},
 				&cli.Float64Flag{Name: "mem-tol", Value: probes.DefaultMemToleranceMiB, Usage: "gate: memory above the idle baseline still counted idle, MiB"},
@@ -88,7 +89,26 @@ func probeAction(c *cli.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	return s.Run(ctx, gpuW, hostW)
+	if c.Bool("report-cost") {
+		// Count the steady state only: the first NVML queries (device
+		// discovery, lazy driver set-up) cost tens of ms once.
+		if _, err := s.SampleGPUs(); err != nil {
+			return err
+		}
+	}
+	cpu0, _ := probes.ProcessCPU()
+	t0 := time.Now()
+	err = s.Run(ctx, gpuW, hostW)
+	if c.Bool("report-cost") {
+		cpu1, cerr := probes.ProcessCPU()
+		wall := time.Since(t0)
+		if cerr == nil && s.Rounds() > 0 && wall > 0 {
+			used := cpu1 - cpu0
+			fmt.Fprintf(c.App.ErrWriter, "probe: %d rounds in %.1f s used %.1f ms CPU (after one warm-up round): %.0f µs per round, %.3f%% of one core\n",
+				s.Rounds(), wall.Seconds(), used.Seconds()*1e3, used.Seconds()*1e6/float64(s.Rounds()), 100*used.Seconds()/wall.Seconds())
+		}
+	}
+	return err
 }
 
 // probeOutput opens "-" (w), "none"/"" (off: nil) or a file.

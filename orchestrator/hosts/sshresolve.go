@@ -251,3 +251,19 @@ func isPermanent(err error) bool {
 	var p permanentError
 	return errors.As(err, &p)
 }
+
+// ResolveHostName returns the network host that address connects to after
+// ssh_config resolution (sshConfigPath "" means ~/.ssh/config): the
+// HostName of an alias, else the host part of [user@]host[:port]. It dials
+// nothing. With ProxyJump the name may only be reachable through the jump.
+func ResolveHostName(sshConfigPath, address string) (string, error) {
+	conf, err := loadSSHConfig(sshConfigPath)
+	if err != nil {
+		return "", err
+	}
+	ep, err := resolve(conf, address)
+	if err != nil {
+		return "", err
+	}
+	return ep.host, nil
+}

@@ -3,232 +3,11 @@ package probes
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"math"
 	"math/bits"
 	"strconv"
 	"unsafe"
 )
-
-// Field indexes of one engine_step.jsonl line. The first NumTimers are the
-// step timers summarized by SummarizeSteps, in TimerNames order.
-const (
-	FieldStepDuration = iota
-	FieldSchedule
-	FieldBuildMeta
-	FieldExecute
-	FieldUpdate
-	FieldGetFinished
-	FieldUnaccounted
-	FieldNumRunning
-	FieldNumWaiting
-	FieldNumPrefillTokens
-	FieldNumDecodeTokens
-	FieldPID
-	numFields
-)
-
-// NumTimers is the number of step timers (the first fields).
-const NumTimers = FieldUnaccounted + 1
-
-// FieldNames are the JSON names of the fields, indexed by the Field* constants.
-var FieldNames = [numFields]string{
-	"step_duration_us", "schedule_us", "build_meta_us", "execute_us", "update_us",
-	"get_finished_us", "unaccounted_us", "num_running", "num_waiting",
-	"num_prefill_tokens", "num_decode_tokens", "pid",
-}
-
-// TimerNames are the timers summarized per step, in a stable order.
-var TimerNames = FieldNames[:NumTimers]
-
-// StepRecord is one engine_step.jsonl line. A field that the line does not
-// carry (or carries as null) is absent: its bit in Has is clear and its value
-// is 0. Absent is not the same as measured zero.
-type StepRecord struct {
-	TsUs   int64              // step end, wall clock µs since the Unix epoch
-	Values [numFields]float64 // indexed by the Field* constants
-	Has    uint32             // bit i set when Values[i] was present
-}
-
-// Get returns field i and whether the line carried it.
-func (r *StepRecord) Get(i int) (float64, bool) {
-	return r.Values[i], r.Has&(1<<uint(i)) != 0
-}
-
-// fieldIndex maps a JSON key to a field; -1 for ts_us, -2 for unknown keys.
-// The switch on string(key) does not allocate.
-func fieldIndex(key []byte) int {
-	switch string(key) {
-	case "ts_us":
-		return -1
-	case "step_duration_us":
-		return FieldStepDuration
-	case "schedule_us":
-		return FieldSchedule
-	case "build_meta_us":
-		return FieldBuildMeta
-	case "execute_us":
-		return FieldExecute
-	case "update_us":
-		return FieldUpdate
-	case "get_finished_us":
-		return FieldGetFinished
-	case "unaccounted_us":
-		return FieldUnaccounted
-	case "num_running":
-		return FieldNumRunning
-	case "num_waiting":
-		return FieldNumWaiting
-	case "num_prefill_tokens":
-		return FieldNumPrefillTokens
-	case "num_decode_tokens":
-		return FieldNumDecodeTokens
-	case "pid":
-		return FieldPID
-	}
-	return -2
-}
-
-var errNotObject = errors.New("not a JSON object")
-
-// ParseStepLine parses one engine_step.jsonl line (without its newline) into
-// rec. Unknown fields are ignored. It returns an error naming the problem
-// when the line is not a JSON object, a known field is not a number, or
-// ts_us or step_duration_us is missing. A hand-rolled scanner handles the
-// common shape; anything unusual (escapes, nested values) goes through
-// encoding/json, with the same result.
-func ParseStepLine(line []byte, rec *StepRecord) error {
-	return (*stepParser)(nil).parse(line, rec)
-}
-
-// stepParser remembers the key order of the previous line: loggers write
-// their keys in a fixed order, so the next key is usually checked with one
-// comparison instead of a scan and a lookup. A nil *stepParser learns
-// nothing; the result never depends on the guesses.
-type stepParser struct {
-	order [24]uint8 // key k of the last line: field index + 2; 0 = unknown
-	// skip marks fields whose values the caller does not read: they are
-	// validated (the line must still be valid) but not converted.
-	skip uint32
-}
-
-// quotedKeys holds each known key followed by its closing quote: index 0
-// is ts_us, index f+1 is field f.
-var quotedKeys = func() (q [numFields + 1]string) {
-	q[0] = "ts_us\""
-	for f, n := range FieldNames {
-		q[f+1] = n + "\""
-	}
-	return q
-}()
-
-// keyPat is a known key with its closing quote and colon (`name":`), as
-// up to three little-endian words and masks, to compare in a few loads.
-type keyPat struct {
-	w, m [3]uint64
-	nw   int // words used
-	s    string
-}
-
-var keyPats = func() (ps [numFields + 1]keyPat) {
-	for i, q := range quotedKeys {
-		s := q + ":"
-		var buf [24]byte
-		copy(buf[:], s)
-		p := keyPat{s: s, nw: (len(s) + 7) / 8}
-		for k := 0; k < p.nw; k++ {
-			p.w[k] = binary.LittleEndian.Uint64(buf[8*k:])
-			n := min(8, len(s)-8*k)
-			p.m[k] = ^uint64(0) >> (64 - 8*n)
-			p.w[k] &= p.m[k]
-		}
-		ps[i] = p
-	}
-	return ps
-}()
-
-// match reports whether b[at:] starts with the pattern.
-func (p *keyPat) match(b []byte, at int) bool {
-	if len(b)-at < 8*p.nw {
-		return len(b)-at >= len(p.s) && string(b[at:at+len(p.s)]) == p.s
-	}
-	le := binary.LittleEndian
-	switch p.nw {
-	case 1:
-		return le.Uint64(b[at:])&p.m[0] == p.w[0]
-	case 2:
-		return le.Uint64(b[at:])&p.m[0] == p.w[0] && le.Uint64(b[at+8:])&p.m[1] == p.w[1]
-	default:
-		return le.Uint64(b[at:])&p.m[0] == p.w[0] && le.Uint64(b[at+8:])&p.m[1] == p.w[1] &&
-			le.Uint64(b[at+16:])&p.m[2] == p.w[2]
-	}
-}
-
-// parse is ParseStepLine with the parser's key-order memory.
-func (p *stepParser) parse(line []byte, rec *StepRecord) error {
-	if err := parseFields(p, line, rec); err != nil {
-		return err
-	}
-	if rec.Has&(1<<FieldStepDuration) == 0 {
-		return errors.New("missing step_duration_us")
-	}
-	return nil
-}
-
-// parseFields parses the known fields of a JSON object line and requires
-// ts_us only.
-func parseFields(p *stepParser, line []byte, rec *StepRecord) error {
-	if p == nil {
-		*rec = StepRecord{}
-	} else { // SummarizeSteps reads Values only where Has is set
-		rec.TsUs, rec.Has = 0, 0
-	}
-	var tsSet bool
-	if !scanFast(p, line, rec, &tsSet) {
-		*rec = StepRecord{}
-		tsSet = false
-		if err := parseSlow(line, rec, &tsSet); err != nil {
-			return err
-		}
-	}
-	if !tsSet {
-		return errors.New("missing ts_us")
-	}
-	return nil
-}
-
-// setField stores a numeric token for key index idx (or ts_us).
-func setField(rec *StepRecord, tsSet *bool, idx int, tok []byte) bool {
-	f, iv, isInt, ok := numValue(tok)
-	if !ok {
-		return false
-	}
-	if idx == -1 {
-		if !isInt {
-			if math.IsNaN(f) || f < -9.2e18 || f > 9.2e18 {
-				return false
-			}
-			iv = int64(math.Floor(f))
-		}
-		rec.TsUs, *tsSet = iv, true
-		return true
-	}
-	rec.Values[idx] = f
-	rec.Has |= 1 << uint(idx)
-	return true
-}
-
-// clearField records an explicit null: the field is absent.
-func clearField(rec *StepRecord, tsSet *bool, idx int) {
-	if idx == -1 {
-		rec.TsUs, *tsSet = 0, false
-		return
-	}
-	rec.Values[idx] = 0
-	rec.Has &^= 1 << uint(idx)
-}
 
 // numValue converts a JSON number token. Integers of up to 18 digits are
 // converted exactly without strconv.
@@ -436,6 +215,7 @@ func scanFast(p *stepParser, b []byte, rec *StepRecord, tsSet *bool) bool {
 	if i < len(b) && b[i] == '}' {
 		return skipWS(b, i+1) == len(b)
 	}
+	var keys [17]int8 // for the template; one more than it holds
 	for k := 0; ; k++ {
 		if i >= len(b) || b[i] != '"' {
 			return false
@@ -457,6 +237,9 @@ func scanFast(p *stepParser, b []byte, rec *StepRecord, tsSet *bool) bool {
 		}
 		if i >= len(b) {
 			return false
+		}
+		if k < len(keys) {
+			keys[k] = int8(idx)
 		}
 		switch c := b[i]; {
 		case c == '-' || (c >= '0' && c <= '9'):
@@ -526,36 +309,10 @@ func scanFast(p *stepParser, b []byte, rec *StepRecord, tsSet *bool) bool {
 			i = skipWS(b, i+1)
 			continue
 		}
-		if b[i] != '}' {
+		if b[i] != '}' || skipWS(b, i+1) != len(b) {
 			return false
 		}
-		return skipWS(b, i+1) == len(b)
+		p.learn(keys[:min(k+1, len(keys))])
+		return true
 	}
-}
-
-// parseSlow is the encoding/json path, with the fast path's semantics:
-// exact key match, last duplicate wins, null means absent.
-func parseSlow(line []byte, rec *StepRecord, tsSet *bool) error {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(line, &m); err != nil {
-		return err
-	}
-	if m == nil {
-		return errNotObject
-	}
-	for k, raw := range m {
-		idx := fieldIndex([]byte(k))
-		if idx == -2 {
-			continue
-		}
-		if string(raw) == "null" {
-			clearField(rec, tsSet, idx)
-			continue
-		}
-		if len(raw) == 0 || !(raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9')) ||
-			!setField(rec, tsSet, idx, raw) {
-			return fmt.Errorf("field %s: not a number: %.40s", k, raw)
-		}
-	}
-	return nil
 }

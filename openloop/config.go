@@ -1,0 +1,114 @@
+package openloop
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Config is one open-loop run against one or more OpenAI-compatible servers.
+type Config struct {
+	Targets []string // base URLs, e.g. "http://127.0.0.1:8000"; requests round-robin over them
+	Model   string   // "" = ask GET /v1/models of the first target once and take the first id
+	// Rate is the offered load in req/s. With Shape.Trace it is a rate
+	// multiplier on top of Trace.TimeScale (0 = 1).
+	Rate    float64
+	Arrival Arrival
+	Shape   Shape
+	Seed    int64 // workload seed: same seed ⇒ same schedule and prompts
+	Warmup  int   // first requests of the schedule, recorded with phase "warmup"
+	// Stop conditions of the measured phase; the first one reached stops
+	// sending (a trace also stops at its end). At least one is required
+	// unless the shape is a trace.
+	MinCompleted int           // measured requests completed OK
+	Requests     int           // measured requests sent
+	Duration     time.Duration // measured send window, on the schedule's clock
+	Timeout      time.Duration // wall-clock cap from the start of the open-loop phases
+	// DrainTimeout bounds the wait for in-flight requests after sending
+	// stops; those still running are recorded as errors "drain timeout".
+	// 0 means 60 s.
+	DrainTimeout time.Duration
+	AbortIf      AbortIf
+	Cell         string
+	Block        int
+	Sink         io.Writer      // requests.jsonl, one Write per finished request (may be nil)
+	Progress     func(Progress) // optional, called about 4 times a second and once at the end
+	Client       *http.Client   // optional; default: NewTransport, no timeout, no in-flight cap
+}
+
+// AbortIf stops a run early when the server is saturated. The run's Result
+// is then Aborted, and requests still in flight are cancelled and recorded as
+// errors "aborted: <reason>".
+type AbortIf struct {
+	MaxInflight int           // more requests in flight than this (0 = off)
+	MaxTTFT     time.Duration // a request waited longer than this for its first token (0 = off)
+}
+
+// Progress is a snapshot of a running run.
+type Progress struct {
+	Phase      string // fill, warmup, measure, drain, done
+	Sent       int    // requests sent, all phases
+	Completed  int    // finished OK, all phases
+	Failed     int    // finished with an error, all phases
+	Inflight   int
+	MeasuredOK int // measured requests finished OK
+	Elapsed    time.Duration
+}
+
+// Result is the outcome of Run.
+type Result struct {
+	Records []Record  // every request, sorted by ID
+	Start   time.Time // wall clock of the run's t=0 (all *Ns are relative to it)
+	// WindowStart and WindowEnd bound the measured window: first measured
+	// send to last measured completion (which, in an aborted run, is the
+	// abort). Zero when nothing was measured.
+	WindowStart, WindowEnd time.Time
+	Offered                float64 // offered rate of the measured phase, req/s
+	Aborted                bool
+	AbortReason            string
+	ClientCPUPct           float64 // this process's CPU during the run, % of one core
+	StopReason             string  // min_completed, requests, duration, timeout, trace_end, aborted, canceled
+	Model                  string  // the model requests named
+	Grade                  Grade   // the generator's self-grading over the measured requests
+}
+
+func (c *Config) validate() error {
+	if len(c.Targets) == 0 {
+		return errors.New("targets: need at least one base URL")
+	}
+	for _, t := range c.Targets {
+		u, err := url.Parse(t)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("targets: %q is not an http(s) base URL", t)
+		}
+	}
+	if err := c.Shape.Validate(); err != nil {
+		return fmt.Errorf("shape %q: %w", c.Shape.Name, err)
+	}
+	if c.Shape.Trace != nil {
+		if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+			return fmt.Errorf("rate: the trace rate multiplier must be > 0 (or 0 for 1), got %v", c.Rate)
+		}
+	} else {
+		if !(c.Rate > 0) {
+			return fmt.Errorf("rate: must be > 0 req/s, got %v", c.Rate)
+		}
+		if c.MinCompleted <= 0 && c.Requests <= 0 && c.Duration <= 0 {
+			return errors.New("stop condition: set min_completed, requests or duration")
+		}
+	}
+	if err := c.Arrival.Validate(); err != nil {
+		return err
+	}
+	if c.Warmup < 0 || c.MinCompleted < 0 || c.Requests < 0 {
+		return fmt.Errorf("warmup/min_completed/requests: must be ≥ 0, got %d/%d/%d", c.Warmup, c.MinCompleted, c.Requests)
+	}
+	if c.Duration < 0 || c.Timeout < 0 || c.DrainTimeout < 0 || c.AbortIf.MaxTTFT < 0 || c.AbortIf.MaxInflight < 0 {
+		return errors.New("duration/timeout/drain_timeout/abort_if: must be ≥ 0")
+	}
+	return nil
+}
