@@ -46,7 +46,7 @@ func TestSimMatrix(t *testing.T) {
 	if strings.Join(m.ConfigOrder, ",") != strings.Join(want, ",") {
 		t.Errorf("configs %v, want %v", m.ConfigOrder, want)
 	}
-	if m.Engine.Kind != "sim" || len(m.Rates) != 3 || m.Repeat.Min != 2 || m.Repeat.Max != 3 {
+	if m.Engine.Kind != "sim" || len(m.Rates) != 3 || m.Repeat.Min != 3 || m.Repeat.Max != 5 {
 		t.Errorf("kind %s rates %v repeat %+v", m.Engine.Kind, m.Rates, m.Repeat)
 	}
 	if m.Configs["plain_aa"].SameAs != "plain" {

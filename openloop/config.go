@@ -38,6 +38,13 @@ type Config struct {
 	Sink         io.Writer      // requests.jsonl, one Write per finished request (may be nil)
 	Progress     func(Progress) // optional, called about 4 times a second and once at the end
 	Client       *http.Client   // optional; default: NewTransport, no timeout, no in-flight cap
+	// OnPhase, when set, is called synchronously as the run enters a phase:
+	// PhaseWarmup once the cache fill (if any) is done, before the first
+	// open-loop request; PhaseMeasure just before the first measured request
+	// is sent. A caller that snapshots engine counters there (the prefix
+	// cache's /metrics) keeps fill and warmup out of its window. Sending
+	// waits while it runs, so it must return quickly.
+	OnPhase func(phase string)
 }
 
 // AbortIf stops a run early when the server is saturated. The run's Result

@@ -48,17 +48,25 @@ type Grade struct {
 }
 
 // SelfGrade grades the measured records of a run offered at rate req/s with
-// the given arrival process. rate ≤ 0 or +Inf skips the KS test.
+// the given arrival process. It is the one grading of the load generator:
+// Run puts it in Result.Grade, and results.SummarizeRun copies it into
+// summary_A.json (or calls SelfGrade on the records, which gives the same).
+// The KS test is skipped when rate ≤ 0 or +Inf, for constant arrivals, for a
+// gamma process without a burstiness > 0, with fewer than 20 measured sends,
+// and for trace replay (records with TraceNs set), whose gaps follow the
+// trace rather than a parametric law.
 func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
 	var sent, sched, lags []float64
 	ok := 0
 	type pair struct{ sched, sent int64 }
 	var ps []pair
+	trace := false
 	for i := range recs {
 		r := &recs[i]
 		if r.Phase != PhaseMeasure || r.SentNs == 0 {
 			continue
 		}
+		trace = trace || r.TraceNs != 0
 		ps = append(ps, pair{r.ScheduledNs, r.SentNs})
 		lags = append(lags, float64(r.SentNs-r.ScheduledNs)/1e6)
 		if r.OK() {
@@ -82,7 +90,7 @@ func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
 	if n := len(sent); n >= 2 && sent[n-1] > sent[0] {
 		g.AchievedRatio = (sched[n-1] - sched[0]) / (sent[n-1] - sent[0])
 	}
-	if cdf := gapCDF(a, rate); cdf != nil && len(sent) >= 20 {
+	if cdf := gapCDF(a, rate); cdf != nil && !trace && len(sent) >= 20 {
 		gaps := make([]float64, len(sent)-1)
 		for i := 1; i < len(sent); i++ {
 			gaps[i-1] = (sent[i] - sent[i-1]) / 1e9
@@ -92,13 +100,14 @@ func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
 	}
 	var why []string
 	if g.LagP99Ms > ClientLimitedLagP99Ms {
-		why = append(why, fmt.Sprintf("send lag p99 %.2f ms > %.0f ms", g.LagP99Ms, ClientLimitedLagP99Ms))
+		why = append(why, fmt.Sprintf("send lag p99 %.2f ms exceeds %.0f ms: requests left later than scheduled", g.LagP99Ms, ClientLimitedLagP99Ms))
 	}
 	if g.AchievedRatio < ClientLimitedRatio {
-		why = append(why, fmt.Sprintf("achieved/scheduled send rate %.3f < %.2f", g.AchievedRatio, ClientLimitedRatio))
+		why = append(why, fmt.Sprintf("achieved/scheduled send rate %.3f < %.2f: requests left slower than scheduled", g.AchievedRatio, ClientLimitedRatio))
 	}
 	if g.KSApplicable && g.KSP < ClientLimitedKSAlpha {
-		why = append(why, fmt.Sprintf("sent gaps fail a KS test against the offered distribution (D=%.4f, p=%.2g)", g.KSD, g.KSP))
+		why = append(why, fmt.Sprintf("the sent inter-arrival gaps are not %s (KS test on a %v grid: D=%.4f, p=%.2g < %.2g)",
+			gapLawName(a, rate), KSResolution, g.KSD, g.KSP, ClientLimitedKSAlpha))
 	}
 	if len(why) > 0 {
 		g.ClientLimited = true
@@ -117,9 +126,20 @@ func gapCDF(a Arrival, rate float64) func(float64) float64 {
 	case "", ArrivalPoisson:
 		return distuv.Exponential{Rate: rate}.CDF
 	case ArrivalGamma:
-		return distuv.Gamma{Alpha: a.Burstiness, Beta: rate * a.Burstiness}.CDF
+		if a.Burstiness > 0 && !math.IsInf(a.Burstiness, 0) {
+			return distuv.Gamma{Alpha: a.Burstiness, Beta: rate * a.Burstiness}.CDF
+		}
 	}
 	return nil
+}
+
+// gapLawName names the offered gap law in words, for the client-limited
+// reason.
+func gapLawName(a Arrival, rate float64) string {
+	if a.Process == ArrivalGamma {
+		return fmt.Sprintf("gamma(k=%.3g) at %.4g req/s", a.Burstiness, rate)
+	}
+	return fmt.Sprintf("exponential at %.4g req/s", rate)
 }
 
 // KSTest is the one-sample Kolmogorov–Smirnov test of xs against cdf: the
@@ -184,18 +204,25 @@ func kolmogorovQ(lambda float64) float64 {
 	return math.Min(1, math.Max(0, 2*sum))
 }
 
-// quantile is the q-quantile of sorted xs by linear interpolation (numpy's
-// default), as vllm bench serve computes percentiles.
-func quantile(sorted []float64, q float64) float64 {
+// PercentileSorted is the p-th percentile (0 ≤ p ≤ 100) of sorted (ascending)
+// by linear interpolation between the closest ranks, numpy.percentile's
+// default method "linear", which vllm bench serve uses: with h = (n−1)·p/100
+// it is sorted[⌊h⌋] + (h−⌊h⌋)·(sorted[⌊h⌋+1] − sorted[⌊h⌋]). NaN for an empty
+// slice or p outside [0, 100]. It is the one percentile of the module's
+// sorted samples (results.Percentile calls it); probes computes the same
+// definition from its streaming counts.
+func PercentileSorted(sorted []float64, p float64) float64 {
 	n := len(sorted)
-	if n == 0 {
+	if n == 0 || math.IsNaN(p) || p < 0 || p > 100 {
 		return math.NaN()
 	}
-	h := q * float64(n-1)
-	lo := math.Floor(h)
-	i := int(lo)
-	if i+1 >= n {
+	h := float64(n-1) * p / 100
+	lo := int(math.Floor(h))
+	if lo >= n-1 {
 		return sorted[n-1]
 	}
-	return sorted[i] + (h-lo)*(sorted[i+1]-sorted[i])
+	return sorted[lo] + (h-float64(lo))*(sorted[lo+1]-sorted[lo])
 }
+
+// quantile is PercentileSorted with q a fraction (0.99 for p99).
+func quantile(sorted []float64, q float64) float64 { return PercentileSorted(sorted, 100*q) }

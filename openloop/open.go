@@ -23,14 +23,12 @@ func (r *runner) runOpen() {
 	defer p.close()
 	defer p.lockThread()()
 	maxInflight := int64(r.cfg.AbortIf.MaxInflight)
-	measuring := false
 	for j := range jobs {
 		if !p.wait(j.sched) {
 			return
 		}
-		if !measuring && j.phase == PhaseMeasure {
-			measuring = true
-			r.setPhase(PhaseMeasure)
+		if j.phase == PhaseMeasure {
+			r.enterMeasure()
 		}
 		r.launch(j, nil)
 		if maxInflight > 0 && r.inflight.Load() > maxInflight {

@@ -170,7 +170,7 @@ func (r *runner) runSession(p *tracePlan, s []int, base, admitted int64) {
 				r.stop("requests")
 				return
 			}
-			r.setPhase(PhaseMeasure)
+			r.enterMeasure()
 		}
 		if m := int64(r.cfg.AbortIf.MaxInflight); m > 0 && r.inflight.Load() >= m {
 			r.abort(fmt.Sprintf("more than %d requests in flight", m))

@@ -48,6 +48,7 @@ type runner struct {
 	measOK, measFailed, measSent  atomic.Int64
 	rr                            atomic.Uint64
 	phase                         atomic.Value // string
+	measureOnce                   sync.Once
 	fillCount                     int
 
 	sinkCh   chan Record
@@ -118,6 +119,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	r.runFill()
 	if !r.stopped.Load() {
 		r.setPhase(PhaseWarmup)
+		if cfg.OnPhase != nil {
+			cfg.OnPhase(PhaseWarmup)
+		}
 		if cfg.Timeout > 0 {
 			t := time.AfterFunc(cfg.Timeout, func() { r.stop("timeout") })
 			defer t.Stop()
@@ -176,6 +180,17 @@ func (r *runner) abort(why string) {
 }
 
 func (r *runner) setPhase(p string) { r.phase.Store(p) }
+
+// enterMeasure marks the start of the measured phase, once; callers racing
+// it wait until Config.OnPhase has returned.
+func (r *runner) enterMeasure() {
+	r.measureOnce.Do(func() {
+		r.setPhase(PhaseMeasure)
+		if r.cfg.OnPhase != nil {
+			r.cfg.OnPhase(PhaseMeasure)
+		}
+	})
+}
 
 // launch runs j in a goroutine of its own.
 func (r *runner) launch(j *job, after func()) {

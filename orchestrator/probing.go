@@ -24,8 +24,17 @@ import (
 // gets nil, said once.
 type gpuProbe struct {
 	sampler func() *probes.Sampler
-	gate    *probes.Gate
+	gate    *probes.Gate // Baseline: the idle GPUs before the first launch
 	close   func()
+
+	// loaded is the gate baseline while an engine set runs: the idle
+	// temperatures, and the memory the engine holds once ready (a loaded
+	// vLLM never gets back to idle memory). loadedFor is the set it is for.
+	loaded    []probes.GPUSample
+	loadedFor *engineSet
+	// teardown is the gate result after the last teardown, reported with
+	// the next run.
+	teardown *probes.GateResult
 }
 
 // openGPU opens NVML on this machine. When it fails, GPU samples are off for
@@ -102,7 +111,7 @@ func (s *Sweep) startProbes(ctx context.Context, dir string) (stop func(), done 
 // runIsLocal reports whether a process of the running engine set is on this
 // machine (or no engine set is known): only then are local GPUs sampled.
 func (s *Sweep) runIsLocal() bool {
-	if s.cur == nil {
+	if s.cur == nil || len(s.cur.all()) == 0 {
 		return true
 	}
 	for _, p := range s.cur.all() {
@@ -150,7 +159,7 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
 		q := matrices.ShellQuote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
-			q(self), interval, q(name), q(rp.gpuF), q(rp.hostF))
+			shellWordPath(self), interval, q(name), q(rp.gpuF), q(rp.hostF))
 		proc, err := p.host.Start(ctx, hosts.ProcSpec{
 			Name: "probe-" + name, Command: cmd, Env: toHostEnv(nil, s.opts.SelfEnv, true),
 			LogPath: rp.logF, StateDir: s.hostPath(name, "pids"), Marker: s.state.SweepID,
@@ -213,22 +222,78 @@ func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
 	return &g
 }
 
-// gate waits, before a run, until the GPUs are back at their idle memory
-// and within the temperature band of the sweep's baseline. The result goes
-// into the run's summary.
+// gateRecord is the gate's entry in a run summary.
+type gateRecord struct {
+	probes.GateResult
+	// MemBaseline says what memory was compared with: "engine loaded" (the
+	// memory the running engine held when it was ready) or "idle".
+	MemBaseline string `json:"mem_baseline"`
+	// AfterTeardown is the full gate (idle memory) after the previous
+	// engine set was stopped, before this one was launched.
+	AfterTeardown *probes.GateResult `json:"after_teardown,omitempty"`
+}
+
+// gate waits, before a run, until the GPUs' temperature is back within the
+// band of the sweep's idle baseline and their memory back at the level the
+// running engine held when it was ready: a warm GPU after a heavy run is
+// the ordering effect of seed 000. The result goes into the run's summary.
 func (s *Sweep) gate(ctx context.Context) any {
 	if s.gpu == nil || s.gpu.gate == nil {
 		return map[string]any{"enabled": false, "reason": "gpu unavailable or gate disabled"}
 	}
+	if !s.runIsLocal() {
+		return map[string]any{"enabled": false, "reason": "the engines run on remote hosts: the GPU gate covers local GPUs only"}
+	}
 	s.prog.setPhase("gate")
-	r, err := s.gpu.gate.Wait(ctx)
+	g := s.gpu
+	rec := gateRecord{MemBaseline: "idle", AfterTeardown: g.teardown}
+	g.teardown = nil
+	if s.cur != nil && g.loadedFor != s.cur {
+		if cur, err := g.gate.Read(ctx); err == nil {
+			g.loaded, g.loadedFor = loadedBaseline(g.gate.Baseline, cur), s.cur
+		}
+	}
+	gt := *g.gate
+	if s.cur != nil && g.loadedFor == s.cur {
+		gt.Baseline, rec.MemBaseline = g.loaded, "engine loaded"
+	}
+	r, err := gt.Wait(ctx)
 	if err != nil {
 		return map[string]any{"enabled": true, "error": err.Error()}
 	}
-	return r
+	rec.GateResult = r
+	return rec
 }
 
-func (s *Sweep) waitGateAfterTeardown(ctx context.Context) {}
+// loadedBaseline is idle with each GPU's memory raised to what it uses now.
+func loadedBaseline(idle, now []probes.GPUSample) []probes.GPUSample {
+	out := append([]probes.GPUSample(nil), idle...)
+	for i, b := range out {
+		for _, c := range now {
+			if c.Host == b.Host && c.GPU == b.GPU && c.MemUsedMiB > b.MemUsedMiB {
+				out[i].MemUsedMiB = c.MemUsedMiB
+			}
+		}
+	}
+	return out
+}
+
+// waitGateAfterTeardown waits, after an engine set was stopped, until the
+// GPUs are back at the sweep's idle baseline (memory freed, temperature in
+// band), so that the next launch starts from the same state.
+func (s *Sweep) waitGateAfterTeardown(ctx context.Context) {
+	if s.gpu == nil || s.gpu.gate == nil {
+		return
+	}
+	s.prog.setPhase("gate")
+	s.gpu.loaded, s.gpu.loadedFor = nil, nil
+	if r, err := s.gpu.gate.Wait(ctx); err == nil {
+		s.gpu.teardown = &r
+		if r.TimedOut {
+			s.logf("warning: GPUs not back at idle %s after teardown: %s", s.gpu.gate.Timeout, r.Reason)
+		}
+	}
+}
 
 // scraper reads every instance's /metrics.
 type scraper struct {

@@ -149,12 +149,12 @@ func (s *Sweep) host(ctx context.Context, name string) (hosts.Host, error) {
 			}
 			return nil, err
 		}
-		out, _, err := h.Run(ctx, "printf %s \"$HOME\"")
+		out, _, err := h.Run(ctx, `printf '%s\n' "$HOME"`)
 		if err != nil {
 			h.Close()
 			return nil, fmt.Errorf("host %s: find home directory: %w", name, err)
 		}
-		s.homes[name] = strings.TrimSpace(string(out))
+		s.homes[name] = lastLine(out) // a chatty login shell may print first
 	}
 	s.hostConn[name] = h
 	return h, nil
@@ -273,9 +273,9 @@ func (s *Sweep) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 	if err != nil {
 		return fmt.Errorf("host %s: uname: %w", name, err)
 	}
-	if want := unameOf(runtime.GOOS, runtime.GOARCH); strings.TrimSpace(string(out)) != want {
+	if want := unameOf(runtime.GOOS, runtime.GOARCH); lastLine(out) != want {
 		return fmt.Errorf("host %s is %q but this mbench is built for %q; build mbench for the host and set hosts.%s.mbench_path",
-			name, strings.TrimSpace(string(out)), want, name)
+			name, lastLine(out), want, name)
 	}
 	f, err := os.Open(s.opts.Self)
 	if err != nil {
@@ -289,7 +289,7 @@ func (s *Sweep) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 	digest := hex.EncodeToString(sum.Sum(nil))
 	dst := s.hostPath(name, "bin", "mbench")
 	q := matrices.ShellQuote(dst)
-	if out, _, err := h.Run(ctx, "[ -x "+q+" ] && sha256sum -- "+q+" 2>/dev/null"); err == nil && strings.HasPrefix(string(out), digest) {
+	if out, _, err := h.Run(ctx, "[ -x "+q+" ] && sha256sum -- "+q+" 2>/dev/null"); err == nil && strings.HasPrefix(lastLine(out), digest) {
 		s.selfPath[name] = dst
 		return nil
 	}
@@ -318,6 +318,12 @@ func unameOf(goos, goarch string) string {
 		arch = "arm64"
 	}
 	return sys + " " + arch
+}
+
+// lastLine is the last non-empty line of a command's output, trimmed.
+func lastLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // closeAll tears down the running engines and closes every host connection.

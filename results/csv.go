@@ -19,7 +19,7 @@ var csvMetrics = []string{
 	"mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms", "p99_e2el_ms",
 	"p90_ttft_intended_ms", "p99_ttft_intended_ms",
 	"offered_rate", "achieved_rate", "thr_ratio", "ttft_slope_ms_per_s",
-	"send_lag_p50_ms", "send_lag_p99_ms", "send_lag_max_ms", "ks_stat", "ks_p", "client_cpu_pct",
+	"send_lag_p50_ms", "send_lag_p99_ms", "send_lag_max_ms", "achieved_send_ratio", "ks_stat", "ks_p", "client_cpu_pct",
 	"n_steps", "step_duration_us_mean", "step_duration_us_p50", "step_duration_us_p90", "step_duration_us_p99",
 	"schedule_us_p50", "build_meta_us_p50", "build_meta_us_p90", "execute_us_p50", "update_us_p50",
 	"get_finished_us_p50", "unaccounted_us_mean",

@@ -3,9 +3,11 @@
 //
 // It owns:
 //   - the per-run summary (summary_A.json in a run directory), with field names
-//     that follow `vllm bench serve`, plus the run's self-grading: achieved
-//     rate, send lag, a Kolmogorov–Smirnov test of the arrival gaps, saturation
-//     (throughput ratio, abort, TTFT trend) and client limitation;
+//     that follow `vllm bench serve`, plus the run's grading: saturation
+//     (throughput ratio, abort, TTFT trend), decided here, and the load
+//     generator's self-grading (send lag, achieved/scheduled send rate, a
+//     Kolmogorov–Smirnov test of the sent gaps, client limitation), which is
+//     openloop.SelfGrade's, copied and never recomputed differently;
 //   - the statistics of the method in DESIGN.md ("Noise floor and
 //     comparisons"): Student-t confidence intervals, coefficient of variation,
 //     the stopping-rule check, paired log-ratio comparisons with Holm

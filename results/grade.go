@@ -2,67 +2,36 @@ package results
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 
-	"gonum.org/v1/gonum/stat/distuv"
+	"github.com/mbench/mbench/openloop"
 )
 
 // The run's self-grading: is the load generator to blame (client_limited),
 // is the engine overloaded (saturated)?
 
-// gradeSends fills achieved rate, send lag and the KS test, and decides
-// client_limited.
-func gradeSends(s *RunSummary, sends, lag []float64, in RunInput) {
+// gradeSends fills the achieved rate and copies the load generator's
+// self-grading into the summary: in.Grade when the caller has it
+// (openloop.Result.Grade), else openloop.SelfGrade over the records — the same
+// function Run calls, so the summary and the generator never disagree.
+func gradeSends(s *RunSummary, sends []float64, in RunInput) {
 	if r, ok := spanRate(sends); ok {
 		s.AchievedRate = ptr(r)
 	}
-	var why []string
-	if len(lag) > 0 {
-		sort.Float64s(lag)
-		s.SendLagP50Ms = ptr(percentileSorted(lag, 50))
-		s.SendLagP99Ms = ptr(percentileSorted(lag, 99))
-		s.SendLagMaxMs = ptr(lag[len(lag)-1])
-		if p99 := *s.SendLagP99Ms; p99 > ClientLagP99Ms {
-			why = append(why, fmt.Sprintf("send lag p99 %.1f ms exceeds %.0f ms: requests left later than scheduled", p99, ClientLagP99Ms))
-		}
+	g := in.Grade
+	if g == nil {
+		sg := openloop.SelfGrade(in.Records, in.Offered, openloop.Arrival{Process: strings.ToLower(in.Arrival), Burstiness: in.Burstiness})
+		g = &sg
 	}
-	if cdf, law := gapLaw(in); cdf != nil && len(sends) >= 3 {
-		gaps := make([]float64, len(sends)-1)
-		for i := range gaps {
-			gaps[i] = (sends[i+1] - sends[i]) / 1e9
-		}
-		if d, p, ok := ksTest(gaps, cdf); ok {
-			s.KSStat, s.KSP = ptr(d), ptr(p)
-			if p < ClientKSAlpha {
-				why = append(why, fmt.Sprintf("the sent inter-arrival gaps are not %s (KS D=%.3f, p=%.2g < %.2g)", law, d, p, ClientKSAlpha))
-			}
-		}
+	if g.Sent > 0 {
+		s.SendLagP50Ms, s.SendLagP99Ms, s.SendLagMaxMs = ptr(g.LagP50Ms), ptr(g.LagP99Ms), ptr(g.LagMaxMs)
+		s.AchievedSendRatio = ptr(g.AchievedRatio)
 	}
-	if len(why) > 0 {
-		s.ClientLimited = true
-		s.ClientLimitedReason = "load generator fell behind: " + strings.Join(why, "; ")
+	if g.KSApplicable {
+		s.KSStat, s.KSP = ptr(g.KSD), ptr(g.KSP)
 	}
-}
-
-// gapLaw is the CDF of the offered inter-arrival gap (s) and its name, or nil
-// when the arrival process has no fixed gap law (constant, trace).
-func gapLaw(in RunInput) (func(float64) float64, string) {
-	rate := in.Offered
-	if !(rate > 0) || math.IsInf(rate, 0) {
-		return nil, ""
-	}
-	switch strings.ToLower(in.Arrival) {
-	case "", "poisson":
-		return distuv.Exponential{Rate: rate}.CDF, fmt.Sprintf("exponential at %.4g req/s", rate)
-	case "gamma":
-		if in.Burstiness > 0 {
-			k := in.Burstiness
-			return distuv.Gamma{Alpha: k, Beta: rate * k}.CDF, fmt.Sprintf("gamma(k=%.3g) at %.4g req/s", k, rate)
-		}
-	}
-	return nil, ""
+	s.ClientLimited, s.ClientLimitedReason = g.ClientLimited, g.Reason
 }
 
 // gradeSaturation runs the TTFT trend test and decides saturated.
@@ -80,7 +49,7 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	}
 	if tr, ok := fitTrend(x, y); ok {
 		s.TTFTSlopeMsPerS, s.TTFTSlopeP = ptr(tr.Slope), ptr(tr.P)
-		med := percentileSorted(ttftSorted, 50)
+		med := openloop.PercentileSorted(ttftSorted, 50)
 		rise := tr.Slope * tr.Span
 		if tr.P < TrendAlpha && rise > TrendMinRise*med {
 			why = append(why, fmt.Sprintf("TTFT rises through the window: +%.0f ms over %.0f s (slope %.3g ms/s, p=%.2g), more than half the median TTFT %.0f ms", rise, tr.Span, tr.Slope, tr.P, med))

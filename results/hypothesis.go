@@ -1,63 +1,11 @@
 package results
 
 import (
-	"golang.org/x/perf/benchmath"
 	"math"
-	"sort"
 
+	"golang.org/x/perf/benchmath"
 	"gonum.org/v1/gonum/stat/distuv"
 )
-
-// KSExponential is the one-sample Kolmogorov–Smirnov test of gaps against the
-// exponential distribution with the given rate (the inter-arrival law of a
-// Poisson process). It returns the statistic D = sup|F_n(x) − F(x)| and its
-// asymptotic p-value Q_KS((√n + 0.12 + 0.11/√n)·D) (Stephens' small-sample
-// correction, as in Numerical Recipes). ok is false when no test is possible
-// (fewer than two gaps, or a rate that is not positive).
-func KSExponential(gaps []float64, rate float64) (d, p float64, ok bool) {
-	if !(rate > 0) || math.IsInf(rate, 0) {
-		return 0, 0, false
-	}
-	return ksTest(gaps, func(x float64) float64 { return -math.Expm1(-rate * x) })
-}
-
-// ksTest is the one-sample KS test of xs against the continuous CDF cdf.
-func ksTest(xs []float64, cdf func(float64) float64) (d, p float64, ok bool) {
-	n := len(xs)
-	if n < 2 {
-		return 0, 0, false
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	fn := float64(n)
-	for i, x := range s {
-		f := 0.0
-		if x > 0 {
-			f = cdf(x)
-		}
-		d = math.Max(d, math.Max(float64(i+1)/fn-f, f-float64(i)/fn))
-	}
-	sq := math.Sqrt(fn)
-	return d, kolmogorovQ((sq + 0.12 + 0.11/sq) * d), true
-}
-
-// kolmogorovQ is the complementary CDF of the Kolmogorov distribution,
-// Q(λ) = 2 Σ_{k≥1} (−1)^{k−1} exp(−2k²λ²).
-func kolmogorovQ(lambda float64) float64 {
-	if lambda < 0.2 {
-		return 1 // the series equals 1 to double precision here
-	}
-	var sum, sign float64 = 0, 1
-	for k := 1; k <= 100; k++ {
-		term := sign * math.Exp(-2*float64(k*k)*lambda*lambda)
-		sum += term
-		if math.Abs(term) < 1e-12*math.Abs(sum) {
-			break
-		}
-		sign = -sign
-	}
-	return math.Max(0, math.Min(1, 2*sum))
-}
 
 // trend is the least-squares fit of y against x and the one-sided t-test of
 // a positive slope.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"reflect"
 	"regexp"
-	"sort"
 	"strings"
 )
 
@@ -142,16 +141,6 @@ func metricUnit(key string) string {
 		return "µs"
 	}
 	return ""
-}
-
-// sortedKeys returns the keys of m in ascending order.
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // WriteRunSummary writes a run's summary_A.json atomically, indented, with

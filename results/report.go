@@ -2,7 +2,9 @@ package results
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -63,9 +65,9 @@ func renderEnv(b *strings.Builder, s *Sweep, cells []*cellData) {
 	}
 	b.WriteString("| Key | Value |\n|---|---|\n")
 	if len(engines) > 0 {
-		fmt.Fprintf(b, "| engine (from runs) | %s |\n", strings.Join(sortedKeys(engines), ", "))
+		fmt.Fprintf(b, "| engine (from runs) | %s |\n", strings.Join(slices.Sorted(maps.Keys(engines)), ", "))
 	}
-	for _, k := range sortedKeys(s.Env) {
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 		fmt.Fprintf(b, "| %s | %s |\n", mdCell(k), mdCell(s.Env[k]))
 	}
 	b.WriteString("\n")
@@ -195,16 +197,10 @@ func orDefault(s, def string) string {
 
 // fmtNum formats a measurement with 3 significant digits' worth of decimals.
 func fmtNum(v float64) string {
-	switch a := math.Abs(v); {
-	case math.IsNaN(v):
+	if math.IsNaN(v) {
 		return "—"
-	case a >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case a >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
 	}
+	return fmtNumLike(v, v)
 }
 
 // fmtNumLike formats v with the decimals fmtNum would use for ref.

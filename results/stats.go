@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/mbench/mbench/openloop"
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
@@ -11,25 +12,13 @@ import (
 // interpolation between the closest ranks, as numpy.percentile does by
 // default (method "linear"): with xs sorted ascending and h = (n−1)·p/100, the
 // result is xs[⌊h⌋] + (h−⌊h⌋)·(xs[⌊h⌋+1] − xs[⌊h⌋]). It returns NaN for an
-// empty slice or a p outside [0, 100]. xs is not modified.
+// empty slice or a p outside [0, 100]. xs is not modified. It is
+// openloop.PercentileSorted on a sorted copy: the send-lag percentiles of the
+// self-grading and the latency percentiles of a summary are one definition.
 func Percentile(xs []float64, p float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
-	return percentileSorted(s, p)
-}
-
-// percentileSorted is Percentile on an already sorted slice.
-func percentileSorted(s []float64, p float64) float64 {
-	n := len(s)
-	if n == 0 || math.IsNaN(p) || p < 0 || p > 100 {
-		return math.NaN()
-	}
-	h := float64(n-1) * p / 100
-	lo := int(math.Floor(h))
-	if lo >= n-1 {
-		return s[n-1]
-	}
-	return s[lo] + (h-float64(lo))*(s[lo+1]-s[lo])
+	return openloop.PercentileSorted(s, p)
 }
 
 // meanOf is the arithmetic mean; NaN for an empty slice.

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/mbench/mbench/openloop"
 )
 
 // near reports whether got is within tol of want (NaN equals NaN).
@@ -115,38 +117,30 @@ func TestMannWhitney(t *testing.T) {
 	}
 }
 
-func TestKSExponential(t *testing.T) {
+// TestGradeKSTest pins the KS test the summaries carry (openloop's, through
+// the self-grading) to hand-computed statistics and to published critical
+// values of the Kolmogorov distribution.
+func TestGradeKSTest(t *testing.T) {
+	exp1 := func(x float64) float64 { return -math.Expm1(-x) }
 	// Hand-computed: rate 1, gaps ln2 and ln4 ⇒ F = 0.5, 0.75 ⇒ D = 0.5.
-	if d, _, ok := KSExponential([]float64{math.Ln2, 2 * math.Ln2}, 1); !ok || !near(d, 0.5, 1e-12) {
+	if d, _ := openloop.KSTest([]float64{math.Ln2, 2 * math.Ln2}, exp1); !near(d, 0.5, 1e-12) {
 		t.Errorf("D = %v, want 0.5", d)
 	}
-	// Kolmogorov distribution: Q(1.358) ≈ 0.05, Q(1.628) ≈ 0.01.
-	if q := kolmogorovQ(1.358); !near(q, 0.05, 0.001) {
-		t.Errorf("Q(1.358) = %v", q)
-	}
-	if q := kolmogorovQ(1.628); !near(q, 0.01, 0.0005) {
-		t.Errorf("Q(1.628) = %v", q)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	const rate = 50.0
-	poisson := make([]float64, 1000)
-	constant := make([]float64, 1000)
-	for i := range poisson {
-		poisson[i] = rng.ExpFloat64() / rate
-		constant[i] = 1 / rate
-	}
-	if _, p, _ := KSExponential(poisson, rate); p < 0.01 {
-		t.Errorf("true Poisson gaps rejected: p = %v", p)
-	}
-	if _, p, _ := KSExponential(constant, rate); p > 1e-6 {
-		t.Errorf("constant gaps not rejected: p = %v", p)
-	}
-	// The right process at the wrong rate is rejected too.
-	if _, p, _ := KSExponential(poisson, rate*0.8); p > 0.01 {
-		t.Errorf("gaps at the wrong rate not rejected: p = %v", p)
-	}
-	if _, _, ok := KSExponential([]float64{1}, 1); ok {
-		t.Error("one gap: want no test")
+	// A sample built to have D exactly λ/(√n + 0.12 + 0.11/√n) against the
+	// uniform law: its p-value is Q(λ), and Q(1.358) ≈ 0.05, Q(1.628) ≈ 0.01.
+	uniform := func(x float64) float64 { return math.Max(0, math.Min(1, x)) }
+	for _, c := range []struct{ lambda, p, tol float64 }{{1.358, 0.05, 0.001}, {1.628, 0.01, 0.0005}} {
+		const n = 10000
+		sn := math.Sqrt(n)
+		d := c.lambda / (sn + 0.12 + 0.11/sn)
+		xs := make([]float64, n)
+		for i := range xs {
+			xs[i] = float64(i+1)/n - d // F_n(x_i) − F(x_i) = D just after each point
+		}
+		gd, gp := openloop.KSTest(xs, uniform)
+		if !near(gd, d, 1e-12) || !near(gp, c.p, c.tol) {
+			t.Errorf("λ=%v: D=%v p=%v, want D=%v p≈%v", c.lambda, gd, gp, d, c.p)
+		}
 	}
 }
 

@@ -18,11 +18,11 @@ const (
 	// TrendMinRise: ...and the fitted rise over the window must exceed this
 	// fraction of the median TTFT, for a run to count as saturated by trend.
 	TrendMinRise = 0.5
-	// ClientLagP99Ms: send-lag p99 above this marks the run client_limited.
-	ClientLagP99Ms = 5.0
-	// ClientKSAlpha: a KS p-value below this marks the run client_limited.
-	ClientKSAlpha = 0.01
 )
+
+// The thresholds of client_limited are the load generator's own
+// (openloop.ClientLimitedLagP99Ms, openloop.ClientLimitedRatio,
+// openloop.ClientLimitedKSAlpha): the summary copies its grading.
 
 // RunInput is everything SummarizeRun needs about one run: who it was, the
 // request records (all phases; only "measure" counts), the window, and the
@@ -42,6 +42,12 @@ type RunInput struct {
 	Aborted                       bool
 	AbortReason                   string
 	ClientCPUPct                  float64
+	// Grade is the load generator's self-grading of the run
+	// (openloop.Result.Grade). When nil, SummarizeRun computes it with
+	// openloop.SelfGrade(Records, Offered, {Arrival, Burstiness}), the
+	// function openloop.Run uses, so both agree as long as Arrival and
+	// Burstiness are the run's; passing Grade needs neither.
+	Grade *openloop.Grade
 
 	Steps *StepStats
 	GPU   *GPUSummary
@@ -113,9 +119,15 @@ type RunSummary struct {
 	TTFTSlopeMsPerS  *float64 `json:"ttft_slope_ms_per_s"`
 	TTFTSlopeP       *float64 `json:"ttft_slope_p"`
 
+	// The load generator's self-grading (openloop.Grade): send lag = sent −
+	// scheduled; achieved_send_ratio = the achieved send rate over the
+	// scheduled rate of the same requests; the KS test of the sent gaps
+	// against the offered gap law on a 0.1 ms grid (null when it does not
+	// apply: constant arrivals, trace replay, fewer than 20 sends).
 	SendLagP50Ms        *float64 `json:"send_lag_p50_ms"`
 	SendLagP99Ms        *float64 `json:"send_lag_p99_ms"`
 	SendLagMaxMs        *float64 `json:"send_lag_max_ms"`
+	AchievedSendRatio   *float64 `json:"achieved_send_ratio"`
 	KSStat              *float64 `json:"ks_stat"`
 	KSP                 *float64 `json:"ks_p"`
 	ClientCPUPct        float64  `json:"client_cpu_pct"`
@@ -142,10 +154,10 @@ func (l latStats) fill(xs []float64) {
 	}
 	sort.Float64s(xs)
 	*l.mean = ptr(meanOf(xs))
-	*l.median = ptr(percentileSorted(xs, 50))
+	*l.median = ptr(openloop.PercentileSorted(xs, 50))
 	*l.std = ptr(popStd(xs))
-	*l.p90 = ptr(percentileSorted(xs, 90))
-	*l.p99 = ptr(percentileSorted(xs, 99))
+	*l.p90 = ptr(openloop.PercentileSorted(xs, 90))
+	*l.p99 = ptr(openloop.PercentileSorted(xs, 99))
 }
 
 // ptr returns a pointer to v, or nil when v is NaN or infinite.
@@ -173,10 +185,12 @@ func ptr(v float64) *float64 {
 // It grades the run: saturated when thr_ratio < 0.9, when the run was
 // aborted, or when TTFT rises through the window (least-squares slope of TTFT
 // against send time with one-sided p < 0.01 and a fitted rise over the window
-// above half the median TTFT); client_limited when the send-lag p99 exceeds
-// 5 ms or, for Poisson (gamma) arrivals, the KS test of the sent gaps against
-// Exponential(offered) (Gamma(k, offered·k)) rejects at 0.01. The reasons are
-// in words.
+// above half the median TTFT). Send lag, the KS test and client_limited are
+// the load generator's own grading, in.Grade or openloop.SelfGrade over the
+// records (see RunInput.Grade): client_limited when the send-lag p99 exceeds
+// 5 ms, the achieved/scheduled send ratio is below 0.99, or, for Poisson
+// (gamma) arrivals, the KS test of the sent gaps against Exponential(offered)
+// (Gamma(k, offered·k)) rejects at 0.01. The reasons are in words.
 func SummarizeRun(in RunInput) (*RunSummary, error) {
 	if in.Offered < 0 || math.IsNaN(in.Offered) || math.IsInf(in.Offered, 0) {
 		return nil, fmt.Errorf("summarize run %s b%d: offered rate %v is not a rate", in.Cell, in.Block, in.Offered)
@@ -205,7 +219,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		windowEndNs = in.WindowEnd.Sub(in.Start).Nanoseconds()
 	}
 
-	var ttft, tpot, itl, e2el, intended, lag, sends, sched []float64
+	var ttft, tpot, itl, e2el, intended, sends, sched []float64
 	var trendX, trendY []float64
 	inWindow := 0
 	for i := range in.Records {
@@ -219,9 +233,6 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		}
 		if r.SentNs > 0 {
 			sends = append(sends, float64(r.SentNs))
-			if r.ScheduledNs > 0 {
-				lag = append(lag, float64(r.SentNs-r.ScheduledNs)/1e6)
-			}
 		}
 		if r.Status != openloop.StatusOK {
 			s.Failed++
@@ -275,10 +286,10 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	latStats{&s.MeanE2ELMs, &s.MedianE2ELMs, &s.StdE2ELMs, &s.P90E2ELMs, &s.P99E2ELMs}.fill(e2el)
 	if len(intended) > 0 {
 		sort.Float64s(intended)
-		s.P90TTFTIntendedMs = ptr(percentileSorted(intended, 90))
-		s.P99TTFTIntendedMs = ptr(percentileSorted(intended, 99))
+		s.P90TTFTIntendedMs = ptr(openloop.PercentileSorted(intended, 90))
+		s.P99TTFTIntendedMs = ptr(openloop.PercentileSorted(intended, 99))
 	}
-	gradeSends(s, sends, lag, in)
+	gradeSends(s, sends, in)
 	gradeSaturation(s, trendX, trendY, ttft)
 	return s, nil
 }

@@ -77,6 +77,8 @@ func TestSummarizeRunKnownValues(t *testing.T) {
 	eq("send_lag_p50_ms", s.SendLagP50Ms, 0.4)                 // lags 0, 0, 0.1, …, 0.9
 	eq("send_lag_max_ms", s.SendLagMaxMs, 0.9)
 	eq("achieved_rate", s.AchievedRate, 10/0.9) // 11 sends over 0.9 s
+	// Scheduled 1000..1899.1 ms, sent 1000..1900 ms.
+	eq("achieved_send_ratio", s.AchievedSendRatio, 899.1/900)
 	// Scheduled sends span 1000..1899.1 ms (11 of them) ⇒ realized offered
 	// rate 10/0.8991 s; 10 completions in the 1 s window ⇒ thr_ratio 0.8991:
 	// in so short a run the 0.1 s drain is 10% of the window.
@@ -119,7 +121,7 @@ func TestSummarizeRunJSONNames(t *testing.T) {
 	for _, k := range []string{"completed", "failed", "duration", "request_throughput", "output_throughput",
 		"total_input_tokens", "total_output_tokens", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
 		"p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms", "offered_rate", "achieved_rate", "thr_ratio", "saturated",
-		"send_lag_p99_ms", "ks_p", "client_limited", "p99_ttft_intended_ms", "ttft_slope_ms_per_s", "errors", "simulated"} {
+		"send_lag_p99_ms", "achieved_send_ratio", "ks_p", "client_limited", "p99_ttft_intended_ms", "ttft_slope_ms_per_s", "errors", "simulated"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("summary JSON lacks %q", k)
 		}
@@ -217,7 +219,7 @@ func TestSummarizeRunClientLimited(t *testing.T) {
 		because string
 	}{
 		{"true poisson", poissonRun(6, 500, 50, flat, false), false, ""},
-		{"send lag", lagged, true, "send lag p99 12.0 ms exceeds 5 ms"},
+		{"send lag", lagged, true, "send lag p99 12.00 ms exceeds 5 ms"},
 		{"constant gaps sent for poisson", constant, true, "not exponential"},
 		{"constant arrival asked", constArrival, false, ""},
 		{"gamma gaps sent for gamma", gammaRun(7, 500, 20, 0.25), false, ""},

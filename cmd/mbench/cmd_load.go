@@ -88,7 +88,8 @@ func loadAction(c *cli.Context) error {
 		return fmt.Errorf("load: write requests.jsonl: %w", err)
 	}
 	sum, err := results.SummarizeRun(results.RunInput{
-		Cell: "load", Config: "load", Shape: shape.Name, Rate: cfg.Rate, Engine: "external", Arrival: cfg.Arrival.Process,
+		Cell: "load", Config: "load", Shape: shape.Name, Rate: cfg.Rate, Engine: "external",
+		Arrival: cfg.Arrival.Process, Burstiness: cfg.Arrival.Burstiness, Grade: &res.Grade,
 		Records: res.Records, Start: res.Start, WindowStart: res.WindowStart, WindowEnd: res.WindowEnd,
 		Offered: res.Offered, Aborted: res.Aborted, AbortReason: res.AbortReason, ClientCPUPct: res.ClientCPUPct,
 	})

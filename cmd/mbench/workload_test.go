@@ -1,0 +1,277 @@
+package main
+
+// Issue 10 workloads driven end to end: openloop against the simulated engine,
+// with the prefix-cache hit rate checked against a prediction computed here,
+// independently of both (the shape's arithmetic; an LRU replay of hash_ids).
+
+import (
+	"bufio"
+	"container/list"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/simengine"
+)
+
+const (
+	simBlock   = 16  // tokens per sim KV block
+	traceBlock = 512 // tokens per trace hash id
+)
+
+var syntheticTrace = filepath.Join("..", "..", "openloop", "testdata", "synthetic_trace.jsonl")
+
+// startSim serves a simulated engine on 127.0.0.1:0 until the test ends and
+// returns its base URL.
+func startSim(t *testing.T, cfg simengine.Config) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = ln.Addr().String()
+	e, err := simengine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sim: %v", err)
+		}
+	})
+	return "http://" + cfg.Addr
+}
+
+// fastSim is a sim whose steps cost little, so runs take seconds on a busy
+// machine; kvBlocks sets the cache size.
+func fastSim(kvBlocks int) simengine.Config {
+	return simengine.Config{StepBaseUs: 400, PrefillTokenUs: 0.1, DecodeSeqUs: 5, Jitter: -1, KVBlocks: kvBlocks, Seed: 1}
+}
+
+// runWithCache runs cfg against base and returns the result and the cache
+// summary of /metrics deltas around the run.
+func runWithCache(t *testing.T, base string, cfg openloop.Config) (*openloop.Result, probes.CacheSummary) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	scrape := func() []probes.Scrape {
+		s, err := probes.ScrapeMetrics(ctx, nil, base+"/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []probes.Scrape{s}
+	}
+	before := scrape()
+	cfg.Targets = []string{base}
+	res, err := openloop.Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("openloop.Run: %v", err)
+	}
+	for _, r := range res.Records {
+		if !r.OK() {
+			t.Fatalf("request %d failed: %s", r.ID, r.Error)
+		}
+	}
+	cs := probes.SummarizeMetrics(before, scrape(), nil)
+	if !cs.HitRateValid || cs.Preemptions != 0 {
+		t.Fatalf("cache summary %+v: want a valid hit rate and no preemption", cs)
+	}
+	return res, cs
+}
+
+// bySend returns the records in the order they were sent.
+func bySend(recs []openloop.Record) []openloop.Record {
+	out := append([]openloop.Record(nil), recs...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].SentNs < out[j].SentNs })
+	return out
+}
+
+func TestWorkloadSharedPrefixHitRate(t *testing.T) {
+	const input, prefix, groups = 1024, 768, 4
+	base := startSim(t, fastSim(8192)) // 131k tokens: nothing is evicted
+	res, cs := runWithCache(t, base, openloop.Config{
+		Rate: 40, Seed: 11, Requests: 160,
+		Shape: openloop.Shape{Name: "shared", Input: input, Output: 4,
+			Prefix: &openloop.Prefix{NumPrefixes: groups, PrefixTokens: prefix}},
+	})
+	// A group's prefix is cached once a request of the group has finished
+	// its prefill (blocks register when computed; the first token comes
+	// from that step). A hit covers the prefix's full 16-token blocks, never
+	// the prompt's last token.
+	perHit := min(prefix, input-1) / simBlock * simBlock
+	var queries, hits float64
+	firstTok := map[int]int64{}
+	for _, r := range bySend(res.Records) {
+		if r.PrefixGroup < 1 || r.PrefixGroup > groups || r.InputTokens != input {
+			t.Fatalf("record %d: group %d input %d", r.ID, r.PrefixGroup, r.InputTokens)
+		}
+		queries += float64(r.InputTokens)
+		if ft, ok := firstTok[r.PrefixGroup]; ok && ft < r.SentNs {
+			hits += float64(perHit)
+		}
+		if ft, ok := firstTok[r.PrefixGroup]; !ok || r.FirstTokenNs < ft {
+			firstTok[r.PrefixGroup] = r.FirstTokenNs
+		}
+	}
+	want := hits / queries
+	t.Logf("shared prefix: measured hit rate %.4f (%v/%v tokens), predicted %.4f", cs.HitRate, cs.Hits, cs.Queries, want)
+	if cs.Queries != queries {
+		t.Errorf("engine counted %v queried tokens, the load generator sent %v", cs.Queries, queries)
+	}
+	if d := cs.HitRate - want; d > 0.02 || d < -0.02 {
+		t.Errorf("hit rate %.4f, predicted %.4f: off by %.1f pp (> 2)", cs.HitRate, want, 100*d)
+	}
+}
+
+// traceLine is the part of a Mooncake trace line the prediction needs.
+type traceLine struct {
+	Timestamp float64 `json:"timestamp"`
+	Input     int     `json:"input_length"`
+	Output    int     `json:"output_length"`
+	HashIDs   []int64 `json:"hash_ids"`
+	Session   string  `json:"session_id"`
+}
+
+func readTrace(t *testing.T, path string) []traceLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []traceLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var l traceLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Timestamp < out[j].Timestamp })
+	return out
+}
+
+// lruCache models the sim's prefix cache: capacity blocks of 16 tokens; a
+// block is known by its chain key (the hash ids up to its 512-token block,
+// and its index within that block). Blocks in use cannot be evicted; a
+// finished request's blocks become most recently used in reverse order, so
+// its first block is evicted last (vLLM's free queue).
+type lruCache struct {
+	capacity int
+	order    *list.List // front = least recently used
+	at       map[string]*list.Element
+}
+
+func newLRU(capacity int) *lruCache {
+	return &lruCache{capacity: capacity, order: list.New(), at: map[string]*list.Element{}}
+}
+
+// blockKeys returns the chain keys of the full 16-token blocks of a prompt.
+func blockKeys(l traceLine, idx int) []string {
+	var keys []string
+	var chain strings.Builder
+	for b := 0; b*simBlock+simBlock <= l.Input; b++ {
+		tok := b * simBlock
+		blk := tok / traceBlock
+		if blk < len(l.HashIDs) {
+			if tok%traceBlock == 0 {
+				chain.WriteString(strconv.FormatInt(l.HashIDs[blk], 10) + "/")
+			}
+			keys = append(keys, chain.String()+strconv.Itoa(tok%traceBlock/simBlock))
+		} else { // tokens beyond the hash ids are unique to the request
+			keys = append(keys, fmt.Sprintf("pad%d/%d", idx, b))
+		}
+	}
+	return keys
+}
+
+// request replays one request and returns its hit tokens.
+func (c *lruCache) request(l traceLine, idx int) int {
+	keys := blockKeys(l, idx)
+	hit := 0
+	for hit < len(keys) && hit < (l.Input-1)/simBlock && c.at[keys[hit]] != nil {
+		hit++
+	}
+	inUse := map[string]bool{}
+	for _, k := range keys[:hit] {
+		inUse[k] = true
+	}
+	total := (l.Input + l.Output - 1 + simBlock - 1) / simBlock // KV blocks the request holds at its end
+	for e := c.order.Front(); e != nil && c.order.Len()-hit+total > c.capacity; {
+		next := e.Next()
+		if k := e.Value.(string); !inUse[k] {
+			c.order.Remove(e)
+			delete(c.at, k)
+		}
+		e = next
+	}
+	for i := len(keys) - 1; i >= 0; i-- {
+		k := keys[i]
+		switch {
+		case i < hit:
+			c.order.MoveToBack(c.at[k])
+		case c.at[k] == nil: // a recomputed duplicate stays uncached in the sim
+			c.at[k] = c.order.PushBack(k)
+		}
+	}
+	return hit * simBlock
+}
+
+// predictTrace replays the requests (trace lines in send order) through an
+// LRU of capacity blocks and returns the token hit rate.
+func predictTrace(lines []traceLine, order []int, capacity int) float64 {
+	c := newLRU(capacity)
+	var q, h int
+	for _, i := range order {
+		q += lines[i].Input
+		h += c.request(lines[i], i)
+	}
+	return float64(h) / float64(q)
+}
+
+func TestWorkloadTraceLRUHitRate(t *testing.T) {
+	const kvBlocks = 1024 // 32 trace blocks of 512 tokens: the trace's working set does not fit
+	lines := readTrace(t, syntheticTrace)
+	base := startSim(t, fastSim(kvBlocks))
+	res, cs := runWithCache(t, base, openloop.Config{
+		Rate: 1, Seed: 5,
+		Shape: openloop.Shape{Name: "synthetic", Trace: &openloop.Trace{Path: syntheticTrace, TimeScale: 25}},
+	})
+	if len(res.Records) != len(lines) {
+		t.Fatalf("%d records, trace has %d lines", len(res.Records), len(lines))
+	}
+	var order []int
+	for _, r := range bySend(res.Records) {
+		if l := lines[r.ID]; l.Input != r.InputTokens || l.Session != r.Session {
+			t.Fatalf("record %d (input %d, session %q) is not trace line %+v", r.ID, r.InputTokens, r.Session, l)
+		}
+		order = append(order, r.ID)
+	}
+	want := predictTrace(lines, order, kvBlocks)
+	unbounded := predictTrace(lines, order, 1<<30)
+	t.Logf("trace: measured hit rate %.4f, LRU(%d blocks) predicts %.4f, infinite cache %.4f", cs.HitRate, kvBlocks, want, unbounded)
+	if unbounded-want < 0.05 {
+		t.Errorf("the cache is too large to test eviction: LRU %.4f vs infinite %.4f", want, unbounded)
+	}
+	if d := cs.HitRate - want; d > 0.03 || d < -0.03 {
+		t.Errorf("hit rate %.4f, LRU prediction %.4f: off by %.1f pp (> 3)", cs.HitRate, want, 100*d)
+	}
+}
