@@ -130,6 +130,7 @@ func (e errPoints) YError(i int) (float64, float64) { return e.lo[i], e.hi[i] }
 func ttftPlot(s *Sweep, ordered []*cellData, shape string) *plot.Plot {
 	p := newPlot(s, "TTFT p90 vs rate ("+shape+")", "offered rate (req/s)", "TTFT p90 (ms), mean ± CI")
 	minY, maxY := math.Inf(1), math.Inf(-1)
+	minMean, maxMean := math.Inf(1), math.Inf(-1)
 	type series struct {
 		cfg string
 		pts errPoints
@@ -152,11 +153,32 @@ func ttftPlot(s *Sweep, ordered []*cellData, shape string) *plot.Plot {
 			if c.saturated() {
 				se.sat = append(se.sat, plotter.XY{X: c.Info.Rate, Y: *m.Mean})
 			}
-			minY, maxY = math.Min(minY, *m.Mean-half), math.Max(maxY, *m.Mean+half)
+			minMean, maxMean = math.Min(minMean, *m.Mean), math.Max(maxMean, *m.Mean)
 		}
 		if len(se.pts.XYs) > 0 {
 			all = append(all, se)
 		}
+	}
+	// The axis follows the means; a CI wider than the axis is clipped at it
+	// (its numbers are in report.md), so one runaway cell cannot squash the
+	// rest.
+	clipped := false
+	if len(all) > 0 {
+		floor, ceil := minMean/10, maxMean*10
+		for _, se := range all {
+			for j, xy := range se.pts.XYs {
+				if xy.Y-se.pts.lo[j] < floor {
+					se.pts.lo[j], clipped = xy.Y-floor, clipped || xy.Y-se.pts.lo[j] < 0.1*xy.Y
+				}
+				if xy.Y+se.pts.hi[j] > ceil {
+					se.pts.hi[j], clipped = ceil-xy.Y, true
+				}
+				minY, maxY = math.Min(minY, xy.Y-se.pts.lo[j]), math.Max(maxY, xy.Y+se.pts.hi[j])
+			}
+		}
+	}
+	if clipped {
+		p.Title.Text += " (CI bars clipped)"
 	}
 	logY := len(all) > 0 && maxY/math.Max(minY, 1e-9) > 5
 	if logY {
@@ -233,6 +255,7 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 		return nil
 	}
 	var ts []plot.Tick
+	decades := math.Ceil(math.Log10(hi)) - math.Floor(math.Log10(lo))
 	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
 		base := math.Pow(10, e)
 		for m := 1; m < 10; m++ {
@@ -241,8 +264,8 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 				continue
 			}
 			t := plot.Tick{Value: v}
-			if m == 1 || m == 2 || m == 5 {
-				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+			if m == 1 || ((m == 2 || m == 5) && decades <= 3) {
+				t.Label = strconv.FormatFloat(v, 'g', 4, 64)
 			}
 			ts = append(ts, t)
 		}
