@@ -17,13 +17,18 @@ import (
 // requests; the last one is dropped again if that lands closer to the target.
 // A request without a session_id is a session of its own. Selected lines are
 // copied verbatim, in their original order. Every input line is validated as
-// ParseTrace does (errors name "trace:line").
+// ParseTrace does; errors name "file:line" when in has a Name (an *os.File),
+// else "trace:line".
 //
 // The input is read twice: directly when it is an io.ReadSeeker (a file),
 // otherwise through a temporary file.
 func SampleTrace(ctx context.Context, in io.Reader, out io.Writer, requests int, seed int64) error {
 	if requests < 1 {
 		return fmt.Errorf("trace sample: requests: must be ≥ 1, got %d", requests)
+	}
+	name := "trace"
+	if f, ok := in.(interface{ Name() string }); ok && f.Name() != "" {
+		name = f.Name()
 	}
 	rs, ok := in.(io.ReadSeeker)
 	if !ok {
@@ -48,7 +53,7 @@ func SampleTrace(ctx context.Context, in io.Reader, out io.Writer, requests int,
 	// Pass 1: session sizes, in order of first appearance.
 	var keys []string
 	sizes := map[string]int{}
-	err = eachTraceLine(ctx, rs, func(tr *TraceRequest, _ []byte) error {
+	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, _ []byte) error {
 		k := tr.sessionKey()
 		if _, seen := sizes[k]; !seen {
 			keys = append(keys, k)
@@ -65,7 +70,7 @@ func SampleTrace(ctx context.Context, in io.Reader, out io.Writer, requests int,
 		return fmt.Errorf("trace sample: %w", err)
 	}
 	bw := bufio.NewWriter(out)
-	err = eachTraceLine(ctx, rs, func(tr *TraceRequest, line []byte) error {
+	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, line []byte) error {
 		if !chosen[tr.sessionKey()] {
 			return nil
 		}
@@ -105,9 +110,9 @@ func chooseSessions(keys []string, sizes map[string]int, target int, seed int64)
 	return chosen
 }
 
-// eachTraceLine parses every non-blank line of r and calls fn with it and its
-// raw bytes.
-func eachTraceLine(ctx context.Context, r io.Reader, fn func(*TraceRequest, []byte) error) error {
+// eachTraceLine parses every non-blank line of r (named name in errors) and
+// calls fn with it and its raw bytes.
+func eachTraceLine(ctx context.Context, r io.Reader, name string, fn func(*TraceRequest, []byte) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for line := 1; ; line++ {
 		if line%4096 == 0 && ctx.Err() != nil {
@@ -115,7 +120,7 @@ func eachTraceLine(ctx context.Context, r io.Reader, fn func(*TraceRequest, []by
 		}
 		b, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(b)) > 0 {
-			tr, perr := parseTraceLine(b, "trace", line)
+			tr, perr := parseTraceLine(b, name, line)
 			if perr != nil {
 				return fmt.Errorf("trace sample: %w", perr)
 			}
@@ -127,7 +132,7 @@ func eachTraceLine(ctx context.Context, r io.Reader, fn func(*TraceRequest, []by
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("trace sample: trace:%d: %w", line, err)
+			return fmt.Errorf("trace sample: %s:%d: %w", name, line, err)
 		}
 	}
 }

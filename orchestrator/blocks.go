@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,14 +77,42 @@ func (s *Sweep) planBlock(b int) (*BlockRecord, error) {
 	if err := writeSweep(s.dir, s.state); err != nil {
 		return nil, err
 	}
-	s.prog.grow(s.prog.total + len(blk.Order))
+	s.prog.grow(s.plannedRuns())
 	return &s.state.Blocks[len(s.state.Blocks)-1], nil
 }
 
+// plannedRuns is the number of runs the progress bar expects: the recorded
+// blocks' runs plus a full block for each block repeat.min still asks for.
+func (s *Sweep) plannedRuns() int {
+	n := 0
+	for _, b := range s.state.Blocks {
+		n += len(b.Order)
+	}
+	if more := s.m.Repeat.Min - len(s.state.Blocks); more > 0 {
+		n += more * len(s.state.Cells)
+	}
+	return n
+}
+
+// briefReason is a one-line form of a failure reason: its first line, and
+// when the reason quotes a log, the log's last line (usually the cause).
+func briefReason(why string) string {
+	lines := strings.Split(strings.TrimSpace(why), "\n")
+	first, last := strings.TrimSpace(lines[0]), strings.TrimSpace(lines[len(lines)-1])
+	if len(lines) == 1 || last == "" {
+		return first
+	}
+	return first + " … " + last
+}
+
 func (s *Sweep) skipDead(id string, b int, why string) error {
+	// A partial directory an interrupted attempt left is kept, moved aside.
+	if err := moveAside(filepath.Join(s.dir, "runs", id, "b"+strconv.Itoa(b))); err != nil {
+		return err
+	}
 	now := time.Now().UTC()
 	e := JournalEntry{Cell: id, Block: b, Status: "failed", Started: now, Finished: now,
-		Reason: "skipped: the cell failed " + fmt.Sprint(s.opts.FailLimit) + " consecutive runs: " + firstLine(why)}
+		Reason: "skipped: the cell failed " + fmt.Sprint(s.opts.FailLimit) + " consecutive runs: " + briefReason(why)}
 	if err := appendJournal(s.dir, e); err != nil {
 		return err
 	}

@@ -196,15 +196,18 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	}
 	s.journal = journalIndex(entries)
 	s.replayFailures(entries)
-	rep := s.m.Repeat
-	total := len(s.state.Cells) * max(rep.Min, len(s.state.Blocks))
-	s.prog = newProgress(s.opts.Stderr, total, s.opts.Quiet)
-	for range s.journal {
-		s.prog.done++
+	s.prog = newProgress(s.opts.Stderr, s.plannedRuns(), s.opts.Quiet)
+	for k := range s.journal {
+		if _, ok := s.cells[k.cell]; ok {
+			s.prog.done++
+		}
 	}
 	defer s.prog.close()
 	if err := s.prepareHosts(ctx); err != nil {
-		s.closeAll(context.WithoutCancel(ctx))
+		s.teardown(ctx)
+		if ctx.Err() != nil {
+			return nil, s.interrupted()
+		}
 		return nil, err
 	}
 	s.openGPU(ctx)
@@ -213,18 +216,27 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	defer s.register(false)
 
 	err = s.blocks(ctx)
-	cerr := s.closeAll(context.WithoutCancel(ctx))
+	cerr := s.teardown(ctx)
 	if err != nil {
 		if errors.Is(err, ErrInterrupted) || ctx.Err() != nil {
-			return nil, fmt.Errorf("%w; engines stopped; continue with: %s", ErrInterrupted, s.resumeHint())
+			return nil, s.interrupted()
 		}
-		return nil, err
+		if diskFull(err) {
+			return nil, fmt.Errorf("%w\nthe disk holding %s is full; the journal and the runs already recorded are intact; free some space, then continue with: %s", err, s.dir, s.resumeHint())
+		}
+		return nil, fmt.Errorf("%w\nthe sweep stopped; the journal and the runs already recorded are intact; once this is fixed, continue with: %s", err, s.resumeHint())
 	}
 	if cerr != nil {
 		s.logf("warning: teardown: %v", cerr)
 	}
 	rep2, err := ExportDir(ctx, s.dir)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, s.interrupted()
+		}
+		if diskFull(err) {
+			return nil, fmt.Errorf("export: %w\nthe disk holding %s is full; every run is recorded; free some space, then run: mbench export %s", err, s.dir, s.dir)
+		}
 		return nil, fmt.Errorf("export: %w", err)
 	}
 	o := &Outcome{Dir: s.dir, Report: rep2, Removed: s.state.Removed}
@@ -238,6 +250,26 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 		}
 	}
 	return o, nil
+}
+
+// teardown stops the engines and closes the hosts. After an interrupt it is
+// bounded (the user was promised a prompt exit): the SIGTERM grace is cut so
+// that SIGKILL and its check still fit in interruptTeardown.
+func (s *Sweep) teardown(ctx context.Context) error {
+	tctx := context.WithoutCancel(ctx)
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		tctx, cancel = context.WithTimeout(tctx, interruptTeardown)
+		defer cancel()
+	}
+	return s.closeAll(tctx)
+}
+
+// interruptTeardown bounds the engine teardown after Ctrl-C.
+const interruptTeardown = 7 * time.Second
+
+func (s *Sweep) interrupted() error {
+	return fmt.Errorf("%w; engines stopped; continue with: %s", ErrInterrupted, s.resumeHint())
 }
 
 func (s *Sweep) resumeHint() string {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
@@ -48,13 +50,20 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	switch {
 	case runErr != nil:
 		entry.Status, entry.Reason = "failed", s.redact(runErr.Error())
-		if isDiskFull(runErr) {
-			return nil, fmt.Errorf("run %s b%d: %w (the journal and the summaries already written are intact)", cell.ID, block, runErr)
+		if diskFull(runErr) {
+			// Not the run's fault, and every later run would fail the same
+			// way: stop the sweep with no journal line, so resume redoes it.
+			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, runErr)
 		}
 	case sum.Saturated:
 		entry.Status, entry.Reason = "saturated", sum.SaturationReason
 	default:
 		entry.Status = "ok"
+	}
+	// The journal line comes only after the run directory is complete and
+	// durable: a run with a line is never redone, so its files must be there.
+	if err := syncTree(dir); err != nil {
+		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
 	}
 	if err := appendJournal(s.dir, entry); err != nil {
 		return nil, err
@@ -117,7 +126,8 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		return nil, fmt.Errorf("create requests.jsonl: %w", err)
 	}
 	cfg := s.loadConfig(cell, block, seed, es.targets)
-	cfg.Sink = reqFile
+	sink := &sinkWriter{w: reqFile}
+	cfg.Sink = sink
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
 	res, loadErr := openloop.Run(ctx, cfg)
 	closeErr := reqFile.Close()
@@ -128,6 +138,11 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	<-probeDone
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
+	}
+	if sink.err != nil {
+		// The load generator stops on a failed write and calls the run
+		// aborted; the file is incomplete, so the run must not count.
+		return nil, fmt.Errorf("write requests.jsonl: %w", sink.err)
 	}
 	if loadErr != nil {
 		return nil, fmt.Errorf("load: %w", loadErr)
@@ -168,6 +183,21 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		return nil, fmt.Errorf("write summary_A.json: %w", err)
 	}
 	return sum, nil
+}
+
+// sinkWriter remembers the first error writing requests.jsonl. The load
+// generator writes from one goroutine and is done when Run returns.
+type sinkWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *sinkWriter) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+	return n, err
 }
 
 func arrivalName(p string) string {
@@ -310,6 +340,48 @@ func moveAside(dir string) error {
 			return nil
 		}
 	}
+}
+
+// syncTree fsyncs every file of a run directory, the directory itself and
+// its parents up to the results directory (runs/<cell>/b<k>).
+func syncTree(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("sync run directory: %w", err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return fmt.Errorf("sync run directory: %w", err)
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", filepath.Join(dir, e.Name()), err)
+		}
+	}
+	for _, d := range []string{dir, filepath.Dir(dir), filepath.Dir(filepath.Dir(dir))} {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// diskFull reports an error caused by a full disk (or quota), also when a
+// layer below formatted the cause into text instead of wrapping it.
+func diskFull(err error) bool {
+	if err == nil {
+		return false
+	}
+	if isDiskFull(err) || errors.Is(err, syscall.EDQUOT) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, syscall.ENOSPC.Error()) || strings.Contains(msg, syscall.EDQUOT.Error())
 }
 
 func writeScrapes(path string, before, during, after []probes.Scrape) error {

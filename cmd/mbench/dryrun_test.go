@@ -50,7 +50,7 @@ func dryRun(t *testing.T, matrix string) (stdout, out string) {
 	home := t.TempDir()
 	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	writeFile(t, filepath.Join(home, ".ssh", "config"), "Host dash0\n  HostName 127.0.0.1\n  Port "+port+"\n")
+	sshWrite(t, filepath.Join(home, ".ssh", "config"), "Host dash0\n  HostName 127.0.0.1\n  Port "+port+"\n")
 	t.Setenv("HOME", home)
 	out = filepath.Join(t.TempDir(), "out")
 	stdout, stderr, err := runCLI(t, context.Background(), "run", matrix, "--dry-run", "--out", out)
@@ -69,7 +69,7 @@ func dryRun(t *testing.T, matrix string) (stdout, out string) {
 
 // lines returns the output lines that start (after indentation) with
 // prefix, trimmed.
-func linesWith(out, substr string) []string {
+func dryLines(out, substr string) []string {
 	var ls []string
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, substr) {
@@ -89,11 +89,11 @@ func TestDryRunMicrobench3(t *testing.T) {
 		env + "VLLM_MOONCAKE_BOOTSTRAP_PORT=8998 " + seedServe(0) + ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}'`,
 		env + seedServe(0) + ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_role":"kv_both"}'`,
 	}
-	got := linesWith(stdout, "vllm serve")
+	got := dryLines(stdout, "vllm serve")
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("engine commands:\n%s\nwant:\n%s\nfull output:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), stdout)
 	}
-	if n := len(linesWith(stdout, "[gpu0 dash0] state ~/.mbench/"+id)); n != 4 {
+	if n := len(dryLines(stdout, "[gpu0 dash0] state ~/.mbench/"+id)); n != 4 {
 		t.Errorf("%d host headers for gpu0 (dash0), want one per config:\n%s", n, stdout)
 	}
 }
@@ -113,7 +113,7 @@ func TestDryRunPD8(t *testing.T) {
 		t.Fatalf("want 2 config sections:\n%s", stdout)
 	}
 	for k, sec := range sections[1:] {
-		got := linesWith(sec, "vllm serve")
+		got := dryLines(sec, "vllm serve")
 		if len(got) != 8 {
 			t.Fatalf("config %d: %d instances, want 8:\n%s", k, len(got), sec)
 		}
@@ -130,7 +130,7 @@ func TestDryRunPD8(t *testing.T) {
 		}
 		router := "python3 scripts/load_proxy.py --port 9090 http://127.0.0.1:8000 http://127.0.0.1:8001 http://127.0.0.1:8002 " +
 			"http://127.0.0.1:8003 http://127.0.0.1:8004 http://127.0.0.1:8005 http://127.0.0.1:8006 http://127.0.0.1:8007"
-		if r := linesWith(sec, "load_proxy.py"); len(r) != 1 || !strings.HasPrefix(r[0], router+"   # router") {
+		if r := dryLines(sec, "load_proxy.py"); len(r) != 1 || !strings.HasPrefix(r[0], router+"   # router") {
 			t.Errorf("config %d router line %q, want %q", k, r, router)
 		}
 		if !strings.Contains(sec, "8 instance(s) started 2s apart") || !strings.Contains(sec, "load → router on gpu0:9090") {
@@ -174,7 +174,7 @@ func wantArgv(home string) []string {
 // NUL-separated, to $ARGV_OUT.
 func stubVllm(t *testing.T) (dir string) {
 	dir = t.TempDir()
-	writeFile(t, filepath.Join(dir, "vllm"), "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\000' \"$a\"; done > \"$ARGV_OUT\"\n")
+	sshWrite(t, filepath.Join(dir, "vllm"), "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\000' \"$a\"; done > \"$ARGV_OUT\"\n")
 	os.Chmod(filepath.Join(dir, "vllm"), 0o755)
 	return dir
 }
@@ -206,7 +206,7 @@ func checkArgv(t *testing.T, how string, got, want []string, cwd string) {
 func TestDryRunQuoting(t *testing.T) {
 	dir := t.TempDir()
 	m := filepath.Join(dir, "m.yaml")
-	writeFile(t, m, quotingMatrix)
+	sshWrite(t, m, quotingMatrix)
 	stdout, _, err := runCLI(t, context.Background(), "run", m, "--dry-run", "--out", filepath.Join(dir, "out"))
 	if err != nil {
 		t.Fatalf("dry run: %v\n%s", err, stdout)
@@ -238,7 +238,7 @@ func TestSSHLaunchQuoting(t *testing.T) {
 	srv := sshdtest.Start(t)
 	dir := t.TempDir()
 	p := filepath.Join(dir, "m.yaml")
-	writeFile(t, p, quotingMatrix)
+	sshWrite(t, p, quotingMatrix)
 	m, err := matrices.Load(p)
 	if err != nil {
 		t.Fatal(err)

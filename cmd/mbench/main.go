@@ -48,17 +48,29 @@ func main() {
 		<-sigs
 		fmt.Fprintln(os.Stderr, "mbench: second interrupt: killing engines and exiting now")
 		orchestrator.EmergencyStop()
-		os.Exit(130)
+		os.Exit(exitInterrupted)
 	}()
 	err := run(ctx, os.Args, os.Stdout, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mbench:", err)
-		var ec exitCoder
-		if errors.As(err, &ec) {
-			os.Exit(ec.ExitCode())
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitInterrupted is the exit status after Ctrl-C (128 + SIGINT), as shells
+// report it for a process killed by the signal.
+const exitInterrupted = 130
+
+// exitCode maps an error from run to the process exit status.
+func exitCode(err error) int {
+	var ec exitCoder
+	switch {
+	case errors.As(err, &ec):
+		return ec.ExitCode()
+	case errors.Is(err, orchestrator.ErrInterrupted):
+		return exitInterrupted
+	}
+	return 1
 }
 
 // run is the whole program: it parses args and dispatches to a subcommand.

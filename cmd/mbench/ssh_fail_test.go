@@ -72,15 +72,15 @@ func TestSSHPortInUse(t *testing.T) {
 	_, _, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, ", tunnel: true", "")
-	oneRate(t, m)
-	port := matrixPort(t, m)
+	sshOneRate(t, m)
+	port := sshMatrixPort(t, m)
 	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := runSweep(t, time.Minute, m, "--out", out, "--quiet")
+	stdout, stderr, err := sshRunSweep(t, time.Minute, m, "--out", out, "--quiet")
 	lines := readJSONL(t, filepath.Join(out, "journal.jsonl"))
 	if len(lines) == 0 {
 		t.Fatalf("no runs journaled: %v\n%s\n%s", err, stdout, stderr)
@@ -108,8 +108,8 @@ func TestSSHConnectionCut(t *testing.T) {
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, "", "")
 	body := strings.NewReplacer("rates: [10, 20]", "rates: [20]",
-		"min_completed: 30, timeout: 30s, drain_timeout: 5s", "min_completed: 120, timeout: 10s, drain_timeout: 2s").Replace(readString(t, m))
-	writeFile(t, m, body)
+		"min_completed: 30, timeout: 30s, drain_timeout: 5s", "min_completed: 120, timeout: 10s, drain_timeout: 2s").Replace(sshRead(t, m))
+	sshWrite(t, m, body)
 	out := filepath.Join(dir, "out")
 	type result struct {
 		stdout, stderr string
@@ -117,7 +117,7 @@ func TestSSHConnectionCut(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		o, e, err := runSweep(t, 3*time.Minute, m, "--out", out)
+		o, e, err := sshRunSweep(t, 3*time.Minute, m, "--out", out)
 		done <- result{o, e, err}
 	}()
 	var pid int
@@ -157,7 +157,7 @@ func TestSSHConnectionCut(t *testing.T) {
 	srv.Cut()
 	cut := time.Now()
 	for _, p := range procs {
-		for alive(p) {
+		for pidAlive(p) {
 			if time.Since(cut) > 15*time.Second {
 				t.Fatalf("pid %d of the sweep still alive 15 s after the connection was cut", p)
 			}
@@ -187,7 +187,7 @@ func TestSSHConnectionCut(t *testing.T) {
 }
 
 // alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
+func pidAlive(pid int) bool {
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	return err == nil && !strings.Contains(string(st), ") Z ")
 }
@@ -210,11 +210,11 @@ func TestSSHHostKeys(t *testing.T) {
 		{"unknown strict", "", "", []string{"is not in", "strict"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			writeFile(t, filepath.Join(home, ".ssh", "known_hosts"), tc.knownHosts)
+			sshWrite(t, filepath.Join(home, ".ssh", "known_hosts"), tc.knownHosts)
 			dir := t.TempDir()
 			m := sshMatrixFile(t, dir, workdir, tc.policy, "")
 			out := filepath.Join(dir, "out")
-			_, stderr, err := runSweep(t, time.Minute, m, "--out", out)
+			_, stderr, err := sshRunSweep(t, time.Minute, m, "--out", out)
 			if err == nil {
 				t.Fatalf("run succeeded against a host whose key is %s", tc.name)
 			}
@@ -232,7 +232,7 @@ func TestSSHHostKeys(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(out, "runs")); err == nil {
 				t.Errorf("runs were attempted on a refused host")
 			}
-			if kh := readString(t, filepath.Join(home, ".ssh", "known_hosts")); kh != tc.knownHosts {
+			if kh := sshRead(t, filepath.Join(home, ".ssh", "known_hosts")); kh != tc.knownHosts {
 				t.Errorf("known_hosts changed:\n%s", kh)
 			}
 			t.Logf("%v\n%s", err, stderr)

@@ -27,7 +27,12 @@ import (
 // the server, the home directory and a remote work directory.
 func sshHome(t *testing.T, knownHosts bool) (srv *sshdtest.Server, home, workdir string) {
 	t.Helper()
-	srv = sshdtest.Start(t)
+	return sshHomeFor(t, sshdtest.Start(t), knownHosts)
+}
+
+// sshHomeFor is sshHome for a server already started.
+func sshHomeFor(t *testing.T, srv *sshdtest.Server, knownHosts bool) (_ *sshdtest.Server, home, workdir string) {
+	t.Helper()
 	home = t.TempDir()
 	sshDir := filepath.Join(home, ".ssh")
 	if err := os.MkdirAll(sshDir, 0o700); err != nil {
@@ -37,18 +42,18 @@ func sshHome(t *testing.T, knownHosts bool) (srv *sshdtest.Server, home, workdir
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(sshDir, "config"), string(cfg))
+	sshWrite(t, filepath.Join(sshDir, "config"), string(cfg))
 	kh := ""
 	if knownHosts {
 		kh = srv.KnownHostsLine() + "\n"
 	}
-	writeFile(t, filepath.Join(sshDir, "known_hosts"), kh)
+	sshWrite(t, filepath.Join(sshDir, "known_hosts"), kh)
 	t.Setenv("HOME", home)
 	t.Setenv("SSH_AUTH_SOCK", "")
 	return srv, home, t.TempDir()
 }
 
-func writeFile(t *testing.T, path, data string) {
+func sshWrite(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
@@ -155,7 +160,7 @@ func checkSweep(t *testing.T, out string, want int) []string {
 	return dirs
 }
 
-func runSweep(t *testing.T, timeout time.Duration, args ...string) (string, string, error) {
+func sshRunSweep(t *testing.T, timeout time.Duration, args ...string) (string, string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -176,7 +181,7 @@ func TestSSHSweep(t *testing.T) {
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, ", host_key_policy: accept-new", "")
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := runSweep(t, 3*time.Minute, m, "--out", out)
+	stdout, stderr, err := sshRunSweep(t, 3*time.Minute, m, "--out", out)
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
@@ -189,10 +194,13 @@ func TestSSHSweep(t *testing.T) {
 		t.Fatalf("remote step logs %v, want 1", steps)
 	}
 	remote := map[string]bool{}
-	for _, l := range strings.Split(readString(t, steps[0]), "\n") {
+	for _, l := range strings.Split(sshRead(t, steps[0]), "\n") {
 		remote[l] = true
 	}
 	enginePids := remotePids(t, filepath.Join(workdir, sweepID, "logs"))
+	if logs, _ := filepath.Glob(filepath.Join(workdir, sweepID, "logs", "engine-*.log")); len(logs) == 0 || !strings.Contains(sshRead(t, logs[0]), "on http://127.0.0.1:") {
+		t.Errorf("the engine on a host reached at 127.0.0.1 must bind loopback only (logs %v)", logs)
+	}
 	seen := map[string]string{}
 	for _, rd := range checkSweep(t, out, 4) {
 		hostsSeen := map[string]int{}
@@ -202,7 +210,7 @@ func TestSSHSweep(t *testing.T) {
 		if hostsSeen["gpu0"] == 0 {
 			t.Errorf("%s: no host samples from the remote probe on gpu0: %v", rd, hostsSeen)
 		}
-		lines := strings.Split(strings.TrimSpace(readString(t, filepath.Join(rd, "engine_step.jsonl"))), "\n")
+		lines := strings.Split(strings.TrimSpace(sshRead(t, filepath.Join(rd, "engine_step.jsonl"))), "\n")
 		for _, l := range lines {
 			if !remote[l] {
 				t.Errorf("%s: step line not in the remote step log: %s", rd, l)
@@ -221,10 +229,10 @@ func TestSSHSweep(t *testing.T) {
 
 	// The same sweep on the local host: the same files.
 	local := sshMatrixFile(t, t.TempDir(), workdir, "", "")
-	body := strings.Replace(readString(t, local), "address: sshdtest", "address: local", 1)
-	writeFile(t, local, body)
+	body := strings.Replace(sshRead(t, local), "address: sshdtest", "address: local", 1)
+	sshWrite(t, local, body)
 	lout := filepath.Join(dir, "local")
-	if stdout, stderr, err := runSweep(t, 3*time.Minute, local, "--out", lout, "--quiet"); err != nil {
+	if stdout, stderr, err := sshRunSweep(t, 3*time.Minute, local, "--out", lout, "--quiet"); err != nil {
 		t.Fatalf("local run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
 	if a, b := strings.Join(runFiles(t, out), "\n"), strings.Join(runFiles(t, lout), "\n"); a != b {
@@ -232,7 +240,7 @@ func TestSSHSweep(t *testing.T) {
 	}
 }
 
-func readString(t *testing.T, path string) string {
+func sshRead(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -246,7 +254,7 @@ func sweepIDOf(t *testing.T, out string) string {
 	var st struct {
 		SweepID string `json:"sweep_id"`
 	}
-	if err := json.Unmarshal([]byte(readString(t, filepath.Join(out, "sweep.json"))), &st); err != nil || st.SweepID == "" {
+	if err := json.Unmarshal([]byte(sshRead(t, filepath.Join(out, "sweep.json"))), &st); err != nil || st.SweepID == "" {
 		t.Fatalf("sweep.json: %v %q", err, st.SweepID)
 	}
 	return st.SweepID
@@ -261,7 +269,7 @@ func remotePids(t *testing.T, logDir string) map[int]bool {
 	logs, _ := filepath.Glob(filepath.Join(logDir, "engine-*.log"))
 	pids := map[int]bool{}
 	for _, l := range logs {
-		for _, m := range simPidRe.FindAllStringSubmatch(readString(t, l), -1) {
+		for _, m := range simPidRe.FindAllStringSubmatch(sshRead(t, l), -1) {
 			n, _ := strconv.Atoi(m[1])
 			pids[n] = true
 		}
@@ -279,10 +287,10 @@ func TestSSHSweepTunnel(t *testing.T) {
 	_, _, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, ", tunnel: true", "")
-	oneRate(t, m)
-	port := matrixPort(t, m)
+	sshOneRate(t, m)
+	port := sshMatrixPort(t, m)
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := runSweep(t, 3*time.Minute, m, "--out", out, "--quiet")
+	stdout, stderr, err := sshRunSweep(t, 3*time.Minute, m, "--out", out, "--quiet")
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
@@ -300,13 +308,13 @@ func TestSSHSweepTunnel(t *testing.T) {
 }
 
 // oneRate cuts a matrix written by sshMatrixFile down to one rate (two runs).
-func oneRate(t *testing.T, m string) {
+func sshOneRate(t *testing.T, m string) {
 	t.Helper()
-	writeFile(t, m, strings.Replace(readString(t, m), "rates: [10, 20]", "rates: [20]", 1))
+	sshWrite(t, m, strings.Replace(sshRead(t, m), "rates: [10, 20]", "rates: [20]", 1))
 }
 
 // matrixPort is engine.port of a matrix file written by writeMatrix.
-func matrixPort(t *testing.T, path string) string {
+func sshMatrixPort(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -341,14 +349,14 @@ func TestSSHRouterTopology(t *testing.T) {
 	m := sshMatrixFile(t, dir, workdir, "", `
     topology: {instances_per_host: 3}
     router: {command: "{{.Self}} router --addr 127.0.0.1:{{.RouterPort}} {{.Targets}}", port: %RPORT%}`)
-	oneRate(t, m)
-	port := matrixPort(t, m)
+	sshOneRate(t, m)
+	port := sshMatrixPort(t, m)
 	p, _ := strconv.Atoi(port)
 	rport := strconv.Itoa(p + 5)
 	b, _ := os.ReadFile(m)
-	writeFile(t, m, strings.ReplaceAll(string(b), "%RPORT%", rport))
+	sshWrite(t, m, strings.ReplaceAll(string(b), "%RPORT%", rport))
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := runSweep(t, 3*time.Minute, m, "--out", out, "--quiet")
+	stdout, stderr, err := sshRunSweep(t, 3*time.Minute, m, "--out", out, "--quiet")
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
@@ -365,4 +373,33 @@ func TestSSHRouterTopology(t *testing.T) {
 			t.Errorf("%s: engine steps from %d pids %v, want 3 instances", rd, len(pids), pids)
 		}
 	}
+}
+
+// TestSSHSweepChattyLogin runs a sweep through the in-process SSH server
+// with a login shell that prints noise before every command, as an rc file
+// that echoes would: $HOME (for a ~ workdir with a space), uname,
+// checksums, sizes and fetched files must all be read past it.
+func TestSSHSweepChattyLogin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end sweep over ssh")
+	}
+	srv := sshdtest.StartFake(t)
+	srv.SetLoginNoise("Welcome to gpu0!\nLast login: never\n")
+	_, home, _ := sshHomeFor(t, srv, true)
+	dir := t.TempDir()
+	// The in-process server's commands inherit this process's $HOME (the
+	// temporary home), so a ~ workdir lands there.
+	m := sshMatrixFile(t, dir, "~/remote work", ", tunnel: true", "")
+	workdir := filepath.Join(home, "remote work")
+	sshOneRate(t, m)
+	out := filepath.Join(dir, "out")
+	stdout, stderr, err := sshRunSweep(t, 3*time.Minute, m, "--out", out, "--quiet")
+	if err != nil {
+		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	checkSweep(t, out, 2)
+	if bins, _ := filepath.Glob(filepath.Join(workdir, sweepIDOf(t, out), "bin", "mbench")); len(bins) != 1 {
+		t.Errorf("mbench not uploaded under the remote $HOME-relative workdir: %v", bins)
+	}
+	checkNothingLeft(t, workdir, sweepIDOf(t, out))
 }

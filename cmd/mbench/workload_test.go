@@ -31,9 +31,9 @@ const (
 
 var syntheticTrace = filepath.Join("..", "..", "openloop", "testdata", "synthetic_trace.jsonl")
 
-// startSim serves a simulated engine on 127.0.0.1:0 until the test ends and
+// serveSimInProcess serves a simulated engine on 127.0.0.1:0 until the test ends and
 // returns its base URL.
-func startSim(t *testing.T, cfg simengine.Config) string {
+func serveSimInProcess(t *testing.T, cfg simengine.Config) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,7 +102,7 @@ func bySend(recs []openloop.Record) []openloop.Record {
 
 func TestWorkloadSharedPrefixHitRate(t *testing.T) {
 	const input, prefix, groups = 1024, 768, 4
-	base := startSim(t, fastSim(8192)) // 131k tokens: nothing is evicted
+	base := serveSimInProcess(t, fastSim(8192)) // 131k tokens: nothing is evicted
 	res, cs := runWithCache(t, base, openloop.Config{
 		Rate: 40, Seed: 11, Requests: 160,
 		Shape: openloop.Shape{Name: "shared", Input: input, Output: 4,
@@ -171,9 +171,11 @@ func readTrace(t *testing.T, path string) []traceLine {
 
 // lruCache models the sim's prefix cache: capacity blocks of 16 tokens; a
 // block is known by its chain key (the hash ids up to its 512-token block,
-// and its index within that block). Blocks in use cannot be evicted; a
-// finished request's blocks become most recently used in reverse order, so
-// its first block is evicted last (vLLM's free queue).
+// and its index within that block). Requests run one at a time: a request
+// hits the longest cached prefix of its blocks (never its last token), takes
+// the rest of its KV blocks by evicting the least recently used cached blocks
+// it does not use, and when it finishes its blocks become most recently used
+// in reverse order, so its first block is evicted last (vLLM's free queue).
 type lruCache struct {
 	capacity int
 	order    *list.List // front = least recently used
@@ -214,7 +216,7 @@ func (c *lruCache) request(l traceLine, idx int) int {
 	for _, k := range keys[:hit] {
 		inUse[k] = true
 	}
-	total := (l.Input + l.Output - 1 + simBlock - 1) / simBlock // KV blocks the request holds at its end
+	total := (l.Input + l.Output - 1 + simBlock - 1) / simBlock // KV blocks held at the end: all tokens but the last sampled
 	for e := c.order.Front(); e != nil && c.order.Len()-hit+total > c.capacity; {
 		next := e.Next()
 		if k := e.Value.(string); !inUse[k] {
@@ -224,25 +226,24 @@ func (c *lruCache) request(l traceLine, idx int) int {
 		e = next
 	}
 	for i := len(keys) - 1; i >= 0; i-- {
-		k := keys[i]
-		switch {
+		switch k := keys[i]; {
 		case i < hit:
 			c.order.MoveToBack(c.at[k])
-		case c.at[k] == nil: // a recomputed duplicate stays uncached in the sim
+		case c.at[k] == nil: // else a recomputed duplicate, which stays uncached
 			c.at[k] = c.order.PushBack(k)
 		}
 	}
 	return hit * simBlock
 }
 
-// predictTrace replays the requests (trace lines in send order) through an
-// LRU of capacity blocks and returns the token hit rate.
-func predictTrace(lines []traceLine, order []int, capacity int) float64 {
+// predictTrace replays the requests of a trace run, in the order they were
+// sent, through an LRU of capacity blocks and returns the token hit rate.
+func predictTrace(lines []traceLine, recs []openloop.Record, capacity int) float64 {
 	c := newLRU(capacity)
 	var q, h int
-	for _, i := range order {
-		q += lines[i].Input
-		h += c.request(lines[i], i)
+	for _, r := range bySend(recs) {
+		q += lines[r.ID].Input
+		h += c.request(lines[r.ID], r.ID)
 	}
 	return float64(h) / float64(q)
 }
@@ -250,23 +251,37 @@ func predictTrace(lines []traceLine, order []int, capacity int) float64 {
 func TestWorkloadTraceLRUHitRate(t *testing.T) {
 	const kvBlocks = 1024 // 32 trace blocks of 512 tokens: the trace's working set does not fit
 	lines := readTrace(t, syntheticTrace)
-	base := startSim(t, fastSim(kvBlocks))
+	sim := fastSim(kvBlocks)
+	sim.StepBaseUs, sim.DecodeSeqUs = 150, 2
+	base := serveSimInProcess(t, sim)
 	res, cs := runWithCache(t, base, openloop.Config{
 		Rate: 1, Seed: 5,
-		Shape: openloop.Shape{Name: "synthetic", Trace: &openloop.Trace{Path: syntheticTrace, TimeScale: 25}},
+		Shape: openloop.Shape{Name: "synthetic", Trace: &openloop.Trace{Path: syntheticTrace, TimeScale: 10}},
 	})
 	if len(res.Records) != len(lines) {
 		t.Fatalf("%d records, trace has %d lines", len(res.Records), len(lines))
 	}
-	var order []int
-	for _, r := range bySend(res.Records) {
+	for _, r := range res.Records {
 		if l := lines[r.ID]; l.Input != r.InputTokens || l.Session != r.Session {
 			t.Fatalf("record %d (input %d, session %q) is not trace line %+v", r.ID, r.InputTokens, r.Session, l)
 		}
-		order = append(order, r.ID)
 	}
-	want := predictTrace(lines, order, kvBlocks)
-	unbounded := predictTrace(lines, order, 1<<30)
+	if peak := checkSessions(t, "trace", res.Records); peak < 4 {
+		t.Errorf("only %d sessions open at once without max_inflight_sessions", peak)
+	}
+	// The LRU replay runs requests one at a time; the replay's requests
+	// overlap little (a request admitted while another runs sees fewer free
+	// blocks than the replay gives it).
+	overlap := 0
+	recs := bySend(res.Records)
+	for i := 1; i < len(recs); i++ {
+		if recs[i].SentNs < recs[i-1].DoneNs {
+			overlap++
+		}
+	}
+	t.Logf("%d of %d requests sent while the previous one ran", overlap, len(recs))
+	want := predictTrace(lines, res.Records, kvBlocks)
+	unbounded := predictTrace(lines, res.Records, 1<<30)
 	t.Logf("trace: measured hit rate %.4f, LRU(%d blocks) predicts %.4f, infinite cache %.4f", cs.HitRate, kvBlocks, want, unbounded)
 	if unbounded-want < 0.05 {
 		t.Errorf("the cache is too large to test eviction: LRU %.4f vs infinite %.4f", want, unbounded)

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSecretsNeverWritten plants two secrets in a sim matrix — one by name
+// (HF_TOKEN), one marked secret: true — checks that they do reach the
+// engine's environment, then greps every file under the results directory
+// (.state logs included) and the output of validate, run --dry-run, run and
+// export for them.
+func TestSecretsNeverWritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("secrets sweep")
+	}
+	const tok, other = "s3cr3t-planted-value", "other-planted"
+	dir := t.TempDir()
+	m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
+	writeSimMatrix(t, m, map[string]string{
+		"%ENV%":     "  env:\n    HF_TOKEN: " + tok + "\n",
+		"%CONFIGS%": simTwoConfigs + "\n    env:\n      PLAIN_NAME: {value: " + other + ", secret: true}",
+		"%RATES%":   "40", "%BLOCKS%": "1",
+	})
+	t.Cleanup(func() { killMarked(out) })
+
+	var outputs []string
+	for _, args := range [][]string{{"validate", m}, {"run", m, "--dry-run"}} {
+		c := startMbench(t, dir, args...)
+		mustFinish(t, c, time.Minute)
+		outputs = append(outputs, c.output())
+	}
+	c := startMbench(t, dir, "run", m, "--out", out) // progress and logs on
+	// The secrets must really be in play: both reach the walk engine.
+	seen := map[string]bool{}
+	waitChild(c, 2*time.Minute, func() bool {
+		for _, p := range pidfileProcs(t, out) {
+			env, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
+			for _, kv := range []string{"HF_TOKEN=" + tok, "PLAIN_NAME=" + other} {
+				if bytes.Contains(env, []byte(kv+"\x00")) {
+					seen[kv] = true
+				}
+			}
+		}
+		return len(seen) == 2
+	})
+	if len(seen) != 2 {
+		t.Errorf("the planted secrets never reached the engine (seen %v): the test would prove nothing", seen)
+	}
+	mustFinish(t, c, 2*time.Minute)
+	outputs = append(outputs, c.output())
+	c = startMbench(t, dir, "export", out)
+	mustFinish(t, c, time.Minute)
+	outputs = append(outputs, c.output())
+
+	for i, o := range outputs {
+		for _, s := range []string{tok, other} {
+			if strings.Contains(o, s) {
+				t.Errorf("command output %d contains the secret %q:\n%s", i, s, o)
+			}
+		}
+	}
+	n := 0
+	err := filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		n++
+		b, err := os.ReadFile(p)
+		for _, s := range []string{tok, other} {
+			if bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s contains the secret %q", p, s)
+			}
+		}
+		return err
+	})
+	if err != nil || n < 20 {
+		t.Fatalf("walked %d files under %s: %v", n, out, err)
+	}
+	assertNoEngines(t, out, 3*time.Second)
+}
+
+// The helpers below run mbench as a mbenchChild process and find a sweep's engines
+// as ground truth, by pid: through its pidfiles and through the marker every
+// engine carries in its environment (MBENCH_MARKER=<sweep id>).
+
+// mbenchChild is mbench running as a mbenchChild process of the test.
+type mbenchChild struct {
+	cmd            *exec.Cmd
+	stdout, stderr lockedBuf
+	done           chan struct{}
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startMbench starts `mbench ARGS...` in dir, in the test's process group
+// (no Setpgid), so that a signal to its pid reaches mbench alone; its
+// engines run in sessions of their own.
+func startMbench(t *testing.T, dir string, args ...string) *mbenchChild {
+	t.Helper()
+	c := &mbenchChild{cmd: exec.Command(os.Args[0], args...), done: make(chan struct{})}
+	c.cmd.Dir = dir
+	c.cmd.Env = append(os.Environ(), "MBENCH_TEST_AS_MBENCH=1", "MBENCH_TEST_MAIN=1")
+	c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.cmd.Wait(); close(c.done) }()
+	t.Cleanup(c.kill)
+	return c
+}
+
+// wait waits up to d for the mbenchChild to exit and returns its exit code (-1:
+// still running, or killed by a signal).
+func (c *mbenchChild) wait(d time.Duration) int {
+	select {
+	case <-c.done:
+		return c.cmd.ProcessState.ExitCode()
+	case <-time.After(d):
+		return -1
+	}
+}
+
+func (c *mbenchChild) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL to mbench (only) and reaps it.
+func (c *mbenchChild) kill() {
+	if !c.exited() {
+		_ = c.cmd.Process.Kill()
+	}
+	<-c.done
+}
+
+func (c *mbenchChild) output() string { return c.stdout.String() + c.stderr.String() }
+
+// mustFinish waits for a mbenchChild that must complete the sweep.
+func mustFinish(t *testing.T, c *mbenchChild, d time.Duration) {
+	t.Helper()
+	if code := c.wait(d); code != 0 {
+		c.kill()
+		t.Fatalf("mbench %v: exit %d (want 0 within %s)\n%s", c.cmd.Args[1:], code, d, c.output())
+	}
+}
+
+// waitChild polls cond every 2 ms until it holds, the mbenchChild exits or d passes.
+func waitChild(c *mbenchChild, d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end) && !c.exited(); time.Sleep(2 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
+}
+
+// liveProc identifies a process across pid reuse: pid and start time.
+type liveProc struct {
+	pid   int
+	start string
+}
+
+// procStatus reads state, process group and start time from /proc/<pid>/stat.
+func procStatus(pid int) (state string, pgrp int, start string, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	i := bytes.LastIndex(b, []byte(") "))
+	if err != nil || i < 0 {
+		return "", 0, "", false
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 20 {
+		return "", 0, "", false
+	}
+	pgrp, _ = strconv.Atoi(f[2])
+	return f[0], pgrp, f[19], true
+}
+
+// alive: this very process (same start time) still runs; zombies count as
+// gone.
+func (p liveProc) alive() bool {
+	st, _, start, ok := procStatus(p.pid)
+	return ok && start == p.start && st != "Z" && st != "X"
+}
+
+func liveProcs() []liveProc {
+	ents, _ := os.ReadDir("/proc")
+	var out []liveProc
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			if st, _, start, ok := procStatus(n); ok && st != "Z" && st != "X" {
+				out = append(out, liveProc{n, start})
+			}
+		}
+	}
+	return out
+}
+
+// pidfileProcs lists the live processes of every group named by a pidfile of
+// the sweep in out: the engines mbench started and has not stopped.
+func pidfileProcs(t *testing.T, out string) []liveProc {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(out, ".state", "pids", "*.pid"))
+	var res []liveProc
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		fs := strings.Fields(string(b))
+		if len(fs) != 2 {
+			t.Errorf("pidfile %s: %q: want \"PID START\"", f, b)
+			continue
+		}
+		for _, p := range liveProcs() {
+			if _, pg, _, _ := procStatus(p.pid); strconv.Itoa(pg) == fs[0] {
+				res = append(res, p)
+			}
+		}
+	}
+	return res
+}
+
+// sweepProcs lists live processes whose environment carries the marker.
+func sweepProcs(marker string) []liveProc {
+	var res []liveProc
+	want := []byte("\x00MBENCH_MARKER=" + marker + "\x00")
+	for _, p := range liveProcs() {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
+		if err == nil && bytes.Contains(append([]byte{0}, env...), want) {
+			res = append(res, p)
+		}
+	}
+	return res
+}
+
+// assertNoEngines fails if a process of the sweep in out is still alive after
+// grace, and kills it so that the test leaves nothing behind.
+func assertNoEngines(t *testing.T, out string, grace time.Duration) {
+	t.Helper()
+	id := readSweepRecord(t, out).SweepID
+	deadline := time.Now().Add(grace)
+	left := sweepProcs(id)
+	for len(left) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		left = sweepProcs(id)
+	}
+	for _, p := range left {
+		t.Errorf("engine process %d of sweep %s still alive", p.pid, id)
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
+// killMarked is a cleanup: kill whatever engines of the sweep in out remain
+// (processes this test started, found by the sweep's marker).
+func killMarked(out string) {
+	b, _ := os.ReadFile(filepath.Join(out, "sweep.json"))
+	i := bytes.Index(b, []byte(`"sweep_id": "`))
+	if i < 0 {
+		return
+	}
+	id, _, _ := strings.Cut(string(b[i+len(`"sweep_id": "`):]), `"`)
+	for _, p := range sweepProcs(id) {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}

@@ -1,0 +1,29 @@
+package openloop
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSampleTraceNamesFile: sampling a file names the file and line of a bad
+// line.
+func TestSampleTraceNamesFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.jsonl")
+	body := `{"timestamp": 1, "input_length": 5, "output_length": 1}` + "\n" + `{"timestamp": 2, "input_length": 5}` + "\n"
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = SampleTrace(context.Background(), f, io.Discard, 1, 1)
+	if want := "trace sample: " + p + ":2: output_length: missing"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %v, want prefix %q", err, want)
+	}
+}
