@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -33,24 +34,11 @@ func init() {
 						return fmt.Errorf("trace sample: %w", err)
 					}
 					defer in.Close()
-					tmp := c.String("out") + ".tmp"
-					out, err := os.Create(tmp)
-					if err != nil {
-						return fmt.Errorf("trace sample: %w", err)
+					var out bytes.Buffer
+					if err := openloop.SampleTrace(c.Context, in, &out, c.Int("requests"), c.Int64("seed")); err != nil {
+						return err // SampleTrace's errors already say "trace sample"
 					}
-					err = openloop.SampleTrace(c.Context, in, out, c.Int("requests"), c.Int64("seed"))
-					if cerr := out.Close(); err == nil {
-						err = cerr
-					}
-					if err != nil {
-						os.Remove(tmp)
-						return fmt.Errorf("trace sample: %w", err)
-					}
-					data, err := os.ReadFile(tmp)
-					os.Remove(tmp)
-					if err != nil {
-						return err
-					}
+					data := out.Bytes()
 					return results.WriteFileAtomic(c.String("out"), data, 0o644)
 				},
 			}},

@@ -101,39 +101,56 @@ func bySend(recs []openloop.Record) []openloop.Record {
 }
 
 func TestWorkloadSharedPrefixHitRate(t *testing.T) {
-	const input, prefix, groups = 1024, 768, 4
 	base := serveSimInProcess(t, fastSim(8192)) // 131k tokens: nothing is evicted
-	res, cs := runWithCache(t, base, openloop.Config{
-		Rate: 40, Seed: 11, Requests: 160,
-		Shape: openloop.Shape{Name: "shared", Input: input, Output: 4,
-			Prefix: &openloop.Prefix{NumPrefixes: groups, PrefixTokens: prefix}},
-	})
-	// A group's prefix is cached once a request of the group has finished
-	// its prefill (blocks register when computed; the first token comes
-	// from that step). A hit covers the prefix's full 16-token blocks, never
-	// the prompt's last token.
-	perHit := min(prefix, input-1) / simBlock * simBlock
-	var queries, hits float64
-	firstTok := map[int]int64{}
-	for _, r := range bySend(res.Records) {
-		if r.PrefixGroup < 1 || r.PrefixGroup > groups || r.InputTokens != input {
-			t.Fatalf("record %d: group %d input %d", r.ID, r.PrefixGroup, r.InputTokens)
-		}
-		queries += float64(r.InputTokens)
-		if ft, ok := firstTok[r.PrefixGroup]; ok && ft < r.SentNs {
-			hits += float64(perHit)
-		}
-		if ft, ok := firstTok[r.PrefixGroup]; !ok || r.FirstTokenNs < ft {
-			firstTok[r.PrefixGroup] = r.FirstTokenNs
-		}
-	}
-	want := hits / queries
-	t.Logf("shared prefix: measured hit rate %.4f (%v/%v tokens), predicted %.4f", cs.HitRate, cs.Hits, cs.Queries, want)
-	if cs.Queries != queries {
-		t.Errorf("engine counted %v queried tokens, the load generator sent %v", cs.Queries, queries)
-	}
-	if d := cs.HitRate - want; d > 0.02 || d < -0.02 {
-		t.Errorf("hit rate %.4f, predicted %.4f: off by %.1f pp (> 2)", cs.HitRate, want, 100*d)
+	for _, tc := range []struct {
+		name                   string
+		input, prefix, groups  int
+		wantPerHit, wantMisses int // sanity of the arithmetic below
+	}{
+		{"aligned", 1024, 768, 4, 768, 4},     // 48 whole blocks
+		{"unaligned", 1024, 760, 4, 752, 4},   // 47 whole blocks: the 48th is part prefix, part suffix
+		{"whole prompt", 512, 512, 2, 496, 2}, // every token shared, but never the last one: 31 blocks
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, cs := runWithCache(t, base, openloop.Config{
+				Rate: 50, Seed: int64(tc.input + tc.prefix), Requests: 100,
+				Shape: openloop.Shape{Name: tc.name, Input: tc.input, Output: 4,
+					Prefix: &openloop.Prefix{NumPrefixes: tc.groups, PrefixTokens: tc.prefix}},
+			})
+			// A group's prefix is cached once a request of the group has
+			// finished its prefill (blocks register when computed; the first
+			// token comes from that step). A hit covers the prefix's whole
+			// 16-token blocks, never the prompt's last token.
+			perHit := min(tc.prefix, tc.input-1) / simBlock * simBlock
+			var queries, hits float64
+			misses := 0
+			firstTok := map[int]int64{}
+			for _, r := range bySend(res.Records) {
+				if r.PrefixGroup < 1 || r.PrefixGroup > tc.groups || r.InputTokens != tc.input {
+					t.Fatalf("record %d: group %d input %d", r.ID, r.PrefixGroup, r.InputTokens)
+				}
+				queries += float64(r.InputTokens)
+				if ft, ok := firstTok[r.PrefixGroup]; ok && ft < r.SentNs {
+					hits += float64(perHit)
+				} else {
+					misses++
+				}
+				if ft, ok := firstTok[r.PrefixGroup]; !ok || r.FirstTokenNs < ft {
+					firstTok[r.PrefixGroup] = r.FirstTokenNs
+				}
+			}
+			want := hits / queries
+			t.Logf("measured hit rate %.4f (%v/%v tokens), predicted %.4f (%d misses)", cs.HitRate, cs.Hits, cs.Queries, want, misses)
+			if perHit != tc.wantPerHit || misses < tc.wantMisses {
+				t.Fatalf("prediction: %d tokens a hit, %d misses; want %d, ≥ %d", perHit, misses, tc.wantPerHit, tc.wantMisses)
+			}
+			if cs.Queries != queries {
+				t.Errorf("engine counted %v queried tokens, the load generator sent %v", cs.Queries, queries)
+			}
+			if d := cs.HitRate - want; d > 0.02 || d < -0.02 {
+				t.Errorf("hit rate %.4f, predicted %.4f: off by %.1f pp (> 2)", cs.HitRate, want, 100*d)
+			}
+		})
 	}
 }
 
@@ -256,7 +273,7 @@ func TestWorkloadTraceLRUHitRate(t *testing.T) {
 	base := serveSimInProcess(t, sim)
 	res, cs := runWithCache(t, base, openloop.Config{
 		Rate: 1, Seed: 5,
-		Shape: openloop.Shape{Name: "synthetic", Trace: &openloop.Trace{Path: syntheticTrace, TimeScale: 10}},
+		Shape: openloop.Shape{Name: "synthetic", Trace: &openloop.Trace{Path: syntheticTrace, TimeScale: 15}},
 	})
 	if len(res.Records) != len(lines) {
 		t.Fatalf("%d records, trace has %d lines", len(res.Records), len(lines))
