@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/http"
 	"strconv"
@@ -78,8 +79,9 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 		}
 		if s.isSim() {
 			// Each launch of the simulated engine draws its own launch
-			// noise: a seed from the sweep seed and the launch count.
-			command += fmt.Sprintf(" --seed=%d", BlockSeed(s.state.Seed, 1000+s.launches*64+i))
+			// noise, from the sweep seed and the run it is launched for, so
+			// a resumed sweep launches with the same seeds.
+			command += fmt.Sprintf(" --seed=%d", runSeed(s.state.Seed, s.runKey, i))
 		}
 		p, err := s.startProc(ctx, inst.Host, fmt.Sprintf("engine-%s-%d", inst.Host, inst.Index), command, inst.Env, inst.Port)
 		if err != nil {
@@ -133,7 +135,7 @@ func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, e
 		return nil, err
 	}
 	if s.portInUse(ctx, hostName, h, u, port) {
-		return nil, fmt.Errorf("host %s: port %d is already in use by another process; stop it or change engine.port in the matrix", hostName, port)
+		return nil, fmt.Errorf("host %s: port %d: %w by another process; stop it or change engine.port in the matrix", hostName, port, errPortInUse)
 	}
 	logPath := s.hostPath(hostName, "logs", fmt.Sprintf("%s.%d.log", name, s.launches))
 	spec := hosts.ProcSpec{
@@ -335,4 +337,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// errPortInUse stops a sweep: every later launch would fail the same way.
+var errPortInUse = errors.New("already in use")
+
+// runSeed derives the sim's launch seed of instance i for a run.
+func runSeed(sweepSeed int64, run string, i int) int64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%d", sweepSeed, run, i)
+	return int64(h.Sum64() >> 1)
 }

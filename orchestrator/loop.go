@@ -276,7 +276,7 @@ func (s *Sweep) resumeHint() string {
 	if s.opts.ResumeHint != "" {
 		return s.opts.ResumeHint
 	}
-	return "mbench resume " + s.dir
+	return "mbench resume " + matrices.ShellQuote(s.dir)
 }
 
 // replayFailures rebuilds the consecutive-failure counts from the journal,

@@ -367,7 +367,9 @@ func (s *Sweep) checkEngineVersion(ctx context.Context, es *engineSet) error {
 
 var errFingerprint = errors.New("environment fingerprint changed")
 
-func isDiskFull(err error) bool { return errors.Is(err, syscall.ENOSPC) }
+func isDiskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
 
 func toLoadShape(sh matrices.Shape) openloop.Shape {
 	out := openloop.Shape{Name: sh.Name, Input: sh.Input, Output: sh.Output}

@@ -41,6 +41,7 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC()}
 	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
 
+	s.runKey = fmt.Sprintf("%s/b%d", cell.ID, block)
 	sum, runErr := s.measure(ctx, cell, block, seed, dir)
 	if ctx.Err() != nil {
 		// Interrupted: no journal line, so resume redoes this run.
@@ -50,7 +51,7 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	switch {
 	case runErr != nil:
 		entry.Status, entry.Reason = "failed", s.redact(runErr.Error())
-		if diskFull(runErr) {
+		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
 			// Not the run's fault, and every later run would fail the same
 			// way: stop the sweep with no journal line, so resume redoes it.
 			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, runErr)
@@ -129,8 +130,30 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	sink := &sinkWriter{w: reqFile}
 	cfg.Sink = sink
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
-	res, loadErr := openloop.Run(ctx, cfg)
+	// The cache counters are read again as the measured phase begins, so a
+	// cache-fill phase's queries stay out of the window's hit rate. The
+	// scrape runs aside: the dispatcher must not wait for it.
+	measureStart := make(chan []probes.Scrape, 1)
+	cfg.OnPhase = func(p string) {
+		if p == openloop.PhaseMeasure {
+			go func() { measureStart <- scr.scrape(ctx) }()
+		}
+	}
+	// An engine that dies mid-run ends the load at once rather than after
+	// measure.timeout of requests to a dead port.
+	loadCtx, loadCancel := context.WithCancel(ctx)
+	stopWatch := watchEngines(loadCtx, es, loadCancel)
+	res, loadErr := openloop.Run(loadCtx, cfg)
+	stopWatch()
+	loadCancel()
 	closeErr := reqFile.Close()
+	select {
+	case b := <-measureStart:
+		if len(b) > 0 {
+			before = b
+		}
+	case <-time.After(5 * time.Second):
+	}
 	scrStop()
 	during := <-scrDone
 	after := scr.scrape(context.WithoutCancel(ctx))
@@ -138,6 +161,12 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	<-probeDone
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
+	}
+	if dead := es.dead(); dead != nil {
+		tail := dead.proc.LogTail(context.WithoutCancel(ctx), 20)
+		s.stopSet(context.WithoutCancel(ctx), es)
+		s.cur = nil
+		return nil, fmt.Errorf("%s on host %s exited during the run (%v); last lines of its log:\n%s", dead.name, dead.hostName, dead.proc.Err(), s.redact(tail))
 	}
 	if sink.err != nil {
 		// The load generator stops on a failed write and calls the run
@@ -150,12 +179,6 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	if closeErr != nil {
 		return nil, fmt.Errorf("write requests.jsonl: %w", closeErr)
 	}
-	if dead := es.dead(); dead != nil {
-		tail := dead.proc.LogTail(context.WithoutCancel(ctx), 20)
-		s.stopSet(context.WithoutCancel(ctx), es)
-		s.cur = nil
-		return nil, fmt.Errorf("%s on host %s exited during the run (%v); last lines of its log:\n%s", dead.name, dead.hostName, dead.proc.Err(), s.redact(tail))
-	}
 	if err := writeScrapes(filepath.Join(dir, "metrics.jsonl"), before, during, after); err != nil {
 		return nil, err
 	}
@@ -167,8 +190,8 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	gpu := s.gpuSummary(dir)
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape.Name, Rate: cell.Rate, Block: block,
-		Engine: s.m.Engine.Kind, Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process),
-		Records: res.Records, Start: res.Start, WindowStart: res.WindowStart, WindowEnd: res.WindowEnd,
+		Engine: s.m.Engine.Kind, Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
+		Burstiness: s.m.Arrival.Burstiness, Grade: &res.Grade, Records: res.Records, Start: res.Start, WindowStart: res.WindowStart, WindowEnd: res.WindowEnd,
 		Offered: res.Offered, Aborted: res.Aborted, AbortReason: res.AbortReason, ClientCPUPct: res.ClientCPUPct,
 		Steps: steps, GPU: gpu, Cache: &cache, Gate: gate,
 	})
@@ -200,7 +223,10 @@ func (s *sinkWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func arrivalName(p string) string {
+func arrivalName(p string, sh matrices.Shape) string {
+	if sh.Trace != nil {
+		return "trace"
+	}
 	if p == "" {
 		return "poisson"
 	}
@@ -248,7 +274,7 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 		Shape:        toLoadShape(cell.Shape),
 		Seed:         seed,
 		Warmup:       ms.WarmupRequests,
-		MinCompleted: ms.MinCompleted,
+		MinCompleted: minCompleted(ms.MinCompleted, cell.Shape),
 		Timeout:      ms.Timeout,
 		DrainTimeout: ms.DrainTimeout,
 		AbortIf:      openloop.AbortIf{MaxInflight: ms.AbortIf.MaxInflight, MaxTTFT: ms.AbortIf.MaxTTFT},
@@ -377,7 +403,7 @@ func diskFull(err error) bool {
 	if err == nil {
 		return false
 	}
-	if isDiskFull(err) || errors.Is(err, syscall.EDQUOT) {
+	if isDiskFull(err) {
 		return true
 	}
 	msg := err.Error()
@@ -408,4 +434,30 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// minCompleted is measure.min_completed, except for a trace replay, which
+// runs to its request_limit (or its end) rather than stopping early.
+func minCompleted(n int, sh matrices.Shape) int {
+	if sh.Trace != nil {
+		return 0
+	}
+	return n
+}
+
+// watchEngines calls stop as soon as any process of es exits, until the
+// returned function is called.
+func watchEngines(ctx context.Context, es *engineSet, stop func()) func() {
+	done := make(chan struct{})
+	for _, p := range es.all() {
+		go func() {
+			select {
+			case <-p.proc.Done():
+				stop()
+			case <-done:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return func() { close(done) }
 }

@@ -75,6 +75,7 @@ type Sweep struct {
 	tunnels   map[string]string
 	cur       *engineSet
 	launches  int
+	runKey    string // the run being measured (cell/b<block>), for the sim's launch seeds
 	probeSeq  int
 	noted     map[string]bool   // messages said once per sweep (noteOnce)
 	fails     map[string]int    // consecutive failures per cell

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator"
 	"github.com/urfave/cli/v2"
 )
@@ -76,9 +77,9 @@ func sweepOptions(c *cli.Context) (orchestrator.Options, error) {
 		Stderr:  c.App.ErrWriter,
 	}
 	if c.Command.Name == "resume" {
-		o.ResumeHint = "mbench resume " + c.Args().First()
+		o.ResumeHint = "mbench resume " + matrices.ShellQuote(c.Args().First())
 	} else if o.Out != "" {
-		o.ResumeHint = "mbench resume " + o.Out
+		o.ResumeHint = "mbench resume " + matrices.ShellQuote(o.Out)
 	}
 	return o, nil
 }
