@@ -25,6 +25,7 @@ type engineProc struct {
 	url      string // base URL as reachable from mbench
 	stepLog  string // engine_step.jsonl path on the host ("" for a router)
 	logPath  string // engine log on the host
+	command  string // the command it runs (for errors)
 	index    int
 }
 
@@ -141,7 +142,7 @@ func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, e
 	spec := hosts.ProcSpec{
 		Name:     name,
 		Command:  command,
-		Env:      toHostEnv(env, s.opts.SelfEnv, s.isSim()),
+		Env:      toHostEnv(env, s.opts.SelfEnv),
 		LogPath:  logPath,
 		StateDir: s.hostPath(hostName, "pids"),
 		Marker:   s.state.SweepID,
@@ -152,19 +153,20 @@ func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, e
 	if err != nil {
 		return nil, fmt.Errorf("start %s on host %s (%s): %w", name, hostName, s.redact(command), err)
 	}
-	return &engineProc{name: name, hostName: hostName, host: h, proc: proc, url: u, logPath: logPath}, nil
+	return &engineProc{name: name, hostName: hostName, host: h, proc: proc, url: u, logPath: logPath, command: command}, nil
 }
 
-func toHostEnv(env []matrices.EnvVar, selfEnv []string, sim bool) []hosts.Env {
+// toHostEnv is a process's environment: the rendered env plus SelfEnv
+// (empty outside tests, where it makes the test binary act as mbench for
+// {{.Self}} commands).
+func toHostEnv(env []matrices.EnvVar, selfEnv []string) []hosts.Env {
 	out := make([]hosts.Env, 0, len(env)+len(selfEnv))
 	for _, e := range env {
 		out = append(out, hosts.Env{Name: e.Name, Value: e.Value})
 	}
-	if sim {
-		for _, kv := range selfEnv {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				out = append(out, hosts.Env{Name: k, Value: v})
-			}
+	for _, kv := range selfEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out = append(out, hosts.Env{Name: k, Value: v})
 		}
 	}
 	return out
@@ -181,8 +183,8 @@ func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeo
 	for {
 		select {
 		case <-p.proc.Done():
-			return fmt.Errorf("%s on host %s exited before it was ready (%v); last lines of %s:\n%s",
-				p.name, p.hostName, p.proc.Err(), p.logPath, s.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
+			return fmt.Errorf("%s on host %s exited before it was ready (%v); command: %s; last lines of %s:\n%s",
+				p.name, p.hostName, p.proc.Err(), s.redact(p.command), p.logPath, s.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+path, nil)
@@ -193,8 +195,8 @@ func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeo
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s on host %s: not ready after %s (GET %s%s never answered 200); last lines of %s:\n%s",
-				p.name, p.hostName, timeout, p.url, path, p.logPath, s.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
+			return fmt.Errorf("%s on host %s: not ready after %s (GET %s%s never answered 200); command: %s; last lines of %s:\n%s",
+				p.name, p.hostName, timeout, p.url, path, s.redact(p.command), p.logPath, s.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
 		}
 		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return err

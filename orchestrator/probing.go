@@ -161,7 +161,7 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
 			shellWordPath(self), interval, q(name), q(rp.gpuF), q(rp.hostF))
 		proc, err := p.host.Start(ctx, hosts.ProcSpec{
-			Name: "probe-" + name, Command: cmd, Env: toHostEnv(nil, s.opts.SelfEnv, true),
+			Name: "probe-" + name, Command: cmd, Env: toHostEnv(nil, s.opts.SelfEnv),
 			LogPath: rp.logF, StateDir: s.hostPath(name, "pids"), Marker: s.state.SweepID,
 			Tether: true, TetherGrace: time.Second,
 		})

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/openloop/stub"
+)
+
+// TestLoadCommand drives `mbench load` against the in-tree stub with a known
+// first-token delay: the files are written and the summary's TTFT matches
+// the injected delay.
+func TestLoadCommand(t *testing.T) {
+	srv, err := stub.Start(stub.Options{Tokens: 8, FirstToken: 20 * time.Millisecond, Gap: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	out := filepath.Join(t.TempDir(), "load")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stdout, stderr, err := runCLI(t, ctx, "load", "--url", srv.URL, "--rate", "50", "--input", "32", "--output", "8",
+		"--requests", "40", "--warmup", "2", "--model", "stub-model", "--out", out)
+	if err != nil {
+		t.Fatalf("load: %v\n%s\n%s", err, stdout, stderr)
+	}
+	if n := len(readJSONL(t, filepath.Join(out, "requests.jsonl"))); n != 42 {
+		t.Errorf("requests.jsonl has %d lines, want 42 (2 warmup + 40 measured)", n)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "summary_A.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s["completed"].(float64) != 40 {
+		t.Errorf("completed = %v, want 40", s["completed"])
+	}
+	if med := s["median_ttft_ms"].(float64); med < 20 || med > 30 {
+		t.Errorf("median TTFT %.2f ms; the stub's first token comes after 20 ms", med)
+	}
+	if !strings.Contains(stdout, `"p90_ttft_ms"`) {
+		t.Errorf("the summary is not printed:\n%s", stdout)
+	}
+}
+
+// TestLoadCommandBadFlags: bad input is a usage error (exit 2), never a run.
+func TestLoadCommandBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"load", "--url", "http://127.0.0.1:1", "--rate", "0", "--input", "1", "--output", "1", "--requests", "1", "--out", t.TempDir()},
+		{"load", "--url", "http://127.0.0.1:1", "--rate", "1", "--input", "1", "--output", "1", "--out", t.TempDir()},
+		{"load", "--url", "http://127.0.0.1:1", "--rate", "1", "--input", "1", "--output", "1", "--requests", "1", "--arrival", "weibull", "--out", t.TempDir()},
+	} {
+		_, _, err := runCLI(t, context.Background(), args...)
+		ec, ok := err.(exitCoder)
+		if !ok || ec.ExitCode() != 2 {
+			t.Errorf("%v: err %v, want a usage error (exit 2)", args, err)
+		}
+	}
+}
+
+// TestEngineNeverReady: an engine command that exits before it is ready
+// fails its runs with the command and the last lines of its log.
+func TestEngineNeverReady(t *testing.T) {
+	dir := t.TempDir()
+	m := writeMatrix(t, dir, strings.Replace(strings.Replace(tinyMatrix, "rates: [10, 20]", "rates: [10]", 1),
+		"repeat: {min: 2, max: 2,", "repeat: {min: 1, max: 1,", 1)+"")
+	// A sim flag the sim refuses: it exits at once with a usage error.
+	data, _ := os.ReadFile(m)
+	os.WriteFile(m, []byte(strings.Replace(string(data), "walk_ns_per_block: 2000}", "walk_ns_per_block: 2000, token_budget: -5}", 1)), 0o644)
+	out := filepath.Join(dir, "out")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet")
+	if err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)
+	}
+	var failed int
+	for _, l := range readJSONL(t, filepath.Join(out, "journal.jsonl")) {
+		if l["status"] != "failed" {
+			continue
+		}
+		failed++
+		reason := l["reason"].(string)
+		for _, want := range []string{"exited before it was ready", "sim --addr", "token-budget"} {
+			if !strings.Contains(reason, want) {
+				t.Errorf("failed run's reason lacks %q:\n%s", want, reason)
+			}
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d failed runs, want 1 (the walk config)", failed)
+	}
+}

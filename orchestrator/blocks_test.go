@@ -1,0 +1,104 @@
+package orchestrator
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/results"
+)
+
+const stopMatrix = `name: stop
+seed: 3
+engine: {kind: sim}
+configs:
+  plain: {}
+  x: {sim: {connector: constant, connector_us: 16}}
+rates: [1, 2]
+shapes: [{name: s, input: 8, output: 2}]
+measure: {min_completed: 10}
+repeat: {min: 2, max: 4, metric: ttft_p90, rel_ci: 0.05, confidence: 0.95, only_unconverged: true%BUDGET%}
+baseline: plain
+`
+
+// stopSweep builds a sweep whose journal holds two blocks with the given
+// per-cell ttft_p90 values, keyed "config@rate".
+func stopSweep(t *testing.T, budget string, vals map[string][2]float64) *Sweep {
+	t.Helper()
+	m, err := matrices.Parse("stop.yaml", []byte(strings.Replace(stopMatrix, "%BUDGET%", budget, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := newSweep(m, dir, Options{})
+	s.state = &SweepState{Seed: m.Seed, Cells: cellRecords(m), Created: time.Now()}
+	s.journal = map[runKey]JournalEntry{}
+	for _, c := range s.state.Cells {
+		v, ok := vals[fmt.Sprintf("%s@%g", c.Config, c.Rate)]
+		if !ok {
+			t.Fatalf("no values for %s@%g", c.Config, c.Rate)
+		}
+		for b := 1; b <= 2; b++ {
+			rel := filepath.Join("runs", c.ID, fmt.Sprintf("b%d", b))
+			if err := os.MkdirAll(filepath.Join(dir, rel), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			p90 := v[b-1]
+			if err := results.WriteRunSummary(filepath.Join(dir, rel, "summary_A.json"), &results.RunSummary{Cell: c.ID, Block: b, P90TTFTMs: &p90}); err != nil {
+				t.Fatal(err)
+			}
+			s.journal[runKey{c.ID, b}] = JournalEntry{Cell: c.ID, Block: b, Status: "ok", Dir: rel}
+		}
+	}
+	return s
+}
+
+func cellsOf(s *Sweep, ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		c := s.cellRecord(id)
+		out = append(out, fmt.Sprintf("%s@%g", c.Config, c.Rate))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestStoppingRule checks the three ways a sweep stops and the
+// only_unconverged plan: the cells above target plus their baselines.
+func TestStoppingRule(t *testing.T) {
+	flat := [2]float64{100, 100.1}
+	noisy := [2]float64{100, 150}
+
+	s := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
+	if reason, stop := s.shouldStop(1); stop {
+		t.Errorf("stopped before repeat.min: %s", reason)
+	}
+	if reason, stop := s.shouldStop(2); stop {
+		t.Errorf("stopped with x@2 unconverged: %s", reason)
+	}
+	if got, want := cellsOf(s, s.unconverged()), []string{"x@2"}; !slices.Equal(got, want) {
+		t.Errorf("unconverged = %v, want %v", got, want)
+	}
+	if got, want := cellsOf(s, s.unconvergedWithBaselines()), []string{"plain@2", "x@2"}; !slices.Equal(got, want) {
+		t.Errorf("only_unconverged block = %v, want %v (the cell and its baseline, so pairing holds)", got, want)
+	}
+	if reason, stop := s.shouldStop(4); !stop || !strings.Contains(reason, "repeat.max = 4") {
+		t.Errorf("at max: stop=%v %q", stop, reason)
+	}
+
+	conv := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
+	if reason, stop := conv.shouldStop(2); !stop || !strings.HasPrefix(reason, "converged") {
+		t.Errorf("all converged: stop=%v %q", stop, reason)
+	}
+
+	bud := stopSweep(t, ", budget: 1s", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
+	bud.state.Created = time.Now().Add(-time.Minute)
+	if reason, stop := bud.shouldStop(2); !stop || !strings.Contains(reason, "budget") {
+		t.Errorf("budget spent: stop=%v %q", stop, reason)
+	}
+}
