@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -40,7 +42,7 @@ func (m *Matrix) ConfigArgv(config string) ([]string, error) {
 		for k, v := range c.Sim {
 			flags[k] = v
 		}
-		for _, k := range sortedKeys(flags) {
+		for _, k := range slices.Sorted(maps.Keys(flags)) {
 			out = append(out, "--"+k+"="+flags[k])
 		}
 	}
@@ -266,7 +268,7 @@ func (m *Matrix) renderEnv(data map[string]any, basePath string, base map[string
 	}
 	var out []EnvVar
 	var errs Errors
-	for _, k := range sortedKeys(merged) {
+	for _, k := range slices.Sorted(maps.Keys(merged)) {
 		v := merged[k]
 		val, err := renderTemplate(v.Value, data)
 		if err != nil {

@@ -3,7 +3,6 @@ package matrices
 import (
 	"math"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -322,14 +321,4 @@ func (d *decoder) simFlags(v *yaml.Node, path string) map[string]string {
 		}
 	}
 	return out
-}
-
-// sortedKeys returns the keys of m in sorted order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

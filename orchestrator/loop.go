@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -166,7 +168,7 @@ func (s *Sweep) fingerprint() map[string]string {
 func (s *Sweep) checkFingerprint() error {
 	now := s.fingerprint()
 	var diffs []string
-	for _, k := range sortedKeys(now) {
+	for _, k := range slices.Sorted(maps.Keys(now)) {
 		if old, ok := s.state.Fingerprint[k]; ok && old != now[k] {
 			diffs = append(diffs, fmt.Sprintf("%s: %q → %q", k, old, now[k]))
 		}

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 
 	"github.com/mbench/mbench/results"
@@ -245,13 +244,4 @@ func repairJournal(dir string, entries []JournalEntry) error {
 		out = append(append(out, b...), '\n')
 	}
 	return results.WriteFileAtomic(filepath.Join(dir, JournalFile), out, 0o644)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
