@@ -148,7 +148,7 @@ func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, e
 		Marker:   s.state.SweepID,
 		Tether:   true,
 	}
-	s.logf("start %s on %s: %s", name, hostName, s.redact(command))
+	s.tracef("start %s on %s: %s", name, hostName, command)
 	proc, err := h.Start(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("start %s on host %s (%s): %w", name, hostName, s.redact(command), err)

@@ -75,6 +75,7 @@ type Sweep struct {
 	tunnels   map[string]string
 	cur       *engineSet
 	launches  int
+	logFile   *os.File
 	runKey    string // the run being measured (cell/b<block>), for the sim's launch seeds
 	probeSeq  int
 	noted     map[string]bool   // messages said once per sweep (noteOnce)
@@ -120,6 +121,7 @@ func (s *Sweep) redact(str string) string { return s.m.Redact(str) }
 
 func (s *Sweep) logf(format string, args ...any) {
 	msg := s.redact(fmt.Sprintf(format, args...))
+	s.toLog(msg)
 	if s.prog != nil {
 		s.prog.log(msg)
 		return
@@ -127,6 +129,24 @@ func (s *Sweep) logf(format string, args ...any) {
 	if !s.opts.Quiet {
 		fmt.Fprintln(s.opts.Stderr, msg)
 	}
+}
+
+// tracef records a detail (the exact command of every launch, say) in the
+// sweep's mbench.log only, keeping the terminal for progress.
+func (s *Sweep) tracef(format string, args ...any) {
+	s.toLog(s.redact(fmt.Sprintf(format, args...)))
+}
+
+// toLog appends a timestamped line to <out>/mbench.log.
+func (s *Sweep) toLog(msg string) {
+	if s.logFile == nil {
+		f, err := os.OpenFile(filepath.Join(s.dir, "mbench.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return
+		}
+		s.logFile = f
+	}
+	fmt.Fprintf(s.logFile, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), msg)
 }
 
 // host returns the connection to a host of the matrix, dialling on first use.
@@ -333,6 +353,10 @@ func (s *Sweep) closeAll(ctx context.Context) error {
 	s.cur = nil
 	for _, h := range s.hostConn {
 		h.Close()
+	}
+	if s.logFile != nil {
+		s.logFile.Close()
+		s.logFile = nil
 	}
 	return err
 }

@@ -282,7 +282,8 @@ func TestFaultEngineCrash(t *testing.T) {
 
 // TestFaultSIGINT: Ctrl-C during measure stops the load, tears down every
 // engine and exits (130) within 10 s with the exact resume command; the run
-// in flight leaves no journal line. A second Ctrl-C right after the first
+// in flight leaves no journal line; SIGHUP (a closed terminal) acts the
+// same. A second Ctrl-C right after the first
 // exits at once and still kills the engines. The engine here is slow to die
 // (its shell traps SIGTERM and lingers 30 s) and asks for a 15 s grace, so
 // the teardown after one Ctrl-C must cut the grace short to meet 10 s, and
@@ -296,7 +297,13 @@ func TestFaultSIGINT(t *testing.T) {
 	writeSimMatrix(t, m, map[string]string{"%CONFIGS%": "  plain: {}", "grace: 2s": "grace: 15s",
 		"%ENV%": "  command: trap 'sleep 30' TERM; {{.Self}} sim --addr {{.Bind}}:{{.Port}} --step-log {{.StepLog}} --model {{.Model}} {{.ConfigArgs}}\n"})
 	t.Cleanup(func() { killMarked(out) })
-	for i, twice := range []bool{false, true} {
+	// A closed terminal (SIGHUP) is handled like one Ctrl-C.
+	for i, sig := range []string{"int", "int-twice", "hup"} {
+		twice := sig == "int-twice"
+		first := os.Signal(os.Interrupt)
+		if sig == "hup" {
+			first = syscall.SIGHUP
+		}
 		args := []string{"run", m, "--out", out, "--quiet"}
 		if i > 0 {
 			args = []string{"resume", out, "--quiet"}
@@ -308,7 +315,7 @@ func TestFaultSIGINT(t *testing.T) {
 			t.Fatalf("no engine process found by pidfile during measure")
 		}
 		start := time.Now()
-		_ = c.cmd.Process.Signal(os.Interrupt)
+		_ = c.cmd.Process.Signal(first)
 		limit := 10 * time.Second
 		if twice { // as soon as the first is being handled
 			waitChild(c, 5*time.Second, func() bool { return strings.Contains(c.stderr.String(), "mbench: interrupted") })
@@ -320,9 +327,9 @@ func TestFaultSIGINT(t *testing.T) {
 		took := time.Since(start)
 		if code != 130 {
 			c.kill()
-			t.Fatalf("interrupt (twice=%v): exit %d after %s, want 130 within %s\n%s", twice, code, took, limit, c.output())
+			t.Fatalf("interrupt (%s): exit %d after %s, want 130 within %s\n%s", sig, code, took, limit, c.output())
 		}
-		t.Logf("interrupt (twice=%v): exited %s after the last signal", twice, took.Round(time.Millisecond))
+		t.Logf("interrupt (%s): exited %s after the last signal", sig, took.Round(time.Millisecond))
 		want := "continue with: mbench resume " + out
 		if twice {
 			want = "second interrupt: killing engines"
@@ -333,7 +340,7 @@ func TestFaultSIGINT(t *testing.T) {
 		assertNoEngines(t, out, 500*time.Millisecond) // by marker: the engine, its shell and the shell's sleep
 		for _, p := range engines {
 			if p.alive() {
-				t.Errorf("interrupt (twice=%v): engine pid %d still alive after mbench exited", twice, p.pid)
+				t.Errorf("interrupt (%s): engine pid %d still alive after mbench exited", sig, p.pid)
 			}
 		}
 		for _, l := range readJournalStrict(t, out) {

@@ -40,7 +40,7 @@ func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP) // a closed terminal must not orphan engines
 	go func() {
 		<-sigs
 		fmt.Fprintln(os.Stderr, "mbench: interrupted: stopping the load and tearing down engines (interrupt again to exit at once)")
