@@ -1,14 +1,19 @@
 package orchestrator
 
 import (
-	"sort"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/mbench/mbench/probes"
 )
 
-// localGPUFingerprint names this machine's GPUs, when NVML works.
+// localGPUFingerprint names this machine's GPUs and NVML driver, when NVML
+// works.
 func localGPUFingerprint() map[string]string {
 	lib, shutdown, err := probes.OpenNVML()
 	if err != nil {
@@ -23,6 +28,53 @@ func localGPUFingerprint() map[string]string {
 	for _, s := range samples {
 		names = append(names, s.Name)
 	}
-	sort.Strings(names)
-	return map[string]string{"gpus": strings.Join(names, ",")}
+	slices.Sort(names)
+	fp := map[string]string{"gpus": strings.Join(names, ",")}
+	if v, ret := lib.SystemGetDriverVersion(); ret == 0 {
+		fp["gpu_driver"] = v
+	}
+	return fp
+}
+
+// checkRunGPUs records, per host, the GPUs a run's probes saw (gpu.jsonl),
+// and refuses to go on when a host's GPUs differ from those recorded by
+// earlier runs of the sweep, unless forced: results from two kinds of GPU
+// must not mix. Remote hosts are covered here; this machine's GPUs are in
+// the fingerprint from the start.
+func (s *Sweep) checkRunGPUs(dir string) error {
+	f, err := os.Open(filepath.Join(dir, "gpu.jsonl"))
+	if err != nil {
+		return nil // no GPU samples: nothing to compare
+	}
+	defer f.Close()
+	samples, err := probes.ReadGPUSamples(f)
+	if err != nil {
+		return nil
+	}
+	byHost := map[string]map[int]string{}
+	for _, g := range samples {
+		if byHost[g.Host] == nil {
+			byHost[g.Host] = map[int]string{}
+		}
+		byHost[g.Host][g.GPU] = g.Name
+	}
+	changed := false
+	for host, gpus := range byHost {
+		var names []string
+		for _, i := range slices.Sorted(maps.Keys(gpus)) {
+			names = append(names, gpus[i])
+		}
+		key, now := "gpus@"+host, strings.Join(names, ",")
+		old, had := s.state.Fingerprint[key]
+		if had && old != now && !s.opts.Force {
+			return fmt.Errorf("%w: host %s had GPUs %q, now %q; refusing to mix results (use --force to accept)", errFingerprint, host, old, now)
+		}
+		if old != now {
+			s.state.Fingerprint[key], changed = now, true
+		}
+	}
+	if changed {
+		return writeSweep(s.dir, s.state)
+	}
+	return nil
 }

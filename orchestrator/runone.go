@@ -43,6 +43,11 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 
 	s.runKey = fmt.Sprintf("%s/b%d", cell.ID, block)
 	sum, runErr := s.measure(ctx, cell, block, seed, dir)
+	if runErr == nil {
+		if err := s.checkRunGPUs(dir); err != nil {
+			return nil, err // no journal line: the run is redone if the user forces
+		}
+	}
 	if ctx.Err() != nil {
 		// Interrupted: no journal line, so resume redoes this run.
 		return nil, ErrInterrupted

@@ -17,7 +17,7 @@ func init() {
 			Name:  "bench-load",
 			Usage: "measure the load generator against the in-tree stub (16 tokens/request) on 127.0.0.1",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "rates", Value: "500,1000,2000,4000,8000,12000", Usage: "comma-separated Poisson rates (req/s)"},
+				&cli.StringFlag{Name: "rates", Value: "500,1000,2000,4000,6000,8000", Usage: "comma-separated Poisson rates (req/s)"},
 				&cli.DurationFlag{Name: "duration", Value: 3 * time.Second, Usage: "measured time per rate"},
 				&cli.BoolFlag{Name: "json", Usage: "print the rows as JSON after the table"},
 			},
