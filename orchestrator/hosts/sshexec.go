@@ -38,21 +38,32 @@ func (t *sshTransport) exec(ctx context.Context, cmd string, stdin io.Reader, st
 	if err := s.Start(full); err != nil {
 		return t.lost(c, err)
 	}
+	// x/crypto/ssh must not see Write and Close of a channel at once, so
+	// stdin is closed only after the script is written (or given up on).
+	written := make(chan struct{})
 	if stdinW != nil {
-		go func() { _, _ = io.WriteString(stdinW, script) }()
+		go func() { defer close(written); _, _ = io.WriteString(stdinW, script) }()
+	} else {
+		close(written)
+	}
+	closeStdin := func() {
+		if stdinW == nil {
+			return
+		}
+		select {
+		case <-written:
+			stdinW.Close()
+		case <-time.After(2 * time.Second): // s.Close (deferred) ends the write
+		}
 	}
 	waitc := make(chan error, 1)
 	go func() { waitc <- s.Wait() }()
 	select {
 	case err = <-waitc:
-		if stdinW != nil {
-			stdinW.Close()
-		}
+		closeStdin()
 		return t.exitError(c, err)
 	case <-ctx.Done():
-		if stdinW != nil {
-			stdinW.Close() // the wrapper kills the group
-		}
+		closeStdin() // the wrapper kills the group
 		_ = s.Signal(ssh.SIGKILL)
 		select {
 		case <-waitc:
