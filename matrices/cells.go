@@ -33,7 +33,7 @@ func (m *Matrix) cellID(c *Config, rate float64, s Shape) string {
 		"config":  map[string]any{"name": c.Name, "launch": m.configSpec(c)},
 		"rate":    rate,
 		"shape":   shapeSpec(s),
-		"arrival": map[string]any{"process": m.Arrival.Process, "burstiness": m.Arrival.Burstiness},
+		"arrival": m.arrivalSpec(),
 		"measure": m.measureSpec(),
 	}
 	return mustHash(spec, 12)
@@ -112,6 +112,10 @@ func shapeSpec(s Shape) map[string]any {
 	return out
 }
 
+func (m *Matrix) arrivalSpec() map[string]any {
+	return map[string]any{"process": m.Arrival.Process, "burstiness": m.Arrival.Burstiness}
+}
+
 func (m *Matrix) measureSpec() map[string]any {
 	x := m.Measure
 	return map[string]any{"warmup_requests": x.WarmupRequests, "min_completed": x.MinCompleted,
@@ -152,7 +156,7 @@ func (m *Matrix) Resolved() ([]byte, error) {
 		"name": m.Name, "seed": m.Seed, "hosts": hosts, "host_order": m.HostOrder,
 		"engine": m.engineSpec(true), "configs": configs, "config_order": m.ConfigOrder,
 		"rates": m.Rates, "shapes": shapes,
-		"arrival": map[string]any{"process": m.Arrival.Process, "burstiness": m.Arrival.Burstiness},
+		"arrival": m.arrivalSpec(),
 		"measure": m.measureSpec(),
 		"repeat": map[string]any{"min": r.Min, "max": r.Max, "metric": r.Metric, "rel_ci": r.RelCI,
 			"confidence": r.Confidence, "budget": r.Budget.String(), "only_unconverged": r.OnlyUnconverged,

@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -81,6 +82,8 @@ func ids(t *testing.T, src string) map[string]string {
 	return out
 }
 
+var hexID = regexp.MustCompile(`^[0-9a-f]{12}$`)
+
 func TestCellIDStableUnderReordering(t *testing.T) {
 	a, b := ids(t, baseYAML), ids(t, reorderedYAML)
 	if len(a) != 18 {
@@ -93,7 +96,7 @@ func TestCellIDStableUnderReordering(t *testing.T) {
 	}
 	seen := map[string]string{}
 	for k, id := range a {
-		if len(id) != 12 {
+		if !hexID.MatchString(id) {
 			t.Errorf("id %q is not 12 hex digits", id)
 		}
 		if prev, dup := seen[id]; dup {
@@ -135,9 +138,9 @@ func TestCellIDChangesOnSemanticChange(t *testing.T) {
 			}
 			got := ids(t, src)
 			for k, id := range base {
-				nk := strings.Replace(k, "|b", "|bb", 1)
-				if tc.name != "shape name" {
-					nk = k
+				nk := k
+				if tc.name == "shape name" {
+					nk = strings.Replace(k, "|b", "|bb", 1)
 				}
 				affected := tc.affects == "" || strings.Contains(k, tc.affects)
 				if changed := got[nk] != id; changed != affected {
@@ -151,10 +154,7 @@ func TestCellIDChangesOnSemanticChange(t *testing.T) {
 // TestTwinDistinctIDSameLaunchKey: an A/A twin is its own cell but launches
 // exactly like its target, so the engine is reused.
 func TestTwinDistinctIDSameLaunchKey(t *testing.T) {
-	m, err := Parse("stab.yaml", []byte(baseYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mustParse(t, "stab.yaml", baseYAML)
 	byCfg := map[string]Cell{}
 	for _, c := range m.Cells() {
 		if c.Rate == 1 && c.Shape.Name == "a" {
@@ -180,17 +180,17 @@ func TestTwinDistinctIDSameLaunchKey(t *testing.T) {
 	if lm.Key == lp.Key {
 		t.Errorf("mc and plain share launch key %s", lm.Key)
 	}
-	lp2, _ := m.Launch("plain", Runtime{Bind: "0.0.0.0"})
+	lp2, err := m.Launch("plain", Runtime{Bind: "0.0.0.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if lp2.Key == lp.Key {
 		t.Error("launch key ignores the runtime (step log / self)")
 	}
 }
 
 func TestEstimateDuration(t *testing.T) {
-	m, err := Parse("stab.yaml", []byte(baseYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mustParse(t, "stab.yaml", baseYAML)
 	// Per run: 12 requests / rate + min(1m drain, 10s); rates 0.5, 1, 2.
 	perRun := 12/0.5 + 12/1 + 12/2.0 + 3*10
 	runs := perRun * 2 * 3 // 2 shapes, 3 configs

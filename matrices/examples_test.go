@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,15 @@ func TestExampleMatricesValidate(t *testing.T) {
 			t.Errorf("%s: Describe: %v", f, err)
 		}
 	}
+}
+
+func mustParse(t *testing.T, file, src string) *Matrix {
+	t.Helper()
+	m, err := Parse(file, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func mustLoad(t *testing.T, path string) *Matrix {
@@ -81,7 +91,10 @@ func TestMicrobench3Matrix(t *testing.T) {
 	if env := envMap(l.Instances[0].Env); env["CUDA_VISIBLE_DEVICES"] != "0" {
 		t.Errorf("env %v", env)
 	}
-	lp, _ := m.Launch("mooncake_producer", Runtime{})
+	lp, err := m.Launch("mooncake_producer", Runtime{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if env := envMap(lp.Instances[0].Env); env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] != "8998" {
 		t.Errorf("mooncake_producer env %v", env)
 	}
@@ -129,4 +142,4 @@ func TestPD8Matrix(t *testing.T) {
 	}
 }
 
-func itoa(i int) string { return joinInts([]int{i}) }
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -80,28 +80,16 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if bind == "" {
 		bind = "127.0.0.1"
 	}
-	hosts := c.Topology.Hosts
-	if len(hosts) == 0 {
-		hosts = m.HostOrder
-	}
+	hosts := m.topologyHosts(c)
 	argv, err := m.ConfigArgv(config)
 	if err != nil {
 		return nil, err
 	}
-	quoted := make([]string, len(argv))
-	for i, a := range argv {
-		quoted[i] = ShellQuote(a)
-	}
-	configArgs := strings.Join(quoted, " ")
+	configArgs := shellJoin(argv)
 
 	l := &Launch{Kind: m.Engine.Kind, Config: config, ReadyTimeout: m.Engine.ReadyTimeout,
 		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
-	routerHost := ""
-	if c.Router != nil {
-		if routerHost = c.Router.Host; routerHost == "" && len(hosts) > 0 {
-			routerHost = hosts[0]
-		}
-	}
+	routerHost := routerHostOf(c, hosts)
 	var targets []string
 	for _, hn := range hosts {
 		h, ok := m.Hosts[hn]
@@ -141,11 +129,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if c.Router != nil {
 		routerPort = c.Router.Port
 	}
-	quotedTargets := make([]string, len(targets))
-	for i, t := range targets {
-		quotedTargets[i] = ShellQuote(t)
-	}
-	rawTargets, shTargets := strings.Join(targets, " "), strings.Join(quotedTargets, " ")
+	rawTargets, shTargets := strings.Join(targets, " "), shellJoin(targets)
 	vars := func(hn string, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
 		q, qp, tg := ShellQuote, shellPath, shTargets
 		if !quote {
@@ -192,6 +176,27 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	return l, nil
 }
 
+// topologyHosts is the hosts a config's instances run on: its topology's
+// hosts, or every host in file order.
+func (m *Matrix) topologyHosts(c *Config) []string {
+	if len(c.Topology.Hosts) == 0 {
+		return m.HostOrder
+	}
+	return c.Topology.Hosts
+}
+
+// routerHostOf is the host of a config's router ("" without one): its
+// router.host, or the first of hosts.
+func routerHostOf(c *Config, hosts []string) string {
+	if c.Router == nil {
+		return ""
+	}
+	if c.Router.Host == "" && len(hosts) > 0 {
+		return hosts[0]
+	}
+	return c.Router.Host
+}
+
 // reach is how a process on host from reaches a port on host to.
 func (m *Matrix) reach(to, from, bind string) string {
 	if to == from || from == "" || m.Hosts[to].IsLocal() {
@@ -226,6 +231,15 @@ func placeholderStepLog(h Host, i int) string {
 	return fmt.Sprintf("%s/engine_step-%s-%d.jsonl", strings.TrimSuffix(h.Workdir, "/"), h.Name, i)
 }
 
+// shellJoin quotes each word with ShellQuote and joins them with spaces.
+func shellJoin(words []string) string {
+	quoted := make([]string, len(words))
+	for i, w := range words {
+		quoted[i] = ShellQuote(w)
+	}
+	return strings.Join(quoted, " ")
+}
+
 func joinInts(xs []int) string {
 	s := make([]string, len(xs))
 	for i, x := range xs {
@@ -239,15 +253,20 @@ func (m *Matrix) errAt(field, msg, valid string) *Error {
 	return &Error{File: m.File, Line: m.lines[field], Field: field, Msg: msg, Valid: valid}
 }
 
+// templateErrAt turns a renderTemplate error into an Error for field.
+func (m *Matrix) templateErrAt(field string, err error) *Error {
+	var te *templateError
+	if errors.As(err, &te) {
+		return m.errAt(field, te.msg, te.valid)
+	}
+	return m.errAt(field, err.Error(), "")
+}
+
 // renderCommand renders a command template and checks the result.
 func (m *Matrix) renderCommand(field, src string, data map[string]any) (string, error) {
 	out, err := renderTemplate(src, data)
 	if err != nil {
-		var te *templateError
-		if errors.As(err, &te) {
-			return "", m.errAt(field, te.msg, te.valid)
-		}
-		return "", m.errAt(field, err.Error(), "")
+		return "", m.templateErrAt(field, err)
 	}
 	out = strings.TrimSpace(out)
 	if out == "" || strings.ContainsRune(out, 0) {
@@ -272,12 +291,7 @@ func (m *Matrix) renderEnv(data map[string]any, basePath string, base map[string
 		v := merged[k]
 		val, err := renderTemplate(v.Value, data)
 		if err != nil {
-			var te *templateError
-			if errors.As(err, &te) {
-				errs = append(errs, m.errAt(paths[k], te.msg, te.valid))
-			} else {
-				errs = append(errs, m.errAt(paths[k], err.Error(), ""))
-			}
+			errs = append(errs, m.templateErrAt(paths[k], err))
 			continue
 		}
 		if strings.ContainsRune(val, 0) {

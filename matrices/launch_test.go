@@ -62,10 +62,7 @@ rates: [1]
 shapes: [{input: 8, output: 2}]
 measure: {min_completed: 1}
 `
-	m, err := Parse("q.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mustParse(t, "q.yaml", src)
 	argv, err := m.ConfigArgv("c")
 	if err != nil {
 		t.Fatal(err)
@@ -116,10 +113,7 @@ rates: [1]
 shapes: [{input: 8, output: 2}]
 measure: {min_completed: 1}
 `
-	m, err := Parse("e.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mustParse(t, "e.yaml", src)
 	l, err := m.Launch("mc_aa", Runtime{StepLog: func(h string, i int) string { return "/logs/" + h + " " + itoa(i) }})
 	if err != nil {
 		t.Fatal(err)
@@ -172,10 +166,7 @@ rates: [1]
 shapes: [{input: 8, output: 2}]
 measure: {min_completed: 1}
 `
-	m, err := Parse("s.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mustParse(t, "s.yaml", src)
 	secrets := m.Secrets()
 	want := []string{"hf_s3cr3t_value", "p@ss w0rd", `k"ey<1>`}
 	if strings.Join(secrets, "|") != strings.Join(want, "|") {

@@ -56,12 +56,11 @@ func parse(file string, data []byte, checkFiles bool) (*Matrix, error) {
 	if err != nil {
 		return nil, Errors{yamlError(file, err)}
 	}
-	m := &Matrix{File: file}
+	m := &Matrix{File: file, lines: d.lines}
 	d.matrix(root, m, checkFiles)
 	if len(d.errs) > 0 {
 		return nil, d.errs.sorted()
 	}
-	m.lines = d.lines
 	h, err := m.hash()
 	if err != nil {
 		return nil, Errors{{File: file, Msg: "cannot hash the resolved matrix: " + err.Error(), cause: err}}

@@ -3,6 +3,7 @@ package matrices
 import (
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -307,7 +308,7 @@ func (d *decoder) simFlags(v *yaml.Node, path string) map[string]string {
 		case !simFlagRE.MatchString(p.key):
 			d.add(p.k.Line, fp, "lower-case flag names such as step_base_us", "invalid sim flag name %q", p.key)
 			continue
-		case indexOf(reservedSimFlags, flag) >= 0:
+		case slices.Contains(reservedSimFlags, flag):
 			d.add(p.k.Line, fp, "any sim flag except "+strings.Join(reservedSimFlags, ", "), "--%s is set by the command template", flag)
 			continue
 		}

@@ -11,10 +11,7 @@ const minimalSim = "name: x\nseed: 1\nengine: {kind: sim}\nconfigs: {a: {}, b: }
 
 // TestDefaults checks every documented default on a minimal matrix.
 func TestDefaults(t *testing.T) {
-	m, err := Parse("x.yaml", []byte(minimalSim))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mustParse(t, "x.yaml", minimalSim)
 	if !reflect.DeepEqual(m.HostOrder, []string{"local"}) || !m.Hosts["local"].IsLocal() || m.Hosts["local"].HostKeyPolicy != "strict" || m.Hosts["local"].Workdir != "~/.mbench" {
 		t.Errorf("hosts %+v", m.Hosts)
 	}
@@ -72,10 +69,7 @@ rates: [1]
 shapes: [{input: 8, output: 2}]
 measure: {min_completed: 3}
 `
-	m, err := Parse("x.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mustParse(t, "x.yaml", src)
 	if got := m.Configs["prod"]; got.KVTransferConfig["kv_role"] != "kv_producer" || !reflect.DeepEqual(got.Args, []string{"--a"}) {
 		t.Errorf("prod %+v", got)
 	}
@@ -99,10 +93,7 @@ func TestCheckAddress(t *testing.T) {
 func TestLargeTopologyIsFast(t *testing.T) {
 	src := strings.Replace(minimalSim, "configs: {a: {}, b: }", "configs: {a: {topology: {instances_per_host: 1024}, router: {command: 'r {{.Targets}}', port: 20000}}}", 1)
 	start := time.Now()
-	m, err := Parse("x.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mustParse(t, "x.yaml", src)
 	l, err := m.Launch("a", Runtime{})
 	if err != nil || len(l.Instances) != 1024 || strings.Count(l.Router.Command, "http://") != 1024 {
 		t.Fatalf("launch: %v", err)

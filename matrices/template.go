@@ -47,6 +47,9 @@ var (
 	missingKeyRE = regexp.MustCompile(`map has no entry for key "([^"]*)"`)
 )
 
+// funcsValid is the Valid text of errors about functions.
+const funcsValid = "the functions add, eq, ne, lt, le, gt, ge, and, or, not"
+
 func varsValid() string { return "." + strings.Join(TemplateVars, ", .") }
 
 // templateError is a template problem: Msg and Valid as in Error.
@@ -79,7 +82,7 @@ func tmplErr(err error) error {
 		return &templateError{fmt.Sprintf("unknown template variable .%s%s", sm[1], suggest(sm[1], TemplateVars)), varsValid()}
 	}
 	if strings.Contains(msg, "not defined") && strings.HasPrefix(msg, "function") {
-		return &templateError{"template: " + msg, "the functions add, eq, ne, lt, le, gt, ge, and, or, not"}
+		return &templateError{"template: " + msg, funcsValid}
 	}
 	return &templateError{"template: " + msg, "text/template syntax with {{.Var}} and {{add N .Var}}"}
 }
@@ -93,33 +96,21 @@ func checkNode(n tparse.Node) error {
 		if n == nil {
 			return nil
 		}
-		for _, c := range n.Nodes {
-			if err := checkNode(c); err != nil {
-				return err
-			}
-		}
+		return checkEach(n.Nodes)
 	case *tparse.ActionNode:
 		return checkNode(n.Pipe)
 	case *tparse.PipeNode:
 		if n == nil {
 			return nil
 		}
-		for _, c := range n.Cmds {
-			if err := checkNode(c); err != nil {
-				return err
-			}
-		}
+		return checkEach(n.Cmds)
 	case *tparse.CommandNode:
-		for _, a := range n.Args {
-			if err := checkNode(a); err != nil {
-				return err
-			}
-		}
+		return checkEach(n.Args)
 	case *tparse.ChainNode:
 		return checkNode(n.Node)
 	case *tparse.IdentifierNode:
 		if !allowedFuncs[n.Ident] {
-			return &templateError{fmt.Sprintf("template: function %q is not allowed", n.Ident), "the functions add, eq, ne, lt, le, gt, ge, and, or, not"}
+			return &templateError{fmt.Sprintf("template: function %q is not allowed", n.Ident), funcsValid}
 		}
 	case *tparse.IfNode:
 		return checkBranch(&n.BranchNode)
@@ -127,6 +118,16 @@ func checkNode(n tparse.Node) error {
 		return checkBranch(&n.BranchNode)
 	case *tparse.RangeNode, *tparse.TemplateNode, *tparse.BreakNode, *tparse.ContinueNode:
 		return &templateError{"template: range, template, break and continue are not supported", "plain text with {{.Var}}, {{add N .Var}}, if and with"}
+	}
+	return nil
+}
+
+// checkEach checks nodes in order and returns the first problem.
+func checkEach[N tparse.Node](nodes []N) error {
+	for _, c := range nodes {
+		if err := checkNode(c); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -12,7 +12,6 @@ const maxInstances = 4096
 // hosts, GPU counts, port ranges and collisions, and that every template
 // renders (with placeholder runtime values).
 func (d *decoder) placement(m *Matrix) {
-	m.lines = d.lines
 	for _, name := range m.ConfigOrder {
 		c := m.Configs[name]
 		if c.SameAs != "" {
@@ -42,10 +41,7 @@ func (d *decoder) lineOf(fields ...string) int {
 func (d *decoder) placeConfig(m *Matrix, c *Config) {
 	path := "configs." + c.Name
 	t := c.Topology
-	hosts := t.Hosts
-	if len(hosts) == 0 {
-		hosts = m.HostOrder
-	}
+	hosts := m.topologyHosts(c)
 	seen := map[string]bool{}
 	for i, hn := range hosts {
 		fp := fmt.Sprintf("%s.topology.hosts[%d]", path, i)
@@ -100,12 +96,7 @@ func (d *decoder) placeConfig(m *Matrix, c *Config) {
 // portClashes reports two processes of one config wanting one port on a host.
 func (d *decoder) portClashes(m *Matrix, c *Config, hosts []string) {
 	path := "configs." + c.Name
-	routerHost := ""
-	if c.Router != nil {
-		if routerHost = c.Router.Host; routerHost == "" && len(hosts) > 0 {
-			routerHost = hosts[0]
-		}
-	}
+	routerHost := routerHostOf(c, hosts)
 	for _, hn := range hosts {
 		used := map[int]string{}
 		claim := func(port int, who, field string) {

@@ -3,6 +3,7 @@ package matrices
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -219,7 +220,7 @@ func (d *decoder) object(n *yaml.Node, path string, line int, fields []field) bo
 	}
 	got := map[string]bool{}
 	for _, p := range ps {
-		i := indexOf(names, p.key)
+		i := slices.Index(names, p.key)
 		if i < 0 {
 			d.add(p.k.Line, join(path, p.key), strings.Join(names, ", "), "unknown key%s", suggest(p.key, names))
 			continue
@@ -239,15 +240,6 @@ func (d *decoder) object(n *yaml.Node, path string, line int, fields []field) bo
 		}
 	}
 	return true
-}
-
-func indexOf(xs []string, s string) int {
-	for i, x := range xs {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }
 
 // str decodes a non-empty scalar as a string (numbers and booleans are
@@ -345,7 +337,7 @@ func (d *decoder) enum(v *yaml.Node, path string, values ...string) (string, boo
 		d.add(v.Line, path, valid, "expected one of the values below, got %s", describe(v))
 		return "", false
 	}
-	if indexOf(values, v.Value) < 0 {
+	if !slices.Contains(values, v.Value) {
 		d.add(v.Line, path, valid, "unknown value %q%s", v.Value, suggest(v.Value, values))
 		return "", false
 	}

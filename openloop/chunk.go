@@ -109,20 +109,9 @@ func (c *chunk) scanChoices(b []byte, i int) (int, error) {
 			return i, err
 		}
 		first = false
-		i = skipWS(b, i)
-		if i >= len(b) {
-			return i, errSyntax
-		}
-		switch b[i] {
-		case ',':
-			i = skipWS(b, i+1)
-			if i >= len(b) {
-				return i, errSyntax
-			}
-		case ']':
-			return i + 1, nil
-		default:
-			return i, errSyntax
+		var end bool
+		if i, end, err = afterElem(b, i, ']'); end || err != nil {
+			return i, err
 		}
 	}
 }
@@ -181,19 +170,32 @@ func scanObject(b []byte, i int, fn func(key []byte, b []byte, i int) (int, erro
 		if i, err = fn(b[ks:ke], b, i); err != nil {
 			return i, err
 		}
-		i = skipWS(b, i)
-		if i >= len(b) {
-			return i, errSyntax
-		}
-		switch b[i] {
-		case ',':
-			i = skipWS(b, i+1)
-		case '}':
-			return i + 1, nil
-		default:
-			return i, errSyntax
+		var end bool
+		if i, end, err = afterElem(b, i, '}'); end || err != nil {
+			return i, err
 		}
 	}
+}
+
+// afterElem reads what follows an array element or object member, from b[i]
+// (white space allowed): either ',' and the white space after it, returning
+// the index of the next element, or the closing byte, returning the index
+// after it and end true.
+func afterElem(b []byte, i int, closing byte) (next int, end bool, err error) {
+	i = skipWS(b, i)
+	if i >= len(b) {
+		return i, false, errSyntax
+	}
+	switch b[i] {
+	case ',':
+		if i = skipWS(b, i+1); i >= len(b) {
+			return i, false, errSyntax
+		}
+		return i, false, nil
+	case closing:
+		return i + 1, true, nil
+	}
+	return i, false, errSyntax
 }
 
 func skipWS(b []byte, i int) int {

@@ -32,18 +32,33 @@ func NewTransport() *http.Transport {
 	}
 }
 
-// job is one request ready to send: its prompt is already encoded.
+// job is one request ready to send: its prompt and headers are already
+// encoded (see prepare).
 type job struct {
 	id      int
 	phase   string
 	sched   int64
 	body    []byte
+	header  http.Header
 	input   int
 	output  int
 	group   int
 	session string
 	turn    int
 	traceNs int64
+}
+
+// prepare encodes j's body for the prompt toks (j.output tokens asked for)
+// and its headers, ahead of its send time, so that sending j formats nothing.
+// It returns j.
+func (r *runner) prepare(j *job, toks []int32) *job {
+	j.input = len(toks)
+	j.body = appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, j.output)
+	j.header = http.Header{"Content-Type": hdrJSON, "Accept": hdrSSE, "X-Mbench-Id": {strconv.Itoa(j.id)}}
+	if j.session != "" {
+		j.header["X-Mbench-Session"] = []string{j.session}
+	}
+	return j
 }
 
 // stopCause is why in-flight requests were cancelled; it becomes the error
@@ -96,12 +111,7 @@ func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirs
 		fail(err.Error())
 		return nil
 	}
-	req.Header["Content-Type"] = hdrJSON
-	req.Header["Accept"] = hdrSSE
-	req.Header["X-Mbench-Id"] = []string{strconv.Itoa(j.id)}
-	if j.session != "" {
-		req.Header["X-Mbench-Session"] = []string{j.session}
-	}
+	req.Header = j.header // this request's own map, built by prepare
 	rec.SentNs = c.clk.now()
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -74,8 +74,7 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
 		}
 		var out, group int
 		toks, out, group = r.gen.open(i, toks)
-		body := appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, out)
-		j := &job{id: r.fillCount + i, phase: phase, sched: base + off, body: body, input: len(toks), output: out, group: group}
+		j := r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks)
 		select {
 		case jobs <- j:
 		case <-r.stopCh:
@@ -109,8 +108,7 @@ func (r *runner) runFill() {
 			break
 		}
 		toks = r.gen.fill(k, toks)
-		body := appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, 1)
-		j := &job{id: k, phase: PhaseFill, sched: r.clk.now(), body: body, input: len(toks), output: 1}
+		j := r.prepare(&job{id: k, phase: PhaseFill, sched: r.clk.now(), output: 1}, toks)
 		r.launch(j, func() { <-sem })
 	}
 	for range fillConcurrency {

@@ -92,12 +92,9 @@ func (r *Record) Lag() time.Duration { return time.Duration(r.SentNs - r.Schedul
 func (r *Record) AppendJSON(b []byte) []byte {
 	b = append(b, `{"id":`...)
 	b = strconv.AppendInt(b, int64(r.ID), 10)
-	b = append(b, `,"cell":`...)
-	b = appendJSONString(b, r.Cell)
-	b = append(b, `,"block":`...)
-	b = strconv.AppendInt(b, int64(r.Block), 10)
-	b = append(b, `,"phase":`...)
-	b = appendJSONString(b, r.Phase)
+	b = appendStringField(b, "cell", r.Cell)
+	b = appendIntField(b, "block", int64(r.Block))
+	b = appendStringField(b, "phase", r.Phase)
 	b = appendIntField(b, "scheduled_ns", r.ScheduledNs)
 	b = appendIntField(b, "sent_ns", r.SentNs)
 	b = appendIntField(b, "first_token_ns", r.FirstTokenNs)
@@ -112,22 +109,19 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		}
 		b = strconv.AppendFloat(b, v, 'f', -1, 64)
 	}
-	b = append(b, `],"status":`...)
-	b = appendJSONString(b, r.Status)
+	b = append(b, ']')
+	b = appendStringField(b, "status", r.Status)
 	if r.Error != "" {
-		b = append(b, `,"error":`...)
-		b = appendJSONString(b, r.Error)
+		b = appendStringField(b, "error", r.Error)
 	}
 	if r.HTTPStatus != 0 {
 		b = appendIntField(b, "http_status", int64(r.HTTPStatus))
 	}
 	if r.Target != "" {
-		b = append(b, `,"target":`...)
-		b = appendJSONString(b, r.Target)
+		b = appendStringField(b, "target", r.Target)
 	}
 	if r.Session != "" {
-		b = append(b, `,"session":`...)
-		b = appendJSONString(b, r.Session)
+		b = appendStringField(b, "session", r.Session)
 	}
 	if r.Turn != 0 {
 		b = appendIntField(b, "turn", int64(r.Turn))
@@ -144,11 +138,20 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
+// appendIntField appends ,"name":v; name needs no escaping.
 func appendIntField(b []byte, name string, v int64) []byte {
+	return strconv.AppendInt(appendKey(b, name), v, 10)
+}
+
+// appendStringField appends ,"name":"v"; name needs no escaping.
+func appendStringField(b []byte, name, v string) []byte {
+	return appendJSONString(appendKey(b, name), v)
+}
+
+func appendKey(b []byte, name string) []byte {
 	b = append(b, ',', '"')
 	b = append(b, name...)
-	b = append(b, '"', ':')
-	return strconv.AppendInt(b, v, 10)
+	return append(b, '"', ':')
 }
 
 const hexDigits = "0123456789abcdef"

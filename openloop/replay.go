@@ -158,10 +158,9 @@ func (r *runner) runSession(p *tracePlan, s []int, base, admitted int64) {
 			}
 		}
 		toks = r.gen.trace(ix, it.req, toks)
-		body := appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, it.req.OutputLength)
 		traceNs := base + it.sched
-		j := &job{id: ix, phase: phase, sched: max(traceNs, prevDone), traceNs: traceNs, body: body,
-			input: len(toks), output: it.req.OutputLength, session: it.req.SessionID, turn: k + 1}
+		j := r.prepare(&job{id: ix, phase: phase, sched: max(traceNs, prevDone), traceNs: traceNs,
+			output: it.req.OutputLength, session: it.req.SessionID, turn: k + 1}, toks)
 		if !pc.wait(j.sched) {
 			return
 		}

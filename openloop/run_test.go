@@ -295,6 +295,9 @@ func TestRoundRobinAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(res.Records) != 10 {
+		t.Errorf("%d records, want 10", len(res.Records))
+	}
 	if na, nb := len(a.Entries()), len(b.Entries()); na != 5 || nb != 5 {
 		t.Errorf("targets got %d and %d requests, want 5 and 5", na, nb)
 	}

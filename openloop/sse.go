@@ -122,7 +122,6 @@ type streamState struct {
 	times           []int64 // arrival of every content chunk, for ITL
 	usageOut        int
 	haveUsage       bool
-	done            bool   // saw data: [DONE]
 	onFirst         func() // called at the first content chunk, if set
 }
 
@@ -150,7 +149,6 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 		}
 		t := now()
 		if isDone(data) {
-			st.done = true
 			return nil
 		}
 		var c chunk

@@ -9,9 +9,6 @@ import (
 	"unsafe"
 )
 
-// haveTimerfd reports that the timerfd pacer mode is available.
-const haveTimerfd = true
-
 // timerfd is a Linux timer file registered with Go's network poller: a
 // goroutine reading it blocks without holding a P, and epoll wakes it when
 // the timer expires, to the microsecond — unlike Go timers, which the

@@ -7,9 +7,6 @@ import (
 	"time"
 )
 
-// haveTimerfd is false: the pacer falls back to its spin mode.
-const haveTimerfd = false
-
 type timerfd struct{}
 
 func newTimerfd() (*timerfd, error) { return nil, errors.New("timerfd not available") }

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -295,53 +293,14 @@ func (s *Sweep) waitGateAfterTeardown(ctx context.Context) {
 	}
 }
 
-// scraper reads every instance's /metrics.
-type scraper struct {
-	client  *http.Client
-	targets []string
-}
-
-func newScraper(es *engineSet) *scraper {
-	sc := &scraper{client: &http.Client{Timeout: 2 * time.Second}}
-	for _, p := range es.procs {
-		sc.targets = append(sc.targets, p.url+"/metrics")
+// instanceURLs are the base URLs of an engine set's instances, whose
+// /metrics are scraped (a router has none of its own).
+func instanceURLs(es *engineSet) []string {
+	urls := make([]string, len(es.procs))
+	for i, p := range es.procs {
+		urls[i] = p.url
 	}
-	return sc
-}
-
-func (sc *scraper) scrape(ctx context.Context) []probes.Scrape {
-	var mu sync.Mutex
-	var out []probes.Scrape
-	var wg sync.WaitGroup
-	for _, t := range sc.targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := probes.ScrapeMetrics(ctx, sc.client, t)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			out = append(out, r)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-func (sc *scraper) every(ctx context.Context, d time.Duration) []probes.Scrape {
-	var out []probes.Scrape
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return out
-		case <-t.C:
-			out = append(out, sc.scrape(ctx)...)
-		}
-	}
+	return urls
 }
 
 // checkEngineVersion records the engine's version in the fingerprint, and

@@ -1,12 +1,11 @@
 package orchestrator
 
 // The files of a run directory: the step log slice, moving a partial
-// directory aside, durability before the journal line, metrics.jsonl.
+// directory aside, durability before the journal line.
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/probes"
-	"github.com/mbench/mbench/results"
 )
 
 // collectSteps fetches each instance's step log from the offset it had at
@@ -147,25 +145,6 @@ func diskFull(err error) bool {
 	}
 	msg := err.Error()
 	return strings.Contains(msg, syscall.ENOSPC.Error()) || strings.Contains(msg, syscall.EDQUOT.Error())
-}
-
-func writeScrapes(path string, before, during, after []probes.Scrape) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	for _, group := range []struct {
-		phase string
-		s     []probes.Scrape
-	}{{"before", before}, {"during", during}, {"after", after}} {
-		for _, sc := range group.s {
-			if err := enc.Encode(struct {
-				Phase string `json:"phase"`
-				probes.Scrape
-			}{group.phase, sc}); err != nil {
-				return fmt.Errorf("encode metrics: %w", err)
-			}
-		}
-	}
-	return results.WriteFileAtomic(path, buf.Bytes(), 0o644)
 }
 
 func firstLine(s string) string {

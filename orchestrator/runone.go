@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
@@ -116,30 +118,44 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		}
 	}
 	probeStop, probeDone := s.startProbes(ctx, dir)
-	scr := newScraper(es)
-	before := scr.scrape(ctx)
-	scrCtx, scrStop := context.WithCancel(ctx)
-	scrDone := make(chan []probes.Scrape, 1)
-	go func() { scrDone <- scr.every(scrCtx, time.Second) }()
-
 	reqFile, err := os.Create(filepath.Join(dir, "requests.jsonl"))
 	if err != nil {
-		scrStop()
 		probeStop()
 		return nil, fmt.Errorf("create requests.jsonl: %w", err)
 	}
+	metricsFile, err := os.Create(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		reqFile.Close()
+		probeStop()
+		return nil, fmt.Errorf("create metrics.jsonl: %w", err)
+	}
+	scr := &probes.Scraper{Client: &http.Client{Timeout: 2 * time.Second}, Targets: instanceURLs(es), Interval: time.Second, Sink: metricsFile}
 	cfg := s.loadConfig(cell, block, seed, es.targets)
 	sink := &sinkWriter{w: reqFile}
 	cfg.Sink = sink
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
-	// The cache counters are read again as the measured phase begins, so a
-	// cache-fill phase's queries stay out of the window's hit rate. The
-	// scrape runs aside: the dispatcher must not wait for it.
-	measureStart := make(chan []probes.Scrape, 1)
+	// /metrics is read as the measured phase begins (so a cache-fill phase's
+	// queries stay out of the window's hit rate), every second during it,
+	// and after it. The scrapes run aside: the dispatcher must not wait.
+	var before, during []probes.Scrape
+	var scrErr error
+	duringCtx, duringStop := context.WithCancel(ctx)
+	defer duringStop()
+	measuring := make(chan struct{})
+	var onMeasure sync.Once
 	cfg.OnPhase = func(p string) {
-		if p == openloop.PhaseMeasure {
-			go func() { measureStart <- scr.scrape(ctx) }()
+		if p != openloop.PhaseMeasure {
+			return
 		}
+		onMeasure.Do(func() {
+			go func() {
+				defer close(measuring)
+				var err1, err2 error
+				before, err1 = scr.Round(ctx, probes.PhaseBefore)
+				during, err2 = scr.Run(duringCtx)
+				scrErr = errors.Join(err1, err2)
+			}()
+		})
 	}
 	// An engine that dies mid-run ends the load at once rather than after
 	// measure.timeout of requests to a dead port.
@@ -149,16 +165,11 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	stopWatch()
 	loadCancel()
 	closeErr := reqFile.Close()
-	select {
-	case b := <-measureStart:
-		if len(b) > 0 {
-			before = b
-		}
-	case <-time.After(5 * time.Second):
-	}
-	scrStop()
-	during := <-scrDone
-	after := scr.scrape(context.WithoutCancel(ctx))
+	duringStop()
+	onMeasure.Do(func() { close(measuring) }) // the measured phase never began
+	<-measuring
+	after, err3 := scr.Round(context.WithoutCancel(ctx), probes.PhaseAfter)
+	scrErr = errors.Join(scrErr, err3, metricsFile.Close())
 	probeStop()
 	<-probeDone
 	if ctx.Err() != nil {
@@ -181,8 +192,8 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	if closeErr != nil {
 		return nil, fmt.Errorf("write requests.jsonl: %w", closeErr)
 	}
-	if err := writeScrapes(filepath.Join(dir, "metrics.jsonl"), before, during, after); err != nil {
-		return nil, err
+	if scrErr != nil {
+		return nil, fmt.Errorf("write metrics.jsonl: %w", scrErr)
 	}
 	steps, err := s.collectSteps(ctx, es, offsets, res, dir)
 	if err != nil {

@@ -126,9 +126,9 @@ func (g *Gate) Wait(ctx context.Context) (GateResult, error) {
 
 // check compares a reading with the baseline, GPU by GPU (host and index).
 func (g *Gate) check(cur []GPUSample, band, tol float64) ([]GateGPU, bool, string) {
-	byKey := make(map[gpuKey]GPUSample, len(cur))
+	byKey := make(map[GPUKey]GPUSample, len(cur))
 	for _, s := range cur {
-		byKey[gpuKey{s.Host, s.GPU}] = s
+		byKey[GPUKey{s.Host, s.GPU}] = s
 	}
 	var (
 		out     []GateGPU
@@ -136,7 +136,7 @@ func (g *Gate) check(cur []GPUSample, band, tol float64) ([]GateGPU, bool, strin
 	)
 	for _, b := range g.Baseline {
 		name := fmt.Sprintf("%s/gpu%d", b.Host, b.GPU)
-		s, found := byKey[gpuKey{b.Host, b.GPU}]
+		s, found := byKey[GPUKey{b.Host, b.GPU}]
 		st := GateGPU{Host: b.Host, GPU: b.GPU, BaseTempC: b.TempC, BaseMemUsedMiB: b.MemUsedMiB,
 			TempC: s.TempC, MemUsedMiB: s.MemUsedMiB}
 		if !found {

@@ -48,9 +48,25 @@ type GPUSummary struct {
 	ImbalanceNote string  `json:"imbalance_note,omitempty"`
 }
 
-type gpuKey struct {
-	host string
-	gpu  int
+// GPUKey names one GPU: its host and index.
+type GPUKey struct {
+	Host string
+	GPU  int
+}
+
+// SortedGPUKeys returns the keys of m sorted by host, then GPU index.
+func SortedGPUKeys[V any](m map[GPUKey]V) []GPUKey {
+	keys := make([]GPUKey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Host != keys[j].Host {
+			return keys[i].Host < keys[j].Host
+		}
+		return keys[i].GPU < keys[j].GPU
+	})
+	return keys
 }
 
 // SummarizeGPU summarizes gpu.jsonl samples per GPU (keyed by host and
@@ -59,27 +75,17 @@ func SummarizeGPU(samples []GPUSample) GPUSummary {
 	if len(samples) == 0 {
 		return GPUSummary{Reason: "no GPU samples (NVML unavailable or no GPU)"}
 	}
-	by := map[gpuKey][]GPUSample{}
+	by := map[GPUKey][]GPUSample{}
 	for _, s := range samples {
-		k := gpuKey{s.Host, s.GPU}
+		k := GPUKey{s.Host, s.GPU}
 		by[k] = append(by[k], s)
 	}
-	keys := make([]gpuKey, 0, len(by))
-	for k := range by {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].host != keys[j].host {
-			return keys[i].host < keys[j].host
-		}
-		return keys[i].gpu < keys[j].gpu
-	})
 	sum := GPUSummary{Available: true}
 	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, k := range keys {
+	for _, k := range SortedGPUKeys(by) {
 		ss := by[k]
 		sort.SliceStable(ss, func(i, j int) bool { return ss[i].TsUs < ss[j].TsUs })
-		g := GPUStat{Host: k.host, GPU: k.gpu, UUID: ss[0].UUID, Name: ss[0].Name, N: len(ss)}
+		g := GPUStat{Host: k.Host, GPU: k.GPU, UUID: ss[0].UUID, Name: ss[0].Name, N: len(ss)}
 		g.DurationS = float64(ss[len(ss)-1].TsUs-ss[0].TsUs) / 1e6
 		g.UtilGPU = statOf(ss, func(s *GPUSample) float64 { return s.UtilGPU })
 		g.MemUsed = statOf(ss, func(s *GPUSample) float64 { return s.MemUsedMiB })

@@ -103,3 +103,17 @@ func TestSummarizeGPUH200(t *testing.T) {
 		}
 	}
 }
+
+func TestSortedGPUKeys(t *testing.T) {
+	m := map[GPUKey]int{{"b", 0}: 0, {"a", 10}: 0, {"a", 2}: 0, {"b", -1}: 0}
+	got := SortedGPUKeys(m)
+	want := []GPUKey{{"a", 2}, {"a", 10}, {"b", -1}, {"b", 0}}
+	if len(got) != len(want) {
+		t.Fatalf("%v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%v, want %v", got, want)
+		}
+	}
+}

@@ -216,20 +216,19 @@ func SummarizeMetrics(before, after []Scrape, during []Scrape) CacheSummary {
 			}
 			return 0, false
 		}
-		h, ok1 := delta(hitNames, "prefix cache")
-		q, ok2 := delta(queryNames, "")
-		if ok1 && ok2 {
-			hitsSeen = true
-			cs.Hits += h
-			cs.Queries += q
+		// addPair adds the hits and queries deltas to *hits and *queries
+		// when both counters were scraped, and marks them seen.
+		addPair := func(hitN, queryN []string, what string, hits, queries *float64, seen *bool) {
+			h, okH := delta(hitN, what)
+			q, okQ := delta(queryN, "")
+			if okH && okQ {
+				*seen = true
+				*hits += h
+				*queries += q
+			}
 		}
-		eh, ok3 := delta(extHitNames, "")
-		eq, ok4 := delta(extQueryNames, "")
-		if ok3 && ok4 {
-			extSeen = true
-			cs.ExternalHits += eh
-			cs.ExternalQueries += eq
-		}
+		addPair(hitNames, queryNames, "prefix cache", &cs.Hits, &cs.Queries, &hitsSeen)
+		addPair(extHitNames, extQueryNames, "", &cs.ExternalHits, &cs.ExternalQueries, &extSeen)
 		p, _ := delta(preemptNames, "")
 		cs.Preemptions += p
 	}

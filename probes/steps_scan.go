@@ -118,6 +118,14 @@ func skipDigits(b []byte, j int) int {
 	return j
 }
 
+// someDigits is skipDigits for one or more digits: -1 when b[j] is not one.
+func someDigits(b []byte, j int) int {
+	if e := skipDigits(b, j); e > j {
+		return e
+	}
+	return -1
+}
+
 // scanNumber returns the end of a strict JSON number starting at i, or -1.
 func scanNumber(b []byte, i int) int {
 	if i < len(b) && b[i] == '-' {
@@ -130,19 +138,12 @@ func scanNumber(b []byte, i int) int {
 	case b[i] == '0':
 		i++
 	case b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
+		i = skipDigits(b, i)
 	default:
 		return -1
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		s := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == s {
+		if i = someDigits(b, i+1); i < 0 {
 			return -1
 		}
 	}
@@ -151,11 +152,7 @@ func scanNumber(b []byte, i int) int {
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		s := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == s {
+		if i = someDigits(b, i); i < 0 {
 			return -1
 		}
 	}

@@ -9,18 +9,27 @@ func TestCompareKnownValues(t *testing.T) {
 	base := map[int]float64{1: 100, 2: 200, 3: 50, 4: 80}
 	treat := map[int]float64{1: 110, 2: 224, 3: 54, 5: 999} // block 4 and 5 unpaired
 	c := Compare(base, treat, 0.95)
+	// Ground truth by hand: the mean log ratio, its standard error, and the
+	// Student t on 2 df in closed form (CDF 1/2 + t/(2√(t²+2)), so the
+	// 0.975 quantile is 0.95/√(2·0.975·0.025) and the two-sided p of t is
+	// 1 − |t|/√(t²+2)).
 	logs := []float64{math.Log(1.10), math.Log(1.12), math.Log(1.08)}
-	m, half := MeanCI(logs, 0.95)
+	m := (logs[0] + logs[1] + logs[2]) / 3
+	ss := 0.0
+	for _, l := range logs {
+		ss += (l - m) * (l - m)
+	}
+	se := math.Sqrt(ss/2) / math.Sqrt(3)
+	half := 0.95 / math.Sqrt(2*0.975*0.025) * se
 	if c.N != 3 || len(c.Blocks) != 3 || c.Blocks[2] != 3 {
 		t.Fatalf("paired blocks = %v", c.Blocks)
 	}
 	if !near(c.MeanLog, m, 1e-12) || !near(c.Effect, math.Exp(m)-1, 1e-12) ||
-		!near(c.Lo, math.Exp(m-half)-1, 1e-12) || !near(c.Hi, math.Exp(m+half)-1, 1e-12) {
-		t.Errorf("effect %v [%v, %v]", c.Effect, c.Lo, c.Hi)
+		!near(c.Lo, math.Exp(m-half)-1, 1e-9) || !near(c.Hi, math.Exp(m+half)-1, 1e-9) {
+		t.Errorf("effect %v [%v, %v], want [%v, %v]", c.Effect, c.Lo, c.Hi, math.Exp(m-half)-1, math.Exp(m+half)-1)
 	}
-	// t = mean/(sd/√3) on 2 df; sd of the three logs by hand.
-	sd := sampleStd(logs)
-	if want := tTwoSidedP(m/(sd/math.Sqrt(3)), 2); !near(c.P, want, 1e-12) || c.P > 0.05 {
+	tStat := m / se
+	if want := 1 - tStat/math.Sqrt(tStat*tStat+2); !near(c.P, want, 1e-9) || c.P > 0.05 {
 		t.Errorf("p = %v, want %v", c.P, want)
 	}
 	// Unpaired ranks: base 50,100,200 → ranks 1,3,5, U = 9 − 6 = 3; exact

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,10 +138,24 @@ func TestExportCellSummary(t *testing.T) {
 	if cs.NRuns != 2 || m.N != 2 || len(m.Values) != 2 || m.Blocks[1] != 2 || len(cs.MissingBlocks) != 1 || cs.MissingBlocks[0] != 3 {
 		t.Errorf("noop-r0.5: n_runs=%d n=%d blocks=%v missing=%v", cs.NRuns, m.N, m.Blocks, cs.MissingBlocks)
 	}
-	// The statistics are those of the per-run values, recomputed here.
-	mean, half := MeanCI(m.Values, 0.95)
+	// The values are the runs' own p90 TTFT, and the statistics are theirs,
+	// recomputed by hand: with two values, s = |a − b|/√2 and the Student t
+	// on 1 df is Cauchy, so t(0.975, 1) = tan(0.475π).
+	var vals [2]float64
+	for i := range vals {
+		rs, err := ReadRunSummary(filepath.Join(dir, "runs", "noop-r0.5", fmt.Sprintf("b%d", i+1), "summary_A.json"))
+		if err != nil || rs.P90TTFTMs == nil {
+			t.Fatalf("run summary b%d: %v", i+1, err)
+		}
+		vals[i] = *rs.P90TTFTMs
+	}
+	if len(m.Values) != 2 || m.Values[0] != vals[0] || m.Values[1] != vals[1] {
+		t.Errorf("p90_ttft_ms values = %v, want the runs' %v", m.Values, vals)
+	}
+	mean, sd := (vals[0]+vals[1])/2, math.Abs(vals[0]-vals[1])/math.Sqrt2
+	half := math.Tan(0.475*math.Pi) * sd / math.Sqrt2
 	if m.Mean == nil || m.HalfWidth == nil || !near(*m.Mean, mean, 1e-9) || !near(*m.HalfWidth, half, 1e-9) ||
-		!near(*m.CILo, mean-half, 1e-9) || !near(*m.RelHalfWidth, half/mean, 1e-9) || !near(*m.CV, CV(m.Values), 1e-9) {
+		!near(*m.CILo, mean-half, 1e-9) || !near(*m.RelHalfWidth, half/mean, 1e-9) || !near(*m.CV, sd/mean, 1e-9) {
 		t.Errorf("p90_ttft_ms stats = %+v, want mean %v ± %v", m, mean, half)
 	}
 	if len(cs.Runs) != 3 || cs.Runs[2].Used || cs.Runs[2].Status != "failed" {

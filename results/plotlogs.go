@@ -128,10 +128,6 @@ func eachLine(path string, fn func([]byte)) error {
 // gpuPlot draws GPU utilisation over time for one run from its gpu.jsonl, or
 // returns nil when the run has none.
 func gpuPlot(s *Sweep, c *cellData, r *runData, rep *Report) *plot.Plot {
-	type key struct {
-		host string
-		gpu  int
-	}
 	path := filepath.Join(s.Dir, r.Ref.Dir, "gpu.jsonl")
 	f, err := os.Open(path)
 	if err != nil {
@@ -145,14 +141,14 @@ func gpuPlot(s *Sweep, c *cellData, r *runData, rep *Report) *plot.Plot {
 	if err != nil { // plot what was read before the bad line
 		rep.warn("gpu plot: %s: %v", path, err)
 	}
-	series := map[key]plotter.XYs{}
+	series := map[probes.GPUKey]plotter.XYs{}
 	first := int64(math.MaxInt64)
 	for _, v := range samples {
 		if v.TsUs <= 0 {
 			continue
 		}
 		first = min(first, v.TsUs)
-		k := key{v.Host, v.GPU}
+		k := probes.GPUKey{Host: v.Host, GPU: v.GPU}
 		series[k] = append(series[k], plotter.XY{X: float64(v.TsUs), Y: v.UtilGPU})
 	}
 	if len(series) == 0 {
@@ -162,17 +158,7 @@ func gpuPlot(s *Sweep, c *cellData, r *runData, rep *Report) *plot.Plot {
 	p := newPlot(s, title, "time since first sample (s)", "GPU utilisation (%)")
 	p.Y.Min, p.Y.Max = 0, 100+15*float64(len(series)) // headroom for the legend
 	p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 25, Label: "25"}, {Value: 50, Label: "50"}, {Value: 75, Label: "75"}, {Value: 100, Label: "100"}}
-	keys := make([]key, 0, len(series))
-	for k := range series {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].host != keys[j].host {
-			return keys[i].host < keys[j].host
-		}
-		return keys[i].gpu < keys[j].gpu
-	})
-	for i, k := range keys {
+	for i, k := range probes.SortedGPUKeys(series) {
 		xys := series[k]
 		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
 		for j := range xys {
@@ -184,7 +170,7 @@ func gpuPlot(s *Sweep, c *cellData, r *runData, rep *Report) *plot.Plot {
 		}
 		l.Color, l.Dashes = plotutil.Color(i), plotutil.Dashes(i)
 		p.Add(l)
-		p.Legend.Add(s.redact(fmt.Sprintf("%s gpu%d", k.host, k.gpu)), l)
+		p.Legend.Add(s.redact(fmt.Sprintf("%s gpu%d", k.Host, k.GPU)), l)
 	}
 	p.Legend.Top = true
 	return p

@@ -147,10 +147,7 @@ func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, 
 		sent int
 	)
 	for {
-		select {
-		case <-s.stream.notify:
-		case <-r.Context().Done():
-			e.abort(s)
+		if !e.awaitStream(r, s) {
 			return
 		}
 		var done bool
@@ -193,6 +190,18 @@ func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, 
 	}
 }
 
+// awaitStream waits until s's stream has news and returns true, or, when the
+// client goes away first, aborts s and returns false.
+func (e *Engine) awaitStream(r *http.Request, s *seq) bool {
+	select {
+	case <-s.stream.notify:
+		return true
+	case <-r.Context().Done():
+		e.abort(s)
+		return false
+	}
+}
+
 // wholeResponse waits for the whole completion and returns one JSON object.
 func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, rs response) {
 	var (
@@ -202,10 +211,7 @@ func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, r
 		finish string
 	)
 	for {
-		select {
-		case <-s.stream.notify:
-		case <-r.Context().Done():
-			e.abort(s)
+		if !e.awaitStream(r, s) {
 			return
 		}
 		var done bool

@@ -45,7 +45,7 @@ func newCostModel(cfg Config) *costModel {
 // prefill prefill tokens and decode decoding sequences while cached blocks
 // sit in the prefix cache.
 func (m *costModel) cost(step int64, prefill, decode, cached int) stepCost {
-	c := m.cfg
+	c := &m.cfg
 	f := m.launchFactor
 	if c.Jitter > 0 {
 		f *= math.Exp(c.Jitter * m.jitter.NormFloat64())

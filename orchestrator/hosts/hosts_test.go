@@ -97,15 +97,24 @@ func groupMembers(pgid int) []int {
 	return out
 }
 
+// eventually polls cond until it holds or within has passed, and reports
+// whether it held.
+func eventually(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // waitGone waits until no live process of group pgid is left.
 func waitGone(t *testing.T, pgid int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if len(groupMembers(pgid)) == 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if eventually(within, func() bool { return len(groupMembers(pgid)) == 0 }) {
+		return
 	}
 	t.Fatalf("process group %d still alive after %v: %v", pgid, within, groupMembers(pgid))
 }
@@ -151,11 +160,7 @@ func TestRunCancelKillsGroup(t *testing.T) {
 				t.Fatal(err)
 			}
 			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-			deadline := time.Now().Add(5 * time.Second)
-			for alive(pid) && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if alive(pid) {
+			if !eventually(5*time.Second, func() bool { return !alive(pid) }) {
 				t.Fatalf("sleep %d survived the cancelled Run", pid)
 			}
 		})

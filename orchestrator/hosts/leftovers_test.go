@@ -38,8 +38,8 @@ func TestLeftovers(t *testing.T) {
 			if err != nil || len(ls) != 1 || ls[0].Pid != p.Pid() || ls[0].Name != "orphan" || len(ls[0].Members) < 1 {
 				t.Fatalf("FindLeftovers = %+v, %v; want pid %d", ls, err, p.Pid())
 			}
-			if ls, _ := FindLeftovers(ctx, h2, spec.StateDir, "other-sweep"); len(ls) != 0 {
-				t.Fatalf("another marker found %+v", ls)
+			if ls, err := FindLeftovers(ctx, h2, spec.StateDir, "other-sweep"); err != nil || len(ls) != 0 {
+				t.Fatalf("another marker found %+v, %v", ls, err)
 			}
 			stopped, err := StopLeftovers(ctx, h2, spec.StateDir, testMarker, 200*time.Millisecond)
 			if err != nil || len(stopped) != 1 || stopped[0].Pid != p.Pid() {

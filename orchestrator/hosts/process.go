@@ -46,15 +46,9 @@ func (h *host) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 	}()
 	go func() { _, _ = st.stdin.Write([]byte(script)) }()
 
-	drain := func() {
-		go func() {
-			for range lines {
-			}
-		}()
-	}
 	fail := func(err error) (Process, error) {
 		st.kill()
-		drain()
+		drainLines(lines)
 		go func() { _ = st.wait() }() // reap; a second wait is harmless
 		// The launch may have happened: stop whatever the pidfile names.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
@@ -87,7 +81,7 @@ func (h *host) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 	f := strings.Fields(first)
 	if msg, ok := strings.CutPrefix(first, "error: "); ok {
 		_ = st.stdin.Close() // the script has returned; let it end
-		drain()
+		drainLines(lines)
 		go func() { _ = st.wait(); st.kill() }()
 		return nil, fmt.Errorf("start %s on %s: %s (state dir %s, log %s, dir %q)", spec.Name, h.name, msg,
 			spec.StateDir, spec.LogPath, spec.Dir)
@@ -120,10 +114,7 @@ func (p *proc) monitor(st *stream, lines <-chan string, tag string) {
 			break
 		}
 	}
-	go func() {
-		for range lines {
-		}
-	}()
+	drainLines(lines)
 	_ = st.stdin.Close() // releases the tether's cat (the group is gone already)
 	werr := st.wait()
 	if !got {
@@ -140,6 +131,15 @@ func (p *proc) monitor(st *stream, lines <-chan string, tag string) {
 	p.err = err
 	p.mu.Unlock()
 	close(p.done)
+}
+
+// drainLines discards the rest of lines in the background, so that the
+// scanner feeding it never blocks.
+func drainLines(lines <-chan string) {
+	go func() {
+		for range lines {
+		}
+	}()
 }
 
 func (p *proc) Pid() int              { return p.pid }

@@ -137,13 +137,7 @@ func TestStartSecretEnv(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Stop(ctx, time.Second)
-			deadline := time.Now().Add(5 * time.Second)
-			for time.Now().Before(deadline) {
-				if b, _ := os.ReadFile(out); len(b) > 0 {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			eventually(5*time.Second, func() bool { b, _ := os.ReadFile(out); return len(b) > 0 })
 			if b, _ := os.ReadFile(out); string(b) != secret {
 				t.Fatalf("engine saw %q, want the secret unchanged", b)
 			}

@@ -136,8 +136,11 @@ func graceTicks(d time.Duration) int {
 }
 
 // pidfilePath is where Start records a process.
-func pidfilePath(spec ProcSpec) string {
-	return strings.TrimRight(spec.StateDir, "/") + "/" + spec.Name + ".pid"
+func pidfilePath(spec ProcSpec) string { return stateFile(spec, ".pid") }
+
+// stateFile is <StateDir>/<Name><ext>.
+func stateFile(spec ProcSpec, ext string) string {
+	return strings.TrimRight(spec.StateDir, "/") + "/" + spec.Name + ext
 }
 
 // validateSpec checks a ProcSpec and fills defaults.
@@ -155,7 +158,7 @@ func validateSpec(spec ProcSpec) (ProcSpec, error) {
 		return spec, fmt.Errorf("process %s: %w", spec.Name, err)
 	}
 	if spec.LogPath == "" {
-		spec.LogPath = strings.TrimRight(spec.StateDir, "/") + "/" + spec.Name + ".log"
+		spec.LogPath = stateFile(spec, ".log")
 	}
 	for _, p := range []string{spec.StateDir, spec.LogPath, spec.Dir} {
 		if strings.ContainsAny(p, "\x00\n") {

@@ -252,6 +252,9 @@ func TestMaxSessions(t *testing.T) {
 		}
 		ps = append(ps, p)
 	}
+	if n := s.Accepted(); n < 2 {
+		t.Fatalf("3 sessions over %d connection(s) with MaxSessions 2", n)
+	}
 	if out, _, err := h.Run(ctx, "echo ok"); err != nil || string(out) != "ok\n" {
 		t.Fatalf("Run: %q %v", out, err)
 	}
