@@ -101,27 +101,28 @@ var scratchPool = sync.Pool{New: func() any {
 // The returned function, when not nil, reads the response to its end (so the
 // connection is reused) and releases it; call it after recording rec.
 func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirst func()) (release func()) {
-	fail := func(msg string) {
+	fail := func(class ErrorClass, msg string) {
 		rec.DoneNs = c.clk.now()
-		rec.Status, rec.Error = StatusError, msg
+		rec.Status, rec.Error, rec.ErrorClass = StatusError, msg, class
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(j.body))
 	if err != nil {
 		rec.SentNs = c.clk.now()
-		fail(err.Error())
+		fail(ErrClassOther, err.Error())
 		return nil
 	}
 	req.Header = j.header // this request's own map, built by prepare
 	rec.SentNs = c.clk.now()
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		fail(errText(ctx, err))
+		fail(ClassifyErr(ctx, err), errText(ctx, err))
 		return nil
 	}
 	rec.HTTPStatus = resp.StatusCode
 	if resp.StatusCode != http.StatusOK {
 		excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-		fail(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(excerpt))))
+		body := strings.TrimSpace(string(excerpt))
+		fail(ClassifyHTTP(resp.StatusCode, body), fmt.Sprintf("HTTP %d: %s", resp.StatusCode, body))
 		return func() {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
@@ -147,7 +148,7 @@ func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirs
 	}
 	rec.Status = StatusOK
 	if err != nil {
-		rec.Status, rec.Error = StatusError, errText(ctx, err)
+		rec.Status, rec.Error, rec.ErrorClass = StatusError, errText(ctx, err), ClassifyErr(ctx, err)
 	}
 	return func() {
 		if err == nil { // after [DONE]: read to the end so the connection is reused

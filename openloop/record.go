@@ -29,27 +29,28 @@ const (
 // monotonic nanoseconds since the run's start (Result.Start); a time that was
 // never reached is 0.
 type Record struct {
-	ID           int       `json:"id"`             // unique in the run: fill first, then warmup and measure in schedule order
-	Cell         string    `json:"cell"`           // Config.Cell
-	Block        int       `json:"block"`          // Config.Block
-	Phase        string    `json:"phase"`          // PhaseFill, PhaseWarmup or PhaseMeasure
-	ScheduledNs  int64     `json:"scheduled_ns"`   // intended send time
-	SentNs       int64     `json:"sent_ns"`        // actual send time (just before the request is written)
-	FirstTokenNs int64     `json:"first_token_ns"` // first content chunk
-	LastTokenNs  int64     `json:"last_token_ns"`  // last content chunk
-	DoneNs       int64     `json:"done_ns"`        // end of the stream, or the failure
-	InputTokens  int       `json:"input_tokens"`   // prompt token ids sent
-	OutputTokens int       `json:"output_tokens"`  // from the usage chunk (see UsageMissing)
-	ITLMs        []float64 `json:"itl_ms"`         // gaps between consecutive content chunks, ms
-	Status       string    `json:"status"`         // StatusOK or StatusError
-	Error        string    `json:"error,omitempty"`
-	HTTPStatus   int       `json:"http_status,omitempty"`
-	Target       string    `json:"target,omitempty"`       // base URL the request went to
-	Session      string    `json:"session,omitempty"`      // trace replay: session id
-	Turn         int       `json:"turn,omitempty"`         // trace replay: turn within the session
-	PrefixGroup  int       `json:"prefix_group,omitempty"` // shared-prefix shape: group number, 1-based (0 = none)
-	TraceNs      int64     `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
-	UsageMissing bool      `json:"usage_missing,omitempty"`
+	ID           int        `json:"id"`             // unique in the run: fill first, then warmup and measure in schedule order
+	Cell         string     `json:"cell"`           // Config.Cell
+	Block        int        `json:"block"`          // Config.Block
+	Phase        string     `json:"phase"`          // PhaseFill, PhaseWarmup or PhaseMeasure
+	ScheduledNs  int64      `json:"scheduled_ns"`   // intended send time
+	SentNs       int64      `json:"sent_ns"`        // actual send time (just before the request is written)
+	FirstTokenNs int64      `json:"first_token_ns"` // first content chunk
+	LastTokenNs  int64      `json:"last_token_ns"`  // last content chunk
+	DoneNs       int64      `json:"done_ns"`        // end of the stream, or the failure
+	InputTokens  int        `json:"input_tokens"`   // prompt token ids sent
+	OutputTokens int        `json:"output_tokens"`  // from the usage chunk (see UsageMissing)
+	ITLMs        []float64  `json:"itl_ms"`         // gaps between consecutive content chunks, ms
+	Status       string     `json:"status"`         // StatusOK or StatusError
+	Error        string     `json:"error,omitempty"`
+	ErrorClass   ErrorClass `json:"error_class,omitempty"` // what kind of failure (see ErrorClasses); empty when ok
+	HTTPStatus   int        `json:"http_status,omitempty"`
+	Target       string     `json:"target,omitempty"`       // base URL the request went to
+	Session      string     `json:"session,omitempty"`      // trace replay: session id
+	Turn         int        `json:"turn,omitempty"`         // trace replay: turn within the session
+	PrefixGroup  int        `json:"prefix_group,omitempty"` // shared-prefix shape: group number, 1-based (0 = none)
+	TraceNs      int64      `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
+	UsageMissing bool       `json:"usage_missing,omitempty"`
 	// UsageMissing is set when the stream had no usage chunk and
 	// OutputTokens counts content chunks instead.
 }
@@ -113,6 +114,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = appendStringField(b, "status", r.Status)
 	if r.Error != "" {
 		b = appendStringField(b, "error", r.Error)
+	}
+	if r.ErrorClass != "" {
+		b = appendStringField(b, "error_class", string(r.ErrorClass))
 	}
 	if r.HTTPStatus != 0 {
 		b = appendIntField(b, "http_status", int64(r.HTTPStatus))
@@ -271,6 +275,13 @@ func (r *Record) validate() error {
 	}
 	if r.InputTokens < 0 || r.OutputTokens < 0 {
 		return fmt.Errorf("input_tokens/output_tokens: must be ≥ 0, got %d/%d", r.InputTokens, r.OutputTokens)
+	}
+	if r.ErrorClass != "" && !r.ErrorClass.Valid() {
+		_, err := ParseErrorClass(string(r.ErrorClass))
+		return err
+	}
+	if r.Status == StatusOK && r.ErrorClass != "" {
+		return fmt.Errorf("error_class: set on a request with status ok: %q", r.ErrorClass)
 	}
 	if r.Status == StatusOK && r.Error != "" {
 		return fmt.Errorf("error: set on a request with status ok: %q", r.Error)

@@ -143,7 +143,7 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 		data, err := s.next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return fmt.Errorf("stream ended before [DONE] after %d content chunks", st.chunks)
+				return fmt.Errorf("%w after %d content chunks", errIncompleteStream, st.chunks)
 			}
 			return err
 		}
@@ -153,7 +153,7 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 		}
 		var c chunk
 		if err := c.scan(data); err != nil {
-			return fmt.Errorf("malformed stream chunk %.80q: %w", data, err)
+			return fmt.Errorf("%w %.80q: %w", errMalformed, data, err)
 		}
 		if c.isErr {
 			return &errStream{msg: string(c.errMsg)}
