@@ -46,6 +46,15 @@ type GPUSummary struct {
 	// see ImbalanceNote).
 	Imbalance     float64 `json:"imbalance"`
 	ImbalanceNote string  `json:"imbalance_note,omitempty"`
+	// Contended is set when a process other than the engine used one of the
+	// run's GPUs during the window; ContendedReason names it. The run's
+	// verdict becomes gpu_contended (results.Decide).
+	Contended       bool   `json:"gpu_contended"`
+	ContendedReason string `json:"gpu_contended_reason,omitempty"`
+	// Throttled is set when a GPU was power or thermally throttled for more
+	// of the window than the matrix allows; the verdict becomes throttled.
+	Throttled       bool   `json:"throttled"`
+	ThrottledReason string `json:"throttled_reason,omitempty"`
 }
 
 // GPUKey names one GPU: its host and index.
