@@ -118,9 +118,13 @@ func (m *Matrix) arrivalSpec() map[string]any {
 
 func (m *Matrix) measureSpec() map[string]any {
 	x := m.Measure
-	return map[string]any{"warmup_requests": x.WarmupRequests, "min_completed": x.MinCompleted,
+	spec := map[string]any{"warmup_requests": x.WarmupRequests, "min_completed": x.MinCompleted,
 		"timeout": x.Timeout.String(), "drain_timeout": x.DrainTimeout.String(),
 		"abort_if": map[string]any{"max_inflight": x.AbortIf.MaxInflight, "max_ttft": x.AbortIf.MaxTTFT.String()}}
+	if x.MaxErrorRateSet { // only when set, so cells of older matrices keep their hashes
+		spec["max_error_rate"] = x.MaxErrorRate
+	}
+	return spec
 }
 
 // Resolved returns the canonical JSON (compact, keys sorted) of the matrix

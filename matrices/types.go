@@ -143,6 +143,11 @@ type Measure struct {
 	Timeout        time.Duration // cap on the measure phase (default 10m)
 	DrainTimeout   time.Duration // default 1m
 	AbortIf        AbortIf
+	// MaxErrorRate is the largest share of failed measured requests a run
+	// may have and still be a result (default results.DefaultMaxErrorRate,
+	// 1%); MaxErrorRateSet says the matrix set it (0 allows none).
+	MaxErrorRate    float64
+	MaxErrorRateSet bool
 }
 
 // AbortIf stops a run early and marks it saturated; zero values are off.

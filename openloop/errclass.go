@@ -23,12 +23,13 @@ const (
 	ErrClassHTTP5xx          ErrorClass = "http_5xx"           // the engine failed the request
 	ErrClassHTTPOther        ErrorClass = "http_other"         // any other non-200 status
 	ErrClassContextLength    ErrorClass = "context_length"     // prompt + output longer than the engine's max model length
-	ErrClassTimeout          ErrorClass = "timeout"            // the request's own deadline, or the run's drain timeout
+	ErrClassTimeout          ErrorClass = "timeout"            // the request's own deadline (measure.request_timeout), or the transport's
 	ErrClassConnRefused      ErrorClass = "connection_refused" // nothing listening on the port
 	ErrClassConnReset        ErrorClass = "connection_reset"   // the connection was reset or closed under the request
 	ErrClassMalformedStream  ErrorClass = "malformed_stream"   // an SSE chunk that is not a completion chunk
 	ErrClassIncompleteStream ErrorClass = "incomplete_stream"  // the stream ended before [DONE]
 	ErrClassStreamError      ErrorClass = "stream_error"       // the server reported an error inside the stream
+	ErrClassDrained          ErrorClass = "drained"            // still in flight when the run's drain timeout ended it (a symptom, not an engine error)
 	ErrClassCanceled         ErrorClass = "canceled"           // the run stopped (interrupt, abort) while the request was in flight
 	ErrClassOther            ErrorClass = "other"              // none of the above (the record's error text says what)
 )
@@ -38,7 +39,7 @@ var ErrorClasses = []ErrorClass{
 	ErrClassHTTP5xx, ErrClassHTTP429, ErrClassContextLength, ErrClassHTTP4xx, ErrClassHTTPOther,
 	ErrClassTimeout, ErrClassConnRefused, ErrClassConnReset,
 	ErrClassMalformedStream, ErrClassIncompleteStream, ErrClassStreamError,
-	ErrClassCanceled, ErrClassOther,
+	ErrClassDrained, ErrClassCanceled, ErrClassOther,
 }
 
 // Valid reports whether c is one of ErrorClasses.
@@ -112,7 +113,7 @@ func ClassifyErr(ctx context.Context, err error) ErrorClass {
 	if ctx != nil && ctx.Err() != nil {
 		var sc *stopCause
 		if errors.As(context.Cause(ctx), &sc) && sc == causeDrain {
-			return ErrClassTimeout
+			return ErrClassDrained
 		}
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return ErrClassTimeout

@@ -49,7 +49,7 @@ func (s *Sweep) blocks(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if o.entry.Status == "failed" && s.fails[id] >= s.opts.FailLimit {
+			if o.entry.Status == results.VerdictFailed && s.fails[id] >= s.opts.FailLimit {
 				s.dead[id] = o.entry.Reason
 				s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", id, cell.Config, cell.Rate, s.fails[id], firstLine(o.entry.Reason))
 			}
@@ -111,7 +111,7 @@ func (s *Sweep) skipDead(id string, b int, why string) error {
 		return err
 	}
 	now := time.Now().UTC()
-	e := JournalEntry{Cell: id, Block: b, Status: "failed", Started: now, Finished: now,
+	e := JournalEntry{Cell: id, Block: b, Status: results.VerdictFailed, Started: now, Finished: now,
 		Reason: "skipped: the cell failed " + fmt.Sprint(s.opts.FailLimit) + " consecutive runs: " + briefReason(why)}
 	if err := appendJournal(s.dir, e); err != nil {
 		return err
@@ -133,7 +133,14 @@ func (s *Sweep) shouldStop(done int) (string, bool) {
 	if rep.Budget > 0 && time.Since(s.state.Created) >= rep.Budget {
 		return fmt.Sprintf("time budget of %s spent after %d blocks", rep.Budget, done), true
 	}
+	if len(s.dead) == len(s.state.Cells) {
+		return fmt.Sprintf("every cell failed %d runs in a row and was given up after %d blocks: nothing converged", s.opts.FailLimit, done), true
+	}
 	if len(s.unconverged()) == 0 {
+		if len(s.dead) > 0 {
+			return fmt.Sprintf("not converged: %d cells failed and were given up; every other cell's %s has a relative %.0f%% CI half-width ≤ %.1f%% after %d blocks",
+				len(s.dead), rep.Metric, rep.Confidence*100, rep.RelCI*100, done), true
+		}
 		return fmt.Sprintf("converged: every cell's %s has a relative %.0f%% CI half-width ≤ %.1f%% after %d blocks",
 			rep.Metric, rep.Confidence*100, rep.RelCI*100, done), true
 	}
@@ -168,7 +175,7 @@ func (s *Sweep) cellConverged(id string) (bool, float64) {
 func (s *Sweep) metricValues(id, metric string) []float64 {
 	var blocks []int
 	for k, e := range s.journal {
-		if k.cell == id && e.Status != "failed" {
+		if k.cell == id && e.Status.Usable() {
 			blocks = append(blocks, k.block)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/results"
 )
 
 // Run starts a sweep of the matrix at matrixPath, or continues one in an
@@ -231,7 +232,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	if cerr != nil {
 		s.logf("warning: teardown: %v", cerr)
 	}
-	rep2, err := ExportDir(ctx, s.dir)
+	rep, err := ExportReport(ctx, s.dir)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, s.interrupted()
@@ -241,16 +242,21 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 		}
 		return nil, fmt.Errorf("export: %w", err)
 	}
-	o := &Outcome{Dir: s.dir, Report: rep2, Removed: s.state.Removed}
+	o := &Outcome{Dir: s.dir, Report: filepath.Join(s.dir, "report.md"), Removed: s.state.Removed, Verdicts: results.VerdictCounts{}}
 	if s.state.Stop != nil {
 		o.StopReason = s.state.Stop.Reason
 	}
-	for _, e := range s.journal {
+	for k, e := range s.journal {
+		if _, ok := s.cells[k.cell]; !ok {
+			continue // a removed cell's run
+		}
 		o.Runs++
-		if e.Status == "failed" {
+		o.Verdicts[e.Status]++
+		if e.Status == results.VerdictFailed {
 			o.Failed++
 		}
 	}
+	o.Unusable = unusableCells(rep, s.journal)
 	return o, nil
 }
 
@@ -287,7 +293,7 @@ func (s *Sweep) replayFailures(entries []JournalEntry) {
 	sorted := append([]JournalEntry(nil), entries...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Finished.Before(sorted[j].Finished) })
 	for _, e := range sorted {
-		if e.Status == "failed" {
+		if e.Status == results.VerdictFailed {
 			s.fails[e.Cell]++
 			if s.fails[e.Cell] >= s.opts.FailLimit && s.dead[e.Cell] == "" {
 				s.dead[e.Cell] = e.Reason
@@ -316,4 +322,27 @@ func engineVersion(ctx context.Context, base string) string {
 		return ""
 	}
 	return v.Version
+}
+
+// unusableCells names the cells of rep with no usable run, with the
+// verdicts of the runs they had.
+func unusableCells(rep *results.Report, journal map[runKey]JournalEntry) []string {
+	var out []string
+	for _, c := range rep.Cells {
+		if c.NRuns > 0 {
+			continue
+		}
+		vc := results.VerdictCounts{}
+		for k, e := range journal {
+			if k.cell == c.Cell {
+				vc[e.Status]++
+			}
+		}
+		why := "no run"
+		if vc.Total() > 0 {
+			why = vc.String()
+		}
+		out = append(out, fmt.Sprintf("%s (%s rate=%g %s): %s", c.Cell, c.Config, c.Rate, c.Shape, why))
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,18 +53,17 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 		return nil, ErrInterrupted
 	}
 	entry.Finished = time.Now().UTC()
-	switch {
-	case runErr != nil:
-		entry.Status, entry.Reason = "failed", s.redact(runErr.Error())
+	if runErr != nil {
+		entry.Status, entry.Reason = results.VerdictFailed, s.redact(runErr.Error())
 		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
 			// Not the run's fault, and every later run would fail the same
 			// way: stop the sweep with no journal line, so resume redoes it.
 			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, runErr)
 		}
-	case sum.Saturated:
-		entry.Status, entry.Reason = "saturated", sum.SaturationReason
-	default:
-		entry.Status = "ok"
+	} else {
+		// results.Decide, inside SummarizeRun, is the one place a verdict
+		// is decided; the journal records it.
+		entry.Status, entry.Reason = sum.Verdict, s.redact(strings.Join(sum.VerdictReasons, "; "))
 	}
 	// The journal line comes only after the run directory is complete and
 	// durable: a run with a line is never redone, so its files must be there.
@@ -74,12 +74,16 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 		return nil, err
 	}
 	s.journal[runKey{cell.ID, block}] = entry
-	if entry.Status == "failed" {
+	switch {
+	case entry.Status == results.VerdictFailed:
 		s.fails[cell.ID]++
 		s.prog.finish("FAILED: " + firstLine(entry.Reason))
-	} else {
+	case !entry.Status.Usable():
 		s.fails[cell.ID] = 0
-		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s%s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2), satMark(sum)))
+		s.prog.finish(fmt.Sprintf("NOT A RESULT (%s): %s", entry.Status, firstLine(entry.Reason)))
+	default:
+		s.fails[cell.ID] = 0
+		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2)))
 	}
 	return &runOutcome{entry: entry, summary: sum}, nil
 }
@@ -89,13 +93,6 @@ func fmtPtr(v *float64, prec int) string {
 		return "-"
 	}
 	return strconv.FormatFloat(*v, 'f', prec, 64)
-}
-
-func satMark(s *results.RunSummary) string {
-	if s.Saturated {
-		return " [saturated]"
-	}
-	return ""
 }
 
 // measure is the body of a run: engine, gate, probes, load, step log,
@@ -207,6 +204,7 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		Burstiness: s.m.Arrival.Burstiness, Grade: &res.Grade, Records: res.Records, Start: res.Start, WindowStart: res.WindowStart, WindowEnd: res.WindowEnd,
 		Offered: res.Offered, Aborted: res.Aborted, AbortReason: res.AbortReason, ClientCPUPct: res.ClientCPUPct,
 		Steps: steps, GPU: gpu, Cache: &cache, Gate: gate,
+		Policy: s.policy(cell),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("summarize run: %w", err)
@@ -294,6 +292,18 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 		Cell:         cell.ID,
 		Block:        block,
 	}
+}
+
+// policy is what a run of cell is held to for its verdict.
+func (s *Sweep) policy(cell matrices.Cell) results.Policy {
+	p := results.Policy{MinCompleted: minCompleted(s.m.Measure.MinCompleted, cell.Shape)}
+	if s.m.Measure.MaxErrorRateSet {
+		p.MaxErrorRate = s.m.Measure.MaxErrorRate
+		if p.MaxErrorRate == 0 {
+			p.MaxErrorRate = -1 // set to 0: no failure allowed
+		}
+	}
+	return p
 }
 
 // minCompleted is measure.min_completed, except for a trace replay, which

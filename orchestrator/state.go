@@ -72,13 +72,13 @@ type StopRecord struct {
 // JournalEntry is one line of journal.jsonl. A run without a journal line did
 // not happen; resume redoes it.
 type JournalEntry struct {
-	Cell     string    `json:"cell"`
-	Block    int       `json:"block"`
-	Status   string    `json:"status"` // ok | failed | saturated
-	Dir      string    `json:"dir"`
-	Reason   string    `json:"reason,omitempty"`
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished"`
+	Cell     string          `json:"cell"`
+	Block    int             `json:"block"`
+	Status   results.Verdict `json:"status"` // the run's verdict (results.Verdicts)
+	Dir      string          `json:"dir"`
+	Reason   string          `json:"reason,omitempty"`
+	Started  time.Time       `json:"started"`
+	Finished time.Time       `json:"finished"`
 }
 
 func writeSweep(dir string, st *SweepState) error {

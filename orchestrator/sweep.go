@@ -16,6 +16,7 @@ import (
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
+	"github.com/mbench/mbench/results"
 )
 
 // Options configure a sweep.
@@ -53,8 +54,18 @@ type Outcome struct {
 	StopReason string
 	Runs       int
 	Failed     int
-	Removed    []CellRecord
+	// Verdicts counts the sweep's runs by verdict.
+	Verdicts results.VerdictCounts
+	// Unusable lists the cells with no usable run, each with why
+	// ("noop-r2 (noop_connector rate=2 4096x256): 3 saturated").
+	Unusable []string
+	Removed  []CellRecord
 }
+
+// ErrNoResult is wrapped by the error of a sweep that finished with cells
+// that have no usable run: the exports are written, but they are not the
+// results the matrix asked for.
+var ErrNoResult = errors.New("cells without a usable run")
 
 // ErrInterrupted is returned when the sweep was stopped by the user; the
 // error text carries the exact resume command.

@@ -40,15 +40,15 @@ type MetricStats struct {
 
 // CellRun is one run of a cell as listed in its cell summary.
 type CellRun struct {
-	Block               int    `json:"block"`
-	Status              string `json:"status"`
-	Reason              string `json:"reason,omitempty"`
-	Dir                 string `json:"dir"`
-	Used                bool   `json:"used"` // counted in the statistics
-	Saturated           bool   `json:"saturated"`
-	SaturationReason    string `json:"saturation_reason,omitempty"`
-	ClientLimited       bool   `json:"client_limited"`
-	ClientLimitedReason string `json:"client_limited_reason,omitempty"`
+	Block               int     `json:"block"`
+	Status              Verdict `json:"status"`
+	Reason              string  `json:"reason,omitempty"`
+	Dir                 string  `json:"dir"`
+	Used                bool    `json:"used"` // counted in the statistics
+	Saturated           bool    `json:"saturated"`
+	SaturationReason    string  `json:"saturation_reason,omitempty"`
+	ClientLimited       bool    `json:"client_limited"`
+	ClientLimitedReason string  `json:"client_limited_reason,omitempty"`
 }
 
 // summarizeCell computes a cell's across-run statistics.
@@ -59,12 +59,12 @@ func summarizeCell(c *cellData, s *Sweep, blocks int) CellSummary {
 		Metrics: map[string]MetricStats{}, Runs: []CellRun{}, MissingBlocks: []int{},
 	}
 	for _, r := range c.Runs {
-		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: r.Ref.Reason, Dir: r.Ref.Dir, Used: r.Problem == "" && r.Sum != nil}
+		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: r.Ref.Reason, Dir: r.Ref.Dir, Used: r.Problem == "" && r.Sum != nil && r.Ref.Status.Usable()}
 		if r.Problem != "" && cr.Reason == "" {
 			cr.Reason = r.Problem
 		}
 		if r.Sum != nil {
-			cr.Saturated = r.Sum.Saturated || r.Ref.Status == "saturated"
+			cr.Saturated = r.Sum.Saturated || r.Ref.Status == VerdictSaturated
 			cr.SaturationReason = r.Sum.SaturationReason
 			if cr.Saturated && cr.SaturationReason == "" {
 				cr.SaturationReason = r.Ref.Reason

@@ -73,12 +73,12 @@ func renderCSV(s *Sweep, cells []*cellData) ([]byte, error) {
 		}
 		for _, r := range c.Runs {
 			used := r.Problem == "" && r.Sum != nil
-			sat, cl := r.Ref.Status == "saturated", false
+			sat, cl := r.Ref.Status == VerdictSaturated, false
 			if r.Sum != nil {
 				sat, cl = sat || r.Sum.Saturated, r.Sum.ClientLimited
 			}
 			row := []string{"run", strconv.FormatBool(s.Simulated), c.Info.ID, c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), c.Info.SameAs,
-				strconv.Itoa(r.Ref.Block), r.Ref.Status, strconv.FormatBool(used), strconv.FormatBool(sat), strconv.FormatBool(cl), ""}
+				strconv.Itoa(r.Ref.Block), string(r.Ref.Status), strconv.FormatBool(used), strconv.FormatBool(sat), strconv.FormatBool(cl), ""}
 			for _, k := range csvMetrics {
 				v, ok := r.Metrics[k]
 				if ok {

@@ -39,12 +39,13 @@ type CellInfo struct {
 }
 
 // RunRef is one journal line: a run of a cell in a block, its directory
-// relative to Sweep.Dir and its status (ok, saturated or failed).
+// relative to Sweep.Dir and its verdict. Only runs whose verdict is usable
+// (ok) count in the statistics; the others are listed with their reason.
 type RunRef struct {
 	Cell   string
 	Block  int
 	Dir    string
-	Status string
+	Status Verdict
 	Reason string
 }
 
@@ -153,7 +154,7 @@ func Export(ctx context.Context, s Sweep) (*Report, error) {
 	}
 	for _, c := range cells {
 		for _, r := range c.Runs {
-			if r.Problem != "" && r.Ref.Status != "failed" {
+			if r.Problem != "" && r.Ref.Status.Usable() {
 				rep.warn("cell %s block %d (%s): %s", r.Ref.Cell, r.Ref.Block, r.Ref.Dir, r.Problem)
 			}
 		}
@@ -235,8 +236,8 @@ func loadCells(ctx context.Context, s *Sweep, rep *Report) ([]*cellData, error) 
 		r := &runData{Ref: ref}
 		c.Runs = append(c.Runs, r)
 		switch {
-		case ref.Status != "ok" && ref.Status != "saturated":
-			r.Problem = "run " + ref.Status
+		case ref.Status == VerdictFailed:
+			r.Problem = "run failed"
 		case !filepath.IsLocal(ref.Dir):
 			r.Problem = fmt.Sprintf("run directory %q is outside the sweep", ref.Dir)
 		default:
@@ -250,6 +251,12 @@ func loadCells(ctx context.Context, s *Sweep, rep *Report) ([]*cellData, error) 
 				break
 			}
 			r.Sum, r.Metrics = sum, RunMetrics(sum)
+			if !ref.Status.Usable() {
+				// Read for what it tells (saturation, errors by class), but
+				// not a result.
+				r.Problem = "run " + string(ref.Status)
+				break
+			}
 			if prev := c.Used[ref.Block]; prev != nil {
 				rep.warn("cell %s block %d has two usable runs (%s, %s); using %s", ref.Cell, ref.Block, prev.Ref.Dir, ref.Dir, ref.Dir)
 				prev.Problem = "superseded by " + ref.Dir

@@ -2,6 +2,7 @@ package results
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -44,15 +45,27 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 		}
 		why = append(why, "run aborted early ("+r+")")
 	}
-	if s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio {
+	// thr_ratio judges only a window in which enough requests were offered
+	// to be judged: at rate 1e-9 nothing is offered, nothing completes, and
+	// the run is incomplete, not saturated.
+	offeredInWindow := 0.0
+	if s.ThrRatio != nil && s.Duration > 0 {
+		r := s.OfferedRate
+		if s.OfferedRealized != nil {
+			r = *s.OfferedRealized
+		}
+		offeredInWindow = r * s.Duration
+	}
+	if s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && offeredInWindow >= SaturationMinOffered && s.NumPrompts > 0 {
 		why = append(why, fmt.Sprintf("thr_ratio %.3f < %.1f: the engine completed fewer requests than were offered", *s.ThrRatio, SaturationThrRatio))
 	}
 	if tr, ok := fitTrend(x, y); ok {
 		s.TTFTSlopeMsPerS, s.TTFTSlopeP = ptr(tr.Slope), ptr(tr.P)
 		med := openloop.PercentileSorted(ttftSorted, 50)
 		rise := tr.Slope * tr.Span
-		if tr.P < TrendAlpha && rise > TrendMinRise*med {
-			why = append(why, fmt.Sprintf("TTFT rises through the window: +%.0f ms over %.0f s (slope %.3g ms/s, p=%.2g), more than half the median TTFT %.0f ms", rise, tr.Span, tr.Slope, tr.P, med))
+		first, last := quarterMedians(x, y)
+		if tr.P < TrendAlpha && rise > TrendMinRise*med && last-first > TrendMinRise*med {
+			why = append(why, fmt.Sprintf("TTFT rises through the window: +%.0f ms over %.0f s (slope %.3g ms/s, p=%.2g), more than half the median TTFT %.0f ms, and the last quarter's median TTFT %.0f ms is that far above the first quarter's %.0f ms", rise, tr.Span, tr.Slope, tr.P, med, last, first))
 		}
 	}
 	if len(why) > 0 {
@@ -61,8 +74,53 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	}
 }
 
-// errorKey groups failed requests by the start of their error message.
-func errorKey(r *Record) string {
+// quarterMedians is the median TTFT of the requests sent in the first and
+// in the last quarter of the window. A queue that builds up (saturation)
+// keeps TTFT high to the end; a passing stall of the host (a loaded machine)
+// lifts the fitted slope but not the last quarter, and must not grade a run
+// saturated.
+func quarterMedians(x, y []float64) (first, last float64) {
+	if len(x) == 0 {
+		return 0, 0
+	}
+	lo, hi := slices.Min(x), slices.Max(x)
+	q := (hi - lo) / 4
+	var a, b []float64
+	for i := range x {
+		switch {
+		case x[i] <= lo+q:
+			a = append(a, y[i])
+		case x[i] >= hi-q:
+			b = append(b, y[i])
+		}
+	}
+	if len(a) == 0 || len(b) == 0 {
+		return 0, 0
+	}
+	sort.Float64s(a)
+	sort.Float64s(b)
+	return openloop.PercentileSorted(a, 50), openloop.PercentileSorted(b, 50)
+}
+
+// errorClass is the class of a failed record: its error_class, or, for a
+// record written before classes existed, one inferred from its HTTP status
+// (else "other").
+func errorClass(r *Record) string {
+	if r.ErrorClass != "" {
+		return string(r.ErrorClass)
+	}
+	if r.HTTPStatus != 0 && r.HTTPStatus != 200 {
+		return string(openloop.ClassifyHTTP(r.HTTPStatus, r.Error))
+	}
+	if r.Error == "drain timeout" {
+		return string(openloop.ErrClassDrained)
+	}
+	return string(openloop.ErrClassOther)
+}
+
+// errorExample is the first line of a record's error text, cut to 200 bytes
+// at a rune boundary.
+func errorExample(r *Record) string {
 	msg := strings.TrimSpace(r.Error)
 	if i := strings.IndexAny(msg, "\r\n"); i >= 0 {
 		msg = msg[:i]
@@ -73,7 +131,7 @@ func errorKey(r *Record) string {
 		}
 		return "status " + r.Status + " (no message)"
 	}
-	const maxLen = 60
+	const maxLen = 200
 	if len(msg) > maxLen {
 		cut := maxLen
 		for cut > 0 && !isRuneStart(msg[cut]) {

@@ -40,8 +40,9 @@ func renderReport(s *Sweep, cells []*cellData, rep *Report) string {
 	renderNoise(&b, s, ordered)
 	renderComparisons(&b, s, rep)
 	renderClientLimited(&b, ordered)
+	renderVerdicts(&b, ordered)
 	renderProblems(&b, ordered, rep)
-	p("## Runs\n\n| Cell | Config | Shape | Rate | Block | Status | Dir |\n|---|---|---|---|---|---|---|\n")
+	p("## Runs\n\n| Cell | Config | Shape | Rate | Block | Verdict | Dir |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range ordered {
 		for _, r := range c.Runs {
 			p("| %s | %s | %s | %g | %d | %s | %s |\n", c.Info.ID, c.Info.Config, c.Info.Shape, c.Info.Rate, r.Ref.Block, r.Ref.Status, r.Ref.Dir)
@@ -157,7 +158,7 @@ func ttftCell(c *cellData) string {
 	}
 	m, ok := c.Sum.Metrics["p90_ttft_ms"]
 	if !ok || m.Mean == nil {
-		return "missing"
+		return "missing" + notResults(c)
 	}
 	var s string
 	if m.HalfWidth == nil {

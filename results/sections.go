@@ -143,7 +143,7 @@ func renderClientLimited(b *strings.Builder, ordered []*cellData) {
 // renderProblems lists missing cells, missing blocks, failed runs and
 // warnings.
 func renderProblems(b *strings.Builder, ordered []*cellData, rep *Report) {
-	b.WriteString("## Failed and missing\n\n")
+	b.WriteString("## Runs that are not results, and missing cells\n\n")
 	var lines []string
 	for _, c := range ordered {
 		id := fmt.Sprintf("%s (%s, rate=%g, %s)", c.Info.ID, c.Info.Config, c.Info.Rate, c.Info.Shape)
@@ -159,7 +159,7 @@ func renderProblems(b *strings.Builder, ordered []*cellData, rep *Report) {
 		}
 		for _, r := range c.Sum.Runs {
 			if !r.Used {
-				lines = append(lines, fmt.Sprintf("- run %s b%d: %s — %s", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded")))
+				lines = append(lines, fmt.Sprintf("- run %s b%d: **%s** — %s", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded")))
 			}
 		}
 	}

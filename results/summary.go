@@ -13,6 +13,9 @@ import (
 const (
 	// SaturationThrRatio: a run whose thr_ratio is below it is saturated.
 	SaturationThrRatio = 0.9
+	// SaturationMinOffered: thr_ratio grades a run only when at least this
+	// many requests were offered in its window.
+	SaturationMinOffered = 10
 	// TrendAlpha: the TTFT slope test must reject "no rise" at this level...
 	TrendAlpha = 0.01
 	// TrendMinRise: ...and the fitted rise over the window must exceed this
@@ -48,6 +51,9 @@ type RunInput struct {
 	// function openloop.Run uses, so both agree as long as Arrival and
 	// Burstiness are the run's; passing Grade needs neither.
 	Grade *openloop.Grade
+
+	// Policy is what the run is held to (min_completed, max_error_rate).
+	Policy Policy
 
 	Steps *StepStats
 	GPU   *GPUSummary
@@ -137,11 +143,19 @@ type RunSummary struct {
 	WindowStart string `json:"window_start,omitempty"` // RFC 3339, UTC
 	WindowEnd   string `json:"window_end,omitempty"`
 
-	Errors      map[string]int `json:"errors"`
-	EngineStep  *StepStats     `json:"engine_step,omitempty"`
-	GPU         *GPUSummary    `json:"gpu,omitempty"`
-	PrefixCache *CacheSummary  `json:"prefix_cache,omitempty"`
-	Gate        any            `json:"gate,omitempty"`
+	// Verdict is the run's verdict (Decide); VerdictReasons every condition
+	// that applied, the verdict's first.
+	Verdict        Verdict  `json:"verdict"`
+	VerdictReasons []string `json:"verdict_reasons,omitempty"`
+
+	// Errors counts the failed measured requests by openloop.ErrorClass;
+	// ErrorExamples keeps the first error text of each class.
+	Errors        map[string]int    `json:"errors"`
+	ErrorExamples map[string]string `json:"error_examples,omitempty"`
+	EngineStep    *StepStats        `json:"engine_step,omitempty"`
+	GPU           *GPUSummary       `json:"gpu,omitempty"`
+	PrefixCache   *CacheSummary     `json:"prefix_cache,omitempty"`
+	Gate          any               `json:"gate,omitempty"`
 }
 
 // latStats holds pointers to the five statistics of one latency metric.
@@ -207,7 +221,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		Simulated: in.Simulated, Engine: in.Engine, Cell: in.Cell, Config: in.Config, Shape: in.Shape,
 		Rate: in.Rate, Block: in.Block, Arrival: in.Arrival, OfferedRate: in.Offered,
 		Aborted: in.Aborted, AbortReason: in.AbortReason, ClientCPUPct: in.ClientCPUPct,
-		Errors: map[string]int{}, EngineStep: in.Steps, GPU: in.GPU, PrefixCache: in.Cache, Gate: in.Gate,
+		Errors: map[string]int{}, ErrorExamples: map[string]string{}, EngineStep: in.Steps, GPU: in.GPU, PrefixCache: in.Cache, Gate: in.Gate,
 	}
 	if !in.WindowStart.IsZero() {
 		s.WindowStart = in.WindowStart.UTC().Format(time.RFC3339Nano)
@@ -236,7 +250,11 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		}
 		if r.Status != openloop.StatusOK {
 			s.Failed++
-			s.Errors[errorKey(r)]++
+			class := errorClass(r)
+			s.Errors[class]++
+			if _, ok := s.ErrorExamples[class]; !ok {
+				s.ErrorExamples[class] = errorExample(r)
+			}
 			continue
 		}
 		s.Completed++
@@ -291,5 +309,6 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	}
 	gradeSends(s, sends, in)
 	gradeSaturation(s, trendX, trendY, ttft)
+	Decide(s, in.Policy)
 	return s, nil
 }

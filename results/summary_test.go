@@ -90,7 +90,7 @@ func TestSummarizeRunKnownValues(t *testing.T) {
 	if !s.Saturated || !strings.Contains(s.SaturationReason, "thr_ratio 0.899 < 0.9") || s.ClientLimited {
 		t.Errorf("saturated=%v (%s) client_limited=%v (%s)", s.Saturated, s.SaturationReason, s.ClientLimited, s.ClientLimitedReason)
 	}
-	if len(s.Errors) != 1 || s.Errors["HTTP 500: internal error"] != 1 {
+	if len(s.Errors) != 1 || s.Errors["http_5xx"] != 1 || s.ErrorExamples["http_5xx"] != "HTTP 500: internal error" {
 		t.Errorf("errors = %v", s.Errors)
 	}
 	if s.WindowStart != "2026-05-26T17:28:01Z" || s.ClientCPUPct != 12.5 || !s.Simulated || s.Engine != "sim" {
@@ -257,8 +257,8 @@ func TestSummarizeRunBadInput(t *testing.T) {
 	}
 }
 
-func TestErrorKey(t *testing.T) {
-	long := strings.Repeat("é", 50) // 100 bytes
+func TestErrorExample(t *testing.T) {
+	long := strings.Repeat("é", 150) // 300 bytes
 	cases := []struct {
 		r    Record
 		want string
@@ -267,11 +267,30 @@ func TestErrorKey(t *testing.T) {
 		{Record{Error: "  HTTP 503: busy\nmore"}, "HTTP 503: busy"},
 		{Record{HTTPStatus: 429, Status: "error"}, "HTTP 429"},
 		{Record{Status: "error"}, "status error (no message)"},
-		{Record{Error: long}, strings.Repeat("é", 30) + "…"},
+		{Record{Error: long}, strings.Repeat("é", 100) + "…"},
 	}
 	for _, c := range cases {
-		if got := errorKey(&c.r); got != c.want {
-			t.Errorf("errorKey(%q) = %q, want %q", c.r.Error, got, c.want)
+		if got := errorExample(&c.r); got != c.want {
+			t.Errorf("errorExample(%q) = %q, want %q", c.r.Error, got, c.want)
+		}
+	}
+}
+
+func TestErrorClassOfOldRecords(t *testing.T) {
+	cases := []struct {
+		r    Record
+		want string
+	}{
+		{Record{ErrorClass: "connection_refused", Error: "dial tcp 127.0.0.1:1: connect: connection refused"}, "connection_refused"},
+		{Record{HTTPStatus: 503, Error: "HTTP 503: busy"}, "http_5xx"},
+		{Record{HTTPStatus: 400, Error: "HTTP 400: This model's maximum context length is 4096 tokens"}, "context_length"},
+		{Record{HTTPStatus: 429}, "http_429"},
+		{Record{Error: "drain timeout"}, "drained"},
+		{Record{Error: "something else"}, "other"},
+	}
+	for _, c := range cases {
+		if got := errorClass(&c.r); got != c.want {
+			t.Errorf("errorClass(%+v) = %q, want %q", c.r, got, c.want)
 		}
 	}
 }

@@ -2,7 +2,11 @@ package results
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+
+	"github.com/mbench/mbench/openloop"
 )
 
 // Verdict is what one run is, decided in one place (Decide) and journaled.
@@ -76,4 +80,112 @@ func (v *Verdict) UnmarshalText(b []byte) error {
 	}
 	*v = p
 	return nil
+}
+
+// DefaultMaxErrorRate is measure.max_error_rate when the matrix does not set
+// it: more than 1% of the measured requests failing makes a run "errors".
+const DefaultMaxErrorRate = 0.01
+
+// Policy is what a run is held to, from the matrix's measure section.
+type Policy struct {
+	// MinCompleted is the number of measured requests that must complete
+	// (0: no minimum, as for a trace replayed to its end).
+	MinCompleted int
+	// MaxErrorRate is the largest share of failed measured requests (engine
+	// failures; requests the harness cut off at the end are not counted)
+	// that still makes a result. 0 means DefaultMaxErrorRate; a negative
+	// value allows none.
+	MaxErrorRate float64
+}
+
+func (p Policy) maxErrorRate() float64 {
+	switch {
+	case p.MaxErrorRate == 0:
+		return DefaultMaxErrorRate
+	case p.MaxErrorRate < 0:
+		return 0
+	}
+	return p.MaxErrorRate
+}
+
+// Decide is the one place a run's verdict is decided. It sets s.Verdict and
+// s.VerdictReasons: every condition that applies, in the order of Verdicts,
+// the first of which is the verdict. A run whose engine or harness failed
+// has no summary; its verdict is VerdictFailed, decided by the caller.
+func Decide(s *RunSummary, p Policy) {
+	type cond struct {
+		v   Verdict
+		why string
+	}
+	var cs []cond
+	engineFailed, cut := 0, 0
+	for class, n := range s.Errors {
+		if harnessCut(class) {
+			cut += n
+		} else {
+			engineFailed += n
+		}
+	}
+	if n := s.Completed + engineFailed; engineFailed > 0 && float64(engineFailed) > p.maxErrorRate()*float64(n) {
+		cs = append(cs, cond{VerdictErrors, fmt.Sprintf("%d of %d measured requests failed (%s), more than max_error_rate %g allows",
+			engineFailed, n, errorBreakdown(s.Errors), p.maxErrorRate())})
+	}
+	if s.Saturated {
+		cs = append(cs, cond{VerdictSaturated, s.SaturationReason})
+	}
+	if p.MinCompleted > 0 && s.Completed < p.MinCompleted {
+		why := fmt.Sprintf("%d of the %d measured requests required completed", s.Completed, p.MinCompleted)
+		if s.Aborted {
+			why += " (aborted: " + s.AbortReason + ")"
+		} else {
+			why += " before measure.timeout"
+		}
+		if cut > 0 {
+			why += fmt.Sprintf("; %d were still in flight when the run ended", cut)
+		}
+		cs = append(cs, cond{VerdictIncomplete, why})
+	} else if s.Completed == 0 {
+		cs = append(cs, cond{VerdictIncomplete, "no measured request completed"})
+	}
+	if s.ClientLimited {
+		cs = append(cs, cond{VerdictClientLimited, s.ClientLimitedReason})
+	}
+	if s.GPU != nil && s.GPU.Contended {
+		cs = append(cs, cond{VerdictGPUContended, s.GPU.ContendedReason})
+	}
+	if s.GPU != nil && s.GPU.Throttled {
+		cs = append(cs, cond{VerdictThrottled, s.GPU.ThrottledReason})
+	}
+	s.Verdict, s.VerdictReasons = VerdictOK, nil
+	if len(cs) == 0 {
+		return
+	}
+	slices.SortStableFunc(cs, func(a, b cond) int { return slices.Index(Verdicts, a.v) - slices.Index(Verdicts, b.v) })
+	s.Verdict = cs[0].v
+	for _, c := range cs {
+		s.VerdictReasons = append(s.VerdictReasons, string(c.v)+": "+c.why)
+	}
+}
+
+// harnessCut reports whether a failure class means the harness ended the
+// request (the run's drain ran out, or the run was stopped), not that the
+// engine failed it.
+func harnessCut(class string) bool {
+	return class == string(openloop.ErrClassDrained) || class == string(openloop.ErrClassCanceled)
+}
+
+// errorBreakdown is "412 http_5xx, 3 timeout", most frequent first.
+func errorBreakdown(m map[string]int) string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", m[k], k)
+	}
+	return strings.Join(parts, ", ")
 }

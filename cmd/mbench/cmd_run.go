@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator"
@@ -91,18 +92,31 @@ func finishSweep(c *cli.Context, o *orchestrator.Outcome, err error) error {
 	if o == nil { // dry run
 		return nil
 	}
-	w := c.App.Writer
+	w, ew := c.App.Writer, c.App.ErrWriter
 	for _, r := range o.Removed {
-		fmt.Fprintf(w, "removed cell (results kept on disk): %s %s rate=%g %s\n", r.ID, r.Config, r.Rate, r.Shape)
+		fmt.Fprintf(ew, "removed cell (results kept on disk): %s %s rate=%g %s\n", r.ID, r.Config, r.Rate, r.Shape)
 	}
-	fmt.Fprintf(w, "sweep done: %d runs (%d failed); stopped: %s\n", o.Runs, o.Failed, o.StopReason)
 	rel, rerr := filepath.Rel(mustGetwd(), o.Report)
 	if rerr != nil {
 		rel = o.Report
 	}
 	fmt.Fprintf(w, "report: %s\n", rel)
+	fmt.Fprintf(ew, "stopped: %s\n", o.StopReason)
+	fmt.Fprintf(ew, "sweep done: %d runs: %s\n", o.Runs, o.Verdicts)
+	if len(o.Unusable) > 0 {
+		return noResultError{fmt.Errorf("%w: %d of the sweep's cells have no usable run, so the report cannot compare them:\n  %s\nsee the report's \"Run verdicts\" section for why",
+			orchestrator.ErrNoResult, len(o.Unusable), strings.Join(o.Unusable, "\n  "))}
+	}
 	return nil
 }
+
+// noResultError is a sweep that finished without a usable run for some
+// cells. It exits 3.
+type noResultError struct{ err error }
+
+func (e noResultError) Error() string { return e.err.Error() }
+func (e noResultError) Unwrap() error { return e.err }
+func (e noResultError) ExitCode() int { return exitNoResult }
 
 func mustGetwd() string {
 	wd, _ := os.Getwd()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/mbench/mbench/orchestrator"
@@ -26,7 +27,7 @@ type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
-func (e usageError) ExitCode() int { return 2 }
+func (e usageError) ExitCode() int { return exitUsage }
 
 // commands collects the subcommands. Each file of this package that defines a
 // subcommand adds it from an init function, so the files stay independent.
@@ -57,9 +58,21 @@ func main() {
 	}
 }
 
-// exitInterrupted is the exit status after Ctrl-C (128 + SIGINT), as shells
-// report it for a process killed by the signal.
-const exitInterrupted = 130
+// The exit statuses of mbench (README: "Exit status").
+const (
+	exitOK    = 0 // what was asked for was done, and every result is usable
+	exitError = 1 // the command failed (a host, a disk, an engine port, …): it says why
+	exitUsage = 2 // bad usage: flags, subcommand, arguments, an invalid matrix or input file
+	// exitNoResult: the command finished, but some of what it measured is not
+	// a result (a sweep with cells that have no usable run; a load run whose
+	// verdict is not ok).
+	exitNoResult = 3
+	// exitLocked: the results directory is in use by another mbench process.
+	exitLocked = 4
+	// exitInterrupted is the exit status after Ctrl-C (128 + SIGINT), as
+	// shells report it for a process killed by the signal.
+	exitInterrupted = 130
+)
 
 // exitCode maps an error from run to the process exit status.
 func exitCode(err error) int {
@@ -70,7 +83,7 @@ func exitCode(err error) int {
 	case errors.Is(err, orchestrator.ErrInterrupted):
 		return exitInterrupted
 	}
-	return 1
+	return exitError
 }
 
 // run is the whole program: it parses args and dispatches to a subcommand.
@@ -93,7 +106,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usageError{err}
 		},
 	}
-	return app.RunContext(ctx, interspersed(cmds, args))
+	usage := func(_ *cli.Context, err error, _ bool) error { return usageError{err} }
+	known := map[string]bool{"help": true, "h": true}
+	for _, c := range cmds {
+		c.OnUsageError = usage
+		known[c.Name] = true
+		for _, a := range c.Aliases {
+			known[a] = true
+		}
+	}
+	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && !known[args[1]] {
+		return usageError{fmt.Errorf("unknown command %q; run mbench help for the list", args[1])}
+	}
+	err := app.RunContext(ctx, interspersed(cmds, args))
+	var ue usageError
+	if err != nil && !errors.As(err, &ue) && strings.HasPrefix(err.Error(), "Required flag") {
+		return usageError{err}
+	}
+	return err
 }
 
 // version is the mbench version, recorded in every sweep's fingerprint.

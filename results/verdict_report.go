@@ -1,0 +1,133 @@
+package results
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/mbench/mbench/openloop"
+)
+
+// VerdictRule is the rule of Decide in words, for report.md's method.
+const VerdictRule = "Each run gets one verdict, decided in one place from its summary: " +
+	"**failed** when the engine or the harness failed (no summary); " +
+	"**errors** when more of its measured requests failed than measure.max_error_rate allows (default 1%; " +
+	"requests cut off by the drain timeout or an interrupt are not engine errors); " +
+	"**saturated** when the engine completed fewer than 90% of the requests offered in the window " +
+	"(judged only when at least 10 were offered), the run was aborted by abort_if, or TTFT rose through the window " +
+	"(a significant slope, and the last quarter's median TTFT above the first quarter's by half the median); " +
+	"**incomplete** when fewer than measure.min_completed measured requests completed before measure.timeout; " +
+	"**client_limited** when the load generator did not send on schedule; " +
+	"**gpu_contended** when a process other than the engine used one of the run's GPUs during the window; " +
+	"**throttled** when a GPU was power or thermally throttled for more of the window than allowed; " +
+	"else **ok**. The first that applies is the verdict; every one that applied is recorded. " +
+	"Only ok runs count in the tables, the comparisons and the stopping rule."
+
+// VerdictCounts counts runs by verdict.
+type VerdictCounts map[Verdict]int
+
+// String is "40 ok, 3 saturated, 2 errors", in the order of Verdicts, ok
+// first.
+func (vc VerdictCounts) String() string {
+	var parts []string
+	if n := vc[VerdictOK]; n > 0 || vc.Total() == 0 {
+		parts = append(parts, fmt.Sprintf("%d ok", n))
+	}
+	for _, v := range Verdicts {
+		if v != VerdictOK && vc[v] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", vc[v], v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Total is the number of runs counted.
+func (vc VerdictCounts) Total() int {
+	n := 0
+	for _, k := range vc {
+		n += k
+	}
+	return n
+}
+
+// renderVerdicts writes the verdict section: counts, the rule, and the
+// failed requests of every run by class.
+func renderVerdicts(b *strings.Builder, ordered []*cellData) {
+	b.WriteString("## Run verdicts\n\n")
+	counts := VerdictCounts{}
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			counts[r.Ref.Status]++
+		}
+	}
+	fmt.Fprintf(b, "%d runs: %s.\n\n%s\n\n", counts.Total(), counts, VerdictRule)
+	byClass := map[string]int{}
+	type row struct {
+		cell  *cellData
+		run   *runData
+		count map[string]int
+	}
+	var rows []row
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if r.Sum == nil || len(r.Sum.Errors) == 0 {
+				continue
+			}
+			rows = append(rows, row{c, r, r.Sum.Errors})
+			for k, n := range r.Sum.Errors {
+				byClass[k] += n
+			}
+		}
+	}
+	if len(rows) == 0 {
+		b.WriteString("No measured request failed.\n\n")
+		return
+	}
+	classes := classOrder(byClass)
+	b.WriteString("### Failed requests by class\n\n| Cell | Config | Rate | Block | Verdict |")
+	for _, k := range classes {
+		fmt.Fprintf(b, " %s |", k)
+	}
+	b.WriteString("\n|---|---|---|---|---|" + strings.Repeat("---|", len(classes)) + "\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s | %s | %g | %d | %s |", r.cell.Info.ID, r.cell.Info.Config, r.cell.Info.Rate, r.run.Ref.Block, r.run.Ref.Status)
+		for _, k := range classes {
+			fmt.Fprintf(b, " %d |", r.count[k])
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+// classOrder is the classes present, in openloop.ErrorClasses order, then
+// any unknown ones sorted.
+func classOrder(m map[string]int) []string {
+	var out []string
+	for _, c := range openloop.ErrorClasses {
+		if m[string(c)] > 0 {
+			out = append(out, string(c))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !openloop.ErrorClass(k).Valid() {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// notResults is " (3 saturated)" for a cell whose runs are not results,
+// "" when it has none.
+func notResults(c *cellData) string {
+	vc := VerdictCounts{}
+	for _, r := range c.Runs {
+		if !r.Ref.Status.Usable() {
+			vc[r.Ref.Status]++
+		}
+	}
+	if len(vc) == 0 {
+		return ""
+	}
+	return " (" + vc.String() + ")"
+}
