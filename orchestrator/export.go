@@ -3,27 +3,42 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sort"
 
-	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
 )
 
-// ExportDir (re)writes the exports of the sweep in dir — per-cell
-// summaries, report.md, tables.csv and plots — from sweep.json, the journal
-// and the run directories. It works on a partial sweep too, where missing
-// cells are marked. It returns the path of report.md.
-func ExportDir(ctx context.Context, dir string) (string, error) {
-	if _, err := ExportReport(ctx, dir); err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "report.md"), nil
+// ExportOverrides change how an export analyses a sweep, against what the
+// sweep recorded; the report states every override. Zero values keep the
+// recorded method.
+type ExportOverrides struct {
+	Confidence float64 // of CIs and tests
+	Baseline   string  // the config every other config is compared with
 }
 
-// ExportReport is ExportDir returning what was computed: the per-cell
-// statistics, the comparisons and the A/A noise floor.
-func ExportReport(ctx context.Context, dir string) (*results.Report, error) {
+// ExportReport (re)writes the exports of the sweep in dir — per-cell
+// summaries, report.md, tables.csv and plots — from sweep.json, the journal
+// and the run directories, and returns what was computed: the per-cell
+// statistics, the comparisons and the A/A noise floor. It works on a partial
+// sweep too, where missing cells are marked. It takes the directory's lock
+// and first removes temporary files an interrupted writer left. The method
+// (baseline, compared metrics, confidence) is the one recorded in
+// sweep.json, changed only by ov.
+func ExportReport(ctx context.Context, dir string, ov ExportOverrides) (*results.Report, error) {
+	if _, err := ReadSweep(dir); err != nil {
+		return nil, err
+	}
+	lock, err := LockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
+	cleanTemps(dir)
+	return exportReport(ctx, dir, ov)
+}
+
+// exportReport is ExportReport for a caller that holds the directory's lock.
+func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results.Report, error) {
 	st, err := ReadSweep(dir)
 	if err != nil {
 		return nil, err
@@ -40,13 +55,28 @@ func ExportReport(ctx context.Context, dir string) (*results.Report, error) {
 		Env:        st.Fingerprint,
 		Simulated:  st.Simulated,
 	}
-	// The resolved matrix is recorded without secrets; reload the matrix
-	// itself only for the redactor, the baseline and the compared metrics.
-	if m, err := matrices.Load(st.MatrixFile); err == nil {
-		sw.Baseline, sw.Compare, sw.Redact = m.Baseline, m.Compare, m.Redact
-		sw.Confidence, sw.Metric, sw.RelCI = m.Repeat.Confidence, m.Repeat.Metric, m.Repeat.RelCI
-	} else if b, c, conf, ok := resolvedBasics(st); ok {
-		sw.Baseline, sw.Compare, sw.Confidence = b, c, conf
+	// Everything written into the sweep directory was redacted when it was
+	// written, so export needs no secrets, and so no matrix file.
+	rm, err := resolvedMethod(st)
+	if err != nil {
+		return nil, fmt.Errorf("export %s: %w", dir, err)
+	}
+	sw.Baseline, sw.Compare = rm.Baseline, rm.Compare
+	sw.Confidence, sw.Metric, sw.RelCI = rm.Repeat.Confidence, rm.Repeat.Metric, rm.Repeat.RelCI
+	if ov.Confidence != 0 && ov.Confidence != sw.Confidence {
+		sw.Overrides = append(sw.Overrides, fmt.Sprintf("confidence %g, where the sweep recorded %g (mbench export --confidence)", ov.Confidence, sw.Confidence))
+		sw.Confidence = ov.Confidence
+	}
+	if ov.Baseline != "" && ov.Baseline != sw.Baseline {
+		known := false
+		for _, c := range st.Cells {
+			known = known || c.Config == ov.Baseline
+		}
+		if !known {
+			return nil, fmt.Errorf("export %s: --baseline %q is not a config of the sweep", dir, ov.Baseline)
+		}
+		sw.Overrides = append(sw.Overrides, fmt.Sprintf("baseline %s, where the sweep recorded %s (mbench export --baseline)", ov.Baseline, sw.Baseline))
+		sw.Baseline = ov.Baseline
 	}
 	if st.Stop != nil {
 		sw.StopReason = st.Stop.Reason

@@ -40,16 +40,27 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 	}
 	matrixAbs, _ := filepath.Abs(matrixPath)
 	s := newSweep(m, abs, opts)
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("create results directory: %w", err)
+	}
+	lock, err := LockDir(abs)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
 	old, err := ReadSweep(abs)
 	switch {
 	case err == nil:
 		if err := s.reconcile(old, matrixAbs); err != nil {
 			return nil, err
 		}
-	case errors.Is(err, os.ErrNotExist):
-		if err := os.MkdirAll(abs, 0o755); err != nil {
-			return nil, fmt.Errorf("create results directory: %w", err)
+		if err := s.keepMatrixCopy(matrixPath); err != nil {
+			return nil, err
 		}
+		if err := writeSweep(abs, s.state); err != nil {
+			return nil, err
+		}
+	case errors.Is(err, os.ErrNotExist):
 		resolved, err := m.Resolved()
 		if err != nil {
 			return nil, fmt.Errorf("resolve matrix: %w", err)
@@ -57,6 +68,9 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 		s.state = &SweepState{Format: 1, SweepID: sweepID(m.Name, abs), Name: m.Name, MatrixFile: matrixAbs,
 			MatrixHash: m.Hash, Resolved: resolved, Seed: m.Seed, Randomize: m.Repeat.Randomize,
 			Cells: cellRecords(m), Fingerprint: s.fingerprint(), Created: time.Now().UTC(), Simulated: m.Engine.Kind == "sim"}
+		if err := s.keepMatrixCopy(matrixPath); err != nil {
+			return nil, err
+		}
 		if err := writeSweep(abs, s.state); err != nil {
 			return nil, err
 		}
@@ -74,20 +88,31 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := ReadSweep(abs)
+	if _, err := ReadSweep(abs); err != nil {
+		return nil, err
+	}
+	lock, err := LockDir(abs)
 	if err != nil {
 		return nil, err
 	}
-	m, err := matrices.Load(st.MatrixFile)
+	defer lock.Unlock()
+	st, err := ReadSweep(abs) // again, now that no other process writes it
 	if err != nil {
-		return nil, fmt.Errorf("resume %s: reload the sweep's matrix: %w", dir, err)
+		return nil, err
 	}
-	if m.Hash != st.MatrixHash {
-		return nil, fmt.Errorf("resume %s: the matrix %s changed since the sweep started; to continue with the edited matrix run: mbench run %s --out %s", dir, st.MatrixFile, st.MatrixFile, dir)
+	m, err := resumeMatrix(abs, st, opts.MatrixOverride)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s: %w", dir, err)
 	}
 	s := newSweep(m, abs, opts)
 	s.state = st
 	if err := s.checkFingerprint(); err != nil {
+		return nil, err
+	}
+	for _, f := range cleanTemps(abs) {
+		s.tracef("removed a temporary file left by an interrupted write: %s", f)
+	}
+	if err := s.verifyRuns(); err != nil {
 		return nil, err
 	}
 	return s.execute(ctx)
@@ -232,7 +257,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	if cerr != nil {
 		s.logf("warning: teardown: %v", cerr)
 	}
-	rep, err := ExportReport(ctx, s.dir)
+	rep, err := exportReport(ctx, s.dir, ExportOverrides{})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, s.interrupted()

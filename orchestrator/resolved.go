@@ -1,23 +1,39 @@
 package orchestrator
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // resolvedBasics reads the baseline, compared metrics and confidence from
 // the resolved matrix recorded in sweep.json, for exports made where the
 // matrix file is gone.
-func resolvedBasics(st *SweepState) (baseline string, compare []string, confidence float64, ok bool) {
-	var r struct {
-		Baseline string   `json:"baseline"`
-		Compare  []string `json:"compare"`
-		Repeat   struct {
-			Confidence float64 `json:"confidence"`
-		} `json:"repeat"`
+// recordedMethod is what export needs of the matrix as the sweep recorded
+// it in sweep.json: the baseline, the compared metrics and the stopping
+// rule's metric, target and confidence.
+type recordedMethod struct {
+	Baseline string   `json:"baseline"`
+	Compare  []string `json:"compare"`
+	Repeat   struct {
+		Confidence float64 `json:"confidence"`
+		Metric     string  `json:"metric"`
+		RelCI      float64 `json:"rel_ci"`
+	} `json:"repeat"`
+}
+
+// resolvedMethod reads the method from the resolved matrix recorded in
+// st. Export never re-reads the matrix file: an edit made after the sweep
+// (a confidence, a baseline) must not change its report silently.
+func resolvedMethod(st *SweepState) (recordedMethod, error) {
+	var r recordedMethod
+	if len(st.Resolved) == 0 {
+		return r, fmt.Errorf("sweep.json records no resolved matrix")
 	}
-	if len(st.Resolved) == 0 || json.Unmarshal(st.Resolved, &r) != nil || r.Baseline == "" {
-		return "", nil, 0, false
+	if err := json.Unmarshal(st.Resolved, &r); err != nil {
+		return r, fmt.Errorf("sweep.json: resolved matrix: %w", err)
 	}
 	if r.Repeat.Confidence == 0 {
 		r.Repeat.Confidence = 0.95
 	}
-	return r.Baseline, r.Compare, r.Repeat.Confidence, true
+	return r, nil
 }

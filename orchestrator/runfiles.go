@@ -6,6 +6,7 @@ package orchestrator
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,11 +25,11 @@ import (
 // the start of the run, keeps the lines inside the measured window, writes
 // them to the run directory and summarizes them.
 func (s *Sweep) collectSteps(ctx context.Context, es *engineSet, offsets []int64, res *openloop.Result, dir string) (*probes.StepStats, error) {
-	flush := 300 * time.Millisecond
+	flush := 300 * time.Millisecond // the sim flushes its step log every 200 ms
 	if !s.isSim() {
 		flush = 1500 * time.Millisecond // the vLLM plugin flushes at least once a second
 	}
-	if err := sleepCtx(ctx, flush); err != nil {
+	if err := s.waitStepsFlushed(ctx, es, res.WindowEnd, flush); err != nil {
 		return nil, err
 	}
 	var raw bytes.Buffer
@@ -62,6 +63,64 @@ func (s *Sweep) collectSteps(ctx context.Context, es *engineSet, offsets []int64
 		return nil, fmt.Errorf("slice step log: %w", err)
 	}
 	return &st, nil
+}
+
+// waitStepsFlushed waits until every instance's step log holds a step that
+// ended at or after windowEnd — the event that says the window's steps are
+// all on disk — polling its tail at short, growing intervals, at most for
+// limit (an engine idle since before windowEnd writes no such step).
+func (s *Sweep) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd time.Time, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	endUs := windowEnd.UnixMicro()
+	pending := make([]*engineProc, 0, len(es.procs))
+	for _, p := range es.procs {
+		if p.stepLog != "" {
+			pending = append(pending, p)
+		}
+	}
+	for wait := 5 * time.Millisecond; len(pending) > 0; wait = min(2*wait, 50*time.Millisecond) {
+		left := pending[:0]
+		for _, p := range pending {
+			if lastStepEndUs(ctx, p) < endUs {
+				left = append(left, p)
+			}
+		}
+		pending = left
+		if len(pending) == 0 || !time.Now().Before(deadline) {
+			return nil
+		}
+		if err := sleepCtx(ctx, min(wait, time.Until(deadline))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lastStepEndUs is ts_us of the last complete line of p's step log, read
+// from its last 8 KiB; 0 when there is none.
+func lastStepEndUs(ctx context.Context, p *engineProc) int64 {
+	n, err := p.host.Size(ctx, p.stepLog)
+	if err != nil || n == 0 {
+		return 0
+	}
+	var tail bytes.Buffer
+	if _, err := p.host.Get(ctx, p.stepLog, max(0, n-8<<10), &tail); err != nil {
+		return 0
+	}
+	b := tail.Bytes()
+	end := bytes.LastIndexByte(b, '\n')
+	if end < 0 {
+		return 0
+	}
+	b = b[:end]
+	line := b[bytes.LastIndexByte(b, '\n')+1:]
+	var rec struct {
+		TsUs float64 `json:"ts_us"`
+	}
+	if json.Unmarshal(line, &rec) != nil {
+		return 0
+	}
+	return int64(rec.TsUs)
 }
 
 // mergeWorkers folds the worker-side get_finished timings that vLLM worker

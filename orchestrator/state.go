@@ -23,22 +23,27 @@ const JournalFile = "journal.jsonl"
 // sweep exactly as planned, and to refuse mixing results from another
 // environment.
 type SweepState struct {
-	Format      int               `json:"format"`
-	SweepID     string            `json:"sweep_id"`
-	Name        string            `json:"name"`
-	MatrixFile  string            `json:"matrix_file"`
-	MatrixHash  string            `json:"matrix_hash"`
-	Resolved    json.RawMessage   `json:"resolved"`
-	Seed        int64             `json:"seed"`
-	Randomize   bool              `json:"randomize"`
-	Cells       []CellRecord      `json:"cells"`
-	Removed     []CellRecord      `json:"removed_cells,omitempty"`
-	Blocks      []BlockRecord     `json:"blocks"`
-	Fingerprint map[string]string `json:"fingerprint"`
-	Created     time.Time         `json:"created"`
-	Updated     time.Time         `json:"updated"`
-	Stop        *StopRecord       `json:"stop,omitempty"`
-	Simulated   bool              `json:"simulated"`
+	Format     int    `json:"format"`
+	SweepID    string `json:"sweep_id"`
+	Name       string `json:"name"`
+	MatrixFile string `json:"matrix_file"`
+	MatrixHash string `json:"matrix_hash"`
+	// MatrixCopy is the copy of the matrix file inside the results
+	// directory (relative to it), so a moved directory can resume; its
+	// secret values are replaced by *** (MatrixSecrets says there were some).
+	MatrixCopy    string            `json:"matrix_copy,omitempty"`
+	MatrixSecrets bool              `json:"matrix_has_secrets,omitempty"`
+	Resolved      json.RawMessage   `json:"resolved"`
+	Seed          int64             `json:"seed"`
+	Randomize     bool              `json:"randomize"`
+	Cells         []CellRecord      `json:"cells"`
+	Removed       []CellRecord      `json:"removed_cells,omitempty"`
+	Blocks        []BlockRecord     `json:"blocks"`
+	Fingerprint   map[string]string `json:"fingerprint"`
+	Created       time.Time         `json:"created"`
+	Updated       time.Time         `json:"updated"`
+	Stop          *StopRecord       `json:"stop,omitempty"`
+	Simulated     bool              `json:"simulated"`
 }
 
 // CellRecord names one cell of the sweep.

@@ -43,8 +43,12 @@ type Options struct {
 	FailLimit int
 	// ResumeHint is the command line printed when the sweep is interrupted.
 	ResumeHint string
-	Stdout     io.Writer
-	Stderr     io.Writer
+	// MatrixOverride is the matrix file resume reads instead of the one the
+	// sweep recorded (moved, or holding secrets the directory's copy lacks);
+	// it must resolve to the recorded matrix.
+	MatrixOverride string
+	Stdout         io.Writer
+	Stderr         io.Writer
 }
 
 // Outcome is what a finished (or stopped) sweep reports.

@@ -27,6 +27,9 @@ type Sweep struct {
 	Env        map[string]string
 	Simulated  bool                // the engine is simengine: every output says so
 	Redact     func(string) string // applied to all text written, when non-nil
+	// Overrides are the changes to the recorded method asked for at export
+	// (a confidence, a baseline), in words; the report states them.
+	Overrides []string
 }
 
 // CellInfo identifies one cell of the matrix. SameAs names the config (or
@@ -62,15 +65,15 @@ type Report struct {
 // ComparisonRow is one comparison of a table: Config's cell against the
 // baseline's cell at the same shape and rate, for one metric.
 type ComparisonRow struct {
-	Metric   string // as the user named it (ttft_p90)
-	Key      string // RunMetrics key (p90_ttft_ms)
-	Config   string
-	Baseline string
-	Shape    string
-	Rate     float64
-	Cell     string
-	BaseCell string // "" when the baseline cell is missing
-	Note     string // why no comparison was possible, when a side has no data
+	Metric   string  `json:"metric"` // as the user named it (ttft_p90)
+	Key      string  `json:"key"`    // RunMetrics key (p90_ttft_ms)
+	Config   string  `json:"config"`
+	Baseline string  `json:"baseline"`
+	Shape    string  `json:"shape"`
+	Rate     float64 `json:"rate"`
+	Cell     string  `json:"cell"`
+	BaseCell string  `json:"base_cell"`      // "" when the baseline cell is missing
+	Note     string  `json:"note,omitempty"` // why no comparison was possible, when a side has no data
 	Comparison
 }
 

@@ -27,6 +27,9 @@ func renderReport(s *Sweep, cells []*cellData, rep *Report) string {
 	if s.Simulated {
 		p("%s\n\n", SimulatedBanner)
 	}
+	for _, o := range s.Overrides {
+		p("**Analysed with an override at export**: %s.\n\n", o)
+	}
 	ordered := cellOrder(s, cells)
 	renderEnv(&b, s, cells)
 	p("## Why the sweep stopped\n\n")

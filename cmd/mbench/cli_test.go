@@ -79,8 +79,9 @@ func TestEngineNeverReady(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet")
-	if err != nil {
-		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)
+	// The walk cell has no usable run: the sweep says which, and exits 3.
+	if ec, ok := err.(exitCoder); !ok || ec.ExitCode() != exitNoResult || !strings.Contains(err.Error(), "(walk rate=10 64x8): 1 failed") {
+		t.Fatalf("run: %v, want exit 3 naming the walk cell\n%s\n%s", err, stdout, stderr)
 	}
 	var failed int
 	for _, l := range readJSONL(t, filepath.Join(out, "journal.jsonl")) {

@@ -21,6 +21,8 @@ func init() {
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "format", Value: "md", Usage: "what to print or write to --out: md (report.md), csv (tables.csv) or json (cells, comparisons, noise floor)"},
 				&cli.StringFlag{Name: "out", Usage: "also write the chosen format to this file"},
+				&cli.Float64Flag{Name: "confidence", Usage: "analyse at this confidence instead of the one the sweep recorded (the report says so)"},
+				&cli.StringFlag{Name: "baseline", Usage: "compare with this config instead of the recorded baseline (the report says so)"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
@@ -30,15 +32,19 @@ func init() {
 				if format != "md" && format != "csv" && format != "json" {
 					return usageError{fmt.Errorf("export: --format %q: valid: md, csv, json", format)}
 				}
+				ov := orchestrator.ExportOverrides{Confidence: c.Float64("confidence"), Baseline: c.String("baseline")}
+				if c.IsSet("confidence") && !(ov.Confidence > 0 && ov.Confidence < 1) {
+					return usageError{fmt.Errorf("export: --confidence %v: valid: a number between 0 and 1, such as 0.95", ov.Confidence)}
+				}
 				dir := c.Args().First()
-				rep, err := orchestrator.ExportReport(c.Context, dir)
+				rep, err := orchestrator.ExportReport(c.Context, dir, ov)
 				if err != nil {
 					return err
 				}
 				for _, w := range rep.Warnings {
 					fmt.Fprintln(c.App.ErrWriter, "warning:", w)
 				}
-				if c.String("out") == "" {
+				if c.String("out") == "" && format == "md" {
 					fmt.Fprintf(c.App.Writer, "report: %s\n", filepath.Join(dir, "report.md"))
 					return nil
 				}
@@ -59,10 +65,17 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("export: %w", err)
 				}
+				if c.String("out") == "" { // csv or json, asked for on stdout: nothing else goes there
+					if format == "json" {
+						data = append(data, '\n')
+					}
+					_, err := c.App.Writer.Write(data)
+					return err
+				}
 				if err := results.WriteFileAtomic(c.String("out"), append(data, '\n'), 0o644); err != nil {
 					return fmt.Errorf("export: %w", err)
 				}
-				fmt.Fprintf(c.App.Writer, "wrote %s (%s)\n", c.String("out"), format)
+				fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s)\n", c.String("out"), format)
 				return nil
 			},
 		}

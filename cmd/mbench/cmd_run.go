@@ -45,6 +45,7 @@ func init() {
 			Flags: []cli.Flag{
 				&cli.BoolFlag{Name: "force", Usage: "mix results even if the environment fingerprint changed"},
 				&cli.BoolFlag{Name: "quiet", Usage: "no progress output"},
+				&cli.StringFlag{Name: "matrix", Usage: "the sweep's matrix file, when it moved or holds secrets (it must be the matrix the sweep ran)"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
@@ -78,6 +79,7 @@ func sweepOptions(c *cli.Context) (orchestrator.Options, error) {
 		Stderr:  c.App.ErrWriter,
 	}
 	if c.Command.Name == "resume" {
+		o.MatrixOverride = c.String("matrix")
 		o.ResumeHint = "mbench resume " + matrices.ShellQuote(c.Args().First())
 	} else if o.Out != "" {
 		o.ResumeHint = "mbench resume " + matrices.ShellQuote(o.Out)

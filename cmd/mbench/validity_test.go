@@ -50,7 +50,7 @@ func validitySweep(t *testing.T, name string, seed int64, sim, extra string, ran
 	if stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)
 	}
-	rep, err := orchestrator.ExportReport(ctx, out)
+	rep, err := orchestrator.ExportReport(ctx, out, orchestrator.ExportOverrides{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,115 @@
+package matrices
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Warning is something valid that will not do what the user likely wants:
+// a cell whose runs cannot reach min_completed, a prompt longer than the
+// engine's context. `mbench validate` prints them; they do not stop a sweep.
+type Warning struct {
+	Line  int    // line of the field in the matrix file (0: none)
+	Field string // e.g. measure.timeout
+	Msg   string
+}
+
+func (w Warning) String(file string) string {
+	if w.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s: %s", file, w.Line, w.Field, w.Msg)
+	}
+	return fmt.Sprintf("%s: %s: %s", file, w.Field, w.Msg)
+}
+
+// Warnings checks what the matrix alone can tell: cells whose rate ×
+// measure.timeout cannot send min_completed requests (every run would be
+// incomplete), and synthetic shapes whose input + output exceed the
+// engine's max model length where the matrix says it (--max-model-len in
+// the command or args, or the sim's max-model-len).
+func (m *Matrix) Warnings() []Warning {
+	var ws []Warning
+	mc := m.Measure.MinCompleted
+	if mc > 0 && m.Measure.Timeout > 0 {
+		for _, r := range m.Rates {
+			sends := r * m.Measure.Timeout.Seconds()
+			if sends >= float64(mc) {
+				continue
+			}
+			for _, sh := range m.Shapes {
+				if sh.Trace != nil {
+					continue // a trace runs to its request_limit, not to min_completed
+				}
+				ws = append(ws, Warning{Line: m.lines["measure.timeout"], Field: "measure.timeout",
+					Msg: fmt.Sprintf("at rate %g req/s, measure.timeout %s sends about %.0f requests, fewer than min_completed %d: every run of shape %s at this rate will be incomplete (raise the timeout to at least %s or lower min_completed)",
+						r, m.Measure.Timeout, sends, mc, sh.Name, roundUpSeconds(float64(mc)/r))})
+			}
+		}
+	}
+	for _, name := range m.ConfigOrder {
+		maxLen, where := m.MaxModelLen(name)
+		if maxLen <= 0 {
+			continue
+		}
+		for _, sh := range m.Shapes {
+			if sh.Trace != nil {
+				continue // the trace's lengths are checked by the caller, who reads the trace
+			}
+			if n := shapeMaxTokens(sh); n > maxLen {
+				ws = append(ws, Warning{Line: m.lines["shapes"], Field: "shapes." + sh.Name,
+					Msg: fmt.Sprintf("prompts of up to %d input + output tokens exceed config %s's max model length %d (%s): the engine will refuse them (HTTP 400, class context_length)", n, name, maxLen, where)})
+			}
+		}
+	}
+	return ws
+}
+
+func roundUpSeconds(s float64) string {
+	return strconv.FormatFloat(float64(int(s)+1), 'f', 0, 64) + "s"
+}
+
+// shapeMaxTokens is the largest input + output a synthetic shape can ask for.
+func shapeMaxTokens(sh Shape) int {
+	in, out := sh.Input, sh.Output
+	if sh.InputDist != nil && sh.InputDist.Max > 0 {
+		in = sh.InputDist.Max
+	}
+	if sh.OutputDist != nil && sh.OutputDist.Max > 0 {
+		out = sh.OutputDist.Max
+	}
+	if sh.Prefix != nil {
+		in = max(in, sh.Prefix.PrefixTokens)
+	}
+	return in + out
+}
+
+var maxModelLenRE = regexp.MustCompile(`--max-model-len[= ]+([0-9]+)`)
+
+// MaxModelLen is config's max model length where the matrix says it, and
+// where: the sim's max-model-len flag, or --max-model-len in the engine
+// command or the config's args. 0 when it does not say.
+func (m *Matrix) MaxModelLen(config string) (int, string) {
+	c, ok := m.Configs[config]
+	if !ok {
+		return 0, ""
+	}
+	if m.Engine.Kind == "sim" {
+		for _, flags := range []map[string]string{c.Sim, m.Engine.Sim} {
+			if v, ok := flags["max-model-len"]; ok {
+				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+					return n, "sim max-model-len"
+				}
+			}
+		}
+		return 0, ""
+	}
+	text := m.Engine.Command + " " + strings.Join(c.Args, " ")
+	if mm := maxModelLenRE.FindAllStringSubmatch(text, -1); len(mm) > 0 {
+		n, err := strconv.Atoi(mm[len(mm)-1][1]) // vLLM's argparse keeps the last
+		if err == nil {
+			return n, "--max-model-len"
+		}
+	}
+	return 0, ""
+}
