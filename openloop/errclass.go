@@ -100,6 +100,10 @@ func isContextLength(body string) bool {
 	return false
 }
 
+// AbortTooManyFailures begins the abort reason of a run stopped because its
+// requests kept failing (an engine error, not saturation).
+const AbortTooManyFailures = "too many failures"
+
 // errIncompleteStream marks a stream that ended before [DONE].
 var errIncompleteStream = errors.New("stream ended before [DONE]")
 

@@ -244,7 +244,7 @@ func (r *runner) finish(rec *Record) {
 				r.stop("min_completed")
 			}
 		} else if f := r.measFailed.Add(1); r.cfg.MinCompleted > 0 && f > int64(r.cfg.MinCompleted) && !r.stopped.Load() {
-			r.abort(fmt.Sprintf("too many failures: %d measured requests failed, %d ok (last: %s)", f, r.measOK.Load(), rec.Error))
+			r.abort(fmt.Sprintf("%s: %d measured requests failed, %d ok (last: %s)", AbortTooManyFailures, f, r.measOK.Load(), rec.Error))
 		}
 	}
 	r.sinkCh <- *rec

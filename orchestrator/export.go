@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 
 	"github.com/mbench/mbench/results"
@@ -25,14 +26,17 @@ type ExportOverrides struct {
 // (baseline, compared metrics, confidence) is the one recorded in
 // sweep.json, changed only by ov.
 func ExportReport(ctx context.Context, dir string, ov ExportOverrides) (*results.Report, error) {
-	if _, err := ReadSweep(dir); err != nil {
-		return nil, err
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("export: %w", err)
 	}
 	lock, err := LockDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer lock.Unlock()
+	if _, err := ReadSweep(dir); err != nil {
+		return nil, err
+	}
 	cleanTemps(dir)
 	return exportReport(ctx, dir, ov)
 }

@@ -88,8 +88,8 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ReadSweep(abs); err != nil {
-		return nil, err
+	if _, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
 	}
 	lock, err := LockDir(abs)
 	if err != nil {

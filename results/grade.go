@@ -38,7 +38,9 @@ func gradeSends(s *RunSummary, sends []float64, in RunInput) {
 // gradeSaturation runs the TTFT trend test and decides saturated.
 func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	var why []string
-	if s.Aborted {
+	// A run the load generator stopped for its failures is an engine that
+	// fails requests (verdict errors), not one that cannot keep up.
+	if s.Aborted && !strings.HasPrefix(s.AbortReason, openloop.AbortTooManyFailures) {
 		r := s.AbortReason
 		if r == "" {
 			r = "no reason given"
@@ -47,7 +49,9 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	}
 	// thr_ratio judges only a window in which enough requests were offered
 	// to be judged: at rate 1e-9 nothing is offered, nothing completes, and
-	// the run is incomplete, not saturated.
+	// the run is incomplete, not saturated. Nor is an engine that completes
+	// nothing at all (it hangs): a saturated engine still completes requests,
+	// fewer than were offered.
 	offeredInWindow := 0.0
 	if s.ThrRatio != nil && s.Duration > 0 {
 		r := s.OfferedRate
@@ -56,7 +60,7 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 		}
 		offeredInWindow = r * s.Duration
 	}
-	if s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && offeredInWindow >= SaturationMinOffered && s.NumPrompts > 0 {
+	if s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && offeredInWindow >= SaturationMinOffered && s.Completed > 0 {
 		why = append(why, fmt.Sprintf("thr_ratio %.3f < %.1f: the engine completed fewer requests than were offered", *s.ThrRatio, SaturationThrRatio))
 	}
 	if tr, ok := fitTrend(x, y); ok {

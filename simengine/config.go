@@ -55,7 +55,10 @@ type Config struct {
 	// CrashAfterSteps makes the process exit with code 3 after this many
 	// steps (fault injection); 0 = never.
 	CrashAfterSteps int
-	Seed            int64 // seeds the launch factor, jitter, generated text and pseudo-EOS
+	// Fault makes every completion request fail one way (FaultHTTP500, …);
+	// "" serves normally.
+	Fault string
+	Seed  int64 // seeds the launch factor, jitter, generated text and pseudo-EOS
 }
 
 // DefaultConfig returns the defaults that New applies to zero fields.
@@ -170,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if c.ColdFactor == 0 {
 		return fmt.Errorf("cold-factor: must be > 0")
+	}
+	if err := validFault(c.Fault); err != nil {
+		return err
 	}
 	switch c.Connector {
 	case ConnectorNone:

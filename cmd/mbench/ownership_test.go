@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/orchestrator"
+)
+
+// lockHolderPID is the pid written in a results directory's lock file (0
+// when there is none yet).
+func lockHolderPID(out string) int {
+	b, err := os.ReadFile(filepath.Join(out, orchestrator.LockFile))
+	if err != nil {
+		return 0
+	}
+	var h orchestrator.LockHolder
+	if json.Unmarshal(b, &h) != nil {
+		return 0
+	}
+	return h.PID
+}
+
+// TestOneOwnerPerSweepDirectory: while a sweep runs, a second mbench on its
+// directory (resume, run, export) is refused at once, naming the holder, and
+// changes nothing; after kill -9 of the holder the lock is free, and resume
+// finishes the sweep.
+func TestOneOwnerPerSweepDirectory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sim sweep")
+	}
+	dir := t.TempDir()
+	m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
+	writeSimMatrix(t, m, map[string]string{"%RATES%": "20", "%BLOCKS%": "2"})
+	t.Cleanup(func() { killMarked(out) })
+	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
+	if !waitChild(c, time.Minute, func() bool { return lockHolderPID(out) == c.cmd.Process.Pid }) {
+		t.Fatalf("the sweep never took its lock\n%s", c.output())
+	}
+	journal := filepath.Join(out, "journal.jsonl")
+	before, _ := os.ReadFile(journal)
+	for _, args := range [][]string{{"resume", out}, {"run", m, "--out", out}, {"export", out}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, _, err := runCLI(t, ctx, args...)
+		cancel()
+		var le *orchestrator.LockedError
+		if !errors.As(err, &le) || exitCode(err) != exitLocked || le.Holder.PID != c.cmd.Process.Pid ||
+			!strings.Contains(err.Error(), "pid "+strconv.Itoa(c.cmd.Process.Pid)) {
+			t.Errorf("%v while a sweep runs: %v (exit %d); want exit 4 naming pid %d", args, err, exitCode(err), c.cmd.Process.Pid)
+		}
+	}
+	if after, _ := os.ReadFile(journal); !strings.HasPrefix(string(after), string(before)) {
+		t.Error("a refused process changed the journal")
+	}
+	// kill -9 while it holds the lock, after a run: the kernel drops it.
+	if !waitChild(c, 2*time.Minute, func() bool { b, _ := os.ReadFile(journal); return len(b) > 0 }) {
+		t.Fatalf("no run journaled\n%s", c.output())
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	c.wait(time.Minute)
+	r := startMbench(t, dir, "resume", out, "--quiet")
+	mustComplete(t, r, 2*time.Minute)
+	if j := checkFinished(t, out); len(j) != 4 {
+		t.Errorf("%d journal lines after resume, want 4 (2 configs × 1 rate × 2 blocks)", len(j))
+	}
+}
+
+// TestExportUsesTheRecordedMethod: editing the matrix after the sweep does
+// not change its report; a different confidence or baseline is a flag of
+// export, and the report says so.
+func TestExportUsesTheRecordedMethod(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sim sweep")
+	}
+	dir := t.TempDir()
+	m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
+	writeSimMatrix(t, m, map[string]string{"%RATES%": "20", "%BLOCKS%": "2"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil && exitCode(err) != exitNoResult {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	report := func() string {
+		b, err := os.ReadFile(filepath.Join(out, "report.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	orig := report()
+	data, _ := os.ReadFile(m)
+	edited := strings.Replace(string(data), "confidence: 0.95", "confidence: 0.5", 1)
+	edited = strings.Replace(edited, "baseline: plain", "baseline: walk", 1)
+	writeTestFile(t, m, []byte(edited))
+	if _, stderr, err := runCLI(t, ctx, "export", out); err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr)
+	}
+	if got := report(); got != orig {
+		t.Errorf("an edit of the matrix file changed the report of a finished sweep")
+	}
+	if _, stderr, err := runCLI(t, ctx, "export", out, "--confidence", "0.9", "--baseline", "walk"); err != nil {
+		t.Fatalf("export with overrides: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"confidence 0.9, where the sweep recorded 0.95", "baseline walk, where the sweep recorded plain", "90% Student-t CI"} {
+		if !strings.Contains(report(), want) {
+			t.Errorf("report with overrides lacks %q", want)
+		}
+	}
+	if _, _, err := runCLI(t, ctx, "export", out, "--baseline", "nosuch"); err == nil || !strings.Contains(err.Error(), `--baseline "nosuch" is not a config`) {
+		t.Errorf("unknown baseline: %v", err)
+	}
+	stdout, _, err := runCLI(t, ctx, "export", out, "--format", "json")
+	var js struct {
+		Comparisons []map[string]any `json:"comparisons"`
+	}
+	if err != nil || json.Unmarshal([]byte(stdout), &js) != nil || len(js.Comparisons) == 0 {
+		t.Fatalf("export --format json: stdout is not the JSON alone: %v\n%s", err, stdout)
+	}
+	if _, ok := js.Comparisons[0]["metric"]; !ok {
+		t.Errorf("comparison fields are not snake_case: %v", js.Comparisons[0])
+	}
+}
+
+// TestResumeAfterMoveAndDamage: a results directory moved elsewhere, its
+// matrix file gone, resumes from its own copy; a journaled run whose
+// directory was deleted or whose summary is corrupt is redone, and temporary
+// files left by kill -9 are removed.
+func TestResumeAfterMoveAndDamage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sim sweep")
+	}
+	dir := t.TempDir()
+	m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
+	writeSimMatrix(t, m, map[string]string{"%RATES%": "20", "%BLOCKS%": "2"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil && exitCode(err) != exitNoResult {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	moved := filepath.Join(t.TempDir(), "moved")
+	if out, err := exec.Command("cp", "-a", out, moved).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	if err := os.Remove(m); err != nil {
+		t.Fatal(err)
+	}
+	j := readJSONL(t, filepath.Join(moved, "journal.jsonl"))
+	if len(j) != 4 {
+		t.Fatalf("%d journal lines, want 4", len(j))
+	}
+	gone, corrupt := j[0]["dir"].(string), j[1]["dir"].(string)
+	if err := os.RemoveAll(filepath.Join(moved, gone)); err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(moved, corrupt, "summary_A.json"), []byte(`{"cell": tor`))
+	tmp := filepath.Join(moved, ".tables.csv.tmp-123")
+	writeTestFile(t, tmp, []byte("half"))
+	stdout, stderr, err := runCLI(t, ctx, "resume", moved)
+	if err != nil && exitCode(err) != exitNoResult {
+		t.Fatalf("resume of a moved directory: %v\n%s\n%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "redoing 2 runs whose files are missing or unreadable") {
+		t.Errorf("resume did not say it redoes the damaged runs:\n%s", stderr)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Error("resume left a temporary file behind")
+	}
+	j2 := readJSONL(t, filepath.Join(moved, "journal.jsonl"))
+	if len(j2) != 4 {
+		t.Fatalf("%d journal lines after resume, want 4", len(j2))
+	}
+	for _, l := range j2 {
+		if _, err := os.Stat(filepath.Join(moved, l["dir"].(string), "summary_A.json")); err != nil && l["status"] != "failed" {
+			t.Errorf("run %v: %v", l["dir"], err)
+		}
+	}
+}
+
+// mustComplete waits for a mbenchChild that must finish its sweep, with or
+// without a usable run in every cell (exit 0 or 3): on a loaded machine a
+// run may truthfully be client_limited or saturated, which is not what the
+// tests that call it are about.
+func mustComplete(t *testing.T, c *mbenchChild, d time.Duration) {
+	t.Helper()
+	if code := c.wait(d); code != 0 && code != exitNoResult {
+		c.kill()
+		t.Fatalf("mbench %v: exit %d (want 0 or 3 within %s)\n%s", c.cmd.Args[1:], code, d, c.output())
+	}
+}
