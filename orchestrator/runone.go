@@ -70,6 +70,7 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	if err := syncTree(dir); err != nil {
 		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
 	}
+	entry.Self = selfUsage()
 	if err := appendJournal(s.dir, entry); err != nil {
 		return nil, err
 	}
@@ -126,8 +127,16 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		probeStop()
 		return nil, fmt.Errorf("create metrics.jsonl: %w", err)
 	}
-	scr := &probes.Scraper{Client: &http.Client{Timeout: 2 * time.Second}, Targets: instanceURLs(es), Interval: time.Second, Sink: metricsFile}
+	scrTr := &http.Transport{MaxIdleConnsPerHost: 4}
+	defer scrTr.CloseIdleConnections()
+	scr := &probes.Scraper{Client: &http.Client{Timeout: 2 * time.Second, Transport: scrTr}, Targets: instanceURLs(es), Interval: time.Second, Sink: metricsFile}
 	cfg := s.loadConfig(cell, block, seed, es.targets)
+	// Each run opens its own connections and closes them at its end: none
+	// outlives the run (thousands of runs must not pile up sockets), and no
+	// run inherits a warm connection from the one before.
+	tr := openloop.NewTransport()
+	defer tr.CloseIdleConnections()
+	cfg.Client = &http.Client{Transport: tr}
 	sink := &sinkWriter{w: reqFile}
 	cfg.Sink = sink
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }

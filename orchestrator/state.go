@@ -84,6 +84,17 @@ type JournalEntry struct {
 	Reason   string          `json:"reason,omitempty"`
 	Started  time.Time       `json:"started"`
 	Finished time.Time       `json:"finished"`
+	// Self is mbench's own footprint when the run was journaled, so that
+	// growth over a long sweep (a leak) shows in the journal.
+	Self *SelfUsage `json:"mbench,omitempty"`
+}
+
+// SelfUsage is the mbench process's resident memory, open descriptors and
+// goroutines at one instant.
+type SelfUsage struct {
+	RSSKiB     int64 `json:"rss_kib"`
+	FDs        int   `json:"fds"`
+	Goroutines int   `json:"goroutines"`
 }
 
 func writeSweep(dir string, st *SweepState) error {
