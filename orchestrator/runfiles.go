@@ -78,10 +78,19 @@ func (s *Sweep) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd t
 			pending = append(pending, p)
 		}
 	}
+	// The sim flushes its log the moment it goes idle, and its last step
+	// ends just before the last token reaches the client: a log that stopped
+	// growing with a step that ended in the last stepSlack of the window is
+	// complete.
+	const stepSlack = 50 * time.Millisecond
+	lastSize := map[*engineProc]int64{}
 	for wait := 5 * time.Millisecond; len(pending) > 0; wait = min(2*wait, 50*time.Millisecond) {
 		left := pending[:0]
 		for _, p := range pending {
-			if lastStepEndUs(ctx, p) < endUs {
+			ts, size := lastStepEndUs(ctx, p)
+			idleFlushed := s.isSim() && size > 0 && size == lastSize[p] && ts >= endUs-stepSlack.Microseconds()
+			lastSize[p] = size
+			if ts < endUs && !idleFlushed {
 				left = append(left, p)
 			}
 		}
@@ -97,20 +106,20 @@ func (s *Sweep) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd t
 }
 
 // lastStepEndUs is ts_us of the last complete line of p's step log, read
-// from its last 8 KiB; 0 when there is none.
-func lastStepEndUs(ctx context.Context, p *engineProc) int64 {
+// from its last 8 KiB (0 when there is none), and the log's size.
+func lastStepEndUs(ctx context.Context, p *engineProc) (tsUs, size int64) {
 	n, err := p.host.Size(ctx, p.stepLog)
 	if err != nil || n == 0 {
-		return 0
+		return 0, 0
 	}
 	var tail bytes.Buffer
 	if _, err := p.host.Get(ctx, p.stepLog, max(0, n-8<<10), &tail); err != nil {
-		return 0
+		return 0, n
 	}
 	b := tail.Bytes()
 	end := bytes.LastIndexByte(b, '\n')
 	if end < 0 {
-		return 0
+		return 0, n
 	}
 	b = b[:end]
 	line := b[bytes.LastIndexByte(b, '\n')+1:]
@@ -118,9 +127,9 @@ func lastStepEndUs(ctx context.Context, p *engineProc) int64 {
 		TsUs float64 `json:"ts_us"`
 	}
 	if json.Unmarshal(line, &rec) != nil {
-		return 0
+		return 0, n
 	}
-	return int64(rec.TsUs)
+	return int64(rec.TsUs), n
 }
 
 // mergeWorkers folds the worker-side get_finished timings that vLLM worker
