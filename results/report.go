@@ -119,6 +119,13 @@ func renderTTFT(b *strings.Builder, s *Sweep, ordered []*cellData) {
 			fmt.Fprintf(b, " rate=%g |", r)
 		}
 		b.WriteString("\n|---|" + strings.Repeat("---|", len(rates[sh])) + "\n")
+		uneven := map[float64]bool{}
+		for _, r := range rates[sh] {
+			if note := blockMismatch(ordered, configsOf(ordered, s), sh, r); note != "" {
+				uneven[r] = true
+				notes = append(notes, note)
+			}
+		}
 		for _, cfg := range configsOf(ordered, s) {
 			label := cfg
 			if cfg == s.Baseline {
@@ -127,7 +134,11 @@ func renderTTFT(b *strings.Builder, s *Sweep, ordered []*cellData) {
 			fmt.Fprintf(b, "| %s |", label)
 			for _, r := range rates[sh] {
 				c := findCell(ordered, cfg, sh, r)
-				fmt.Fprintf(b, " %s |", ttftCell(c))
+				text := ttftCell(c)
+				if uneven[r] && c != nil && c.Sum.NRuns > 0 {
+					text += "‡"
+				}
+				fmt.Fprintf(b, " %s |", text)
 				if c != nil && c.Sum.SaturatedRuns > 0 {
 					notes = append(notes, fmt.Sprintf("\\* %s at rate=%g (%s): saturated in %d of %d runs — %s.", cfg, r, sh, c.Sum.SaturatedRuns, c.Sum.NRuns, firstReason(c, true)))
 				}

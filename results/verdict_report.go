@@ -131,3 +131,36 @@ func notResults(c *cellData) string {
 	}
 	return " (" + vc.String() + ")"
 }
+
+// blockMismatch says, for the cells of configs at shape and rate, when their
+// usable runs come from different blocks: their means are then over
+// different blocks, while each comparison uses only the blocks both sides
+// have. "" when every cell with a usable run has the same blocks.
+func blockMismatch(ordered []*cellData, configs []string, shape string, rate float64) string {
+	var parts []string
+	var first string
+	same := true
+	for _, cfg := range configs {
+		c := findCell(ordered, cfg, shape, rate)
+		if c == nil || c.Sum.NRuns == 0 {
+			continue
+		}
+		bs := slices.Sorted(maps.Keys(c.Used))
+		txt := make([]string, len(bs))
+		for i, x := range bs {
+			txt[i] = fmt.Sprintf("b%d", x)
+		}
+		set := strings.Join(txt, ",")
+		if first == "" {
+			first = set
+		} else if set != first {
+			same = false
+		}
+		parts = append(parts, cfg+" "+set)
+	}
+	if same {
+		return ""
+	}
+	return fmt.Sprintf("‡ rate=%g (%s): the configs' usable runs come from different blocks (%s); each mean is over its own blocks, and each comparison below uses only the blocks both sides have.",
+		rate, shape, strings.Join(parts, "; "))
+}
