@@ -10,9 +10,9 @@
 //   - the GPU gate that waits, between runs, until GPU memory is back at its
 //     idle level and the temperature is back within a band of the sweep's
 //     baseline (Gate), curing the cold/warm ordering effect;
-//   - vLLM's Prometheus /metrics: parsing (ParseMetrics, a small parser of
-//     the text format: prometheus/common/expfmt cannot be built from this
-//     module's go.sum), scraping before/during/after a measured window
+//   - vLLM's Prometheus /metrics: parsing (ParseMetrics, with
+//     prometheus/common/expfmt's text parser), scraping before/during/after
+//     a measured window
 //     (Scraper, metrics.jsonl) and the prefix-cache, preemption and queue
 //     summary (SummarizeMetrics).
 //

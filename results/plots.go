@@ -126,7 +126,7 @@ func (e errPoints) YError(i int) (float64, float64) { return e.lo[i], e.hi[i] }
 
 // ttftPlot draws TTFT p90 against rate, one line per config, with CI error
 // bars; saturated cells get a cross. The Y axis is logarithmic when the
-// values span more than 20×.
+// values span more than 5×.
 func ttftPlot(s *Sweep, ordered []*cellData, shape string) *plot.Plot {
 	p := newPlot(s, "TTFT p90 vs rate ("+shape+")", "offered rate (req/s)", "TTFT p90 (ms), mean ± CI")
 	minY, maxY := math.Inf(1), math.Inf(-1)
