@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -210,19 +209,14 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape.Name, Rate: cell.Rate, Block: block,
 		Engine: s.m.Engine.Kind, Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
-		Burstiness: s.m.Arrival.Burstiness, Grade: &res.Grade, Records: res.Records, Start: res.Start, WindowStart: res.WindowStart, WindowEnd: res.WindowEnd,
-		Offered: res.Offered, Aborted: res.Aborted, AbortReason: res.AbortReason, ClientCPUPct: res.ClientCPUPct,
-		Steps: steps, GPU: gpu, Cache: &cache, Gate: gate,
+		Burstiness: s.m.Arrival.Burstiness,
+		Steps:      steps, GPU: gpu, Cache: &cache, Gate: gate,
 		Policy: s.policy(cell),
-	})
+	}.WithLoad(res))
 	if err != nil {
 		return nil, fmt.Errorf("summarize run: %w", err)
 	}
-	data, err := json.MarshalIndent(sum, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("encode summary: %w", err)
-	}
-	if err := results.WriteFileAtomic(filepath.Join(dir, "summary_A.json"), append(data, '\n'), 0o644); err != nil {
+	if err := results.WriteRunSummary(filepath.Join(dir, "summary_A.json"), sum); err != nil {
 		return nil, fmt.Errorf("write summary_A.json: %w", err)
 	}
 	return sum, nil

@@ -61,6 +61,16 @@ type RunInput struct {
 	Gate  any
 }
 
+// WithLoad fills in what the load generator measured: the records, the
+// window, the offered rate, the abort and the self-grading of res. It is the
+// one mapping from openloop.Result to a summary's input.
+func (in RunInput) WithLoad(res *openloop.Result) RunInput {
+	in.Records, in.Start, in.WindowStart, in.WindowEnd = res.Records, res.Start, res.WindowStart, res.WindowEnd
+	in.Offered, in.Aborted, in.AbortReason, in.ClientCPUPct = res.Offered, res.Aborted, res.AbortReason, res.ClientCPUPct
+	in.Grade = &res.Grade
+	return in
+}
+
 // RunSummary is the per-run summary_A.json. Field names follow
 // `vllm bench serve`; latency statistics are in milliseconds and are null
 // when there were no samples (never a made-up 0).
