@@ -207,7 +207,7 @@ func (m *Matrix) EstimateDuration() time.Duration {
 		return 0
 	}
 	drain, launch := min(m.Measure.DrainTimeout, simDrain), simLaunch
-	if m.Engine.Kind == "vllm" {
+	if m.Engine.Kind == EngineVLLM {
 		drain, launch = min(m.Measure.DrainTimeout, vllmDrain), vllmLaunch
 	}
 	keyOf := map[string]string{}

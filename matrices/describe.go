@@ -15,7 +15,7 @@ import (
 func (m *Matrix) Describe(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "matrix %s (%s), hash %s\n", m.Name, m.File, m.Hash)
-	if m.Engine.Kind == "sim" {
+	if m.Engine.Kind == EngineSim {
 		fmt.Fprintf(&b, "engine: sim — SIMULATED engine, model %s\n", m.Engine.Model)
 	} else {
 		fmt.Fprintf(&b, "engine: %s, model %s\n", m.Engine.Kind, m.Engine.Model)

@@ -26,7 +26,7 @@ func (m *Matrix) ConfigArgv(config string) ([]string, error) {
 	}
 	out := append([]string(nil), c.Args...)
 	switch m.Engine.Kind {
-	case "vllm":
+	case EngineVLLM:
 		if c.KVTransferConfig != nil {
 			js, err := compactJSON(c.KVTransferConfig)
 			if err != nil {
@@ -34,7 +34,7 @@ func (m *Matrix) ConfigArgv(config string) ([]string, error) {
 			}
 			out = append(out, "--kv-transfer-config", js)
 		}
-	case "sim":
+	case EngineSim:
 		flags := map[string]string{}
 		for k, v := range m.Engine.Sim {
 			flags[k] = v
@@ -147,10 +147,10 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		cmdVars := vars(in.Host, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, true)
 		in.Command, err = m.renderCommand("engine.command", m.Engine.Command, cmdVars)
 		errs = append(errs, asErrors(err)...)
-		if m.Engine.Kind == "vllm" && len(in.GPUs) > 0 {
+		if m.Engine.Kind == EngineVLLM && len(in.GPUs) > 0 {
 			in.Env = append(in.Env, EnvVar{Name: "CUDA_VISIBLE_DEVICES", Value: joinInts(in.GPUs)})
 		}
-		if m.Engine.Kind == "vllm" && m.Engine.Instrument {
+		if m.Engine.Kind == EngineVLLM && m.Engine.Instrument {
 			in.Env = append(in.Env, EnvVar{Name: StepLogEnv, Value: in.StepLog})
 		}
 		envVars := vars(in.Host, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, false)
@@ -319,7 +319,7 @@ func launchKey(m *Matrix, l *Launch) (string, error) {
 		StepLog       string
 	}
 	spec := struct {
-		Kind       string
+		Kind       EngineKind
 		Instrument bool
 		Instances  []inst
 		Router     *RouterLaunch

@@ -315,7 +315,10 @@ func checkAddress(a string) string {
 func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 	e := Engine{ReadyTimeout: 5 * time.Minute, Grace: 10 * time.Second, Port: 8000, Restart: "on_change"}
 	d.object(n, "engine", n.Line, []field{
-		{"kind", true, func(v *yaml.Node, p string) { e.Kind, _ = d.enum(v, p, "vllm", "sim") }},
+		{"kind", true, func(v *yaml.Node, p string) {
+			k, _ := d.enum(v, p, string(EngineVLLM), string(EngineSim))
+			e.Kind = EngineKind(k)
+		}},
 		{"command", false, func(v *yaml.Node, p string) { e.Command = d.command(v, p) }},
 		{"model", false, func(v *yaml.Node, p string) { e.Model = d.nonEmpty(v, p) }},
 		{"env", false, func(v *yaml.Node, p string) { e.Env = d.env(v, p) }},
@@ -329,7 +332,7 @@ func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 	})
 	line := d.deref(n).Line
 	switch e.Kind {
-	case "vllm":
+	case EngineVLLM:
 		if e.Command == "" && d.lines["engine.command"] == 0 {
 			d.add(line, "engine.command", "a template such as \"vllm serve {{.Model}} --port {{.Port}} {{.ConfigArgs}}\"", "missing required key (kind vllm)")
 		}
@@ -339,7 +342,7 @@ func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 		if l := d.lines["engine.sim"]; l > 0 {
 			d.add(l, "engine.sim", "remove it (sim flags apply to kind sim)", "sim flags are not allowed for kind vllm")
 		}
-	case "sim":
+	case EngineSim:
 		if e.Command == "" {
 			e.Command = DefaultSimCommand
 		}

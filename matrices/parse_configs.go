@@ -45,10 +45,10 @@ func (d *decoder) configs(n *yaml.Node, m *Matrix) {
 			{"bootstrap_port", false, func(v *yaml.Node, fp string) { c.BootstrapPort = d.intField(v, fp, 1, 65535) }},
 			{"router", false, func(v *yaml.Node, fp string) { c.Router = d.router(v, fp) }},
 		})
-		if l := d.lines[path+".sim"]; l > 0 && kind == "vllm" {
+		if l := d.lines[path+".sim"]; l > 0 && kind == EngineVLLM {
 			d.add(l, path+".sim", "remove it (sim flags apply to engine.kind sim)", "sim flags are not allowed for kind vllm")
 		}
-		if l := d.lines[path+".kv_transfer_config"]; l > 0 && kind == "sim" {
+		if l := d.lines[path+".kv_transfer_config"]; l > 0 && kind == EngineSim {
 			d.add(l, path+".kv_transfer_config", "for kind sim, model the connector with sim: {connector: ...}", "kv_transfer_config applies to engine.kind vllm")
 		}
 		if l := d.lines[path+".same_as"]; l > 0 {

@@ -48,8 +48,21 @@ type EnvValue struct {
 }
 
 // Engine says how every instance of every config is launched.
+// EngineKind is what serves the requests: vLLM, or mbench's simulated
+// engine. Parse accepts only the kinds below.
+type EngineKind string
+
+// The engine kinds.
+const (
+	EngineVLLM EngineKind = "vllm" // vllm serve, launched by the command template
+	EngineSim  EngineKind = "sim"  // mbench sim: a model of an engine, not vLLM
+)
+
+// EngineKinds lists the valid kinds.
+var EngineKinds = []EngineKind{EngineVLLM, EngineSim}
+
 type Engine struct {
-	Kind         string              // vllm | sim
+	Kind         EngineKind          // vllm | sim
 	Command      string              // command template (sim has a default)
 	Model        string              // model path or id (sim default "sim-model")
 	Env          map[string]EnvValue // templates, rendered per instance
@@ -202,7 +215,7 @@ type Runtime struct {
 // Launch is a config rendered into concrete processes.
 type Launch struct {
 	Key                          string // equal keys ⇒ the running engine can be reused
-	Kind                         string
+	Kind                         EngineKind
 	Config                       string
 	Instances                    []Instance
 	Router                       *RouterLaunch

@@ -63,14 +63,14 @@ func (d *decoder) placeConfig(m *Matrix, c *Config) {
 		d.add(topoLine, path+".topology", fmt.Sprintf("at most %d instances per config", maxInstances), "%d hosts × %d instances is too many", len(hosts), t.InstancesPerHost)
 		return
 	}
-	if m.Engine.Kind == "vllm" && t.GPUsPerInstance == 0 {
+	if m.Engine.Kind == EngineVLLM && t.GPUsPerInstance == 0 {
 		fp := path + ".topology.gpus_per_instance"
 		d.add(d.lineOf(fp, path), fp, "an integer ≥ 1 (0 is only valid for kind sim)", "a vLLM instance needs at least one GPU")
 	}
 	need := t.InstancesPerHost * t.GPUsPerInstance
 	for _, hn := range hosts {
 		h, ok := m.Hosts[hn]
-		if !ok || need == 0 || (m.Engine.Kind == "sim" && len(h.GPUs) == 0) {
+		if !ok || need == 0 || (m.Engine.Kind == EngineSim && len(h.GPUs) == 0) {
 			continue
 		}
 		if len(h.GPUs) < need {

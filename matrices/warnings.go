@@ -94,7 +94,7 @@ func (m *Matrix) MaxModelLen(config string) (int, string) {
 	if !ok {
 		return 0, ""
 	}
-	if m.Engine.Kind == "sim" {
+	if m.Engine.Kind == EngineSim {
 		for _, flags := range []map[string]string{c.Sim, m.Engine.Sim} {
 			if v, ok := flags["max-model-len"]; ok {
 				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {

@@ -60,7 +60,7 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 		Bind: bindAddr(m),
 	}
 	fmt.Fprintf(w, "# dry run of %s (%s engine): nothing is started\n", m.Name, m.Engine.Kind)
-	if m.Engine.Kind == "sim" {
+	if m.Engine.Kind == matrices.EngineSim {
 		fmt.Fprintln(w, "# engine kind sim: the SIMULATED engine (a model of an engine, not vLLM)")
 	}
 	for _, name := range m.ConfigOrder {

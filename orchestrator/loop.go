@@ -67,7 +67,7 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 		}
 		s.state = &SweepState{Format: 1, SweepID: sweepID(m.Name, abs), Name: m.Name, MatrixFile: matrixAbs,
 			MatrixHash: m.Hash, Resolved: resolved, Seed: m.Seed, Randomize: m.Repeat.Randomize,
-			Cells: cellRecords(m), Fingerprint: s.fingerprint(), Created: time.Now().UTC(), Simulated: m.Engine.Kind == "sim"}
+			Cells: cellRecords(m), Fingerprint: s.fingerprint(), Created: time.Now().UTC(), Simulated: m.Engine.Kind == matrices.EngineSim}
 		if err := s.keepMatrixCopy(matrixPath); err != nil {
 			return nil, err
 		}
@@ -177,7 +177,7 @@ func cellIDs(cs []CellRecord) []string {
 func (s *Sweep) fingerprint() map[string]string {
 	fp := map[string]string{
 		"mbench_version": s.opts.Version,
-		"engine_kind":    s.m.Engine.Kind,
+		"engine_kind":    string(s.m.Engine.Kind),
 		"os_arch":        runtime.GOOS + "/" + runtime.GOARCH,
 	}
 	var hs []string

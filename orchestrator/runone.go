@@ -208,7 +208,7 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	gpu := s.gpuSummary(dir)
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape.Name, Rate: cell.Rate, Block: block,
-		Engine: s.m.Engine.Kind, Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
+		Engine: string(s.m.Engine.Kind), Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
 		Burstiness: s.m.Arrival.Burstiness,
 		Steps:      steps, GPU: gpu, Cache: &cache, Gate: gate,
 		Policy: s.policy(cell),

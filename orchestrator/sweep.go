@@ -130,7 +130,7 @@ func sweepID(name, absDir string) string {
 	return name + "-" + hex.EncodeToString(sum[:6])
 }
 
-func (s *Sweep) isSim() bool { return s.m.Engine.Kind == "sim" }
+func (s *Sweep) isSim() bool { return s.m.Engine.Kind == matrices.EngineSim }
 
 func (s *Sweep) redact(str string) string { return s.m.Redact(str) }
 
@@ -264,7 +264,7 @@ func (s *Sweep) prepareHosts(ctx context.Context) error {
 				s.logf("host %s: %v: remote probes and {{.Self}} commands are off on this host", name, err)
 			}
 		}
-		if s.m.Engine.Kind == "vllm" && s.m.Engine.Instrument {
+		if s.m.Engine.Kind == matrices.EngineVLLM && s.m.Engine.Instrument {
 			if err := s.installPlugin(ctx, name, h); err != nil {
 				return err
 			}

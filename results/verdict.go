@@ -72,8 +72,13 @@ func ParseVerdict(s string) (Verdict, error) {
 	return v, nil
 }
 
-// UnmarshalText refuses unknown verdicts.
+// UnmarshalText refuses unknown verdicts; "" (a summary written before
+// verdicts, or by a caller that did not decide one) stays "".
 func (v *Verdict) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*v = ""
+		return nil
+	}
 	p, err := ParseVerdict(string(b))
 	if err != nil {
 		return err
