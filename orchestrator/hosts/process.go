@@ -36,7 +36,12 @@ func (h *host) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, h.name, err)
 	}
-	untrack := track(st)
+	untrack, err := track(st)
+	if err != nil {
+		st.kill()
+		go func() { _ = st.wait() }()
+		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, h.name, err)
+	}
 	defer untrack()
 	lines := make(chan string, 4)
 	go func() {
@@ -103,13 +108,21 @@ func (h *host) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 // starting holds the monitors of the launches under way, for AbortStarts.
 var starting struct {
 	sync.Mutex
-	m map[*stream]struct{}
+	m       map[*stream]struct{}
+	aborted bool // AbortStarts was called: no launch may begin
 }
 
-// track records st as a launch under way until the returned func is called.
-func track(st *stream) func() {
+// errAborted refuses a launch after AbortStarts.
+var errAborted = errors.New("launches aborted (mbench is exiting)")
+
+// track records st as a launch under way until the returned func is
+// called; after AbortStarts it refuses.
+func track(st *stream) (func(), error) {
 	starting.Lock()
 	defer starting.Unlock()
+	if starting.aborted {
+		return nil, errAborted
+	}
 	if starting.m == nil {
 		starting.m = map[*stream]struct{}{}
 	}
@@ -118,7 +131,7 @@ func track(st *stream) func() {
 		starting.Lock()
 		defer starting.Unlock()
 		delete(starting.m, st)
-	}
+	}, nil
 }
 
 // AbortStarts kills every launch under way in this process (Host.Start
@@ -126,11 +139,12 @@ func track(st *stream) func() {
 // still holds an engine that has not yet left it; over SSH the session,
 // whose tether then kills the engine. An engine that has already left the
 // group is named by its pidfile, so AbortStarts followed by StopLeftovers
-// leaves nothing running, whatever instant of a launch it hits. For an
-// emergency exit (a second Ctrl-C).
+// leaves nothing running, whatever instant of a launch it hits. Every later
+// Start fails. For an emergency exit (a second Ctrl-C).
 func AbortStarts() {
 	starting.Lock()
 	defer starting.Unlock()
+	starting.aborted = true
 	for st := range starting.m {
 		st.kill()
 	}
