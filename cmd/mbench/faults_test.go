@@ -172,14 +172,24 @@ func TestFaultKill9Resume(t *testing.T) {
 func checkNoFaultVerdicts(t *testing.T, runs []journalRec, cause string) {
 	t.Helper()
 	for _, l := range runs {
-		switch l.Status {
-		case "ok":
-		case "saturated", "client_limited":
-			t.Logf("run %s: %s (%s): the machine is busy", l.Dir, l.Status, l.Reason)
-		default:
+		if !measuredVerdict(t, l) {
 			t.Errorf("run %s: %s (%s): no run should fail because of %s", l.Dir, l.Status, l.Reason, cause)
 		}
 	}
+}
+
+// measuredVerdict reports whether a run measured (ok, or a verdict a busy
+// machine causes, which it logs) rather than failed.
+func measuredVerdict(t *testing.T, l journalRec) bool {
+	t.Helper()
+	switch l.Status {
+	case "ok":
+		return true
+	case "saturated", "client_limited":
+		t.Logf("run %s: %s (%s): the machine is busy", l.Dir, l.Status, l.Reason)
+		return true
+	}
+	return false
 }
 
 // runPhase names the phase an interrupted run directory was in.
@@ -252,7 +262,7 @@ func TestFaultEngineCrash(t *testing.T) {
 	pids := map[string]int{}
 	for _, l := range j {
 		if cfg[l.Cell] == "plain" {
-			if l.Status != "ok" {
+			if !measuredVerdict(t, l) {
 				t.Errorf("plain b%d: %s (%s): the sweep should go on past the crashes", l.Block, l.Status, l.Reason)
 			}
 			continue
