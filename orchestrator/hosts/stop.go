@@ -110,17 +110,34 @@ func killGroups(ctx context.Context, ops procOps, pgids []int, grace time.Durati
 		}
 		return out
 	}
+	last := map[int][]int{} // survivors as last seen; before any scan, every group
+	for _, g := range pgids {
+		last[g] = nil
+	}
 	sig, phaseEnd, wait, killed := syscall.SIGTERM, killAt, firstTick, false
 	for {
-		// A scan may outlive ctx by a little: the SIGKILL must still go out.
-		sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(end, time.Now().Add(time.Second)))
+		// Scans end with the deadline, except the one that sends SIGKILL:
+		// that must go out even when the deadline has passed.
+		sdl := end
+		if sig == syscall.SIGKILL {
+			sdl = later(end, time.Now().Add(time.Second))
+		}
+		sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), sdl)
 		snap, err := ops.scan(sctx, sig, pgids)
 		cancel()
 		if err != nil {
-			return nil, err
+			switch {
+			case time.Now().Before(end):
+				return nil, err // a failure, not the deadline
+			case !killed: // the deadline cut a scan: send SIGKILL anyway
+				sig, phaseEnd, killed = syscall.SIGKILL, end, true
+				continue
+			}
+			return last, nil // what the last scan saw
 		}
 		sig = 0
 		l := left(snap)
+		last = l
 		if len(l) == 0 {
 			return nil, nil
 		}
