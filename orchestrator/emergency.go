@@ -59,6 +59,9 @@ func EmergencyStop() {
 		dirs = append(dirs, ds...)
 	}
 	live.Unlock()
+	// First the launches under way: an engine that has not yet recorded
+	// itself dies with its launcher; one that has is in its pidfile.
+	hosts.AbortStarts()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup

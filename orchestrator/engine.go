@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -65,7 +66,13 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 	es := &engineSet{launch: l, started: time.Now()}
 	s.launches++
 	fail := func(err error) (*engineSet, error) {
-		s.stopSet(context.WithoutCancel(ctx), es)
+		sctx := context.WithoutCancel(ctx)
+		if ctx.Err() != nil { // interrupted: the teardown is bounded as after a run
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(sctx, interruptTeardown)
+			defer cancel()
+		}
+		s.stopSet(sctx, es)
 		return nil, err
 	}
 	for i, inst := range l.Instances {
@@ -135,8 +142,9 @@ func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, e
 	if err != nil {
 		return nil, err
 	}
-	if s.portInUse(ctx, hostName, h, u, port) {
-		return nil, fmt.Errorf("host %s: port %d: %w by another process; stop it or change engine.port in the matrix", hostName, port, errPortInUse)
+	if busy, use := s.portInUse(ctx, hostName, h, u, port); busy {
+		return nil, fmt.Errorf("host %s: port %d: %w by another process (%s); stop it or change engine.port in the matrix (below the host's ephemeral port range, /proc/sys/net/ipv4/ip_local_port_range)",
+			hostName, port, errPortInUse, use)
 	}
 	logPath := s.hostPath(hostName, "logs", fmt.Sprintf("%s.%d.log", name, s.launches))
 	spec := hosts.ProcSpec{
@@ -172,6 +180,14 @@ func toHostEnv(env []matrices.EnvVar, selfEnv []string) []hosts.Env {
 	return out
 }
 
+// Readiness polls start at readyFirstPoll and double up to readyMaxPoll: an
+// engine that is up in 50 ms is seen within a few ms of it, and one that
+// loads for minutes costs ten polls a second.
+const (
+	readyFirstPoll = 5 * time.Millisecond
+	readyMaxPoll   = 100 * time.Millisecond
+)
+
 // waitReady polls url+path until it answers 200, the process exits, or the
 // timeout passes.
 func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeout time.Duration) error {
@@ -180,6 +196,7 @@ func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeo
 	}
 	deadline := time.Now().Add(timeout)
 	client := &http.Client{Timeout: 2 * time.Second}
+	wait := readyFirstPoll
 	for {
 		select {
 		case <-p.proc.Done():
@@ -198,9 +215,16 @@ func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeo
 			return fmt.Errorf("%s on host %s: not ready after %s (GET %s%s never answered 200); command: %s; last lines of %s:\n%s",
 				p.name, p.hostName, timeout, p.url, path, s.redact(p.command), p.logPath, s.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
 		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
-			return err
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-p.proc.Done(): // reported at the top of the loop
+			t.Stop()
+		case <-t.C:
 		}
+		wait = min(2*wait, readyMaxPoll)
 	}
 }
 
@@ -214,13 +238,25 @@ func (s *Sweep) stopSet(ctx context.Context, es *engineSet) error {
 	if es.launch != nil && es.launch.Grace > 0 {
 		grace = es.launch.Grace
 	}
-	var errs []error
-	procs := es.all()
-	for i := len(procs) - 1; i >= 0; i-- {
-		p := procs[i]
+	// The router first (it would report the instances' deaths as errors),
+	// then every instance at once: each stop is bounded by ctx's deadline,
+	// so N instances take one deadline, not N.
+	stop := func(p *engineProc) error {
 		if err := p.proc.Stop(ctx, grace); err != nil {
-			errs = append(errs, fmt.Errorf("stop %s on %s: %w", p.name, p.hostName, err))
+			return fmt.Errorf("stop %s on %s: %w", p.name, p.hostName, err)
 		}
+		return nil
+	}
+	var errs []error
+	if es.router != nil {
+		errs = append(errs, stop(es.router))
+	}
+	ch := make(chan error, len(es.procs))
+	for _, p := range es.procs {
+		go func() { ch <- stop(p) }()
+	}
+	for range es.procs {
+		errs = append(errs, <-ch)
 	}
 	return errors.Join(errs...)
 }
@@ -291,43 +327,92 @@ func dialHost(addr string) string {
 	return addr
 }
 
-// portInUse reports whether something already listens on port: a stale
-// engine there would answer /health in place of ours. Locally it dials; on a
-// remote host it reads the host's listening sockets from /proc/net/tcp{,6}
-// (a dial through a tunnel would always succeed locally), and assumes free
-// when they cannot be read.
-func (s *Sweep) portInUse(ctx context.Context, hostName string, h hosts.Host, baseURL string, port int) bool {
+// portInUse reports whether a socket of another process already uses port
+// on the host: a stale engine there would answer /health in place of ours,
+// and an outgoing connection whose local port it is makes the engine's
+// listen fail. It reads the host's sockets from /proc/net/tcp and tcp6
+// (locally from Go, remotely with one command; a dial through a tunnel would
+// always succeed locally), and where they cannot be read it falls back to a
+// dial locally and assumes free remotely. The reason names what holds it.
+func (s *Sweep) portInUse(ctx context.Context, hostName string, h hosts.Host, baseURL string, port int) (bool, string) {
+	var tables string
 	if hc, ok := s.m.Hosts[hostName]; ok && !isLocal(hc.Address) {
 		out, _, err := h.Run(ctx, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true")
-		return err == nil && listening(string(out), port)
+		if err != nil {
+			return false, ""
+		}
+		tables = string(out)
+	} else {
+		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+			b, err := os.ReadFile(f)
+			if err == nil {
+				tables += string(b)
+			}
+		}
+		if tables == "" {
+			d := net.Dialer{Timeout: 500 * time.Millisecond}
+			c, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(baseURL, "http://"))
+			if err != nil {
+				return false, ""
+			}
+			c.Close()
+			return true, "something accepts connections on it"
+		}
 	}
-	hostport := strings.TrimPrefix(baseURL, "http://")
-	d := net.Dialer{Timeout: 500 * time.Millisecond}
-	c, err := d.DialContext(ctx, "tcp", hostport)
-	if err != nil {
-		return false
+	if use := portUse(tables, port); use != "" {
+		return true, use
 	}
-	c.Close()
-	return true
+	return false, ""
 }
 
-// listening reports whether a /proc/net/tcp listing has a socket in state
-// LISTEN (0A) on port, on any local address.
-func listening(procNetTCP string, port int) bool {
+// tcpStates names the socket states of /proc/net/tcp (include/net/tcp_states.h).
+var tcpStates = map[string]string{"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1",
+	"05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING"}
+
+// portUse reads /proc/net/tcp{,6} listings and describes the sockets that
+// hold port as their local port, or returns "" when none does. Every state
+// counts (a listener, an outgoing or accepted connection, a bound socket)
+// except TIME_WAIT, and except orphans (inode 0: connections of a process
+// that has exited, which the kernel is finishing): neither stops an engine
+// that sets SO_REUSEADDR, as servers do, from listening, and an engine just
+// stopped leaves such sockets behind for its successor on the same port.
+func portUse(procNetTCP string, port int) string {
+	seen := map[string]int{}
+	var order []string
 	for _, line := range strings.Split(procNetTCP, "\n") {
 		f := strings.Fields(line)
-		if len(f) < 4 || f[3] != "0A" {
+		if len(f) < 10 {
 			continue
 		}
 		i := strings.LastIndexByte(f[1], ':')
 		if i < 0 {
 			continue
 		}
-		if p, err := strconv.ParseUint(f[1][i+1:], 16, 16); err == nil && int(p) == port {
-			return true
+		p, err := strconv.ParseUint(f[1][i+1:], 16, 16)
+		if err != nil || int(p) != port {
+			continue
+		}
+		st, ok := tcpStates[strings.ToUpper(f[3])]
+		if !ok || st == "TIME_WAIT" || (f[9] == "0" && st != "LISTEN") {
+			continue
+		}
+		if seen[st] == 0 {
+			order = append(order, st)
+		}
+		seen[st]++
+	}
+	var parts []string
+	for _, st := range order {
+		switch {
+		case st == "LISTEN":
+			parts = append(parts, "a listening socket")
+		case seen[st] == 1:
+			parts = append(parts, "a connection ("+st+")")
+		default:
+			parts = append(parts, fmt.Sprintf("%d connections (%s)", seen[st], st))
 		}
 	}
-	return false
+	return strings.Join(parts, ", ")
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -147,11 +147,7 @@ func TestFaultKill9Resume(t *testing.T) {
 			t.Errorf("engine pid %d orphaned by the last kill survived the final resume", p.pid)
 		}
 	}
-	for _, l := range checkFinished(t, out) {
-		if l.Status != "ok" {
-			t.Errorf("run %s: %s (%s): no run should fail because of the kills", l.Dir, l.Status, l.Reason)
-		}
-	}
+	checkNoFaultVerdicts(t, checkFinished(t, out), "the kills")
 	for rel, snaps := range partials {
 		for i, s := range snaps {
 			p := filepath.Join(out, rel+".partial-"+strconv.Itoa(i+1))
@@ -166,6 +162,34 @@ func TestFaultKill9Resume(t *testing.T) {
 	}
 	assertNoEngines(t, out, 3*time.Second)
 	t.Logf("seed %d: %d kills; phases hit: %v", seed, kills, phases)
+}
+
+// checkNoFaultVerdicts fails on a run whose verdict a fault can cause
+// (failed, errors, incomplete). The verdicts that say how the machine
+// measured (saturated, client_limited: a busy CPU slows the simulated
+// engine and the load generator) are logged, not failed: the fault tests
+// must hold on a loaded machine, and their subject is the faults.
+func checkNoFaultVerdicts(t *testing.T, runs []journalRec, cause string) {
+	t.Helper()
+	for _, l := range runs {
+		if !measuredVerdict(t, l) {
+			t.Errorf("run %s: %s (%s): no run should fail because of %s", l.Dir, l.Status, l.Reason, cause)
+		}
+	}
+}
+
+// measuredVerdict reports whether a run measured (ok, or a verdict a busy
+// machine causes, which it logs) rather than failed.
+func measuredVerdict(t *testing.T, l journalRec) bool {
+	t.Helper()
+	switch l.Status {
+	case "ok":
+		return true
+	case "saturated", "client_limited":
+		t.Logf("run %s: %s (%s): the machine is busy", l.Dir, l.Status, l.Reason)
+		return true
+	}
+	return false
 }
 
 // runPhase names the phase an interrupted run directory was in.
@@ -238,7 +262,7 @@ func TestFaultEngineCrash(t *testing.T) {
 	pids := map[string]int{}
 	for _, l := range j {
 		if cfg[l.Cell] == "plain" {
-			if l.Status != "ok" {
+			if !measuredVerdict(t, l) {
 				t.Errorf("plain b%d: %s (%s): the sweep should go on past the crashes", l.Block, l.Status, l.Reason)
 			}
 			continue

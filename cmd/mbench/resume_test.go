@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -65,14 +64,10 @@ func writeSimMatrix(t *testing.T, path string, repl map[string]string) {
 	writeTestFile(t, path, []byte(body))
 }
 
+// freeLocalPort is an engine port for a test sweep: see freePortBase.
 func freeLocalPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	return freePortBase(t)
 }
 
 type sweepRecord struct {
@@ -320,7 +315,7 @@ func TestResumePlanEditsAndFingerprint(t *testing.T) {
 	mustFinish(t, c, 2*time.Minute)
 	j := checkFinished(t, out)
 	for _, l := range j {
-		if l.Status != "ok" {
+		if !measuredVerdict(t, l) {
 			t.Errorf("run %s: %s (%s)", l.Dir, l.Status, l.Reason)
 		}
 	}

@@ -19,15 +19,20 @@
 //     Values travel inside the script, which is sent on stdin, so they never
 //     appear on a command line (ps) or in an error message;
 //   - "<StateDir>/<Name>.pid" holds "<pid> <starttime>" (starttime is field 22
-//     of /proc/<pid>/stat), written atomically; FindLeftovers and
-//     StopLeftovers use it, with the marker, to find engines a crashed sweep
-//     left behind without ever signalling a process that merely reuses a pid;
+//     of /proc/<pid>/stat), written atomically by the process itself before
+//     it calls setsid: until then it dies with the launcher's process group,
+//     so no instant exists at which it runs unrecorded (AbortStarts kills the
+//     launches under way); FindLeftovers and StopLeftovers use the pidfile,
+//     with the marker, to find engines a crashed sweep left behind without
+//     ever signalling a process that merely reuses a pid;
 //   - a monitor shell stays attached (the waiting session) and reports the exit
-//     status; over SSH with ProcSpec.Tether it also kills the process group
-//     when its stdin reaches EOF, that is when the connection drops or mbench
-//     dies;
+//     status; over SSH with ProcSpec.Tether a watcher, started right after the
+//     fork, kills the process group when stdin reaches EOF, that is when the
+//     connection drops or mbench dies;
 //   - Process.Stop sends SIGTERM to the group, waits, sends SIGKILL, and
-//     verifies that no live process remains in the group.
+//     verifies that no live process remains in the group. Stops and leftover
+//     scans read the process table from Go (procOps): locally /proc directly,
+//     remotely one command per poll; the waits are deadlines, not tick counts.
 //
 // Remote hosts must be Linux (the scripts read /proc) with sh, setsid
 // (util-linux), dd, tail, tr and grep.

@@ -148,6 +148,7 @@ type stream struct {
 type host struct {
 	name   string
 	t      transport
+	ops    procOps // how stops and leftover scans see processes
 	closed atomic.Bool
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -48,74 +47,61 @@ func checkStateDir(d string) error {
 	return checkPath(d)
 }
 
-// leftoverScan runs the scan over a state dir, or over one file when target
-// ends in ".pid".
+// leftoverScan finds the leftovers of a state dir, or of one pidfile when
+// target ends in ".pid", and with stop set stops them (see StopLeftovers).
 func leftoverScan(ctx context.Context, h Host, target, marker string, stop bool, grace time.Duration) ([]Leftover, error) {
 	if err := checkMarker(marker); err != nil {
 		return nil, fmt.Errorf("leftovers in %s on %s: %w", target, h.Name(), err)
 	}
-	var files string
-	if strings.HasSuffix(target, ".pid") {
-		files = quotePath(target)
-	} else {
-		files = quotePath(strings.TrimRight(target, "/")) + "/*.pid"
-	}
-	script := shLib + fmt.Sprintf(`mb_join() { mb_mem=; for mb_x in $mb_list; do mb_mem="${mb_mem:+$mb_mem,}$mb_x"; done; : "${mb_mem:=-}"; }
-mb_one() {
-	mb_fp=; mb_fs=
-	{ read -r mb_fp mb_fs < "$1"; } 2>/dev/null
-	case "$mb_fp" in ''|*[!0-9]*) echo "bad - - - $1"; return;; esac
-	if mb_ours "$mb_fp" "$mb_fs" %[1]s; then
-		mb_members "$mb_fp"; mb_join
-		if [ %[2]d = 1 ]; then
-			if mb_kill "$mb_fp" "$mb_fs" %[1]s %[3]d; then rm -f -- "$1"; echo "stopped $mb_fp $mb_fs $mb_mem $1"
-			else mb_join; echo "survivors $mb_fp $mb_fs $mb_mem $1"; fi
-		else echo "ours $mb_fp $mb_fs $mb_mem $1"; fi
-	elif [ %[2]d = 1 ]; then
-		if ! { mb_stat "$mb_fp" && [ "$mb_state" != Z ]; }; then
-			mb_members "$mb_fp"; [ -z "$mb_list" ] && rm -f -- "$1"
-		fi
-	fi
-}
-for mb_pf in %[4]s; do [ -f "$mb_pf" ] && mb_one "$mb_pf"; done
-exit 0
-`, quote(marker), b2i(stop), graceTicks(grace), files)
-	out, _, err := h.Run(ctx, script)
+	ops := opsFor(h)
+	wrap := func(err error) error { return fmt.Errorf("leftovers in %s on %s: %w", target, h.Name(), err) }
+	recs, err := ops.pidfiles(ctx, target)
 	if err != nil {
-		return nil, fmt.Errorf("leftovers in %s on %s: %w", target, h.Name(), err)
+		return nil, wrap(err)
+	}
+	snap, ours, err := ownedGroups(ctx, ops, recs, marker)
+	if err != nil {
+		return nil, wrap(err)
 	}
 	var res []Leftover
-	var survivors []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.SplitN(line, " ", 5)
-		if len(f) != 5 || (f[0] != "ours" && f[0] != "stopped" && f[0] != "survivors") {
-			continue
-		}
-		pid, err := strconv.Atoi(f[1])
-		if err != nil {
-			continue
-		}
-		l := Leftover{Name: strings.TrimSuffix(path.Base(f[4]), ".pid"), PidFile: f[4], Pid: pid, StartTime: f[2]}
-		for _, m := range strings.Split(f[3], ",") {
-			if n, err := strconv.Atoi(m); err == nil {
-				l.Members = append(l.Members, n)
+	var pgids []int
+	var gone []pidRecord // pidfiles to remove
+	for _, r := range recs {
+		if !ours[r.pid] {
+			// Not ours: remove the pidfile only when nothing of it is alive.
+			if stop && r.pid > 1 && !snap.alive(r.pid) && len(snap.members(r.pid)) == 0 {
+				gone = append(gone, r)
 			}
-		}
-		if f[0] == "survivors" {
-			survivors = append(survivors, fmt.Sprintf("%s (pgid %d: %s)", l.Name, pid, f[3]))
 			continue
 		}
-		res = append(res, l)
+		res = append(res, Leftover{Name: strings.TrimSuffix(path.Base(r.path), ".pid"), PidFile: r.path,
+			Pid: r.pid, StartTime: r.start, Members: snap.members(r.pid)})
+		pgids = append(pgids, r.pid)
 	}
-	if len(survivors) > 0 {
-		return res, fmt.Errorf("leftovers in %s on %s: still alive after SIGKILL: %s", target, h.Name(), strings.Join(survivors, "; "))
+	if !stop {
+		return res, nil
 	}
-	return res, nil
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
+	surv, err := killGroups(ctx, ops, pgids, grace)
+	if err != nil {
+		return nil, wrap(err)
 	}
-	return 0
+	var stopped []Leftover
+	var msgs []string
+	for _, l := range res {
+		if m, ok := surv[l.Pid]; ok {
+			msgs = append(msgs, fmt.Sprintf("%s (pgid %d: %v)", l.Name, l.Pid, m))
+			continue
+		}
+		stopped = append(stopped, l)
+		gone = append(gone, pidRecord{path: l.PidFile, pid: l.Pid, start: l.StartTime})
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := ops.remove(rctx, gone); err != nil {
+		return stopped, wrap(err)
+	}
+	if len(msgs) > 0 {
+		return stopped, wrap(fmt.Errorf("still alive after SIGKILL: %s", strings.Join(msgs, "; ")))
+	}
+	return stopped, nil
 }

@@ -16,7 +16,7 @@ import (
 // in their own process group; ProcSpec.Tether is ignored, so local engines
 // outlive a killed mbench and are found again with FindLeftovers.
 func NewLocal() Host {
-	return &host{name: "local", t: localTransport{}}
+	return &host{name: "local", t: localTransport{}, ops: localOps{}}
 }
 
 // localTransport runs sh children of this process.

@@ -36,6 +36,13 @@ func (h *host) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, h.name, err)
 	}
+	untrack, err := track(st)
+	if err != nil {
+		st.kill()
+		go func() { _ = st.wait() }()
+		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, h.name, err)
+	}
+	defer untrack()
 	lines := make(chan string, 4)
 	go func() {
 		sc := bufio.NewScanner(st.stdout)
@@ -98,6 +105,51 @@ func (h *host) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 	return p, nil
 }
 
+// starting holds the monitors of the launches under way, for AbortStarts.
+var starting struct {
+	sync.Mutex
+	m       map[*stream]struct{}
+	aborted bool // AbortStarts was called: no launch may begin
+}
+
+// errAborted refuses a launch after AbortStarts.
+var errAborted = errors.New("launches aborted (mbench is exiting)")
+
+// track records st as a launch under way until the returned func is
+// called; after AbortStarts it refuses.
+func track(st *stream) (func(), error) {
+	starting.Lock()
+	defer starting.Unlock()
+	if starting.aborted {
+		return nil, errAborted
+	}
+	if starting.m == nil {
+		starting.m = map[*stream]struct{}{}
+	}
+	starting.m[st] = struct{}{}
+	return func() {
+		starting.Lock()
+		defer starting.Unlock()
+		delete(starting.m, st)
+	}, nil
+}
+
+// AbortStarts kills every launch under way in this process (Host.Start
+// calls that have not returned): locally the monitor's process group, which
+// still holds an engine that has not yet left it; over SSH the session,
+// whose tether then kills the engine. An engine that has already left the
+// group is named by its pidfile, so AbortStarts followed by StopLeftovers
+// leaves nothing running, whatever instant of a launch it hits. Every later
+// Start fails. For an emergency exit (a second Ctrl-C).
+func AbortStarts() {
+	starting.Lock()
+	defer starting.Unlock()
+	starting.aborted = true
+	for st := range starting.m {
+		st.kill()
+	}
+}
+
 // monitor waits for "exited STATUS" and then for the stream to end.
 func (p *proc) monitor(st *stream, lines <-chan string, tag string) {
 	var err error
@@ -152,20 +204,28 @@ func (p *proc) Err() error {
 }
 
 func (p *proc) Stop(ctx context.Context, grace time.Duration) error {
-	if dl, ok := ctx.Deadline(); ok {
-		// Leave time for SIGKILL and the verification within ctx.
-		if max := time.Until(dl) - 3*time.Second; grace > max {
-			grace = max
+	ops := p.h.ops
+	rec := pidRecord{path: pidfilePath(p.spec), pid: p.pid, start: p.start}
+	wrap := func(err error) error {
+		return fmt.Errorf("stop %s (pgid %d) on %s: %w", p.spec.Name, p.pid, p.h.name, err)
+	}
+	_, ours, err := ownedGroups(ctx, ops, []pidRecord{rec}, p.spec.Marker)
+	if err != nil {
+		return wrap(err)
+	}
+	if ours[p.pid] {
+		surv, err := killGroups(ctx, ops, []int{p.pid}, grace)
+		if err != nil {
+			return wrap(err)
+		}
+		if len(surv) > 0 {
+			return wrap(survivorsError(surv))
 		}
 	}
-	script := stopScript(pidfilePath(p.spec), p.pid, p.start, p.spec.Marker, graceTicks(grace))
-	out, _, err := p.h.Run(ctx, script)
-	if err != nil {
-		if s := strings.TrimSpace(string(out)); strings.HasPrefix(s, "survivors") {
-			return fmt.Errorf("stop %s (pgid %d) on %s: processes still alive after SIGKILL: %s",
-				p.spec.Name, p.pid, p.h.name, strings.TrimPrefix(s, "survivors "))
-		}
-		return fmt.Errorf("stop %s (pgid %d) on %s: %w", p.spec.Name, p.pid, p.h.name, err)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := ops.remove(rctx, []pidRecord{rec}); err != nil {
+		return wrap(err)
 	}
 	// Let the monitor report the exit status before returning.
 	t := time.NewTimer(5 * time.Second)

@@ -23,7 +23,7 @@ func quotePath(p string) string {
 	return quote(p)
 }
 
-// shLib is the shell library shared by every lifecycle script. It reads /proc
+// shLib is the shell library of the start script. It reads /proc
 // with builtins only, so a scan of all processes costs no fork per process.
 //
 //	mb_stat PID          sets mb_state, mb_pgrp, mb_start (field 22); 1 if gone
@@ -32,8 +32,12 @@ func quotePath(p string) string {
 //	mb_ours PID START M  0 if the group PID is ours: the leader is alive with
 //	                     that start time and the marker, or the leader is gone
 //	                     and a live member carries the marker
+//	mb_settle PID        wait (up to 5 s) until PID leads its own group or is gone
 //	mb_kill PID START M TICKS  TERM the group, wait TICKS×0.1 s, KILL, wait
 //	                     up to 10 s; 0 when no live member is left
+//
+// Only the SSH tether runs mb_kill (on the host, after mbench is gone); every
+// stop mbench makes itself scans processes from Go (see procOps).
 const shLib = `
 mb_stat() {
 	mb_s=
@@ -68,6 +72,12 @@ mb_ours() {
 		mb_marked "$mb_m" "$3" && return 0
 	done
 	return 1
+}
+mb_settle() {
+	mb_i=0
+	while mb_stat "$1" && [ "$mb_pgrp" != "$1" ] && [ "$mb_state" != Z ] && [ "$mb_i" -lt 500 ]; do
+		sleep 0.01; mb_i=$((mb_i+1))
+	done
 }
 mb_kill() {
 	mb_ours "$1" "$2" "$3" || { mb_list=; return 0; }
@@ -201,53 +211,49 @@ func startScript(spec ProcSpec, tether bool, tag string) string {
 	// Asynchronous lists start with SIGINT and SIGQUIT ignored; env
 	// --default-signal (coreutils >= 8.31) restores them where available.
 	b.WriteString("mb_ds=\nenv --default-signal=INT true 2>/dev/null && mb_ds='env --default-signal=INT,QUIT'\n")
-	b.WriteString("exec 3<&0\n( export MBENCH_MARKER=" + quote(spec.Marker))
+	// The child records itself in the pidfile before it leaves the
+	// monitor's process group (setsid): until then, killing the monitor's
+	// group (a cancelled Start, AbortStarts) kills it; from then on, the
+	// pidfile names it. No instant exists at which the engine can outlive
+	// mbench unrecorded. The pid and start time come from /proc/self/stat,
+	// read by the subshell itself.
+	b.WriteString(`exec 3<&0
+( mb_s=; { read -r mb_s < /proc/self/stat; } 2>/dev/null
+mb_stat "${mb_s%% *}" || exit 126
+{ printf '%s %s\n' "${mb_s%% *}" "$mb_start" > "$mb_pidf.tmp" && mv -f -- "$mb_pidf.tmp" "$mb_pidf"; } 2>/dev/null || exit 126
+export MBENCH_MARKER=` + quote(spec.Marker))
 	for _, e := range spec.Env {
 		b.WriteString("; export " + e.Name + "=" + quote(e.Value))
 	}
 	b.WriteString("\nexec $mb_ds setsid sh -c " + quote(spec.Command) + `
 ) 3<&- </dev/null >>"$mb_log" 2>&1 &
 mb_pid=$!
-mb_i=0
-while mb_stat "$mb_pid" && [ "$mb_pgrp" != "$mb_pid" ] && [ "$mb_state" != Z ] && [ "$mb_i" -lt 500 ]; do
-	sleep 0.01; mb_i=$((mb_i+1))
-done
-if ! mb_stat "$mb_pid"; then
-	mb_start=0 # already exited and reaped; wait still reports its status
-elif [ "$mb_pgrp" != "$mb_pid" ] && [ "$mb_state" != Z ]; then
+`)
+	if tether {
+		// The watcher exists from the fork on (nothing is written to stdout
+		// before it starts, so a dropped link cannot kill the monitor
+		// first). On stdin EOF (after "exited", or on a lost link) it waits
+		// until the child has left the monitor's group or died, then kills
+		// whatever the group holds.
+		fmt.Fprintf(&b, `( mb_stat "$mb_pid"; mb_t0=$mb_start; cat <&3 >/dev/null 2>&1; mb_settle "$mb_pid"; mb_kill "$mb_pid" "$mb_t0" %s %d ) >/dev/null 2>&1 &
+`, quote(spec.Marker), graceTicks(spec.TetherGrace))
+	}
+	b.WriteString(`mb_settle "$mb_pid"
+mb_fp=; mb_start=; { read -r mb_fp mb_start < "$mb_pidf"; } 2>/dev/null
+if [ "$mb_fp" != "$mb_pid" ]; then
+	kill -s KILL "$mb_pid" 2>/dev/null; wait "$mb_pid"
+	echo "$mb_tag error: cannot write the pidfile"; return
+fi
+if mb_stat "$mb_pid" && [ "$mb_pgrp" != "$mb_pid" ] && [ "$mb_state" != Z ]; then
 	kill -s KILL "$mb_pid" 2>/dev/null; wait "$mb_pid"
 	echo "$mb_tag error: the process did not become a session leader (is setsid installed?)"; return
 fi
-if ! { printf '%s %s\n' "$mb_pid" "$mb_start" > "$mb_pidf.tmp" && mv -f -- "$mb_pidf.tmp" "$mb_pidf"; }; then
-	kill -s KILL -- "-$mb_pid" 2>/dev/null; wait "$mb_pid"
-	echo "$mb_tag error: cannot write the pidfile"; return
-fi
 echo "$mb_tag started $mb_pid $mb_start"
-`)
-	if tether {
-		// The watcher outlives the leader: whatever the leader left in its
-		// group is killed when stdin closes (after "exited", or on a lost link).
-		fmt.Fprintf(&b, "( cat <&3 >/dev/null 2>&1; mb_kill \"$mb_pid\" \"$mb_start\" %s %d ) >/dev/null 2>&1 &\n",
-			quote(spec.Marker), graceTicks(spec.TetherGrace))
-	}
-	b.WriteString(`exec 3<&-
+exec 3<&-
 wait "$mb_pid"; mb_rc=$?
 echo "$mb_tag exited $mb_rc"
 }
 mb_main
 `)
 	return b.String()
-}
-
-// stopScript stops the group of one started process and removes its pidfile
-// if it still names that process. It prints "survivors PIDS" on failure.
-func stopScript(pidfile string, pid int, start, marker string, ticks int) string {
-	return shLib + fmt.Sprintf(`mb_main() {
-if ! mb_kill %[1]d %[2]s %[3]s %[4]d; then echo "survivors $mb_list"; exit 1; fi
-mb_fp=; { read -r mb_fp mb_x < %[5]s; } 2>/dev/null
-[ "$mb_fp" = %[1]d ] && rm -f -- %[5]s
-exit 0
-}
-mb_main
-`, pid, quote(start), quote(marker), ticks, quotePath(pidfile))
 }

@@ -86,7 +86,9 @@ func DialSSH(ctx context.Context, cfg SSHConfig) (Host, error) {
 	if _, err := t.conn(ctx, nil); err != nil {
 		return nil, err
 	}
-	return &host{name: cfg.Name, t: t}, nil
+	h := &host{name: cfg.Name, t: t}
+	h.ops = shellOps{h}
+	return h, nil
 }
 
 // sshTransport runs commands in sessions over a small pool of connections.

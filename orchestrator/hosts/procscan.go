@@ -1,0 +1,363 @@
+package hosts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// procEntry is one process as /proc/<pid>/stat shows it.
+type procEntry struct {
+	pid, pgrp int
+	state     string // "R", "S", "Z", …
+	start     string // field 22: start time in clock ticks after boot
+}
+
+func (p procEntry) live() bool { return p.state != "Z" && p.state != "X" }
+
+// snapshot is one scan of a host's process table, restricted to the
+// processes the caller asked about: the members of some process groups and
+// the processes whose pid is one of those group ids.
+type snapshot map[int]procEntry
+
+// members lists the live processes of group pgid, sorted.
+func (s snapshot) members(pgid int) []int {
+	var out []int
+	for _, p := range s {
+		if p.pgrp == pgid && p.live() {
+			out = append(out, p.pid)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// alive reports whether pid itself is a live process (in any group).
+func (s snapshot) alive(pid int) bool {
+	p, ok := s[pid]
+	return ok && p.live()
+}
+
+// leader returns pgid's leader if it is alive and still leads that group.
+func (s snapshot) leader(pgid int) (procEntry, bool) {
+	p, ok := s[pgid]
+	return p, ok && p.live() && p.pgrp == pgid
+}
+
+// pidRecord is one pidfile: "<pid> <starttime>".
+type pidRecord struct {
+	path  string
+	pid   int    // 0 when the file does not hold a valid pid
+	start string // as recorded
+}
+
+// procOps is what stopping and finding engines needs of a host. Every
+// method is one step: the local host reads /proc and signals from Go; a
+// remote host runs one command per call, so a stop loop costs at most one
+// remote command per tick, and no scan of /proc runs in a shell loop.
+type procOps interface {
+	// scan sends sig (0: none) to each process group of pgids, then scans
+	// the process table once. The snapshot holds every process of those
+	// groups and every process whose pid is one of pgids.
+	scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error)
+	// marked returns which of pids carry MBENCH_MARKER=marker in their
+	// environment.
+	marked(ctx context.Context, pids []int, marker string) (map[int]bool, error)
+	// pidfiles reads the pidfile target (ending in ".pid") or every
+	// "*.pid" in the directory target.
+	pidfiles(ctx context.Context, target string) ([]pidRecord, error)
+	// remove deletes each pidfile that still names its record's pid.
+	remove(ctx context.Context, recs []pidRecord) error
+}
+
+// opsFor returns the procOps of h: its own for the hosts of this package,
+// else the shell implementation over h.Run.
+func opsFor(h Host) procOps {
+	if hh, ok := h.(*host); ok && hh.ops != nil {
+		return hh.ops
+	}
+	return shellOps{h}
+}
+
+// parseStat parses the text of one /proc/<pid>/stat. The command name may
+// hold spaces and ") ", so the fields are taken after the last ") ".
+func parseStat(line string) (procEntry, bool) {
+	i := strings.LastIndex(line, ") ")
+	j := strings.Index(line, " (")
+	if i < 0 || j <= 0 || j > i {
+		return procEntry{}, false
+	}
+	pid, err := strconv.Atoi(line[:j])
+	if err != nil || pid <= 0 {
+		return procEntry{}, false
+	}
+	f := strings.Fields(line[i+2:])
+	if len(f) < 20 {
+		return procEntry{}, false
+	}
+	pgrp, err := strconv.Atoi(f[2])
+	if err != nil {
+		return procEntry{}, false
+	}
+	return procEntry{pid: pid, pgrp: pgrp, state: f[0], start: f[19]}, true
+}
+
+// parsePidLine parses the content of a pidfile.
+func parsePidLine(path, line string) pidRecord {
+	f := strings.Fields(line)
+	r := pidRecord{path: path}
+	if len(f) == 2 {
+		if n, err := strconv.Atoi(f[0]); err == nil && n > 1 {
+			r.pid, r.start = n, f[1]
+		}
+	}
+	return r
+}
+
+// wanted reports whether a process belongs in a snapshot for pgids.
+func wanted(p procEntry, pgids []int) bool {
+	return slices.Contains(pgids, p.pgrp) || slices.Contains(pgids, p.pid)
+}
+
+// localOps implements procOps for this machine with direct /proc reads and
+// kill(2): a scan of a few hundred processes costs a few milliseconds and no
+// fork, whatever the load.
+type localOps struct{}
+
+func (localOps) scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error) {
+	if sig != 0 {
+		for _, g := range pgids {
+			if g > 1 {
+				_ = syscall.Kill(-g, sig)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("scan processes: %w", err)
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("scan processes: %w", err)
+	}
+	snap := snapshot{}
+	buf := make([]byte, 1024)
+	for _, n := range names {
+		if n == "" || n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		st, err := readSmall("/proc/"+n+"/stat", buf)
+		if err != nil {
+			continue // exited since the directory was read
+		}
+		if p, ok := parseStat(strings.TrimSpace(st)); ok && wanted(p, pgids) {
+			snap[p.pid] = p
+		}
+	}
+	return snap, nil
+}
+
+// readSmall reads a small file into buf (a /proc stat line fits in 1 KiB).
+func readSmall(path string, buf []byte) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	n, err := f.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+func (localOps) marked(_ context.Context, pids []int, marker string) (map[int]bool, error) {
+	want := []byte("\x00MBENCH_MARKER=" + marker + "\x00")
+	out := map[int]bool{}
+	for _, p := range pids {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/environ")
+		if err == nil && bytes.Contains(append(append([]byte{0}, env...), 0), want) {
+			out[p] = true
+		}
+	}
+	return out, nil
+}
+
+// localPath expands a leading "~/" as the scripts do.
+func localPath(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			return home + p[1:]
+		}
+	}
+	return p
+}
+
+func (localOps) pidfiles(_ context.Context, target string) ([]pidRecord, error) {
+	var files []string
+	if strings.HasSuffix(target, ".pid") {
+		files = []string{target}
+	} else {
+		ents, err := os.ReadDir(localPath(strings.TrimRight(target, "/")))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".pid") && e.Type().IsRegular() {
+				files = append(files, strings.TrimRight(target, "/")+"/"+e.Name())
+			}
+		}
+	}
+	var out []pidRecord
+	for _, f := range files {
+		b, err := os.ReadFile(localPath(f))
+		if err != nil {
+			continue // gone, or removed by a concurrent stop
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		out = append(out, parsePidLine(f, line))
+	}
+	return out, nil
+}
+
+func (localOps) remove(_ context.Context, recs []pidRecord) error {
+	var errs []error
+	for _, r := range recs {
+		p := localPath(r.path)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if parsePidLine(r.path, line).pid != r.pid {
+			continue // a newer start owns the file now
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// shellOps implements procOps with one sh command per call, for remote
+// hosts (and for any Host that is not of this package).
+type shellOps struct{ h Host }
+
+func (o shellOps) scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error) {
+	var b strings.Builder
+	name := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL"}[sig]
+	if sig != 0 && name == "" {
+		return nil, fmt.Errorf("scan: unsupported signal %v", sig)
+	}
+	var alt []string
+	for _, g := range pgids {
+		if g <= 1 {
+			continue
+		}
+		if sig != 0 {
+			fmt.Fprintf(&b, "kill -s %s -- -%d 2>/dev/null; ", name, g)
+		}
+		alt = append(alt, strconv.Itoa(g))
+	}
+	if len(alt) == 0 {
+		return snapshot{}, nil
+	}
+	// grep keeps the lines of those groups (field 5) and of those pids; Go
+	// parses and filters again, so an odd command name cannot mislead it.
+	re := "(" + strings.Join(alt, "|") + ")"
+	fmt.Fprintf(&b, "cat /proc/[0-9]*/stat 2>/dev/null | grep -E -e '^%[1]s \\(' -e '\\) . -?[0-9]+ %[1]s '; true", re)
+	out, _, err := o.h.Run(ctx, b.String())
+	if err != nil {
+		return nil, fmt.Errorf("scan processes on %s: %w", o.h.Name(), err)
+	}
+	snap := snapshot{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if p, ok := parseStat(strings.TrimSpace(line)); ok && wanted(p, pgids) {
+			snap[p.pid] = p
+		}
+	}
+	return snap, nil
+}
+
+func (o shellOps) marked(ctx context.Context, pids []int, marker string) (map[int]bool, error) {
+	out := map[int]bool{}
+	if len(pids) == 0 {
+		return out, nil
+	}
+	var list []string
+	for _, p := range pids {
+		list = append(list, strconv.Itoa(p))
+	}
+	cmd := fmt.Sprintf(`for p in %s; do tr '\000' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qxF -e %s && echo "marked $p"; done; true`,
+		strings.Join(list, " "), quote("MBENCH_MARKER="+marker))
+	stdout, _, err := o.h.Run(ctx, cmd)
+	if err != nil {
+		return nil, fmt.Errorf("check markers on %s: %w", o.h.Name(), err)
+	}
+	for _, line := range strings.Split(string(stdout), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "marked "); ok {
+			if n, err := strconv.Atoi(v); err == nil && slices.Contains(pids, n) {
+				out[n] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+func (o shellOps) pidfiles(ctx context.Context, target string) ([]pidRecord, error) {
+	files := quotePath(target)
+	if !strings.HasSuffix(target, ".pid") {
+		files = quotePath(strings.TrimRight(target, "/")) + "/*.pid"
+	}
+	// Each file is reported as a "mbpf PATH" line and a "mbpl LINE" line;
+	// prefixes keep a login shell's chatter out.
+	cmd := fmt.Sprintf(`for f in %s; do [ -f "$f" ] || continue; l=; { read -r l < "$f"; } 2>/dev/null; printf 'mbpf %%s\nmbpl %%s\n' "$f" "$l"; done; true`, files)
+	stdout, _, err := o.h.Run(ctx, cmd)
+	if err != nil {
+		return nil, fmt.Errorf("read pidfiles %s on %s: %w", target, o.h.Name(), err)
+	}
+	var out []pidRecord
+	cur := ""
+	for _, line := range strings.Split(string(stdout), "\n") {
+		if p, ok := strings.CutPrefix(line, "mbpf "); ok {
+			cur = p
+		} else if l, ok := strings.CutPrefix(line, "mbpl "); ok && cur != "" {
+			path := cur
+			if strings.HasSuffix(target, ".pid") {
+				path = target // keep "~/" as given
+			} else if dir := strings.TrimRight(target, "/"); strings.HasPrefix(dir, "~/") {
+				path = dir + "/" + filepath.Base(cur)
+			}
+			out = append(out, parsePidLine(path, l))
+			cur = ""
+		}
+	}
+	return out, nil
+}
+
+func (o shellOps) remove(ctx context.Context, recs []pidRecord) error {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "a=; { read -r a b < %[1]s; } 2>/dev/null; [ \"$a\" = %[2]d ] && rm -f -- %[1]s; ", quotePath(r.path), r.pid)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	b.WriteString("true")
+	if _, _, err := o.h.Run(ctx, b.String()); err != nil {
+		return fmt.Errorf("remove pidfiles on %s: %w", o.h.Name(), err)
+	}
+	return nil
+}
