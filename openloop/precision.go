@@ -121,3 +121,7 @@ func precisionRow(rate float64, res *Result, entries []stub.Entry) PrecisionRow 
 	row.TTFTErrP50Ms, row.TTFTErrP99Ms = quantile(errs, 0.5), quantile(errs, 0.99)
 	return row
 }
+
+// RealisticStub streams like an engine under load: 16 tokens, each flushed
+// on its own, the first 20 ms after arrival, then one every millisecond.
+var RealisticStub = stub.Options{Tokens: 16, FirstToken: 20 * time.Millisecond, Gap: time.Millisecond}

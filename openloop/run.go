@@ -22,12 +22,12 @@ const (
 
 // runner is the state of one Run.
 type runner struct {
-	cfg   Config
-	clk   clock
-	cl    client
-	urls  []string // completion URLs, per target
-	bases []string // base URLs, per target
-	model string
+	cfg       Config
+	clk       clock
+	cl        *client
+	bases     []string // base URLs, per target
+	model     string
+	reqPrefix string // of X-Request-Id
 	gen   promptGen
 	mode  int // pacer mode
 
@@ -71,14 +71,33 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
 	cfg := &r.cfg
-	hc := cfg.Client
-	if hc == nil {
-		hc = &http.Client{Transport: NewTransport()}
-	}
+	var urls []string
 	for _, t := range cfg.Targets {
 		b := strings.TrimRight(t, "/")
 		r.bases = append(r.bases, b)
-		r.urls = append(r.urls, b+"/v1/completions")
+		urls = append(urls, b+"/v1/completions")
+	}
+	budget := &memBudget{limit: cfg.StreamMemory}
+	if budget.limit == 0 {
+		budget.limit = DefaultStreamMemory
+	}
+	cl, err := newClient(cfg.Client, urls, &r.clk, cfg.RequestTimeout, budget)
+	if err != nil {
+		return nil, fmt.Errorf("openloop: %w", err)
+	}
+	hc := cfg.Client
+	if hc == nil { // https targets, and the model lookup
+		hc = &http.Client{Transport: NewTransport()}
+		if !cl.raw {
+			cl.hc = hc
+		}
+	}
+	defer hc.CloseIdleConnections()
+	r.cl = cl
+	defer cl.close()
+	r.reqPrefix = cfg.RequestIDPrefix
+	if r.reqPrefix == "" {
+		r.reqPrefix = newRequestIDPrefix()
 	}
 	r.model = cfg.Model
 	if r.model == "" {
@@ -101,7 +120,6 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape}
 	cpu0, cpuErr := cpuSeconds()
 	r.clk = clock{start: time.Now()}
-	r.cl = client{hc: hc, clk: &r.clk}
 	var cancel context.CancelCauseFunc
 	r.reqCtx, cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	r.cancelReqs = cancel
@@ -209,8 +227,8 @@ func (r *runner) launch(j *job, after func()) {
 // execute sends j, waits for its stream to end and records it.
 func (r *runner) execute(j *job) *Record {
 	rec := Record{ID: j.id, Cell: r.cfg.Cell, Block: r.cfg.Block, Phase: j.phase, ScheduledNs: j.sched,
-		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs}
-	t := int((r.rr.Add(1) - 1) % uint64(len(r.urls)))
+		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs, RequestID: j.reqID}
+	t := int((r.rr.Add(1) - 1) % uint64(len(r.bases)))
 	rec.Target = r.bases[t]
 	var onFirst func()
 	var ttftTimer *time.Timer
@@ -218,7 +236,7 @@ func (r *runner) execute(j *job) *Record {
 		ttftTimer = time.AfterFunc(d, func() { r.abort(fmt.Sprintf("a request waited more than %v for its first token", d)) })
 		onFirst = func() { ttftTimer.Stop() }
 	}
-	release := r.cl.do(r.reqCtx, r.urls[t], j, &rec, onFirst)
+	release := r.cl.do(r.reqCtx, t, j, &rec, onFirst)
 	if ttftTimer != nil {
 		ttftTimer.Stop()
 	}
