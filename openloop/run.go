@@ -28,8 +28,8 @@ type runner struct {
 	bases     []string // base URLs, per target
 	model     string
 	reqPrefix string // of X-Request-Id
-	gen   promptGen
-	mode  int // pacer mode
+	gen       promptGen
+	mode      int // pacer mode
 
 	stopCh    chan struct{}
 	stopped   atomic.Bool

@@ -73,7 +73,9 @@ func (p *Process) Entries(ctx context.Context) ([]Entry, error) {
 }
 
 // Reset clears the child's log (POST /stub/reset).
-func (p *Process) Reset(ctx context.Context) error { return p.call(ctx, http.MethodPost, "/stub/reset", nil) }
+func (p *Process) Reset(ctx context.Context) error {
+	return p.call(ctx, http.MethodPost, "/stub/reset", nil)
+}
 
 // CPUSeconds is the child's user+system CPU time so far.
 func (p *Process) CPUSeconds() (float64, error) {
