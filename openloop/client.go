@@ -137,6 +137,9 @@ type client struct {
 	clk     *clock
 	timeout time.Duration // per request, 0 = none
 	budget  *memBudget
+	// beforeWrite, when set (tests), runs on the request's goroutine just
+	// before the request is written.
+	beforeWrite func()
 }
 
 // newClient sets up the client for the completion URLs.
@@ -216,6 +219,9 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		finish func(ok bool)
 		err    error
 	)
+	if c.beforeWrite != nil {
+		c.beforeWrite()
+	}
 	if c.raw {
 		x := &sc.x
 		*x = h1Exchange{pool: c.pools[t]}

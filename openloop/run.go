@@ -2,6 +2,7 @@ package openloop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -28,6 +29,8 @@ type runner struct {
 	bases     []string // base URLs, per target
 	model     string
 	reqPrefix string // of X-Request-Id
+
+	beforeWrite func() // tests: see client.beforeWrite
 	gen       promptGen
 	mode      int // pacer mode
 
@@ -55,6 +58,11 @@ type runner struct {
 	records  []Record
 	sinkDone chan struct{}
 }
+
+// ErrModelLookup marks a run that could not start because the first target
+// did not name its model (GET /v1/models failed): the endpoint is down or
+// is not an OpenAI-compatible server.
+var ErrModelLookup = errors.New("the endpoint did not list its model")
 
 // Run performs one run: cache fill (if the shape asks for it), then warmup and
 // measurement open-loop, then a drain of the requests in flight. Records are
@@ -85,6 +93,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openloop: %w", err)
 	}
+	cl.beforeWrite = r.beforeWrite
 	hc := cfg.Client
 	if hc == nil { // https targets, and the model lookup
 		hc = &http.Client{Transport: NewTransport()}
@@ -103,7 +112,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if r.model == "" {
 		m, err := fetchModel(ctx, hc, r.bases[0])
 		if err != nil {
-			return nil, fmt.Errorf("openloop: %w", err)
+			return nil, fmt.Errorf("openloop: %w: %w", ErrModelLookup, err)
 		}
 		r.model = m
 	}

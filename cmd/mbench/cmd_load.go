@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/orchestrator"
 	"github.com/mbench/mbench/results"
 	"github.com/urfave/cli/v2"
 )
@@ -37,6 +39,9 @@ func init() {
 				&cli.IntFlag{Name: "max-inflight-sessions", Usage: "trace: sessions in flight at once (0 = unlimited)"},
 				&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "cap on the measured phase"},
 				&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "wait this long for in-flight requests after sending stops"},
+				&cli.DurationFlag{Name: "request-timeout", Usage: "fail a request (error class timeout) that runs longer than this (0 = none)"},
+				&cli.StringFlag{Name: "request-id-prefix", Usage: "start of every X-Request-Id (default mbench-<random>-)"},
+				&cli.Float64Flag{Name: "max-failed", Value: 0.01, Usage: "exit 3 when more than this share of the measured requests failed"},
 				&cli.StringFlag{Name: "out", Usage: "directory for requests.jsonl and summary_A.json", Required: true},
 			},
 			Action: loadAction,
@@ -53,8 +58,14 @@ func loadAction(c *cli.Context) error {
 	} else if shape.Input <= 0 || shape.Output <= 0 {
 		return usageError{errors.New("load: --input and --output must be positive (or give --trace)")}
 	}
-	if c.Float64("rate") <= 0 {
-		return usageError{fmt.Errorf("load: --rate %v: must be > 0", c.Float64("rate"))}
+	if err := checkRate("load", "--rate", c.Float64("rate")); err != nil {
+		return err
+	}
+	if mf := c.Float64("max-failed"); !(mf >= 0 && mf <= 1) {
+		return usageError{fmt.Errorf("load: --max-failed %v: must be a share between 0 and 1", mf)}
+	}
+	if c.Duration("request-timeout") < 0 {
+		return usageError{fmt.Errorf("load: --request-timeout %v: must be ≥ 0", c.Duration("request-timeout"))}
 	}
 	n, d, mc := c.Int("requests"), c.Duration("duration"), c.Int("min-completed")
 	if shape.Trace == nil && n <= 0 && d <= 0 && mc <= 0 {
@@ -79,23 +90,32 @@ func loadAction(c *cli.Context) error {
 		Arrival: openloop.Arrival{Process: c.String("arrival"), Burstiness: c.Float64("burstiness")},
 		Shape:   shape, Seed: c.Int64("seed"), Warmup: c.Int("warmup"), MinCompleted: mc, Requests: n, Duration: d,
 		Timeout: c.Duration("timeout"), DrainTimeout: c.Duration("drain-timeout"), Cell: "load", Sink: f,
+		RequestTimeout: c.Duration("request-timeout"), RequestIDPrefix: c.String("request-id-prefix"),
 	}
-	res, err := openloop.Run(c.Context, cfg)
-	if err != nil {
-		return fmt.Errorf("load: %w", err)
+	arrival := cfg.Arrival.Process
+	if shape.Trace != nil {
+		arrival = "trace"
+	}
+	res, runErr := openloop.Run(c.Context, cfg)
+	if res == nil {
+		if errors.Is(runErr, openloop.ErrModelLookup) {
+			return loadFailure{code: exitLoadFailed, err: fmt.Errorf("load: %w", runErr)}
+		}
+		return fmt.Errorf("load: %w", runErr)
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("load: write requests.jsonl: %w", err)
 	}
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: "load", Config: "load", Shape: shape.Name, Rate: cfg.Rate, Engine: "external",
-		Arrival: cfg.Arrival.Process, Burstiness: cfg.Arrival.Burstiness, Grade: &res.Grade,
+		Arrival: arrival, Burstiness: cfg.Arrival.Burstiness, Grade: &res.Grade,
 		Records: res.Records, Start: res.Start, WindowStart: res.WindowStart, WindowEnd: res.WindowEnd,
 		Offered: res.Offered, Aborted: res.Aborted, AbortReason: res.AbortReason, ClientCPUPct: res.ClientCPUPct,
 	})
 	if err != nil {
 		return fmt.Errorf("load: summarize: %w", err)
 	}
+	sum.Errors = errorsByClass(res.Records)
 	data, err := json.MarshalIndent(sum, "", "  ")
 	if err != nil {
 		return err
@@ -103,6 +123,73 @@ func loadAction(c *cli.Context) error {
 	if err := results.WriteFileAtomic(filepath.Join(out, "summary_A.json"), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	_, err = c.App.Writer.Write(append(data, '\n'))
-	return err
+	if _, err := c.App.Writer.Write(append(data, '\n')); err != nil {
+		return err
+	}
+	return loadOutcome(res, runErr, sum.Failed, sum.NumPrompts, c.Float64("max-failed"))
+}
+
+// Exit statuses of `mbench load` beyond 0 (the run ended on its stop
+// condition and at most --max-failed of its measured requests failed), 1 (an
+// error of mbench itself), 2 (bad flags) and 130 (interrupted).
+const (
+	exitLoadFailed   = 3 // more than --max-failed of the measured requests failed (or the endpoint named no model)
+	exitLoadCutShort = 4 // the run was cut short: aborted, --timeout reached, or requests cut by the drain timeout
+)
+
+// loadFailure is a finished run whose outcome is not good; it carries the
+// exit status.
+type loadFailure struct {
+	code int
+	err  error
+}
+
+func (e loadFailure) Error() string { return e.err.Error() }
+func (e loadFailure) Unwrap() error { return e.err }
+func (e loadFailure) ExitCode() int { return e.code }
+
+// loadOutcome grades a finished run for the exit status; nil when it is
+// all good.
+func loadOutcome(res *openloop.Result, runErr error, failed, measured int, maxFailed float64) error {
+	if runErr != nil {
+		if errors.Is(runErr, context.Canceled) {
+			return fmt.Errorf("load: %w (requests.jsonl and summary_A.json hold what was measured)", orchestrator.ErrInterrupted)
+		}
+		return fmt.Errorf("load: %w", runErr)
+	}
+	if measured == 0 || float64(failed) > maxFailed*float64(measured) {
+		return loadFailure{exitLoadFailed, fmt.Errorf("load: %d of %d measured requests failed (more than --max-failed %g); errors by class in summary_A.json", failed, measured, maxFailed)}
+	}
+	drainCut := 0
+	for i := range res.Records {
+		if res.Records[i].Error == "drain timeout" {
+			drainCut++
+		}
+	}
+	switch {
+	case res.Aborted:
+		return loadFailure{exitLoadCutShort, fmt.Errorf("load: the run was aborted: %s", res.AbortReason)}
+	case res.StopReason == "timeout":
+		return loadFailure{exitLoadCutShort, errors.New("load: the run was cut short by --timeout before its stop condition")}
+	case drainCut > 0:
+		return loadFailure{exitLoadCutShort, fmt.Errorf("load: %d requests were still running at the drain timeout", drainCut)}
+	}
+	return nil
+}
+
+// errorsByClass counts the failed measured requests by error class.
+func errorsByClass(recs []openloop.Record) map[string]int {
+	out := map[string]int{}
+	for i := range recs {
+		r := &recs[i]
+		if r.Phase != openloop.PhaseMeasure || r.OK() {
+			continue
+		}
+		k := r.ErrorClass
+		if k == "" {
+			k = openloop.ErrClassOther
+		}
+		out[string(k)]++
+	}
+	return out
 }

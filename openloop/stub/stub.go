@@ -53,6 +53,8 @@ type Fault struct {
 	BreakAfter  int
 	StreamError string // after the content chunks, send an in-stream error with this message
 	NoUsage     bool   // omit the usage chunk
+	Malformed   bool   // after the content chunks, send a chunk that is not JSON
+	Hang        bool   // send nothing (not even headers) until the client goes away
 }
 
 // Entry is the server-side ground truth of one request.
@@ -219,6 +221,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Fault != nil {
 		f = s.opts.Fault(n, e.ID)
 	}
+	if f.Hang {
+		<-r.Context().Done()
+		return
+	}
 	if f.Status != 0 {
 		e.Status = f.Status
 		w.WriteHeader(f.Status)
@@ -268,6 +274,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.Break {
 		panic(http.ErrAbortHandler)
+	}
+	if f.Malformed {
+		_, _ = w.Write([]byte("data: {\"choices\": [oops\n\n"))
 	}
 	if f.StreamError != "" {
 		msg, _ := json.Marshal(f.StreamError)
