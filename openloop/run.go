@@ -31,8 +31,8 @@ type runner struct {
 	reqPrefix string // of X-Request-Id
 
 	beforeWrite func() // tests: see client.beforeWrite
-	gen       promptGen
-	mode      int // pacer mode
+	gen         promptGen
+	mode        int // pacer mode
 
 	stopCh    chan struct{}
 	stopped   atomic.Bool
