@@ -118,9 +118,13 @@ func (m *Matrix) arrivalSpec() map[string]any {
 
 func (m *Matrix) measureSpec() map[string]any {
 	x := m.Measure
-	return map[string]any{"warmup_requests": x.WarmupRequests, "min_completed": x.MinCompleted,
+	spec := map[string]any{"warmup_requests": x.WarmupRequests, "min_completed": x.MinCompleted,
 		"timeout": x.Timeout.String(), "drain_timeout": x.DrainTimeout.String(),
 		"abort_if": map[string]any{"max_inflight": x.AbortIf.MaxInflight, "max_ttft": x.AbortIf.MaxTTFT.String()}}
+	if x.RequestTimeout > 0 { // only when set: matrices without it keep their hash
+		spec["request_timeout"] = x.RequestTimeout.String()
+	}
+	return spec
 }
 
 // Resolved returns the canonical JSON (compact, keys sorted) of the matrix

@@ -221,6 +221,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 		{"min_completed", true, func(v *yaml.Node, p string) { mm.MinCompleted = d.intField(v, p, 1, 1<<31-1) }},
 		{"timeout", false, func(v *yaml.Node, p string) { mm.Timeout = d.positiveDuration(v, p) }},
 		{"drain_timeout", false, func(v *yaml.Node, p string) { mm.DrainTimeout = d.duration(v, p) }},
+		{"request_timeout", false, func(v *yaml.Node, p string) { mm.RequestTimeout = d.duration(v, p) }},
 		{"abort_if", false, func(v *yaml.Node, p string) {
 			d.object(v, p, v.Line, []field{
 				{"max_inflight", false, func(v *yaml.Node, p string) { mm.AbortIf.MaxInflight = d.intField(v, p, 0, 1<<31-1) }},

@@ -142,6 +142,9 @@ type Measure struct {
 	MinCompleted   int           // measured requests to complete (required)
 	Timeout        time.Duration // cap on the measure phase (default 10m)
 	DrainTimeout   time.Duration // default 1m
+	// RequestTimeout fails a request that runs longer than this (error
+	// class timeout); 0, the default, is none.
+	RequestTimeout time.Duration
 	AbortIf        AbortIf
 }
 
