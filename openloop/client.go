@@ -45,6 +45,10 @@ type job struct {
 	body    []byte      // the JSON body (net/http path)
 	header  http.Header // net/http path
 	wire    []byte      // headers after Host, blank line and body (raw HTTP/1.1 path)
+	target  int         // index of the target, -1 until chosen
+	pre     *h1Conn     // the connection the dispatcher wrote wire on (preWrite)
+	preErr  error       // that write's error
+	preSent int64       // when that write ended
 	reqID   string      // X-Request-Id
 	input   int
 	output  int
@@ -59,6 +63,7 @@ type job struct {
 // j.
 func (r *runner) prepare(j *job, toks []int32) *job {
 	j.input = len(toks)
+	j.target = -1
 	j.reqID = r.reqPrefix + strconv.Itoa(j.id)
 	body := appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, j.output)
 	session := j.session
@@ -225,7 +230,10 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 	if c.raw {
 		x := &sc.x
 		*x = h1Exchange{pool: c.pools[t]}
-		if err = x.roundTrip(ctx, j.wire, sent); err == nil {
+		if j.pre != nil && j.preErr == nil {
+			rec.SentNs = j.preSent
+		}
+		if err = x.roundTrip(ctx, j, sent); err == nil {
 			status, body, finish = x.status, &x.conn.body, x.release
 		}
 	} else {

@@ -63,20 +63,27 @@ func newH1Pool(addr, host, path string) *h1Pool {
 
 // get returns an idle connection (reused true) or dials a new one.
 func (p *h1Pool) get(ctx context.Context) (c *h1Conn, reused bool, err error) {
+	if c = p.idleConn(); c != nil {
+		return c, true, nil
+	}
+	c, err = p.dial(ctx)
+	return c, false, err
+}
+
+// idleConn returns an idle connection, or nil.
+func (p *h1Pool) idleConn() *h1Conn {
 	now := time.Now()
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for len(p.idle) > 0 {
-		c = p.idle[len(p.idle)-1]
+		c := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
 		if now.Sub(c.idleAt) < h1IdleMax {
-			p.mu.Unlock()
-			return c, true, nil
+			return c
 		}
 		_ = c.nc.Close()
 	}
-	p.mu.Unlock()
-	c, err = p.dial(ctx)
-	return c, false, err
+	return nil
 }
 
 func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
@@ -126,18 +133,32 @@ type h1Exchange struct {
 // request is sent again on a new connection.
 var errNoResponse = errors.New("connection closed before the response")
 
-// roundTrip writes the prepared request wire (headers after Host, blank
+// roundTrip writes the prepared request j.wire (headers after Host, blank
 // line, body) and reads the response head. sent is called right after the
-// request has been written. The body is then x.conn.body.
-func (x *h1Exchange) roundTrip(ctx context.Context, wire []byte, sent func()) error {
+// request has been written. When the dispatcher already wrote j on an idle
+// connection (j.pre, see preWrite), that is the first attempt. The body is
+// then x.conn.body.
+func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
 	for attempt := 0; ; attempt++ {
-		c, reused, err := x.pool.get(ctx)
-		if err != nil {
+		var (
+			c       *h1Conn
+			reused  bool
+			written bool
+			err     error
+		)
+		if attempt == 0 && j.pre != nil {
+			c, reused, written, err = j.pre, true, j.preErr == nil, j.preErr
+			j.pre = nil
+		} else if c, reused, err = x.pool.get(ctx); err != nil {
 			return err
 		}
 		x.conn = c
 		x.stop = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
-		err = x.exchange(wire, sent)
+		if err == nil {
+			err = x.exchange(j.wire, sent, written)
+		} else {
+			err = fmt.Errorf("%w: %w", errNoResponse, err)
+		}
 		if err == nil {
 			return nil
 		}
@@ -150,15 +171,32 @@ func (x *h1Exchange) roundTrip(ctx context.Context, wire []byte, sent func()) er
 	}
 }
 
+// preWrite writes j on an idle connection of p, if there is one, from the
+// dispatcher's goroutine: the send then happens when its time comes rather
+// than when the request's goroutine is first scheduled. It returns the time
+// the write ended (0 when there was no idle connection).
+func (p *h1Pool) preWrite(j *job, now func() int64) int64 {
+	c := p.idleConn()
+	if c == nil {
+		return 0
+	}
+	j.pre = c
+	bufs := net.Buffers{p.prefix, j.wire}
+	_, j.preErr = bufs.WriteTo(c.nc)
+	return now()
+}
+
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (x *h1Exchange) exchange(wire []byte, sent func()) error {
+func (x *h1Exchange) exchange(wire []byte, sent func(), written bool) error {
 	c := x.conn
-	bufs := net.Buffers{x.pool.prefix, wire}
-	if _, err := bufs.WriteTo(c.nc); err != nil {
-		return fmt.Errorf("%w: %w", errNoResponse, err)
+	if !written {
+		bufs := net.Buffers{x.pool.prefix, wire}
+		if _, err := bufs.WriteTo(c.nc); err != nil {
+			return fmt.Errorf("%w: %w", errNoResponse, err)
+		}
+		sent()
 	}
-	sent()
 	if c.pending {
 		n, err := io.Copy(io.Discard, io.LimitReader(&c.body, h1DrainMax))
 		if err == nil && n == h1DrainMax {

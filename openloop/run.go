@@ -219,8 +219,14 @@ func (r *runner) enterMeasure() {
 	})
 }
 
-// launch runs j in a goroutine of its own.
+// launch runs j in a goroutine of its own. Over the raw client, a request
+// that finds an idle connection is written from the calling (dispatcher)
+// goroutine first, so that its send time does not wait for the scheduler.
 func (r *runner) launch(j *job, after func()) {
+	j.target = r.pickTarget()
+	if r.cl.raw && r.cl.beforeWrite == nil {
+		j.preSent = r.cl.pools[j.target].preWrite(j, r.clk.now)
+	}
 	r.inflight.Add(1)
 	r.sent.Add(1)
 	r.wg.Add(1)
@@ -233,11 +239,17 @@ func (r *runner) launch(j *job, after func()) {
 	}()
 }
 
+// pickTarget is the next target, round-robin.
+func (r *runner) pickTarget() int { return int((r.rr.Add(1) - 1) % uint64(len(r.bases))) }
+
 // execute sends j, waits for its stream to end and records it.
 func (r *runner) execute(j *job) *Record {
 	rec := Record{ID: j.id, Cell: r.cfg.Cell, Block: r.cfg.Block, Phase: j.phase, ScheduledNs: j.sched,
 		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs, RequestID: j.reqID}
-	t := int((r.rr.Add(1) - 1) % uint64(len(r.bases)))
+	t := j.target
+	if t < 0 {
+		t = r.pickTarget()
+	}
 	rec.Target = r.bases[t]
 	var onFirst func()
 	var ttftTimer *time.Timer
