@@ -124,6 +124,9 @@ func (m *Matrix) measureSpec() map[string]any {
 	if x.MaxErrorRateSet { // only when set, so cells of older matrices keep their hashes
 		spec["max_error_rate"] = x.MaxErrorRate
 	}
+	if x.RequestTimeout > 0 { // only when set: matrices without it keep their hash
+		spec["request_timeout"] = x.RequestTimeout.String()
+	}
 	return spec
 }
 

@@ -129,6 +129,7 @@ func TestCellIDChangesOnSemanticChange(t *testing.T) {
 		{"min_completed", "min_completed: 10}", "min_completed: 11}", ""},
 		{"warmup", "warmup_requests: 2,", "warmup_requests: 3,", ""},
 		{"drain", "min_completed: 10}", "min_completed: 10, drain_timeout: 2m}", ""},
+		{"request_timeout", "min_completed: 10}", "min_completed: 10, request_timeout: 30s}", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

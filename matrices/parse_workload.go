@@ -230,6 +230,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 				mm.MaxErrorRate, mm.MaxErrorRateSet = x, true
 			}
 		}},
+		{"request_timeout", false, func(v *yaml.Node, p string) { mm.RequestTimeout = d.duration(v, p) }},
 		{"abort_if", false, func(v *yaml.Node, p string) {
 			d.object(v, p, v.Line, []field{
 				{"max_inflight", false, func(v *yaml.Node, p string) { mm.AbortIf.MaxInflight = d.intField(v, p, 0, 1<<31-1) }},

@@ -155,6 +155,9 @@ type Measure struct {
 	MinCompleted   int           // measured requests to complete (required)
 	Timeout        time.Duration // cap on the measure phase (default 10m)
 	DrainTimeout   time.Duration // default 1m
+	// RequestTimeout fails a request that runs longer than this (error
+	// class timeout); 0, the default, is none.
+	RequestTimeout time.Duration
 	AbortIf        AbortIf
 	// MaxErrorRate is the largest share of failed measured requests a run
 	// may have and still be a result (default results.DefaultMaxErrorRate,

@@ -3,12 +3,16 @@ package openloop
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,8 +42,14 @@ type job struct {
 	id      int
 	phase   string
 	sched   int64
-	body    []byte
-	header  http.Header
+	body    []byte      // the JSON body (net/http path)
+	header  http.Header // net/http path
+	wire    []byte      // headers after Host, blank line and body (raw HTTP/1.1 path)
+	target  int         // index of the target, -1 until chosen
+	pre     *h1Conn     // the connection the dispatcher wrote wire on (preWrite)
+	preErr  error       // that write's error
+	preSent int64       // when that write ended
+	reqID   string      // X-Request-Id
 	input   int
 	output  int
 	group   int
@@ -48,17 +58,59 @@ type job struct {
 	traceNs int64
 }
 
-// prepare encodes j's body for the prompt toks (j.output tokens asked for)
-// and its headers, ahead of its send time, so that sending j formats nothing.
-// It returns j.
+// prepare encodes j's request for the prompt toks (j.output tokens asked
+// for) ahead of its send time, so that sending j formats nothing. It returns
+// j.
 func (r *runner) prepare(j *job, toks []int32) *job {
 	j.input = len(toks)
-	j.body = appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, j.output)
-	j.header = http.Header{"Content-Type": hdrJSON, "Accept": hdrSSE, "X-Mbench-Id": {strconv.Itoa(j.id)}}
-	if j.session != "" {
-		j.header["X-Mbench-Session"] = []string{j.session}
+	j.target = -1
+	j.reqID = r.reqPrefix + strconv.Itoa(j.id)
+	body := appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, j.output)
+	session := j.session
+	if !validHeaderValue(session) {
+		session = ""
 	}
+	if !r.cl.raw {
+		j.body = body
+		j.header = http.Header{"Content-Type": hdrJSON, "Accept": hdrSSE, "X-Request-Id": {j.reqID}, "X-Mbench-Id": {strconv.Itoa(j.id)}}
+		if session != "" {
+			j.header["X-Mbench-Session"] = []string{session}
+		}
+		return j
+	}
+	w := make([]byte, 0, 200+len(j.reqID)+len(session)+len(body))
+	w = append(w, "User-Agent: mbench\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nX-Request-Id: "...)
+	w = append(w, j.reqID...)
+	w = append(w, "\r\nX-Mbench-Id: "...)
+	w = strconv.AppendInt(w, int64(j.id), 10)
+	if session != "" {
+		w = append(w, "\r\nX-Mbench-Session: "...)
+		w = append(w, session...)
+	}
+	w = append(w, "\r\nContent-Length: "...)
+	w = strconv.AppendInt(w, int64(len(body)), 10)
+	w = append(w, "\r\n\r\n"...)
+	j.wire = append(w, body...)
 	return j
+}
+
+// validHeaderValue reports whether v can be sent as a header value as it is.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// newRequestIDPrefix is the default Config.RequestIDPrefix: "mbench-", eight
+// random hex digits and "-", so that ids are unique across runs against the
+// same engine.
+func newRequestIDPrefix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "mbench-" + hex.EncodeToString(b[:]) + "-"
 }
 
 // stopCause is why in-flight requests were cancelled; it becomes the error
@@ -79,57 +131,131 @@ var (
 	hdrSSE  = []string{"text/event-stream"}
 )
 
-// client sends completion requests and measures their streams.
+// client sends completion requests and measures their streams: over the raw
+// HTTP/1.1 client (pools) when every target is plain http and no
+// Config.Client was given, else over net/http (hc).
 type client struct {
-	hc  *http.Client
-	clk *clock
+	hc      *http.Client
+	raw     bool
+	pools   []*h1Pool // per target, raw only
+	urls    []string  // completion URLs, per target
+	clk     *clock
+	timeout time.Duration // per request, 0 = none
+	budget  *memBudget
+	// beforeWrite, when set (tests), runs on the request's goroutine just
+	// before the request is written.
+	beforeWrite func()
 }
 
-// scratch is the per-request parsing state, pooled so the steady state
-// allocates nothing per chunk (and little per request).
+// newClient sets up the client for the completion URLs.
+func newClient(hc *http.Client, urls []string, clk *clock, timeout time.Duration, budget *memBudget) (*client, error) {
+	c := &client{hc: hc, urls: urls, clk: clk, timeout: timeout, budget: budget}
+	if hc != nil {
+		return c, nil
+	}
+	for _, u := range urls {
+		pu, err := url.Parse(u)
+		if err != nil || pu.Scheme != "http" {
+			c.pools = nil
+			return c, nil
+		}
+		addr := pu.Host
+		if pu.Port() == "" {
+			addr = net.JoinHostPort(pu.Hostname(), "80")
+		}
+		c.pools = append(c.pools, newH1Pool(addr, pu.Host, pu.RequestURI()))
+	}
+	c.raw = true
+	return c, nil
+}
+
+// close closes the idle connections; a client is not used after close.
+func (c *client) close() {
+	for _, p := range c.pools {
+		p.close()
+	}
+	if c.hc != nil {
+		c.hc.CloseIdleConnections()
+	}
+}
+
+// scratch is the per-request state, pooled so the steady state allocates
+// nothing per chunk (and little per request).
 type scratch struct {
 	sse *sseReader
 	st  streamState
+	x   h1Exchange
 }
 
 var scratchPool = sync.Pool{New: func() any {
 	return &scratch{sse: newSSEReader(nil), st: streamState{times: make([]int64, 0, 256)}}
 }}
 
-// do sends j to url and fills rec (whose identity fields are already set):
-// times, tokens, status. onFirst, if not nil, runs at the first content chunk.
-// The returned function, when not nil, reads the response to its end (so the
-// connection is reused) and releases it; call it after recording rec.
-func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirst func()) (release func()) {
+// errRequestTimeout is the cause of a request that ran past
+// Config.RequestTimeout.
+var errRequestTimeout = errors.New("request timeout")
+
+// do sends j to target t and fills rec (whose identity fields are already
+// set): times, tokens, status. rec.SentNs is taken when the request has been
+// written. onFirst, if not nil, runs at the first content chunk. The
+// returned function, when not nil, finishes with the connection (back to the
+// pool, or closed) and releases the request's state; call it after recording
+// rec.
+func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst func()) (release func()) {
+	cancel := context.CancelFunc(func() {})
+	if c.timeout > 0 {
+		ctx, cancel = context.WithTimeoutCause(ctx, c.timeout, errRequestTimeout)
+	}
 	fail := func(class ErrorClass, msg string) {
 		rec.DoneNs = c.clk.now()
 		rec.Status, rec.Error, rec.ErrorClass = StatusError, msg, class
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(j.body))
-	if err != nil {
-		rec.SentNs = c.clk.now()
-		fail(ErrClassOther, err.Error())
-		return nil
+	sc := scratchPool.Get().(*scratch)
+	done := func() {
+		sc.sse.reset(nil, nil)
+		sc.st.onFirst = nil
+		scratchPool.Put(sc)
+		cancel()
 	}
-	req.Header = j.header // this request's own map, built by prepare
-	rec.SentNs = c.clk.now()
-	resp, err := c.hc.Do(req)
+	sent := func() { rec.SentNs = c.clk.now() }
+	var (
+		status int
+		body   io.Reader
+		finish func(ok bool)
+		err    error
+	)
+	if c.beforeWrite != nil {
+		c.beforeWrite()
+	}
+	if c.raw {
+		x := &sc.x
+		*x = h1Exchange{pool: c.pools[t]}
+		if j.pre != nil && j.preErr == nil {
+			rec.SentNs = j.preSent
+		}
+		if err = x.roundTrip(ctx, j, sent); err == nil {
+			status, body, finish = x.status, &x.conn.body, x.release
+		}
+	} else {
+		status, body, finish, err = c.doHTTP(ctx, c.urls[t], j, sent)
+	}
 	if err != nil {
 		fail(ClassifyErr(ctx, err), errText(ctx, err))
+		done()
 		return nil
 	}
-	rec.HTTPStatus = resp.StatusCode
-	if resp.StatusCode != http.StatusOK {
-		excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-		body := strings.TrimSpace(string(excerpt))
-		fail(ClassifyHTTP(resp.StatusCode, body), fmt.Sprintf("HTTP %d: %s", resp.StatusCode, body))
+	rec.HTTPStatus = status
+	if status != http.StatusOK {
+		excerpt, _ := io.ReadAll(io.LimitReader(body, 200))
+		text := strings.TrimSpace(string(excerpt))
+		fail(ClassifyHTTP(status, text), fmt.Sprintf("HTTP %d: %s", status, text))
 		return func() {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
+			n, _ := io.Copy(io.Discard, io.LimitReader(body, h1DrainMax))
+			finish(n < h1DrainMax)
+			done()
 		}
 	}
-	sc := scratchPool.Get().(*scratch)
-	sc.sse.reset(resp.Body)
+	sc.sse.reset(body, c.budget)
 	sc.st.reset()
 	if cap(sc.st.times) < j.output+1 {
 		sc.st.times = make([]int64, 0, j.output+1)
@@ -151,14 +277,28 @@ func (c *client) do(ctx context.Context, url string, j *job, rec *Record, onFirs
 		rec.Status, rec.Error, rec.ErrorClass = StatusError, errText(ctx, err), ClassifyErr(ctx, err)
 	}
 	return func() {
-		if err == nil { // after [DONE]: read to the end so the connection is reused
-			_, _ = io.Copy(io.Discard, io.LimitReader(sc.sse.br, 64<<10))
+		if err == nil && !c.raw { // after [DONE]: read to the end so the connection is reused
+			_, _ = io.Copy(io.Discard, io.LimitReader(sc.sse.br, h1DrainMax))
 		}
-		resp.Body.Close()
-		sc.sse.reset(nil)
-		sc.st.onFirst = nil
-		scratchPool.Put(sc)
+		finish(err == nil)
+		done()
 	}
+}
+
+// doHTTP sends j over net/http; sent is called when the request has been
+// written (httptrace).
+func (c *client) doHTTP(ctx context.Context, url string, j *job, sent func()) (status int, body io.Reader, finish func(bool), err error) {
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent() }})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(j.body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header = j.header // this request's own map, built by prepare
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return resp.StatusCode, resp.Body, func(bool) { resp.Body.Close() }, nil
 }
 
 // errText is the record's error text for err: the cause when the request
@@ -168,6 +308,9 @@ func errText(ctx context.Context, err error) string {
 		var sc *stopCause
 		if errors.As(context.Cause(ctx), &sc) {
 			return sc.msg
+		}
+		if errors.Is(context.Cause(ctx), errRequestTimeout) {
+			return "request timeout"
 		}
 		return "canceled: " + context.Cause(ctx).Error()
 	}

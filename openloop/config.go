@@ -33,11 +33,30 @@ type Config struct {
 	// 0 means 60 s.
 	DrainTimeout time.Duration
 	AbortIf      AbortIf
+	// RequestTimeout bounds each request from its send to the end of its
+	// stream; one that runs past it is recorded with ErrorClass timeout.
+	// 0 means none.
+	RequestTimeout time.Duration
+	// RequestIDPrefix starts every request's X-Request-Id header (the id
+	// vLLM logs the request under), followed by the request's ID; it is
+	// recorded as Record.RequestID. "" means "mbench-", eight random hex
+	// digits and "-", unique per run.
+	RequestIDPrefix string
+	// StreamMemory caps the memory that all requests in flight together may
+	// hold in stream buffers grown for long lines (beyond 64 KiB each); a
+	// request that would exceed it fails with ErrorClass stream_too_large.
+	// 0 means DefaultStreamMemory (256 MiB).
+	StreamMemory int64
 	Cell         string
 	Block        int
 	Sink         io.Writer      // requests.jsonl, one Write per finished request (may be nil)
 	Progress     func(Progress) // optional, called about 4 times a second and once at the end
-	Client       *http.Client   // optional; default: NewTransport, no timeout, no in-flight cap
+	// Client is optional. Without it, plain-http targets are sent over a
+	// built-in HTTP/1.1 client with keep-alive connections (half the CPU of
+	// net/http per streamed request) and https targets over NewTransport;
+	// either way the run closes its connections when it ends. No timeout
+	// but RequestTimeout, no in-flight cap.
+	Client *http.Client
 	// OnPhase, when set, is called synchronously as the run enters a phase:
 	// PhaseWarmup once the cache fill (if any) is done, before the first
 	// open-loop request; PhaseMeasure just before the first measured request
@@ -114,8 +133,14 @@ func (c *Config) validate() error {
 	if c.Warmup < 0 || c.MinCompleted < 0 || c.Requests < 0 {
 		return fmt.Errorf("warmup/min_completed/requests: must be ≥ 0, got %d/%d/%d", c.Warmup, c.MinCompleted, c.Requests)
 	}
-	if c.Duration < 0 || c.Timeout < 0 || c.DrainTimeout < 0 || c.AbortIf.MaxTTFT < 0 || c.AbortIf.MaxInflight < 0 {
-		return errors.New("duration/timeout/drain_timeout/abort_if: must be ≥ 0")
+	if c.Duration < 0 || c.Timeout < 0 || c.DrainTimeout < 0 || c.AbortIf.MaxTTFT < 0 || c.AbortIf.MaxInflight < 0 || c.RequestTimeout < 0 {
+		return errors.New("duration/timeout/drain_timeout/request_timeout/abort_if: must be ≥ 0")
+	}
+	if c.StreamMemory < 0 {
+		return fmt.Errorf("stream memory: must be ≥ 0, got %d", c.StreamMemory)
+	}
+	if !validHeaderValue(c.RequestIDPrefix) {
+		return fmt.Errorf("request id prefix %q: control characters cannot go in a header", c.RequestIDPrefix)
 	}
 	return nil
 }

@@ -26,10 +26,11 @@ const (
 	ErrClassTimeout          ErrorClass = "timeout"            // the request's own deadline (measure.request_timeout), or the transport's
 	ErrClassConnRefused      ErrorClass = "connection_refused" // nothing listening on the port
 	ErrClassConnReset        ErrorClass = "connection_reset"   // the connection was reset or closed under the request
-	ErrClassMalformedStream  ErrorClass = "malformed_stream"   // an SSE chunk that is not a completion chunk
+	ErrClassMalformedStream  ErrorClass = "malformed_stream"   // an SSE chunk that is not a completion chunk, or a response that is not HTTP/1.x
 	ErrClassIncompleteStream ErrorClass = "incomplete_stream"  // the stream ended before [DONE]
 	ErrClassStreamError      ErrorClass = "stream_error"       // the server reported an error inside the stream
 	ErrClassDrained          ErrorClass = "drained"            // still in flight when the run's drain timeout ended it (a symptom, not an engine error)
+	ErrClassStreamTooLarge   ErrorClass = "stream_too_large"   // a stream line over 16 MiB, or the run's buffer budget (Config.StreamMemory) spent
 	ErrClassCanceled         ErrorClass = "canceled"           // the run stopped (interrupt, abort) while the request was in flight
 	ErrClassOther            ErrorClass = "other"              // none of the above (the record's error text says what)
 )
@@ -38,7 +39,7 @@ const (
 var ErrorClasses = []ErrorClass{
 	ErrClassHTTP5xx, ErrClassHTTP429, ErrClassContextLength, ErrClassHTTP4xx, ErrClassHTTPOther,
 	ErrClassTimeout, ErrClassConnRefused, ErrClassConnReset,
-	ErrClassMalformedStream, ErrClassIncompleteStream, ErrClassStreamError,
+	ErrClassMalformedStream, ErrClassIncompleteStream, ErrClassStreamError, ErrClassStreamTooLarge,
 	ErrClassDrained, ErrClassCanceled, ErrClassOther,
 }
 
@@ -119,7 +120,7 @@ func ClassifyErr(ctx context.Context, err error) ErrorClass {
 		if errors.As(context.Cause(ctx), &sc) && sc == causeDrain {
 			return ErrClassDrained
 		}
-		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		if c := context.Cause(ctx); errors.Is(c, context.DeadlineExceeded) || errors.Is(c, errRequestTimeout) {
 			return ErrClassTimeout
 		}
 		return ErrClassCanceled
@@ -135,8 +136,10 @@ func ClassifyErr(ctx context.Context, err error) ErrorClass {
 		return ErrClassStreamError
 	case errors.Is(err, errIncompleteStream):
 		return ErrClassIncompleteStream
-	case errors.Is(err, errMalformed):
+	case errors.Is(err, errMalformed), errors.Is(err, errMalformedHTTP):
 		return ErrClassMalformedStream
+	case errors.Is(err, errTooLarge):
+		return ErrClassStreamTooLarge
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return ErrClassConnRefused
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):

@@ -10,12 +10,34 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
-// Thresholds above which a run is marked client-limited: the generator, not
-// the server, shaped what was measured.
+// The rule by which a run is marked client-limited — the generator, not the
+// server, shaped what was measured. Each criterion asks for an effect large
+// enough to matter, so that it flags overload and not noise, at any n:
+//
+//   - late: requests sent more than ClientLateMs after their scheduled time
+//     make up more than ClientLateShare of the measured sends, with 99%
+//     confidence (one-sided binomial test at ClientLateAlpha). One stall of
+//     the OS never grades a run of 60 requests (at most one or two late of
+//     60 is consistent with a 1% share), while a generator that falls
+//     behind makes every later request late.
+//   - slow: fewer than ClientLimitedRatio of the measured requests, and at
+//     least ClientSlowMin fewer, were sent within the schedule's own window
+//     (first to last scheduled send, plus ClientLateMs). A 1% shortfall is
+//     under one request at n < 100, where the late rule speaks instead.
+//   - shape: for Poisson and gamma arrivals, the distance D of the KS test
+//     of the sent gaps against the offered law exceeds its critical value
+//     at ClientLimitedKSAlpha (what sampling alone reaches in 1% of runs,
+//     1.63/√n) by more than ClientLimitedKSMaxD. At large n the test alone
+//     rejects deviations of no practical effect (D = 0.02 at n = 10,000).
 const (
-	ClientLimitedLagP99Ms = 5.0  // send lag p99
-	ClientLimitedRatio    = 0.99 // achieved send rate / scheduled rate
+	ClientLateMs          = 5.0  // a send later than this is late
+	ClientLateShare       = 0.01 // largest tolerated share of late sends
+	ClientLateAlpha       = 0.01 // confidence of the late-share test
+	ClientLimitedLagP99Ms = ClientLateMs
+	ClientLimitedRatio    = 0.99 // sent within the window / scheduled
+	ClientSlowMin         = 3    // and at least this many requests short
 	ClientLimitedKSAlpha  = 0.01 // KS test rejects the offered distribution
+	ClientLimitedKSMaxD   = 0.05 // ... by more than this distance beyond its critical value
 	// KSResolution is the grid on which the KS test compares distribution
 	// functions. A sender's wake-up jitter (tens of µs) would make a
 	// continuous KS test reject every high-rate run — with n = λT gaps it
@@ -31,11 +53,17 @@ type Grade struct {
 	LagP50Ms float64 `json:"lag_p50_ms"` // send lag = sent − scheduled
 	LagP99Ms float64 `json:"lag_p99_ms"`
 	LagMaxMs float64 `json:"lag_max_ms"`
-	// AchievedRatio is the achieved send rate over the scheduled rate of the
-	// same requests: (last scheduled − first scheduled) / (last sent − first
-	// sent). Against the schedule, not the nominal rate, so the sampling
-	// noise of a finite Poisson schedule does not count as error.
+	// Late counts the sends later than ClientLateMs; LateShare is Late/Sent.
+	Late      int     `json:"late"`
+	LateShare float64 `json:"late_share"`
+	// AchievedRatio is the share of the scheduled requests that were sent
+	// (written) inside the schedule's own window: from the first to the last
+	// scheduled send of the measured requests, plus ClientLateMs. Against the
+	// schedule, not the nominal rate, so the sampling noise of a finite
+	// Poisson schedule does not count as error; a request never written
+	// counts as not sent. AchievedRate is those sends over the window, req/s.
 	AchievedRatio float64 `json:"achieved_ratio"`
+	AchievedRate  float64 `json:"achieved_rate"`
 	OKRatio       float64 `json:"ok_ratio"` // measured requests completed OK / sent
 	// KS tests the gaps between actual sends against the offered gap
 	// distribution (exponential for Poisson, gamma for gamma) on a
@@ -56,64 +84,103 @@ type Grade struct {
 // and for trace replay (records with TraceNs set), whose gaps follow the
 // trace rather than a parametric law.
 func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
-	var sent, sched, lags []float64
-	ok := 0
-	type pair struct{ sched, sent int64 }
-	var ps []pair
+	var sent, lags []float64
+	ok, scheduled := 0, 0
 	trace := false
+	first, last := int64(math.MaxInt64), int64(math.MinInt64)
 	for i := range recs {
 		r := &recs[i]
-		if r.Phase != PhaseMeasure || r.SentNs == 0 {
+		if r.Phase != PhaseMeasure {
+			continue
+		}
+		scheduled++
+		first, last = min(first, r.ScheduledNs), max(last, r.ScheduledNs)
+		if r.SentNs == 0 {
 			continue
 		}
 		trace = trace || r.TraceNs != 0
-		ps = append(ps, pair{r.ScheduledNs, r.SentNs})
+		sent = append(sent, float64(r.SentNs))
 		lags = append(lags, float64(r.SentNs-r.ScheduledNs)/1e6)
 		if r.OK() {
 			ok++
 		}
 	}
-	g := Grade{Sent: len(ps)}
-	if len(ps) == 0 {
+	g := Grade{Sent: len(sent)}
+	if scheduled == 0 {
 		return g
 	}
-	sort.Slice(ps, func(i, j int) bool { return ps[i].sched < ps[j].sched })
-	for _, p := range ps {
-		sched = append(sched, float64(p.sched))
-		sent = append(sent, float64(p.sent))
+	end := float64(last) + ClientLateMs*1e6
+	inWindow := 0
+	for _, t := range sent {
+		if t >= float64(first) && t <= end {
+			inWindow++
+		}
+	}
+	g.AchievedRatio = float64(inWindow) / float64(scheduled)
+	if span := (end - float64(first)) / 1e9; span > 0 && scheduled > 1 {
+		g.AchievedRate = float64(inWindow) / span
+	}
+	if len(sent) == 0 {
+		return g
 	}
 	sort.Float64s(lags)
 	g.LagP50Ms, g.LagP99Ms, g.LagMaxMs = quantile(lags, 0.5), quantile(lags, 0.99), lags[len(lags)-1]
-	g.OKRatio = float64(ok) / float64(len(ps))
-	sort.Float64s(sent)
-	g.AchievedRatio = 1
-	if n := len(sent); n >= 2 && sent[n-1] > sent[0] {
-		g.AchievedRatio = (sched[n-1] - sched[0]) / (sent[n-1] - sent[0])
-	}
-	if cdf := gapCDF(a, rate); cdf != nil && !trace && len(sent) >= 20 {
-		gaps := make([]float64, len(sent)-1)
-		for i := 1; i < len(sent); i++ {
-			gaps[i-1] = (sent[i] - sent[i-1]) / 1e9
+	for _, l := range lags {
+		if l > ClientLateMs {
+			g.Late++
 		}
+	}
+	g.LateShare = float64(g.Late) / float64(len(lags))
+	g.OKRatio = float64(ok) / float64(len(sent))
+	if cdf := gapCDF(a, rate); cdf != nil && !trace && len(sent) >= 20 {
 		g.KSApplicable = true
-		g.KSD, g.KSP = KSTestGrid(gaps, cdf, KSResolution.Seconds())
+		g.KSD, g.KSP = KSTestGrid(gapsOf(sent), cdf, KSResolution.Seconds())
 	}
 	var why []string
-	if g.LagP99Ms > ClientLimitedLagP99Ms {
-		why = append(why, fmt.Sprintf("send lag p99 %.2f ms exceeds %.0f ms: requests left later than scheduled", g.LagP99Ms, ClientLimitedLagP99Ms))
+	if p := lateP(g.Late, len(lags)); p < ClientLateAlpha {
+		why = append(why, fmt.Sprintf("%d of %d requests (%.1f%%) were sent more than %.0f ms late, more than %.0f%% (binomial p=%.2g); send lag p99 %.2f ms",
+			g.Late, len(lags), 100*g.LateShare, ClientLateMs, 100*ClientLateShare, p, g.LagP99Ms))
 	}
-	if g.AchievedRatio < ClientLimitedRatio {
-		why = append(why, fmt.Sprintf("achieved/scheduled send rate %.3f < %.2f: requests left slower than scheduled", g.AchievedRatio, ClientLimitedRatio))
+	if g.AchievedRatio < ClientLimitedRatio && scheduled-inWindow >= ClientSlowMin {
+		why = append(why, fmt.Sprintf("only %d of %d requests (%.3f < %.2f) were sent within the schedule's window: requests left slower than scheduled",
+			inWindow, scheduled, g.AchievedRatio, ClientLimitedRatio))
 	}
-	if g.KSApplicable && g.KSP < ClientLimitedKSAlpha {
-		why = append(why, fmt.Sprintf("the sent inter-arrival gaps are not %s (KS test on a %v grid: D=%.4f, p=%.2g < %.2g)",
-			gapLawName(a, rate), KSResolution, g.KSD, g.KSP, ClientLimitedKSAlpha))
+	if crit := ksCritical(len(sent) - 1); g.KSApplicable && g.KSD > crit+ClientLimitedKSMaxD {
+		why = append(why, fmt.Sprintf("the sent inter-arrival gaps are not %s (KS test on a %v grid: D=%.4f > %.4f + %.2f, p=%.2g)",
+			gapLawName(a, rate), KSResolution, g.KSD, crit, ClientLimitedKSMaxD, g.KSP))
 	}
 	if len(why) > 0 {
 		g.ClientLimited = true
 		g.Reason = "the load generator fell behind: " + strings.Join(why, "; ")
 	}
 	return g
+}
+
+// gapsOf sorts ts (ns) and returns the gaps between them in seconds.
+func gapsOf(ts []float64) []float64 {
+	sort.Float64s(ts)
+	gaps := make([]float64, max(len(ts)-1, 0))
+	for i := range gaps {
+		gaps[i] = (ts[i+1] - ts[i]) / 1e9
+	}
+	return gaps
+}
+
+// ksCritical is the KS distance that n gaps drawn from the offered law
+// exceed with probability ClientLimitedKSAlpha (Stephens' approximation,
+// the same as KSTest's p-value).
+func ksCritical(n int) float64 {
+	sn := math.Sqrt(float64(n))
+	return 1.6276 / (sn + 0.12 + 0.11/sn) // Q_KS(1.6276) = 0.01
+}
+
+// lateP is the one-sided binomial p-value of k or more late sends out of n
+// when the true late share is ClientLateShare.
+func lateP(k, n int) float64 {
+	if k == 0 || n == 0 {
+		return 1
+	}
+	return 1 - distuv.Binomial{N: float64(n), P: ClientLateShare}.CDF(float64(k-1))
 }
 
 // gapCDF is the CDF of the offered inter-arrival gap in seconds, or nil when

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mbench/mbench/openloop/stub"
@@ -24,32 +26,47 @@ const (
 type PrecisionRow struct {
 	Rate          float64 `json:"rate"`           // offered, req/s (Poisson)
 	Sent          int     `json:"sent"`           // measured requests sent
-	AchievedRatio float64 `json:"achieved_ratio"` // achieved send rate / scheduled rate
+	AchievedRatio float64 `json:"achieved_ratio"` // sent within the schedule's window / scheduled (Grade.AchievedRatio)
 	OKRatio       float64 `json:"ok_ratio"`       // completed OK / sent
 	LagP50Ms      float64 `json:"lag_p50_ms"`
 	LagP99Ms      float64 `json:"lag_p99_ms"`
 	LagMaxMs      float64 `json:"lag_max_ms"`
 	// TTFT error: client-measured TTFT minus the stub's own (first flush
-	// minus arrival, logged server-side).
+	// minus arrival, logged server-side), joined on X-Request-Id.
 	TTFTErrP50Ms float64 `json:"ttft_err_p50_ms"`
 	TTFTErrP99Ms float64 `json:"ttft_err_p99_ms"`
-	CPUPct       float64 `json:"cpu_pct"` // process CPU during the run, % of one core (client and in-process stub)
-	KSP          float64 `json:"ks_p"`    // KS p-value of the sent gaps against the exponential
-	Holds        bool    `json:"holds"`   // ratio ≥ 0.99 and lag p99 ≤ 5 ms
+	// ServerRatio is the requests the stub saw arrive within the schedule's
+	// window (plus 5 ms) over those scheduled: the achieved ratio by the
+	// server's clock.
+	ServerRatio    float64 `json:"server_ratio"`
+	CPUPct         float64 `json:"cpu_pct"`           // this process's CPU during the run, % of one core
+	ClientCPUMsReq float64 `json:"client_cpu_ms_req"` // this process's CPU per request sent, ms
+	StubCPUMsReq   float64 `json:"stub_cpu_ms_req"`   // the stub process's CPU per request, ms (0 for an in-process stub)
+	LoadAvg        float64 `json:"loadavg"`           // the machine's 1-minute load average after the run (0 where unknown)
+	KSP            float64 `json:"ks_p"`              // KS p-value of the sent gaps against the exponential
+	ClientLimited  bool    `json:"client_limited"`    // the run's self-grading
+	Holds          bool    `json:"holds"`             // ratio ≥ 0.99 and lag p99 ≤ 5 ms
 }
 
-// PrecisionStub is the stub MeasurePrecision runs against: 16 tokens per
-// request, the first flushed alone after 1 ms, the other 15 with the usage
-// chunk and [DONE] in one more flush (Burst), so that the stub, which shares
-// the machine, spends as little CPU as it can.
-var PrecisionStub = stub.Options{Tokens: 16, FirstToken: time.Millisecond, Burst: true}
+// PrecisionStub is the stub of MeasurePrecision: RealisticStub.
+var PrecisionStub = RealisticStub
 
-// MeasurePrecision measures the load generator on this machine: it starts the
-// in-tree stub on 127.0.0.1, runs Poisson load at each rate for dur (after a
-// quarter second of warmup), and reports per rate the achieved/scheduled send
-// ratio, send lag, TTFT error against the stub's ground truth and CPU. The
-// table (times in ms) is written to w as it goes (w may be nil). The stub shares the
-// process and the machine with the client, so CPU covers both.
+// PrecisionInput is the prompt length of the precision runs, in tokens.
+const PrecisionInput = 256
+
+// PrecisionTarget is the stub a precision measurement runs against.
+type PrecisionTarget struct {
+	URL     string
+	Reset   func(context.Context) error                 // clears the stub's log
+	Entries func(context.Context) ([]stub.Entry, error) // the stub's log
+	CPU     func() (float64, error)                     // the stub's CPU seconds so far; nil when it shares this process
+	Output  int                                         // tokens the stub streams per request
+}
+
+// MeasurePrecision measures the load generator on this machine against an
+// in-process stub (PrecisionStub) on 127.0.0.1: see MeasurePrecisionAgainst.
+// The stub shares the process, so CPU covers both; `mbench bench-load` runs
+// the stub in a process of its own instead.
 func MeasurePrecision(ctx context.Context, rates []float64, dur time.Duration, w io.Writer) ([]PrecisionRow, error) {
 	return measurePrecision(ctx, rates, dur, w, defaultWaitMode)
 }
@@ -60,23 +77,18 @@ func measurePrecision(ctx context.Context, rates []float64, dur time.Duration, w
 		return nil, fmt.Errorf("precision: starting the stub: %w", err)
 	}
 	defer srv.Close()
+	tgt := PrecisionTarget{URL: srv.URL, Output: PrecisionStub.Tokens,
+		Reset:   func(context.Context) error { srv.Reset(); return nil },
+		Entries: func(context.Context) ([]stub.Entry, error) { return srv.Entries(), nil }}
 	if w != nil {
 		WritePrecisionHeader(w)
 	}
 	var rows []PrecisionRow
 	for _, rate := range rates {
-		srv.Reset()
-		cfg := Config{
-			Targets: []string{srv.URL}, Model: "stub-model", Rate: rate,
-			Shape: Shape{Name: "precision", Input: 64, Output: 16}, Seed: 1,
-			Warmup: int(math.Ceil(rate / 4)), Duration: dur, DrainTimeout: 10 * time.Second,
-		}
-		r := &runner{cfg: cfg, mode: mode, stopCh: make(chan struct{}), sinkCh: make(chan Record, 8192), sinkDone: make(chan struct{})}
-		res, err := r.run(ctx)
+		row, err := measureOne(ctx, tgt, rate, dur, mode)
 		if err != nil {
-			return rows, fmt.Errorf("precision: rate %v: %w", rate, err)
+			return rows, err
 		}
-		row := precisionRow(rate, res, srv.Entries())
 		rows = append(rows, row)
 		if w != nil {
 			WritePrecisionRow(w, row)
@@ -85,39 +97,124 @@ func measurePrecision(ctx context.Context, rates []float64, dur time.Duration, w
 	return rows, nil
 }
 
+// MeasurePrecisionAgainst runs Poisson load at rate against the stub t for
+// dur (after a quarter second of warmup), with PrecisionInput-token prompts,
+// and reports the achieved/scheduled send ratio (and the same by the stub's
+// clock), send lag, TTFT error against the stub's ground truth, and CPU per
+// request of this process and of the stub.
+func MeasurePrecisionAgainst(ctx context.Context, t PrecisionTarget, rate float64, dur time.Duration) (PrecisionRow, error) {
+	return measureOne(ctx, t, rate, dur, defaultWaitMode)
+}
+
+func measureOne(ctx context.Context, t PrecisionTarget, rate float64, dur time.Duration, mode int) (PrecisionRow, error) {
+	if err := t.Reset(ctx); err != nil {
+		return PrecisionRow{}, fmt.Errorf("precision: %w", err)
+	}
+	cfg := Config{
+		Targets: []string{t.URL}, Model: "stub-model", Rate: rate,
+		Shape: Shape{Name: "precision", Input: PrecisionInput, Output: t.Output}, Seed: 1,
+		Warmup: int(math.Ceil(rate / 4)), Duration: dur, DrainTimeout: 10 * time.Second,
+	}
+	var s0, s1 float64
+	if t.CPU != nil {
+		s0, _ = t.CPU()
+	}
+	c0, _ := cpuSeconds()
+	r := &runner{cfg: cfg, mode: mode, stopCh: make(chan struct{}), sinkCh: make(chan Record, 8192), sinkDone: make(chan struct{})}
+	res, err := r.run(ctx)
+	if err != nil {
+		return PrecisionRow{}, fmt.Errorf("precision: rate %v: %w", rate, err)
+	}
+	c1, _ := cpuSeconds()
+	if t.CPU != nil {
+		s1, _ = t.CPU()
+	}
+	entries, err := t.Entries(ctx)
+	if err != nil {
+		return PrecisionRow{}, fmt.Errorf("precision: %w", err)
+	}
+	row := precisionRow(rate, res, entries)
+	if n := float64(len(res.Records)); n > 0 {
+		row.ClientCPUMsReq = 1e3 * (c1 - c0) / n
+		row.StubCPUMsReq = 1e3 * (s1 - s0) / n
+	}
+	row.LoadAvg = loadAvg()
+	return row, nil
+}
+
+// loadAvg is the 1-minute load average (Linux), 0 where unknown.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
 // WritePrecisionHeader writes the header of the precision table.
 func WritePrecisionHeader(w io.Writer) {
-	fmt.Fprintf(w, "%7s %6s %9s %8s %8s %8s %9s %9s %6s %8s %6s\n", "rate", "sent", "ach/off", "lag p50", "lag p99",
-		"lag max", "TTFTe p50", "TTFTe p99", "CPU%", "KS p", "holds")
+	fmt.Fprintf(w, "%7s %6s %8s %8s %8s %8s %8s %9s %9s %8s %8s %6s %6s %6s\n", "rate", "sent", "ach/off", "server", "lag p50", "lag p99",
+		"lag max", "TTFTe p50", "TTFTe p99", "cli ms/r", "stub ms/r", "load", "grade", "holds")
 }
 
 // WritePrecisionRow writes one row of the precision table (times in ms).
 func WritePrecisionRow(w io.Writer, r PrecisionRow) {
-	fmt.Fprintf(w, "%7g %6d %9.4f %8.3f %8.3f %8.2f %9.3f %9.3f %6.0f %8.3g %6v\n", r.Rate, r.Sent, r.AchievedRatio,
-		r.LagP50Ms, r.LagP99Ms, r.LagMaxMs, r.TTFTErrP50Ms, r.TTFTErrP99Ms, r.CPUPct, r.KSP, r.Holds)
+	grade := "ok"
+	if r.ClientLimited {
+		grade = "limit"
+	}
+	fmt.Fprintf(w, "%7g %6d %8.4f %8.4f %8.3f %8.3f %8.2f %9.3f %9.3f %8.3f %8.3f %6.2f %6s %6v\n", r.Rate, r.Sent, r.AchievedRatio,
+		r.ServerRatio, r.LagP50Ms, r.LagP99Ms, r.LagMaxMs, r.TTFTErrP50Ms, r.TTFTErrP99Ms, r.ClientCPUMsReq, r.StubCPUMsReq, r.LoadAvg, grade, r.Holds)
 }
 
 // precisionRow grades one run and joins it with the stub's log by request id.
 func precisionRow(rate float64, res *Result, entries []stub.Entry) PrecisionRow {
 	g := res.Grade
 	row := PrecisionRow{Rate: rate, Sent: g.Sent, AchievedRatio: g.AchievedRatio, OKRatio: g.OKRatio,
-		LagP50Ms: g.LagP50Ms, LagP99Ms: g.LagP99Ms, LagMaxMs: g.LagMaxMs, CPUPct: res.ClientCPUPct, KSP: g.KSP}
+		LagP50Ms: g.LagP50Ms, LagP99Ms: g.LagP99Ms, LagMaxMs: g.LagMaxMs, CPUPct: res.ClientCPUPct, KSP: g.KSP, ClientLimited: g.ClientLimited}
 	row.Holds = g.AchievedRatio >= PrecisionMinRatio && g.LagP99Ms <= PrecisionMaxLagP99Ms
-	truth := make(map[string]time.Duration, len(entries))
+	byID := make(map[string]stub.Entry, len(entries))
 	for _, e := range entries {
-		truth[e.ID] = e.TTFT()
+		byID[e.RequestID] = e
 	}
 	var errs []float64
+	measured := make(map[string]bool, len(res.Records))
+	first, last, scheduled := int64(math.MaxInt64), int64(math.MinInt64), 0
 	for i := range res.Records {
 		rec := &res.Records[i]
-		if rec.Phase != PhaseMeasure || !rec.OK() {
+		if rec.Phase != PhaseMeasure {
 			continue
 		}
-		if t, ok := truth[strconv.Itoa(rec.ID)]; ok && t > 0 {
-			errs = append(errs, float64(rec.TTFT()-t)/1e6)
+		scheduled++
+		measured[rec.RequestID] = true
+		first, last = min(first, rec.ScheduledNs), max(last, rec.ScheduledNs)
+		if !rec.OK() {
+			continue
+		}
+		if e, ok := byID[rec.RequestID]; ok && e.TTFT() > 0 {
+			errs = append(errs, float64(rec.TTFT()-e.TTFT())/1e6)
 		}
 	}
 	sort.Float64s(errs)
 	row.TTFTErrP50Ms, row.TTFTErrP99Ms = quantile(errs, 0.5), quantile(errs, 0.99)
+	if scheduled > 0 {
+		lo, hi := res.Start.Add(time.Duration(first)), res.Start.Add(time.Duration(last)+time.Duration(ClientLateMs*1e6))
+		seen := 0
+		for _, e := range entries {
+			if !e.Arrival.Before(lo) && !e.Arrival.After(hi) && measured[e.RequestID] {
+				seen++
+			}
+		}
+		row.ServerRatio = float64(seen) / float64(scheduled)
+	}
 	return row
 }
+
+// RealisticStub streams like an engine under load: 16 tokens, each flushed
+// on its own, the first 20 ms after arrival, then one every millisecond.
+var RealisticStub = stub.Options{Tokens: 16, FirstToken: 20 * time.Millisecond, Gap: time.Millisecond}

@@ -34,7 +34,7 @@ type Record struct {
 	Block        int        `json:"block"`          // Config.Block
 	Phase        string     `json:"phase"`          // PhaseFill, PhaseWarmup or PhaseMeasure
 	ScheduledNs  int64      `json:"scheduled_ns"`   // intended send time
-	SentNs       int64      `json:"sent_ns"`        // actual send time (just before the request is written)
+	SentNs       int64      `json:"sent_ns"`        // actual send time: when the request had been written (0: never written, e.g. connection refused)
 	FirstTokenNs int64      `json:"first_token_ns"` // first content chunk
 	LastTokenNs  int64      `json:"last_token_ns"`  // last content chunk
 	DoneNs       int64      `json:"done_ns"`        // end of the stream, or the failure
@@ -46,6 +46,7 @@ type Record struct {
 	ErrorClass   ErrorClass `json:"error_class,omitempty"` // what kind of failure (see ErrorClasses); empty when ok
 	HTTPStatus   int        `json:"http_status,omitempty"`
 	Target       string     `json:"target,omitempty"`       // base URL the request went to
+	RequestID    string     `json:"request_id,omitempty"`   // X-Request-Id sent: the id vLLM logs the request under
 	Session      string     `json:"session,omitempty"`      // trace replay: session id
 	Turn         int        `json:"turn,omitempty"`         // trace replay: turn within the session
 	PrefixGroup  int        `json:"prefix_group,omitempty"` // shared-prefix shape: group number, 1-based (0 = none)
@@ -123,6 +124,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	if r.Target != "" {
 		b = appendStringField(b, "target", r.Target)
+	}
+	if r.RequestID != "" {
+		b = appendStringField(b, "request_id", r.RequestID)
 	}
 	if r.Session != "" {
 		b = appendStringField(b, "session", r.Session)

@@ -95,7 +95,7 @@ func BenchmarkRecordPath(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				rd.Reset(stream)
-				sc.sse.reset(rd)
+				sc.sse.reset(rd, nil)
 				sc.st.reset()
 				if err := sc.st.consume(sc.sse, now); err != nil {
 					b.Fatal(err)

@@ -96,7 +96,9 @@ func (p *tracePlan) offered(warmup int) float64 {
 // send, at most maxSess at a time; each session sends its turns one after the
 // other, turn k+1 at max(its trace time, completion of turn k). A request's
 // ScheduledNs is that intended time (its TraceNs the trace's own), so waiting
-// for an earlier turn or a session slot is not counted as send lag.
+// for an earlier turn or for a session slot (when every slot was taken) is
+// not counted as send lag; nothing else moves a request's schedule off its
+// trace time.
 func (r *runner) runTrace(p *tracePlan) {
 	base := r.clk.now() + int64(openLead)
 	var slots chan struct{}
@@ -111,14 +113,23 @@ launch:
 		if !pc.wait(base + p.items[s[0]].sched - int64(sessionLead)) {
 			break
 		}
+		// A session that had to wait for a slot is scheduled no earlier
+		// than it got one (a limit the trace asked for); otherwise its
+		// first turn keeps its trace time, and any lateness of this loop
+		// shows as send lag.
+		var admitted int64
 		if slots != nil {
 			select {
 			case slots <- struct{}{}:
-			case <-r.stopCh:
-				break launch
+			default:
+				select {
+				case slots <- struct{}{}:
+					admitted = r.clk.now()
+				case <-r.stopCh:
+					break launch
+				}
 			}
 		}
-		admitted := r.clk.now()
 		// Sessions count in r.wg too, so the drain (and its timeout) covers
 		// a session between turns as well as its request in flight.
 		swg.Add(1)

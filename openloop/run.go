@@ -2,6 +2,7 @@ package openloop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -22,14 +23,16 @@ const (
 
 // runner is the state of one Run.
 type runner struct {
-	cfg   Config
-	clk   clock
-	cl    client
-	urls  []string // completion URLs, per target
-	bases []string // base URLs, per target
-	model string
-	gen   promptGen
-	mode  int // pacer mode
+	cfg       Config
+	clk       clock
+	cl        *client
+	bases     []string // base URLs, per target
+	model     string
+	reqPrefix string // of X-Request-Id
+
+	beforeWrite func() // tests: see client.beforeWrite
+	gen         promptGen
+	mode        int // pacer mode
 
 	stopCh    chan struct{}
 	stopped   atomic.Bool
@@ -56,6 +59,11 @@ type runner struct {
 	sinkDone chan struct{}
 }
 
+// ErrModelLookup marks a run that could not start because the first target
+// did not name its model (GET /v1/models failed): the endpoint is down or
+// is not an OpenAI-compatible server.
+var ErrModelLookup = errors.New("the endpoint did not list its model")
+
 // Run performs one run: cache fill (if the shape asks for it), then warmup and
 // measurement open-loop, then a drain of the requests in flight. Records are
 // streamed to cfg.Sink as requests finish and returned in the Result. When ctx
@@ -71,20 +79,40 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
 	cfg := &r.cfg
-	hc := cfg.Client
-	if hc == nil {
-		hc = &http.Client{Transport: NewTransport()}
-	}
+	var urls []string
 	for _, t := range cfg.Targets {
 		b := strings.TrimRight(t, "/")
 		r.bases = append(r.bases, b)
-		r.urls = append(r.urls, b+"/v1/completions")
+		urls = append(urls, b+"/v1/completions")
+	}
+	budget := &memBudget{limit: cfg.StreamMemory}
+	if budget.limit == 0 {
+		budget.limit = DefaultStreamMemory
+	}
+	cl, err := newClient(cfg.Client, urls, &r.clk, cfg.RequestTimeout, budget)
+	if err != nil {
+		return nil, fmt.Errorf("openloop: %w", err)
+	}
+	cl.beforeWrite = r.beforeWrite
+	hc := cfg.Client
+	if hc == nil { // https targets, and the model lookup
+		hc = &http.Client{Transport: NewTransport()}
+		if !cl.raw {
+			cl.hc = hc
+		}
+	}
+	defer hc.CloseIdleConnections()
+	r.cl = cl
+	defer cl.close()
+	r.reqPrefix = cfg.RequestIDPrefix
+	if r.reqPrefix == "" {
+		r.reqPrefix = newRequestIDPrefix()
 	}
 	r.model = cfg.Model
 	if r.model == "" {
 		m, err := fetchModel(ctx, hc, r.bases[0])
 		if err != nil {
-			return nil, fmt.Errorf("openloop: %w", err)
+			return nil, fmt.Errorf("openloop: %w: %w", ErrModelLookup, err)
 		}
 		r.model = m
 	}
@@ -101,7 +129,6 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape}
 	cpu0, cpuErr := cpuSeconds()
 	r.clk = clock{start: time.Now()}
-	r.cl = client{hc: hc, clk: &r.clk}
 	var cancel context.CancelCauseFunc
 	r.reqCtx, cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	r.cancelReqs = cancel
@@ -192,8 +219,14 @@ func (r *runner) enterMeasure() {
 	})
 }
 
-// launch runs j in a goroutine of its own.
+// launch runs j in a goroutine of its own. Over the raw client, a request
+// that finds an idle connection is written from the calling (dispatcher)
+// goroutine first, so that its send time does not wait for the scheduler.
 func (r *runner) launch(j *job, after func()) {
+	j.target = r.pickTarget()
+	if r.cl.raw && r.cl.beforeWrite == nil {
+		j.preSent = r.cl.pools[j.target].preWrite(j, r.clk.now)
+	}
 	r.inflight.Add(1)
 	r.sent.Add(1)
 	r.wg.Add(1)
@@ -206,11 +239,17 @@ func (r *runner) launch(j *job, after func()) {
 	}()
 }
 
+// pickTarget is the next target, round-robin.
+func (r *runner) pickTarget() int { return int((r.rr.Add(1) - 1) % uint64(len(r.bases))) }
+
 // execute sends j, waits for its stream to end and records it.
 func (r *runner) execute(j *job) *Record {
 	rec := Record{ID: j.id, Cell: r.cfg.Cell, Block: r.cfg.Block, Phase: j.phase, ScheduledNs: j.sched,
-		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs}
-	t := int((r.rr.Add(1) - 1) % uint64(len(r.urls)))
+		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs, RequestID: j.reqID}
+	t := j.target
+	if t < 0 {
+		t = r.pickTarget()
+	}
 	rec.Target = r.bases[t]
 	var onFirst func()
 	var ttftTimer *time.Timer
@@ -218,7 +257,7 @@ func (r *runner) execute(j *job) *Record {
 		ttftTimer = time.AfterFunc(d, func() { r.abort(fmt.Sprintf("a request waited more than %v for its first token", d)) })
 		onFirst = func() { ttftTimer.Stop() }
 	}
-	release := r.cl.do(r.reqCtx, r.urls[t], j, &rec, onFirst)
+	release := r.cl.do(r.reqCtx, t, j, &rec, onFirst)
 	if ttftTimer != nil {
 		ttftTimer.Stop()
 	}

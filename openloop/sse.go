@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 )
 
 // sseReader splits a server-sent-events stream into events. It handles CRLF
@@ -13,25 +14,96 @@ import (
 // multi-line data and events split across reads. Once its buffers have grown
 // to the stream's line and event sizes it allocates nothing.
 type sseReader struct {
-	br   *bufio.Reader
-	line []byte // long lines that do not fit br's buffer
-	data []byte // the current event's data
+	br     *bufio.Reader
+	line   []byte // long lines that do not fit br's buffer
+	data   []byte // the current event's data
+	budget *memBudget
+	held   int64 // bytes of line and data charged to budget
 }
 
 // maxSSELine bounds one line, so a broken server cannot exhaust memory.
 const maxSSELine = 16 << 20
 
-var errLineTooLong = errors.New("SSE line longer than 16 MiB")
+// sseKeep is the buffer capacity a reader keeps between requests without
+// charging it to a budget.
+const sseKeep = 64 << 10
+
+var errLineTooLong = fmt.Errorf("%w: an SSE line longer than 16 MiB", errTooLarge)
 
 func newSSEReader(r io.Reader) *sseReader {
 	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), data: make([]byte, 0, 1024)}
 }
 
-func (s *sseReader) reset(r io.Reader) {
+// reset reads r next, charging buffer growth beyond sseKeep to b (may be
+// nil). Buffers that grew beyond sseKeep are dropped and their charge
+// returned.
+func (s *sseReader) reset(r io.Reader, b *memBudget) {
 	s.br.Reset(r)
+	if cap(s.line) > sseKeep {
+		s.line = nil
+	}
+	if cap(s.data) > sseKeep {
+		s.data = make([]byte, 0, 1024)
+	}
+	if s.budget != nil {
+		s.budget.release(s.held)
+	}
+	s.budget, s.held = b, 0
 	s.line = s.line[:0]
 	s.data = s.data[:0]
 }
+
+// grow makes room for n more bytes in *buf, charging capacity beyond sseKeep
+// (over both buffers) to the budget; it fails when the budget is spent.
+func (s *sseReader) grow(buf *[]byte, n int) error {
+	if len(*buf)+n <= cap(*buf) {
+		return nil
+	}
+	newCap := max(2*cap(*buf), len(*buf)+n)
+	if s.budget != nil {
+		over := int64(newCap+cap(s.line)+cap(s.data)-cap(*buf)) - sseKeep
+		if need := over - s.held; need > 0 {
+			if !s.budget.take(need) {
+				return fmt.Errorf("%w: the run's %d MiB for buffered stream lines is in use by other requests", errTooLarge, s.budget.limit>>20)
+			}
+			s.held += need
+		}
+	}
+	nb := make([]byte, len(*buf), newCap)
+	copy(nb, *buf)
+	*buf = nb
+	return nil
+}
+
+// errTooLarge marks a stream whose lines would exceed the memory allowed.
+var errTooLarge = errors.New("stream too large")
+
+// memBudget caps the memory that all in-flight requests of a run may hold in
+// grown stream buffers.
+type memBudget struct {
+	limit int64
+	used  atomic.Int64
+	peak  atomic.Int64
+}
+
+// DefaultStreamMemory is the default Config.StreamMemory.
+const DefaultStreamMemory = 256 << 20
+
+func (b *memBudget) take(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			for p := b.peak.Load(); u+n > p && !b.peak.CompareAndSwap(p, u+n); p = b.peak.Load() {
+			}
+			return true
+		}
+	}
+}
+
+func (b *memBudget) release(n int64) { b.used.Add(-n) }
 
 // next returns the data of the next event. The slice is valid until the
 // following call. At the end of the stream it returns io.EOF (an event cut
@@ -67,7 +139,15 @@ func (s *sseReader) next() ([]byte, error) {
 			continue
 		}
 		if have {
+			if len(s.data)+1+len(value) > maxSSELine {
+				return nil, errLineTooLong
+			}
+			if err := s.grow(&s.data, 1+len(value)); err != nil {
+				return nil, err
+			}
 			s.data = append(s.data, '\n')
+		} else if err := s.grow(&s.data, len(value)); err != nil {
+			return nil, err
 		}
 		s.data = append(s.data, value...)
 		have = true
@@ -75,7 +155,8 @@ func (s *sseReader) next() ([]byte, error) {
 }
 
 // readLine returns the next line without its line ending. A last line without
-// a newline is returned before io.EOF.
+// a newline is returned before io.EOF. Lines longer than br's buffer are
+// gathered in s.line, whose growth is charged to the budget.
 func (s *sseReader) readLine() ([]byte, error) {
 	b, err := s.br.ReadSlice('\n')
 	if err == nil {
@@ -87,21 +168,22 @@ func (s *sseReader) readLine() ([]byte, error) {
 		}
 		return nil, err
 	}
-	s.line = append(s.line[:0], b...)
+	s.line = s.line[:0]
 	for {
-		b, err = s.br.ReadSlice('\n')
-		s.line = append(s.line, b...)
-		if len(s.line) > maxSSELine {
+		if len(s.line)+len(b) > maxSSELine {
 			return nil, errLineTooLong
 		}
+		if gerr := s.grow(&s.line, len(b)); gerr != nil {
+			return nil, gerr
+		}
+		s.line = append(s.line, b...)
 		switch {
 		case err == nil, errors.Is(err, io.EOF) && len(s.line) > 0:
 			return trimEOL(s.line), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		default:
+		case !errors.Is(err, bufio.ErrBufferFull):
 			return nil, err
 		}
+		b, err = s.br.ReadSlice('\n')
 	}
 }
 

@@ -293,7 +293,7 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 		DrainTimeout: ms.DrainTimeout,
 		AbortIf:      openloop.AbortIf{MaxInflight: ms.AbortIf.MaxInflight, MaxTTFT: ms.AbortIf.MaxTTFT},
 		Cell:         cell.ID,
-		Block:        block,
+		Block:        block, RequestTimeout: ms.RequestTimeout,
 	}
 }
 

@@ -1,14 +1,16 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/orchestrator"
 	"github.com/mbench/mbench/results"
 	"github.com/urfave/cli/v2"
 )
@@ -37,6 +39,9 @@ func init() {
 				&cli.IntFlag{Name: "max-inflight-sessions", Usage: "trace: sessions in flight at once (0 = unlimited)"},
 				&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "cap on the measured phase"},
 				&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "wait this long for in-flight requests after sending stops"},
+				&cli.DurationFlag{Name: "request-timeout", Usage: "fail a request (error class timeout) that runs longer than this (0 = none)"},
+				&cli.StringFlag{Name: "request-id-prefix", Usage: "start of every X-Request-Id (default mbench-<random>-)"},
+				&cli.Float64Flag{Name: "max-failed", Value: 0.01, Usage: "exit 3 when more than this share of the measured requests failed"},
 				&cli.StringFlag{Name: "out", Usage: "directory for requests.jsonl and summary_A.json", Required: true},
 			},
 			Action: loadAction,
@@ -53,8 +58,14 @@ func loadAction(c *cli.Context) error {
 	} else if shape.Input <= 0 || shape.Output <= 0 {
 		return usageError{errors.New("load: --input and --output must be positive (or give --trace)")}
 	}
-	if c.Float64("rate") <= 0 {
-		return usageError{fmt.Errorf("load: --rate %v: must be > 0", c.Float64("rate"))}
+	if err := checkRate("load", "--rate", c.Float64("rate")); err != nil {
+		return err
+	}
+	if mf := c.Float64("max-failed"); !(mf >= 0 && mf <= 1) {
+		return usageError{fmt.Errorf("load: --max-failed %v: must be a share between 0 and 1", mf)}
+	}
+	if c.Duration("request-timeout") < 0 {
+		return usageError{fmt.Errorf("load: --request-timeout %v: must be ≥ 0", c.Duration("request-timeout"))}
 	}
 	n, d, mc := c.Int("requests"), c.Duration("duration"), c.Int("min-completed")
 	if shape.Trace == nil && n <= 0 && d <= 0 && mc <= 0 {
@@ -79,30 +90,68 @@ func loadAction(c *cli.Context) error {
 		Arrival: openloop.Arrival{Process: c.String("arrival"), Burstiness: c.Float64("burstiness")},
 		Shape:   shape, Seed: c.Int64("seed"), Warmup: c.Int("warmup"), MinCompleted: mc, Requests: n, Duration: d,
 		Timeout: c.Duration("timeout"), DrainTimeout: c.Duration("drain-timeout"), Cell: "load", Sink: f,
+		RequestTimeout: c.Duration("request-timeout"), RequestIDPrefix: c.String("request-id-prefix"),
 	}
-	res, err := openloop.Run(c.Context, cfg)
-	if err != nil {
-		return fmt.Errorf("load: %w", err)
+	arrival := cfg.Arrival.Process
+	if shape.Trace != nil {
+		arrival = "trace"
+	}
+	res, runErr := openloop.Run(c.Context, cfg)
+	if res == nil {
+		if errors.Is(runErr, openloop.ErrModelLookup) {
+			return loadFailure{fmt.Errorf("load: %w", runErr)}
+		}
+		return fmt.Errorf("load: %w", runErr)
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("load: write requests.jsonl: %w", err)
 	}
+	// Every request of a --requests N run must complete; a --min-completed
+	// run must reach its minimum; the verdict is the sweep's (results.Decide).
+	policy := results.Policy{MinCompleted: max(mc, n), MaxErrorRate: c.Float64("max-failed")}
+	if policy.MaxErrorRate == 0 {
+		policy.MaxErrorRate = -1 // --max-failed 0: no failure allowed
+	}
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: "load", Config: "load", Shape: shape.Name, Rate: cfg.Rate, Engine: "external",
-		Arrival: cfg.Arrival.Process, Burstiness: cfg.Arrival.Burstiness, Grade: &res.Grade,
-		Records: res.Records, Start: res.Start, WindowStart: res.WindowStart, WindowEnd: res.WindowEnd,
-		Offered: res.Offered, Aborted: res.Aborted, AbortReason: res.AbortReason, ClientCPUPct: res.ClientCPUPct,
-	})
+		Arrival: arrival, Burstiness: cfg.Arrival.Burstiness, Policy: policy,
+	}.WithLoad(res))
 	if err != nil {
 		return fmt.Errorf("load: summarize: %w", err)
 	}
-	data, err := json.MarshalIndent(sum, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := results.WriteFileAtomic(filepath.Join(out, "summary_A.json"), append(data, '\n'), 0o644); err != nil {
+	if err := results.WriteRunSummary(filepath.Join(out, "summary_A.json"), sum); err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	_, err = c.App.Writer.Write(append(data, '\n'))
-	return err
+	data, err := os.ReadFile(filepath.Join(out, "summary_A.json"))
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	if _, err := c.App.Writer.Write(data); err != nil {
+		return err
+	}
+	return loadOutcome(sum, runErr)
 }
+
+// loadFailure is a finished run that is not a result; it exits 3
+// (exitNoResult), like a sweep with cells that have no usable run.
+type loadFailure struct{ err error }
+
+func (e loadFailure) Error() string { return e.err.Error() }
+func (e loadFailure) Unwrap() error { return e.err }
+func (e loadFailure) ExitCode() int { return exitNoResult }
+
+// loadOutcome is the exit status of a finished run: nil when its verdict
+// is ok.
+func loadOutcome(sum *results.RunSummary, runErr error) error {
+	if runErr != nil {
+		if errors.Is(runErr, context.Canceled) {
+			return fmt.Errorf("load: %w (requests.jsonl and summary_A.json hold what was measured)", orchestrator.ErrInterrupted)
+		}
+		return fmt.Errorf("load: %w", runErr)
+	}
+	if sum.Verdict.Usable() {
+		return nil
+	}
+	return loadFailure{fmt.Errorf("load: the run is not a result: %s", strings.Join(sum.VerdictReasons, "; "))}
+}
+

@@ -40,7 +40,9 @@ type Options struct {
 	RecordPrompts bool
 	// Fault, when set, picks the fault for each request; n counts requests
 	// from 0 in arrival order and id is the X-Mbench-Id header.
-	Fault func(n int64, id string) Fault
+	Fault func(n int64, id string) Fault `json:"-"`
+
+	control bool // serve /stub/log and /stub/reset (ServeProcess)
 }
 
 // Fault is a misbehaviour injected into one response.
@@ -51,14 +53,17 @@ type Fault struct {
 	BreakAfter  int
 	StreamError string // after the content chunks, send an in-stream error with this message
 	NoUsage     bool   // omit the usage chunk
+	Malformed   bool   // after the content chunks, send a chunk that is not JSON
+	Hang        bool   // send nothing (not even headers) until the client goes away
 }
 
 // Entry is the server-side ground truth of one request.
 type Entry struct {
 	ID, Session string    // X-Mbench-Id and X-Mbench-Session headers
+	RequestID   string    // X-Request-Id header, which vLLM takes as the request's id
 	Arrival     time.Time // handler entry
 	FirstFlush  time.Time // first content chunk flushed (zero if none)
-	Done        time.Time // handler exit
+	Done        time.Time // just before [DONE] is written, or handler exit
 	Model       string    // model named in the request
 	MaxTokens   int
 	Chunks      int     // content chunks sent
@@ -108,6 +113,13 @@ func Start(opts Options) (*Server, error) {
 		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":` + strconv.Quote(opts.Model) + `,"object":"model"}]}`))
 	})
 	mux.HandleFunc("POST /v1/completions", s.complete)
+	if opts.control {
+		mux.HandleFunc("GET /stub/log", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(s.Entries())
+		})
+		mux.HandleFunc("POST /stub/reset", func(w http.ResponseWriter, _ *http.Request) { s.Reset() })
+	}
 	// Accept errors (e.g. out of file descriptors when a client floods it)
 	// are the client's story, told by its records; keep them off stderr.
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
@@ -186,10 +198,15 @@ func (s *Server) leave(e *Entry) {
 }
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
-	e := Entry{Arrival: time.Now(), ID: r.Header.Get("X-Mbench-Id"), Session: r.Header.Get("X-Mbench-Session")}
+	e := Entry{Arrival: time.Now(), ID: r.Header.Get("X-Mbench-Id"), RequestID: r.Header.Get("X-Request-Id"), Session: r.Header.Get("X-Mbench-Session")}
 	n := s.seq.Add(1) - 1
 	s.enter(e.Session)
-	defer s.leave(&e)
+	left := false
+	defer func() {
+		if !left {
+			s.leave(&e)
+		}
+	}()
 	var req completionRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		e.Status = http.StatusBadRequest
@@ -203,6 +220,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	var f Fault
 	if s.opts.Fault != nil {
 		f = s.opts.Fault(n, e.ID)
+	}
+	if f.Hang {
+		<-r.Context().Done()
+		return
 	}
 	if f.Status != 0 {
 		e.Status = f.Status
@@ -254,6 +275,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	if f.Break {
 		panic(http.ErrAbortHandler)
 	}
+	if f.Malformed {
+		_, _ = w.Write([]byte("data: {\"choices\": [oops\n\n"))
+	}
 	if f.StreamError != "" {
 		msg, _ := json.Marshal(f.StreamError)
 		_, _ = w.Write([]byte(`data: {"error":{"object":"error","message":` + string(msg) + `,"type":"InternalServerError","code":500}}` + "\n\n"))
@@ -263,6 +287,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`data: {"id":"cmpl-stub","object":"text_completion","created":0,"model":` + strconv.Quote(s.opts.Model) +
 			`,"choices":[],"usage":{"prompt_tokens":` + p + `,"total_tokens":0,"completion_tokens":` + strconv.Itoa(e.Chunks) + `}}` + "\n\n"))
 	}
+	// Logged before [DONE] goes out: a client may finish, and read the
+	// log, as soon as it sees [DONE].
+	left = true
+	s.leave(&e)
 	_, _ = w.Write([]byte("data: [DONE]\n\n"))
 	fl.Flush()
 }
