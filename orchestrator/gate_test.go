@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -152,5 +154,45 @@ func TestGateForeignProcess(t *testing.T) {
 	gpu.set(40, 70600, engine) // it left: the engine's own process does not hold the gate
 	if b := s.gate(ctx).BeforeLoad; b.TimedOut || b.Polls != 1 {
 		t.Errorf("with only the engine's process: %+v", b)
+	}
+}
+
+// TestGPUSummaryOwnership: a run's summary counts the processes of the
+// running engine set, on this machine ("local" in gpu.jsonl) and on a
+// remote host (its matrix name), as its own, and any other as foreign; the
+// throttle bound is the matrix's.
+func TestGPUSummaryOwnership(t *testing.T) {
+	m := &matrices.Matrix{
+		Hosts: map[string]matrices.Host{"box": {Name: "box", Address: "local"}, "far": {Name: "far", Address: "gpu7.example"}},
+		Probe: matrices.Probe{ThrottleMaxFraction: 0.5},
+	}
+	s := &Sweep{m: m}
+	s.cur = &engineSet{procs: []*engineProc{
+		{hostName: "box", proc: fakeProc{pid: 500}}, {hostName: "far", proc: fakeProc{pid: 900}},
+	}}
+	if g := s.engineGroups(s.cur); len(g) != 2 || g["local"][0] != 500 || g["far"][0] != 900 {
+		t.Fatalf("engine groups %v", g)
+	}
+	dir := t.TempDir()
+	lines := []string{
+		`{"ts_us":1000000,"host":"local","gpu":0,"procs":[{"pid":501,"used_mib":70000,"name":"VLLM::Worker","pgid":501,"sid":500}],"throttle_reasons":4}`,
+		`{"ts_us":1000000,"host":"far","gpu":0,"procs":[{"pid":901,"used_mib":70000,"name":"VLLM::Worker","pgid":900,"sid":900},{"pid":31,"used_mib":900,"name":"python3","pgid":31,"sid":30}]}`,
+		`{"ts_us":2000000,"host":"local","gpu":0,"procs":[{"pid":501,"used_mib":70000,"name":"VLLM::Worker","pgid":501,"sid":500}]}`,
+		`{"ts_us":2000000,"host":"far","gpu":0}`,
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gpu.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := s.gpuSummary(dir)
+	if !sum.Contended || sum.ContendedReason != "foreign process on the GPUs during the window: far/gpu0: pid 31 (python3, up to 900 MiB)" {
+		t.Errorf("contended %v %q", sum.Contended, sum.ContendedReason)
+	}
+	if len(sum.PerGPU) != 2 || len(sum.PerGPU[1].OwnProcs) != 1 || len(sum.PerGPU[0].OwnProcs) != 1 || len(sum.PerGPU[0].ForeignProcs) != 1 {
+		t.Errorf("per GPU %+v", sum.PerGPU)
+	}
+	// local/gpu0 was power-capped for its one interval of two samples:
+	// 100 %, over the matrix's 50 %.
+	if !sum.Throttled || sum.ThrottleMaxFraction != 0.5 || !strings.Contains(sum.ThrottledReason, "local/gpu0: power or thermal throttling 100%") {
+		t.Errorf("throttled %v (bound %v) %q", sum.Throttled, sum.ThrottleMaxFraction, sum.ThrottledReason)
 	}
 }
