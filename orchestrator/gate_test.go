@@ -47,7 +47,7 @@ func (p fakeProc) Pid() int { return p.pid }
 func gateSweep(t *testing.T, gpu *fakeGPU) *Sweep {
 	t.Helper()
 	m := &matrices.Matrix{Hosts: map[string]matrices.Host{"box": {Name: "box", Address: "local"}}}
-	s := &Sweep{m: m, prog: newProgress(io.Discard, 1, true), noted: map[string]bool{}}
+	s := &Sweep{m: m, dir: t.TempDir(), prog: newProgress(io.Discard, 1, true), noted: map[string]bool{}}
 	g := &probes.Gate{Read: gpu.read, TempBandC: 3, MemToleranceMiB: 512, Timeout: 300 * time.Millisecond,
 		Poll: 10 * time.Millisecond, Owner: runningEngine{s}}
 	rec, err := g.MeasureBaseline(context.Background())
