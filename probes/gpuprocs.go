@@ -2,6 +2,7 @@ package probes
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -24,6 +25,10 @@ type GPUProc struct {
 	Name string `json:"name,omitempty"`
 	Pgid int    `json:"pgid,omitempty"`
 	Sid  int    `json:"sid,omitempty"`
+	// Ancestors are its parent, grandparent, … up to (not including)
+	// pid 1, so that a worker that left the engine's session (setsid)
+	// is still known by its descent.
+	Ancestors []int `json:"ancestors,omitempty"`
 }
 
 // Visible reports whether /proc on the sampling host knew the process.
@@ -47,8 +52,9 @@ type Owner interface {
 // groups of the engine's processes there. mbench starts every engine process
 // as the leader of its own session and process group (pid = pgid = sid), so
 // a GPU process is the engine's when its session or process group is one of
-// them: vLLM's workers inherit both. The zero value owns nothing, which is
-// right before the first launch: every GPU process then is foreign.
+// them (vLLM's workers inherit both) or when it descends from one of their
+// leaders (a worker that called setsid). The zero value owns nothing, which
+// is right before the first launch: every GPU process then is foreign.
 type EngineGroups map[string][]int
 
 // Owns implements Owner. A process /proc cannot see is not owned.
@@ -57,7 +63,8 @@ func (e EngineGroups) Owns(host string, p GPUProc) bool {
 		return false
 	}
 	groups := e[host]
-	return slices.Contains(groups, p.Sid) || slices.Contains(groups, p.Pgid)
+	return slices.Contains(groups, p.Sid) || slices.Contains(groups, p.Pgid) ||
+		slices.ContainsFunc(p.Ancestors, func(a int) bool { return slices.Contains(groups, a) })
 }
 
 // SplitProcs separates a GPU's processes into the engine's and the others.
@@ -99,8 +106,9 @@ func gpuProcs(dev nvml.Device, procRoot string) ([]GPUProc, error) {
 			}
 			seen[pi.Pid] = len(out)
 			p := GPUProc{Pid: int(pi.Pid), UsedMiB: mib}
-			if b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(p.Pid) + "/stat"); err == nil {
-				p.Name, p.Pgid, p.Sid, _ = parseProcStat(b)
+			if st, err := readProcStat(procRoot, p.Pid); err == nil {
+				p.Name, p.Pgid, p.Sid = st.comm, st.pgrp, st.session
+				p.Ancestors = ancestors(procRoot, st.ppid)
 			}
 			out = append(out, p)
 		}
@@ -108,22 +116,57 @@ func gpuProcs(dev nvml.Device, procRoot string) ([]GPUProc, error) {
 	return out, nil
 }
 
-// parseProcStat reads comm, pgrp and session from /proc/<pid>/stat:
+// maxAncestors bounds the walk up the process tree.
+const maxAncestors = 16
+
+// ancestors walks parent links from ppid up to (not including) pid 1.
+func ancestors(procRoot string, ppid int) []int {
+	var out []int
+	for ppid > 1 && len(out) < maxAncestors {
+		out = append(out, ppid)
+		st, err := readProcStat(procRoot, ppid)
+		if err != nil {
+			break
+		}
+		ppid = st.ppid
+	}
+	return out
+}
+
+// procStat is what the GPU probes read of /proc/<pid>/stat.
+type procStat struct {
+	comm                string
+	ppid, pgrp, session int
+}
+
+func readProcStat(procRoot string, pid int) (procStat, error) {
+	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseProcStat(b)
+}
+
+// parseProcStat reads comm, ppid, pgrp and session from /proc/<pid>/stat:
 // "pid (comm) state ppid pgrp session ...". comm may hold spaces and
 // parentheses, so it ends at the last ')'.
-func parseProcStat(b []byte) (comm string, pgrp, session int, err error) {
+func parseProcStat(b []byte) (procStat, error) {
 	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
 	if open < 0 || end < open {
-		return "", 0, 0, fmt.Errorf("proc stat: no (comm)")
+		return procStat{}, fmt.Errorf("proc stat: no (comm)")
 	}
 	f := strings.Fields(string(b[end+1:]))
 	if len(f) < 4 {
-		return "", 0, 0, fmt.Errorf("proc stat: %d fields after comm, want ≥ 4", len(f))
+		return procStat{}, fmt.Errorf("proc stat: %d fields after comm, want ≥ 4", len(f))
 	}
-	pgrp, err1 := strconv.Atoi(f[2])
-	session, err2 := strconv.Atoi(f[3])
-	if err1 != nil || err2 != nil {
-		return "", 0, 0, fmt.Errorf("proc stat: bad pgrp %q or session %q", f[2], f[3])
+	var st procStat
+	var errs [3]error
+	st.ppid, errs[0] = strconv.Atoi(f[1])
+	st.pgrp, errs[1] = strconv.Atoi(f[2])
+	st.session, errs[2] = strconv.Atoi(f[3])
+	if err := errors.Join(errs[:]...); err != nil {
+		return procStat{}, fmt.Errorf("proc stat: bad ppid %q, pgrp %q or session %q", f[1], f[2], f[3])
 	}
-	return string(b[open+1 : end]), pgrp, session, nil
+	st.comm = string(b[open+1 : end])
+	return st, nil
 }

@@ -16,13 +16,12 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 )
 
-// startSleeper starts `sleep 60`, in a session of its own when leader is
-// set (as mbench starts an engine), else in a process group of its own
-// inside the test's session.
-func startSleeper(t *testing.T, leader bool) int {
+// startSleeper starts `sleep 60` in a process group of its own inside the
+// test's session: a process that is not the engine's.
+func startSleeper(t *testing.T) int {
 	t.Helper()
 	c := exec.Command("sleep", "60")
-	c.SysProcAttr = &syscall.SysProcAttr{Setsid: leader, Setpgid: !leader}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {
 		t.Skipf("cannot start sleep: %v", err)
 	}
@@ -30,14 +29,51 @@ func startSleeper(t *testing.T, leader bool) int {
 	return c.Process.Pid
 }
 
+// startEngine starts a stand-in engine as mbench does (a session leader):
+// a shell whose child `sleep` left the session with setsid, as a worker
+// that detaches would. It returns both pids once the child's setsid is done.
+func startEngine(t *testing.T) (engine, detached int) {
+	t.Helper()
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid command")
+	}
+	c := exec.Command("sh", "-c", "setsid sleep 60 & echo $!; wait")
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Skipf("cannot start sh: %v", err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	var line [32]byte
+	n, _ := out.Read(line[:])
+	detached, err = strconv.Atoi(strings.TrimSpace(string(line[:n])))
+	if err != nil {
+		t.Fatalf("child pid %q: %v", line[:n], err)
+	}
+	t.Cleanup(func() { syscall.Kill(detached, syscall.SIGKILL) })
+	for { // the event itself: the child is its own session's leader
+		st, err := readProcStat("/proc", detached)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.session == detached && st.comm == "sleep" {
+			return c.Process.Pid, detached
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestSamplerWindowOnMock runs the sampler over five rounds of go-nvml's
 // 8×H200 mock with real processes listed by NVML (their names and groups
 // come from /proc), a thermal slowdown, a power cap, an XID event and rising
 // ECC counters, and checks the run summary against what was scripted.
 func TestSamplerWindowOnMock(t *testing.T) {
-	enginePid := startSleeper(t, true)   // the engine: its own session
-	foreignPid := startSleeper(t, false) // anyone else
-	const hiddenPid = 4_000_000_000      // beyond pid_max: not visible in /proc
+	enginePid, detachedPid := startEngine(t) // the engine and a worker that left its session
+	foreignPid := startSleeper(t)            // anyone else
+	const hiddenPid = 4_000_000_000          // beyond pid_max: not visible in /proc
 	var tick atomic.Int64
 	lib := mockH200(new(int))
 	proc := func(pid int, mib uint64) nvml.ProcessInfo {
@@ -52,6 +88,8 @@ func TestSamplerWindowOnMock(t *testing.T) {
 				return []nvml.ProcessInfo{proc(enginePid, 70000)}, nvml.SUCCESS
 			case i == 5 && (k == 1 || k == 2): // a foreign load for two rounds
 				return []nvml.ProcessInfo{proc(foreignPid, 1130)}, nvml.SUCCESS
+			case i == 7:
+				return []nvml.ProcessInfo{proc(detachedPid, 500)}, nvml.SUCCESS
 			case i == 6 && k == 4:
 				return []nvml.ProcessInfo{{Pid: hiddenPid, UsedGpuMemory: math.MaxUint64}}, nvml.SUCCESS
 			}
@@ -127,9 +165,12 @@ func TestSamplerWindowOnMock(t *testing.T) {
 
 	// Processes: the engine's worker is its own; the sleeper in the test's
 	// session and the pid /proc cannot see are foreign.
-	if len(g[2].OwnProcs) != 1 || g[2].OwnProcs[0].Pid != enginePid || g[2].OwnProcs[0].Name != "sleep" ||
+	if len(g[2].OwnProcs) != 1 || g[2].OwnProcs[0].Pid != enginePid || g[2].OwnProcs[0].Name != "sh" ||
 		g[2].OwnProcs[0].Sid != enginePid || len(g[2].ForeignProcs) != 0 {
 		t.Errorf("GPU 2: own %+v foreign %+v; want the engine's pid %d only", g[2].OwnProcs, g[2].ForeignProcs, enginePid)
+	}
+	if o := g[7].OwnProcs; len(o) != 1 || o[0].Pid != detachedPid || o[0].Sid != detachedPid || len(g[7].ForeignProcs) != 0 {
+		t.Errorf("GPU 7: own %+v foreign %+v; want the detached worker %d, owned by descent", o, g[7].ForeignProcs, detachedPid)
 	}
 	f := g[5].ForeignProcs
 	if len(f) != 1 || f[0].Pid != foreignPid || f[0].Name != "sleep" || f[0].Pgid != foreignPid || f[0].MaxUsedMiB != 1130 ||
@@ -197,21 +238,21 @@ func TestThrottleFractionsIrregular(t *testing.T) {
 
 func TestParseProcStat(t *testing.T) {
 	for _, tc := range []struct {
-		in        string
-		comm      string
-		pgrp, sid int
-		ok        bool
+		in   string
+		want procStat
+		ok   bool
 	}{
-		{"947 (python3) S 1 427 427 0 -1 4194560 ...", "python3", 427, 427, true},
-		{"12 (a) b) (c) R 1 12 7 0", "a) b) (c", 12, 7, true}, // comm holds ") ("
-		{"12 (VLLM::Worker TP0) S 11 11 11", "VLLM::Worker TP0", 11, 11, true},
-		{"12 python3 S 1 2 3", "", 0, 0, false},
-		{"12 (x) S 1", "", 0, 0, false},
-		{"12 (x) S 1 pg 3", "", 0, 0, false},
+		{"947 (python3) S 1 427 427 0 -1 4194560 ...", procStat{"python3", 1, 427, 427}, true},
+		{"12 (a) b) (c) R 2 12 7 0", procStat{"a) b) (c", 2, 12, 7}, true}, // comm holds ") ("
+		{"12 (VLLM::Worker TP0) S 11 11 11", procStat{"VLLM::Worker TP0", 11, 11, 11}, true},
+		{"12 python3 S 1 2 3", procStat{}, false},
+		{"12 (x) S 1", procStat{}, false},
+		{"12 (x) S 1 pg 3", procStat{}, false},
+		{"12 (x) S p 2 3", procStat{}, false},
 	} {
-		comm, pg, sid, err := parseProcStat([]byte(tc.in))
-		if (err == nil) != tc.ok || comm != tc.comm || pg != tc.pgrp || sid != tc.sid {
-			t.Errorf("%q: %q %d %d %v", tc.in, comm, pg, sid, err)
+		got, err := parseProcStat([]byte(tc.in))
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("%q: %+v %v, want %+v", tc.in, got, err, tc.want)
 		}
 	}
 }
@@ -220,9 +261,9 @@ func FuzzParseProcStat(f *testing.F) {
 	f.Add([]byte("947 (python3) S 1 427 427 0 -1"))
 	f.Add([]byte("1 ((() R 1 2 3"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		comm, _, _, err := parseProcStat(b)
-		if err == nil && !strings.Contains(string(b), "("+comm+")") {
-			t.Fatalf("comm %q is not between parentheses in %q", comm, b)
+		st, err := parseProcStat(b)
+		if err == nil && !strings.Contains(string(b), "("+st.comm+")") {
+			t.Fatalf("comm %q is not between parentheses in %q", st.comm, b)
 		}
 	})
 }
