@@ -171,7 +171,7 @@ func (m *Matrix) Resolved() ([]byte, error) {
 		"baseline": m.Baseline, "compare": m.Compare,
 		"gate": map[string]any{"enabled": m.Gate.Enabled, "temp_band_c": m.Gate.TempBandC,
 			"timeout": m.Gate.Timeout.String(), "mem_tolerance_mib": m.Gate.MemToleranceMiB},
-		"probe": map[string]any{"interval": m.Probe.Interval.String(), "path": m.Probe.Path},
+		"probe": m.probeSpec(),
 		"cells": cells,
 	}
 	js, err := compactJSON(doc)
@@ -258,4 +258,15 @@ func (m *Matrix) EstimateDuration() time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(total * 1e9).Round(time.Second)
+}
+
+// probeSpec is the resolved probe section. throttle_max_fraction appears
+// only when not the default, so that matrices written before it existed
+// keep their hash (and their sweeps stay resumable).
+func (m *Matrix) probeSpec() map[string]any {
+	p := map[string]any{"interval": m.Probe.Interval.String(), "path": m.Probe.Path}
+	if m.Probe.ThrottleMaxFraction != DefaultThrottleMaxFraction {
+		p["throttle_max_fraction"] = m.Probe.ThrottleMaxFraction
+	}
+	return p
 }

@@ -31,7 +31,7 @@ func TestDefaults(t *testing.T) {
 	if m.Arrival != (Arrival{Process: "poisson", Burstiness: 1}) || m.Baseline != "a" || !reflect.DeepEqual(m.Compare, DefaultCompare) {
 		t.Errorf("arrival %+v baseline %s compare %v", m.Arrival, m.Baseline, m.Compare)
 	}
-	if m.Gate != (Gate{Enabled: true, TempBandC: 3, Timeout: 5 * time.Minute, MemToleranceMiB: 512}) || m.Probe != (Probe{Interval: 250 * time.Millisecond}) {
+	if m.Gate != (Gate{Enabled: true, TempBandC: 3, Timeout: 5 * time.Minute, MemToleranceMiB: 512}) || m.Probe != (Probe{Interval: 250 * time.Millisecond, ThrottleMaxFraction: 0.1}) {
 		t.Errorf("gate %+v probe %+v", m.Gate, m.Probe)
 	}
 	if m.Shapes[0].Name != "8x2" {
@@ -100,5 +100,20 @@ func TestLargeTopologyIsFast(t *testing.T) {
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("took %v", el)
+	}
+}
+
+// TestThrottleMaxFraction: probe.throttle_max_fraction defaults to 0.1; the
+// default leaves the resolved matrix (and so the hash of a matrix written
+// before the field existed) unchanged, another value changes it.
+func TestThrottleMaxFraction(t *testing.T) {
+	def := mustParse(t, "x.yaml", minimalSim)
+	same := mustParse(t, "x.yaml", minimalSim+"probe: {throttle_max_fraction: 0.1}\n")
+	other := mustParse(t, "x.yaml", minimalSim+"probe: {throttle_max_fraction: 0.25}\n")
+	if def.Probe.ThrottleMaxFraction != DefaultThrottleMaxFraction || other.Probe.ThrottleMaxFraction != 0.25 {
+		t.Errorf("fractions %v %v", def.Probe.ThrottleMaxFraction, other.Probe.ThrottleMaxFraction)
+	}
+	if def.Hash != same.Hash || def.Hash == other.Hash {
+		t.Errorf("hashes: default %s, explicit default %s, 0.25 %s", def.Hash, same.Hash, other.Hash)
 	}
 }

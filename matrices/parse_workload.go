@@ -287,12 +287,19 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 		{"mem_tolerance_mib", false, func(v *yaml.Node, p string) { g.MemToleranceMiB = d.intField(v, p, 0, 1<<31-1) }},
 	})
 
-	m.Probe = Probe{Interval: 250 * time.Millisecond}
+	m.Probe = Probe{Interval: 250 * time.Millisecond, ThrottleMaxFraction: DefaultThrottleMaxFraction}
 	d.object(nodes["probe"], "probe", 1, []field{
 		{"interval", false, func(v *yaml.Node, p string) { m.Probe.Interval = d.positiveDuration(v, p) }},
 		{"path", false, func(v *yaml.Node, p string) {
 			if m.Probe.Path, _ = d.str(v, p); m.Probe.Path != "" && !strings.HasPrefix(m.Probe.Path, "/") {
 				d.add(v.Line, p, "an HTTP path starting with /, such as /metrics", "invalid path %q", m.Probe.Path)
+			}
+		}},
+		{"throttle_max_fraction", false, func(v *yaml.Node, p string) {
+			if f, ok := d.number(v, p, false); ok && f > 1 {
+				d.add(v.Line, p, "a fraction from 0 to 1", "%s is out of range", v.Value)
+			} else if ok {
+				m.Probe.ThrottleMaxFraction = f
 			}
 		}},
 	})

@@ -196,7 +196,15 @@ type Gate struct {
 type Probe struct {
 	Interval time.Duration // default 250ms
 	Path     string        // metrics path scraped on instances ("" = /metrics)
+	// ThrottleMaxFraction is the share of a run's window a GPU may spend
+	// power or thermally throttled before the run is marked throttled
+	// (default 0.1; 1 never marks).
+	ThrottleMaxFraction float64
 }
+
+// DefaultThrottleMaxFraction is probe.throttle_max_fraction's default
+// (probes.DefaultThrottleMaxFraction).
+const DefaultThrottleMaxFraction = 0.1
 
 // Cell is one (config, rate, shape) combination.
 type Cell struct {

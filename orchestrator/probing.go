@@ -24,19 +24,48 @@ type gpuProbe struct {
 	sampler func() *probes.Sampler
 	gate    *probes.Gate // Baseline: the idle GPUs before the first launch
 	close   func()
+	idleRec *probes.BaselineRecord
 
 	// loaded is the gate baseline while an engine set runs: the idle
 	// temperatures, and the memory the engine holds once ready (a loaded
 	// vLLM never gets back to idle memory). loadedFor is the set it is for.
 	loaded    []probes.GPUSample
+	loadedRec *probes.BaselineRecord
 	loadedFor *engineSet
-	// teardown is the gate result after the last teardown, reported with
-	// the next run.
-	teardown *probes.GateResult
+	// beforeLaunch is the idle gate waited before the running engine set
+	// was launched, reported with the run that launched it.
+	beforeLaunch *probes.GateResult
+}
+
+// runningEngine owns the GPU processes of the sweep's running engine set.
+type runningEngine struct{ s *Sweep }
+
+func (r runningEngine) Owns(host string, p probes.GPUProc) bool {
+	return r.s.engineGroups(r.s.cur).Owns(host, p)
+}
+
+// engineGroups maps each host of es, named as its GPU samples name it
+// ("local" for this machine), to the process groups of es's processes
+// there. Every process is started as its own group and session leader.
+func (s *Sweep) engineGroups(es *engineSet) probes.EngineGroups {
+	out := probes.EngineGroups{}
+	if es == nil {
+		return out
+	}
+	for _, p := range es.all() {
+		host := p.hostName
+		if isLocal(s.m.Hosts[host].Address) {
+			host = "local"
+		}
+		out[host] = append(out[host], p.proc.Pid())
+	}
+	return out
 }
 
 // openGPU opens NVML on this machine. When it fails, GPU samples are off for
-// the sweep and the summaries say "gpu: unavailable".
+// the sweep and the summaries say "gpu: unavailable". The gate's idle
+// baseline is taken once no foreign process is on the GPUs (up to the gate
+// timeout).
 func (s *Sweep) openGPU(ctx context.Context) {
 	lib, shutdown, err := probes.OpenNVML()
 	if err != nil {
@@ -60,11 +89,19 @@ func (s *Sweep) openGPU(ctx context.Context) {
 			MemToleranceMiB: float64(s.m.Gate.MemToleranceMiB),
 			Timeout:         s.m.Gate.Timeout,
 			Poll:            time.Second,
+			Owner:           runningEngine{s},
 		}
-		if err := g.gate.MeasureBaseline(ctx); err != nil {
+		s.prog.setPhase("gate")
+		rec, err := g.gate.MeasureBaseline(ctx)
+		switch {
+		case err != nil:
 			s.logf("gate: baseline not measured (%v): gate off", err)
 			g.gate = nil
+		case rec.Method != probes.BaselineClean:
+			s.logf("warning: gate: foreign processes stayed on the GPUs for %s; idle baseline taken with their memory subtracted: %s",
+				s.m.Gate.Timeout, strings.Join(rec.Foreign, "; "))
 		}
+		g.idleRec = &rec
 	}
 	s.gpu = g
 }
@@ -94,10 +131,14 @@ func (s *Sweep) startProbes(ctx context.Context, dir string) (stop func(), done 
 	if s.runIsLocal() {
 		gw = gf
 	}
+	smp := s.gpu.sampler()
 	go func() {
 		defer close(ch)
-		if err := s.gpu.sampler().Run(pctx, gw, hf); err != nil && pctx.Err() == nil {
+		if err := smp.Run(pctx, gw, hf); err != nil && pctx.Err() == nil {
 			s.logf("warning: probe: %v", err)
+		}
+		if smp.EventsNote != "" {
+			s.noteOnce("gpu-events", "probe: XID/ECC events: %s", smp.EventsNote)
 		}
 		s.finishRemoteProbes(context.WithoutCancel(ctx), remote, gf, hf)
 		gf.Close()
@@ -205,7 +246,8 @@ func (s *Sweep) noteOnce(key, format string, args ...any) {
 	s.logf(format, args...)
 }
 
-// gpuSummary summarizes the run's gpu.jsonl.
+// gpuSummary summarizes the run's gpu.jsonl: processes of the running
+// engine set are its own, any other makes the run contended.
 func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
 	f, err := os.Open(filepath.Join(dir, "gpu.jsonl"))
 	if err != nil {
@@ -216,77 +258,68 @@ func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
 	if err != nil {
 		return &probes.GPUSummary{Available: false, Reason: fmt.Sprintf("gpu.jsonl unreadable: %v", err)}
 	}
-	g := probes.SummarizeGPU(samples)
+	g := probes.SummarizeGPUWith(samples, probes.GPUSummaryOptions{
+		Owner: s.engineGroups(s.cur), ThrottleMaxFraction: s.m.Probe.ThrottleMaxFraction,
+	})
 	return &g
 }
 
-// gateRecord is the gate's entry in a run summary.
-type gateRecord struct {
-	probes.GateResult
-	// MemBaseline says what memory was compared with: "engine loaded" (the
-	// memory the running engine held when it was ready) or "idle".
-	MemBaseline string `json:"mem_baseline"`
-	// AfterTeardown is the full gate (idle memory) after the previous
-	// engine set was stopped, before this one was launched.
-	AfterTeardown *probes.GateResult `json:"after_teardown,omitempty"`
-}
-
 // gate waits, before a run, until the GPUs' temperature is back within the
-// band of the sweep's idle baseline and their memory back at the level the
-// running engine held when it was ready: a warm GPU after a heavy run is
-// the ordering effect of seed 000. The result goes into the run's summary.
-func (s *Sweep) gate(ctx context.Context) any {
+// band of the sweep's idle baseline, their memory back at the level the
+// running engine held when it was ready, and no foreign process is on them:
+// a warm GPU after a heavy run is the ordering effect of seed 000, and a
+// foreign process shares the GPU. The record goes into the run's summary.
+func (s *Sweep) gate(ctx context.Context) *probes.GateRecord {
 	if s.gpu == nil || s.gpu.gate == nil {
-		return map[string]any{"enabled": false, "reason": "gpu unavailable or gate disabled"}
+		return &probes.GateRecord{Note: "gpu unavailable or gate disabled"}
 	}
 	if !s.runIsLocal() {
-		return map[string]any{"enabled": false, "reason": "the engines run on remote hosts: the GPU gate covers local GPUs only"}
+		return &probes.GateRecord{Note: "the engines run on remote hosts: the GPU gate covers local GPUs only"}
 	}
 	s.prog.setPhase("gate")
 	g := s.gpu
-	rec := gateRecord{MemBaseline: "idle", AfterTeardown: g.teardown}
-	g.teardown = nil
+	rec := &probes.GateRecord{Enabled: true, IdleBaseline: g.idleRec, IdleBeforeLaunch: g.beforeLaunch}
+	g.beforeLaunch = nil
 	if s.cur != nil && g.loadedFor != s.cur {
-		if cur, err := g.gate.Read(ctx); err == nil {
-			g.loaded, g.loadedFor = loadedBaseline(g.gate.Baseline, cur), s.cur
+		base, brec, err := g.gate.MeasureLoaded(ctx)
+		switch {
+		case ctx.Err() != nil:
+			rec.Note = ctx.Err().Error()
+			return rec
+		case err != nil:
+			s.logf("warning: %v: the gate compares memory with the idle baseline", err)
+		default:
+			g.loaded, g.loadedRec, g.loadedFor = base, &brec, s.cur
 		}
 	}
 	gt := *g.gate
 	if s.cur != nil && g.loadedFor == s.cur {
-		gt.Baseline, rec.MemBaseline = g.loaded, "engine loaded"
+		gt.Baseline, gt.Kind, rec.EngineLoadedBaseline = g.loaded, probes.BaselineEngineLoaded, g.loadedRec
 	}
 	r, err := gt.Wait(ctx)
 	if err != nil {
-		return map[string]any{"enabled": true, "error": err.Error()}
+		rec.Note = err.Error()
+		return rec
 	}
-	rec.GateResult = r
+	if r.TimedOut {
+		s.logf("warning: gate timed out after %s before run %s: %s", gt.Timeout, s.runKey, r.Reason)
+	}
+	rec.BeforeLoad = &r
 	return rec
-}
-
-// loadedBaseline is idle with each GPU's memory raised to what it uses now.
-func loadedBaseline(idle, now []probes.GPUSample) []probes.GPUSample {
-	out := append([]probes.GPUSample(nil), idle...)
-	for i, b := range out {
-		for _, c := range now {
-			if c.Host == b.Host && c.GPU == b.GPU && c.MemUsedMiB > b.MemUsedMiB {
-				out[i].MemUsedMiB = c.MemUsedMiB
-			}
-		}
-	}
-	return out
 }
 
 // waitGateAfterTeardown waits, after an engine set was stopped, until the
 // GPUs are back at the sweep's idle baseline (memory freed, temperature in
-// band), so that the next launch starts from the same state.
+// band, no foreign process), so that the next launch starts from the same
+// state; the next run records it as idle_before_launch.
 func (s *Sweep) waitGateAfterTeardown(ctx context.Context) {
 	if s.gpu == nil || s.gpu.gate == nil {
 		return
 	}
 	s.prog.setPhase("gate")
-	s.gpu.loaded, s.gpu.loadedFor = nil, nil
+	s.gpu.loaded, s.gpu.loadedRec, s.gpu.loadedFor = nil, nil, nil
 	if r, err := s.gpu.gate.Wait(ctx); err == nil {
-		s.gpu.teardown = &r
+		s.gpu.beforeLaunch = &r
 		if r.TimedOut {
 			s.logf("warning: GPUs not back at idle %s after teardown: %s", s.gpu.gate.Timeout, r.Reason)
 		}

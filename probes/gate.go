@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -17,9 +18,11 @@ const (
 )
 
 // Gate holds a run back until the GPUs are back at the sweep's baseline:
-// memory used back at its idle level (within MemToleranceMiB above it) and
-// temperature within ±TempBandC of the baseline. This cures the cold/warm
-// ordering effect of seed 000 (the first config ran on a cold GPU).
+// memory used back at its idle level (within MemToleranceMiB above it),
+// temperature within ±TempBandC of the baseline, and no foreign process
+// (one Owner does not own) on them. This cures the cold/warm ordering
+// effect of seed 000 (the first config ran on a cold GPU), and keeps a run
+// from starting while another program shares the GPU.
 // Zero fields take the Default* values; a nil Clock is the system clock.
 type Gate struct {
 	Read            func(ctx context.Context) ([]GPUSample, error) // one reading of every GPU
@@ -29,6 +32,11 @@ type Gate struct {
 	Timeout         time.Duration
 	Poll            time.Duration
 	Baseline        []GPUSample // set by MeasureBaseline before the first launch
+	// Owner says which GPU processes are the engine's; every other process
+	// on a baseline GPU holds the gate closed. nil owns none.
+	Owner Owner
+	// Kind names Baseline in results ("" = idle).
+	Kind BaselineKind
 }
 
 // GateGPU is one GPU's state when the gate opened (or timed out).
@@ -39,7 +47,9 @@ type GateGPU struct {
 	BaseTempC      float64 `json:"base_temp_c"`
 	MemUsedMiB     float64 `json:"mem_used_mib"`
 	BaseMemUsedMiB float64 `json:"base_mem_used_mib"`
-	OK             bool    `json:"ok"`
+	// Foreign are the processes other than the engine's on the GPU.
+	Foreign []GPUProc `json:"foreign,omitempty"`
+	OK      bool      `json:"ok"`
 }
 
 // GateResult is recorded in the run summary.
@@ -52,9 +62,14 @@ type GateResult struct {
 	GPUs     []GateGPU     `json:"gpus,omitempty"`
 	// Reason says what was still out of band at the last poll (or why the
 	// gate was skipped); empty when the gate opened.
-	Reason    string  `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// HeldBy says what held the gate at its first poll (empty when it
+	// opened at once): what it waited for.
+	HeldBy    string  `json:"held_by,omitempty"`
 	BandC     float64 `json:"band_c"`
 	MemTolMiB float64 `json:"mem_tolerance_mib"`
+	// Baseline names what memory was compared with (idle or engine loaded).
+	Baseline BaselineKind `json:"baseline,omitempty"`
 }
 
 func (g *Gate) defaults() (band, tol float64, timeout, poll time.Duration, c Clock) {
@@ -74,15 +89,36 @@ func (g *Gate) defaults() (band, tol float64, timeout, poll time.Duration, c Clo
 	return band, tol, timeout, poll, orSystem(g.Clock)
 }
 
-// MeasureBaseline takes one reading of the idle GPUs (before the first
-// launch of a sweep) and keeps it as the baseline.
-func (g *Gate) MeasureBaseline(ctx context.Context) error {
-	s, err := g.Read(ctx)
+// MeasureBaseline takes the idle baseline before the first launch of a
+// sweep (see TakeBaseline) and keeps it.
+func (g *Gate) MeasureBaseline(ctx context.Context) (BaselineRecord, error) {
+	base, rec, err := g.TakeBaseline(ctx, BaselineIdle)
 	if err != nil {
-		return fmt.Errorf("gate baseline: %w", err)
+		return rec, fmt.Errorf("gate baseline: %w", err)
 	}
-	g.Baseline = s
-	return nil
+	g.Baseline = base
+	return rec, nil
+}
+
+// MeasureLoaded takes the engine-loaded baseline once an engine set is
+// ready: the idle baseline with each GPU's memory raised to what it holds
+// now (a loaded vLLM never returns to idle memory), taken like
+// TakeBaseline. Temperatures stay the idle ones.
+func (g *Gate) MeasureLoaded(ctx context.Context) ([]GPUSample, BaselineRecord, error) {
+	now, rec, err := g.TakeBaseline(ctx, BaselineEngineLoaded)
+	if err != nil {
+		return nil, rec, fmt.Errorf("gate engine-loaded baseline: %w", err)
+	}
+	out := append([]GPUSample(nil), g.Baseline...)
+	for i, b := range out {
+		for _, c := range now {
+			if c.Host == b.Host && c.GPU == b.GPU && c.MemUsedMiB > b.MemUsedMiB {
+				out[i].MemUsedMiB = c.MemUsedMiB
+			}
+		}
+	}
+	rec.GPUs = baselineGPUs(out, rec.GPUs)
+	return out, rec, nil
 }
 
 // Wait polls until every baseline GPU is back in band, the timeout passes
@@ -90,7 +126,7 @@ func (g *Gate) MeasureBaseline(ctx context.Context) error {
 // until the timeout and reported in Reason.
 func (g *Gate) Wait(ctx context.Context) (GateResult, error) {
 	band, tol, timeout, poll, clock := g.defaults()
-	res := GateResult{BandC: band, MemTolMiB: tol}
+	res := GateResult{BandC: band, MemTolMiB: tol, Baseline: cmp.Or(g.Kind, BaselineIdle)}
 	if len(g.Baseline) == 0 {
 		res.Skipped, res.Reason = true, "no GPU baseline (no GPU or NVML unavailable)"
 		return res, nil
@@ -111,6 +147,9 @@ func (g *Gate) Wait(ctx context.Context) (GateResult, error) {
 			if ok {
 				return res, nil
 			}
+		}
+		if res.Polls == 1 {
+			res.HeldBy = res.Reason
 		}
 		if !now.Before(deadline) {
 			res.TimedOut = true
@@ -146,7 +185,11 @@ func (g *Gate) check(cur []GPUSample, band, tol float64) ([]GateGPU, bool, strin
 		}
 		memOK := s.MemUsedMiB <= b.MemUsedMiB+tol
 		tempOK := math.Abs(s.TempC-b.TempC) <= band
-		st.OK = memOK && tempOK
+		_, st.Foreign = SplitProcs(g.Owner, s.Host, s.Procs)
+		st.OK = memOK && tempOK && len(st.Foreign) == 0
+		for _, p := range st.Foreign {
+			reasons = append(reasons, fmt.Sprintf("%s: foreign %s", name, p))
+		}
 		if !memOK {
 			reasons = append(reasons, fmt.Sprintf("%s: memory used %.0f MiB > idle %.0f + %.0f MiB",
 				name, s.MemUsedMiB, b.MemUsedMiB, tol))

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strings"
 )
 
 // Stat is the mean, min and max of one series.
@@ -34,6 +35,40 @@ type GPUStat struct {
 	EnergyJ float64 `json:"energy_j"`
 	// ThrottleReasons ORs the bitmask over all samples.
 	ThrottleReasons uint64 `json:"throttle_reasons"`
+	// Throttle is the fraction of the window under each reason.
+	Throttle ThrottleFractions `json:"throttle_fraction"`
+	// OwnProcs are the engine's processes seen on the GPU in the window;
+	// ForeignProcs every other process (see GPUSummary.Contended).
+	OwnProcs     []ProcSeen `json:"own_procs,omitempty"`
+	ForeignProcs []ProcSeen `json:"foreign_procs,omitempty"`
+	// Events are the XID and ECC events read during the window.
+	Events []GPUEvent `json:"events,omitempty"`
+	// ECCCorrectedNew and ECCUncorrectedNew are the rise of the volatile
+	// ECC counters over the window.
+	ECCCorrectedNew   uint64 `json:"ecc_corrected_new"`
+	ECCUncorrectedNew uint64 `json:"ecc_uncorrected_new"`
+}
+
+// ProcSeen is one process seen on a GPU during a run's window.
+type ProcSeen struct {
+	Pid        int     `json:"pid"`
+	Name       string  `json:"name,omitempty"` // "" when /proc could not see it
+	Pgid       int     `json:"pgid,omitempty"`
+	Sid        int     `json:"sid,omitempty"`
+	MaxUsedMiB float64 `json:"max_used_mib"`
+	Samples    int     `json:"samples"` // samples that listed it
+	FirstTsUs  int64   `json:"first_ts_us"`
+	LastTsUs   int64   `json:"last_ts_us"`
+}
+
+// String names the process for a reason: "pid 4242 (python3, up to 1754 MiB)".
+func (p ProcSeen) String() string {
+	g := GPUProc{Pid: p.Pid, Name: p.Name, Pgid: p.Pgid, Sid: p.Sid}
+	name := g.Name
+	if !g.Visible() {
+		name = "not visible from this PID namespace"
+	}
+	return fmt.Sprintf("pid %d (%s, up to %.0f MiB)", p.Pid, name, p.MaxUsedMiB)
 }
 
 // GPUSummary is the gpu object of a run summary.
@@ -55,6 +90,25 @@ type GPUSummary struct {
 	// of the window than the matrix allows; the verdict becomes throttled.
 	Throttled       bool   `json:"throttled"`
 	ThrottledReason string `json:"throttled_reason,omitempty"`
+	// ThrottleMaxFraction is the bound Throttled was decided with.
+	ThrottleMaxFraction float64 `json:"throttle_max_fraction"`
+	// HardwareEvents counts the XID and ECC events of every GPU in the
+	// window, and the new ECC errors the counters show.
+	HardwareEvents int `json:"hardware_events"`
+}
+
+// DefaultThrottleMaxFraction is the share of a run's window a GPU may spend
+// power or thermally throttled before the run is marked throttled.
+const DefaultThrottleMaxFraction = 0.1
+
+// GPUSummaryOptions are what SummarizeGPUWith needs beyond the samples.
+type GPUSummaryOptions struct {
+	// Owner says which GPU processes are the engine's; nil owns none, so
+	// any process on a GPU makes the run contended.
+	Owner Owner
+	// ThrottleMaxFraction bounds ThrottleFractions.ThermalOrPower; 1 or
+	// more never marks a run.
+	ThrottleMaxFraction float64
 }
 
 // GPUKey names one GPU: its host and index.
@@ -78,9 +132,17 @@ func SortedGPUKeys[V any](m map[GPUKey]V) []GPUKey {
 	return keys
 }
 
-// SummarizeGPU summarizes gpu.jsonl samples per GPU (keyed by host and
-// index, sorted that way). With no samples it returns Available false.
+// SummarizeGPU is SummarizeGPUWith with no engine processes known and the
+// default throttle bound.
 func SummarizeGPU(samples []GPUSample) GPUSummary {
+	return SummarizeGPUWith(samples, GPUSummaryOptions{ThrottleMaxFraction: DefaultThrottleMaxFraction})
+}
+
+// SummarizeGPUWith summarizes gpu.jsonl samples per GPU (keyed by host and
+// index, sorted that way), and marks the run contended (a foreign process
+// on a GPU) or throttled (power or thermal throttling over the bound). With
+// no samples it returns Available false.
+func SummarizeGPUWith(samples []GPUSample, opt GPUSummaryOptions) GPUSummary {
 	if len(samples) == 0 {
 		return GPUSummary{Reason: "no GPU samples (NVML unavailable or no GPU)"}
 	}
@@ -89,7 +151,8 @@ func SummarizeGPU(samples []GPUSample) GPUSummary {
 		k := GPUKey{s.Host, s.GPU}
 		by[k] = append(by[k], s)
 	}
-	sum := GPUSummary{Available: true}
+	sum := GPUSummary{Available: true, ThrottleMaxFraction: opt.ThrottleMaxFraction}
+	var foreign, throttled []string
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, k := range SortedGPUKeys(by) {
 		ss := by[k]
@@ -108,8 +171,27 @@ func SummarizeGPU(samples []GPUSample) GPUSummary {
 				g.EnergyJ += dt * (ss[i].PowerW + ss[i-1].PowerW) / 2
 			}
 		}
+		g.Throttle = throttleFractions(ss)
+		g.OwnProcs, g.ForeignProcs = procsSeen(ss, opt.Owner)
+		g.Events, g.ECCCorrectedNew, g.ECCUncorrectedNew = hardwareEvents(ss)
+		sum.HardwareEvents += len(g.Events) + int(g.ECCCorrectedNew+g.ECCUncorrectedNew)
+		name := fmt.Sprintf("%s/gpu%d", k.Host, k.GPU)
+		for _, p := range g.ForeignProcs {
+			foreign = append(foreign, name+": "+p.String())
+		}
+		if f := g.Throttle.ThermalOrPower; f > opt.ThrottleMaxFraction {
+			throttled = append(throttled, fmt.Sprintf("%s: power or thermal throttling %.0f%% of the window (%s) > %.0f%%",
+				name, 100*f, g.Throttle.active(), 100*opt.ThrottleMaxFraction))
+		}
 		lo, hi = min(lo, g.UtilGPU.Mean), max(hi, g.UtilGPU.Mean)
 		sum.PerGPU = append(sum.PerGPU, g)
+	}
+	if len(foreign) > 0 {
+		sum.Contended = true
+		sum.ContendedReason = "foreign process on the GPUs during the window: " + strings.Join(foreign, "; ")
+	}
+	if len(throttled) > 0 {
+		sum.Throttled, sum.ThrottledReason = true, strings.Join(throttled, "; ")
 	}
 	switch {
 	case lo > 0:

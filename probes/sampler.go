@@ -31,6 +31,14 @@ type GPUSample struct {
 	SMClockMHz      float64 `json:"sm_clock_mhz"`
 	TempC           float64 `json:"temp_c"`
 	ThrottleReasons uint64  `json:"throttle_reasons"` // NVML clocks-throttle bitmask
+	// Procs are the processes NVML lists on the GPU (compute and graphics).
+	Procs []GPUProc `json:"procs,omitempty"`
+	// Events are the XID and ECC events read in this round.
+	Events []GPUEvent `json:"events,omitempty"`
+	// ECCCorrected and ECCUncorrected are NVML's volatile ECC error counts
+	// (since the driver loaded); absent where ECC counters are unsupported.
+	ECCCorrected   *uint64 `json:"ecc_corrected,omitempty"`
+	ECCUncorrected *uint64 `json:"ecc_uncorrected,omitempty"`
 	// Err lists the readings NVML refused ("power: ERROR_NOT_SUPPORTED");
 	// those fields are 0.
 	Err string `json:"err,omitempty"`
@@ -65,6 +73,10 @@ type Sampler struct {
 	haveCPU  bool
 	buf      []byte
 	rounds   int64
+	procRoot string      // "/proc"; tests point it elsewhere
+	events   *eventWatch // nil: XID/ECC events off
+	// EventsNote says why XID/ECC events are (partly) off, once Run began.
+	EventsNote string
 }
 
 // Rounds returns the number of sampling rounds taken so far.
@@ -74,6 +86,7 @@ type gpuDev struct {
 	index      int
 	dev        nvml.Device
 	uuid, name string
+	ecc        bool // volatile ECC counters readable
 }
 
 // NewSampler returns a sampler; interval ≤ 0 means DefaultInterval and a
@@ -82,7 +95,7 @@ func NewSampler(lib nvml.Interface, host string, interval time.Duration, clock C
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	return &Sampler{lib: lib, host: host, interval: interval, clock: orSystem(clock)}
+	return &Sampler{lib: lib, host: host, interval: interval, clock: orSystem(clock), procRoot: "/proc"}
 }
 
 // discover lists the GPUs once; their names and UUIDs do not change.
@@ -103,6 +116,8 @@ func (s *Sampler) discover() error {
 		g := gpuDev{index: i, dev: d}
 		g.uuid, _ = d.GetUUID()
 		g.name, _ = d.GetName()
+		_, ret = d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+		g.ecc = ret == nvml.SUCCESS
 		s.devs = append(s.devs, g)
 	}
 	return nil
@@ -156,6 +171,18 @@ func (s *Sampler) sampleGPU(g gpuDev) GPUSample {
 	} else {
 		fail("throttle_reasons", ret)
 	}
+	if procs, err := gpuProcs(g.dev, s.procRoot); err == nil {
+		x.Procs = procs
+	} else {
+		errs = append(errs, err.Error())
+	}
+	if g.ecc {
+		c, r1 := g.dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC)
+		u, r2 := g.dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+		if r1 == nvml.SUCCESS && r2 == nvml.SUCCESS {
+			x.ECCCorrected, x.ECCUncorrected = &c, &u
+		}
+	}
 	x.Err = strings.Join(errs, "; ")
 	return x
 }
@@ -208,8 +235,11 @@ func (s *Sampler) SampleHost(ctx context.Context) (HostSample, error) {
 	return h, nil
 }
 
-// Close releases the /proc files the host sampler keeps open.
+// Close releases the /proc files the host sampler keeps open and the NVML
+// event set.
 func (s *Sampler) Close() {
+	s.events.close()
+	s.events = nil
 	s.procStat.close()
 	s.procMem.close()
 	s.procLoad.close()
@@ -223,6 +253,9 @@ func (s *Sampler) Run(ctx context.Context, gpuW, hostW io.Writer) error {
 	defer s.Close()
 	if err := s.discover(); err != nil {
 		return err
+	}
+	if gpuW != nil && s.lib != nil && s.events == nil {
+		s.events, s.EventsNote = openEvents(s.lib, s.devs)
 	}
 	if hostW != nil {
 		if _, err := s.SampleHost(ctx); err != nil { // CPU baseline
@@ -251,6 +284,9 @@ func (s *Sampler) Tick(ctx context.Context, gpuW, hostW io.Writer, host bool) er
 		gs, err := s.SampleGPUs()
 		if err != nil {
 			return err
+		}
+		if s.events != nil && len(gs) > 0 {
+			s.events.drain(gs, gs[len(gs)-1].TsUs)
 		}
 		s.buf = s.buf[:0]
 		for i := range gs {

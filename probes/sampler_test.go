@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 )
@@ -44,6 +46,21 @@ func mockH200(tick *int) *server.Server {
 		dev.GetCurrentClocksThrottleReasonsFunc = func() (uint64, nvml.Return) {
 			return nvml.ClocksThrottleReasonGpuIdle, nvml.SUCCESS
 		}
+		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+		dev.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+		dev.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
+			return nvml.EventTypeXidCriticalError | nvml.EventTypeSingleBitEccError | nvml.EventTypeDoubleBitEccError | nvml.EventTypePState, nvml.SUCCESS
+		}
+		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+	}
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) { return nvml.EventData{}, nvml.ERROR_TIMEOUT },
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
 	}
 	return s
 }
@@ -107,7 +124,7 @@ func TestSamplerAgainstMock(t *testing.T) {
 		if i == 7 {
 			want.PowerW, want.Err = 0, "power: ERROR_NOT_SUPPORTED"
 		}
-		if g != want {
+		if !reflect.DeepEqual(g, want) {
 			t.Fatalf("sample %d:\n got %+v\nwant %+v", n, g, want)
 		}
 	}

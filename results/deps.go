@@ -17,6 +17,8 @@ type (
 	GPUSummary = probes.GPUSummary
 	// CacheSummary is the prefix-cache activity of a run, from /metrics deltas.
 	CacheSummary = probes.CacheSummary
+	// GateRecord is the GPU gate's checks before a run.
+	GateRecord = probes.GateRecord
 )
 
 // gpuUtilMean is the mean GPU utilisation (%) over all GPUs of a run.

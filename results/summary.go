@@ -58,7 +58,7 @@ type RunInput struct {
 	Steps *StepStats
 	GPU   *GPUSummary
 	Cache *CacheSummary
-	Gate  any
+	Gate  *GateRecord
 }
 
 // WithLoad fills in what the load generator measured: the records, the
@@ -165,7 +165,7 @@ type RunSummary struct {
 	EngineStep    *StepStats        `json:"engine_step,omitempty"`
 	GPU           *GPUSummary       `json:"gpu,omitempty"`
 	PrefixCache   *CacheSummary     `json:"prefix_cache,omitempty"`
-	Gate          any               `json:"gate,omitempty"`
+	Gate          *GateRecord       `json:"gate,omitempty"`
 }
 
 // latStats holds pointers to the five statistics of one latency metric.

@@ -23,8 +23,10 @@ func init() {
 				"otherwise. Without a GPU or NVML it says so once on stderr and keeps the host samples.\n" +
 				"--once prints one round and exits. --gate measures the idle baseline (or reads it\n" +
 				"from --baseline, the first sample per GPU of a gpu.jsonl), waits until every GPU's\n" +
-				"memory is back at idle and its temperature within --band of the baseline, and prints\n" +
-				"the gate result as JSON.",
+				"memory is back at idle, its temperature within --band of the baseline and no foreign\n" +
+				"process on it (any process not in an --own-pgid process group or session), and prints\n" +
+				"the gate result as JSON. A measured baseline waits for foreign processes to leave, up to\n" +
+				"--timeout, and says how it was taken.",
 			Flags: []cli.Flag{
 				&cli.DurationFlag{Name: "interval", Value: probes.DefaultInterval, Usage: "sampling interval"},
 				&cli.StringFlag{Name: "host", Usage: "host name recorded in every line (default: the hostname)"},
@@ -39,6 +41,7 @@ func init() {
 				&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "gate: give up (timed_out) after this long"},
 				&cli.DurationFlag{Name: "poll", Value: probes.DefaultGatePoll, Usage: "gate: polling interval"},
 				&cli.StringFlag{Name: "baseline", Usage: "gate: gpu.jsonl whose first sample per GPU is the baseline (default: measure now)"},
+				&cli.IntSliceFlag{Name: "own-pgid", Usage: "gate: GPU processes in this process group or session are not foreign (repeatable)"},
 			},
 			Action: probeAction,
 		}
@@ -133,7 +136,9 @@ func probeGate(c *cli.Context, s *probes.Sampler, haveGPU bool, host string) err
 		MemToleranceMiB: c.Float64("mem-tol"),
 		Timeout:         c.Duration("timeout"),
 		Poll:            c.Duration("poll"),
+		Owner:           probes.EngineGroups{host: c.IntSlice("own-pgid")},
 	}
+	var out probeGateOut
 	if haveGPU {
 		if p := c.String("baseline"); p != "" {
 			base, err := firstPerGPU(p, host)
@@ -141,17 +146,29 @@ func probeGate(c *cli.Context, s *probes.Sampler, haveGPU bool, host string) err
 				return usageError{err}
 			}
 			g.Baseline = base
-		} else if err := g.MeasureBaseline(c.Context); err != nil {
-			return err
+		} else {
+			rec, err := g.MeasureBaseline(c.Context)
+			if err != nil {
+				return err
+			}
+			out.Baseline = &rec
 		}
 	}
 	res, err := g.Wait(c.Context)
 	if err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(res, "", "  ")
+	out.GateResult = res
+	b, _ := json.MarshalIndent(out, "", "  ")
 	fmt.Fprintln(c.App.Writer, string(b))
 	return nil
+}
+
+// probeGateOut is what `probe --gate` prints: the gate result, and how the
+// baseline was taken when it was measured.
+type probeGateOut struct {
+	Baseline *probes.BaselineRecord `json:"baseline,omitempty"`
+	probes.GateResult
 }
 
 // firstPerGPU reads a gpu.jsonl and keeps each GPU's first sample, as this
