@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,6 +26,8 @@ type testEngine struct {
 	url     string
 	stepLog string
 	stop    func() // cancel Serve and wait for it (idempotent)
+	// expectCrash accepts a *CrashError from Serve (an injected crash).
+	expectCrash bool
 }
 
 // fastCfg is a quick, noiseless config: 300 µs steps, no jitter.
@@ -59,8 +62,12 @@ func startEngine(t *testing.T, cfg Config) *testEngine {
 		cancel()
 		select {
 		case err := <-done:
-			if err != nil {
+			var ce *CrashError
+			if err != nil && !(te.expectCrash && errors.As(err, &ce)) {
 				t.Errorf("Serve: %v", err)
+			}
+			if te.expectCrash && ce == nil {
+				t.Errorf("Serve returned %v after a crash, want a *CrashError", err)
 			}
 		case <-time.After(3 * time.Second):
 			t.Errorf("Serve did not return within 3 s of cancel")

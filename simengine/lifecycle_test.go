@@ -104,21 +104,17 @@ func TestClientDisconnectAborts(t *testing.T) {
 }
 
 func TestCrashInjection(t *testing.T) {
-	codes := make(chan int, 1)
-	realExit := osExit
-	osExit = func(code int) { codes <- code }
-	defer func() { osExit = realExit }()
 	te := startEngine(t, Config{StepBaseUs: 200, Jitter: -1, CrashAfterSteps: 5})
 	var stderr bytes.Buffer
 	te.e.stderr = &stderr
 	status, out := te.post(t, `{"prompt":[1,2],"max_tokens":50,"ignore_eos":true,"stream":true}`)
 	select {
-	case code := <-codes:
-		if code != 3 {
-			t.Errorf("exit code %d, want 3", code)
-		}
+	case <-te.e.Crashed():
 	case <-time.After(2 * time.Second):
-		t.Fatal("no exit after 5 steps")
+		t.Fatal("no crash after 5 steps")
+	}
+	if ce := (&CrashError{Steps: 5}); ce.ExitCode() != 3 || ce.Error() != "sim: injected crash after 5 steps" {
+		t.Errorf("crash error %q exits %d, want 3", ce, ce.ExitCode())
 	}
 	if status != 200 || !strings.Contains(out, "crashed") {
 		t.Errorf("the stream in flight should end with an error: %d %q", status, tail(out))
@@ -129,9 +125,8 @@ func TestCrashInjection(t *testing.T) {
 	if steps := readSteps(t, te.stepLog); len(steps) != 5 { // flushed before the exit
 		t.Errorf("step log has %d lines at the exit, want 5", len(steps))
 	}
-	if status, _ := te.post(t, `{"prompt":[1]}`); status != 503 {
-		t.Errorf("after the crash: status %d, want 503", status)
-	}
+	te.expectCrash = true // Serve returns the *CrashError that makes `mbench sim` exit 3
+	te.stop()
 }
 
 func TestConfigValidation(t *testing.T) {

@@ -3,7 +3,6 @@ package simengine
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 )
 
@@ -12,9 +11,6 @@ import (
 // end. Further behind, the timeline restarts from now rather than running
 // steps back to back to catch up.
 const maxLag = 5 * time.Millisecond
-
-// osExit ends the process on an injected crash; tests replace it.
-var osExit = os.Exit
 
 // errShutdown fails requests still in flight when the engine stops.
 var errShutdown = errors.New("the simulated engine is shutting down")
@@ -87,17 +83,33 @@ func (e *Engine) loop() {
 	}
 }
 
-// crash is the injected fault: flush the step log, say so, exit with code 3.
+// CrashError is what Serve returns after an injected crash
+// (Config.CrashAfterSteps); `mbench sim` exits with its ExitCode, 3.
+type CrashError struct{ Steps int64 }
+
+func (e *CrashError) Error() string {
+	return fmt.Sprintf("sim: injected crash after %d steps", e.Steps)
+}
+
+// ExitCode is the exit status of a crashed sim process.
+func (e *CrashError) ExitCode() int { return 3 }
+
+// crash is the injected fault: flush the step log, say so, end every
+// request as a dead engine would, and tell Serve (Crashed), which returns a
+// *CrashError.
 func (e *Engine) crash(steps int64) {
 	e.closeLog()
 	fmt.Fprintf(e.stderr, "sim: injected crash after %d steps\n", steps)
-	osExit(3)
-	// Only reached when a test intercepts the exit: behave like a dead engine.
 	e.mu.Lock()
 	e.closed = true
+	e.crashSteps = steps
 	e.failAllLocked(errors.New("the simulated engine crashed (injected fault)"))
 	e.mu.Unlock()
+	close(e.crashed)
 }
+
+// Crashed is closed when the engine crashed by injection.
+func (e *Engine) Crashed() <-chan struct{} { return e.crashed }
 
 func (e *Engine) flushLog() {
 	if e.log != nil {

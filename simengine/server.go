@@ -26,13 +26,15 @@ type Engine struct {
 	closed bool
 	serial uint64
 
-	wake      chan struct{}
-	stop      chan struct{}
-	loopDone  chan struct{}
-	startOnce sync.Once
-	stopOnce  sync.Once
-	logOnce   sync.Once
-	log       *stepLog // nil without a step log
+	wake       chan struct{}
+	stop       chan struct{}
+	loopDone   chan struct{}
+	crashed    chan struct{} // closed by an injected crash
+	crashSteps int64         // steps before the crash, under mu
+	startOnce  sync.Once
+	stopOnce   sync.Once
+	logOnce    sync.Once
+	log        *stepLog // nil without a step log
 
 	lateResets atomic.Int64 // steps that started more than maxLag behind the timeline
 }
@@ -53,6 +55,7 @@ func New(cfg Config) (*Engine, error) {
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
+		crashed:  make(chan struct{}),
 	}
 	if cfg.StepLog != "" {
 		l, err := openStepLog(cfg.StepLog)
@@ -103,6 +106,15 @@ func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 	case err := <-errc:
 		cerr := e.Close()
 		return errors.Join(fmt.Errorf("sim: serve on %s: %w", ln.Addr(), err), cerr)
+	case <-e.crashed:
+		cerr := e.Close() // the streams in flight end with the crash's error
+		sctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+		_ = srv.Shutdown(sctx)
+		cancel()
+		e.mu.Lock()
+		steps := e.crashSteps
+		e.mu.Unlock()
+		return errors.Join(&CrashError{Steps: steps}, cerr)
 	case <-ctx.Done():
 	}
 	cerr := e.Close() // ends streams, so Shutdown does not wait on them
