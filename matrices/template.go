@@ -3,6 +3,7 @@ package matrices
 import (
 	"errors"
 	"fmt"
+	"github.com/mbench/mbench/shquote"
 	"regexp"
 	"strings"
 	"text/template"
@@ -146,24 +147,8 @@ func (b *limitedBuilder) Write(p []byte) (int, error) {
 	return b.Builder.Write(p)
 }
 
-// ShellQuote quotes s for a POSIX shell: words made only of safe characters
-// are returned as they are, anything else in single quotes with ' written
-// as '\”. The shell turns the result back into exactly s.
-func ShellQuote(s string) string {
-	if s == "" {
-		return "''"
-	}
-	safe := s[0] != '='
-	for i := 0; i < len(s) && safe; i++ {
-		c := s[i]
-		safe = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			strings.IndexByte("_@%+=:,./-", c) >= 0
-	}
-	if safe {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+// ShellQuote quotes s for a POSIX shell (shquote.Quote).
+func ShellQuote(s string) string { return shquote.Quote(s) }
 
 // shellPath quotes a path like ShellQuote but leaves a leading ~/ bare so
 // the shell on the host expands the home directory.

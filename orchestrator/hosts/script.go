@@ -2,15 +2,14 @@ package hosts
 
 import (
 	"fmt"
+	"github.com/mbench/mbench/shquote"
 	"regexp"
 	"strings"
 	"time"
 )
 
-// quote returns s as one POSIX shell word, single-quoted.
-func quote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+// quote returns s as one POSIX shell word.
+func quote(s string) string { return shquote.Quote(s) }
 
 // quotePath quotes a path for the scripts; a leading "~/" becomes "$HOME"/.
 func quotePath(p string) string {

@@ -1,0 +1,38 @@
+package shquote
+
+import (
+	"os/exec"
+	"testing"
+)
+
+// TestQuoteRoundTrip: sh turns every quoted word back into exactly the
+// original string.
+func TestQuoteRoundTrip(t *testing.T) {
+	for _, s := range []string{"", "plain", "a b", "it's", `"dq"`, "$(id)", "`id`", "a;b", "new\nline", "=x", "~/x", "é ü", "\\", "*?[]", "-n"} {
+		out, err := exec.Command("sh", "-c", `printf '%s' `+Quote(s)).Output()
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if string(out) != s {
+			t.Errorf("Quote(%q) = %s, the shell reads %q", s, Quote(s), out)
+		}
+	}
+}
+
+func FuzzQuote(f *testing.F) {
+	f.Add("it's $(x)")
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 200 {
+			return
+		}
+		for i := 0; i < len(s); i++ {
+			if s[i] == 0 {
+				return // no NUL in a shell word
+			}
+		}
+		out, err := exec.Command("sh", "-c", `printf '%s' `+Quote(s)).Output()
+		if err != nil || string(out) != s {
+			t.Errorf("Quote(%q) = %s, the shell reads %q (%v)", s, Quote(s), out, err)
+		}
+	})
+}
