@@ -29,7 +29,7 @@ func (s *Sweep) register(on bool) {
 	var dirs []pidDir
 	if on {
 		for _, name := range s.m.HostOrder {
-			if h, ok := s.hostConn[name]; ok {
+			if h, ok := s.fleet.connected(name); ok {
 				dirs = append(dirs, pidDir{host: h, dir: s.hostPath(name, "pids"), marker: s.state.SweepID})
 			}
 		}

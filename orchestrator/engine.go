@@ -82,7 +82,7 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 			}
 		}
 		command := inst.Command
-		if dir, ok := s.pluginDir[inst.Host]; ok && l.Instrument {
+		if dir, ok := s.fleet.pluginDir[inst.Host]; ok && l.Instrument {
 			command = instrumentCommand(dir, command)
 		}
 		if s.isSim() {
@@ -261,31 +261,10 @@ func (s *Sweep) stopSet(ctx context.Context, es *engineSet) error {
 	return errors.Join(errs...)
 }
 
-// reach returns the base URL at which mbench reaches port on a host: loopback
-// for the local host, an SSH tunnel when the host asks for one, else the
-// host's address.
+// reach returns the base URL at which mbench reaches port on a host
+// (fleet.reach).
 func (s *Sweep) reach(ctx context.Context, hostName string, port int) (string, error) {
-	hc, ok := s.m.Hosts[hostName]
-	if !ok || isLocal(hc.Address) {
-		return "http://127.0.0.1:" + strconv.Itoa(port), nil
-	}
-	if hc.Tunnel {
-		h, err := s.host(ctx, hostName)
-		if err != nil {
-			return "", err
-		}
-		key := hostName + ":" + strconv.Itoa(port)
-		if a, ok := s.tunnels[key]; ok {
-			return "http://" + a, nil
-		}
-		a, err := h.Forward(ctx, "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			return "", fmt.Errorf("host %s: tunnel to port %d: %w", hostName, port, err)
-		}
-		s.tunnels[key] = a
-		return "http://" + a, nil
-	}
-	return "http://" + net.JoinHostPort(netHost(hc.Address), strconv.Itoa(port)), nil
+	return s.fleet.reach(ctx, hostName, port)
 }
 
 func isLocal(addr string) bool { return addr == "" || addr == "local" }

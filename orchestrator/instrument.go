@@ -31,7 +31,7 @@ func (s *Sweep) installPlugin(ctx context.Context, hostName string, h hosts.Host
 	if err != nil {
 		return fmt.Errorf("host %s: install mbench_vllm in %s: %w", hostName, dir, err)
 	}
-	s.pluginDir[hostName] = dir
+	s.fleet.pluginDir[hostName] = dir
 	out, _, err := h.Run(ctx, "PYTHONPATH="+matrices.ShellQuote(dir)+"${PYTHONPATH:+:$PYTHONPATH} python3 -m mbench_vllm.check 2>&1")
 	if err != nil {
 		s.logf("host %s: mbench_vllm self-check says some step timers will be absent:\n%s", hostName, strings.TrimSpace(string(out)))

@@ -213,6 +213,7 @@ func (s *Sweep) checkFingerprint() error {
 
 // execute runs blocks until the stopping rule says stop, then exports.
 func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
+	s.fleet.sweepID = s.state.SweepID
 	entries, torn, err := ReadJournal(s.dir)
 	if err != nil {
 		return nil, err

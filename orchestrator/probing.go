@@ -188,7 +188,7 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 			continue
 		}
 		seen[name] = true
-		self, ok := s.selfPath[name]
+		self, ok := s.fleet.selfPath[name]
 		if !ok {
 			s.noteOnce("probe-"+name, "host %s: no mbench binary there (set hosts.%s.mbench_path): no GPU or host samples from it", name, name)
 			continue

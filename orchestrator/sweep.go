@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -77,28 +76,24 @@ var ErrInterrupted = errors.New("sweep interrupted")
 
 // Sweep is one sweep in progress.
 type Sweep struct {
-	opts      Options
-	m         *matrices.Matrix
-	dir       string
-	state     *SweepState
-	cells     map[string]matrices.Cell
-	journal   map[runKey]JournalEntry
-	hostConn  map[string]hosts.Host
-	homes     map[string]string
-	selfPath  map[string]string
-	pluginDir map[string]string
-	tunnels   map[string]string
-	cur       *engineSet
-	launches  int
-	logFile   *os.File
-	runKey    string // the run being measured (cell/b<block>), for the sim's launch seeds
-	probeSeq  int
-	noted     map[string]bool   // messages said once per sweep (noteOnce)
-	fails     map[string]int    // consecutive failures per cell
-	dead      map[string]string // cells marked failed, with the reason
-	prog      *progress
-	gpu       *gpuProbe
-	started   time.Time
+	opts     Options
+	m        *matrices.Matrix
+	dir      string
+	state    *SweepState
+	cells    map[string]matrices.Cell
+	journal  map[runKey]JournalEntry
+	fleet    *fleet
+	cur      *engineSet
+	launches int
+	logFile  *os.File
+	runKey   string // the run being measured (cell/b<block>), for the sim's launch seeds
+	probeSeq int
+	noted    map[string]bool   // messages said once per sweep (noteOnce)
+	fails    map[string]int    // consecutive failures per cell
+	dead     map[string]string // cells marked failed, with the reason
+	prog     *progress
+	gpu      *gpuProbe
+	started  time.Time
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
@@ -111,9 +106,8 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	if opts.FailLimit <= 0 {
 		opts.FailLimit = 3
 	}
-	s := &Sweep{opts: opts, m: m, dir: dir, cells: map[string]matrices.Cell{},
-		hostConn: map[string]hosts.Host{}, homes: map[string]string{}, selfPath: map[string]string{}, pluginDir: map[string]string{},
-		tunnels: map[string]string{}, noted: map[string]bool{}, fails: map[string]int{}, dead: map[string]string{}, started: time.Now()}
+	s := &Sweep{opts: opts, m: m, dir: dir, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
+		noted: map[string]bool{}, fails: map[string]int{}, dead: map[string]string{}, started: time.Now()}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}
@@ -166,65 +160,19 @@ func (s *Sweep) toLog(msg string) {
 
 // host returns the connection to a host of the matrix, dialling on first use.
 func (s *Sweep) host(ctx context.Context, name string) (hosts.Host, error) {
-	if h, ok := s.hostConn[name]; ok {
-		return h, nil
-	}
-	hc, ok := s.m.Hosts[name]
-	if !ok {
-		return nil, fmt.Errorf("unknown host %q", name)
-	}
-	var h hosts.Host
-	if isLocal(hc.Address) {
-		h = hosts.NewLocal()
-	} else {
-		var err error
-		h, err = hosts.DialSSH(ctx, hosts.SSHConfig{Name: name, Address: hc.Address, HostKeyPolicy: hc.HostKeyPolicy, Warn: s.opts.Stderr})
-		if err != nil {
-			if !strings.Contains(err.Error(), "host "+name) {
-				err = fmt.Errorf("host %s (%s): %w", name, hc.Address, err)
-			}
-			return nil, err
-		}
-		out, _, err := h.Run(ctx, `printf '%s\n' "$HOME"`)
-		if err != nil {
-			h.Close()
-			return nil, fmt.Errorf("host %s: find home directory: %w", name, err)
-		}
-		s.homes[name] = lastLine(out) // a chatty login shell may print first
-	}
-	s.hostConn[name] = h
-	return h, nil
+	return s.fleet.host(ctx, name)
 }
 
-// hostPath is a path under this sweep's state directory on a host: the
-// results directory's .state locally, <workdir>/<sweep id> remotely. mbench
-// deletes nothing outside it.
+// hostPath is a path under this sweep's state directory on a host (fleet.path).
 func (s *Sweep) hostPath(hostName string, parts ...string) string {
-	hc := s.m.Hosts[hostName]
-	if isLocal(hc.Address) {
-		return filepath.Join(append([]string{s.dir, ".state"}, parts...)...)
-	}
-	return path.Join(append([]string{s.workdir(hostName), s.state.SweepID}, parts...)...)
-}
-
-// workdir is a remote host's work directory with a leading ~ expanded to
-// the remote $HOME (learnt when the host was dialled).
-func (s *Sweep) workdir(hostName string) string {
-	wd := s.m.Hosts[hostName].Workdir
-	if wd == "" {
-		wd = "~/.mbench"
-	}
-	if wd == "~" || strings.HasPrefix(wd, "~/") {
-		wd = s.homes[hostName] + strings.TrimPrefix(wd, "~")
-	}
-	return wd
+	return s.fleet.path(hostName, parts...)
 }
 
 // runtime gives the matrices package what it needs to render commands.
 func (s *Sweep) runtime() matrices.Runtime {
 	return matrices.Runtime{
 		Self: func(h string) string {
-			if p, ok := s.selfPath[h]; ok {
+			if p, ok := s.fleet.selfPath[h]; ok {
 				return p
 			}
 			return s.opts.Self
@@ -299,7 +247,7 @@ func (s *Sweep) hostUsed(name string) bool {
 func (s *Sweep) uploadSelf(ctx context.Context, name string, h hosts.Host) error {
 	hc := s.m.Hosts[name]
 	if hc.MbenchPath != "" {
-		s.selfPath[name] = hc.MbenchPath
+		s.fleet.selfPath[name] = hc.MbenchPath
 		return nil
 	}
 	if s.opts.Self == "" {
@@ -326,7 +274,7 @@ func (s *Sweep) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 	dst := s.hostPath(name, "bin", "mbench")
 	q := matrices.ShellQuote(dst)
 	if out, _, err := h.Run(ctx, "[ -x "+q+" ] && sha256sum -- "+q+" 2>/dev/null"); err == nil && strings.HasPrefix(lastLine(out), digest) {
-		s.selfPath[name] = dst
+		s.fleet.selfPath[name] = dst
 		return nil
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -336,7 +284,7 @@ func (s *Sweep) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 	if err := h.Put(ctx, f, dst, 0o755); err != nil {
 		return fmt.Errorf("host %s: upload mbench to %s: %w", name, dst, err)
 	}
-	s.selfPath[name] = dst
+	s.fleet.selfPath[name] = dst
 	return nil
 }
 
@@ -366,9 +314,7 @@ func lastLine(out []byte) string {
 func (s *Sweep) closeAll(ctx context.Context) error {
 	err := s.stopSet(ctx, s.cur)
 	s.cur = nil
-	for _, h := range s.hostConn {
-		h.Close()
-	}
+	s.fleet.close()
 	if s.logFile != nil {
 		s.logFile.Close()
 		s.logFile = nil
