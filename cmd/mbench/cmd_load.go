@@ -154,4 +154,3 @@ func loadOutcome(sum *results.RunSummary, runErr error) error {
 	}
 	return loadFailure{fmt.Errorf("load: the run is not a result: %s", strings.Join(sum.VerdictReasons, "; "))}
 }
-

@@ -45,7 +45,7 @@ func TestInstrumentInstallsPlugin(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
+	if stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)
 	}
 	pkg := filepath.Join(out, ".state", "mbench_vllm")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -166,7 +167,11 @@ func (c *mbenchChild) output() string { return c.stdout.String() + c.stderr.Stri
 // mustFinish waits for a mbenchChild that must complete the sweep.
 func mustFinish(t *testing.T, c *mbenchChild, d time.Duration) {
 	t.Helper()
-	if code := c.wait(d); code != 0 {
+	code := c.wait(d)
+	if code == exitNoResult && onlyMachineVerdicts(t, noResultError{errors.New(c.stderr.String())}) {
+		return // finished; only a busy machine's verdicts (logged)
+	}
+	if code != 0 {
 		c.kill()
 		t.Fatalf("mbench %v: exit %d (want 0 within %s)\n%s", c.cmd.Args[1:], code, d, c.output())
 	}

@@ -164,7 +164,7 @@ func sshRunSweep(t *testing.T, timeout time.Duration, args ...string) (string, s
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return runCLI(t, ctx, append([]string{"run"}, args...)...)
+	return runSweepCLI(t, ctx, append([]string{"run"}, args...)...)
 }
 
 // TestSSHSweep runs a whole sweep on an SSH host that is not in

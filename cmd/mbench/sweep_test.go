@@ -53,7 +53,7 @@ func TestSweepEndToEndOnSim(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out)
+	stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out)
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}

@@ -40,7 +40,7 @@ func runWorkloadSweep(t *testing.T, body string, wantRuns int) []sweepRun {
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
+	if stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
 	var runs []sweepRun

@@ -153,7 +153,7 @@ func TestWorkloadBadTraceRefusedEarly(t *testing.T) {
 			}
 			out := filepath.Join(dir, "out")
 			start := time.Now()
-			stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet")
+			stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet")
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("run: %v, want an error naming %q\n%s%s", err, want, stdout, stderr)
 			}
