@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // procEntry is one process as /proc/<pid>/stat shows it.
@@ -187,12 +188,30 @@ func (localOps) marked(_ context.Context, pids []int, marker string) (map[int]bo
 	want := []byte("\x00MBENCH_MARKER=" + marker + "\x00")
 	out := map[int]bool{}
 	for _, p := range pids {
-		env, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/environ")
-		if err == nil && bytes.Contains(append(append([]byte{0}, env...), 0), want) {
+		if env := readEnviron(p); bytes.Contains(append(append([]byte{0}, env...), 0), want) {
 			out[p] = true
 		}
 	}
 	return out, nil
+}
+
+// readEnviron reads /proc/<pid>/environ. While a process execs the file
+// reads empty for a moment: it is read again (up to ~0.5 s) until it is not
+// empty or the process is gone, so an engine caught mid-exec is not taken
+// for a stranger.
+func readEnviron(pid int) []byte {
+	p := "/proc/" + strconv.Itoa(pid)
+	for range 100 {
+		env, err := os.ReadFile(p + "/environ")
+		if len(env) > 0 {
+			return env
+		}
+		if _, serr := os.Stat(p); serr != nil || errors.Is(err, fs.ErrPermission) {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
 }
 
 // localPath expands a leading "~/" as the scripts do.
@@ -300,8 +319,8 @@ func (o shellOps) marked(ctx context.Context, pids []int, marker string) (map[in
 	for _, p := range pids {
 		list = append(list, strconv.Itoa(p))
 	}
-	cmd := fmt.Sprintf(`for p in %s; do tr '\000' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qxF -e %s && echo "marked $p"; done; true`,
-		strings.Join(list, " "), quote("MBENCH_MARKER="+marker))
+	cmd := markedFn + fmt.Sprintf("\nfor p in %s; do mb_marked \"$p\" %s && echo \"marked $p\"; done; true",
+		strings.Join(list, " "), quote(marker))
 	stdout, _, err := o.h.Run(ctx, cmd)
 	if err != nil {
 		return nil, fmt.Errorf("check markers on %s: %w", o.h.Name(), err)
