@@ -83,9 +83,52 @@ type procOps interface {
 // else the shell implementation over h.Run.
 func opsFor(h Host) procOps {
 	if hh, ok := h.(*host); ok && hh.ops != nil {
-		return hh.ops
+		return bounded{hh.ops}
 	}
-	return shellOps{h}
+	return bounded{shellOps{h}}
+}
+
+// bounded makes every call of a procOps return when its ctx is done, even
+// if the call itself takes longer to wind down (a remote command under load
+// can take a while to end after it is cancelled): a stop's deadline holds
+// whatever the transport. An abandoned call finishes in the background.
+type bounded struct{ in procOps }
+
+// within runs f and returns its result, or ctx's error once ctx is done.
+func within[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type res struct {
+		v   T
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		v, err := f()
+		ch <- res{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+func (b bounded) scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error) {
+	return within(ctx, func() (snapshot, error) { return b.in.scan(ctx, sig, pgids) })
+}
+
+func (b bounded) marked(ctx context.Context, pids []int, marker string) (map[int]bool, error) {
+	return within(ctx, func() (map[int]bool, error) { return b.in.marked(ctx, pids, marker) })
+}
+
+func (b bounded) pidfiles(ctx context.Context, target string) ([]pidRecord, error) {
+	return within(ctx, func() ([]pidRecord, error) { return b.in.pidfiles(ctx, target) })
+}
+
+func (b bounded) remove(ctx context.Context, recs []pidRecord) error {
+	_, err := within(ctx, func() (struct{}, error) { return struct{}{}, b.in.remove(ctx, recs) })
+	return err
 }
 
 // parseStat parses the text of one /proc/<pid>/stat. The command name may
