@@ -52,6 +52,21 @@ func assertNoMarked(t *testing.T, marker string, within time.Duration, what stri
 	t.Errorf("%s: engine processes left: %v", what, left)
 }
 
+// lingeringSpec is testSpec in a directory that a remote monitor may still
+// write to after the test (a cancelled launch over SSH runs on): it is
+// removed once nothing writes there any more.
+func lingeringSpec(t *testing.T, name, command string) ProcSpec {
+	dir, err := os.MkdirTemp("", "mbench-hosts-launch-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		eventually(15*time.Second, func() bool { return os.RemoveAll(dir) == nil })
+	})
+	return ProcSpec{Name: name, Command: command, StateDir: dir + "/state",
+		LogPath: dir + "/logs/" + name + ".log", Marker: testMarker, Tether: true}
+}
+
 // launchOffsets are the instants, after Host.Start is called, at which the
 // launch tests interrupt it: every millisecond of the first 50 ms (a launch
 // takes 5-30 ms here), so that each step of the start script is hit.
@@ -74,9 +89,11 @@ func TestStartCancelledAtAnyInstant(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			h, _ := k.new(t)
 			var failed, started int
+			var markers []string
 			for i, off := range launchOffsets() {
-				marker := fmt.Sprintf("mbench-cancel-%s-%d-%d", k.name, os.Getpid(), i)
-				spec := testSpec(t, "eng", "sleep 1000")
+				marker := fmt.Sprintf("mbench-cancel-%s-%d-%d-%d", k.name, os.Getpid(), time.Now().UnixNano(), i)
+				markers = append(markers, marker)
+				spec := lingeringSpec(t, "eng", "sleep 1000")
 				spec.Marker = marker
 				ctx, cancel := context.WithCancel(context.Background())
 				timer := time.AfterFunc(off, cancel)
@@ -95,6 +112,13 @@ func TestStartCancelledAtAnyInstant(t *testing.T) {
 				}
 				assertNoMarked(t, marker, 3*time.Second, fmt.Sprintf("Start cancelled after %v (err %v)", off, err))
 			}
+			// Over SSH a cancelled launch cannot stop the remote monitor at
+			// once: it may still start the engine after Start returned, and
+			// the tether must then kill it. Check every launch again after
+			// the tether's settle and grace.
+			for _, m := range markers {
+				assertNoMarked(t, m, 12*time.Second, "after every launch settled")
+			}
 			t.Logf("%d launches cancelled before they were reported, %d completed first", failed, started)
 			if failed == 0 {
 				t.Errorf("no launch was interrupted: the offsets miss the launch")
@@ -110,7 +134,7 @@ func TestStartCancelledAtAnyInstant(t *testing.T) {
 func TestAbortStartsAtAnyInstant(t *testing.T) {
 	h := NewLocal()
 	for i, off := range launchOffsets() {
-		marker := fmt.Sprintf("mbench-abort-%d-%d", os.Getpid(), i)
+		marker := fmt.Sprintf("mbench-abort-%d-%d-%d", os.Getpid(), time.Now().UnixNano(), i)
 		spec := testSpec(t, "eng", "sleep 1000")
 		spec.Marker = marker
 		done := make(chan error, 1)
@@ -145,8 +169,8 @@ func TestTetherFromTheFirstInstant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		marker := fmt.Sprintf("mbench-tether-%d-%d", os.Getpid(), i)
-		spec := testSpec(t, "eng", "sleep 1000")
+		marker := fmt.Sprintf("mbench-tether-%d-%d-%d", os.Getpid(), time.Now().UnixNano(), i)
+		spec := lingeringSpec(t, "eng", "sleep 1000")
 		spec.Marker, spec.TetherGrace = marker, time.Second
 		timer := time.AfterFunc(off, func() { h.Close() })
 		_, err = h.Start(context.Background(), spec)

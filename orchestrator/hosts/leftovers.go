@@ -95,9 +95,9 @@ func leftoverScan(ctx context.Context, h Host, target, marker string, stop bool,
 		stopped = append(stopped, l)
 		gone = append(gone, pidRecord{path: l.PidFile, pid: l.Pid, start: l.StartTime})
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := ops.remove(rctx, gone); err != nil {
+	// Within the deadline only: a pidfile left behind names a group that is
+	// gone, and the next scan removes it.
+	if err := ops.remove(ctx, gone); err != nil && ctx.Err() == nil {
 		return stopped, wrap(err)
 	}
 	if len(msgs) > 0 {

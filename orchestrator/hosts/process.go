@@ -204,7 +204,7 @@ func (p *proc) Err() error {
 }
 
 func (p *proc) Stop(ctx context.Context, grace time.Duration) error {
-	ops := p.h.ops
+	ops := opsFor(p.h)
 	rec := pidRecord{path: pidfilePath(p.spec), pid: p.pid, start: p.start}
 	wrap := func(err error) error {
 		return fmt.Errorf("stop %s (pgid %d) on %s: %w", p.spec.Name, p.pid, p.h.name, err)
@@ -222,9 +222,9 @@ func (p *proc) Stop(ctx context.Context, grace time.Duration) error {
 			return wrap(survivorsError(surv))
 		}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := ops.remove(rctx, []pidRecord{rec}); err != nil {
+	// Within the deadline only: a pidfile left behind names a group that is
+	// gone, and the next leftover scan removes it.
+	if err := ops.remove(ctx, []pidRecord{rec}); err != nil && ctx.Err() == nil {
 		return wrap(err)
 	}
 	// Let the monitor report the exit status before returning.

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // procEntry is one process as /proc/<pid>/stat shows it.
@@ -82,9 +83,52 @@ type procOps interface {
 // else the shell implementation over h.Run.
 func opsFor(h Host) procOps {
 	if hh, ok := h.(*host); ok && hh.ops != nil {
-		return hh.ops
+		return bounded{hh.ops}
 	}
-	return shellOps{h}
+	return bounded{shellOps{h}}
+}
+
+// bounded makes every call of a procOps return when its ctx is done, even
+// if the call itself takes longer to wind down (a remote command under load
+// can take a while to end after it is cancelled): a stop's deadline holds
+// whatever the transport. An abandoned call finishes in the background.
+type bounded struct{ in procOps }
+
+// within runs f and returns its result, or ctx's error once ctx is done.
+func within[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type res struct {
+		v   T
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		v, err := f()
+		ch <- res{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+func (b bounded) scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error) {
+	return within(ctx, func() (snapshot, error) { return b.in.scan(ctx, sig, pgids) })
+}
+
+func (b bounded) marked(ctx context.Context, pids []int, marker string) (map[int]bool, error) {
+	return within(ctx, func() (map[int]bool, error) { return b.in.marked(ctx, pids, marker) })
+}
+
+func (b bounded) pidfiles(ctx context.Context, target string) ([]pidRecord, error) {
+	return within(ctx, func() ([]pidRecord, error) { return b.in.pidfiles(ctx, target) })
+}
+
+func (b bounded) remove(ctx context.Context, recs []pidRecord) error {
+	_, err := within(ctx, func() (struct{}, error) { return struct{}{}, b.in.remove(ctx, recs) })
+	return err
 }
 
 // parseStat parses the text of one /proc/<pid>/stat. The command name may
@@ -187,12 +231,30 @@ func (localOps) marked(_ context.Context, pids []int, marker string) (map[int]bo
 	want := []byte("\x00MBENCH_MARKER=" + marker + "\x00")
 	out := map[int]bool{}
 	for _, p := range pids {
-		env, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/environ")
-		if err == nil && bytes.Contains(append(append([]byte{0}, env...), 0), want) {
+		if env := readEnviron(p); bytes.Contains(append(append([]byte{0}, env...), 0), want) {
 			out[p] = true
 		}
 	}
 	return out, nil
+}
+
+// readEnviron reads /proc/<pid>/environ. While a process execs the file
+// reads empty for a moment: it is read again (up to ~0.5 s) until it is not
+// empty or the process is gone, so an engine caught mid-exec is not taken
+// for a stranger.
+func readEnviron(pid int) []byte {
+	p := "/proc/" + strconv.Itoa(pid)
+	for range 100 {
+		env, err := os.ReadFile(p + "/environ")
+		if len(env) > 0 {
+			return env
+		}
+		if _, serr := os.Stat(p); serr != nil || errors.Is(err, fs.ErrPermission) {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
 }
 
 // localPath expands a leading "~/" as the scripts do.
@@ -300,8 +362,8 @@ func (o shellOps) marked(ctx context.Context, pids []int, marker string) (map[in
 	for _, p := range pids {
 		list = append(list, strconv.Itoa(p))
 	}
-	cmd := fmt.Sprintf(`for p in %s; do tr '\000' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qxF -e %s && echo "marked $p"; done; true`,
-		strings.Join(list, " "), quote("MBENCH_MARKER="+marker))
+	cmd := markedFn + fmt.Sprintf("\nfor p in %s; do mb_marked \"$p\" %s && echo \"marked $p\"; done; true",
+		strings.Join(list, " "), quote(marker))
 	stdout, _, err := o.h.Run(ctx, cmd)
 	if err != nil {
 		return nil, fmt.Errorf("check markers on %s: %w", o.h.Name(), err)

@@ -22,6 +22,24 @@ func quotePath(p string) string {
 	return quote(p)
 }
 
+// markedFn is mb_marked PID M: 0 if PID's environment holds
+// MBENCH_MARKER=M. While a process execs, /proc/PID/environ reads empty for
+// a moment; it is read again (up to ~0.5 s) until it is not empty or the
+// process is gone, so an engine caught mid-exec is not taken for a stranger.
+const markedFn = `mb_marked() {
+	mb_j=0
+	while [ "$mb_j" -lt 50 ]; do
+		mb_e=$(tr '\000' '\n' < "/proc/$1/environ" 2>/dev/null)
+		if [ -n "$mb_e" ]; then
+			printf '%s\n' "$mb_e" | grep -qxF -e "MBENCH_MARKER=$2"
+			return
+		fi
+		[ -e "/proc/$1" ] || return 1
+		sleep 0.01; mb_j=$((mb_j+1))
+	done
+	return 1
+}`
+
 // shLib is the shell library of the start script. It reads /proc
 // with builtins only, so a scan of all processes costs no fork per process.
 //
@@ -58,9 +76,7 @@ mb_members() {
 	done
 	mb_list=${mb_list# }
 }
-mb_marked() {
-	tr '\000' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF -e "MBENCH_MARKER=$2"
-}
+` + markedFn + `
 mb_ours() {
 	if mb_stat "$1" && [ "$mb_state" != Z ] && [ "$mb_state" != X ]; then
 		[ "$mb_start" = "$2" ] && mb_marked "$1" "$3"

@@ -14,6 +14,7 @@ import (
 type slowOps struct {
 	scanCost                   time.Duration
 	dieAfterTerm, dieAfterKill time.Duration
+	deaf                       bool // a scan ignores ctx (a remote command slow to end)
 
 	mu           sync.Mutex
 	term, kill   time.Time
@@ -36,9 +37,13 @@ func (o *slowOps) scan(ctx context.Context, sig syscall.Signal, pgids []int) (sn
 	dead := (!o.term.IsZero() && o.dieAfterTerm >= 0 && now.Sub(o.term) >= o.dieAfterTerm) ||
 		(!o.kill.IsZero() && o.dieAfterKill >= 0 && now.Sub(o.kill) >= o.dieAfterKill)
 	o.mu.Unlock()
+	done := ctx.Done()
+	if o.deaf {
+		done = nil
+	}
 	select {
 	case <-time.After(o.scanCost):
-	case <-ctx.Done():
+	case <-done:
 		return nil, ctx.Err()
 	}
 	if dead {
@@ -100,5 +105,31 @@ func TestKillGroupsDeadline(t *testing.T) {
 				t.Errorf("SIGKILL %v after SIGTERM, want about %v", d, c.killAt)
 			}
 		})
+	}
+}
+
+// TestBoundedScansHoldTheDeadline: scans that take 3 s and ignore their
+// context (a remote command slow to wind down) cannot stretch a stop: the
+// bounded ops return at the deadline, SIGKILL still goes out, and the
+// groups are reported as survivors.
+func TestBoundedScansHoldTheDeadline(t *testing.T) {
+	t.Parallel()
+	o := &slowOps{scanCost: 3 * time.Second, dieAfterTerm: -1, dieAfterKill: -1, deaf: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	surv, err := killGroups(ctx, bounded{o}, []int{4242}, time.Minute)
+	took := time.Since(t0)
+	if err != nil || len(surv) != 1 {
+		t.Fatalf("killGroups = %v, %v; want the group reported as a survivor", surv, err)
+	}
+	// The deadline, plus the second the SIGKILL scan may take past it.
+	if took > 1700*time.Millisecond {
+		t.Errorf("took %v with a 500 ms deadline", took)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.kill.IsZero() {
+		t.Errorf("no SIGKILL sent (signals %v)", o.sigsReceived)
 	}
 }
