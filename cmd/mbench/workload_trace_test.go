@@ -6,6 +6,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -164,5 +165,28 @@ func TestWorkloadBadTraceRefusedEarly(t *testing.T) {
 				t.Errorf("run launched something: %v\n%s%s", runs, stdout, stderr)
 			}
 		})
+	}
+}
+
+// TestTraceStatsCLI: `mbench trace stats` prints the trace's figures as JSON
+// on stdout; a bad --lru is a usage error.
+func TestTraceStatsCLI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stdout, stderr, err := runCLI(t, ctx, "trace", "stats", "--json", "--lru", "4,100000", syntheticTrace)
+	if err != nil {
+		t.Fatalf("trace stats: %v\n%s", err, stderr)
+	}
+	var st openloop.TraceStats
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
+		t.Fatalf("stdout is not the stats JSON: %v\n%s", err, stdout)
+	}
+	lines := readTrace(t, syntheticTrace)
+	if st.Requests != len(lines) || len(st.LRU) != 2 || st.LRU[1].HitRate != st.IdealHitRate || st.LRU[0].HitRate >= st.IdealHitRate {
+		t.Errorf("stats %+v for a %d-line trace", st, len(lines))
+	}
+	_, _, err = runCLI(t, ctx, "trace", "stats", "--lru", "0", syntheticTrace)
+	if ec, ok := err.(exitCoder); !ok || ec.ExitCode() != 2 {
+		t.Errorf("--lru 0: %v, want a usage error (exit 2)", err)
 	}
 }
