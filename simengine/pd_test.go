@@ -75,7 +75,6 @@ func TestPDHandoff(t *testing.T) {
 	}
 }
 
-
 func TestPDRefusals(t *testing.T) {
 	plain := startEngine(t, fastCfg())
 	cfg := fastCfg()
