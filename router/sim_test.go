@@ -144,6 +144,13 @@ func fastSim() simengine.Config {
 // replay runs the trace through url and returns the per-instance prefix
 // cache summaries of the sims (from /metrics deltas).
 func replay(t *testing.T, url string, sims []string, trace string) []probes.CacheSummary {
+	cs, _ := replayCounted(t, url, sims, trace)
+	return cs
+}
+
+// replayCounted is replay that also returns how many requests the sims
+// finished in all (vllm:request_success_total deltas).
+func replayCounted(t *testing.T, url string, sims []string, trace string) ([]probes.CacheSummary, float64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -171,10 +178,12 @@ func replay(t *testing.T, url string, sims []string, trace string) []probes.Cach
 	}
 	after := scrape()
 	out := make([]probes.CacheSummary, len(sims))
+	done := 0.0
 	for i := range sims {
 		out[i] = probes.SummarizeMetrics(before[i], after[i], nil)
+		done += after[i][0].Values["vllm:request_success_total"] - before[i][0].Values["vllm:request_success_total"]
 	}
-	return out
+	return out, done
 }
 
 func pooled(cs []probes.CacheSummary) float64 {
