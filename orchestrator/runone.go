@@ -159,6 +159,7 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	}
 	// An engine that dies mid-run ends the load at once rather than after
 	// measure.timeout of requests to a dead port.
+	s.resetRoutes(ctx, es)
 	loadCtx, loadCancel := context.WithCancel(ctx)
 	stopWatch := watchEngines(loadCtx, es, loadCancel)
 	res, loadErr := openloop.Run(loadCtx, cfg)
@@ -211,6 +212,12 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	if err != nil {
 		return nil, fmt.Errorf("summarize run: %w", err)
 	}
+	newTok, err := s.saveRoutes(ctx, es, dir)
+	if err != nil {
+		return nil, err
+	}
+	sum.Classes = results.SummarizeClasses(res.Records, newTok, s.m.ClassBounds)
+	sum.Instances = results.SummarizeInstances(before, after)
 	data, err := json.MarshalIndent(sum, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode summary: %w", err)
