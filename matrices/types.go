@@ -76,6 +76,7 @@ type Config struct {
 	Topology         Topology
 	BootstrapPort    int     // Mooncake bootstrap base port (+i per instance); 0 = none
 	Router           *Router // load targets the router when set
+	PD               *PD     // PD-separated topology (parse_pd.go); nil = every instance does both
 }
 
 // Topology places a config's instances.
@@ -216,6 +217,7 @@ type Instance struct {
 	Env           []EnvVar
 	BootstrapPort int // 0 = none
 	StepLog       string
+	Role          string // RoleProducer or RoleConsumer in a PD topology, else ""
 }
 
 // RouterLaunch is the rendered router process.
