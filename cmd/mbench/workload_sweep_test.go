@@ -22,6 +22,7 @@ import (
 // sweepRun is one journaled run of a sweep: its summary and its requests.
 type sweepRun struct {
 	key     string
+	dir     string // the run directory
 	summary map[string]any
 	recs    []openloop.Record
 	scrapes []map[string]any // metrics.jsonl
@@ -50,6 +51,7 @@ func runWorkloadSweep(t *testing.T, body string, wantRuns int) []sweepRun {
 			t.Fatalf("run %s: status %v (%v)", r.key, l["status"], l["reason"])
 		}
 		rd := filepath.Join(out, l["dir"].(string))
+		r.dir = rd
 		data, err := os.ReadFile(filepath.Join(rd, "summary_A.json"))
 		if err == nil {
 			err = json.Unmarshal(data, &r.summary)
