@@ -19,8 +19,9 @@ func renderClasses(b *strings.Builder, ordered []*cellData) {
 	if !have {
 		b.WriteString("No run has per-class figures.\n\n")
 	} else {
-		b.WriteString("By new (uncached) prompt tokens: the router's estimate where a router logged one (routing.jsonl), else the whole prompt. " +
-			"WARM < 5k, MEDIUM 5-20k, HEAVY 20-50k, HEAVY+ > 50k unless the sweep set other bounds. Means over runs, in ms.\n\n")
+		bd := classBoundsOf(ordered)
+		fmt.Fprintf(b, "By new (uncached) prompt tokens: the router's estimate where a router logged one (routing.jsonl), else the whole prompt. "+
+			"WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above. Means over runs, in ms.\n\n", bd[0], bd[1], bd[2])
 		b.WriteString("| Config | Shape | Rate | Class | Share | TTFT p50 | TTFT p90 | TPOT p90 | E2EL p50 |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range ordered {
 			m := c.Sum.Metrics
@@ -71,6 +72,19 @@ func renderClasses(b *strings.Builder, ordered []*cellData) {
 			pct("external_hit_rate_mean_inst"), pp("external_hit_rate_std_inst"))
 	}
 	b.WriteString("\n")
+}
+
+// classBoundsOf returns the class bounds the runs used (the first run that
+// recorded them), else the defaults.
+func classBoundsOf(ordered []*cellData) [3]int {
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if r.Sum != nil && r.Sum.Classes != nil {
+				return r.Sum.Classes.Bounds
+			}
+		}
+	}
+	return DefaultClassBounds
 }
 
 // meanOrDash is a metric's mean across runs, or "—".

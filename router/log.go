@@ -25,7 +25,8 @@ type Entry struct {
 	PromptTokens    int       `json:"prompt_tokens"`
 	CachedTokens    int       `json:"cached_tokens_est"` // on the prefill instance, by the router's index
 	NewTokens       int       `json:"new_tokens_est"`
-	Loads           []int     `json:"loads"` // requests in flight per instance when it was routed
+	PrefillNew      int       `json:"prefill_new_tokens_est"` // computed by the prefill instance
+	Loads           []int     `json:"loads"`                  // requests in flight per instance when it was routed
 	Scores          []float64 `json:"scores,omitempty"`
 	StartUnixUs     int64     `json:"start_unix_us"`
 	PrefillMs       float64   `json:"prefill_ms,omitempty"`    // remote prefill done
@@ -59,7 +60,7 @@ func (l *Log) start(r *Router, d *Decision, h http.Header, t time.Time) *Entry {
 	return &Entry{ID: h.Get("X-Mbench-Id"), Session: h.Get("X-Mbench-Session"), Policy: r.opt.Policy,
 		Instance: d.Decode, InstanceURL: r.URL(d.Decode), PrefillInstance: d.Prefill, Reason: d.Reason,
 		Pinned: d.Pinned, Class: d.Class, PromptTokens: d.PromptTokens, CachedTokens: d.CachedTokens,
-		NewTokens: d.NewTokens, Loads: d.Loads, Scores: d.Scores, StartUnixUs: t.UnixMicro()}
+		NewTokens: d.NewTokens, PrefillNew: d.PrefillNewTokens, Loads: d.Loads, Scores: d.Scores, StartUnixUs: t.UnixMicro()}
 }
 
 func (l *Log) finish(e *Entry) {
@@ -160,7 +161,7 @@ func (l *Log) Breakdown(r *Router) Breakdown {
 		pi := &b.Instances[e.PrefillInstance]
 		pi.Prefills++
 		pi.PromptTokens += int64(e.PromptTokens)
-		pi.EstCached += int64(e.CachedTokens)
+		pi.EstCached += int64(e.PromptTokens - e.PrefillNew)
 		prompt += int64(e.PromptTokens)
 		cached += int64(e.CachedTokens)
 	}

@@ -22,12 +22,15 @@ type Decision struct {
 	Pinned          int    // the session's instance before this request; -1 none
 	Class           Class
 	PromptTokens    int
-	CachedTokens    int // estimated cached on the prefill instance
+	CachedTokens    int // estimated cached on the instance the policy chose (the class's basis)
 	NewTokens       int // PromptTokens − CachedTokens
-	Loads           []int
-	Scores          []float64 // the policy's scores, when it scored
-	offload         bool
-	prefillDone     bool
+	// PrefillNewTokens are the tokens the prefill instance computes: NewTokens,
+	// or, for an offloaded prefill, the prompt less what the other instance holds.
+	PrefillNewTokens int
+	Loads            []int
+	Scores           []float64 // the policy's scores, when it scored
+	offload          bool
+	prefillDone      bool
 }
 
 // Router decides where requests go and keeps the shadow state.
@@ -188,8 +191,6 @@ func (r *Router) Decide(session string, prompt []int64) *Decision {
 			d.Prefill, d.offload = p, true
 			r.offloads++
 			d.Reason += "+offload"
-			d.CachedTokens = r.cached(p, hashes, n)
-			d.NewTokens = n - d.CachedTokens
 		} else {
 			d.Reason += "+offload_capped"
 		}
@@ -198,7 +199,8 @@ func (r *Router) Decide(session string, prompt []int64) *Decision {
 	if d.Prefill != d.Decode {
 		r.inst[d.Prefill].inflight++
 	}
-	r.inst[d.Prefill].pending += d.NewTokens
+	d.PrefillNewTokens = n - r.cached(d.Prefill, hashes, n)
+	r.inst[d.Prefill].pending += d.PrefillNewTokens
 	r.inst[d.Prefill].index.insert(hashes)
 	if d.Prefill != d.Decode { // the KV lands in the decode instance's cache too
 		r.inst[d.Decode].index.insert(hashes)
@@ -235,7 +237,7 @@ func (r *Router) prefillDoneLocked(d *Decision) {
 		return
 	}
 	d.prefillDone = true
-	r.inst[d.Prefill].pending -= d.NewTokens
+	r.inst[d.Prefill].pending -= d.PrefillNewTokens
 	if d.Prefill != d.Decode {
 		r.inst[d.Prefill].inflight--
 	}
