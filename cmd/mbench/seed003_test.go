@@ -52,7 +52,9 @@ func TestSeed003RoutedSweep(t *testing.T) {
 	base := freePortBase(t)
 	p, _ := strconv.Atoi(base)
 	body := strings.NewReplacer("%PORT%", base, "%RPORT%", strconv.Itoa(p+7)).Replace(routedSweep)
-	runs := runWorkloadSweep(t, body, 2)
+	// A run graded saturated (TTFT rising on a starved machine) still has
+	// every file this test is about.
+	runs := runWorkloadSweepAllowing(t, body, 2, "ok", "saturated")
 	out := filepath.Dir(filepath.Dir(filepath.Dir(runs[0].dir)))
 	for _, r := range runs {
 		config := r.summary["config"].(string)
