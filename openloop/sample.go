@@ -49,7 +49,8 @@ func SampleTrace(ctx context.Context, in io.Reader, out io.Writer, requests int,
 // validated as ParseTrace does; errors name "file:line" when in has a Name
 // (an *os.File), else "trace:line".
 //
-// The input is read three times (common ids, sessions, copy): directly when
+// The input is read four times (candidate common ids, their counts, sessions,
+// copy), in memory that grows with the sessions, not the blocks: directly when
 // it is an io.ReadSeeker (a file), otherwise through a temporary file.
 func SampleTraceWith(ctx context.Context, in io.Reader, out io.Writer, o SampleOptions) (SampleReport, error) {
 	var rep SampleReport
@@ -80,6 +81,18 @@ func SampleTraceWith(ctx context.Context, in io.Reader, out io.Writer, o SampleO
 	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, _ []byte) error {
 		lead.add(tr)
 		full.add(tr)
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	// Pass 1b: exact counts of the candidate common ids.
+	if err := rewind(); err != nil {
+		return rep, err
+	}
+	lead.startVerify()
+	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, _ []byte) error {
+		lead.verify(tr)
 		return nil
 	})
 	if err != nil {

@@ -45,8 +45,8 @@ func groupingOptions(m SessionMode, frac float64) (SessionMode, float64, error) 
 	if frac == 0 {
 		frac = DefaultCommonFrac
 	}
-	if frac < 0 || frac > 1 {
-		return "", 0, fmt.Errorf("common fraction: must be in (0, 1], got %v", frac)
+	if frac < MinCommonFrac || frac > 1 {
+		return "", 0, fmt.Errorf("common fraction: must be in [%v, 1], got %v", MinCommonFrac, frac)
 	}
 	return mode, frac, nil
 }
@@ -62,29 +62,74 @@ const DefaultCommonFrac = 0.5
 // most requests sits in the same leading position in all of them.
 const commonDepth = 8
 
-// leadCounter counts the ids in the leading positions of a trace's requests.
+// leadCounter finds the common ids in the leading positions of a trace's
+// requests in two passes of bounded memory, whatever the trace's size: the
+// first (add) keeps candidates with the Misra–Gries summary — any id in at
+// least 1/(leadSlots+1) of the leading ids is among them — and the second
+// (verify) counts the candidates exactly.
 type leadCounter struct {
-	n      int
-	counts map[int64]int
+	n, items int
+	cand     map[int64]int // the summary, then exact counts of the candidates
+	verified bool
 }
 
-func newLeadCounter() *leadCounter { return &leadCounter{counts: map[int64]int{}} }
+// leadSlots bounds the candidates; with commonDepth 8 it finds every id in
+// more than 8/(leadSlots+1) < 1% of the requests (MinCommonFrac).
+const leadSlots = 1024
 
+// MinCommonFrac is the smallest common fraction the sampler accepts.
+const MinCommonFrac = 0.01
+
+func newLeadCounter() *leadCounter { return &leadCounter{cand: map[int64]int{}} }
+
+// add feeds tr's leading ids to the summary (first pass).
 func (c *leadCounter) add(tr *TraceRequest) {
 	c.n++
 	for i, h := range tr.HashIDs {
 		if i == commonDepth {
 			break
 		}
-		c.counts[h]++
+		c.items++
+		if _, ok := c.cand[h]; ok || len(c.cand) < leadSlots {
+			c.cand[h]++
+			continue
+		}
+		for k, v := range c.cand { // decrement all: amortized O(1) per item
+			if v == 1 {
+				delete(c.cand, k)
+			} else {
+				c.cand[k] = v - 1
+			}
+		}
 	}
 }
 
-// common returns the ids found in at least frac of the requests.
+// startVerify zeroes the candidates' counts for the second pass.
+func (c *leadCounter) startVerify() {
+	for k := range c.cand {
+		c.cand[k] = 0
+	}
+	c.verified = true
+}
+
+// verify counts tr's leading ids that are candidates (second pass).
+func (c *leadCounter) verify(tr *TraceRequest) {
+	for i, h := range tr.HashIDs {
+		if i == commonDepth {
+			break
+		}
+		if _, ok := c.cand[h]; ok {
+			c.cand[h]++
+		}
+	}
+}
+
+// common returns the ids found in at least frac of the requests (after
+// verify).
 func (c *leadCounter) common(frac float64) map[int64]bool {
 	out := map[int64]bool{}
-	for h, k := range c.counts {
-		if float64(k) >= frac*float64(c.n) && c.n > 1 {
+	for h, k := range c.cand {
+		if c.verified && float64(k) >= frac*float64(c.n) && c.n > 1 {
 			out[h] = true
 		}
 	}

@@ -277,3 +277,60 @@ func TestWithSessionID(t *testing.T) {
 		}
 	}
 }
+
+// TestLeadCounterBounded: the bounded two-pass count finds exactly the ids
+// a full count finds at every fraction ≥ MinCommonFrac, on traces with far
+// more distinct leading ids than it keeps.
+func TestLeadCounterBounded(t *testing.T) {
+	for seed := range uint64(5) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		var reqs []TraceRequest
+		next := int64(1000)
+		for range 30000 {
+			var ids []int64
+			switch x := r.Float64(); {
+			case x < 0.6:
+				ids = append(ids, 0) // a system prompt in 60%
+			case x < 0.63:
+				ids = append(ids, 1, 2) // another in 3%
+			case x < 0.635:
+				ids = append(ids, 3) // a rare one, 0.5%
+			}
+			for range 1 + r.IntN(10) {
+				ids = append(ids, next)
+				next++
+			}
+			reqs = append(reqs, TraceRequest{HashIDs: ids})
+		}
+		full := map[int64]int{}
+		for _, tr := range reqs {
+			for i, h := range tr.HashIDs {
+				if i < commonDepth {
+					full[h]++
+				}
+			}
+		}
+		c := newLeadCounter()
+		for i := range reqs {
+			c.add(&reqs[i])
+		}
+		if len(c.cand) > leadSlots {
+			t.Fatalf("%d candidates kept, bound %d", len(c.cand), leadSlots)
+		}
+		c.startVerify()
+		for i := range reqs {
+			c.verify(&reqs[i])
+		}
+		for _, frac := range []float64{0.01, 0.02, 0.1, 0.5} {
+			want := map[int64]bool{}
+			for h, k := range full {
+				if float64(k) >= frac*float64(len(reqs)) {
+					want[h] = true
+				}
+			}
+			if got := c.common(frac); !maps.Equal(got, want) {
+				t.Errorf("seed %d frac %v: common %v, want %v", seed, frac, got, want)
+			}
+		}
+	}
+}

@@ -89,6 +89,10 @@ func traceStats(reqs []TraceRequest, mode SessionMode, frac float64, lru []int) 
 	for i := range reqs {
 		lead.add(&reqs[i])
 	}
+	lead.startVerify()
+	for i := range reqs {
+		lead.verify(&reqs[i])
+	}
 	g := &sessionGrouper{mode: mode, common: lead.common(frac)}
 	st.CommonBlocks = len(g.common)
 	sizes := map[string]int{}

@@ -28,7 +28,7 @@ var (
 	sessionsFlag = &cli.StringFlag{Name: "sessions", Value: string(openloop.SessionsAuto),
 		Usage: "how requests group into sessions: auto (session_id, else shared hash-id chains) | session_id | hash_chain"}
 	commonFracFlag = &cli.Float64Flag{Name: "common-frac", Value: openloop.DefaultCommonFrac,
-		Usage: "a hash id in at least this share of requests is a shared system prompt, not a session mark"}
+		Usage: "a hash id in at least this share of requests (0.01 to 1) is a shared system prompt, not a session mark"}
 )
 
 func traceSampleCommand() *cli.Command {
