@@ -29,7 +29,7 @@ type SampleReport struct {
 	Requests, Sessions               int     // in the input
 	SampledRequests, SampledSessions int     // in the sample
 	Tagged                           int     // lines given an inferred session_id
-	IdealHitRate                     float64 // infinite-cache block hit rate of the input
+	IdealHitRate                     float64 // infinite-cache block hit rate of the input, in file order
 	SampledIdealHitRate              float64 // and of the sample
 }
 
