@@ -157,9 +157,9 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 			}()
 		})
 	}
+	s.resetRoutes(ctx, es)
 	// An engine that dies mid-run ends the load at once rather than after
 	// measure.timeout of requests to a dead port.
-	s.resetRoutes(ctx, es)
 	loadCtx, loadCancel := context.WithCancel(ctx)
 	stopWatch := watchEngines(loadCtx, es, loadCancel)
 	res, loadErr := openloop.Run(loadCtx, cfg)
