@@ -85,6 +85,9 @@ func (m *Matrix) configSpec(c *Config) map[string]any {
 		s["router"] = map[string]any{"command": r.Command, "host": r.Host, "port": r.Port,
 			"ready_path": r.ReadyPath, "env": redactMap(r.Env)}
 	}
+	if c.PD != nil {
+		s["pd"] = pdSpec(c.PD)
+	}
 	return s
 }
 

@@ -133,7 +133,7 @@ func TestPD8Matrix(t *testing.T) {
 		}
 		targets = append(targets, "http://127.0.0.1:"+itoa(8000+i))
 	}
-	want := "python3 scripts/load_proxy.py --port 9090 " + strings.Join(targets, " ")
+	want := "mbench router --addr 127.0.0.1:9090 --policy round_robin " + strings.Join(targets, " ")
 	if l.Router.Command != want || l.Router.Port != 9090 || l.Router.Host != "gpu0" {
 		t.Errorf("router %+v\nwant command %s", l.Router, want)
 	}
@@ -143,3 +143,58 @@ func TestPD8Matrix(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestAgentic8PD: seed 003's 4P+4D renders producers and consumers with
+// their own kv_role and bootstrap env, and the router gets the producers as
+// --prefill and the consumers as targets.
+func TestAgentic8PD(t *testing.T) {
+	m := mustLoad(t, "agentic8.yaml")
+	l, err := m.Launch("pd_sep", Runtime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prod, cons []string
+	for i, in := range l.Instances {
+		env := envMap(in.Env)
+		u := "http://127.0.0.1:" + itoa(8000+i)
+		switch {
+		case i < 4:
+			if in.Role != RoleProducer || !strings.Contains(in.Command, `"kv_role":"kv_producer"`) || env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] != itoa(8998+i) {
+				t.Errorf("instance %d: role %q env %v command %s", i, in.Role, env, in.Command)
+			}
+			prod = append(prod, u)
+		default:
+			if in.Role != RoleConsumer || !strings.Contains(in.Command, `"kv_role":"kv_consumer"`) || env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] != "" {
+				t.Errorf("instance %d: role %q env %v command %s", i, in.Role, env, in.Command)
+			}
+			cons = append(cons, u)
+		}
+	}
+	want := "mbench router --addr 127.0.0.1:9090 --policy linear --prefill " + strings.Join(prod, ",") + " " + strings.Join(cons, " ")
+	if l.Router == nil || l.Router.Command != want {
+		t.Errorf("router %+v\nwant %s", l.Router, want)
+	}
+	el, err := m.Launch("elastic", Runtime{})
+	if err != nil || !strings.Contains(el.Router.Command, "--offload --heavy-threshold 20000 --max-offload 4") {
+		t.Errorf("elastic router %v %v", el, err)
+	}
+	if el.Key == l.Key {
+		t.Error("elastic and pd_sep share a launch key")
+	}
+}
+
+// TestPDMatrixErrors: a PD topology needs a router and a consumer.
+func TestPDMatrixErrors(t *testing.T) {
+	const base = "name: t\nseed: 1\nengine: {kind: sim}\nrates: [1]\nshapes: [{input: 16, output: 4}]\nmeasure: {min_completed: 10}\nconfigs:\n  pd:\n    topology: {instances_per_host: 2}\n"
+	for _, tc := range []struct{ extra, want string }{
+		{"    pd: {producers: 1, producer: {sim: {kv_role: kv_producer}}, consumer: {}}\n", "needs a router"},
+		{"    pd: {producers: 2, producer: {}, consumer: {}}\n    router: {command: x, port: 9}\n", "leave no consumer"},
+		{"    pd: {producers: 1, producer: {kv_transfer_config: {kv_connector: X, kv_role: kv_producer}}, consumer: {}}\n    router: {command: x, port: 9}\n", "applies to engine.kind vllm"},
+		{"    pd: {producer: {}, consumer: {}}\n    router: {command: x, port: 9}\n", "producers"},
+	} {
+		_, err := Parse("m.yaml", []byte(base+tc.extra))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.extra, err, tc.want)
+		}
+	}
+}

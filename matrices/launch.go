@@ -24,11 +24,16 @@ func (m *Matrix) ConfigArgv(config string) ([]string, error) {
 	if !ok {
 		return nil, m.unknownConfig(config)
 	}
-	out := append([]string(nil), c.Args...)
+	return m.argvOf(config, c.Args, c.KVTransferConfig, c.Sim)
+}
+
+// argvOf renders engine arguments from their parts (see ConfigArgv).
+func (m *Matrix) argvOf(config string, args []string, kv map[string]any, sim map[string]string) ([]string, error) {
+	out := append([]string(nil), args...)
 	switch m.Engine.Kind {
 	case EngineVLLM:
-		if c.KVTransferConfig != nil {
-			js, err := compactJSON(c.KVTransferConfig)
+		if kv != nil {
+			js, err := compactJSON(kv)
 			if err != nil {
 				return nil, fmt.Errorf("configs.%s.kv_transfer_config: %w", config, err)
 			}
@@ -39,7 +44,7 @@ func (m *Matrix) ConfigArgv(config string) ([]string, error) {
 		for k, v := range m.Engine.Sim {
 			flags[k] = v
 		}
-		for k, v := range c.Sim {
+		for k, v := range sim {
 			flags[k] = v
 		}
 		for _, k := range slices.Sorted(maps.Keys(flags)) {
@@ -90,7 +95,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	l := &Launch{Kind: m.Engine.Kind, Config: config, ReadyTimeout: m.Engine.ReadyTimeout,
 		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
 	routerHost := routerHostOf(c, hosts)
-	var targets []string
+	var targets, producers []string
 	for _, hn := range hosts {
 		h, ok := m.Hosts[hn]
 		if !ok {
@@ -112,8 +117,14 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 			if rt.StepLog != nil {
 				in.StepLog = rt.StepLog(hn, i)
 			}
+			in.Role, _ = roleOf(c, len(l.Instances))
 			l.Instances = append(l.Instances, in)
-			targets = append(targets, "http://"+m.reach(hn, routerHost, bind)+":"+strconv.Itoa(in.Port))
+			u := "http://" + m.reach(hn, routerHost, bind) + ":" + strconv.Itoa(in.Port)
+			if in.Role == RoleProducer {
+				producers = append(producers, u)
+			} else {
+				targets = append(targets, u)
+			}
 		}
 	}
 	self := func(hn string) string {
@@ -139,12 +150,26 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(gpus),
 			"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": configArgs,
 			"Config": q(root), "Self": qp(self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
-			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind)}
+			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(strings.Join(producers, ","))}
 	}
 	var errs Errors
 	for k := range l.Instances {
 		in := &l.Instances[k]
 		cmdVars := vars(in.Host, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, true)
+		_, role := roleOf(c, k)
+		configEnv := c.Env
+		if role != nil {
+			argv, err := m.roleArgv(c, role)
+			if err != nil {
+				return nil, err
+			}
+			cmdVars["ConfigArgs"] = shellJoin(argv)
+			configEnv = maps.Clone(c.Env)
+			if configEnv == nil {
+				configEnv = map[string]EnvValue{}
+			}
+			maps.Copy(configEnv, role.Env)
+		}
 		in.Command, err = m.renderCommand("engine.command", m.Engine.Command, cmdVars)
 		errs = append(errs, asErrors(err)...)
 		if m.Engine.Kind == EngineVLLM && len(in.GPUs) > 0 {
@@ -154,7 +179,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 			in.Env = append(in.Env, EnvVar{Name: StepLogEnv, Value: in.StepLog})
 		}
 		envVars := vars(in.Host, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, false)
-		env, err := m.renderEnv(envVars, "engine.env", m.Engine.Env, cpath+".env", c.Env)
+		env, err := m.renderEnv(envVars, "engine.env", m.Engine.Env, cpath+".env", configEnv)
 		errs = append(errs, asErrors(err)...)
 		in.Env = append(in.Env, env...)
 	}
@@ -317,6 +342,7 @@ func launchKey(m *Matrix, l *Launch) (string, error) {
 		Env           []EnvVar
 		Bootstrap     int
 		StepLog       string
+		Role          string `json:",omitempty"`
 	}
 	spec := struct {
 		Kind       EngineKind
@@ -326,7 +352,7 @@ func launchKey(m *Matrix, l *Launch) (string, error) {
 	}{Kind: l.Kind, Instrument: l.Instrument}
 	for _, in := range l.Instances {
 		spec.Instances = append(spec.Instances, inst{in.Host, m.Hosts[in.Host].Address, in.Index, in.Port, in.GPUs,
-			in.Command, redactEnv(in.Env), in.BootstrapPort, in.StepLog})
+			in.Command, redactEnv(in.Env), in.BootstrapPort, in.StepLog, in.Role})
 	}
 	if l.Router != nil {
 		r := *l.Router

@@ -44,6 +44,7 @@ func (d *decoder) configs(n *yaml.Node, m *Matrix) {
 			{"topology", false, func(v *yaml.Node, fp string) { d.topology(v, fp, &c.Topology) }},
 			{"bootstrap_port", false, func(v *yaml.Node, fp string) { c.BootstrapPort = d.intField(v, fp, 1, 65535) }},
 			{"router", false, func(v *yaml.Node, fp string) { c.Router = d.router(v, fp) }},
+			{"pd", false, func(v *yaml.Node, fp string) { c.PD = d.pd(v, fp, kind) }},
 		})
 		if l := d.lines[path+".sim"]; l > 0 && kind == EngineVLLM {
 			d.add(l, path+".sim", "remove it (sim flags apply to engine.kind sim)", "sim flags are not allowed for kind vllm")
@@ -52,7 +53,7 @@ func (d *decoder) configs(n *yaml.Node, m *Matrix) {
 			d.add(l, path+".kv_transfer_config", "for kind sim, model the connector with sim: {connector: ...}", "kv_transfer_config applies to engine.kind vllm")
 		}
 		if l := d.lines[path+".same_as"]; l > 0 {
-			for _, k := range []string{"kv_transfer_config", "args", "env", "sim", "topology", "bootstrap_port", "router"} {
+			for _, k := range []string{"kv_transfer_config", "args", "env", "sim", "topology", "bootstrap_port", "router", "pd"} {
 				if kl := d.lines[path+"."+k]; kl > 0 {
 					d.add(kl, path+"."+k, "same_as alone (an A/A twin launches exactly like its target)", "cannot be combined with same_as")
 				}

@@ -24,13 +24,15 @@ import (
 //	BootstrapPort  bootstrap_port + index (0 when not set)
 //	RouterPort     the router's port (0 when no router)
 //	Targets        space-separated http://host:port of every instance, as the router host reaches them
+//	               (in a PD topology: the consumers only)
+//	Producers      comma-separated http://host:port of a PD topology's producers ("" without pd)
 //	Bind           the address engines bind (Runtime.Bind, default 127.0.0.1)
 //
 // Functions: add (e.g. {{add 29500 .Instance}}), eq, ne, lt, le, gt, ge,
 // and, or, not. In commands, string values are shell-quoted; in env values
 // they are raw.
 var TemplateVars = []string{"Model", "Port", "GPUs", "Instance", "Host", "Address", "ConfigArgs",
-	"Config", "Self", "StepLog", "BootstrapPort", "RouterPort", "Targets", "Bind"}
+	"Config", "Self", "StepLog", "BootstrapPort", "RouterPort", "Targets", "Bind", "Producers"}
 
 // allowedFuncs are the functions templates may call. Everything else
 // (printf, range, template, ...) is refused so that rendering stays cheap

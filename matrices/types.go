@@ -22,6 +22,7 @@ type Matrix struct {
 	Compare     []string // metrics compared against the baseline
 	Gate        Gate
 	Probe       Probe
+	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = seed 003's 5k/20k/50k
 	Hash        string // hash of the resolved matrix (see Resolved)
 
 	lines map[string]int // field path → line, for errors found after Parse
@@ -88,6 +89,7 @@ type Config struct {
 	Topology         Topology
 	BootstrapPort    int     // Mooncake bootstrap base port (+i per instance); 0 = none
 	Router           *Router // load targets the router when set
+	PD               *PD     // PD-separated topology (parse_pd.go); nil = every instance does both
 }
 
 // Topology places a config's instances.
@@ -244,6 +246,7 @@ type Instance struct {
 	Env           []EnvVar
 	BootstrapPort int // 0 = none
 	StepLog       string
+	Role          string // RoleProducer or RoleConsumer in a PD topology, else ""
 }
 
 // RouterLaunch is the rendered router process.

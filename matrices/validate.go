@@ -19,6 +19,7 @@ func (d *decoder) placement(m *Matrix) {
 		}
 		n := len(d.errs)
 		d.placeConfig(m, c)
+		d.checkPD(m, c)
 		if len(d.errs) > n {
 			continue
 		}

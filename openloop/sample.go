@@ -4,57 +4,109 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 )
 
-// SampleTrace writes to out a sample of whole sessions of the Mooncake trace
-// read from in, about requests requests in all, chosen by seed — the way seed
-// 003's sample_trace.py cuts a cluster trace down to one machine. Sessions
-// are drawn in a seeded random order and taken until the total reaches
-// requests; the last one is dropped again if that lands closer to the target.
-// A request without a session_id is a session of its own. Selected lines are
-// copied verbatim, in their original order. Every input line is validated as
-// ParseTrace does; errors name "file:line" when in has a Name (an *os.File),
-// else "trace:line".
-//
-// The input is read twice: directly when it is an io.ReadSeeker (a file),
-// otherwise through a temporary file.
+// SampleOptions says how SampleTraceWith cuts a trace down.
+type SampleOptions struct {
+	Requests   int         // about this many requests (≥ 1)
+	Seed       int64       // chooses the sessions
+	Sessions   SessionMode // how requests group into sessions ("" = auto)
+	CommonFrac float64     // a hash id in this share of requests is not a session mark (0 = DefaultCommonFrac)
+	// KeepLines copies every line verbatim. By default a line whose session
+	// was inferred from its hash chain (it has no session_id and shares the
+	// chain with other lines) gets "session_id": "chain-<id>" added, so a
+	// replay's max_inflight_sessions limits sessions, not requests.
+	KeepLines bool
+}
+
+// SampleReport describes a sample next to the trace it came from.
+type SampleReport struct {
+	Requests, Sessions               int     // in the input
+	SampledRequests, SampledSessions int     // in the sample
+	Tagged                           int     // lines given an inferred session_id
+	IdealHitRate                     float64 // infinite-cache block hit rate of the input, in file order
+	SampledIdealHitRate              float64 // and of the sample
+}
+
+// SampleTrace samples about requests requests of whole sessions with seed,
+// sessions found as SessionsAuto does. See SampleTraceWith.
 func SampleTrace(ctx context.Context, in io.Reader, out io.Writer, requests int, seed int64) error {
-	if requests < 1 {
-		return fmt.Errorf("trace sample: requests: must be ≥ 1, got %d", requests)
+	_, err := SampleTraceWith(ctx, in, out, SampleOptions{Requests: requests, Seed: seed})
+	return err
+}
+
+// SampleTraceWith writes to out a sample of whole sessions of the Mooncake
+// trace read from in — the way seed 003's sample_trace.py cuts a cluster
+// trace down to one machine, so the sample keeps the trace's prefix reuse.
+// Sessions are drawn in a seeded random order and taken until the total
+// reaches o.Requests; the last one is dropped again if that lands closer to
+// the target. Selected lines keep their original order. Every input line is
+// validated as ParseTrace does; errors name "file:line" when in has a Name
+// (an *os.File), else "trace:line".
+//
+// The input is read four times (candidate common ids, their counts, sessions,
+// copy), in memory that grows with the sessions, not the blocks: directly when
+// it is an io.ReadSeeker (a file), otherwise through a temporary file.
+func SampleTraceWith(ctx context.Context, in io.Reader, out io.Writer, o SampleOptions) (SampleReport, error) {
+	var rep SampleReport
+	if o.Requests < 1 {
+		return rep, fmt.Errorf("trace sample: requests: must be ≥ 1, got %d", o.Requests)
 	}
-	name := "trace"
-	if f, ok := in.(interface{ Name() string }); ok && f.Name() != "" {
-		name = f.Name()
+	mode, frac, err := groupingOptions(o.Sessions, o.CommonFrac)
+	if err != nil {
+		return rep, fmt.Errorf("trace sample: %w", err)
 	}
-	rs, ok := in.(io.ReadSeeker)
-	if !ok {
-		tmp, err := os.CreateTemp("", "mbench-trace-*.jsonl")
-		if err != nil {
-			return fmt.Errorf("trace sample: %w", err)
-		}
-		defer os.Remove(tmp.Name())
-		defer tmp.Close()
-		if _, err := io.Copy(tmp, in); err != nil {
-			return fmt.Errorf("trace sample: spooling input: %w", err)
-		}
-		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-			return fmt.Errorf("trace sample: %w", err)
-		}
-		rs = tmp
+	name, rs, cleanup, err := seekable(in)
+	if err != nil {
+		return rep, err
 	}
+	defer cleanup()
 	start, err := rs.Seek(0, io.SeekCurrent)
 	if err != nil {
-		return fmt.Errorf("trace sample: %w", err)
+		return rep, fmt.Errorf("trace sample: %w", err)
 	}
-	// Pass 1: session sizes, in order of first appearance.
+	rewind := func() error {
+		if _, err := rs.Seek(start, io.SeekStart); err != nil {
+			return fmt.Errorf("trace sample: %w", err)
+		}
+		return nil
+	}
+	// Pass 1: common leading ids and the input's ideal hit rate.
+	lead, full := newLeadCounter(), &idealCache{}
+	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, _ []byte) error {
+		lead.add(tr)
+		full.add(tr)
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	// Pass 1b: exact counts of the candidate common ids.
+	if err := rewind(); err != nil {
+		return rep, err
+	}
+	lead.startVerify()
+	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, _ []byte) error {
+		lead.verify(tr)
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	g := &sessionGrouper{mode: mode, common: lead.common(frac)}
+	// Pass 2: session sizes, in order of first appearance.
 	var keys []string
 	sizes := map[string]int{}
+	if err := rewind(); err != nil {
+		return rep, err
+	}
 	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, _ []byte) error {
-		k := tr.sessionKey()
+		k, _ := g.key(tr)
 		if _, seen := sizes[k]; !seen {
 			keys = append(keys, k)
 		}
@@ -62,30 +114,79 @@ func SampleTrace(ctx context.Context, in io.Reader, out io.Writer, requests int,
 		return nil
 	})
 	if err != nil {
-		return err
+		return rep, err
 	}
-	chosen := chooseSessions(keys, sizes, requests, seed)
-	// Pass 2: copy the chosen sessions' lines.
-	if _, err := rs.Seek(start, io.SeekStart); err != nil {
-		return fmt.Errorf("trace sample: %w", err)
+	chosen := chooseSessions(keys, sizes, o.Requests, o.Seed)
+	// Pass 3: copy the chosen sessions' lines.
+	if err := rewind(); err != nil {
+		return rep, err
 	}
 	bw := bufio.NewWriter(out)
+	sample := &idealCache{}
 	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, line []byte) error {
-		if !chosen[tr.sessionKey()] {
+		k, chain := g.key(tr)
+		if !chosen[k] {
 			return nil
 		}
-		if _, err := bw.Write(bytes.TrimRight(line, "\r\n")); err != nil {
+		sample.add(tr)
+		rep.SampledRequests++
+		line = bytes.TrimRight(line, "\r\n")
+		if chain && !o.KeepLines && sizes[k] > 1 {
+			line = withSessionID(line, chainSessionID(k))
+			rep.Tagged++
+		}
+		if _, err := bw.Write(line); err != nil {
 			return err
 		}
 		return bw.WriteByte('\n')
 	})
 	if err != nil {
-		return err
+		return rep, err
 	}
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("trace sample: writing: %w", err)
+		return rep, fmt.Errorf("trace sample: writing: %w", err)
 	}
-	return nil
+	rep.Requests, rep.Sessions, rep.SampledSessions = lead.n, len(keys), len(chosen)
+	rep.IdealHitRate, rep.SampledIdealHitRate = full.rate(), sample.rate()
+	return rep, nil
+}
+
+// withSessionID returns the JSON object line with a session_id field added
+// before its closing brace (the rest of the line kept byte for byte).
+func withSessionID(line []byte, id string) []byte {
+	end := bytes.LastIndexByte(line, '}')
+	v, _ := json.Marshal(id) // a string always marshals
+	out := make([]byte, 0, len(line)+len(v)+16)
+	out = append(out, bytes.TrimRight(line[:end], " \t")...)
+	out = append(out, `, "session_id": `...)
+	out = append(out, v...)
+	return append(out, line[end:]...)
+}
+
+// seekable returns in as a ReadSeeker with its name for errors: in itself
+// when it can seek, else a temporary copy that cleanup removes.
+func seekable(in io.Reader) (name string, rs io.ReadSeeker, cleanup func(), err error) {
+	name, cleanup = "trace", func() {}
+	if f, ok := in.(interface{ Name() string }); ok && f.Name() != "" {
+		name = f.Name()
+	}
+	if rs, ok := in.(io.ReadSeeker); ok {
+		return name, rs, cleanup, nil
+	}
+	tmp, err := os.CreateTemp("", "mbench-trace-*.jsonl")
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("trace sample: %w", err)
+	}
+	cleanup = func() { tmp.Close(); os.Remove(tmp.Name()) }
+	if _, err := io.Copy(tmp, in); err != nil {
+		cleanup()
+		return "", nil, nil, fmt.Errorf("trace sample: spooling input: %w", err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		cleanup()
+		return "", nil, nil, fmt.Errorf("trace sample: %w", err)
+	}
+	return name, tmp, cleanup, nil
 }
 
 // chooseSessions draws sessions in a seeded random order until their requests
@@ -110,9 +211,17 @@ func chooseSessions(keys []string, sizes map[string]int, target int, seed int64)
 	return chosen
 }
 
-// eachTraceLine parses every non-blank line of r (named name in errors) and
-// calls fn with it and its raw bytes.
+// eachTraceLine is scanTrace with errors that say "trace sample".
 func eachTraceLine(ctx context.Context, r io.Reader, name string, fn func(*TraceRequest, []byte) error) error {
+	if err := scanTrace(ctx, r, name, fn); err != nil {
+		return fmt.Errorf("trace sample: %w", err)
+	}
+	return nil
+}
+
+// scanTrace parses every non-blank line of r (named name in errors) and
+// calls fn with it and its raw bytes.
+func scanTrace(ctx context.Context, r io.Reader, name string, fn func(*TraceRequest, []byte) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for line := 1; ; line++ {
 		if line%4096 == 0 && ctx.Err() != nil {
@@ -122,17 +231,17 @@ func eachTraceLine(ctx context.Context, r io.Reader, name string, fn func(*Trace
 		if len(bytes.TrimSpace(b)) > 0 {
 			tr, perr := parseTraceLine(b, name, line)
 			if perr != nil {
-				return fmt.Errorf("trace sample: %w", perr)
+				return perr
 			}
 			if ferr := fn(&tr, b); ferr != nil {
-				return fmt.Errorf("trace sample: %w", ferr)
+				return ferr
 			}
 		}
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("trace sample: %s:%d: %w", name, line, err)
+			return fmt.Errorf("%s:%d: %w", name, line, err)
 		}
 	}
 }

@@ -162,6 +162,7 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 			}()
 		})
 	}
+	s.resetRoutes(ctx, es)
 	// An engine that dies mid-run ends the load at once rather than after
 	// measure.timeout of requests to a dead port.
 	loadCtx, loadCancel := context.WithCancel(ctx)
@@ -216,6 +217,12 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	if err != nil {
 		return nil, fmt.Errorf("summarize run: %w", err)
 	}
+	newTok, err := s.saveRoutes(ctx, es, dir)
+	if err != nil {
+		return nil, err
+	}
+	sum.Classes = results.SummarizeClasses(res.Records, newTok, s.m.ClassBounds)
+	sum.Instances = results.SummarizeInstances(before, after)
 	if err := results.WriteRunSummary(filepath.Join(dir, "summary_A.json"), sum); err != nil {
 		return nil, fmt.Errorf("write summary_A.json: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 // csvMetrics are the metric columns of tables.csv, in order. The list is
 // fixed, so the columns are the same for every sweep; a metric a run does not
 // have is an empty field.
-var csvMetrics = []string{
+var csvMetrics = append([]string{
 	"completed", "failed", "duration", "request_throughput", "output_throughput",
 	"total_input_tokens", "total_output_tokens",
 	"mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
@@ -24,7 +24,7 @@ var csvMetrics = []string{
 	"schedule_us_p50", "build_meta_us_p50", "build_meta_us_p90", "execute_us_p50", "update_us_p50",
 	"get_finished_us_p50", "unaccounted_us_mean",
 	"gpu_util_mean", "gpu_energy_j", "prefix_cache_hit_rate",
-}
+}, classCSVMetrics()...)
 
 // csvSpread are the metrics whose CI half-width and CV get their own columns
 // (filled on cell rows only).

@@ -72,6 +72,7 @@ func RunMetrics(s *RunSummary) map[string]float64 {
 	if h, ok := cacheHitRate(s.PrefixCache); ok {
 		out["prefix_cache_hit_rate"] = h
 	}
+	addClassMetrics(s, out)
 	return out
 }
 

@@ -40,6 +40,7 @@ func renderReport(s *Sweep, cells []*cellData, rep *Report) string {
 	}
 	renderTTFT(&b, s, ordered)
 	renderSteps(&b, ordered)
+	renderClasses(&b, ordered)
 	renderNoise(&b, s, ordered)
 	renderComparisons(&b, s, rep)
 	renderClientLimited(&b, ordered)

@@ -166,6 +166,11 @@ type RunSummary struct {
 	GPU           *GPUSummary       `json:"gpu,omitempty"`
 	PrefixCache   *CacheSummary     `json:"prefix_cache,omitempty"`
 	Gate          *GateRecord       `json:"gate,omitempty"`
+
+	// Classes is latency by request class (seed 003 §3.5), Instances the
+	// prefix cache per instance and its spread (§3.2); see classes.go.
+	Classes   *ClassSummary   `json:"classes,omitempty"`
+	Instances *InstanceCaches `json:"instances,omitempty"`
 }
 
 // latStats holds pointers to the five statistics of one latency metric.

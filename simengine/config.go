@@ -59,6 +59,13 @@ type Config struct {
 	// "" serves normally.
 	Fault string
 	Seed  int64 // seeds the launch factor, jitter, generated text and pseudo-EOS
+	// KVRole gives the sim a modelled KV connector (kv_producer, kv_consumer
+	// or kv_both): it takes vLLM's kv_transfer_params for disaggregated
+	// prefill and reports vllm:external_prefix_cache_* metrics. "" = none.
+	KVRole string
+	// KVTransferUsPerToken is the modelled cost of receiving one token's KV
+	// from a prefill instance (µs), paid before the request is queued.
+	KVTransferUsPerToken float64
 }
 
 // DefaultConfig returns the defaults that New applies to zero fields.
@@ -138,7 +145,7 @@ func (c Config) Validate() error {
 		{"step-base-us", c.StepBaseUs}, {"prefill-token-us", c.PrefillTokenUs},
 		{"decode-seq-us", c.DecodeSeqUs}, {"connector-us", c.ConnectorUs},
 		{"walk-ns-per-block", c.WalkNsPerBlock}, {"noise", c.Noise},
-		{"jitter", c.Jitter}, {"cold-factor", c.ColdFactor},
+		{"jitter", c.Jitter}, {"cold-factor", c.ColdFactor}, {"kv-transfer-us-per-token", c.KVTransferUsPerToken},
 	}
 	for _, f := range floats {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
@@ -177,6 +184,11 @@ func (c Config) Validate() error {
 	if err := validFault(c.Fault); err != nil {
 		return err
 	}
+	switch c.KVRole {
+	case KVRoleNone, KVRoleProducer, KVRoleConsumer, KVRoleBoth:
+	default:
+		return fmt.Errorf("kv-role: unknown %q, want kv_producer, kv_consumer or kv_both", c.KVRole)
+	}
 	switch c.Connector {
 	case ConnectorNone:
 		if c.ConnectorUs > 0 || c.WalkNsPerBlock > 0 {
@@ -197,8 +209,8 @@ func (c Config) Validate() error {
 func (c Config) describe() string {
 	return fmt.Sprintf("step_base_us=%g prefill_token_us=%g decode_seq_us=%g token_budget=%d max_seqs=%d "+
 		"kv_blocks=%d block_size=%d max_model_len=%d connector=%s connector_us=%g walk_ns_per_block=%g async=%t "+
-		"noise=%g jitter=%g cold_steps=%d cold_factor=%g crash_after_steps=%d seed=%d",
+		"noise=%g jitter=%g cold_steps=%d cold_factor=%g crash_after_steps=%d seed=%d kv_role=%q kv_transfer_us_per_token=%g",
 		c.StepBaseUs, c.PrefillTokenUs, c.DecodeSeqUs, c.TokenBudget, c.MaxSeqs, c.KVBlocks, c.BlockSize, c.MaxModelLen,
 		c.Connector, c.ConnectorUs, c.WalkNsPerBlock, c.Async, c.Noise, c.Jitter, c.ColdSteps, c.ColdFactor,
-		c.CrashAfterSteps, c.Seed)
+		c.CrashAfterSteps, c.Seed, c.KVRole, c.KVTransferUsPerToken)
 }

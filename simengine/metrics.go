@@ -27,7 +27,14 @@ func (e *Engine) snapshotMetrics() []metric {
 	cached := e.sch.kv.numCached()
 	e.mu.Unlock()
 	one := func(v float64) []sample { return []sample{{value: v}} }
-	return []metric{
+	var ext []metric
+	if e.cfg.KVRole != KVRoleNone {
+		ext = []metric{
+			{"vllm:external_prefix_cache_queries_total", "counter", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.", one(float64(c.extQueries))},
+			{"vllm:external_prefix_cache_hits_total", "counter", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.", one(float64(c.extHits))},
+		}
+	}
+	return append([]metric{
 		{"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", one(float64(running))},
 		{"vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", one(float64(waiting))},
 		{"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", one(usage)},
@@ -46,7 +53,7 @@ func (e *Engine) snapshotMetrics() []metric {
 		{"mbench_sim_timeline_resets_total", "counter", "Steps that began more than 5 ms behind the simulated timeline " +
 			"(the simulator was starved of CPU); each adds its lateness to request latencies.", one(float64(e.lateResets.Load()))},
 		{"mbench_sim_launch_factor", "gauge", "This launch's multiplicative noise factor on step time.", one(e.cost.launchFactor)},
-	}
+	}, ext...)
 }
 
 // labelEscaper escapes a Prometheus label value.

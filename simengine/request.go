@@ -26,6 +26,8 @@ type completionRequest struct {
 	IgnoreEOS    bool
 	Stream       bool
 	IncludeUsage bool
+	KVTransfer   *kvTransferParams // nil = none (see pd.go)
+	kvRaw        json.RawMessage
 }
 
 // apiError is an OpenAI/vLLM-style error response.
@@ -76,6 +78,7 @@ type rawRequest struct {
 	StreamOptions *struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 }
 
 // decodeCompletionRequest parses and validates a /v1/completions body the way
@@ -130,6 +133,7 @@ func decodeCompletionRequest(body []byte) (*completionRequest, error) {
 		}
 		req.IncludeUsage = raw.StreamOptions.IncludeUsage != nil && *raw.StreamOptions.IncludeUsage
 	}
+	req.kvRaw = raw.KVTransferParams
 	return req, nil
 }
 

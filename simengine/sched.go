@@ -27,11 +27,15 @@ type seq struct {
 	done        bool
 	rng         *rand.Rand
 	stream      *tokenStream
+	remoteKV    bool    // the prompt's full blocks arrive from a prefill instance
+	keepBlocks  bool    // a prefill for a remote decode: remember the blocks
+	sentBlocks  []int32 // the blocks a remote decode would pull
 }
 
 // counters are the engine's Prometheus counters.
 type counters struct {
 	queries, hits, preemptions int64
+	extQueries, extHits        int64 // the KV connector's (external) prefix cache
 	promptTokens, genTokens    int64
 	successLength, successStop int64
 	aborted, steps             int64
@@ -199,6 +203,9 @@ func (sc *scheduler) admit(s *seq, budget int) (int, bool) {
 		hits = sc.kv.lookup(s.hashes, (s.numTokens-1)/bs)
 	}
 	computed := len(hits) * bs
+	if s.remoteKV && s.numComputed == 0 && len(s.blocks) == 0 {
+		computed = (s.numTokens - 1) / bs * bs // the rest of the full blocks came from the prefill instance
+	}
 	n := min(s.numTokens-computed, budget)
 	needNew := sc.kv.blocksFor(computed+n) - len(hits)
 	freeHits := 0
@@ -222,7 +229,9 @@ func (sc *scheduler) admit(s *seq, budget int) (int, bool) {
 	if !s.queried {
 		s.queried = true
 		sc.c.queries += int64(s.promptLen)
-		sc.c.hits += int64(computed)
+		sc.c.hits += int64(len(hits) * bs)
+		sc.c.extQueries += int64(s.promptLen)
+		sc.c.extHits += int64(computed - len(hits)*bs)
 	}
 	return n, true
 }
@@ -256,6 +265,9 @@ func (sc *scheduler) complete(p *stepPlan) {
 		if ev.finish != "" {
 			s.done = true
 			finished++
+			if s.keepBlocks {
+				s.sentBlocks = append([]int32(nil), s.blocks...)
+			}
 			sc.free(s)
 			if ev.finish == "stop" {
 				sc.c.successStop++

@@ -58,6 +58,15 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			maxLen, p+req.MaxTokens, p, req.MaxTokens).write(w)
 		return
 	}
+	if req.KVTransfer, err = decodeKVTransfer(req.kvRaw, e.cfg.KVRole); err != nil {
+		err.(*apiError).write(w)
+		return
+	}
+	if req.KVTransfer != nil && req.KVTransfer.DoRemotePrefill {
+		if _, err := e.pullKV(r.Context(), req); err != nil {
+			return // the client went away during the transfer
+		}
+	}
 	s, err := e.submit(req)
 	if err != nil {
 		(&apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableError", msg: err.Error()}).write(w)
@@ -89,6 +98,9 @@ func (e *Engine) submit(req *completionRequest) (*seq, error) {
 		serial: e.serial, promptLen: len(req.Prompt), numTokens: len(req.Prompt),
 		maxTokens: req.MaxTokens, minTokens: req.MinTokens, ignoreEOS: req.IgnoreEOS,
 		hashes: hashes, rng: rand.New(rand.NewPCG(uint64(e.cfg.Seed), e.serial)), stream: newTokenStream(),
+	}
+	if kt := req.KVTransfer; kt != nil {
+		s.remoteKV, s.keepBlocks = kt.DoRemotePrefill, kt.DoRemoteDecode
 	}
 	e.sch.add(s)
 	e.mu.Unlock()
@@ -236,7 +248,14 @@ func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, r
 	txt, _ := json.Marshal(text.String())
 	fin, _ := json.Marshal(finish)
 	body := rs.head() + `,"choices":[{"index":0,"text":` + string(txt) + `,"logprobs":null,"finish_reason":` + string(fin) +
-		`,"stop_reason":null,"prompt_logprobs":null}],"usage":` + usageJSON(rs.prompt, n) + "}\n"
+		`,"stop_reason":null,"prompt_logprobs":null}],"usage":` + usageJSON(rs.prompt, n)
+	if s.keepBlocks {
+		e.mu.Lock()
+		blocks := s.sentBlocks
+		e.mu.Unlock()
+		body += `,"kv_transfer_params":` + remoteDecodeParams(r.Host, blocks)
+	}
+	body += "}\n"
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.WriteString(w, body)

@@ -42,6 +42,8 @@ func init() {
 				&cli.IntFlag{Name: "crash-after-steps", Usage: "fault injection: exit with code 3 after N steps"},
 				&cli.StringFlag{Name: "fault", Usage: "fault injection: fail every completion request: http500, http429, malformed, truncate or hang"},
 				&cli.Int64Flag{Name: "seed", Usage: "seed of the launch factor, jitter and generated text"},
+				&cli.StringFlag{Name: "kv-role", Usage: "a modelled KV connector for disaggregated prefill: kv_producer, kv_consumer or kv_both (takes vLLM's kv_transfer_params)"},
+				&cli.Float64Flag{Name: "kv-transfer-us-per-token", Usage: "modelled cost of receiving one token's KV from a prefill instance (µs)"},
 			},
 			OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
 			Action: func(c *cli.Context) error {
@@ -58,7 +60,8 @@ func init() {
 					Async: c.Bool("async"), Noise: c.Float64("noise"), Jitter: explicit(c.Float64("jitter")),
 					ColdSteps: c.Int("cold-steps"), ColdFactor: c.Float64("cold-factor"),
 					CrashAfterSteps: c.Int("crash-after-steps"), Fault: c.String("fault"), Seed: c.Int64("seed"),
-					DriftPerS: c.Float64("drift-per-s"),
+					DriftPerS: c.Float64("drift-per-s"), KVRole: c.String("kv-role"),
+					KVTransferUsPerToken: c.Float64("kv-transfer-us-per-token"),
 				}
 				if c.IsSet("drift-epoch") {
 					cfg.DriftEpoch = time.Unix(c.Int64("drift-epoch"), 0)

@@ -128,9 +128,15 @@ func TestDryRunPD8(t *testing.T) {
 				t.Errorf("instance %d:\n%s\nwant\n%s%s", i, l, env, cmd)
 			}
 		}
-		router := "python3 scripts/load_proxy.py --port 9090 http://127.0.0.1:8000 http://127.0.0.1:8001 http://127.0.0.1:8002 " +
+		// The router binds where the engines do ({{.Bind}}: 127.0.0.1 or
+		// 0.0.0.0, depending on how the host is reached).
+		router := state + "/bin/mbench router --addr BIND:9090 --policy round_robin http://127.0.0.1:8000 http://127.0.0.1:8001 http://127.0.0.1:8002 " +
 			"http://127.0.0.1:8003 http://127.0.0.1:8004 http://127.0.0.1:8005 http://127.0.0.1:8006 http://127.0.0.1:8007"
-		if r := dryLines(sec, "load_proxy.py"); len(r) != 1 || !strings.HasPrefix(r[0], router+"   # router") {
+		r := dryLines(sec, "mbench router")
+		if len(r) == 1 {
+			r[0] = strings.Replace(strings.Replace(r[0], "--addr 0.0.0.0:", "--addr BIND:", 1), "--addr 127.0.0.1:", "--addr BIND:", 1)
+		}
+		if len(r) != 1 || !strings.HasPrefix(r[0], router+"   # router") {
 			t.Errorf("config %d router line %q, want %q", k, r, router)
 		}
 		if !strings.Contains(sec, "8 instance(s) started 2s apart") || !strings.Contains(sec, "load → router on gpu0:9090") {

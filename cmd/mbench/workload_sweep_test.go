@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ import (
 // sweepRun is one journaled run of a sweep: its summary and its requests.
 type sweepRun struct {
 	key     string
+	dir     string // the run directory
 	summary map[string]any
 	recs    []openloop.Record
 	scrapes []map[string]any // metrics.jsonl
@@ -30,6 +32,13 @@ type sweepRun struct {
 // runWorkloadSweep runs matrix body (with %PORT% and %TRACE% filled in) through the
 // CLI and returns its runs, every one of which must be journaled ok.
 func runWorkloadSweep(t *testing.T, body string, wantRuns int) []sweepRun {
+	t.Helper()
+	return runWorkloadSweepAllowing(t, body, wantRuns, "ok")
+}
+
+// runWorkloadSweepAllowing is runWorkloadSweep accepting runs journaled with
+// any of the statuses given.
+func runWorkloadSweepAllowing(t *testing.T, body string, wantRuns int, statuses ...string) []sweepRun {
 	t.Helper()
 	trace, err := filepath.Abs(syntheticTrace)
 	if err != nil {
@@ -46,10 +55,11 @@ func runWorkloadSweep(t *testing.T, body string, wantRuns int) []sweepRun {
 	var runs []sweepRun
 	for _, l := range readJSONL(t, filepath.Join(out, "journal.jsonl")) {
 		r := sweepRun{key: l["cell"].(string) + "/b" + jsonNum(l["block"])}
-		if l["status"] != "ok" {
+		if st, _ := l["status"].(string); !slices.Contains(statuses, st) {
 			t.Fatalf("run %s: status %v (%v)", r.key, l["status"], l["reason"])
 		}
 		rd := filepath.Join(out, l["dir"].(string))
+		r.dir = rd
 		data, err := os.ReadFile(filepath.Join(rd, "summary_A.json"))
 		if err == nil {
 			err = json.Unmarshal(data, &r.summary)

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -22,6 +21,7 @@ import (
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/simengine"
+	"github.com/mbench/mbench/simengine/simtest"
 )
 
 const (
@@ -33,28 +33,7 @@ var syntheticTrace = filepath.Join("..", "..", "openloop", "testdata", "syntheti
 
 // serveSimInProcess serves a simulated engine on 127.0.0.1:0 until the test ends and
 // returns its base URL.
-func serveSimInProcess(t *testing.T, cfg simengine.Config) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Addr = ln.Addr().String()
-	e, err := simengine.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("sim: %v", err)
-		}
-	})
-	return "http://" + cfg.Addr
-}
+func serveSimInProcess(t *testing.T, cfg simengine.Config) string { return simtest.Start(t, cfg) }
 
 // fastSim is a sim whose steps cost little, so runs take seconds on a busy
 // machine; kvBlocks sets the cache size.

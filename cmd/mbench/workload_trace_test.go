@@ -6,7 +6,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -164,5 +166,79 @@ func TestWorkloadBadTraceRefusedEarly(t *testing.T) {
 				t.Errorf("run launched something: %v\n%s%s", runs, stdout, stderr)
 			}
 		})
+	}
+}
+
+// TestTraceStatsCLI: `mbench trace stats` prints the trace's figures as JSON
+// on stdout; a bad --lru is a usage error.
+func TestTraceStatsCLI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stdout, stderr, err := runCLI(t, ctx, "trace", "stats", "--json", "--lru", "4,100000", syntheticTrace)
+	if err != nil {
+		t.Fatalf("trace stats: %v\n%s", err, stderr)
+	}
+	var st openloop.TraceStats
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
+		t.Fatalf("stdout is not the stats JSON: %v\n%s", err, stdout)
+	}
+	lines := readTrace(t, syntheticTrace)
+	if st.Requests != len(lines) || len(st.LRU) != 2 || st.LRU[1].HitRate != st.IdealHitRate || st.LRU[0].HitRate >= st.IdealHitRate {
+		t.Errorf("stats %+v for a %d-line trace", st, len(lines))
+	}
+	_, _, err = runCLI(t, ctx, "trace", "stats", "--lru", "0", syntheticTrace)
+	if ec, ok := err.(exitCoder); !ok || ec.ExitCode() != 2 {
+		t.Errorf("--lru 0: %v, want a usage error (exit 2)", err)
+	}
+}
+
+// TestTraceSampleReportsIdealHitRates: `mbench trace sample` says on stderr
+// the infinite-cache hit rate of the trace and of its sample, the figures
+// computed here from both files.
+func TestTraceSampleReportsIdealHitRates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A conversation trace without session ids: block 0 everywhere, turns
+	// extending their conversation's chain.
+	var b strings.Builder
+	next := 1
+	for c := range 60 {
+		chain := "0"
+		for turn := range 1 + c%5 {
+			for range 2 {
+				chain += ", " + strconv.Itoa(next)
+				next++
+			}
+			n := strings.Count(chain, ",") + 1
+			fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": 8, "hash_ids": [%s]}`+"\n", 1000*c+100*turn, 512*n, chain)
+		}
+	}
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "big.jsonl"), filepath.Join(dir, "small.jsonl")
+	if err := os.WriteFile(in, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := runCLI(t, ctx, "trace", "sample", "--in", in, "--out", out, "--requests", "40", "--seed", "3")
+	if err != nil || stdout != "" {
+		t.Fatalf("trace sample: %v (stdout %q)\n%s", err, stdout, stderr)
+	}
+	ideal := func(path string) float64 {
+		seen := map[int64]bool{}
+		hits, total := 0, 0
+		for _, l := range readTrace(t, path) {
+			k := 0
+			for k < len(l.HashIDs) && seen[l.HashIDs[k]] {
+				k++
+			}
+			hits, total = hits+k, total+len(l.HashIDs)
+			for _, h := range l.HashIDs {
+				seen[h] = true
+			}
+		}
+		return 100 * float64(hits) / float64(total)
+	}
+	want := fmt.Sprintf("full trace %.2f%%, sample %.2f%%", ideal(in), ideal(out))
+	if !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q does not say %q", stderr, want)
 	}
 }

@@ -1,0 +1,115 @@
+package main
+
+// Seed 003's experiments through the CLI on the sim: a sweep whose configs
+// route through `mbench router` (cache-aware, and PD-separated 2P+2D) keeps
+// each run's routing log and breakdown, and its summaries and report carry
+// latency by request class and the prefix cache per instance.
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const routedSweep = `name: routed
+seed: 3
+engine:
+  kind: sim
+  port: %PORT%
+  ready_timeout: 20s
+  grace: 2s
+  restart: every_run
+  sim: {step_base_us: 400, prefill_token_us: 0.1, decode_seq_us: 5, kv_blocks: 4096}
+configs:
+  linear:
+    topology: {instances_per_host: 4}
+    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --policy linear {{.Targets}}", port: %RPORT%}
+  pd_sep:
+    topology: {instances_per_host: 4}
+    sim: {kv_transfer_us_per_token: 0.1}
+    pd:
+      producers: 2
+      producer: {sim: {kv_role: kv_producer}}
+      consumer: {sim: {kv_role: kv_consumer}}
+    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --policy linear --prefill {{.Producers}} {{.Targets}}", port: %RPORT%}
+rates: [1]
+shapes:
+  - name: agentic
+    trace: {path: %TRACE%, time_scale: 25, request_limit: 60, max_inflight_sessions: 4}
+measure: {warmup_requests: 4, min_completed: 56, timeout: 30s, drain_timeout: 5s}
+repeat: {min: 1, max: 1}
+class_bounds: [1000, 2000, 3000]
+gate: {enabled: false}
+`
+
+func TestSeed003RoutedSweep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end sweep")
+	}
+	base := freePortBase(t)
+	p, _ := strconv.Atoi(base)
+	body := strings.NewReplacer("%PORT%", base, "%RPORT%", strconv.Itoa(p+7)).Replace(routedSweep)
+	// A run graded saturated (TTFT rising on a starved machine) still has
+	// every file this test is about.
+	runs := runWorkloadSweepAllowing(t, body, 2, "ok", "saturated")
+	out := filepath.Dir(filepath.Dir(filepath.Dir(runs[0].dir)))
+	for _, r := range runs {
+		config := r.summary["config"].(string)
+		// The routing log has a line per request the load sent, by id.
+		routes := readJSONL(t, filepath.Join(r.dir, "routing.jsonl"))
+		byID := map[string]map[string]any{}
+		for _, e := range routes {
+			byID[e["id"].(string)] = e
+		}
+		for _, rec := range r.recs {
+			e := byID[strconv.Itoa(rec.ID)]
+			if e == nil {
+				t.Fatalf("%s: request %d is not in routing.jsonl", r.key, rec.ID)
+			}
+			inst, pre := int(e["instance"].(float64)), int(e["prefill_instance"].(float64))
+			if config == "pd_sep" && (inst > 1 || pre < 2) {
+				t.Errorf("%s: request %d prefilled on %d, decoded on %d: want a producer (2, 3) then a consumer (0, 1)", r.key, rec.ID, pre, inst)
+			}
+		}
+		var bd struct {
+			Requests int `json:"requests"`
+		}
+		data, err := os.ReadFile(filepath.Join(r.dir, "breakdown.json"))
+		if err != nil || json.Unmarshal(data, &bd) != nil || bd.Requests != len(r.recs) {
+			t.Errorf("%s: breakdown.json %s (%v): want %d requests", r.key, data, err, len(r.recs))
+		}
+		// Classes: every completed measured request in exactly one class.
+		cls := r.summary["classes"].(map[string]any)
+		n := 0.0
+		for _, c := range cls["by_class"].([]any) {
+			n += c.(map[string]any)["completed"].(float64)
+		}
+		if cls["basis"] != "router_new_tokens" || n != r.summary["completed"].(float64) {
+			t.Errorf("%s: classes %v (%v completed in classes of %v)", r.key, cls, n, r.summary["completed"])
+		}
+		per := r.summary["instances"].(map[string]any)["per_instance"].([]any)
+		if len(per) != 4 {
+			t.Fatalf("%s: %d instances in the summary, want 4", r.key, len(per))
+		}
+		if config == "pd_sep" {
+			for i, x := range per {
+				ext, _ := x.(map[string]any)["external_hit_rate"].(float64)
+				if consumer := i >= 2; consumer != (ext > 0.3) {
+					t.Errorf("%s: instance %d external hit rate %v (consumers are 2 and 3)", r.key, i, ext)
+				}
+			}
+		}
+	}
+	report, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Request classes", "| linear | agentic | 1 | WARM |", "## Prefix cache by instance", "| pd_sep | agentic | 1 |"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}

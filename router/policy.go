@@ -1,0 +1,150 @@
+// Package router is mbench's global scheduler in front of several engine
+// instances: seed 003's cache-aware proxy. It routes OpenAI completion
+// requests by a Policy — round-robin, session-sticky with a load-aware
+// override, or cache-aware scoring (linear or LMetric) on top of stickiness —
+// can offload HEAVY prefills to another instance (elastic P2P) or split every
+// request into prefill on a producer and decode on a consumer (PD
+// separation), and logs every routing decision.
+//
+// The router's view of the instances is its own shadow state: requests in
+// flight, pending prefill tokens, and the prompt blocks it has sent to each
+// instance (a prefix index, optionally LRU-bounded). It does not ask the
+// engines.
+package router
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Policy names a routing policy.
+type Policy string
+
+// Policies.
+const (
+	// RoundRobin sends request k to instance k mod n.
+	RoundRobin Policy = "round_robin"
+	// Sticky pins a session to the instance its first request went to
+	// (the least loaded then); the load-aware override moves it when its
+	// instance is overloaded.
+	Sticky Policy = "sticky"
+	// Linear is Sticky, with new and overridden sessions placed by the
+	// lowest score = load − α·cache_hit (seed 003's default policy).
+	Linear Policy = "linear"
+	// LMetric is Sticky, with placement by the lowest score =
+	// P_tokens × BS (Zhang et al., OSDI'26, as seed 003 §3.6 defines it).
+	LMetric Policy = "lmetric"
+)
+
+// Policies lists the valid policies.
+var Policies = []Policy{RoundRobin, Sticky, Linear, LMetric}
+
+// ParsePolicy validates a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	names := make([]string, len(Policies))
+	for i, p := range Policies {
+		names[i] = string(p)
+	}
+	return "", fmt.Errorf("policy %q is not one of %s", s, strings.Join(names, ", "))
+}
+
+// Options configures a Router. Zero values take seed 003's defaults.
+type Options struct {
+	Policy Policy
+	// Alpha weighs the cache hit (the share of the prompt the instance is
+	// estimated to hold, 0..1) against load (requests in flight) in Linear:
+	// a fully cached prompt is worth Alpha requests. Default 4.
+	Alpha float64
+	// OverrideFactor: a session's pinned instance whose load exceeds this
+	// many times the mean load (and at least 2 requests) is overridden.
+	// Default 2 (seed 003: "pinned instance > 2× avg load → redirect").
+	OverrideFactor float64
+	// BlockTokens is the block size of the router's prefix index. Default
+	// 16, vLLM's block size.
+	BlockTokens int
+	// CacheBlocks bounds each instance's prefix index (LRU); 0 = unbounded.
+	// Set it to an instance's KV capacity in blocks for a closer estimate.
+	CacheBlocks int
+	// Offload sends the prefill of a HEAVY request (more than HeavyTokens
+	// new tokens on its sticky instance) to another instance, and decodes
+	// on the sticky one, with at most MaxOffload offloads in flight.
+	Offload     bool
+	HeavyTokens int // default 20000
+	MaxOffload  int // default 4
+	// Classes are the request-class bounds in new tokens: WARM below
+	// Classes[0], MEDIUM below Classes[1], HEAVY below Classes[2], HEAVY+
+	// above. Default 5000, 20000, 50000 (seed 003 §3.5).
+	Classes [3]int
+}
+
+// withDefaults fills o's zero fields and validates it.
+func (o Options) withDefaults() (Options, error) {
+	if o.Policy == "" {
+		o.Policy = RoundRobin
+	}
+	if _, err := ParsePolicy(string(o.Policy)); err != nil {
+		return o, err
+	}
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Alpha, 4)
+	def(&o.OverrideFactor, 2)
+	defInt(&o.BlockTokens, 16)
+	defInt(&o.HeavyTokens, 20000)
+	defInt(&o.MaxOffload, 4)
+	if o.Classes == [3]int{} {
+		o.Classes = [3]int{5000, 20000, 50000}
+	}
+	switch {
+	case o.Alpha < 0:
+		return o, fmt.Errorf("alpha: must be ≥ 0, got %v", o.Alpha)
+	case o.OverrideFactor < 1:
+		return o, fmt.Errorf("override factor: must be ≥ 1, got %v", o.OverrideFactor)
+	case o.BlockTokens < 1:
+		return o, fmt.Errorf("block tokens: must be ≥ 1, got %d", o.BlockTokens)
+	case o.CacheBlocks < 0:
+		return o, fmt.Errorf("cache blocks: must be ≥ 0, got %d", o.CacheBlocks)
+	case o.HeavyTokens < 1 || o.MaxOffload < 1:
+		return o, fmt.Errorf("offload: heavy threshold and cap must be ≥ 1, got %d and %d", o.HeavyTokens, o.MaxOffload)
+	case !(0 < o.Classes[0] && o.Classes[0] < o.Classes[1] && o.Classes[1] < o.Classes[2]):
+		return o, fmt.Errorf("classes: bounds must be positive and increasing, got %v", o.Classes)
+	}
+	return o, nil
+}
+
+// Class is a request class by new (uncached) prompt tokens.
+type Class string
+
+// Request classes (seed 003 §3.5).
+const (
+	Warm       Class = "WARM"
+	Medium     Class = "MEDIUM"
+	Heavy      Class = "HEAVY"
+	HeavyLarge Class = "HEAVY+"
+)
+
+// classOf classifies newTokens under the bounds.
+func classOf(newTokens int, b [3]int) Class {
+	switch {
+	case newTokens < b[0]:
+		return Warm
+	case newTokens < b[1]:
+		return Medium
+	case newTokens < b[2]:
+		return Heavy
+	}
+	return HeavyLarge
+}

@@ -1,0 +1,108 @@
+package simengine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// KV roles of a sim with a (modelled) KV connector, as vLLM's
+// kv_transfer_config.kv_role names them.
+const (
+	KVRoleNone     = ""
+	KVRoleProducer = "kv_producer"
+	KVRoleConsumer = "kv_consumer"
+	KVRoleBoth     = "kv_both"
+)
+
+// kvTransferParams is the part of vLLM's kv_transfer_params the sim reads.
+// vLLM's disaggregated prefill (tests/v1/kv_connector/nixl_integration/
+// toy_proxy_server.py, commit 030ea52e) sends the prefill instance
+// {"do_remote_decode": true, ...} with max_tokens 1; the prefill's answer
+// carries {"do_remote_prefill": true, "remote_engine_id", "remote_block_ids",
+// "remote_host", "remote_port"}, which the proxy passes to the decode
+// instance with the original request.
+type kvTransferParams struct {
+	DoRemoteDecode  bool    `json:"do_remote_decode"`
+	DoRemotePrefill bool    `json:"do_remote_prefill"`
+	RemoteEngineID  *string `json:"remote_engine_id"`
+	RemoteBlockIDs  []int32 `json:"remote_block_ids"`
+	RemoteHost      *string `json:"remote_host"`
+	RemotePort      *int    `json:"remote_port"`
+}
+
+// decodeKVTransfer validates a request's kv_transfer_params against the
+// sim's role. Absent or null params are no transfer.
+func decodeKVTransfer(raw json.RawMessage, role string) (*kvTransferParams, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var p kvTransferParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, badRequest("kv_transfer_params: %v", err)
+	}
+	switch {
+	case role == KVRoleNone && (p.DoRemoteDecode || p.DoRemotePrefill):
+		return nil, badRequest("kv_transfer_params: this simulated engine has no KV connector (start it with --kv-role)")
+	case p.DoRemoteDecode && p.DoRemotePrefill:
+		return nil, badRequest("kv_transfer_params: do_remote_decode and do_remote_prefill are both set")
+	case p.DoRemoteDecode && role == KVRoleConsumer:
+		return nil, badRequest("kv_transfer_params: do_remote_decode on a kv_consumer (it cannot send KV)")
+	case p.DoRemotePrefill && role == KVRoleProducer:
+		return nil, badRequest("kv_transfer_params: do_remote_prefill on a kv_producer (it cannot receive KV)")
+	case p.DoRemotePrefill && (p.RemoteEngineID == nil || p.RemoteHost == nil || p.RemotePort == nil):
+		return nil, badRequest("kv_transfer_params: do_remote_prefill needs remote_engine_id, remote_host and remote_port (from the prefill instance's answer)")
+	}
+	return &p, nil
+}
+
+// remoteDecodeParams is what a prefill instance reached at addr (the
+// request's Host) answers with: where the KV of the request is, for the
+// decode instance.
+func remoteDecodeParams(addr string, blocks []int32) string {
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	if blocks == nil {
+		blocks = []int32{}
+	}
+	b, _ := json.Marshal(struct {
+		DoRemotePrefill bool    `json:"do_remote_prefill"`
+		DoRemoteDecode  bool    `json:"do_remote_decode"`
+		RemoteBlockIDs  []int32 `json:"remote_block_ids"`
+		RemoteEngineID  string  `json:"remote_engine_id"`
+		RemoteHost      string  `json:"remote_host"`
+		RemotePort      int     `json:"remote_port"`
+		TPSize          int     `json:"tp_size"`
+	}{true, false, blocks, "mbench-sim-" + addr, host, p, 1})
+	return string(b)
+}
+
+// pullKV models a decode instance receiving a prompt's KV from the prefill
+// instance: the full blocks it does not hold locally are "transferred",
+// taking KVTransferUsPerToken per token, before the request joins the
+// queue. It returns the tokens transferred (the connector's external hits).
+// The transfer waits outside the engine's lock, so other requests run.
+func (e *Engine) pullKV(ctx context.Context, req *completionRequest) (int, error) {
+	bs := e.cfg.BlockSize
+	full := (len(req.Prompt) - 1) / bs
+	hashes := chainHashes(req.Prompt, bs)
+	e.mu.Lock()
+	local := len(e.sch.kv.lookup(hashes, full))
+	e.mu.Unlock()
+	ext := (full - local) * bs
+	if d := time.Duration(float64(ext) * e.cfg.KVTransferUsPerToken * float64(time.Microsecond)); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("kv transfer: %w", ctx.Err())
+		}
+	}
+	return ext, nil
+}
