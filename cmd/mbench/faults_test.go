@@ -249,9 +249,13 @@ func TestFaultEngineCrash(t *testing.T) {
 	writeSimMatrix(t, m, map[string]string{"%CONFIGS%": "  plain: {}\n  crashy:\n    sim: {crash_after_steps: 60}", "%RATES%": "40", "%BLOCKS%": "4"})
 	t.Cleanup(func() { killMarked(out) })
 	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
-	mustFinish(t, c, 2*time.Minute)
-	if !strings.Contains(c.stdout.String(), "8 runs (4 failed)") {
-		t.Errorf("stdout does not say 8 runs (4 failed):\n%s", c.output())
+	// The crashy cell has no usable run: the sweep finishes, names it, exits 3.
+	if code := c.wait(2 * time.Minute); code != exitNoResult {
+		c.kill()
+		t.Fatalf("exit %d, want 3 (a cell without a usable run)\n%s", code, c.output())
+	}
+	if !strings.Contains(c.stderr.String(), "(crashy rate=40 64x8): 4 failed") || !strings.Contains(c.stderr.String(), "sweep done: 8 runs: ") {
+		t.Errorf("stderr does not name the crashy cell's 4 failed runs:\n%s", c.output())
 	}
 	j := checkFinished(t, out)
 	cfg := map[string]string{}

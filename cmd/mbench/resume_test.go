@@ -379,7 +379,7 @@ func TestResumePlanEditsAndFingerprint(t *testing.T) {
 		if _, kept := keep[cl.ID]; kept {
 			continue
 		}
-		if !removed[cl.ID] || !strings.Contains(c.stdout.String(), "removed cell (results kept on disk): "+cl.ID) {
+		if !removed[cl.ID] || !strings.Contains(c.stderr.String(), "removed cell (results kept on disk): "+cl.ID) {
 			t.Errorf("removed cell %s not recorded in sweep.json or not listed:\n%s", cl.ID, c.output())
 		}
 	}

@@ -30,10 +30,12 @@ type sweepRun struct {
 }
 
 // runWorkloadSweep runs matrix body (with %PORT% and %TRACE% filled in) through the
-// CLI and returns its runs, every one of which must be journaled ok.
+// CLI and returns its runs, every one of which must have measured: ok, or a
+// verdict a busy machine truthfully gives (client_limited, saturated), whose
+// workload and cache figures are still what these tests check.
 func runWorkloadSweep(t *testing.T, body string, wantRuns int) []sweepRun {
 	t.Helper()
-	return runWorkloadSweepAllowing(t, body, wantRuns, "ok")
+	return runWorkloadSweepAllowing(t, body, wantRuns, "ok", "client_limited", "saturated")
 }
 
 // runWorkloadSweepAllowing is runWorkloadSweep accepting runs journaled with
