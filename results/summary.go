@@ -175,7 +175,9 @@ func ptr(v float64) *float64 {
 // (output_tokens − 1) for output_tokens > 1, ITL = every itl_ms pooled;
 // percentiles by linear interpolation. duration = WindowEnd − WindowStart (the
 // measured window); request_throughput = completed / duration; achieved_rate =
-// (measured sends − 1) / (last send − first send), the rate of the sent gaps;
+// the measured requests written within the schedule's window (first to last
+// scheduled send + 5 ms) over that window (openloop.Grade.AchievedRate), or,
+// without scheduled times, (sends − 1) / (last send − first send);
 // thr_ratio = completions inside the window / requests offered in the window,
 // the latter being (the schedule's realized rate, or Offered when there are no
 // scheduled times) × duration. Using the realized rate keeps a Poisson
