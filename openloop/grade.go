@@ -33,7 +33,6 @@ const (
 	ClientLateMs          = 5.0  // a send later than this is late
 	ClientLateShare       = 0.01 // largest tolerated share of late sends
 	ClientLateAlpha       = 0.01 // confidence of the late-share test
-	ClientLimitedLagP99Ms = ClientLateMs
 	ClientLimitedRatio    = 0.99 // sent within the window / scheduled
 	ClientSlowMin         = 3    // and at least this many requests short
 	ClientLimitedKSAlpha  = 0.01 // KS test rejects the offered distribution
