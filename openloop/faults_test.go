@@ -2,6 +2,7 @@ package openloop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -227,5 +228,39 @@ func TestStreamMemoryCap(t *testing.T) {
 			t.Errorf("cap %d: %d stream_too_large (want ≥ %d, or none for a large cap), peak %d, still held %d",
 				c.limit, tooLarge, c.minTooLong, b.peak.Load(), b.used.Load())
 		}
+	}
+}
+
+// endlessX is a stream of "data: xxxx…" with no line end.
+type endlessX struct{ started bool }
+
+func (r *endlessX) Read(p []byte) (int, error) {
+	n := 0
+	if !r.started {
+		n = copy(p, "data: ")
+		r.started = true
+	}
+	for i := n; i < len(p); i++ {
+		p[i] = 'x'
+	}
+	return len(p), nil
+}
+
+// TestSSELineCap: a line longer than 16 MiB fails with stream_too_large,
+// having held no more than the cap.
+func TestSSELineCap(t *testing.T) {
+	b := &memBudget{limit: DefaultStreamMemory}
+	s := newSSEReader(nil)
+	s.reset(&endlessX{}, b)
+	_, err := s.next()
+	if !errors.Is(err, errTooLarge) || ClassifyErr(context.Background(), err) != ErrClassStreamTooLarge {
+		t.Fatalf("error %v (class %q), want stream_too_large", err, ClassifyErr(context.Background(), err))
+	}
+	if p := b.peak.Load(); p > maxSSELine {
+		t.Errorf("held %d bytes for a line capped at %d", p, maxSSELine)
+	}
+	s.reset(nil, nil)
+	if b.used.Load() != 0 {
+		t.Errorf("%d bytes still charged after the request", b.used.Load())
 	}
 }

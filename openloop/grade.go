@@ -30,14 +30,13 @@ import (
 //     1.63/√n) by more than ClientLimitedKSMaxD. At large n the test alone
 //     rejects deviations of no practical effect (D = 0.02 at n = 10,000).
 const (
-	ClientLateMs          = 5.0  // a send later than this is late
-	ClientLateShare       = 0.01 // largest tolerated share of late sends
-	ClientLateAlpha       = 0.01 // confidence of the late-share test
-	ClientLimitedLagP99Ms = ClientLateMs
-	ClientLimitedRatio    = 0.99 // sent within the window / scheduled
-	ClientSlowMin         = 3    // and at least this many requests short
-	ClientLimitedKSAlpha  = 0.01 // KS test rejects the offered distribution
-	ClientLimitedKSMaxD   = 0.05 // ... by more than this distance beyond its critical value
+	ClientLateMs         = 5.0  // a send later than this is late
+	ClientLateShare      = 0.01 // largest tolerated share of late sends
+	ClientLateAlpha      = 0.01 // confidence of the late-share test
+	ClientLimitedRatio   = 0.99 // sent within the window / scheduled
+	ClientSlowMin        = 3    // and at least this many requests short
+	ClientLimitedKSAlpha = 0.01 // KS test rejects the offered distribution
+	ClientLimitedKSMaxD  = 0.05 // ... by more than this distance beyond its critical value
 	// KSResolution is the grid on which the KS test compares distribution
 	// functions. A sender's wake-up jitter (tens of µs) would make a
 	// continuous KS test reject every high-rate run — with n = λT gaps it

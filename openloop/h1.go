@@ -255,7 +255,8 @@ func readResponseHead(br *bufio.Reader, body *h1Body) (status int, keep bool, er
 		if err != nil || status < 100 {
 			return 0, false, fmt.Errorf("%w: status line %.80q", errMalformedHTTP, line)
 		}
-		keep = line[7] == '1'
+		http11 := line[7] == '1'
+		keep = http11
 		*body = h1Body{br: br, rem: -1}
 		haveLen := false
 		for n := 0; ; n++ {
@@ -282,7 +283,7 @@ func readResponseHead(br *bufio.Reader, body *h1Body) (status int, keep bool, er
 				}
 				body.rem, haveLen = v, true
 			case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-				body.chunked = bytes.EqualFold(value, []byte("chunked"))
+				body.chunked = http11 && bytes.EqualFold(value, []byte("chunked")) // as net/http: not in HTTP/1.0
 			case bytes.EqualFold(name, []byte("Connection")):
 				if bytes.EqualFold(value, []byte("close")) {
 					keep = false

@@ -59,7 +59,7 @@ func (s *sseReader) grow(buf *[]byte, n int) error {
 	if len(*buf)+n <= cap(*buf) {
 		return nil
 	}
-	newCap := max(2*cap(*buf), len(*buf)+n)
+	newCap := max(min(2*cap(*buf), maxSSELine), len(*buf)+n) // doubling, but not past the line cap
 	if s.budget != nil {
 		over := int64(newCap+cap(s.line)+cap(s.data)-cap(*buf)) - sseKeep
 		if need := over - s.held; need > 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -348,5 +349,36 @@ func TestTraceReplayTimeoutDrains(t *testing.T) {
 		if r.Error != "drain timeout" {
 			t.Fatalf("record %+v", r)
 		}
+	}
+}
+
+// TestTraceReplayKeepsLateness: 3,000 sessions that all start at the same
+// trace time cannot all be sent within the 5 ms session lead, yet every
+// request stays scheduled at its trace time (no session slot limit): the
+// lateness is in its send lag, never moved into its schedule.
+func TestTraceReplayKeepsLateness(t *testing.T) {
+	var b strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&b, "{\"timestamp\": 10, \"input_length\": 8, \"output_length\": 1, \"hash_ids\": [%d], \"session_id\": \"s%d\", \"turn\": 1}\n", i+1, i)
+	}
+	path := filepath.Join(t.TempDir(), "burst.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startStub(t, stub.Options{Tokens: 1})
+	res, err := Run(context.Background(), Config{Targets: []string{s.URL}, Model: "m", Shape: Shape{Trace: &Trace{Path: path}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var maxLag time.Duration
+	for _, r := range res.Records {
+		if r.ScheduledNs != r.TraceNs {
+			t.Fatalf("record %d: scheduled %d, trace time %d: lateness moved into the schedule", r.ID, r.ScheduledNs, r.TraceNs)
+		}
+		maxLag = max(maxLag, r.Lag())
+	}
+	t.Logf("max send lag %v over %d requests", maxLag, len(res.Records))
+	if maxLag <= sessionLead || res.Grade.LagMaxMs != float64(maxLag)/1e6 {
+		t.Errorf("max lag %v, grade's %.3f ms: want lateness beyond the %v session lead, in the grade", maxLag, res.Grade.LagMaxMs, sessionLead)
 	}
 }

@@ -134,8 +134,8 @@ func renderClientLimited(b *strings.Builder, ordered []*cellData) {
 		}
 	}
 	if n == 0 {
-		fmt.Fprintf(b, "None: in every run the load generator kept to its schedule (send-lag p99 ≤ %.0f ms, achieved/scheduled send rate ≥ %.2f and, for Poisson and gamma arrivals, the KS test of the sent gaps did not reject at %.2g).\n",
-			openloop.ClientLimitedLagP99Ms, openloop.ClientLimitedRatio, openloop.ClientLimitedKSAlpha)
+		fmt.Fprintf(b, "None: in every run the load generator kept to its schedule (no more than %.0f%% of sends over %.0f ms late, ≥ %.2f of the requests sent within the schedule's window and, for Poisson and gamma arrivals, the KS distance of the sent gaps within %.2f of its critical value at α = %.2g).\n",
+			100*openloop.ClientLateShare, openloop.ClientLateMs, openloop.ClientLimitedRatio, openloop.ClientLimitedKSMaxD, openloop.ClientLimitedKSAlpha)
 	}
 	b.WriteString("\n")
 }

@@ -24,8 +24,8 @@ const (
 )
 
 // The thresholds of client_limited are the load generator's own
-// (openloop.ClientLimitedLagP99Ms, openloop.ClientLimitedRatio,
-// openloop.ClientLimitedKSAlpha): the summary copies its grading.
+// (openloop.ClientLateMs and the constants beside it): the summary copies its
+// grading.
 
 // RunInput is everything SummarizeRun needs about one run: who it was, the
 // request records (all phases; only "measure" counts), the window, and the
@@ -204,7 +204,9 @@ func ptr(v float64) *float64 {
 // (output_tokens − 1) for output_tokens > 1, ITL = every itl_ms pooled;
 // percentiles by linear interpolation. duration = WindowEnd − WindowStart (the
 // measured window); request_throughput = completed / duration; achieved_rate =
-// (measured sends − 1) / (last send − first send), the rate of the sent gaps;
+// the measured requests written within the schedule's window (first to last
+// scheduled send + 5 ms) over that window (openloop.Grade.AchievedRate), or,
+// without scheduled times, (sends − 1) / (last send − first send);
 // thr_ratio = completions inside the window / requests offered in the window,
 // the latter being (the schedule's realized rate, or Offered when there are no
 // scheduled times) × duration. Using the realized rate keeps a Poisson
@@ -216,10 +218,12 @@ func ptr(v float64) *float64 {
 // against send time with one-sided p < 0.01 and a fitted rise over the window
 // above half the median TTFT). Send lag, the KS test and client_limited are
 // the load generator's own grading, in.Grade or openloop.SelfGrade over the
-// records (see RunInput.Grade): client_limited when the send-lag p99 exceeds
-// 5 ms, the achieved/scheduled send ratio is below 0.99, or, for Poisson
-// (gamma) arrivals, the KS test of the sent gaps against Exponential(offered)
-// (Gamma(k, offered·k)) rejects at 0.01. The reasons are in words.
+// records (see RunInput.Grade and the rule at openloop.ClientLateMs):
+// client_limited when more than 1% of the sends were over 5 ms late (with 99%
+// confidence), under 99% of the requests were sent within the schedule's
+// window, or, for Poisson (gamma) arrivals, the KS distance of the sent gaps
+// against Exponential(offered) (Gamma(k, offered·k)) exceeds its critical
+// value at 0.01 by more than 0.05. The reasons are in words.
 func SummarizeRun(in RunInput) (*RunSummary, error) {
 	if in.Offered < 0 || math.IsNaN(in.Offered) || math.IsInf(in.Offered, 0) {
 		return nil, fmt.Errorf("summarize run %s b%d: offered rate %v is not a rate", in.Cell, in.Block, in.Offered)

@@ -76,7 +76,7 @@ func TestSummarizeRunKnownValues(t *testing.T) {
 	eq("p90_ttft_intended_ms", s.P90TTFTIntendedMs, 58.1+0.81) // + lag, which grows with TTFT
 	eq("send_lag_p50_ms", s.SendLagP50Ms, 0.4)                 // lags 0, 0, 0.1, …, 0.9
 	eq("send_lag_max_ms", s.SendLagMaxMs, 0.9)
-	eq("achieved_rate", s.AchievedRate, 10/0.9) // 11 sends over 0.9 s
+	eq("achieved_rate", s.AchievedRate, 11/0.9041) // 11 sends in the schedule's window, 1000..1899.1 + 5 ms
 	// Scheduled 1000..1899.1 ms, sent 1000..1900 ms: all 11 within the
 	// schedule's window (to 1899.1 + 5 ms).
 	eq("achieved_send_ratio", s.AchievedSendRatio, 1)
