@@ -25,6 +25,8 @@ func FuzzParseStepLine(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	typical := bytes.TrimSpace(genBlock(1))
+	typicalFrac := bytes.TrimSpace(genBlockFrac(1))
+	f.Add(typicalFrac)
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var slow StepRecord
 		var slowTs bool
@@ -56,7 +58,7 @@ func FuzzParseStepLine(f *testing.F) {
 				check("scanFast", rec, ts, skip)
 			}
 			// scanTemplate, with the template of a typical line, then of the line.
-			for _, warm := range [][]byte{typical, line} {
+			for _, warm := range [][]byte{typical, typicalFrac, line} {
 				sp := stepParser{skip: skip}
 				sp.parse(warm, &tmp)
 				rec, ts = StepRecord{}, false
