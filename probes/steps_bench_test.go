@@ -211,7 +211,7 @@ func TestSummarizeStepsMemoryBounded(t *testing.T) {
 func BenchmarkParseStepLine(b *testing.B) {
 	block := genBlockFrac(100)
 	lines := bytes.Split(bytes.TrimSpace(block), []byte("\n"))
-	sp := stepParser{skip: ^uint32(0) &^ (1<<NumTimers - 1)} // as SummarizeSteps
+	sp := stepParser{skip: stepSkip} // as SummarizeSteps
 	var rec StepRecord
 	i := 0
 	for b.Loop() {

@@ -379,3 +379,28 @@ func TestTemplateShortTail(t *testing.T) {
 		t.Fatalf("template missed: %+v", rec)
 	}
 }
+
+// Batch-queue lines (async scheduling) carry launch_us and wait_us instead
+// of execute_us, and batch_queue:1; SummarizeSteps counts them.
+func TestSummarizeStepsBatchQueue(t *testing.T) {
+	log := `{"ts_us":10,"step_duration_us":600.5,"schedule_us":100.25,"launch_us":150.0,"wait_us":300.125,"update_us":40.0,"unaccounted_us":10.125,"batch_queue":1,"pid":7}
+{"ts_us":20,"step_duration_us":300.5,"schedule_us":100.25,"launch_us":150.0,"unaccounted_us":50.25,"batch_queue":1,"pid":7}
+{"ts_us":30,"step_duration_us":900.0,"schedule_us":100.0,"execute_us":700.0,"update_us":50.0,"unaccounted_us":50.0,"pid":7}
+`
+	st, err := SummarizeSteps(context.Background(), strings.NewReader(log), 0, 0, nil)
+	if err != nil || st.NSteps != 3 || st.Malformed != 0 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if st.BatchQueueSteps != 2 {
+		t.Errorf("batch-queue steps %d, want 2", st.BatchQueueSteps)
+	}
+	if q := st.Timers["wait_us"]; q.N != 1 || q.Max != 300.125 {
+		t.Errorf("wait_us %+v", q)
+	}
+	if q := st.Timers["launch_us"]; q.N != 2 || q.Min != 150 {
+		t.Errorf("launch_us %+v", q)
+	}
+	if q := st.Timers["execute_us"]; q.N != 1 {
+		t.Errorf("execute_us %+v", q)
+	}
+}
