@@ -34,7 +34,7 @@ def test_platform_scheduler_created_after_plugin_load(step_log):
             t.note("schedule", perf() - t0)
             return so
 
-    t = Timings(schedule=2 * MS, execute=1 * MS)
+    t = Timings(schedule=10 * MS, execute=1 * MS)
     cfg = config(t, connector=None, scheduler_cls=PlatformScheduler)
     eng = engine(ns, cfg)
     assert type(eng.scheduler) is PlatformScheduler
@@ -107,9 +107,8 @@ def test_async_cpu_bound_has_no_wait(step_log):
     small part of the step and the period is the engine thread's work."""
     t, lines = _gpu_run(step_log, 30, 50 * US)
     steady = lines[5:]
-    for ln in steady:
-        cpu = ln["schedule_us"] + ln["launch_us"] + ln.get("update_us", 0)
-        assert ln.get("wait_us", 0) < cpu
+    cpu = statistics.median(ln["schedule_us"] + ln["launch_us"] + ln.get("update_us", 0) for ln in steady)
+    assert statistics.median(ln.get("wait_us", 0) for ln in steady) < cpu / 4
     assert statistics.median(ln["step_duration_us"] for ln in steady) >= 600
 
 

@@ -163,6 +163,7 @@ def make_plugins_module() -> types.ModuleType:
 
 MODULES = (
     "vllm",
+    "vllm.config",
     "vllm.plugins",
     "vllm.v1",
     "vllm.v1.engine",
@@ -206,6 +207,8 @@ def build_modules(ns, version: str, omit: tuple[str, ...] = ()) -> dict:
             **({"SupportsHMA": ns.SupportsHMA} if hasattr(ns, "SupportsHMA") else {}),
         },
     }
+    if hasattr(ns, "SchedulerConfig"):
+        put["vllm.config"] = {"SchedulerConfig": ns.SchedulerConfig}
     for mod, attrs in put.items():
         if mod in mods:
             for k, v in attrs.items():

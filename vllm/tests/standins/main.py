@@ -44,6 +44,9 @@ numbers are of that revision):
   (L108-L141) calls ``kv_connector.get_finished(scheduler_output.
   finished_req_ids)`` (L131) on ``get_kv_transfer_group()`` after the
   forward.
+* vllm/config/scheduler.py (main, reconstructed, not read at a pinned
+  commit): ``SchedulerConfig.async_scheduling: bool | None = None`` -- None
+  lets vLLM turn it on at start-up where supported (the default since v0.14).
 * ``vllm.utils.func_utils.supports_kw``: true when the parameter exists as
   positional-or-keyword / keyword-only, or the callable takes ``**kwargs``.
 """
@@ -394,8 +397,15 @@ def make():
                 batch_queue.appendleft((future, deferred_scheduler_output, exec_future))
             return engine_core_outputs, model_executed
 
+    from dataclasses import dataclass
+
+    @dataclass
+    class SchedulerConfig:
+        async_scheduling: bool | None = None
+
     out = SimpleNamespace(**vars(ns))
     out.version = VERSION
+    out.SchedulerConfig = SchedulerConfig
     out.SupportsHMA = SupportsHMA
     out.supports_hma = supports_hma
     out.KVConnectorBase_V1 = KVConnectorBase_V1
