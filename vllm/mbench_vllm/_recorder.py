@@ -65,10 +65,24 @@ def _fmt_step(r: tuple) -> str:
     if run is not None:
         s += f',"num_running":{run},"num_waiting":{wait}'
     if total is not None:
+        dec = _decode_tokens(total, dec)
         s += f',"num_prefill_tokens":{total - dec},"num_decode_tokens":{dec}'
     if bq:
         s += ',"batch_queue":1'
     return f'{s},"pid":{pid}}}\n'
+
+
+def _decode_tokens(total: int, dicts: tuple) -> int:
+    """Decode tokens of a SchedulerOutput: requests scheduled for exactly one
+    token, plus speculative-decode requests (1 + drafts each)."""
+    nst, spec = dicts
+    try:
+        dec = list(nst.values()).count(1)
+        if spec:
+            dec += sum(map(len, spec.values())) + len(spec)
+    except Exception:
+        return 0
+    return min(dec, total)
 
 
 def _fmt_worker(r: tuple) -> str:
@@ -284,14 +298,11 @@ class State:
                 run = None
         out = self.sched_out
         if out is not None:
+            # O(1) here: the per-request count runs in the formatter thread
+            # (_decode_tokens), on dicts vLLM builds anew for every step.
             try:
                 total = out.total_num_scheduled_tokens
-                dec = list(out.num_scheduled_tokens.values()).count(1)
-                spec = out.scheduled_spec_decode_tokens
-                if spec:
-                    dec += sum(map(len, spec.values())) + len(spec)
-                if dec > total:
-                    dec = total
+                dec = (out.num_scheduled_tokens, out.scheduled_spec_decode_tokens)
             except Exception:
                 total = None
         w = self._writer or self.writer()
