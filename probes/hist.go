@@ -36,23 +36,23 @@ const (
 // counter counts values exactly, in three tiers tried in order:
 //
 //   - integers in [0, denseMax) (whole µs) in lazily allocated dense pages;
-//   - values k/1000 with integer k in [0, denseMax) (µs with ns resolution,
-//     as the vLLM plugin writes them: 3104.562) in dense pages by k, when
+//   - values k/1000 with integer k in [0, nsMax) (µs with ns resolution,
+//     as the vLLM plugin writes them: 31.562) in dense pages by k, when
 //     float64(k)/1000 is exactly the value (so it is recovered exactly);
 //   - other values in a hash table of at most tailCap distinct keys. Past
 //     that it bins them (Approx): non-negative values into lazily allocated
 //     dense bin pages (one per binary exponent; counting one is a shift and
 //     an increment), negative ones into the table.
 //
-// Its memory is bounded whatever the stream length: two sets of at most
-// numPages pages of pageSize int64, the bounded table, and at most binPages
+// Its memory is bounded whatever the stream length: at most numPages +
+// nsPages pages of pageSize int64, the bounded table, and at most binPages
 // bin pages of binPage int64.
 type counter struct {
 	n      int64
 	sum    float64
 	lo, hi float64                    // exact extremes (valid when n > 0)
 	pages  [numPages]*[pageSize]int64 // whole µs
-	nsPgs  [numPages]*[pageSize]int64 // k/1000 µs
+	nsPgs  [nsPages]*[pageSize]int64  // k/1000 µs
 	tail   *valueTable                // exact values; once binned, negative bins only
 	binned bool
 	bins   *[binPages]*[binPage]int64 // non-negative bins, by exponent
@@ -63,6 +63,11 @@ const (
 	binPage     = 1 << binPageBits
 	binPages    = 1 << 11 // one page per exponent of a non-negative float64
 	nsScale     = 1000    // the second tier's unit: 1/1000 µs
+	// nsMax bounds the second tier (k < nsMax: values below 65.536 µs) so
+	// its pages stay cache-sized (512 KiB); larger ns-resolution values are
+	// mostly distinct and soon binned.
+	nsMax   = 1 << 16
+	nsPages = nsMax >> pageBits
 )
 
 func (c *counter) add(v float64) {
@@ -79,13 +84,13 @@ func (c *counter) add(v float64) {
 	if v >= 0 && v < denseMax {
 		iv := int(v)
 		if float64(iv) == v {
-			countDense(&c.pages, iv)
+			countDense(c.pages[:], iv)
 			return
 		}
-		if v < denseMax/nsScale {
+		if v < nsMax/nsScale {
 			k := int(v*nsScale + 0.5)
 			if float64(k)/nsScale == v {
-				countDense(&c.nsPgs, k)
+				countDense(c.nsPgs[:], k)
 				return
 			}
 		}
@@ -93,7 +98,7 @@ func (c *counter) add(v float64) {
 	c.addTail(v)
 }
 
-func countDense(pages *[numPages]*[pageSize]int64, i int) {
+func countDense(pages []*[pageSize]int64, i int) {
 	p := pages[i>>pageBits]
 	if p == nil {
 		p = new([pageSize]int64)
@@ -149,7 +154,7 @@ type valueCount struct {
 
 // densePages lists the non-empty slots of dense pages in ascending order,
 // slot i standing for the value i/scale.
-func densePages(pages *[numPages]*[pageSize]int64, scale float64) []valueCount {
+func densePages(pages []*[pageSize]int64, scale float64) []valueCount {
 	var out []valueCount
 	for pi, p := range pages {
 		if p == nil {
@@ -188,7 +193,7 @@ func (c *counter) walk(f func(v float64, n int64) bool) {
 			}
 		}
 	}
-	lists := [3][]valueCount{densePages(&c.pages, 1), densePages(&c.nsPgs, nsScale), others}
+	lists := [3][]valueCount{densePages(c.pages[:], 1), densePages(c.nsPgs[:], nsScale), others}
 	for {
 		best := -1
 		for i, l := range lists {
