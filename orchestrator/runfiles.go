@@ -33,6 +33,7 @@ func (s *Sweep) collectSteps(ctx context.Context, es *engineSet, offsets []int64
 		return nil, err
 	}
 	var raw bytes.Buffer
+	var workers *probes.MergeStats
 	any := false
 	for i, p := range es.procs {
 		if p.stepLog == "" {
@@ -44,8 +45,15 @@ func (s *Sweep) collectSteps(ctx context.Context, es *engineSet, offsets []int64
 			continue
 		}
 		any = true
-		if err := s.mergeWorkers(ctx, p, &part, &raw); err != nil {
+		ms, err := s.mergeWorkers(ctx, p, &part, &raw)
+		if err != nil {
 			return nil, err
+		}
+		if ms != nil {
+			if workers == nil {
+				workers = new(probes.MergeStats)
+			}
+			workers.Add(*ms)
 		}
 	}
 	if !any {
@@ -62,6 +70,7 @@ func (s *Sweep) collectSteps(ctx context.Context, es *engineSet, offsets []int64
 	if err != nil {
 		return nil, fmt.Errorf("slice step log: %w", err)
 	}
+	st.Workers = workers
 	return &st, nil
 }
 
@@ -134,12 +143,12 @@ func lastStepEndUs(ctx context.Context, p *engineProc) (tsUs, size int64) {
 
 // mergeWorkers folds the worker-side get_finished timings that vLLM worker
 // processes log per pid into the engine's step lines; without worker files
-// the lines pass through unchanged.
-func (s *Sweep) mergeWorkers(ctx context.Context, p *engineProc, main *bytes.Buffer, out *bytes.Buffer) error {
+// the lines pass through unchanged (and the stats are nil).
+func (s *Sweep) mergeWorkers(ctx context.Context, p *engineProc, main *bytes.Buffer, out *bytes.Buffer) (*probes.MergeStats, error) {
 	files := workerLogs(ctx, p.host, p.stepLog)
 	if len(files) == 0 {
 		_, err := out.Write(main.Bytes())
-		return err
+		return nil, err
 	}
 	var readers []io.Reader
 	for _, f := range files {
@@ -150,10 +159,11 @@ func (s *Sweep) mergeWorkers(ctx context.Context, p *engineProc, main *bytes.Buf
 		}
 		readers = append(readers, &b)
 	}
-	if _, err := probes.MergeWorkerTimings(ctx, main, readers, out); err != nil {
-		return fmt.Errorf("merge worker step timings of %s: %w", p.name, err)
+	ms, err := probes.MergeWorkerTimings(ctx, main, readers, out)
+	if err != nil {
+		return nil, fmt.Errorf("merge worker step timings of %s: %w", p.name, err)
 	}
-	return nil
+	return &ms, nil
 }
 
 // moveAside keeps a partial run directory left by an interrupted run as

@@ -25,6 +25,8 @@ func FuzzParseStepLine(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	typical := bytes.TrimSpace(genBlock(1))
+	typicalFrac := bytes.TrimSpace(genBlockFrac(1))
+	f.Add(typicalFrac)
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var slow StepRecord
 		var slowTs bool
@@ -45,7 +47,7 @@ func FuzzParseStepLine(f *testing.F) {
 				t.Fatalf("%s %q:\n got %+v ts %v\nslow %+v ts %v", path, line, rec, ts, want, slowTs)
 			}
 		}
-		for _, skip := range []uint32{0, ^uint32(0) &^ (1<<NumTimers - 1)} {
+		for _, skip := range []uint32{0, stepSkip} {
 			// scanFast, with key-order guesses from the line itself.
 			sp := stepParser{skip: skip}
 			var tmp StepRecord
@@ -56,7 +58,7 @@ func FuzzParseStepLine(f *testing.F) {
 				check("scanFast", rec, ts, skip)
 			}
 			// scanTemplate, with the template of a typical line, then of the line.
-			for _, warm := range [][]byte{typical, line} {
+			for _, warm := range [][]byte{typical, typicalFrac, line} {
 				sp := stepParser{skip: skip}
 				sp.parse(warm, &tmp)
 				rec, ts = StepRecord{}, false

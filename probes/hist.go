@@ -33,36 +33,78 @@ const (
 	binMiddle = uint64(1) << (binShift - 1)
 )
 
-// counter counts values exactly: integers in [0, denseMax) in lazily
-// allocated dense pages, other values in a map of at most tailCap distinct
-// keys (then log-binned). Its memory is bounded whatever the stream length:
-// at most numPages pages of pageSize int64 plus the bounded map.
+// counter counts values exactly, in three tiers tried in order:
+//
+//   - integers in [0, denseMax) (whole µs) in lazily allocated dense pages;
+//   - values k/1000 with integer k in [0, nsMax) (µs with ns resolution,
+//     as the vLLM plugin writes them: 31.562) in dense pages by k, when
+//     float64(k)/1000 is exactly the value (so it is recovered exactly);
+//   - other values in a hash table of at most tailCap distinct keys. Past
+//     that it bins them (Approx): non-negative values into lazily allocated
+//     dense bin pages (one per binary exponent; counting one is a shift and
+//     an increment), negative ones into the table.
+//
+// Its memory is bounded whatever the stream length: at most numPages +
+// nsPages pages of pageSize int64, the bounded table, and at most binPages
+// bin pages of binPage int64.
 type counter struct {
 	n      int64
 	sum    float64
-	pages  [numPages]*[pageSize]int64
-	tail   map[float64]int64
+	lo, hi float64                    // exact extremes (valid when n > 0)
+	pages  [numPages]*[pageSize]int64 // whole µs
+	nsPgs  [nsPages]*[pageSize]int64  // k/1000 µs
+	tail   *valueTable                // exact values; once binned, negative bins only
 	binned bool
-	// Exact extremes of the tail values (dense values are exact anyway).
-	tailMin, tailMax float64
+	bins   *[binPages]*[binPage]int64 // non-negative bins, by exponent
 }
 
+const (
+	binPageBits = 64 - binShift - 12 // mantissa bits kept: slots per page
+	binPage     = 1 << binPageBits
+	binPages    = 1 << 11 // one page per exponent of a non-negative float64
+	nsScale     = 1000    // the second tier's unit: 1/1000 µs
+	// nsMax bounds the second tier (k < nsMax: values below 65.536 µs) so
+	// its pages stay cache-sized (512 KiB); larger ns-resolution values are
+	// mostly distinct and soon binned.
+	nsMax   = 1 << 16
+	nsPages = nsMax >> pageBits
+)
+
 func (c *counter) add(v float64) {
+	if c.n == 0 {
+		c.lo, c.hi = v, v
+	}
 	c.n++
 	c.sum += v
+	if v < c.lo { // plain compares: no NaN here, cheaper than min/max
+		c.lo = v
+	} else if v > c.hi {
+		c.hi = v
+	}
 	if v >= 0 && v < denseMax {
 		iv := int(v)
 		if float64(iv) == v {
-			p := c.pages[iv>>pageBits]
-			if p == nil {
-				p = new([pageSize]int64)
-				c.pages[iv>>pageBits] = p
-			}
-			p[iv&(pageSize-1)]++
+			countDense(c.pages[:], iv)
 			return
+		}
+		if v < nsMax/nsScale {
+			k := int(v*nsScale + 0.5)
+			if float64(k)/nsScale == v {
+				countDense(c.nsPgs[:], k)
+				return
+			}
 		}
 	}
 	c.addTail(v)
+}
+
+func countDense(pages []*[pageSize]int64, i int) {
+	p := pages[i>>pageBits]
+	if p == nil {
+		p = new([pageSize]int64)
+		pages[i>>pageBits] = p
+	}
+	p[i&(pageSize-1)]++
 }
 
 func binOf(v float64) float64 {
@@ -71,55 +113,100 @@ func binOf(v float64) float64 {
 
 func (c *counter) addTail(v float64) {
 	if c.tail == nil {
-		c.tail = make(map[float64]int64)
-		c.tailMin, c.tailMax = v, v
+		c.tail = new(valueTable)
 	}
-	c.tailMin, c.tailMax = min(c.tailMin, v), max(c.tailMax, v)
 	if c.binned {
-		c.tail[binOf(v)]++
+		c.addBin(v, 1)
 		return
 	}
-	c.tail[v]++
-	if len(c.tail) > tailCap {
+	c.tail.add(v, 1)
+	if c.tail.len() > tailCap {
 		old := c.tail
-		c.tail = make(map[float64]int64, len(old)/4)
-		for k, n := range old {
-			c.tail[binOf(k)] += n
-		}
+		c.tail = new(valueTable)
 		c.binned = true
+		old.each(c.addBin)
 	}
 }
 
-// walk calls f for each distinct value in ascending order with its count,
-// until f returns false.
-func (c *counter) walk(f func(v float64, n int64) bool) {
-	keys := make([]float64, 0, len(c.tail))
-	for k := range c.tail {
-		keys = append(keys, k)
+// addBin counts n values v in v's bin.
+func (c *counter) addBin(v float64, n int64) {
+	key := math.Float64bits(v) >> binShift
+	if key>>(binPageBits+11) != 0 { // sign bit: negative
+		c.tail.add(binOf(v), n)
+		return
 	}
-	sort.Float64s(keys)
-	t := 0
-	for pi, p := range c.pages {
+	if c.bins == nil {
+		c.bins = new([binPages]*[binPage]int64)
+	}
+	pg := c.bins[key>>binPageBits]
+	if pg == nil {
+		pg = new([binPage]int64)
+		c.bins[key>>binPageBits] = pg
+	}
+	pg[key&(binPage-1)] += n
+}
+
+// valueCount is one distinct value (or bin) and its count.
+type valueCount struct {
+	v float64
+	n int64
+}
+
+// densePages lists the non-empty slots of dense pages in ascending order,
+// slot i standing for the value i/scale.
+func densePages(pages []*[pageSize]int64, scale float64) []valueCount {
+	var out []valueCount
+	for pi, p := range pages {
 		if p == nil {
 			continue
 		}
 		for j, n := range p {
-			if n == 0 {
-				continue
-			}
-			v := float64(pi<<pageBits | j)
-			for ; t < len(keys) && keys[t] < v; t++ {
-				if !f(keys[t], c.tail[keys[t]]) {
-					return
-				}
-			}
-			if !f(v, n) {
-				return
+			if n != 0 {
+				out = append(out, valueCount{float64(pi<<pageBits|j) / scale, n})
 			}
 		}
 	}
-	for ; t < len(keys); t++ {
-		if !f(keys[t], c.tail[keys[t]]) {
+	return out
+}
+
+// walk calls f for each distinct value (or bin) in ascending order with its
+// count, until f returns false.
+func (c *counter) walk(f func(v float64, n int64) bool) {
+	// Tail values (sorted), then bins (ascending, all ≥ 0, after the
+	// negative ones): together one sorted list.
+	var others []valueCount
+	if c.tail != nil {
+		others = make([]valueCount, 0, c.tail.len())
+		c.tail.each(func(v float64, n int64) { others = append(others, valueCount{v, n}) })
+		sort.Slice(others, func(i, j int) bool { return others[i].v < others[j].v })
+	}
+	if c.bins != nil {
+		for pi, pg := range c.bins {
+			if pg == nil {
+				continue
+			}
+			for j, n := range pg {
+				if n != 0 {
+					key := uint64(pi)<<binPageBits | uint64(j)
+					others = append(others, valueCount{math.Float64frombits(key<<binShift | binMiddle), n})
+				}
+			}
+		}
+	}
+	lists := [3][]valueCount{densePages(c.pages[:], 1), densePages(c.nsPgs[:], nsScale), others}
+	for {
+		best := -1
+		for i, l := range lists {
+			if len(l) > 0 && (best < 0 || l[0].v < lists[best][0].v) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return
+		}
+		x := lists[best][0]
+		lists[best] = lists[best][1:]
+		if !f(x.v, x.n) {
 			return
 		}
 	}
@@ -131,7 +218,7 @@ func (c *counter) quantiles() Quantiles {
 	if c.n == 0 {
 		return q
 	}
-	q.Min, q.Max = c.extremes()
+	q.Min, q.Max = c.lo, c.hi
 	q.Mean = c.sum / float64(c.n)
 	ps := [3]float64{0.50, 0.90, 0.99}
 	var ranks [6]int64 // lo, hi per percentile
@@ -172,35 +259,4 @@ func lerp(a, b, t float64) float64 {
 		return b - d*(1-t)
 	}
 	return a + d*t
-}
-
-// extremes returns the smallest and largest value counted (n > 0).
-func (c *counter) extremes() (lo, hi float64) {
-	lo, hi = math.Inf(1), math.Inf(-1)
-	if c.tail != nil {
-		lo, hi = c.tailMin, c.tailMax
-	}
-	for pi := 0; pi < numPages; pi++ {
-		if p := c.pages[pi]; p != nil {
-			for j, n := range p {
-				if n != 0 {
-					lo = min(lo, float64(pi<<pageBits|j))
-					break
-				}
-			}
-			break
-		}
-	}
-	for pi := numPages - 1; pi >= 0; pi-- {
-		if p := c.pages[pi]; p != nil {
-			for j := pageSize - 1; j >= 0; j-- {
-				if p[j] != 0 {
-					hi = max(hi, float64(pi<<pageBits|j))
-					break
-				}
-			}
-			break
-		}
-	}
-	return lo, hi
 }

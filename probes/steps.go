@@ -21,7 +21,18 @@ type StepStats struct {
 	// Timers holds one entry per timer present on at least one kept step,
 	// keyed by TimerNames. A timer never measured is absent, not zero.
 	Timers map[string]Quantiles `json:"timers"`
+	// BatchQueueSteps counts kept lines written by step_with_batch_queue
+	// (batch_queue:1): there launch_us and wait_us replace execute_us, and
+	// update_us belongs to an earlier batch than the token counts.
+	BatchQueueSteps int64 `json:"batch_queue_steps,omitempty"`
+	// Workers counts the worker get_finished lines merged into the log
+	// before it was summarized (multiproc executor, TP > 1): matched or
+	// not, every line is counted. Nil when there were no worker files.
+	Workers *MergeStats `json:"workers,omitempty"`
 }
+
+// stepSkip marks the fields SummarizeSteps does not read.
+const stepSkip = ^uint32(0) &^ (1<<NumTimers - 1) &^ (1 << FieldBatchQueue)
 
 const (
 	readBufSize = 1 << 20
@@ -88,7 +99,7 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 		st     StepStats
 		timers [NumTimers]counter
 		rec    StepRecord
-		sp     = stepParser{skip: ^uint32(0) &^ (1<<NumTimers - 1)} // only timers are read
+		sp     = stepParser{skip: stepSkip} // only timers and the path are read
 		bw     *bufio.Writer
 	)
 	if w != nil {
@@ -129,6 +140,9 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 			st.LastTsUs = rec.TsUs
 		}
 		st.NSteps++
+		if v, ok := rec.Get(FieldBatchQueue); ok && v == 1 {
+			st.BatchQueueSteps++
+		}
 		for h := rec.Has & (1<<NumTimers - 1); h != 0; h &= h - 1 {
 			i := bits.TrailingZeros32(h)
 			timers[i].add(rec.Values[i])

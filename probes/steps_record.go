@@ -16,12 +16,15 @@ const (
 	FieldExecute
 	FieldUpdate
 	FieldGetFinished
+	FieldLaunch // batch-queue path: executor execute_model/sample_tokens calls
+	FieldWait   // batch-queue path: the engine thread blocked on a batch's result
 	FieldUnaccounted
 	FieldNumRunning
 	FieldNumWaiting
 	FieldNumPrefillTokens
 	FieldNumDecodeTokens
 	FieldPID
+	FieldBatchQueue // 1 on lines of step_with_batch_queue (async scheduling, PP)
 	numFields
 )
 
@@ -31,8 +34,8 @@ const NumTimers = FieldUnaccounted + 1
 // FieldNames are the JSON names of the fields, indexed by the Field* constants.
 var FieldNames = [numFields]string{
 	"step_duration_us", "schedule_us", "build_meta_us", "execute_us", "update_us",
-	"get_finished_us", "unaccounted_us", "num_running", "num_waiting",
-	"num_prefill_tokens", "num_decode_tokens", "pid",
+	"get_finished_us", "launch_us", "wait_us", "unaccounted_us", "num_running", "num_waiting",
+	"num_prefill_tokens", "num_decode_tokens", "pid", "batch_queue",
 }
 
 // TimerNames are the timers summarized per step, in a stable order.
@@ -70,6 +73,12 @@ func fieldIndex(key []byte) int {
 		return FieldUpdate
 	case "get_finished_us":
 		return FieldGetFinished
+	case "launch_us":
+		return FieldLaunch
+	case "wait_us":
+		return FieldWait
+	case "batch_queue":
+		return FieldBatchQueue
 	case "unaccounted_us":
 		return FieldUnaccounted
 	case "num_running":

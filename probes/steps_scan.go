@@ -249,11 +249,15 @@ func scanFast(p *stepParser, b []byte, rec *StepRecord, tsSet *bool) bool {
 			var u int64
 			start := j
 			switch {
+			case idx == -2 || (p != nil && idx >= 0 && p.skip&(1<<uint(idx)) != 0):
+				idx = -2 // validated, not converted
+				if j < len(b) && b[j] == '0' {
+					j++
+				} else {
+					j = skipDigits(b, j)
+				}
 			case j < len(b) && b[j] == '0':
 				j++
-			case idx == -2 || (p != nil && idx >= 0 && p.skip&(1<<uint(idx)) != 0):
-				j = skipDigits(b, j) // validated, not converted
-				idx = -2
 			default:
 				u, j = parseDigits(b, j)
 			}

@@ -8,8 +8,9 @@ import (
 )
 
 // scanTemplate is the fastest path: a line written exactly like the
-// previous one, `{"k1":int,"k2":int,...}` with the same keys in the same
-// order, no whitespace and only plain non-negative integers. Any deviation
+// previous one, `{"k1":num,"k2":num,...}` with the same keys in the same
+// order, no whitespace and only plain non-negative numbers without an
+// exponent (`12`, `3104.562`). Any deviation
 // returns false (rec may be partly written) and the caller tries scanFast.
 // Every byte is still validated: a line it accepts is valid JSON with the
 // values scanFast would give.
@@ -41,40 +42,31 @@ func (p *stepParser) scanTemplate(b []byte, rec *StepRecord, tsSet *bool) bool {
 			return false
 		}
 		i = at + kp.n
-		// A non-negative integer, eight digits per load.
-		var u uint64
+		// A non-negative number: integer digits, optionally a fraction
+		// (no exponent), eight digits per load.
+		conv := kp.idx != -2
 		start := i
-		for {
-			if n-i < 8 { // the line's end: byte by byte
-				for i < n && b[i] >= '0' && b[i] <= '9' {
-					u = u*10 + uint64(b[i]-'0')
-					i++
-				}
-				break
-			}
-			v := load(i)
-			d := v - 0x3030303030303030
-			nd := (d | (v + 0x4646464646464646)) & 0x8080808080808080
-			c := 8
-			if nd != 0 {
-				if c = bits.TrailingZeros64(nd) >> 3; c == 0 {
-					break
-				}
-				d <<= 64 - 8*uint(c)
-			}
-			if kp.idx != -2 {
-				d = (d*10 + d>>8) & 0x00FF00FF00FF00FF
-				d = (d*100 + d>>16) & 0x0000FFFF0000FFFF
-				d = (d*10000 + d>>32) & 0xFFFFFFFF
-				u = u*uint64(pow10[c&15]) + d
-			}
-			i += c
-			if c < 8 {
-				break
-			}
-		}
-		if nd := i - start; nd == 0 || nd > 18 || (nd > 1 && b[start] == '0') || i >= n {
+		var u uint64
+		u, i = swarDigits(b, base, i, conv)
+		nd := i - start
+		if nd == 0 || nd > 18 || (nd > 1 && b[start] == '0') || i >= n {
 			return false
+		}
+		val := float64(u)
+		if b[i] == '.' {
+			fs := i + 1
+			var f uint64
+			f, i = swarDigits(b, base, fs, conv)
+			nf := i - fs
+			// Up to 15 significant digits the mantissa is exact in a float64
+			// and one division by an exact power of ten is correctly rounded:
+			// the same value strconv.ParseFloat gives (its exact fast path).
+			if nf == 0 || i >= n || (conv && nd+nf > 15) {
+				return false
+			}
+			if conv {
+				val = float64(u*pow10u[nf]+f) / pow10f[nf]
+			}
 		}
 		if c := b[i]; c != ',' {
 			if c != '}' || k != p.nkeys-1 || i != n-1 {
@@ -86,11 +78,58 @@ func (p *stepParser) scanTemplate(b []byte, rec *StepRecord, tsSet *bool) bool {
 		i++
 		switch {
 		case kp.idx >= 0:
-			rec.Values[kp.idx&31] = float64(u)
+			rec.Values[kp.idx&31] = val
 			rec.Has |= 1 << uint(kp.idx)
 		case kp.idx == -1:
+			if val != float64(u) { // a fractional ts_us: scanFast floors it
+				return false
+			}
 			rec.TsUs, *tsSet = int64(u), true
 		}
 	}
 	return true
+}
+
+// Powers of ten for a fraction of up to 15 digits.
+var (
+	pow10u = [16]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+	pow10f = [16]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+)
+
+// swarDigits reads the decimal digits at b[i:] eight per unaligned load
+// (base is b's data pointer) and returns their value (when conv; it
+// overflows beyond 19 digits, which callers reject) and the offset after
+// them.
+func swarDigits(b []byte, base unsafe.Pointer, i int, conv bool) (uint64, int) {
+	n := len(b)
+	var u uint64
+	for {
+		if n-i < 8 { // the line's end: byte by byte
+			for i < n && b[i] >= '0' && b[i] <= '9' {
+				u = u*10 + uint64(b[i]-'0')
+				i++
+			}
+			return u, i
+		}
+		v := *(*uint64)(unsafe.Add(base, i))
+		d := v - 0x3030303030303030
+		nd := (d | (v + 0x4646464646464646)) & 0x8080808080808080
+		c := 8
+		if nd != 0 {
+			if c = bits.TrailingZeros64(nd) >> 3; c == 0 {
+				return u, i
+			}
+			d <<= 64 - 8*uint(c)
+		}
+		if conv {
+			d = (d*10 + d>>8) & 0x00FF00FF00FF00FF
+			d = (d*100 + d>>16) & 0x0000FFFF0000FFFF
+			d = (d*10000 + d>>32) & 0xFFFFFFFF
+			u = u*pow10u[c&15] + d
+		}
+		i += c
+		if c < 8 {
+			return u, i
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -234,12 +235,26 @@ func TestSummarizeStepsCancel(t *testing.T) {
 
 // Many distinct non-integer values force binning: the percentiles must stay
 // within the documented relative error of 2^-11.
+// Negative values (binned in the map), integers (dense, exact) and
+// non-negative fractions (binned in pages) are mixed, over several seeds.
 func TestSummarizeStepsBinnedError(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
+	for seed := uint64(0); seed < 4; seed++ {
+		testBinnedError(t, seed)
+	}
+}
+
+func testBinnedError(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(3, seed))
 	var b bytes.Buffer
 	var xs []float64
 	for i := 0; i < 3*tailCap; i++ {
 		v := math.Exp(2+8*rng.Float64()) + 0.5*rng.Float64()
+		switch rng.IntN(8) {
+		case 0:
+			v = -v
+		case 1:
+			v = math.Floor(v)
+		}
 		xs = append(xs, v)
 		fmt.Fprintf(&b, `{"ts_us":%d,"step_duration_us":%s}`+"\n", i+1, strconv.FormatFloat(v, 'g', -1, 64))
 	}
@@ -287,7 +302,25 @@ func TestParseDigits(t *testing.T) {
 func TestParserPathsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	lines := bytes.Split(bytes.TrimSpace(genBlock(3000)), []byte("\n"))
+	lines = append(lines, bytes.Split(bytes.TrimSpace(genBlockFrac(3000)), []byte("\n"))...)
+	// frac replaces the value of key (keeping the key set, so the template
+	// path sees it) by tok.
+	frac := func(key, tok string) func([]byte) []byte {
+		re := regexp.MustCompile(`"` + key + `":[^,}]*`)
+		return func(l []byte) []byte { return re.ReplaceAll(l, []byte(`"`+key+`":`+tok)) }
+	}
 	mutations := []func([]byte) []byte{
+		// Fractions the template must reject or convert exactly.
+		frac("update_us", "3104.5620000000003"), // 17 significant digits
+		frac("update_us", "123456789012.345"),   // 15: exact fast path
+		frac("update_us", "1234567890123.456"),  // 16: strconv
+		frac("update_us", ".5"),
+		frac("update_us", "5."),
+		frac("update_us", "01.5"),
+		frac("update_us", "0.000001"),
+		frac("update_us", "2.5E3"),
+		frac("ts_us", "7.5"),
+		frac("ts_us", "7.0"),
 		func(l []byte) []byte { return bytes.Replace(l, []byte(`"pid":31337`), []byte(`"pid":-1`), 1) },
 		func(l []byte) []byte {
 			return bytes.Replace(l, []byte(`,"schedule_us":`), []byte(`, "schedule_us" : `), 1)
@@ -344,5 +377,30 @@ func TestTemplateShortTail(t *testing.T) {
 	}
 	if !sp.scanTemplate(line, &rec, &ts) || rec.Values[FieldNumDecodeTokens] != 4 || rec.TsUs != 1 {
 		t.Fatalf("template missed: %+v", rec)
+	}
+}
+
+// Batch-queue lines (async scheduling) carry launch_us and wait_us instead
+// of execute_us, and batch_queue:1; SummarizeSteps counts them.
+func TestSummarizeStepsBatchQueue(t *testing.T) {
+	log := `{"ts_us":10,"step_duration_us":600.5,"schedule_us":100.25,"launch_us":150.0,"wait_us":300.125,"update_us":40.0,"unaccounted_us":10.125,"batch_queue":1,"pid":7}
+{"ts_us":20,"step_duration_us":300.5,"schedule_us":100.25,"launch_us":150.0,"unaccounted_us":50.25,"batch_queue":1,"pid":7}
+{"ts_us":30,"step_duration_us":900.0,"schedule_us":100.0,"execute_us":700.0,"update_us":50.0,"unaccounted_us":50.0,"pid":7}
+`
+	st, err := SummarizeSteps(context.Background(), strings.NewReader(log), 0, 0, nil)
+	if err != nil || st.NSteps != 3 || st.Malformed != 0 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if st.BatchQueueSteps != 2 {
+		t.Errorf("batch-queue steps %d, want 2", st.BatchQueueSteps)
+	}
+	if q := st.Timers["wait_us"]; q.N != 1 || q.Max != 300.125 {
+		t.Errorf("wait_us %+v", q)
+	}
+	if q := st.Timers["launch_us"]; q.N != 2 || q.Min != 150 {
+		t.Errorf("launch_us %+v", q)
+	}
+	if q := st.Timers["execute_us"]; q.N != 1 {
+		t.Errorf("execute_us %+v", q)
 	}
 }

@@ -18,13 +18,32 @@ func WorkerLogGlob(stepLog string) string {
 	return strings.TrimSuffix(stepLog, ".jsonl") + ".worker.*.jsonl"
 }
 
-// MergeStats counts what MergeWorkerTimings did.
+// MergeStats counts what MergeWorkerTimings did. Every worker line is
+// counted once: WorkerLines = WorkerMalformed + WorkerMerged + WorkerUnmatched.
 type MergeStats struct {
-	Steps           int64 // main lines written
-	Merged          int64 // steps that got get_finished_us from the workers
-	MainMalformed   int64 // main lines copied through unchanged because unparsable
-	WorkerLines     int64 // worker lines read
-	WorkerMalformed int64 // worker lines skipped (no ts_us or get_finished_us)
+	Steps           int64 `json:"steps"`            // main lines written
+	Merged          int64 `json:"merged"`           // steps that got get_finished_us from the workers
+	MainMalformed   int64 `json:"main_malformed"`   // main lines copied through unchanged because unparsable
+	WorkerLines     int64 `json:"worker_lines"`     // worker lines read
+	WorkerMalformed int64 `json:"worker_malformed"` // worker lines skipped (no ts_us or get_finished_us)
+	// WorkerMerged counts worker lines added into a step's get_finished_us.
+	WorkerMerged int64 `json:"worker_merged"`
+	// WorkerUnmatched counts valid worker lines in no step's interval
+	// (between steps, before the first or after the last step line), or in
+	// the interval of a step that already carried get_finished_us: their
+	// time is in no step line.
+	WorkerUnmatched int64 `json:"worker_unmatched"`
+}
+
+// Add accumulates o into st.
+func (st *MergeStats) Add(o MergeStats) {
+	st.Steps += o.Steps
+	st.Merged += o.Merged
+	st.MainMalformed += o.MainMalformed
+	st.WorkerLines += o.WorkerLines
+	st.WorkerMalformed += o.WorkerMalformed
+	st.WorkerMerged += o.WorkerMerged
+	st.WorkerUnmatched += o.WorkerUnmatched
 }
 
 // workerStream is one worker file with one parsed line of look-ahead.
@@ -74,8 +93,11 @@ func (ws *workerStream) peek(st *MergeStats) (bool, error) {
 // pids (the slowest worker gates the step). A main line that already has
 // get_finished_us, or whose interval holds no worker line, is written
 // unchanged; so are malformed main lines (SummarizeSteps counts them).
-// unaccounted_us is left as is: worker get_finished runs inside the step's
-// execute phase as the main process sees it.
+// unaccounted_us is left as is. Nothing is claimed about nesting: on the
+// step() path the workers' get_finished overlaps the engine's execute_us
+// wait; under the batch queue (async scheduling) it may belong to a batch
+// launched one step earlier. Worker lines that fall in no step are counted
+// (WorkerUnmatched), never silently dropped.
 //
 // All files are streamed in one pass and must each be in ts_us order (as
 // appended); memory is O(number of worker pids).
@@ -113,7 +135,9 @@ func MergeWorkerTimings(ctx context.Context, main io.Reader, workers []io.Reader
 			continue
 		}
 		start := rec.TsUs - int64(rec.Values[FieldStepDuration])
+		_, has := rec.Get(FieldGetFinished)
 		clear(sums)
+		n := int64(0)
 		for _, ws := range streams {
 			for {
 				ok, err := ws.peek(&st)
@@ -125,14 +149,17 @@ func MergeWorkerTimings(ctx context.Context, main io.Reader, workers []io.Reader
 				}
 				if ws.ts > start {
 					sums[ws.pid] += ws.gf
+					n++
+				} else {
+					st.WorkerUnmatched++
 				}
 				ws.peeked = false
 			}
 		}
-		_, has := rec.Get(FieldGetFinished)
 		end := bytes.LastIndexByte(line, '}')
 		st.Steps++
 		if has || len(sums) == 0 || end < 0 {
+			st.WorkerUnmatched += n
 			bw.Write(line)
 			bw.WriteByte('\n')
 			continue
@@ -142,11 +169,25 @@ func MergeWorkerTimings(ctx context.Context, main io.Reader, workers []io.Reader
 			mx = max(mx, v)
 		}
 		st.Merged++
+		st.WorkerMerged += n
 		num = strconv.AppendFloat(num[:0], mx, 'f', -1, 64)
 		bw.Write(line[:end])
 		bw.WriteString(`,"get_finished_us":`)
 		bw.Write(num)
 		bw.WriteString("}\n")
+	}
+	for _, ws := range streams { // after the last step line
+		for {
+			ok, err := ws.peek(&st)
+			if err != nil {
+				return st, err
+			}
+			if !ok {
+				break
+			}
+			st.WorkerUnmatched++
+			ws.peeked = false
+		}
 	}
 	if err := bw.Flush(); err != nil {
 		return st, fmt.Errorf("merged step log: %w", err)

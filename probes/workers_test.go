@@ -30,7 +30,8 @@ func TestMergeWorkerTimings(t *testing.T) {
 		`{"ts_us":1060,"get_finished_us":2,"pid":12}`,
 		`{"ts_us":1250,"get_finished_us":10,"pid":12}`,
 		`{"ts_us":1290,"get_finished_us":1,"pid":12}`,
-		`{"ts_us":1390,"get_finished_us":100,"pid":12}`,
+		`{"ts_us":1390,"get_finished_us":100,"pid":12}`, // in a step with its own: unmatched
+		`{"ts_us":1900,"get_finished_us":5,"pid":12}`,   // after the last step: unmatched
 	}, "\n")
 	var out bytes.Buffer
 	st, err := MergeWorkerTimings(context.Background(), strings.NewReader(main),
@@ -49,8 +50,13 @@ func TestMergeWorkerTimings(t *testing.T) {
 	if out.String() != want {
 		t.Fatalf("merged:\n%s\nwant:\n%s", out.String(), want)
 	}
-	if st != (MergeStats{Steps: 6, Merged: 3, MainMalformed: 1, WorkerLines: 11, WorkerMalformed: 1}) {
+	// Every worker line counted once: 7 merged; 1000, 1120, 1390, 1900 unmatched.
+	if st != (MergeStats{Steps: 6, Merged: 3, MainMalformed: 1, WorkerLines: 12, WorkerMalformed: 1,
+		WorkerMerged: 7, WorkerUnmatched: 4}) {
 		t.Errorf("stats %+v", st)
+	}
+	if st.WorkerLines != st.WorkerMalformed+st.WorkerMerged+st.WorkerUnmatched {
+		t.Errorf("worker lines not all counted: %+v", st)
 	}
 	// The merged log summarizes with get_finished_us present.
 	ss, _ := SummarizeSteps(context.Background(), &out, 0, 0, nil)

@@ -55,6 +55,11 @@ func RunMetrics(s *RunSummary) map[string]float64 {
 	}
 	if st := s.EngineStep; st != nil {
 		out["n_steps"] = float64(st.NSteps)
+		out["batch_queue_steps"] = float64(st.BatchQueueSteps)
+		if w := st.Workers; w != nil {
+			out["worker_lines"] = float64(w.WorkerLines)
+			out["worker_unmatched"] = float64(w.WorkerUnmatched)
+		}
 		for timer, q := range st.Timers {
 			for stat, x := range map[string]float64{"mean": q.Mean, "p50": q.P50, "p90": q.P90, "p99": q.P99, "min": q.Min, "max": q.Max} {
 				out[timer+"_"+stat] = x
@@ -84,7 +89,7 @@ var (
 // stepTimers are the timers of engine_step.jsonl, without the _us suffix.
 var stepTimers = map[string]bool{
 	"step_duration": true, "schedule": true, "build_meta": true, "execute": true,
-	"update": true, "get_finished": true, "unaccounted": true,
+	"update": true, "get_finished": true, "launch": true, "wait": true, "unaccounted": true,
 }
 
 // ResolveMetric maps a metric name as users write it in a matrix to the key

@@ -21,14 +21,14 @@ func renderSteps(b *strings.Builder, ordered []*cellData) {
 		b.WriteString("No run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.\n\n")
 		return
 	}
-	b.WriteString("Mean over runs of each run's per-step quantiles, in µs. \"not timed\" means the engine did not log that timer (it is never shown as 0).\n\n")
-	b.WriteString("| Config | Shape | Rate | step_duration p50 | step_duration p90 | build_meta p50 | build_meta p90 | get_finished p50 | unaccounted share | n_steps per run |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	var noUnacc, noGetFin []string
-	var large []string
+	b.WriteString("Mean over runs of each run's per-step quantiles, in µs. \"not timed\" means the engine did not log that timer (it is never shown as 0). The GPU-time column says where, if anywhere, a step's GPU time was measured.\n\n")
+	b.WriteString("| Config | Shape | Rate | step_duration p50 | step_duration p90 | build_meta p50 | build_meta p90 | get_finished p50 | wait p50 | GPU time | unaccounted share | n_steps per run |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	var noUnacc, noGetFin, bqCfgs, noGPU, unhooked []string
+	var large, unmatched []string
 	for _, c := range ordered {
 		m := c.Sum.Metrics
 		if _, ok := m["step_duration_us_p50"]; !ok {
-			fmt.Fprintf(b, "| %s | %s | %g | no data | | | | | | |\n", c.Info.Config, c.Info.Shape, c.Info.Rate)
+			fmt.Fprintf(b, "| %s | %s | %g | no data | | | | | | | | |\n", c.Info.Config, c.Info.Shape, c.Info.Rate)
 			continue
 		}
 		get := func(k string) string {
@@ -37,6 +37,7 @@ func renderSteps(b *strings.Builder, ordered []*cellData) {
 			}
 			return "not timed"
 		}
+		has := func(k string) bool { return hasMetric(m, k) }
 		share := "not measured"
 		u, uok := m["unaccounted_us_mean"]
 		d, dok := m["step_duration_us_mean"]
@@ -51,23 +52,68 @@ func renderSteps(b *strings.Builder, ordered []*cellData) {
 				large = append(large, fmt.Sprintf("%s: %s of step time is covered by no timer", where, share))
 			}
 		}
-		if _, ok := m["get_finished_us_p50"]; !ok {
+		if !has("get_finished_us_p50") {
 			noGetFin = appendOnce(noGetFin, c.Info.Config)
 		}
-		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
+		gpu := stepGPUTime(m)
+		switch {
+		case has("batch_queue_steps") && *m["batch_queue_steps"].Mean > 0:
+			bqCfgs = appendOnce(bqCfgs, c.Info.Config)
+			if !has("wait_us_p50") {
+				noGPU = appendOnce(noGPU, c.Info.Config)
+			}
+		case !has("execute_us_p50"):
+			noGPU = appendOnce(noGPU, c.Info.Config)
+		}
+		if !has("schedule_us_p50") || !has("update_us_p50") || (!has("execute_us_p50") && !has("launch_us_p50")) {
+			unhooked = appendOnce(unhooked, c.Info.Config)
+		}
+		if has("worker_unmatched") && *m["worker_unmatched"].Mean > 0 {
+			unmatched = append(unmatched, fmt.Sprintf("%s: %s of %s worker get_finished lines per run fell in no step", where, get("worker_unmatched"), get("worker_lines")))
+		}
+		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
 			get("step_duration_us_p50"), get("step_duration_us_p90"), get("build_meta_us_p50"), get("build_meta_us_p90"),
-			get("get_finished_us_p50"), share, get("n_steps"))
+			get("get_finished_us_p50"), get("wait_us_p50"), gpu, share, get("n_steps"))
 	}
 	b.WriteString("\n")
-	if len(noUnacc) > 0 {
-		fmt.Fprintf(b, "**Decomposition incomplete** for %s: the step log has no unaccounted_us, so nothing shows that the timers cover the whole step. The timed phases say what they cost, not what share of the step they are; \"all of the per-step cost is in one phase\" cannot be concluded from them.\n\n", strings.Join(noUnacc, ", "))
+	for _, n := range []struct {
+		list   []string
+		sep    string
+		format string
+	}{
+		{bqCfgs, ", ", "%s ran with the batch queue (async scheduling or pipeline parallelism): a step line there schedules one batch and collects an earlier one. Its engine-thread time is split into launch_us (handing the new batch to the executor; with one GPU this includes the CPU side of the forward) and wait_us (blocked on the earlier batch's results: the part of its GPU time not hidden behind CPU work); update_us belongs to the earlier batch, the token counts to the new one. A step with wait_us > 0 was GPU-bound and its duration is the GPU time per batch; where wait_us is 0 the GPU time is hidden behind CPU work and was not measured.\n\n"},
+		{noGPU, ", ", "**GPU time not measured** for %s: no timer covered the wait for the model's results (execute_us on the step() path, wait_us under the batch queue).\n\n"},
+		{unhooked, ", ", "**Decomposition incomplete** for %s: schedule, update or the execute phase was not timed (a hook could not be applied to the engine's scheduler or executor); that time is in unaccounted_us.\n\n"},
+		{noUnacc, ", ", "**Decomposition incomplete** for %s: the step log has no unaccounted_us, so nothing shows that the timers cover the whole step. The timed phases say what they cost, not what share of the step they are; \"all of the per-step cost is in one phase\" cannot be concluded from them.\n\n"},
+		{noGetFin, ", ", "get_finished was not timed for %s.\n\n"},
+		{unmatched, "; ", "Worker timings outside every step: %s; their time is in no step line.\n\n"},
+		{large, "; ", "**Decomposition incomplete**: %s.\n\n"},
+	} {
+		if len(n.list) > 0 {
+			fmt.Fprintf(b, n.format, strings.Join(n.list, n.sep))
+		}
 	}
-	if len(noGetFin) > 0 {
-		fmt.Fprintf(b, "get_finished was not timed for %s.\n\n", strings.Join(noGetFin, ", "))
+}
+
+// stepGPUTime says in words where a cell's step lines measured GPU time.
+func stepGPUTime(m map[string]MetricStats) string {
+	has := func(k string) bool { return hasMetric(m, k) }
+	if has("batch_queue_steps") && *m["batch_queue_steps"].Mean > 0 {
+		if has("wait_us_p50") {
+			return "wait_us, when > 0 (batch queue)"
+		}
+		return "not measured (batch queue, no wait_us)"
 	}
-	if len(large) > 0 {
-		fmt.Fprintf(b, "**Decomposition incomplete**: %s.\n\n", strings.Join(large, "; "))
+	if has("execute_us_p50") {
+		return "inside execute_us (step())"
 	}
+	return "not measured"
+}
+
+// hasMetric reports whether a cell has a mean for metric k.
+func hasMetric(m map[string]MetricStats, k string) bool {
+	v, ok := m[k]
+	return ok && v.Mean != nil
 }
 
 // appendOnce appends s to list unless it is already there.

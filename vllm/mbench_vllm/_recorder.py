@@ -35,7 +35,7 @@ _CHUNK = 256  # records formatted between GIL yields
 
 
 def _fmt_step(r: tuple) -> str:
-    ts, dur, sch, meta, exe, upd, gf, run, wait, total, dec, pid = r
+    ts, dur, sch, meta, exe, upd, gf, run, wait, total, dec, pid, bq, launch, bwait = r
     acc = 0
     s = f'{{"ts_us":{ts},"step_duration_us":{dur / 1e3}'
     if sch is not None:
@@ -43,7 +43,17 @@ def _fmt_step(r: tuple) -> str:
         acc = sch
     if meta is not None:
         s += f',"build_meta_us":{meta / 1e3}'
-    if exe is not None:
+    if bq:
+        # Batch-queue path: no execute_us (end of schedule() to start of
+        # update_from_output() spans two batches there); the engine thread's
+        # time between is split into launching and waiting.
+        if launch is not None:
+            s += f',"launch_us":{launch / 1e3}'
+            acc += launch
+        if bwait is not None:
+            s += f',"wait_us":{bwait / 1e3}'
+            acc += bwait
+    elif exe is not None:
         s += f',"execute_us":{exe / 1e3}'
         acc += exe
     if upd is not None:
@@ -55,8 +65,24 @@ def _fmt_step(r: tuple) -> str:
     if run is not None:
         s += f',"num_running":{run},"num_waiting":{wait}'
     if total is not None:
+        dec = _decode_tokens(total, dec)
         s += f',"num_prefill_tokens":{total - dec},"num_decode_tokens":{dec}'
+    if bq:
+        s += ',"batch_queue":1'
     return f'{s},"pid":{pid}}}\n'
+
+
+def _decode_tokens(total: int, dicts: tuple) -> int:
+    """Decode tokens of a SchedulerOutput: requests scheduled for exactly one
+    token, plus speculative-decode requests (1 + drafts each)."""
+    nst, spec = dicts
+    try:
+        dec = list(nst.values()).count(1)
+        if spec:
+            dec += sum(map(len, spec.values())) + len(spec)
+    except Exception:
+        return 0
+    return min(dec, total)
 
 
 def _fmt_worker(r: tuple) -> str:
@@ -139,7 +165,11 @@ class State:
         self.step_log: str | None = None
         # Which timers are installed (decided once by hooks.install).
         self.has_schedule = self.has_meta = self.has_update = False
-        self.has_execute = self.has_get_finished = False
+        self.has_execute = self.has_get_finished = self.has_launch = False
+        # Hook points that could not be applied (name -> why), per process.
+        self.unhooked: dict[str, str] = {}
+        # Path of the step being timed: True under step_with_batch_queue.
+        self.batch_queue = False
         # True in the process that runs engine steps (set by the hooks).
         self.core_process = False
         self._writer: LineWriter | None = None
@@ -152,12 +182,14 @@ class State:
         self._gf_lock = threading.Lock()
         # Re-entrancy guards: the outermost wrapper times, nested calls pass.
         self.in_step = self.in_sched = self.in_meta = self.in_update = self.in_gf = False
+        self.in_launch = self.in_wait = False
         self.reset_step()
 
     def reset_step(self) -> None:
         # Per-step sums in ns; None = the timed call did not run in this step.
         self.t_step = self.t_sched_end = 0
         self.sched_ns = self.meta_ns = self.exec_ns = self.upd_ns = None
+        self.launch_ns = self.wait_ns = None
         self.sched_out = None
 
     # ---- writers and background flushing -------------------------------
@@ -220,6 +252,7 @@ class State:
         self.core_process = False
         self.pid = os.getpid()
         self.in_step = self.in_sched = self.in_meta = self.in_update = self.in_gf = False
+        self.in_launch = self.in_wait = False
         self.reset_step()
         self.gf_ns = self.gf_n = 0
         self._gf_lock = threading.Lock()
@@ -265,30 +298,32 @@ class State:
                 run = None
         out = self.sched_out
         if out is not None:
+            # O(1) here: the per-request count runs in the formatter thread
+            # (_decode_tokens), on dicts vLLM builds anew for every step.
             try:
                 total = out.total_num_scheduled_tokens
-                dec = list(out.num_scheduled_tokens.values()).count(1)
-                spec = out.scheduled_spec_decode_tokens
-                if spec:
-                    dec += sum(map(len, spec.values())) + len(spec)
-                if dec > total:
-                    dec = total
+                dec = (out.num_scheduled_tokens, out.scheduled_spec_decode_tokens)
             except Exception:
                 total = None
         w = self._writer or self.writer()
         w.put((
             _wall_ns() // 1000,
             t1 - t0,
-            self.sched_ns,
+            # A timer whose hook is not applied to this engine's objects is
+            # absent, even if a wrapped base method ran underneath.
+            self.sched_ns if self.has_schedule else None,
             self.meta_ns,
-            self.exec_ns,
-            self.upd_ns,
+            self.exec_ns if self.has_execute else None,
+            self.upd_ns if self.has_update else None,
             gf,
             run,
             wait,
             total,
             dec,
             self.pid,
+            self.batch_queue,
+            self.launch_ns if self.has_launch else None,
+            self.wait_ns if self.has_launch else None,
         ))
         if t1 - w.last_flush_ns >= FLUSH_INTERVAL_NS and not self.timer_alive():
             w.flush()  # no timer thread (e.g. it died): flush from the step path

@@ -61,6 +61,10 @@ def report(out=sys.stdout) -> int:
         "Scheduler.update_from_output"
     ].startswith("OK")
     w(f"  {'execute':<{width}}  {'OK (derived)' if derived else 'missing'}\n")
+    w(f"  {'executor.execute_model, sample_tokens':<{width}}  per engine instance, at its first step (launch_us, wait_us)\n")
+    w(f"  {'scheduler in use':<{width}}  per engine instance, at its first step (a platform scheduler class included)\n")
+    w(async_scheduling_line())
+    w(TIMER_PATHS)
     ep = _entry_point_visible()
     w(f"entry point {GROUP}:{PLUGIN}: {ep}\n")
     plugins = os.environ.get("VLLM_PLUGINS")
@@ -77,8 +81,54 @@ def report(out=sys.stdout) -> int:
     return 0 if ok and loads and ep.startswith("OK") else 2
 
 
-TIMERS = ("step_duration_us", "schedule_us", "build_meta_us", "execute_us",
-          "update_us", "get_finished_us", "unaccounted_us")
+TIMER_PATHS = """which path each timer covers (a line with "batch_queue":1 ran the batch queue):
+  EngineCore.step (no async scheduling, no PP):
+    schedule_us   Scheduler.schedule() of this step's batch
+    execute_us    end of schedule() to start of update_from_output(): launch,
+                  grammar bitmask, the wait on future.result() (the GPU time)
+                  and sample_tokens
+    update_us     update_from_output() of the same batch
+  EngineCore.step_with_batch_queue (async scheduling, PP):
+    schedule_us   schedule() of the NEW batch (token counts describe it)
+    launch_us     executor execute_model + sample_tokens calls of this call
+                  (inline executor: the CPU side of the forward; deferred
+                  sampling after the update included)
+    wait_us       blocked on an EARLIER batch's future.result(): > 0 means the
+                  GPU was the bottleneck (then the step duration is the GPU time
+                  per batch); 0 means GPU time was hidden behind CPU work
+    update_us     update_from_output() of that EARLIER batch
+    (no execute_us on this path)
+  both: build_meta_us inside schedule_us; get_finished_us: in-process workers
+  (one GPU) inside execute_us / launch_us, other processes in worker files
+"""
+
+
+def async_scheduling_line() -> str:
+    """Whether this vLLM schedules asynchronously by default."""
+    try:
+        import dataclasses
+
+        from vllm.config import SchedulerConfig  # type: ignore
+
+        fields = {f.name: f for f in dataclasses.fields(SchedulerConfig)}
+        f = fields.get("async_scheduling")
+        if f is None:
+            return "async scheduling: this vLLM has no such option (step() path only)\n"
+        d = f.default
+        if d is None:
+            what = "auto: vLLM turns it on at start-up where supported (v0.14+), so expect the batch-queue path"
+        elif d:
+            what = "ON by default: the batch-queue path (launch_us, wait_us)"
+        else:
+            what = "off by default (--async-scheduling turns it on): the step() path"
+        return f"async scheduling default: {d!r} -> {what}; the log's batch_queue field says which path ran\n"
+    except Exception as exc:
+        return (f"async scheduling default: unknown ({type(exc).__name__}); "
+                "the log's batch_queue field says which path ran\n")
+
+
+TIMERS = ("step_duration_us", "schedule_us", "build_meta_us", "execute_us", "launch_us",
+          "wait_us", "update_us", "get_finished_us", "unaccounted_us")
 
 
 def _pct(xs: list, q: float) -> float:
@@ -108,6 +158,8 @@ def summarize(path: str, out=sys.stdout) -> int:
         return 3
     pids = sorted({ln.get("pid") for ln in lines})
     w(f"{path}: {len(lines)} steps, {bad} malformed, pids {pids}\n")
+    bq = sum(1 for ln in lines if ln.get("batch_queue") == 1)
+    w(f"  path: {bq} batch-queue lines (launch_us/wait_us), {len(lines) - bq} step() lines (execute_us)\n")
     for k in TIMERS:
         xs = [ln[k] for ln in lines if k in ln]
         if not xs:

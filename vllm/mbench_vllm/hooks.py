@@ -142,7 +142,7 @@ def _mark(f, orig):
     return f
 
 
-def wrap_step(orig):
+def wrap_step(orig, batch_queue: bool = False):
     """One engine step: a call of step() or step_with_batch_queue()."""
     if _is_wrapped(orig):
         return orig
@@ -152,15 +152,20 @@ def wrap_step(orig):
     def step(self, *args, **kwargs):
         if st.in_step:
             return orig(self, *args, **kwargs)
-        if not st.core_process:  # first step in this process
+        if self.__dict__.get(READY) is None:
+            # First step of this engine instance: hook the scheduler and
+            # executor objects it actually uses (a platform scheduler class
+            # is only known now), whatever process this is.
             st.core_process = True
             try:
                 _after_engine_init(self)
-            except Exception:
-                pass
+            except Exception as exc:
+                _report_unhookable(self, {"engine": f"set-up failed: {exc!r}"})
         st.in_step = True
+        st.batch_queue = batch_queue
         st.t_sched_end = 0
         st.sched_ns = st.meta_ns = st.exec_ns = st.upd_ns = st.sched_out = None
+        st.launch_ns = st.wait_ns = None
         t0 = st.t_step = perf()
         try:
             res = orig(self, *args, **kwargs)
@@ -171,6 +176,68 @@ def wrap_step(orig):
         return res
 
     return _mark(step, orig)
+
+
+def _step_wrapper(name: str):
+    """wrap_step for EngineCore.<name>, with its path."""
+    bq = name == "step_with_batch_queue"
+    return lambda orig: wrap_step(orig, bq)
+
+
+def wrap_launch(orig):
+    """Executor execute_model / sample_tokens, bound to one executor.
+
+    Times the call (``launch_us``: with the inline UniProcExecutor it runs
+    the model runner's CPU side, kernel launches included; with the
+    multiproc executor it only sends the request) and wraps the returned
+    future's ``result`` so the engine thread's wait for the batch is timed
+    (``wait_us``)."""
+    if _is_wrapped(orig):
+        return orig
+    st = STATE
+    perf = _perf_ns
+
+    def launch(*args, **kwargs):
+        if st.in_launch or not st.in_step:
+            return orig(*args, **kwargs)
+        st.in_launch = True
+        t0 = perf()
+        try:
+            out = orig(*args, **kwargs)
+        finally:
+            d = perf() - t0
+            v = st.launch_ns
+            st.launch_ns = d if v is None else v + d
+            st.in_launch = False
+        res = getattr(out, "result", None)
+        if res is not None and callable(res) and not _is_wrapped(res):
+            try:
+                out.result = _timed_result(res)
+            except Exception:
+                pass  # a read-only future: its wait stays in unaccounted_us
+        return out
+
+    return _mark(launch, orig)
+
+
+def _timed_result(res):
+    st = STATE
+    perf = _perf_ns
+
+    def result(*args, **kwargs):
+        if not st.in_step or st.in_wait:
+            return res(*args, **kwargs)
+        st.in_wait = True
+        t0 = perf()
+        try:
+            return res(*args, **kwargs)
+        finally:
+            d = perf() - t0
+            v = st.wait_ns
+            st.wait_ns = d if v is None else v + d
+            st.in_wait = False
+
+    return _mark(result, res)
 
 
 def wrap_schedule(orig):
@@ -347,28 +414,90 @@ def wrap_create_connector(factory_cls) -> bool:
     return True
 
 
+READY = "_mbench_hooked"
+
+
 def _after_engine_init(self) -> None:
-    """Per EngineCore instance: cover subclass overrides and a bound step_fn."""
+    """Per EngineCore instance: hook the objects this engine uses.
+
+    The scheduler class comes from ``scheduler_config.get_scheduler_cls()``
+    and is instantiated in ``EngineCore.__init__`` after
+    ``load_general_plugins()`` (core.py@ac3cb2e2 L94, L125, L140), so a
+    platform scheduler subclass is only known here. A hook that cannot be
+    applied is reported (warning) and its field is absent from every line.
+    """
+    self.__dict__[READY] = True
+    st = STATE
     cls = type(self)
     for name in ("step", "step_with_batch_queue"):
         if callable(getattr(cls, name, None)):
-            _patch_resolved(cls, name, wrap_step)
+            _patch_resolved(cls, name, _step_wrapper(name))
+    problems: dict[str, str] = {}
     sched = getattr(self, "scheduler", None)
-    if sched is not None:
+    if sched is None:
+        problems["Scheduler"] = "engine has no scheduler attribute"
+        st.has_schedule = st.has_update = False
+    else:
         scls = type(sched)
-        if STATE.has_schedule:
-            _patch_resolved(scls, "schedule", wrap_schedule)
-        if STATE.has_update:
-            _patch_resolved(scls, "update_from_output", wrap_update)
+        for name, wrapper, flag in (
+            ("schedule", wrap_schedule, "has_schedule"),
+            ("update_from_output", wrap_update, "has_update"),
+        ):
+            ok = False
+            try:
+                ok = _patch_resolved(scls, name, wrapper)
+            except Exception as exc:
+                problems[f"{scls.__name__}.{name}"] = repr(exc)
+            if not ok:
+                problems.setdefault(f"{scls.__name__}.{name}", "not a patchable method")
+            setattr(st, flag, ok)
         if callable(getattr(scls, "_build_kv_connector_meta", None)):
-            _patch_resolved(scls, "_build_kv_connector_meta", wrap_meta)
+            try:
+                st.has_meta = _patch_resolved(scls, "_build_kv_connector_meta", wrap_meta) or st.has_meta
+            except Exception as exc:
+                problems[f"{scls.__name__}._build_kv_connector_meta"] = repr(exc)
         conn = getattr(sched, "connector", None)
-        if conn is not None and STATE.has_meta:
+        if conn is not None and st.has_meta:
             instrument_connector(conn, "SCHEDULER")
+    st.has_execute = st.has_schedule and st.has_update
+    ex = getattr(self, "model_executor", None)
+    st.has_launch = False
+    if ex is not None:
+        ok = True
+        for name in ("execute_model", "sample_tokens"):
+            bound = getattr(ex, name, None)
+            if bound is None or not callable(bound):
+                if name == "execute_model":  # sample_tokens is 0.11+ only
+                    ok = False
+                    problems[f"executor.{name}"] = f"{type(ex).__name__} has no {name}"
+                continue
+            if not _is_wrapped(getattr(bound, "__func__", bound)):
+                try:
+                    setattr(ex, name, wrap_launch(bound))
+                except Exception as exc:
+                    ok = False
+                    problems[f"executor.{name}"] = repr(exc)
+        st.has_launch = ok
+    else:
+        problems["executor"] = "engine has no model_executor attribute"
     fn = getattr(self, "step_fn", None)
     func = getattr(fn, "__func__", None)
     if func is not None and not _is_wrapped(func) and getattr(fn, "__self__", None) is self:
-        self.step_fn = types.MethodType(wrap_step(func), self)
+        self.step_fn = types.MethodType(_step_wrapper(func.__name__)(func), self)
+    if problems:
+        _report_unhookable(self, problems)
+
+
+def _report_unhookable(engine, problems: dict[str, str]) -> None:
+    import logging
+
+    STATE.unhooked.update(problems)
+    logging.getLogger("vllm.mbench_vllm").warning(
+        "mbench_vllm: cannot hook %s in engine %s; those timers are absent from "
+        "every line and the step decomposition is incomplete",
+        "; ".join(f"{k} ({v})" for k, v in problems.items()),
+        type(engine).__name__,
+    )
 
 
 def wrap_engine_init(orig):
@@ -409,7 +538,7 @@ def install(t: Targets) -> dict[str, str]:
     if ec is not None:
         for name in ("step", "step_with_batch_queue"):
             if status[f"EngineCore.{name}"] == "OK":
-                _patch_resolved(ec, name, wrap_step)
+                _patch_resolved(ec, name, _step_wrapper(name))
         if "__init__" in ec.__dict__:
             ec.__init__ = wrap_engine_init(ec.__dict__["__init__"])
         try:
@@ -422,7 +551,7 @@ def install(t: Targets) -> dict[str, str]:
             STATE.core_process = True
             for name in ("step", "step_with_batch_queue"):
                 if callable(getattr(type(eng), name, None)):
-                    _patch_resolved(type(eng), name, wrap_step)
+                    _patch_resolved(type(eng), name, _step_wrapper(name))
     if sc is not None:
         if status["Scheduler.schedule"] == "OK":
             STATE.has_schedule = _patch_resolved(sc, "schedule", wrap_schedule)

@@ -28,11 +28,17 @@ __all__ = ["MbenchNoopConnector", "MbenchNoopMetadata", "bind_bases"]
 _IMPORT_ERROR: BaseException | None = None
 
 
-def bind_bases(base: type, meta_base: type) -> tuple[type, type]:
+def bind_bases(
+    base: type, meta_base: type, hma_base: type | None = None
+) -> tuple[type, type]:
     """Define both classes on the given bases and publish them here.
 
-    Returns ``(MbenchNoopConnector, MbenchNoopMetadata)``.
+    ``hma_base`` is vLLM's ``SupportsHMA`` where it exists (main; base.py
+    L85): the connector then also subclasses it, so vLLM's factory accepts
+    it with the hybrid KV cache manager on (factory.py@a4cd9d0d L56-L62
+    raises otherwise). Returns ``(MbenchNoopConnector, MbenchNoopMetadata)``.
     """
+    bases = (base,) if hma_base is None else (base, hma_base)
 
     class MbenchNoopMetadata(meta_base):  # type: ignore[misc, valid-type]
         """Empty connector metadata (nothing to load or save)."""
@@ -46,7 +52,7 @@ def bind_bases(base: type, meta_base: type) -> tuple[type, type]:
         def __repr__(self) -> str:
             return "MbenchNoopMetadata()"
 
-    class MbenchNoopConnector(base):  # type: ignore[misc, valid-type]
+    class MbenchNoopConnector(*bases):  # type: ignore[misc, valid-type]
         """KV connector that transfers nothing."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -89,6 +95,13 @@ def bind_bases(base: type, meta_base: type) -> tuple[type, type]:
         ) -> tuple[bool, dict[str, Any] | None]:
             return False, None
 
+        # SupportsHMA: called instead of request_finished with the hybrid
+        # KV cache manager on. False: vLLM frees the blocks itself.
+        def request_finished_all_groups(
+            self, request: Any, block_ids: Any
+        ) -> tuple[bool, dict[str, Any] | None]:
+            return False, None
+
     for cls in (MbenchNoopMetadata, MbenchNoopConnector):
         cls.__module__ = __name__
         cls.__qualname__ = cls.__name__
@@ -105,7 +118,13 @@ try:
 except Exception as exc:  # no vLLM here (or a broken one): see bind_bases
     _IMPORT_ERROR = exc
 else:
-    bind_bases(_Base, _MetaBase)
+    try:  # vLLM main; absent up to ~0.11
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
+            SupportsHMA as _HMA,
+        )
+    except Exception:
+        _HMA = None
+    bind_bases(_Base, _MetaBase, _HMA)
 
 
 def __getattr__(name: str) -> Any:

@@ -6,8 +6,11 @@ schedule, build_connector_meta, update_from_output (+ derived execute) and
 the worker-side get_finished, plus queueing the record and writing the real
 file. The same loop on fresh, unpatched stand-in classes is the baseline.
 
-N steps per variant, in 20 interleaved chunks; per variant the fastest chunk
-counts (the least disturbed by other load on a shared machine). Reported:
+The batch holds ``running`` decode requests (default 256: the per-step work
+of the token counts grows with it). N steps per variant, in 20 chunks run
+in pairs (baseline chunk, instrumented chunk); the overhead is the median
+over pairs of the difference, so load that changes during the run cancels
+within a pair. Reported:
 
 * engine-thread CPU time per step (``time.thread_time_ns``): what the
   instrumented engine loop pays; the design target is <= 5 us;
@@ -44,7 +47,7 @@ def _chunk(fn, n: int) -> dict:
     return {k: (c() - t[k]) / n / 1000 for k, c in CLOCKS.items()}
 
 
-def measure(n: int = 100_000, chunks: int = 20) -> dict:
+def measure(n: int = 100_000, chunks: int = 20, running: int = 256) -> dict:
     """Overhead of the instrumentation, µs per step (see module doc)."""
     from mbench_vllm import plugin
     from mbench_vllm._recorder import STATE
@@ -57,10 +60,10 @@ def measure(n: int = 100_000, chunks: int = 20) -> dict:
         plugin._reset_for_tests()
         # Baseline: stand-in classes never patched (plugin not active).
         os.environ.pop("MBENCH_STEP_LOG", None)
-        base = engine(fake_vllm(mod), config())
+        base = engine(fake_vllm(mod), config(decode=running))
         # Instrumented: fresh classes; the engine loads the plugin as vLLM does.
         os.environ["MBENCH_STEP_LOG"] = log
-        inst = engine(fake_vllm(mod), config())
+        inst = engine(fake_vllm(mod), config(decode=running))
         assert getattr(inst.step_fn.__func__, "__mbench_wrapped__", False)
         assert not getattr(base.step_fn.__func__, "__mbench_wrapped__", False)
         _chunk(base.step_fn, 2000)
@@ -79,18 +82,21 @@ def measure(n: int = 100_000, chunks: int = 20) -> dict:
         os.environ.pop("MBENCH_STEP_LOG", None)
     else:
         os.environ["MBENCH_STEP_LOG"] = saved_env
-    out = {"steps": per * chunks, "chunks": chunks, "lines_written": n_lines}
+    import statistics
+
+    out = {"steps": per * chunks, "chunks": chunks, "lines_written": n_lines, "running": running}
     for k in CLOCKS:
-        out[f"baseline_{k}_us"] = min(b[k])
-        out[f"instrumented_{k}_us"] = min(i[k])
-        out[f"overhead_{k}_us"] = min(i[k]) - min(b[k])
+        out[f"baseline_{k}_us"] = statistics.median(b[k])
+        out[f"instrumented_{k}_us"] = statistics.median(i[k])
+        out[f"overhead_{k}_us"] = statistics.median(x - y for x, y in zip(i[k], b[k]))
     out["overhead_us_per_step"] = out["overhead_thread_us"]
     return out
 
 
 def report(r: dict) -> str:
     return (
-        f"{r['steps']} fake steps per variant ({r['chunks']} chunks, fastest counts): "
+        f"{r['steps']} fake steps per variant, {r['running']} running requests "
+        f"({r['chunks']} paired chunks, median of the differences): "
         f"engine-thread CPU {r['baseline_thread_us']:.2f} -> {r['instrumented_thread_us']:.2f} "
         f"us/step (overhead {r['overhead_thread_us']:.2f}); all-threads CPU overhead "
         f"{r['overhead_process_us']:.2f}; wall overhead {r['overhead_wall_us']:.2f} us/step"
@@ -99,7 +105,8 @@ def report(r: dict) -> str:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    print(report(measure(n)))
+    for running in [int(x) for x in sys.argv[2:]] or [256, 1024]:
+        print(report(measure(n, running=running)))
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def main() -> None:
         eng = engine(ns, cfg)
         run_steps(eng, 2)
         _FORK_CTX = (ns, cfg)
-        p = mp.get_context("fork").Process(target=worker_loop, args=(n, 700 * US, False))
+        p = mp.get_context("fork").Process(target=worker_loop, args=(n, 5000 * US, False))
         p.start()
         p.join()
         assert p.exitcode == 0, p.exitcode
@@ -68,7 +68,7 @@ def main() -> None:
         print(f"pid={p.pid}")
         return
     if mode == "spawn":
-        p = mp.get_context("spawn").Process(target=worker_loop, args=(n, 700 * US, True))
+        p = mp.get_context("spawn").Process(target=worker_loop, args=(n, 5000 * US, True))
         p.start()
         p.join()
         assert p.exitcode == 0, p.exitcode

@@ -42,6 +42,12 @@ def test_all_hooks_ok(step_log, version):
     assert rc == 0, text
     if version == "main":
         assert "Scheduler._build_kv_connector_meta" in text
+    # Which path each timer covers, and the async-scheduling default.
+    assert "async scheduling default" in text
+    if version == "main":
+        assert "async scheduling default: None -> auto" in text
+    for timer in ("launch_us", "wait_us", "execute_us", "batch_queue"):
+        assert timer in text
 
 
 def test_missing_and_filtered(step_log, monkeypatch):
@@ -67,6 +73,7 @@ def test_summarize_log(tmp_path):
     assert check.summarize(str(log), out) == 0
     text = out.getvalue()
     assert "2 steps, 1 malformed, pids [7]" in text
+    assert "0 batch-queue lines" in text
     assert "build_meta_us     absent in every line" in text
     assert "p50      200.0" in text
     assert "engine_step.worker.9.jsonl: 1 get_finished lines" in text

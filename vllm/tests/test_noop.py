@@ -142,7 +142,9 @@ def test_metadata_pickles_across_processes(tmp_path):
         "assert issubclass(noop.MbenchNoopConnector, ns.KVConnectorBase_V1)\n"
     ) % (PKG, HERE)
     dump = prelude + (
-        "m = noop.MbenchNoopConnector(None, ns.KVConnectorRole.SCHEDULER).build_connector_meta(None)\n"
+        "from helpers import config\n"
+        "c = noop.MbenchNoopConnector(config(), ns.KVConnectorRole.SCHEDULER)\n"
+        "m = c.build_connector_meta(None)\n"
         "open(%r, 'wb').write(pickle.dumps(m))\n"
     ) % str(blob)
     load = prelude + (

@@ -29,7 +29,8 @@ def _timings():
 
 
 def _check_identity(line):
-    parts = sum(line.get(k, 0.0) for k in ("schedule_us", "execute_us", "update_us"))
+    keys = ("schedule_us", "execute_us", "launch_us", "wait_us", "update_us")
+    parts = sum(line.get(k, 0.0) for k in keys)
     assert line["unaccounted_us"] == pytest.approx(line["step_duration_us"] - parts, abs=0.002)
     assert line["unaccounted_us"] >= 0
 
@@ -100,11 +101,14 @@ def test_batch_queue_attribution(step_log, version):
     assert with_update, lines[:3]
     for ln in lines:
         _check_identity(ln)
+        assert ln["batch_queue"] == 1
+        assert "execute_us" not in ln  # spans two batches on this path: never written
         assert "schedule_us" in ln and "build_meta_us" in ln  # every call schedules here
+        assert ln["launch_us"] > 0  # every call launches the batch it scheduled
         if "update_us" in ln:
-            assert "execute_us" in ln and ln["execute_us"] >= 0
+            assert ln["wait_us"] >= 0
         else:
-            assert "execute_us" not in ln  # the call returned early: no wait measured
+            assert "wait_us" not in ln  # the call returned early: no wait
     # Worker get_finished ran in an executor thread of this process: each call
     # is accounted to the next step line (the last in-flight batches, which
     # finish after the last line, to none), and never twice.

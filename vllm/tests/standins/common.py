@@ -41,6 +41,7 @@ class Timings:
     execute: int = 0  # model runner forward (inside the worker)
     get_finished: int = 0  # worker connector.get_finished
     update: int = 0  # update_from_output body
+    gpu: int = 0  # simulated GPU time per batch (main's inline executor only)
     truth: dict = field(default_factory=dict)  # phase -> list of measured ns
 
     def note(self, phase: str, ns: int) -> None:
@@ -95,6 +96,22 @@ class VllmConfig:
     prefill: dict = field(default_factory=dict)  # req id -> prompt tokens
     decode: int = 4  # running decode requests (1 token each)
     spec: dict = field(default_factory=dict)  # req id -> draft tokens
+    # Every k-th scheduled batch waits for structured-output tokens of the
+    # previous one: main's step_with_batch_queue defers its sampling.
+    deferred_every: int = 0
+    # --disable-hybrid-kv-cache-manager (main's factory refuses a connector
+    # that is not SupportsHMA when this is False).
+    disable_hybrid_kv_cache_manager: bool = True
+    scheduler_cls: type | None = None  # scheduler_config.scheduler_cls
+
+    @property
+    def scheduler_config(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(
+            async_scheduling=self.async_scheduling,
+            disable_hybrid_kv_cache_manager=self.disable_hybrid_kv_cache_manager,
+        )
 
     @property
     def max_concurrent_batches(self) -> int:
@@ -146,6 +163,7 @@ def make_plugins_module() -> types.ModuleType:
 
 MODULES = (
     "vllm",
+    "vllm.config",
     "vllm.plugins",
     "vllm.v1",
     "vllm.v1.engine",
@@ -186,8 +204,11 @@ def build_modules(ns, version: str, omit: tuple[str, ...] = ()) -> dict:
             "KVConnectorBase_V1": ns.KVConnectorBase_V1,
             "KVConnectorMetadata": ns.KVConnectorMetadata,
             "KVConnectorRole": ns.KVConnectorRole,
+            **({"SupportsHMA": ns.SupportsHMA} if hasattr(ns, "SupportsHMA") else {}),
         },
     }
+    if hasattr(ns, "SchedulerConfig"):
+        put["vllm.config"] = {"SchedulerConfig": ns.SchedulerConfig}
     for mod, attrs in put.items():
         if mod in mods:
             for k, v in attrs.items():

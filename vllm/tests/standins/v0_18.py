@@ -75,8 +75,14 @@ def make():
 
     class KVConnectorBase_V1(ABC):
         def __init__(self, vllm_config, role, kv_cache_config=None):
+            # base.py L196-L213 (0.11+): a config without kv_transfer_config
+            # (or None) is rejected.
             self._connector_metadata = None
             self._vllm_config = vllm_config
+            if vllm_config.kv_transfer_config is not None:
+                self._kv_transfer_config = vllm_config.kv_transfer_config
+            else:
+                raise ValueError("kv_transfer_config must be set for KVConnectorBase_V1")
             self._kv_cache_config = kv_cache_config
             self._role = role
 
