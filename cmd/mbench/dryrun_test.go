@@ -86,8 +86,8 @@ func TestDryRunMicrobench3(t *testing.T) {
 	want := []string{
 		env + seedServe(0),
 		env + seedServe(0) + ` --kv-transfer-config '{"kv_connector":"MbenchNoopConnector","kv_connector_module_path":"mbench_vllm.noop","kv_role":"kv_both"}'`,
-		env + "VLLM_MOONCAKE_BOOTSTRAP_PORT=8998 " + seedServe(0) + ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}'`,
-		env + seedServe(0) + ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_role":"kv_both"}'`,
+		env + "VLLM_MOONCAKE_BOOTSTRAP_PORT=8998 " + seedServe(0) + ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"mooncake_protocol":"rdma"},"kv_role":"kv_producer"}'`,
+		env + seedServe(0) + ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"mooncake_protocol":"rdma"},"kv_role":"kv_both"}'`,
 	}
 	got := dryLines(stdout, "vllm serve")
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -122,7 +122,7 @@ func TestDryRunPD8(t *testing.T) {
 			cmd := seedServe(i)
 			if k == 1 {
 				env += fmt.Sprintf("VLLM_MOONCAKE_BOOTSTRAP_PORT=%d ", 8998+i)
-				cmd += ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_role":"kv_both"}'`
+				cmd += ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"mooncake_protocol":"rdma"},"kv_role":"kv_both"}'`
 			}
 			if l != env+cmd {
 				t.Errorf("instance %d:\n%s\nwant\n%s%s", i, l, env, cmd)

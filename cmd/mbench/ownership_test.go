@@ -83,14 +83,9 @@ func TestExportUsesTheRecordedMethod(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
-	dir := t.TempDir()
-	m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
-	writeSimMatrix(t, m, map[string]string{"%RATES%": "20", "%BLOCKS%": "2"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil && exitCode(err) != exitNoResult {
-		t.Fatalf("run: %v\n%s", err, stderr)
-	}
+	m, out := finishedSweep(t, ctx)
 	report := func() string {
 		b, err := os.ReadFile(filepath.Join(out, "report.md"))
 		if err != nil {
@@ -140,14 +135,9 @@ func TestResumeAfterMoveAndDamage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
-	dir := t.TempDir()
-	m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
-	writeSimMatrix(t, m, map[string]string{"%RATES%": "20", "%BLOCKS%": "2"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil && exitCode(err) != exitNoResult {
-		t.Fatalf("run: %v\n%s", err, stderr)
-	}
+	m, out := finishedSweep(t, ctx)
 	moved := filepath.Join(t.TempDir(), "moved")
 	if out, err := exec.Command("cp", "-a", out, moved).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v %s", err, out)
@@ -233,4 +223,17 @@ func runSweepCLI(t *testing.T, ctx context.Context, args ...string) (string, str
 		err = nil
 	}
 	return stdout, stderr, err
+}
+
+// finishedSweep runs the small sim sweep (2 configs × 1 rate × 2 blocks) to
+// its end and returns its matrix file and results directory.
+func finishedSweep(t *testing.T, ctx context.Context) (matrix, out string) {
+	t.Helper()
+	dir := t.TempDir()
+	matrix, out = filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
+	writeSimMatrix(t, matrix, map[string]string{"%RATES%": "20", "%BLOCKS%": "2"})
+	if _, stderr, err := runSweepCLI(t, ctx, "run", matrix, "--out", out, "--quiet"); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	return matrix, out
 }
