@@ -48,6 +48,16 @@ func ExportReport(ctx context.Context, dir string) (*results.Report, error) {
 	} else if b, c, conf, ok := resolvedBasics(st); ok {
 		sw.Baseline, sw.Compare, sw.Confidence = b, c, conf
 	}
+	if st.Design != nil {
+		sw.Design = st.Design.Kind + ", " + st.Design.Balance.Words
+	}
+	sw.Stage1 = st.Stage1
+	pos := map[runKey]int{}
+	for _, b := range st.Blocks {
+		for i, id := range b.Order {
+			pos[runKey{id, b.Block}] = i + 1
+		}
+	}
 	if st.Stop != nil {
 		sw.StopReason = st.Stop.Reason
 	} else {
@@ -69,7 +79,7 @@ func ExportReport(ctx context.Context, dir string) (*results.Report, error) {
 	})
 	for _, k := range keys {
 		e := idx[k]
-		sw.Runs = append(sw.Runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason})
+		sw.Runs = append(sw.Runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason, Position: pos[k]})
 	}
 	rep, err := results.Export(ctx, sw)
 	if err != nil {

@@ -55,7 +55,8 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 		}
 		s.state = &SweepState{Format: 1, SweepID: sweepID(m.Name, abs), Name: m.Name, MatrixFile: matrixAbs,
 			MatrixHash: m.Hash, Resolved: resolved, Seed: m.Seed, Randomize: m.Repeat.Randomize,
-			Cells: cellRecords(m), Fingerprint: s.fingerprint(), Created: time.Now().UTC(), Simulated: m.Engine.Kind == "sim"}
+			Cells: cellRecords(m), Fingerprint: s.fingerprint(), Created: time.Now().UTC(), Simulated: m.Engine.Kind == "sim",
+			Stage1: m.Repeat.Min}
 		if err := writeSweep(abs, s.state); err != nil {
 			return nil, err
 		}

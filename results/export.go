@@ -27,6 +27,13 @@ type Sweep struct {
 	Env        map[string]string
 	Simulated  bool                // the engine is simengine: every output says so
 	Redact     func(string) string // applied to all text written, when non-nil
+	// Stage1 is the number of first-stage blocks of the two-stage design
+	// (repeat.min): the primary metric's CIs take their variance from them.
+	// 0 makes every comparison an ordinary paired t.
+	Stage1 int
+	// Design says in words how the block orders were made and how balanced
+	// they are ("" when not recorded).
+	Design string
 }
 
 // CellInfo identifies one cell of the matrix. SameAs names the config (or
@@ -46,6 +53,9 @@ type RunRef struct {
 	Dir    string
 	Status string
 	Reason string
+	// Position is the run's 1-based position in its block's order (0:
+	// unknown); the nuisance fit of the position effect uses it.
+	Position int
 }
 
 // Report is what Export wrote and found.
@@ -55,6 +65,7 @@ type Report struct {
 	Cells       []CellSummary   // in the order of Sweep.Cells
 	Comparisons []ComparisonRow // config vs baseline
 	NoiseFloor  []ComparisonRow // A/A control vs its original
+	Nuisance    []Nuisance      // the position-in-block effect per compared metric
 	Warnings    []string        // problems that did not stop the export
 }
 
@@ -134,7 +145,7 @@ func Export(ctx context.Context, s Sweep) (*Report, error) {
 			return nil, err
 		}
 	}
-	rep.Comparisons, rep.NoiseFloor = comparisons(&s, cells)
+	rep.Comparisons, rep.NoiseFloor, rep.Nuisance = comparisons(&s, cells)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
 	}
