@@ -145,10 +145,7 @@ func (s *Sweep) shouldStop(done int) (string, bool) {
 	if rep.Budget > 0 && time.Since(s.state.Created) >= rep.Budget {
 		return fmt.Sprintf("time budget of %s spent after %d blocks", rep.Budget, done), true
 	}
-	if s.state.Randomize && done%2 == 1 {
-		return "", false // a pair of mirror-image blocks is not complete
-	}
-	if len(s.unconverged()) > 0 {
+	if !pairComplete(done, s.state.Randomize) || len(s.unconverged()) > 0 {
 		return "", false
 	}
 	if len(s.primaryComparisons()) == 0 {
@@ -158,6 +155,14 @@ func (s *Sweep) shouldStop(done int) (string, bool) {
 	return fmt.Sprintf("converged: every comparison on the primary metric %s has a %.0f%% CI half-width ≤ ±%.1f%% after %d blocks",
 		rep.Metric, rep.Confidence*100, rep.RelCI*100, done), true
 }
+
+// pairComplete reports whether done blocks end a pair of mirror-image
+// blocks (always true for unrandomized orders): the rule looks only there.
+func pairComplete(done int, randomize bool) bool { return !randomize || done%2 == 0 }
+
+// withinTarget is the stopping rule's test of one comparison: it has a CI
+// (ok) and its half-width is at most the target.
+func withinTarget(half float64, ok bool, target float64) bool { return ok && half <= target }
 
 // pairedCells is one comparison of the sweep: treat against base, named as
 // the report names it.
@@ -191,7 +196,12 @@ func (s *Sweep) primaryComparisons() []pairedCells {
 // it has no CI (fewer than two paired usable runs in the first stage).
 func (s *Sweep) comparisonHalf(p pairedCells) (half float64, ok bool) {
 	base, treat := s.metricValues(p.base, s.m.Repeat.Metric), s.metricValues(p.treat, s.m.Repeat.Metric)
-	c := results.CompareTwoStage(base, treat, s.stage1(), s.m.Repeat.Confidence)
+	return twoStageHalf(results.CompareTwoStage(base, treat, s.stage1(), s.m.Repeat.Confidence))
+}
+
+// twoStageHalf is a comparison's CI half-width as a fraction, (Hi − Lo)/2;
+// ok is false when it has no CI.
+func twoStageHalf(c results.Comparison) (half float64, ok bool) {
 	if c.N < 2 {
 		return math.NaN(), false
 	}
@@ -220,7 +230,7 @@ func (s *Sweep) unconverged() []string {
 		}
 	}
 	for _, p := range comps {
-		if h, ok := s.comparisonHalf(p); !ok || h > s.m.Repeat.RelCI {
+		if h, ok := s.comparisonHalf(p); !withinTarget(h, ok, s.m.Repeat.RelCI) {
 			add(p.treat)
 			add(p.base)
 		}

@@ -44,7 +44,7 @@ type Comparison struct {
 // not finite are left out. With fewer than two pairs there is no CI: N tells,
 // P and PAdj are 1 and the effect fields are 0.
 func Compare(base, treat map[int]float64, confidence float64) Comparison {
-	return compareAdjusted(base, treat, nil, Nuisance{}, 0, confidence)
+	return CompareAdjusted(base, treat, nil, Nuisance{}, 0, confidence)
 }
 
 // positive reports whether v is a finite number above zero.
@@ -250,7 +250,7 @@ func compareCells(s *Sweep, metric, key string, base, c *cellData, nu Nuisance, 
 			dpos[b] = float64(r.Ref.Position - q.Ref.Position)
 		}
 	}
-	row.Comparison = compareAdjusted(ref, treat, dpos, nu, stage1, s.Confidence)
+	row.Comparison = CompareAdjusted(ref, treat, dpos, nu, stage1, s.Confidence)
 	row.Saturated = base.saturated() || c.saturated()
 	switch {
 	case len(tu) == 0:

@@ -45,14 +45,14 @@ func pairedLogs(base, treat map[int]float64) (blocks []int, logs []float64) {
 // t-test on n1−1 degrees of freedom. With fewer than two first-stage pairs
 // it is the ordinary Compare.
 func CompareTwoStage(base, treat map[int]float64, stage1 int, confidence float64) Comparison {
-	return compareAdjusted(base, treat, nil, Nuisance{}, stage1, confidence)
+	return CompareAdjusted(base, treat, nil, Nuisance{}, stage1, confidence)
 }
 
-// compareAdjusted compares base and treat; with a used nuisance effect each
+// CompareAdjusted compares base and treat; with a used nuisance effect each
 // block's log ratio is first corrected by γ·Δpos (dpos: block → position of
 // treat minus position of base) and the variance of γ's estimate is added
 // to the variance of the mean.
-func compareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisance, stage1 int, confidence float64) Comparison {
+func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisance, stage1 int, confidence float64) Comparison {
 	c := Comparison{Confidence: confidence, P: 1, PAdj: 1, PMW: 1, Method: MethodPairedT}
 	blocks, logs := pairedLogs(base, treat)
 	c.Blocks, c.N = blocks, len(logs)
