@@ -22,9 +22,9 @@ func renderMethod(b *strings.Builder, s *Sweep, rep *Report) {
 	if s.Stage1 > 0 {
 		fmt.Fprintf(b, "- **Stopping rule.** The first %d blocks are the first stage. The sweep stops once every comparison's %.0f%% CI half-width on the primary metric is within the target", s.Stage1, conf)
 		if s.RelCI > 0 {
-			fmt.Fprintf(b, " (±%.1f%%)", 100*s.RelCI)
+			fmt.Fprintf(b, " of ±%.1f%%", 100*s.RelCI)
 		}
-		b.WriteString(" (checked after complete pairs of blocks), or at the maximum number of blocks, or when the time budget is spent. A comparison with no usable run is never within target. The primary metric's CIs are two-stage (Stein): their spread comes from the first-stage blocks only, their centre from every block, so how long the sweep ran depends on the first-stage noise alone and stopping early cannot make a chance difference look significant.\n")
+		b.WriteString(", checked after complete pairs of blocks, or at the maximum number of blocks, or when the time budget is spent. A comparison with no usable run is never within target. The primary metric's CIs are two-stage (Stein): their spread comes from the first-stage blocks only, their centre from every block, so how long the sweep ran depends on the first-stage noise alone and stopping early cannot make a chance difference look significant.\n")
 	} else {
 		b.WriteString("- **Stopping rule.** No first stage recorded: every comparison is an ordinary paired t over all blocks.\n")
 	}
