@@ -142,8 +142,13 @@ func (s *Sweep) shouldStop(done int) (string, bool) {
 	if done >= rep.Max {
 		return fmt.Sprintf("reached repeat.max = %d blocks", rep.Max), true
 	}
-	if rep.Budget > 0 && time.Since(s.state.Created) >= rep.Budget {
+	elapsed := time.Since(s.state.Created)
+	if rep.Budget > 0 && elapsed >= rep.Budget {
 		return fmt.Sprintf("time budget of %s spent after %d blocks", rep.Budget, done), true
+	}
+	if rep.Budget > 0 && s.state.Randomize && done%2 == 0 && elapsed+2*elapsed/time.Duration(done) > rep.Budget {
+		return fmt.Sprintf("time budget of %s: another pair of blocks (about %s) would not finish within it; stopped after %d blocks, a balanced design",
+			rep.Budget, (2 * elapsed / time.Duration(done)).Round(time.Second), done), true
 	}
 	if !pairComplete(done, s.state.Randomize) || len(s.unconverged()) > 0 {
 		return "", false

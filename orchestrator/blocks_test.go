@@ -121,6 +121,18 @@ func TestStoppingRule(t *testing.T) {
 		t.Errorf("stopped with no usable run: %s", reason)
 	}
 
+	// A pair of blocks that would overrun the budget is not started: after
+	// 4 blocks in 40 s another pair takes about 20 s.
+	pair := stopSweep(t, ", budget: 55s", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
+	pair.state.Randomize, pair.state.Created = true, time.Now().Add(-40*time.Second)
+	if reason, stop := pair.shouldStop(4); !stop || !strings.Contains(reason, "would not finish") {
+		t.Errorf("pair overrunning the budget: stop=%v %q", stop, reason)
+	}
+	pair.m.Repeat.Budget = 70 * time.Second
+	if reason, stop := pair.shouldStop(4); stop {
+		t.Errorf("a pair fits in the budget, x@2 unconverged, yet stopped: %s", reason)
+	}
+
 	bud := stopSweep(t, ", budget: 1s", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
 	bud.state.Created = time.Now().Add(-time.Minute)
 	if reason, stop := bud.shouldStop(2); !stop || !strings.Contains(reason, "budget") {
