@@ -122,14 +122,14 @@ func TestStoppingRule(t *testing.T) {
 	}
 
 	// A pair of blocks that would overrun the budget is not started: after
-	// 4 blocks in 40 s another pair takes about 20 s.
-	pair := stopSweep(t, ", budget: 55s", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
+	// 2 blocks in 40 s another pair takes about 40 s.
+	pair := stopSweep(t, ", budget: 75s", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
 	pair.state.Randomize, pair.state.Created = true, time.Now().Add(-40*time.Second)
-	if reason, stop := pair.shouldStop(4); !stop || !strings.Contains(reason, "would not finish") {
+	if reason, stop := pair.shouldStop(2); !stop || !strings.Contains(reason, "would not finish") {
 		t.Errorf("pair overrunning the budget: stop=%v %q", stop, reason)
 	}
-	pair.m.Repeat.Budget = 70 * time.Second
-	if reason, stop := pair.shouldStop(4); stop {
+	pair.m.Repeat.Budget = 90 * time.Second
+	if reason, stop := pair.shouldStop(2); stop {
 		t.Errorf("a pair fits in the budget, x@2 unconverged, yet stopped: %s", reason)
 	}
 
