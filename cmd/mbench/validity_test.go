@@ -90,7 +90,7 @@ func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
 		lo, hi float64
 	}{{"step_duration_p50", 0.4, 0.6}, {"tpot_p90", 0.2, 0.8}} {
 		r := findRow(t, rep.Comparisons, "taxed", tc.metric)
-		t.Logf("taxed vs plain %s: %s (p_holm %.3g)", tc.metric, r.Text(), r.PAdj)
+		t.Logf("taxed vs plain %s: %s (p_holm %.3g, %d blocks)", tc.metric, r.Text(), r.PAdj, r.N)
 		if !r.Significant() || r.Effect < tc.lo || r.Effect > tc.hi {
 			t.Errorf("taxed %s: %s; want a significant effect near +50%%", tc.metric, r.Text())
 		}
