@@ -18,7 +18,7 @@ type Sweep struct {
 	Baseline   string   // config every other config is compared with
 	Confidence float64  // of CIs and tests; 0 means 0.95
 	Compare    []string // metrics compared with the baseline; nil means DefaultCompare
-	Metric     string   // stopping-rule metric for the noise-floor table; "" means DefaultStopMetric
+	Metric     string   // the declared primary metric (repeat.metric): one Holm family, two-stage CIs; "" means DefaultStopMetric
 	RelCI      float64  // stopping-rule target relative half-width (0: none shown)
 	Cells      []CellInfo
 	Runs       []RunRef
