@@ -124,6 +124,10 @@ func (s *Sweep) reconcile(old *SweepState, matrixAbs string) error {
 		for i := range old.Blocks {
 			old.Blocks[i].Order = BlockOrder(old.Seed, old.Blocks[i].Block, ids, old.Randomize)
 		}
+		old.Design = designRecord(old)
+		if old.Stage1 == 0 {
+			old.Stage1 = s.m.Repeat.Min // the stopping rule from here on is the two-stage one
+		}
 		old.Stop = nil
 		for _, c := range removed {
 			s.logf("removed cell %s (%s rate=%g %s): its results stay on disk but leave the report", c.ID, c.Config, c.Rate, c.Shape)
