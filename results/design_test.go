@@ -77,7 +77,7 @@ func TestValidityTwoStageStopping(t *testing.T) {
 	rng := rand.New(rand.NewPCG(16, 1))
 	const sweeps, stage1, maxBlocks = 4000, 4, 12
 	for _, target := range []float64{0.02, 0.04, 0.08} {
-		fp := 0
+		fp, early, earlyFP := 0, 0, 0
 		for s := 0; s < sweeps; s++ {
 			base, treat := map[int]float64{}, map[int]float64{}
 			for b := 1; b <= maxBlocks; b++ {
@@ -88,15 +88,26 @@ func TestValidityTwoStageStopping(t *testing.T) {
 				}
 				c := CompareTwoStage(base, treat, stage1, 0.95)
 				if (c.Hi-c.Lo)/2 <= target || b == maxBlocks {
-					if c.P < 0.05 && (c.Lo > 0 || c.Hi < 0) {
+					sig := c.P < 0.05 && (c.Lo > 0 || c.Hi < 0)
+					if sig {
 						fp++
+					}
+					if b < maxBlocks {
+						early++
+						if sig {
+							earlyFP++
+						}
 					}
 					break
 				}
 			}
 		}
 		r := float64(fp) / sweeps
-		t.Logf("target ±%.0f%%: A/A false positives %.2f%% of %d sweeps", 100*target, 100*r, sweeps)
+		// Reported, not asserted: among the sweeps stopped early the rate is
+		// above α, most where early stops are rare (they are the quietest
+		// first stages).
+		t.Logf("target ±%.0f%%: A/A false positives %.2f%% of %d sweeps; %d stopped early, %.1f%% of them false positives",
+			100*target, 100*r, sweeps, early, 100*float64(earlyFP)/float64(max(early, 1)))
 		// binomial SE at 5% over 4,000 sweeps: 0.34 points.
 		if r > 0.058 {
 			t.Errorf("target %.2f: false-positive rate %.3f > 0.05", target, r)
