@@ -49,14 +49,15 @@ func mustLoad(t *testing.T, path string) *Matrix {
 }
 
 // TestSimMatrix checks the embedded default: kind sim, the seed's configs
-// plus an A/A twin, three rates, a sweep estimated under 3 minutes.
+// plus an A/A twin, ttft_p90 as the primary metric, a first stage of two
+// mirror-image pairs of blocks, a sweep estimated under 3 minutes.
 func TestSimMatrix(t *testing.T) {
 	m := mustLoad(t, "sim.yaml")
 	want := []string{"plain", "noop_connector", "mooncake_producer", "mooncake_both", "plain_aa"}
 	if strings.Join(m.ConfigOrder, ",") != strings.Join(want, ",") {
 		t.Errorf("configs %v, want %v", m.ConfigOrder, want)
 	}
-	if m.Engine.Kind != "sim" || len(m.Rates) != 3 || m.Repeat.Min != 3 || m.Repeat.Max != 5 {
+	if m.Engine.Kind != "sim" || len(m.Rates) != 1 || m.Repeat.Min != 4 || m.Repeat.Max < m.Repeat.Min || m.Repeat.Metric != "ttft_p90" {
 		t.Errorf("kind %s rates %v repeat %+v", m.Engine.Kind, m.Rates, m.Repeat)
 	}
 	if m.Configs["plain_aa"].SameAs != "plain" {

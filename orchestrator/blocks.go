@@ -3,8 +3,10 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,14 +68,20 @@ func (s *Sweep) recordedBlock(b int) *BlockRecord {
 	return nil
 }
 
-// planBlock records block b in sweep.json before any of its runs start.
+// planBlock records block b in sweep.json before any of its runs start. Its
+// order is the design's row for b over every cell; an only_unconverged block
+// keeps that order for the cells it runs.
 func (s *Sweep) planBlock(b int) (*BlockRecord, error) {
-	ids := cellIDs(s.state.Cells)
+	order := BlockOrder(s.state.Seed, b, cellIDs(s.state.Cells), s.state.Randomize)
 	if s.m.Repeat.OnlyUnconverged && b > s.m.Repeat.Min {
-		ids = s.unconvergedWithBaselines()
+		keep := map[string]bool{}
+		for _, id := range s.unconvergedWithBaselines() {
+			keep[id] = true
+		}
+		order = slices.DeleteFunc(order, func(id string) bool { return !keep[id] })
 	}
-	blk := BlockRecord{Block: b, Seed: BlockSeed(s.state.Seed, b), Order: BlockOrder(s.state.Seed, b, ids, s.state.Randomize)}
-	s.state.Blocks = append(s.state.Blocks, blk)
+	s.state.Blocks = append(s.state.Blocks, BlockRecord{Block: b, Seed: BlockSeed(s.state.Seed, b), Order: order})
+	s.state.Design = designRecord(s.state)
 	if err := writeSweep(s.dir, s.state); err != nil {
 		return nil, err
 	}
@@ -121,7 +129,11 @@ func (s *Sweep) skipDead(id string, b int, why string) error {
 	return nil
 }
 
-// shouldStop applies the stopping rule after `done` complete blocks.
+// shouldStop applies the stopping rule after `done` complete blocks: never
+// before repeat.min; always at repeat.max or when the budget is spent; in
+// between, after a complete pair of mirror-image blocks, once every paired
+// comparison's two-stage CI half-width on the primary metric is within
+// repeat.rel_ci.
 func (s *Sweep) shouldStop(done int) (string, bool) {
 	rep := s.m.Repeat
 	if done < max(rep.Min, 1) {
@@ -130,91 +142,149 @@ func (s *Sweep) shouldStop(done int) (string, bool) {
 	if done >= rep.Max {
 		return fmt.Sprintf("reached repeat.max = %d blocks", rep.Max), true
 	}
-	if rep.Budget > 0 && time.Since(s.state.Created) >= rep.Budget {
+	elapsed := time.Since(s.state.Created)
+	if rep.Budget > 0 && elapsed >= rep.Budget {
 		return fmt.Sprintf("time budget of %s spent after %d blocks", rep.Budget, done), true
 	}
 	if len(s.dead) == len(s.state.Cells) {
 		return fmt.Sprintf("every cell failed %d runs in a row and was given up after %d blocks: nothing converged", s.opts.FailLimit, done), true
 	}
-	if len(s.unconverged()) == 0 {
-		if len(s.dead) > 0 {
-			return fmt.Sprintf("not converged: %d cells failed and were given up; every other cell's %s has a relative %.0f%% CI half-width ≤ %.1f%% after %d blocks",
-				len(s.dead), rep.Metric, rep.Confidence*100, rep.RelCI*100, done), true
-		}
-		return fmt.Sprintf("converged: every cell's %s has a relative %.0f%% CI half-width ≤ %.1f%% after %d blocks",
+	if rep.Budget > 0 && s.state.Randomize && done%2 == 0 && elapsed+2*elapsed/time.Duration(done) > rep.Budget {
+		return fmt.Sprintf("time budget of %s: another pair of blocks (about %s) would not finish within it; stopped after %d blocks, a balanced design",
+			rep.Budget, (2 * elapsed / time.Duration(done)).Round(time.Second), done), true
+	}
+	if !pairComplete(done, s.state.Randomize) || len(s.unconverged()) > 0 {
+		return "", false
+	}
+	if len(s.primaryComparisons()) == 0 {
+		return fmt.Sprintf("converged: every cell's %s has a relative %.0f%% CI half-width ≤ %.1f%% after %d blocks (no comparisons in this sweep)",
 			rep.Metric, rep.Confidence*100, rep.RelCI*100, done), true
 	}
-	return "", false
+	return fmt.Sprintf("converged: every comparison on the primary metric %s has a %.0f%% CI half-width ≤ ±%.1f%% after %d blocks",
+		rep.Metric, rep.Confidence*100, rep.RelCI*100, done), true
 }
 
-// unconverged lists cells whose metric's relative CI half-width is still
-// above repeat.rel_ci (failed cells are left out: more runs will not help).
-func (s *Sweep) unconverged() []string {
-	var out []string
+// pairComplete reports whether done blocks end a pair of mirror-image
+// blocks (always true for unrandomized orders): the rule looks only there.
+func pairComplete(done int, randomize bool) bool { return !randomize || done%2 == 0 }
+
+// withinTarget is the stopping rule's test of one comparison: it has a CI
+// (ok) and its half-width is at most the target.
+func withinTarget(half float64, ok bool, target float64) bool { return ok && half <= target }
+
+// pairedCells is one comparison of the sweep: treat against base, named as
+// the report names it.
+type pairedCells struct {
+	name        string
+	base, treat string
+}
+
+// primaryComparisons lists the comparisons the stopping rule targets: every
+// config against the baseline at the same rate and shape, and every A/A
+// control against its original.
+func (s *Sweep) primaryComparisons() []pairedCells {
+	var out []pairedCells
 	for _, c := range s.state.Cells {
-		if s.dead[c.ID] != "" {
-			continue
+		for _, b := range s.state.Cells {
+			if b.ID == c.ID || b.Rate != c.Rate || b.Shape != c.Shape || b.SameAs != "" {
+				continue
+			}
+			aa := c.SameAs != "" && (c.SameAs == b.Config || c.SameAs == b.ID)
+			main := c.SameAs == "" && c.Config != s.m.Baseline && b.Config == s.m.Baseline
+			if aa || main {
+				out = append(out, pairedCells{fmt.Sprintf("%s vs %s @ %g %s", c.Config, b.Config, c.Rate, c.Shape), b.ID, c.ID})
+			}
 		}
-		if ok, _ := s.cellConverged(c.ID); !ok {
-			out = append(out, c.ID)
+	}
+	return out
+}
+
+// comparisonHalf is the two-stage CI half-width (a fraction) of one
+// comparison on the primary metric over the usable runs; ok is false when
+// it has no CI (fewer than two paired usable runs in the first stage).
+func (s *Sweep) comparisonHalf(p pairedCells) (half float64, ok bool) {
+	base, treat := s.metricValues(p.base, s.m.Repeat.Metric), s.metricValues(p.treat, s.m.Repeat.Metric)
+	return twoStageHalf(results.CompareTwoStage(base, treat, s.stage1(), s.m.Repeat.Confidence))
+}
+
+// twoStageHalf is a comparison's CI half-width as a fraction, (Hi − Lo)/2;
+// ok is false when it has no CI.
+func twoStageHalf(c results.Comparison) (half float64, ok bool) {
+	if c.N < 2 {
+		return math.NaN(), false
+	}
+	return (c.Hi - c.Lo) / 2, true
+}
+
+// stage1 is the number of first-stage blocks.
+func (s *Sweep) stage1() int {
+	if s.state.Stage1 > 0 {
+		return s.state.Stage1
+	}
+	return s.m.Repeat.Min
+}
+
+// unconverged lists the cells of comparisons whose primary-metric CI is not
+// yet within target (a comparison without usable runs never is). Without
+// comparisons it falls back to each cell's own relative CI.
+func (s *Sweep) unconverged() []string {
+	comps := s.primaryComparisons()
+	seen := map[string]bool{}
+	var out []string
+	add := func(id string) {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, p := range comps {
+		if h, ok := s.comparisonHalf(p); !withinTarget(h, ok, s.m.Repeat.RelCI) {
+			add(p.treat)
+			add(p.base)
+		}
+	}
+	if len(comps) == 0 {
+		for _, c := range s.state.Cells {
+			if ok, _ := s.cellConverged(c.ID); !ok {
+				add(c.ID)
+			}
 		}
 	}
 	return out
 }
 
 func (s *Sweep) cellConverged(id string) (bool, float64) {
-	vals := s.metricValues(id, s.m.Repeat.Metric)
+	vals := slices.Collect(maps.Values(s.metricValues(id, s.m.Repeat.Metric)))
 	if len(vals) < 2 {
-		return false, 0
+		return false, math.NaN()
 	}
 	return results.Converged(vals, s.m.Repeat.RelCI, s.m.Repeat.Confidence)
 }
 
-// metricValues reads the stopping metric of every ok or saturated run of a
-// cell, in block order.
-func (s *Sweep) metricValues(id, metric string) []float64 {
-	var blocks []int
+// metricValues reads the metric of every usable run of a cell (status
+// "ok": only those are results), block → value.
+func (s *Sweep) metricValues(id, metric string) map[int]float64 {
+	vals := map[int]float64{}
 	for k, e := range s.journal {
-		if k.cell == id && e.Status.Usable() {
-			blocks = append(blocks, k.block)
+		if k.cell != id || !e.Status.Usable() {
+			continue
 		}
-	}
-	sort.Ints(blocks)
-	var vals []float64
-	for _, b := range blocks {
-		e := s.journal[runKey{id, b}]
 		sum, err := results.ReadRunSummary(filepath.Join(s.dir, e.Dir, "summary_A.json"))
 		if err != nil {
 			continue
 		}
 		if v, ok := results.RunMetric(sum, metric); ok {
-			vals = append(vals, v)
+			vals[k.block] = v
 		}
 	}
 	return vals
 }
 
-// unconvergedWithBaselines is the cell set of an only_unconverged block: the
-// cells still above target plus their baselines at the same rate and shape,
-// so every comparison stays paired.
+// unconvergedWithBaselines is the cell set of an only_unconverged block: both
+// cells of every comparison still above target, so every comparison stays
+// paired. Cells marked failed are left out: more runs will not help.
 func (s *Sweep) unconvergedWithBaselines() []string {
-	need := map[string]bool{}
-	for _, id := range s.unconverged() {
-		need[id] = true
-		c := s.cellRecord(id)
-		for _, b := range s.state.Cells {
-			if b.Config == s.m.Baseline && b.Rate == c.Rate && b.Shape == c.Shape {
-				need[b.ID] = true
-			}
-		}
-	}
-	var ids []string
-	for _, c := range s.state.Cells {
-		if need[c.ID] {
-			ids = append(ids, c.ID)
-		}
-	}
-	return ids
+	return slices.DeleteFunc(s.unconverged(), func(id string) bool { return s.dead[id] != "" })
 }
 
 func (s *Sweep) cellRecord(id string) CellRecord {
@@ -227,12 +297,30 @@ func (s *Sweep) cellRecord(id string) CellRecord {
 }
 
 func (s *Sweep) recordStop(reason string, blocks int) error {
-	rec := &StopRecord{Reason: reason, Blocks: blocks, RelHalf: map[string]float64{}, Target: s.m.Repeat.RelCI, Metric: s.m.Repeat.Metric}
-	conv := true
+	rec := &StopRecord{Reason: reason, Blocks: blocks, RelHalf: map[string]float64{}, Target: s.m.Repeat.RelCI, Metric: s.m.Repeat.Metric,
+		Primary: s.m.Repeat.Metric, CompHalf: map[string]float64{}, Stage1Blocks: s.stage1()}
 	for _, c := range s.state.Cells {
-		ok, rh := s.cellConverged(c.ID)
-		rec.RelHalf[c.ID] = rh
-		conv = conv && ok
+		if _, rh := s.cellConverged(c.ID); !math.IsNaN(rh) {
+			rec.RelHalf[c.ID] = rh
+		}
+	}
+	comps := s.primaryComparisons()
+	conv := true
+	for _, p := range comps {
+		h, ok := s.comparisonHalf(p)
+		if !ok {
+			rec.UnusableCompar = append(rec.UnusableCompar, p.name)
+			conv = false
+			continue
+		}
+		rec.CompHalf[p.name] = h
+		conv = conv && h <= s.m.Repeat.RelCI
+	}
+	if len(comps) == 0 {
+		for _, c := range s.state.Cells {
+			ok, _ := s.cellConverged(c.ID)
+			conv = conv && ok
+		}
 	}
 	rec.Converged = conv
 	s.state.Stop = rec

@@ -69,7 +69,7 @@ func cellsOf(s *Sweep, ids []string) []string {
 }
 
 // TestStoppingRule checks the three ways a sweep stops and the
-// only_unconverged plan: the cells above target plus their baselines.
+// only_unconverged plan: both cells of every comparison above target.
 func TestStoppingRule(t *testing.T) {
 	flat := [2]float64{100, 100.1}
 	noisy := [2]float64{100, 150}
@@ -81,7 +81,7 @@ func TestStoppingRule(t *testing.T) {
 	if reason, stop := s.shouldStop(2); stop {
 		t.Errorf("stopped with x@2 unconverged: %s", reason)
 	}
-	if got, want := cellsOf(s, s.unconverged()), []string{"x@2"}; !slices.Equal(got, want) {
+	if got, want := cellsOf(s, s.unconverged()), []string{"plain@2", "x@2"}; !slices.Equal(got, want) {
 		t.Errorf("unconverged = %v, want %v", got, want)
 	}
 	if got, want := cellsOf(s, s.unconvergedWithBaselines()), []string{"plain@2", "x@2"}; !slices.Equal(got, want) {
@@ -94,6 +94,43 @@ func TestStoppingRule(t *testing.T) {
 	conv := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
 	if reason, stop := conv.shouldStop(2); !stop || !strings.HasPrefix(reason, "converged") {
 		t.Errorf("all converged: stop=%v %q", stop, reason)
+	}
+
+	// Only runs whose status is ok count: with x@1's second run saturated
+	// its comparison has one usable pair, no CI, and is never converged.
+	sat := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
+	for k, e := range sat.journal {
+		if c := sat.cellRecord(k.cell); c.Config == "x" && c.Rate == 1 && k.block == 2 {
+			e.Status = "saturated"
+			sat.journal[k] = e
+		}
+	}
+	if reason, stop := sat.shouldStop(2); stop {
+		t.Errorf("stopped with a comparison that has one usable pair: %s", reason)
+	}
+	if got, want := cellsOf(sat, sat.unconverged()), []string{"plain@1", "x@1"}; !slices.Equal(got, want) {
+		t.Errorf("unconverged with a saturated run = %v, want %v", got, want)
+	}
+	// No usable run at all (every run failed): never converged.
+	none := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
+	for k, e := range none.journal {
+		e.Status = "failed"
+		none.journal[k] = e
+	}
+	if reason, stop := none.shouldStop(2); stop {
+		t.Errorf("stopped with no usable run: %s", reason)
+	}
+
+	// A pair of blocks that would overrun the budget is not started: after
+	// 2 blocks in 40 s another pair takes about 40 s.
+	pair := stopSweep(t, ", budget: 75s", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
+	pair.state.Randomize, pair.state.Created = true, time.Now().Add(-40*time.Second)
+	if reason, stop := pair.shouldStop(2); !stop || !strings.Contains(reason, "would not finish") {
+		t.Errorf("pair overrunning the budget: stop=%v %q", stop, reason)
+	}
+	pair.m.Repeat.Budget = 90 * time.Second
+	if reason, stop := pair.shouldStop(2); stop {
+		t.Errorf("a pair fits in the budget, x@2 unconverged, yet stopped: %s", reason)
 	}
 
 	bud := stopSweep(t, ", budget: 1s", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})

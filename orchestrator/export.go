@@ -82,6 +82,16 @@ func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 		sw.Overrides = append(sw.Overrides, fmt.Sprintf("baseline %s, where the sweep recorded %s (mbench export --baseline)", ov.Baseline, sw.Baseline))
 		sw.Baseline = ov.Baseline
 	}
+	if st.Design != nil {
+		sw.Design = st.Design.Kind + ", " + st.Design.Balance.Words
+	}
+	sw.Stage1 = st.Stage1
+	pos := map[runKey]int{}
+	for _, b := range st.Blocks {
+		for i, id := range b.Order {
+			pos[runKey{id, b.Block}] = i + 1
+		}
+	}
 	if st.Stop != nil {
 		sw.StopReason = st.Stop.Reason
 	} else {
@@ -103,7 +113,7 @@ func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 	})
 	for _, k := range keys {
 		e := idx[k]
-		sw.Runs = append(sw.Runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason})
+		sw.Runs = append(sw.Runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason, Position: pos[k]})
 	}
 	rep, err := results.Export(ctx, sw)
 	if err != nil {

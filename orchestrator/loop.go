@@ -67,7 +67,8 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 		}
 		s.state = &SweepState{Format: 1, SweepID: sweepID(m.Name, abs), Name: m.Name, MatrixFile: matrixAbs,
 			MatrixHash: m.Hash, Resolved: resolved, Seed: m.Seed, Randomize: m.Repeat.Randomize,
-			Cells: cellRecords(m), Fingerprint: s.fingerprint(), Created: time.Now().UTC(), Simulated: m.Engine.Kind == matrices.EngineSim}
+			Cells: cellRecords(m), Fingerprint: s.fingerprint(), Created: time.Now().UTC(), Simulated: m.Engine.Kind == matrices.EngineSim,
+			Stage1: m.Repeat.Min}
 		if err := s.keepMatrixCopy(matrixPath); err != nil {
 			return nil, err
 		}
@@ -148,6 +149,10 @@ func (s *Sweep) reconcile(old *SweepState, matrixAbs string) error {
 		ids := cellIDs(now)
 		for i := range old.Blocks {
 			old.Blocks[i].Order = BlockOrder(old.Seed, old.Blocks[i].Block, ids, old.Randomize)
+		}
+		old.Design = designRecord(old)
+		if old.Stage1 == 0 {
+			old.Stage1 = s.m.Repeat.Min // the stopping rule from here on is the two-stage one
 		}
 		old.Stop = nil
 		for _, c := range removed {

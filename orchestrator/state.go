@@ -44,6 +44,13 @@ type SweepState struct {
 	Updated       time.Time         `json:"updated"`
 	Stop          *StopRecord       `json:"stop,omitempty"`
 	Simulated     bool              `json:"simulated"`
+	// Design is how the block orders were made and how balanced the
+	// planned blocks are (rewritten with every planned block).
+	Design *DesignRecord `json:"design,omitempty"`
+	// Stage1 is the number of first-stage blocks (repeat.min when the sweep
+	// was planned): the primary metric's two-stage CIs take their variance
+	// from them. 0 in sweeps recorded before the two-stage rule.
+	Stage1 int `json:"stage1_blocks,omitempty"`
 }
 
 // CellRecord names one cell of the sweep.
@@ -72,6 +79,14 @@ type StopRecord struct {
 	Target    float64            `json:"target_rel_ci"`
 	Metric    string             `json:"metric"`
 	Converged bool               `json:"converged"`
+	// The stopping rule on the comparisons: every paired comparison's CI
+	// half-width (a fraction, 0.05 = ±5%) on the primary metric, keyed
+	// "config vs baseline @ rate shape", with the first-stage blocks whose
+	// variance sets it.
+	Primary        string             `json:"primary_metric,omitempty"`
+	CompHalf       map[string]float64 `json:"comparison_half_width,omitempty"`
+	Stage1Blocks   int                `json:"stage1_blocks,omitempty"`
+	UnusableCompar []string           `json:"comparisons_without_usable_runs,omitempty"`
 }
 
 // JournalEntry is one line of journal.jsonl. A run without a journal line did

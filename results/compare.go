@@ -23,6 +23,17 @@ type Comparison struct {
 	PMW        float64 `json:"p_mwu"`    // Mann–Whitney U p-value (unpaired, unadjusted); secondary
 	Confidence float64 `json:"confidence"`
 	Saturated  bool    `json:"saturated"` // either side had a saturated run
+	// Method is MethodTwoStage (the primary metric's comparisons, whose CI
+	// the stopping rule targets) or MethodPairedT; Stage1 is the number of
+	// first-stage blocks whose variance a two-stage CI uses.
+	Method string `json:"method"`
+	Stage1 int    `json:"stage1_blocks,omitempty"`
+	// PositionAdjusted: a significant position-in-block effect was taken
+	// out of every block's log ratio (see Nuisance).
+	PositionAdjusted bool `json:"position_adjusted"`
+	// Primary: the comparison is on the declared primary metric (one Holm
+	// family across the whole table); others are secondary.
+	Primary bool `json:"primary"`
 }
 
 // Compare pairs base and treat by block (block → per-run metric) and compares
@@ -33,45 +44,7 @@ type Comparison struct {
 // not finite are left out. With fewer than two pairs there is no CI: N tells,
 // P and PAdj are 1 and the effect fields are 0.
 func Compare(base, treat map[int]float64, confidence float64) Comparison {
-	c := Comparison{Confidence: confidence, P: 1, PAdj: 1, PMW: 1}
-	var logs, bv, tv []float64
-	for b, tval := range treat {
-		bval, ok := base[b]
-		if !ok || !positive(bval) || !positive(tval) {
-			continue
-		}
-		c.Blocks = append(c.Blocks, b)
-	}
-	sort.Ints(c.Blocks)
-	for _, b := range c.Blocks {
-		logs = append(logs, math.Log(treat[b]/base[b]))
-		bv = append(bv, base[b])
-		tv = append(tv, treat[b])
-	}
-	c.N = len(logs)
-	if c.N < 2 {
-		return c
-	}
-	m, half := MeanCI(logs, confidence)
-	sd := sampleStd(logs)
-	switch {
-	case sd > 0:
-		c.P = tTwoSidedP(m/(sd/math.Sqrt(float64(c.N))), float64(c.N-1))
-	case m != 0:
-		c.P = 0 // every block moved by exactly the same ratio
-	default:
-		c.P = 1
-	}
-	if math.IsNaN(half) {
-		half = 0
-	}
-	c.MeanLog, c.HalfLog, c.PAdj = m, half, c.P
-	c.Effect = math.Expm1(m)
-	c.Lo, c.Hi = math.Expm1(m-half), math.Expm1(m+half)
-	if p := MannWhitneyP(bv, tv); !math.IsNaN(p) {
-		c.PMW = p
-	}
-	return c
+	return CompareAdjusted(base, treat, nil, Nuisance{}, 0, confidence)
 }
 
 // positive reports whether v is a finite number above zero.
@@ -171,9 +144,11 @@ func cellOrder(s *Sweep, cells []*cellData) []*cellData {
 
 // comparisons builds the comparison table (each config against the baseline
 // at the same shape and rate) and the A/A noise-floor table (each A/A
-// control against its original). Each metric's rows of a table form one Holm
-// family.
-func comparisons(s *Sweep, cells []*cellData) (main, aa []ComparisonRow) {
+// control against its original), and fits the position effect of every
+// compared metric. The primary metric's rows of both tables are one Holm
+// family and get two-stage CIs; each secondary metric's rows of a table form
+// their own family. Only runs whose status is "ok" count.
+func comparisons(s *Sweep, cells []*cellData) (main, aa []ComparisonRow, nuis []Nuisance) {
 	originals := map[groupKey]map[string]*cellData{}
 	byID := map[string]*cellData{}
 	for _, c := range cells {
@@ -188,8 +163,16 @@ func comparisons(s *Sweep, cells []*cellData) (main, aa []ComparisonRow) {
 		originals[k][c.Info.Config] = c
 	}
 	ordered := cellOrder(s, cells)
-	for _, metric := range s.Compare {
+	for _, metric := range comparedMetrics(s) {
 		key := ResolveMetric(metric)
+		primary := key == ResolveMetric(s.Metric)
+		nu := EstimatePosition(positionObs(cells, key), s.Confidence)
+		nu.Metric = metric
+		nuis = append(nuis, nu)
+		stage1 := 0
+		if primary {
+			stage1 = s.Stage1
+		}
 		var rows, aaRows []ComparisonRow
 		for _, c := range ordered {
 			k := groupKey{c.Info.Shape, c.Info.Rate}
@@ -199,19 +182,54 @@ func comparisons(s *Sweep, cells []*cellData) (main, aa []ComparisonRow) {
 				if orig == nil {
 					orig = originals[k][c.Info.SameAs]
 				}
-				aaRows = append(aaRows, compareCells(s, metric, key, orig, c))
+				aaRows = append(aaRows, compareCells(s, metric, key, orig, c, nu, stage1))
 			case c.Info.Config != s.Baseline:
-				rows = append(rows, compareCells(s, metric, key, originals[k][s.Baseline], c))
+				rows = append(rows, compareCells(s, metric, key, originals[k][s.Baseline], c, nu, stage1))
 			}
 		}
-		main = append(main, holmRows(rows)...)
-		aa = append(aa, holmRows(aaRows)...)
+		if primary {
+			all := holmRows(append(append([]ComparisonRow(nil), rows...), aaRows...))
+			for i := range all {
+				all[i].Primary = true
+			}
+			rows, aaRows = all[:len(rows)], all[len(rows):]
+		} else {
+			rows, aaRows = holmRows(rows), holmRows(aaRows)
+		}
+		main = append(main, rows...)
+		aa = append(aa, aaRows...)
 	}
-	return main, aa
+	return main, aa, nuis
+}
+
+// comparedMetrics is the primary metric first, then the other compared
+// metrics in their order.
+func comparedMetrics(s *Sweep) []string {
+	out := []string{s.Metric}
+	for _, m := range s.Compare {
+		if ResolveMetric(m) != ResolveMetric(s.Metric) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// positionObs lists every usable run of every cell with its position, for
+// the nuisance fit of metric key.
+func positionObs(cells []*cellData, key string) []Obs {
+	var obs []Obs
+	for _, c := range cells {
+		for b, r := range c.usable() {
+			if v, ok := r.Metrics[key]; ok && r.Ref.Position > 0 {
+				obs = append(obs, Obs{Cell: c.Info.ID, Block: b, Position: r.Ref.Position - 1, Value: v})
+			}
+		}
+	}
+	return obs
 }
 
 // compareCells compares one metric of cell c against base (nil: missing).
-func compareCells(s *Sweep, metric, key string, base, c *cellData) ComparisonRow {
+func compareCells(s *Sweep, metric, key string, base, c *cellData, nu Nuisance, stage1 int) ComparisonRow {
 	row := ComparisonRow{Metric: metric, Key: key, Config: c.Info.Config, Baseline: s.Baseline,
 		Shape: c.Info.Shape, Rate: c.Info.Rate, Cell: c.Info.ID}
 	if c.Info.SameAs != "" {
@@ -224,18 +242,48 @@ func compareCells(s *Sweep, metric, key string, base, c *cellData) ComparisonRow
 	}
 	row.BaseCell = base.Info.ID
 	row.Baseline = base.Info.Config
-	treat, ref := c.metricByBlock(key), base.metricByBlock(key)
-	row.Comparison = Compare(ref, treat, s.Confidence)
+	treat, ref := c.usableByBlock(key), base.usableByBlock(key)
+	dpos := map[int]float64{}
+	tu, bu := c.usable(), base.usable()
+	for b, r := range tu {
+		if q := bu[b]; q != nil {
+			dpos[b] = float64(r.Ref.Position - q.Ref.Position)
+		}
+	}
+	row.Comparison = CompareAdjusted(ref, treat, dpos, nu, stage1, s.Confidence)
 	row.Saturated = base.saturated() || c.saturated()
 	switch {
-	case c.Sum.NRuns == 0:
-		row.Note = "cell missing: no usable run"
-	case base.Sum.NRuns == 0:
-		row.Note = row.Baseline + " cell missing: no usable run"
+	case len(tu) == 0:
+		row.Note = "cell missing: no run with verdict ok"
+	case len(bu) == 0:
+		row.Note = row.Baseline + " cell missing: no run with verdict ok"
 	case len(treat) == 0 || len(ref) == 0:
 		row.Note = "metric " + key + " not in the runs"
 	}
 	return row
+}
+
+// usable is block → the run used for it, restricted to runs whose status is
+// "ok": the only runs that are results.
+func (c *cellData) usable() map[int]*runData {
+	out := map[int]*runData{}
+	for b, r := range c.Used {
+		if r.Ref.Status.Usable() {
+			out[b] = r
+		}
+	}
+	return out
+}
+
+// usableByBlock is block → value of metric key over the usable runs.
+func (c *cellData) usableByBlock(key string) map[int]float64 {
+	out := map[int]float64{}
+	for b, r := range c.usable() {
+		if v, ok := r.Metrics[key]; ok {
+			out[b] = v
+		}
+	}
+	return out
 }
 
 // holmRows Holm-adjusts the p-values of one family of rows.

@@ -18,7 +18,7 @@ type Sweep struct {
 	Baseline   string   // config every other config is compared with
 	Confidence float64  // of CIs and tests; 0 means 0.95
 	Compare    []string // metrics compared with the baseline; nil means DefaultCompare
-	Metric     string   // stopping-rule metric for the noise-floor table; "" means DefaultStopMetric
+	Metric     string   // the declared primary metric (repeat.metric): one Holm family, two-stage CIs; "" means DefaultStopMetric
 	RelCI      float64  // stopping-rule target relative half-width (0: none shown)
 	Cells      []CellInfo
 	Runs       []RunRef
@@ -30,6 +30,13 @@ type Sweep struct {
 	// Overrides are the changes to the recorded method asked for at export
 	// (a confidence, a baseline), in words; the report states them.
 	Overrides []string
+	// Stage1 is the number of first-stage blocks of the two-stage design
+	// (repeat.min): the primary metric's CIs take their variance from them.
+	// 0 makes every comparison an ordinary paired t.
+	Stage1 int
+	// Design says in words how the block orders were made and how balanced
+	// they are ("" when not recorded).
+	Design string
 }
 
 // CellInfo identifies one cell of the matrix. SameAs names the config (or
@@ -50,6 +57,9 @@ type RunRef struct {
 	Dir    string
 	Status Verdict
 	Reason string
+	// Position is the run's 1-based position in its block's order (0:
+	// unknown); the nuisance fit of the position effect uses it.
+	Position int
 }
 
 // Report is what Export wrote and found.
@@ -59,6 +69,7 @@ type Report struct {
 	Cells       []CellSummary   // in the order of Sweep.Cells
 	Comparisons []ComparisonRow // config vs baseline
 	NoiseFloor  []ComparisonRow // A/A control vs its original
+	Nuisance    []Nuisance      // the position-in-block effect per compared metric
 	Warnings    []string        // problems that did not stop the export
 }
 
@@ -138,7 +149,7 @@ func Export(ctx context.Context, s Sweep) (*Report, error) {
 			return nil, err
 		}
 	}
-	rep.Comparisons, rep.NoiseFloor = comparisons(&s, cells)
+	rep.Comparisons, rep.NoiseFloor, rep.Nuisance = comparisons(&s, cells)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
 	}

@@ -58,14 +58,16 @@ func fixtureSweep(dir string) Sweep {
 	s := Sweep{Dir: dir, Name: "microbench3 (fixture)", Baseline: "plain", Confidence: 0.95, RelCI: 0.05, Blocks: 3,
 		StopReason: "max blocks reached (3): 4 of 10 cells are still above the 5% target",
 		Env:        map[string]string{"mbench": "v0.0.0-fixture", "engine_version": "sim 0.1", "gpu": "simulated H20", "host": "dash0.internal"},
-		Simulated:  true}
-	for _, c := range fixtureCells {
+		Simulated:  true, Stage1: 2,
+		Design: "williams-reversed-pairs, not balanced after 3 blocks (fixture)"}
+	for i, c := range fixtureCells {
 		s.Cells = append(s.Cells, c.CellInfo)
 		if c.ttftMs == 0 {
 			continue // never ran
 		}
 		for b := 1; b <= 3; b++ {
-			ref := RunRef{Cell: c.ID, Block: b, Dir: fmt.Sprintf("runs/%s/b%d", c.ID, b), Status: "ok"}
+			ref := RunRef{Cell: c.ID, Block: b, Dir: fmt.Sprintf("runs/%s/b%d", c.ID, b), Status: "ok",
+				Position: (i+b)%len(fixtureCells) + 1}
 			if c.rising {
 				ref.Status, ref.Reason = "saturated", "TTFT rising"
 			}

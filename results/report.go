@@ -254,7 +254,7 @@ func fmtP(p float64, n int) string {
 // renderNoise writes the per-cell noise-floor table of the stopping metric.
 func renderNoise(b *strings.Builder, s *Sweep, ordered []*cellData) {
 	key := ResolveMetric(s.Metric)
-	fmt.Fprintf(b, "## Noise floor (%s)\n\nPer cell, across blocks: CV of the per-run %s and the relative half-width of the %.0f%% CI of its mean (the stopping rule's measure).\n\n", s.Metric, key, 100*s.Confidence)
+	fmt.Fprintf(b, "## Noise floor (%s)\n\nPer cell, across blocks: CV of the per-run %s and the relative half-width of the %.0f%% CI of its mean (for context: the stopping rule targets the comparisons' CIs, see Method; only sweeps recorded before it show a per-cell target).\n\n", s.Metric, key, 100*s.Confidence)
 	b.WriteString("| Config | Shape | Rate | n | mean | CV | rel. half-width | target |\n|---|---|---|---|---|---|---|---|\n")
 	for _, c := range ordered {
 		m, ok := c.Sum.Metrics[key]
@@ -263,7 +263,7 @@ func renderNoise(b *strings.Builder, s *Sweep, ordered []*cellData) {
 			continue
 		}
 		target := "—"
-		if s.RelCI > 0 {
+		if s.RelCI > 0 && s.Stage1 == 0 {
 			met := "not met"
 			if m.RelHalfWidth != nil && *m.RelHalfWidth <= s.RelCI {
 				met = "met"

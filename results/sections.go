@@ -126,20 +126,22 @@ func appendOnce(list []string, s string) []string {
 	return append(list, s)
 }
 
-// renderComparisons writes the comparison and A/A tables.
+// renderComparisons writes the method, the comparison and the A/A tables.
 func renderComparisons(b *strings.Builder, s *Sweep, rep *Report) {
+	renderMethod(b, s, rep)
 	fmt.Fprintf(b, "## Comparisons with %s\n\n", orDefault(s.Baseline, "the baseline"))
-	method := fmt.Sprintf("Method: runs of one block share the workload, so each config is paired with the baseline block by block; the mean of the per-block log ratio config/baseline gets a %.0f%% Student-t CI, shown as a percent change [low, high]; p-values are two-sided paired t-tests, Holm-corrected within each metric's table, and a change is printed only when the corrected p < %.2g and the CI excludes 0, otherwise as \"within noise (±CI half-width)\"; the Mann–Whitney U p (unpaired, uncorrected) is shown for reference.\n\n",
-		100*s.Confidence, 1-s.Confidence)
 	switch {
 	case s.Baseline == "":
 		b.WriteString("No baseline config named: no comparisons.\n\n")
 	case len(rep.Comparisons) == 0:
 		b.WriteString("Only the baseline config ran: nothing to compare.\n\n")
 	default:
-		b.WriteString(method)
-		for _, metric := range s.Compare {
-			fmt.Fprintf(b, "### %s (%s)\n\n| Config | Shape | Rate | Change vs %s | p (Holm) | p (Mann–Whitney) | Blocks |\n|---|---|---|---|---|---|---|\n", metric, ResolveMetric(metric), s.Baseline)
+		for _, metric := range comparedMetrics(s) {
+			role := "secondary"
+			if ResolveMetric(metric) == ResolveMetric(s.Metric) {
+				role = "primary"
+			}
+			fmt.Fprintf(b, "### %s (%s) — %s\n\n| Config | Shape | Rate | Change vs %s | p (Holm) | p (Mann–Whitney) | Blocks |\n|---|---|---|---|---|---|---|\n", metric, ResolveMetric(metric), role, s.Baseline)
 			for _, r := range rep.Comparisons {
 				if r.Metric == metric {
 					fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %d |\n", r.Config, r.Shape, r.Rate, r.Text(), fmtP(r.PAdj, r.N), fmtP(r.PMW, r.N), r.N)
@@ -153,10 +155,14 @@ func renderComparisons(b *strings.Builder, s *Sweep, rep *Report) {
 		b.WriteString("No A/A control in this sweep. Declare one (for example `plain_aa: {same_as: plain}`) to measure the noise floor of the comparisons directly.\n\n")
 		return
 	}
-	b.WriteString("An A/A control runs the same config as its original under another name, so any difference between the two is noise: these rows are the measured noise floor of the comparisons above (same method, Holm-corrected within each metric).\n\n")
+	b.WriteString("An A/A control runs the same config as its original under another name, so any difference between the two is noise: these rows are the measured noise floor of the comparisons above (same method; on the primary metric they are in the same Holm family as the comparisons, on secondary metrics Holm-corrected within each metric).\n\n")
 	b.WriteString("| A/A config | Same as | Shape | Rate | Metric | Difference | p (Holm) | Blocks |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.NoiseFloor {
-		fmt.Fprintf(b, "| %s | %s | %s | %g | %s | %s | %s | %d |\n", r.Config, r.Baseline, r.Shape, r.Rate, r.Metric, r.Text(), fmtP(r.PAdj, r.N), r.N)
+		metric := r.Metric + " (secondary)"
+		if r.Primary {
+			metric = r.Metric + " (primary)"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %g | %s | %s | %s | %d |\n", r.Config, r.Baseline, r.Shape, r.Rate, metric, r.Text(), fmtP(r.PAdj, r.N), r.N)
 	}
 	b.WriteString("\n")
 	for _, r := range rep.NoiseFloor {

@@ -1,0 +1,216 @@
+package results
+
+import (
+	"math"
+	"sort"
+)
+
+// The method's second version (issue 16): the primary metric's comparisons
+// are two-stage (Stein) comparisons, so the stopping rule can look at their
+// CI half-widths without biasing them, and a drift with the position in the
+// block is estimated across the whole sweep as a nuisance effect.
+
+// MethodTwoStage and MethodPairedT name how a comparison's CI was made.
+const (
+	// MethodTwoStage: the CI's variance comes from the first-stage blocks
+	// only (Stein's two-stage procedure), its mean from every block. The
+	// number of blocks then depends on the first-stage variance alone, which
+	// is independent of the means, so stopping when the CI is narrow enough
+	// keeps the test exact.
+	MethodTwoStage = "two-stage"
+	// MethodPairedT: the ordinary paired t-CI over every block.
+	MethodPairedT = "paired-t"
+)
+
+// pairedLogs pairs base and treat by block and returns the blocks (sorted)
+// and their log ratios log(treat/base); blocks where either value is missing,
+// not positive or not finite are left out.
+func pairedLogs(base, treat map[int]float64) (blocks []int, logs []float64) {
+	for b, t := range treat {
+		if v, ok := base[b]; ok && positive(v) && positive(t) {
+			blocks = append(blocks, b)
+		}
+	}
+	sort.Ints(blocks)
+	for _, b := range blocks {
+		logs = append(logs, math.Log(treat[b]/base[b]))
+	}
+	return blocks, logs
+}
+
+// CompareTwoStage is Compare with the CI of Stein's two-stage procedure:
+// with n1 the paired blocks numbered ≤ stage1 and s1 the standard deviation
+// of their log ratios, the half-width is t_{(1+c)/2, n1−1} · s1/√N around the
+// mean log ratio of all N paired blocks, and the p-value is the two-sided
+// t-test on n1−1 degrees of freedom. With fewer than two first-stage pairs
+// it is the ordinary Compare.
+func CompareTwoStage(base, treat map[int]float64, stage1 int, confidence float64) Comparison {
+	return CompareAdjusted(base, treat, nil, Nuisance{}, stage1, confidence)
+}
+
+// CompareAdjusted compares base and treat; with a used nuisance effect each
+// block's log ratio is first corrected by γ·Δpos (dpos: block → position of
+// treat minus position of base) and the variance of γ's estimate is added
+// to the variance of the mean.
+func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisance, stage1 int, confidence float64) Comparison {
+	c := Comparison{Confidence: confidence, P: 1, PAdj: 1, PMW: 1, Method: MethodPairedT}
+	blocks, logs := pairedLogs(base, treat)
+	c.Blocks, c.N = blocks, len(logs)
+	var extraVar float64
+	if nu.Used {
+		var md float64
+		for i, b := range blocks {
+			logs[i] -= nu.PerPosition * dpos[b]
+			md += dpos[b]
+		}
+		if len(blocks) > 0 {
+			md /= float64(len(blocks))
+		}
+		extraVar = nu.SE * nu.SE * md * md
+		c.PositionAdjusted = true
+	}
+	if c.N < 2 {
+		return c
+	}
+	var first []float64
+	for i, b := range blocks {
+		if b <= stage1 {
+			first = append(first, logs[i])
+		}
+	}
+	m := meanOf(logs)
+	sd, df := sampleStd(logs), float64(c.N-1)
+	if stage1 > 0 && len(first) >= 2 {
+		sd, df = sampleStd(first), float64(len(first)-1)
+		c.Method, c.Stage1 = MethodTwoStage, len(first)
+	}
+	se := math.Sqrt(sd*sd/float64(c.N) + extraVar)
+	switch {
+	case se > 0:
+		c.P = tTwoSidedP(m/se, df)
+	case m != 0:
+		c.P = 0
+	}
+	half := tQuantile((1+confidence)/2, df) * se
+	if math.IsNaN(half) {
+		half = 0
+	}
+	c.MeanLog, c.HalfLog, c.PAdj = m, half, c.P
+	c.Effect = math.Expm1(m)
+	c.Lo, c.Hi = math.Expm1(m-half), math.Expm1(m+half)
+	bv, tv := make([]float64, c.N), make([]float64, c.N)
+	for i, b := range blocks {
+		bv[i], tv[i] = base[b], treat[b]
+	}
+	if p := MannWhitneyP(bv, tv); !math.IsNaN(p) {
+		c.PMW = p
+	}
+	return c
+}
+
+// Nuisance is the estimated effect of a run's position in its block on one
+// metric, fitted across the whole sweep: log(value) = cell + block +
+// γ·position + noise, by least squares. PerPosition is γ (a log ratio per
+// position: 0.01 ≈ +1% per position later in the block). Used says whether
+// it was significant at α and so was taken out of the comparisons.
+type Nuisance struct {
+	Metric      string  `json:"metric"`
+	PerPosition float64 `json:"per_position"`
+	SE          float64 `json:"se"`
+	Lo          float64 `json:"lo"` // CI of PerPosition as fractions
+	Hi          float64 `json:"hi"`
+	P           float64 `json:"p"`
+	DF          int     `json:"df"`
+	Runs        int     `json:"runs"`
+	Estimated   bool    `json:"estimated"` // enough runs and position spread to fit
+	Used        bool    `json:"used"`
+}
+
+// Obs is one run for the nuisance fit: its cell, block, position in the
+// block (0-based) and metric value.
+type Obs struct {
+	Cell     string
+	Block    int
+	Position int
+	Value    float64
+}
+
+// EstimatePosition fits the position effect of the runs obs (values must be
+// positive; others are left out) and marks it used when its two-sided
+// p-value is below 1 − confidence. The fit removes cell and block means by
+// alternating projections (exact for complete blocks, converging for
+// incomplete ones) and regresses the residual log value on the residual
+// position; the degrees of freedom are runs − cells − blocks + 1 − 1.
+func EstimatePosition(obs []Obs, confidence float64) Nuisance {
+	var use []Obs
+	for _, o := range obs {
+		if positive(o.Value) {
+			use = append(use, o)
+		}
+	}
+	nu := Nuisance{Runs: len(use), P: 1}
+	y := make([]float64, len(use))
+	x := make([]float64, len(use))
+	cells, blocks := map[string]bool{}, map[int]bool{}
+	for i, o := range use {
+		y[i], x[i] = math.Log(o.Value), float64(o.Position)
+		cells[o.Cell], blocks[o.Block] = true, true
+	}
+	df := len(use) - len(cells) - len(blocks)
+	if df < 2 {
+		return nu
+	}
+	for _, v := range [][]float64{y, x} {
+		for it := 0; it < 50; it++ {
+			delta := demean(v, use, func(o Obs) any { return o.Cell }) + demean(v, use, func(o Obs) any { return o.Block })
+			if delta < 1e-14 {
+				break
+			}
+		}
+	}
+	var sxx, sxy float64
+	for i := range y {
+		sxx += x[i] * x[i]
+		sxy += x[i] * y[i]
+	}
+	if sxx < 1e-9 {
+		return nu
+	}
+	g := sxy / sxx
+	var rss float64
+	for i := range y {
+		r := y[i] - g*x[i]
+		rss += r * r
+	}
+	se := math.Sqrt(rss / float64(df) / sxx)
+	nu.PerPosition, nu.SE, nu.DF, nu.Estimated = g, se, df, true
+	half := tQuantile((1+confidence)/2, float64(df)) * se
+	nu.Lo, nu.Hi = math.Expm1(g-half), math.Expm1(g+half)
+	switch {
+	case se > 0:
+		nu.P = tTwoSidedP(g/se, float64(df))
+	case g != 0:
+		nu.P = 0
+	}
+	nu.Used = nu.P < 1-confidence
+	return nu
+}
+
+// demean subtracts from v the mean of each group and returns the sum of the
+// squared group means removed.
+func demean(v []float64, obs []Obs, group func(Obs) any) float64 {
+	sum, n := map[any]float64{}, map[any]int{}
+	for i, o := range obs {
+		k := group(o)
+		sum[k] += v[i]
+		n[k]++
+	}
+	var moved float64
+	for i, o := range obs {
+		k := group(o)
+		m := sum[k] / float64(n[k])
+		v[i] -= m
+		moved += m * m / float64(n[k])
+	}
+	return moved
+}

@@ -1,0 +1,49 @@
+package results
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// renderMethod writes report.md's method section: the design, the primary
+// metric, the stopping rule, the comparisons and the nuisance effect, in
+// plain words, with this sweep's figures.
+func renderMethod(b *strings.Builder, s *Sweep, rep *Report) {
+	conf, alpha := 100*s.Confidence, 1-s.Confidence
+	b.WriteString("## Method\n\n")
+	b.WriteString("- **Design.** Every block runs every cell once. The orders come from a Williams design (a balanced Latin square), seeded and recorded in sweep.json, taken as pairs of mirror-image blocks: after an even number of blocks every cell has, on average, run in the middle of the block and every pair of cells has run in both orders equally often, so a machine that warms or drifts during a block cannot favour one config; after a whole square every cell has been in every position and after every other cell equally often.")
+	if s.Design != "" {
+		fmt.Fprintf(b, " This sweep: %s.", s.Design)
+	}
+	b.WriteString(" Within a block every config gets the same seeded workload, so each config is paired with its baseline block by block.\n")
+	fmt.Fprintf(b, "- **Primary metric: %s** (%s), declared before the sweep. Its comparisons (the configs against %s and the A/A controls against their originals) are one family, Holm-corrected together; every other metric is **secondary**: shown for context, Holm-corrected within its own table, and never what the sweep was sized for.\n",
+		s.Metric, ResolveMetric(s.Metric), orDefault(s.Baseline, "the baseline"))
+	if s.Stage1 > 0 {
+		fmt.Fprintf(b, "- **Stopping rule.** The first %d blocks are the first stage. The sweep stops once every comparison's %.0f%% CI half-width on the primary metric is within the target", s.Stage1, conf)
+		if s.RelCI > 0 {
+			fmt.Fprintf(b, " of ±%.1f%%", 100*s.RelCI)
+		}
+		b.WriteString(", checked after complete pairs of blocks, or at the maximum number of blocks, or when the time budget is spent. A comparison with no usable run is never within target. The primary metric's CIs are two-stage (Stein): their spread comes from the first-stage blocks only, their centre from every block, so how long the sweep ran depends on the first-stage noise alone and stopping early cannot make a chance difference look significant.\n")
+	} else {
+		b.WriteString("- **Stopping rule.** No first stage recorded: every comparison is an ordinary paired t over all blocks.\n")
+	}
+	fmt.Fprintf(b, "- **Comparisons.** Per block the log ratio config/baseline; its mean gets a %.0f%% Student-t CI, shown as a percent change [low, high]. A change is printed only when the Holm-corrected p < %.2g and the CI excludes 0; otherwise it is \"within noise (±half-width)\", never a number of its own. Only runs whose verdict is ok count. The Mann–Whitney U p (unpaired, uncorrected) is shown for reference.\n", conf, alpha)
+	b.WriteString("- **Position in the block (nuisance effect).** Fitted across the whole sweep, per metric: log(value) = cell + block + γ·position. When γ is significant it is taken out of every comparison (each block's log ratio is corrected by γ times the two cells' distance in the block, and γ's uncertainty is added to the CI).\n\n")
+	if len(rep.Nuisance) == 0 {
+		return
+	}
+	b.WriteString("| Metric | Effect per position later in the block | p | Runs | Used in the comparisons |\n|---|---|---|---|---|\n")
+	for _, n := range rep.Nuisance {
+		if !n.Estimated {
+			fmt.Fprintf(b, "| %s | not estimable (too few runs or no position spread) | — | %d | no |\n", n.Metric, n.Runs)
+			continue
+		}
+		used := "no (not significant)"
+		if n.Used {
+			used = "yes"
+		}
+		fmt.Fprintf(b, "| %s | %+.2f%% [%+.2f, %+.2f] | %s | %d | %s |\n", n.Metric, 100*math.Expm1(n.PerPosition), 100*n.Lo, 100*n.Hi, fmtP(n.P, n.Runs), n.Runs, used)
+	}
+	b.WriteString("\n")
+}
