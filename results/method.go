@@ -29,6 +29,7 @@ func renderMethod(b *strings.Builder, s *Sweep, rep *Report) {
 		b.WriteString("- **Stopping rule.** No first stage recorded: every comparison is an ordinary paired t over all blocks.\n")
 	}
 	fmt.Fprintf(b, "- **Comparisons.** Per block the log ratio config/baseline; its mean gets a %.0f%% Student-t CI, shown as a percent change [low, high]. A change is printed only when the Holm-corrected p < %.2g and the CI excludes 0; otherwise it is \"within noise (±half-width)\", never a number of its own. Only runs whose verdict is ok count. The Mann–Whitney U p (unpaired, uncorrected) is shown for reference.\n", conf, alpha)
+	b.WriteString("- **What counts as a result.** " + VerdictRule + "\n")
 	b.WriteString("- **Position in the block (nuisance effect).** Fitted across the whole sweep, per metric: log(value) = cell + block + γ·position. When γ is significant it is taken out of every comparison (each block's log ratio is corrected by γ times the two cells' distance in the block, and γ's uncertainty is added to the CI).\n\n")
 	if len(rep.Nuisance) == 0 {
 		return

@@ -61,7 +61,7 @@ func renderVerdicts(b *strings.Builder, ordered []*cellData) {
 			counts[r.Ref.Status]++
 		}
 	}
-	fmt.Fprintf(b, "%d runs: %s.\n\n%s\n\n", counts.Total(), counts, VerdictRule)
+	fmt.Fprintf(b, "%d runs: %s. (The rule is in the Method section.)\n\n", counts.Total(), counts)
 	byClass := map[string]int{}
 	type row struct {
 		cell  *cellData
