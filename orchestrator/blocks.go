@@ -34,14 +34,14 @@ func (s *Sweep) blocks(ctx context.Context) error {
 			if err := ctx.Err(); err != nil {
 				return ErrInterrupted
 			}
-			if _, done := s.journal[runKey{id, b}]; done {
+			if s.ledger.done(id, b) {
 				continue
 			}
 			cell, ok := s.cells[id]
 			if !ok {
 				continue // a removed cell in an old plan
 			}
-			if why := s.dead[id]; why != "" {
+			if why := s.ledger.deadReason(id); why != "" {
 				if err := s.skipDead(id, b, why); err != nil {
 					return err
 				}
@@ -51,9 +51,8 @@ func (s *Sweep) blocks(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if o.entry.Status == results.VerdictFailed && s.fails[id] >= s.opts.FailLimit {
-				s.dead[id] = o.entry.Reason
-				s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", id, cell.Config, cell.Rate, s.fails[id], firstLine(o.entry.Reason))
+			if o.gaveUp {
+				s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", id, cell.Config, cell.Rate, s.opts.FailLimit, firstLine(o.entry.Reason))
 			}
 		}
 	}
@@ -121,10 +120,9 @@ func (s *Sweep) skipDead(id string, b int, why string) error {
 	now := time.Now().UTC()
 	e := JournalEntry{Cell: id, Block: b, Status: results.VerdictFailed, Started: now, Finished: now,
 		Reason: "skipped: the cell failed " + fmt.Sprint(s.opts.FailLimit) + " consecutive runs: " + briefReason(why)}
-	if err := appendJournal(s.dir, e); err != nil {
+	if _, err := s.ledger.record(e); err != nil {
 		return err
 	}
-	s.journal[runKey{id, b}] = e
 	s.prog.finish("skipped (cell failed)")
 	return nil
 }
@@ -146,7 +144,7 @@ func (s *Sweep) shouldStop(done int) (string, bool) {
 	if rep.Budget > 0 && elapsed >= rep.Budget {
 		return fmt.Sprintf("time budget of %s spent after %d blocks", rep.Budget, done), true
 	}
-	if len(s.dead) == len(s.state.Cells) {
+	if len(s.ledger.dead) == len(s.state.Cells) {
 		return fmt.Sprintf("every cell failed %d runs in a row and was given up after %d blocks: nothing converged", s.opts.FailLimit, done), true
 	}
 	if rep.Budget > 0 && s.state.Randomize && done%2 == 0 && elapsed+2*elapsed/time.Duration(done) > rep.Budget {
@@ -265,7 +263,7 @@ func (s *Sweep) cellConverged(id string) (bool, float64) {
 // "ok": only those are results), block → value.
 func (s *Sweep) metricValues(id, metric string) map[int]float64 {
 	vals := map[int]float64{}
-	for k, e := range s.journal {
+	for k, e := range s.ledger.runs {
 		if k.cell != id || !e.Status.Usable() {
 			continue
 		}
@@ -284,7 +282,7 @@ func (s *Sweep) metricValues(id, metric string) map[int]float64 {
 // cells of every comparison still above target, so every comparison stays
 // paired. Cells marked failed are left out: more runs will not help.
 func (s *Sweep) unconvergedWithBaselines() []string {
-	return slices.DeleteFunc(s.unconverged(), func(id string) bool { return s.dead[id] != "" })
+	return slices.DeleteFunc(s.unconverged(), func(id string) bool { return s.ledger.deadReason(id) != "" })
 }
 
 func (s *Sweep) cellRecord(id string) CellRecord {

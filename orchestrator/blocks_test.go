@@ -37,7 +37,7 @@ func stopSweep(t *testing.T, budget string, vals map[string][2]float64) *Sweep {
 	dir := t.TempDir()
 	s := newSweep(m, dir, Options{})
 	s.state = &SweepState{Seed: m.Seed, Cells: cellRecords(m), Created: time.Now()}
-	s.journal = map[runKey]JournalEntry{}
+	s.ledger = newLedger(dir, 3)
 	for _, c := range s.state.Cells {
 		v, ok := vals[fmt.Sprintf("%s@%g", c.Config, c.Rate)]
 		if !ok {
@@ -52,7 +52,7 @@ func stopSweep(t *testing.T, budget string, vals map[string][2]float64) *Sweep {
 			if err := results.WriteRunSummary(filepath.Join(dir, rel, "summary_A.json"), &results.RunSummary{Cell: c.ID, Block: b, P90TTFTMs: &p90}); err != nil {
 				t.Fatal(err)
 			}
-			s.journal[runKey{c.ID, b}] = JournalEntry{Cell: c.ID, Block: b, Status: "ok", Dir: rel}
+			s.ledger.runs[runKey{c.ID, b}] = JournalEntry{Cell: c.ID, Block: b, Status: "ok", Dir: rel}
 		}
 	}
 	return s
@@ -99,10 +99,10 @@ func TestStoppingRule(t *testing.T) {
 	// Only runs whose status is ok count: with x@1's second run saturated
 	// its comparison has one usable pair, no CI, and is never converged.
 	sat := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
-	for k, e := range sat.journal {
+	for k, e := range sat.ledger.runs {
 		if c := sat.cellRecord(k.cell); c.Config == "x" && c.Rate == 1 && k.block == 2 {
 			e.Status = "saturated"
-			sat.journal[k] = e
+			sat.ledger.runs[k] = e
 		}
 	}
 	if reason, stop := sat.shouldStop(2); stop {
@@ -113,9 +113,9 @@ func TestStoppingRule(t *testing.T) {
 	}
 	// No usable run at all (every run failed): never converged.
 	none := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
-	for k, e := range none.journal {
+	for k, e := range none.ledger.runs {
 		e.Status = "failed"
-		none.journal[k] = e
+		none.ledger.runs[k] = e
 	}
 	if reason, stop := none.shouldStop(2); stop {
 		t.Errorf("stopped with no usable run: %s", reason)

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -219,19 +218,13 @@ func (s *Sweep) checkFingerprint() error {
 // execute runs blocks until the stopping rule says stop, then exports.
 func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	s.fleet.sweepID = s.state.SweepID
-	entries, torn, err := ReadJournal(s.dir)
+	led, err := openLedger(s.dir, s.opts.FailLimit)
 	if err != nil {
 		return nil, err
 	}
-	if torn {
-		if err := repairJournal(s.dir, entries); err != nil {
-			return nil, fmt.Errorf("repair torn journal line: %w", err)
-		}
-	}
-	s.journal = journalIndex(entries)
-	s.replayFailures(entries)
+	s.ledger = led
 	s.prog = newProgress(s.opts.Stderr, s.plannedRuns(), s.opts.Quiet)
-	for k := range s.journal {
+	for k := range s.ledger.runs {
 		if _, ok := s.cells[k.cell]; ok {
 			s.prog.done++
 		}
@@ -277,7 +270,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	if s.state.Stop != nil {
 		o.StopReason = s.state.Stop.Reason
 	}
-	for k, e := range s.journal {
+	for k, e := range s.ledger.runs {
 		if _, ok := s.cells[k.cell]; !ok {
 			continue // a removed cell's run
 		}
@@ -287,7 +280,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 			o.Failed++
 		}
 	}
-	o.Unusable = unusableCells(rep, s.journal)
+	o.Unusable = unusableCells(rep, s.ledger.runs)
 	return o, nil
 }
 
@@ -316,23 +309,6 @@ func (s *Sweep) resumeHint() string {
 		return s.opts.ResumeHint
 	}
 	return "mbench resume " + matrices.ShellQuote(s.dir)
-}
-
-// replayFailures rebuilds the consecutive-failure counts from the journal,
-// so a resumed sweep skips the cells it had given up on.
-func (s *Sweep) replayFailures(entries []JournalEntry) {
-	sorted := append([]JournalEntry(nil), entries...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Finished.Before(sorted[j].Finished) })
-	for _, e := range sorted {
-		if e.Status == results.VerdictFailed {
-			s.fails[e.Cell]++
-			if s.fails[e.Cell] >= s.opts.FailLimit && s.dead[e.Cell] == "" {
-				s.dead[e.Cell] = e.Reason
-			}
-		} else {
-			s.fails[e.Cell] = 0
-		}
-	}
 }
 
 func engineVersion(ctx context.Context, base string) string {

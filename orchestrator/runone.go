@@ -23,6 +23,7 @@ import (
 type runOutcome struct {
 	entry   JournalEntry
 	summary *results.RunSummary
+	gaveUp  bool // this failure gave the cell up
 }
 
 // runOne performs one (cell, block) run and journals it. It returns an error
@@ -70,22 +71,19 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
 	}
 	entry.Self = selfUsage()
-	if err := appendJournal(s.dir, entry); err != nil {
+	gaveUp, err := s.ledger.record(entry)
+	if err != nil {
 		return nil, err
 	}
-	s.journal[runKey{cell.ID, block}] = entry
 	switch {
 	case entry.Status == results.VerdictFailed:
-		s.fails[cell.ID]++
 		s.prog.finish("FAILED: " + firstLine(entry.Reason))
 	case !entry.Status.Usable():
-		s.fails[cell.ID] = 0
 		s.prog.finish(fmt.Sprintf("NOT A RESULT (%s): %s", entry.Status, firstLine(entry.Reason)))
 	default:
-		s.fails[cell.ID] = 0
 		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2)))
 	}
-	return &runOutcome{entry: entry, summary: sum}, nil
+	return &runOutcome{entry: entry, summary: sum, gaveUp: gaveUp}, nil
 }
 
 func fmtPtr(v *float64, prec int) string {

@@ -81,16 +81,14 @@ type Sweep struct {
 	dir      string
 	state    *SweepState
 	cells    map[string]matrices.Cell
-	journal  map[runKey]JournalEntry
+	ledger   *ledger
 	fleet    *fleet
 	cur      *engineSet
 	launches int
 	logFile  *os.File
 	runKey   string // the run being measured (cell/b<block>), for the sim's launch seeds
 	probeSeq int
-	noted    map[string]bool   // messages said once per sweep (noteOnce)
-	fails    map[string]int    // consecutive failures per cell
-	dead     map[string]string // cells marked failed, with the reason
+	noted    map[string]bool // messages said once per sweep (noteOnce)
 	prog     *progress
 	gpu      *gpuProbe
 	started  time.Time
@@ -107,7 +105,7 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 		opts.FailLimit = 3
 	}
 	s := &Sweep{opts: opts, m: m, dir: dir, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
-		noted: map[string]bool{}, fails: map[string]int{}, dead: map[string]string{}, started: time.Now()}
+		noted: map[string]bool{}, ledger: newLedger(dir, opts.FailLimit), started: time.Now()}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}

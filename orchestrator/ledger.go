@@ -1,0 +1,79 @@
+package orchestrator
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/mbench/mbench/results"
+)
+
+// ledger is a sweep's record of its finished runs: the journal (one durable
+// line per run, which makes a run done), each cell's consecutive failures,
+// and the cells given up after failLimit of them. It runs nothing.
+type ledger struct {
+	dir       string
+	failLimit int
+	runs      map[runKey]JournalEntry
+	fails     map[string]int    // consecutive failed runs per cell
+	dead      map[string]string // cells given up, with the last failure's reason
+}
+
+// openLedger reads the journal of the results directory dir (repairing a
+// line torn by a crash) and replays it, so a resumed sweep knows what is
+// done and which cells it had given up on.
+func openLedger(dir string, failLimit int) (*ledger, error) {
+	entries, torn, err := ReadJournal(dir)
+	if err != nil {
+		return nil, err
+	}
+	if torn {
+		if err := repairJournal(dir, entries); err != nil {
+			return nil, fmt.Errorf("repair torn journal line: %w", err)
+		}
+	}
+	l := newLedger(dir, failLimit)
+	l.runs = journalIndex(entries)
+	sorted := append([]JournalEntry(nil), entries...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Finished.Before(sorted[j].Finished) })
+	for _, e := range sorted {
+		l.count(e)
+	}
+	return l, nil
+}
+
+func newLedger(dir string, failLimit int) *ledger {
+	return &ledger{dir: dir, failLimit: failLimit, runs: map[runKey]JournalEntry{}, fails: map[string]int{}, dead: map[string]string{}}
+}
+
+// done reports whether the run of cell in block has its journal line.
+func (l *ledger) done(cell string, block int) bool {
+	_, ok := l.runs[runKey{cell, block}]
+	return ok
+}
+
+// deadReason is why cell was given up, "" when it was not.
+func (l *ledger) deadReason(cell string) string { return l.dead[cell] }
+
+// record appends e to the journal (durably) and counts it. gaveUp reports
+// that this failure was the one that gave its cell up.
+func (l *ledger) record(e JournalEntry) (gaveUp bool, err error) {
+	if err := appendJournal(l.dir, e); err != nil {
+		return false, err
+	}
+	l.runs[runKey{e.Cell, e.Block}] = e
+	wasDead := l.dead[e.Cell] != ""
+	l.count(e)
+	return !wasDead && l.dead[e.Cell] != "", nil
+}
+
+// count updates the consecutive failures of e's cell.
+func (l *ledger) count(e JournalEntry) {
+	if e.Status != results.VerdictFailed {
+		l.fails[e.Cell] = 0
+		return
+	}
+	l.fails[e.Cell]++
+	if l.fails[e.Cell] >= l.failLimit && l.dead[e.Cell] == "" {
+		l.dead[e.Cell] = e.Reason
+	}
+}
