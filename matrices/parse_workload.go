@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"fmt"
+	"github.com/mbench/mbench/openloop"
 	"os"
 	"path/filepath"
 	"strings"
@@ -189,8 +190,10 @@ func (d *decoder) trace(v *yaml.Node, path, file string, checkFiles bool) *Trace
 			if checkFiles && t.src != "" {
 				if fi, err := os.Stat(t.Path); err != nil || fi.IsDir() {
 					d.add(v.Line, p, "a trace file (JSONL) relative to the matrix file", "cannot read trace %s", t.Path)
-				} else if CheckTrace != nil {
-					if err := CheckTrace(t.Path); err != nil {
+				} else {
+					// The trace format is the load generator's: checked with its
+					// parser, so a bad line is refused before anything launches.
+					if _, err := openloop.LoadTrace(t.Path); err != nil {
 						d.add(v.Line, p, "one JSON object a line with timestamp (ms), input_length, output_length, hash_ids", "bad trace: %v", err)
 					}
 				}
