@@ -3,6 +3,7 @@ package openloop
 import (
 	"context"
 	"fmt"
+	"github.com/mbench/mbench/stats"
 	"io"
 	"math"
 	"os"
@@ -201,7 +202,7 @@ func precisionRow(rate float64, res *Result, entries []stub.Entry) PrecisionRow 
 		}
 	}
 	sort.Float64s(errs)
-	row.TTFTErrP50Ms, row.TTFTErrP99Ms = quantile(errs, 0.5), quantile(errs, 0.99)
+	row.TTFTErrP50Ms, row.TTFTErrP99Ms = stats.Quantile(errs, 0.5), stats.Quantile(errs, 0.99)
 	if scheduled > 0 {
 		lo, hi := res.Start.Add(time.Duration(first)), res.Start.Add(time.Duration(last)+time.Duration(ClientLateMs*1e6))
 		seen := 0

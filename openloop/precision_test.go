@@ -3,6 +3,7 @@ package openloop
 import (
 	"context"
 	"fmt"
+	"github.com/mbench/mbench/stats"
 	"math"
 	"os"
 	"runtime"
@@ -145,9 +146,9 @@ func TestPrecisionDiag(t *testing.T) {
 			return g
 		}
 		cdf := gapCDF(Arrival{}, rate)
-		_, ps := KSTest(gaps(sched), cdf)
-		_, pt := KSTest(gaps(sent), cdf)
-		dg, pg := KSTestGrid(gaps(sent), cdf, KSResolution.Seconds())
+		_, ps := stats.KSTest(gaps(sched), cdf)
+		_, pt := stats.KSTest(gaps(sent), cdf)
+		dg, pg := stats.KSTestGrid(gaps(sent), cdf, KSResolution.Seconds())
 		fmt.Printf("rate %g: KS p sched %.3g sent %.3g grid D=%.4f p=%.3g; lag p50 %.3f p99 %.3f max %.2f ms; GCs %d, max pause %.2f ms, pause total %.2f ms; cpu %.0f%%\n  lags > 2 ms (sched:+lag): %v\n",
 			rate, ps, pt, dg, pg, res.Grade.LagP50Ms, res.Grade.LagP99Ms, res.Grade.LagMaxMs, m1.NumGC-m0.NumGC, float64(maxPause)/1e6,
 			float64(m1.PauseTotalNs-m0.PauseTotalNs)/1e6, res.ClientCPUPct, spikes)

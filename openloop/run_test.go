@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/mbench/mbench/stats"
 	"reflect"
 	"sort"
 	"strconv"
@@ -153,9 +154,9 @@ func TestOpenLoopModestRate(t *testing.T) {
 		errs = append(errs, float64(r.TTFT()-e.TTFT())/1e6)
 	}
 	sort.Float64s(errs)
-	t.Logf("TTFT error vs stub: p50 %.3f ms p99 %.3f ms", quantile(errs, 0.5), quantile(errs, 0.99))
-	if !raceEnabled && (quantile(errs, 0.5) < 0 || quantile(errs, 0.5) > 2 || quantile(errs, 0.99) > 50) {
-		t.Errorf("TTFT error p50 %.3f p99 %.3f ms: want p50 in [0, 2] ms and p99 ≤ 50 ms", quantile(errs, 0.5), quantile(errs, 0.99))
+	t.Logf("TTFT error vs stub: p50 %.3f ms p99 %.3f ms", stats.Quantile(errs, 0.5), stats.Quantile(errs, 0.99))
+	if !raceEnabled && (stats.Quantile(errs, 0.5) < 0 || stats.Quantile(errs, 0.5) > 2 || stats.Quantile(errs, 0.99) > 50) {
+		t.Errorf("TTFT error p50 %.3f p99 %.3f ms: want p50 in [0, 2] ms and p99 ≤ 50 ms", stats.Quantile(errs, 0.5), stats.Quantile(errs, 0.99))
 	}
 	// The sink holds the same records, readable strictly.
 	back, err := ReadRecords(&sink)

@@ -1,6 +1,7 @@
 package openloop
 
 import (
+	"github.com/mbench/mbench/stats"
 	"math"
 	"testing"
 )
@@ -122,17 +123,17 @@ func TestKSOnSchedules(t *testing.T) {
 		gaps[i] = float64(offs[i+1]-offs[i]) / 1e9
 	}
 	cdf := gapCDF(Arrival{}, 100)
-	if _, p := KSTest(append([]float64(nil), gaps...), cdf); p < 0.01 {
+	if _, p := stats.KSTest(append([]float64(nil), gaps...), cdf); p < 0.01 {
 		t.Errorf("Poisson gaps rejected as exponential: p=%.4f", p)
 	}
-	if _, p := KSTest(append([]float64(nil), gaps...), gapCDF(Arrival{}, 120)); p > 1e-6 {
+	if _, p := stats.KSTest(append([]float64(nil), gaps...), gapCDF(Arrival{}, 120)); p > 1e-6 {
 		t.Errorf("rate-100 gaps accepted as rate 120: p=%.4g", p)
 	}
 	b, _ := Offsets(Arrival{Process: ArrivalGamma, Burstiness: 0.5}, 100, 3, 5001)
 	for i := range gaps {
 		gaps[i] = float64(b[i+1]-b[i]) / 1e9
 	}
-	if _, p := KSTest(gaps, cdf); p > 1e-6 {
+	if _, p := stats.KSTest(gaps, cdf); p > 1e-6 {
 		t.Errorf("gamma b=0.5 gaps accepted as exponential: p=%.4g", p)
 	}
 }
@@ -158,10 +159,10 @@ func TestKSGridIgnoresJitter(t *testing.T) {
 		return g
 	}
 	cdf := gapCDF(Arrival{}, rate)
-	if _, p := KSTest(gaps(jit), cdf); p > 0.01 {
+	if _, p := stats.KSTest(gaps(jit), cdf); p > 0.01 {
 		t.Logf("continuous KS accepts the jittered sends (p=%.3g)", p)
 	}
-	if d, p := KSTestGrid(gaps(jit), cdf, KSResolution.Seconds()); p < 0.05 {
+	if d, p := stats.KSTestGrid(gaps(jit), cdf, KSResolution.Seconds()); p < 0.05 {
 		t.Errorf("grid KS rejects 20 µs jitter: D=%.4f p=%.3g", d, p)
 	}
 	stalled := append([]float64(nil), jit...)
@@ -171,10 +172,10 @@ func TestKSGridIgnoresJitter(t *testing.T) {
 			stalled[i] = stalled[at] + 10e-3 + float64(i-at)*1e-6
 		}
 	}
-	if d, p := KSTestGrid(gaps(stalled), cdf, KSResolution.Seconds()); p > 0.01 {
+	if d, p := stats.KSTestGrid(gaps(stalled), cdf, KSResolution.Seconds()); p > 0.01 {
 		t.Errorf("grid KS accepts a sender that stalls and bursts: D=%.4f p=%.3g", d, p)
 	}
-	if _, p := KSTestGrid(gaps(jit), gapCDF(Arrival{}, rate*1.1), KSResolution.Seconds()); p > 0.01 {
+	if _, p := stats.KSTestGrid(gaps(jit), gapCDF(Arrival{}, rate*1.1), KSResolution.Seconds()); p > 0.01 {
 		t.Errorf("grid KS accepts a 10%% wrong rate: p=%.3g", p)
 	}
 }

@@ -3,6 +3,7 @@ package openloop
 import (
 	"encoding/binary"
 	"encoding/json"
+	"github.com/mbench/mbench/stats"
 	"hash/fnv"
 	"math"
 	"reflect"
@@ -89,10 +90,10 @@ func TestLengthDistributions(t *testing.T) {
 		xs[i] = float64(ln.Sample(r))
 	}
 	sort.Float64s(xs)
-	if med := quantile(xs, 0.5); math.Abs(med/1000-1) > 0.03 {
+	if med := stats.Quantile(xs, 0.5); math.Abs(med/1000-1) > 0.03 {
 		t.Errorf("lognormal median %.1f, want 1000 within 3%%", med)
 	}
-	if p90 := quantile(xs, 0.9); math.Abs(p90/4000-1) > 0.03 {
+	if p90 := stats.Quantile(xs, 0.9); math.Abs(p90/4000-1) > 0.03 {
 		t.Errorf("lognormal p90 %.1f, want 4000 within 3%%", p90)
 	}
 	clip := Dist{Kind: "lognormal", Median: 1000, P90: 4000, Min: 900, Max: 1100}

@@ -3,6 +3,7 @@ package openloop
 import (
 	"context"
 	"fmt"
+	"github.com/mbench/mbench/stats"
 	"io"
 	"slices"
 )
@@ -136,8 +137,8 @@ func distOf(xs []float64) CountSummary {
 	for _, x := range xs {
 		sum += x
 	}
-	return CountSummary{Mean: sum / float64(len(xs)), P50: PercentileSorted(xs, 50), P90: PercentileSorted(xs, 90),
-		P99: PercentileSorted(xs, 99), Max: xs[len(xs)-1]}
+	return CountSummary{Mean: sum / float64(len(xs)), P50: stats.PercentileSorted(xs, 50), P90: stats.PercentileSorted(xs, 90),
+		P99: stats.PercentileSorted(xs, 99), Max: xs[len(xs)-1]}
 }
 
 // lruBlocks is an LRU prefix cache of hash-id blocks. After a request its

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"github.com/mbench/mbench/stats"
 	"maps"
 	"math"
 	"path/filepath"
@@ -256,7 +257,7 @@ func (s *Sweep) cellConverged(id string) (bool, float64) {
 	if len(vals) < 2 {
 		return false, math.NaN()
 	}
-	return results.Converged(vals, s.m.Repeat.RelCI, s.m.Repeat.Confidence)
+	return stats.Converged(vals, s.m.Repeat.RelCI, s.m.Repeat.Confidence)
 }
 
 // metricValues reads the metric of every usable run of a cell (status

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"github.com/mbench/mbench/stats"
 	"math"
 	"sort"
 )
@@ -127,13 +128,13 @@ func metricStats(byBlock map[int]float64, confidence float64) MetricStats {
 		ms.Values = append(ms.Values, byBlock[b])
 	}
 	ms.N = len(ms.Values)
-	m, half := MeanCI(ms.Values, confidence)
+	m, half := stats.MeanCI(ms.Values, confidence)
 	ms.Mean, ms.HalfWidth = ptr(m), ptr(half)
 	ms.CILo, ms.CIHi = ptr(m-half), ptr(m+half)
 	if m != 0 {
 		ms.RelHalfWidth = ptr(half / math.Abs(m))
 	}
-	ms.CV = ptr(CV(ms.Values))
+	ms.CV = ptr(stats.CV(ms.Values))
 	return ms
 }
 

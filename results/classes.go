@@ -1,6 +1,7 @@
 package results
 
 import (
+	"github.com/mbench/mbench/stats"
 	"math"
 	"slices"
 	"strings"
@@ -122,7 +123,7 @@ func pct50and90(xs []float64) (*float64, *float64) {
 		return nil, nil
 	}
 	slices.Sort(xs)
-	return ptr(openloop.PercentileSorted(xs, 50)), ptr(openloop.PercentileSorted(xs, 90))
+	return ptr(stats.PercentileSorted(xs, 50)), ptr(stats.PercentileSorted(xs, 90))
 }
 
 // InstanceCaches is a run's prefix cache per instance, and how much the
@@ -185,11 +186,11 @@ func SummarizeInstances(before, after []probes.Scrape) *InstanceCaches {
 		ic.Instances = append(ic.Instances, in)
 	}
 	if len(hit) > 0 {
-		ic.HitRateMean, ic.HitRateStd = ptr(meanOf(hit)), ptr(popStd(hit))
+		ic.HitRateMean, ic.HitRateStd = ptr(stats.Mean(hit)), ptr(stats.PopStd(hit))
 		ic.HitRateMin, ic.HitRateMax = ptr(slices.Min(hit)), ptr(slices.Max(hit))
 	}
 	if len(ext) > 0 {
-		ic.ExternalHitRateMean, ic.ExternalHitRateStd = ptr(meanOf(ext)), ptr(popStd(ext))
+		ic.ExternalHitRateMean, ic.ExternalHitRateStd = ptr(stats.Mean(ext)), ptr(stats.PopStd(ext))
 	}
 	return ic
 }

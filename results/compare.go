@@ -2,6 +2,7 @@ package results
 
 import (
 	"fmt"
+	"github.com/mbench/mbench/stats"
 	"math"
 	"sort"
 )
@@ -61,7 +62,7 @@ func AdjustHolm(cs []Comparison) {
 			ps[i] = c.P
 		}
 	}
-	for i, p := range Holm(ps) {
+	for i, p := range stats.Holm(ps) {
 		if !math.IsNaN(p) {
 			cs[i].PAdj = p
 		}

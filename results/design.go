@@ -1,6 +1,7 @@
 package results
 
 import (
+	"github.com/mbench/mbench/stats"
 	"math"
 	"sort"
 )
@@ -78,20 +79,20 @@ func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisa
 			first = append(first, logs[i])
 		}
 	}
-	m := meanOf(logs)
-	sd, df := sampleStd(logs), float64(c.N-1)
+	m := stats.Mean(logs)
+	sd, df := stats.SampleStd(logs), float64(c.N-1)
 	if stage1 > 0 && len(first) >= 2 {
-		sd, df = sampleStd(first), float64(len(first)-1)
+		sd, df = stats.SampleStd(first), float64(len(first)-1)
 		c.Method, c.Stage1 = MethodTwoStage, len(first)
 	}
 	se := math.Sqrt(sd*sd/float64(c.N) + extraVar)
 	switch {
 	case se > 0:
-		c.P = tTwoSidedP(m/se, df)
+		c.P = stats.TTwoSidedP(m/se, df)
 	case m != 0:
 		c.P = 0
 	}
-	half := tQuantile((1+confidence)/2, df) * se
+	half := stats.TQuantile((1+confidence)/2, df) * se
 	if math.IsNaN(half) {
 		half = 0
 	}
@@ -184,11 +185,11 @@ func EstimatePosition(obs []Obs, confidence float64) Nuisance {
 	}
 	se := math.Sqrt(rss / float64(df) / sxx)
 	nu.PerPosition, nu.SE, nu.DF, nu.Estimated = g, se, df, true
-	half := tQuantile((1+confidence)/2, float64(df)) * se
+	half := stats.TQuantile((1+confidence)/2, float64(df)) * se
 	nu.Lo, nu.Hi = math.Expm1(g-half), math.Expm1(g+half)
 	switch {
 	case se > 0:
-		nu.P = tTwoSidedP(g/se, float64(df))
+		nu.P = stats.TTwoSidedP(g/se, float64(df))
 	case g != 0:
 		nu.P = 0
 	}

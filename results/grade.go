@@ -2,6 +2,7 @@ package results
 
 import (
 	"fmt"
+	"github.com/mbench/mbench/stats"
 	"slices"
 	"sort"
 	"strings"
@@ -68,7 +69,7 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	}
 	if tr, ok := fitTrend(x, y); ok {
 		s.TTFTSlopeMsPerS, s.TTFTSlopeP = ptr(tr.Slope), ptr(tr.P)
-		med := openloop.PercentileSorted(ttftSorted, 50)
+		med := stats.PercentileSorted(ttftSorted, 50)
 		rise := tr.Slope * tr.Span
 		first, last := quarterMedians(x, y)
 		if tr.P < TrendAlpha && rise > TrendMinRise*med && last-first > TrendMinRise*med {
@@ -106,7 +107,7 @@ func quarterMedians(x, y []float64) (first, last float64) {
 	}
 	sort.Float64s(a)
 	sort.Float64s(b)
-	return openloop.PercentileSorted(a, 50), openloop.PercentileSorted(b, 50)
+	return stats.PercentileSorted(a, 50), stats.PercentileSorted(b, 50)
 }
 
 // errorClass is the class of a failed record: its error_class, or, for a

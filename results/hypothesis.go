@@ -1,6 +1,7 @@
 package results
 
 import (
+	"github.com/mbench/mbench/stats"
 	"math"
 
 	"golang.org/x/perf/benchmath"
@@ -23,7 +24,7 @@ func fitTrend(x, y []float64) (tr trend, ok bool) {
 	if n < 3 || len(y) != n {
 		return trend{}, false
 	}
-	mx, my := meanOf(x), meanOf(y)
+	mx, my := stats.Mean(x), stats.Mean(y)
 	var sxx, sxy float64
 	minX, maxX := x[0], x[0]
 	for i := range x {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mbench/mbench/stats"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -13,7 +14,6 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/probes"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -50,7 +50,7 @@ func stepCDFPlot(ctx context.Context, s *Sweep, ordered []*cellData, rep *Report
 		xys := make(plotter.XYs, 0, points+1)
 		for k := 0; k <= points; k++ {
 			q := float64(k) / points
-			xys = append(xys, plotter.XY{X: openloop.PercentileSorted(res.xs, 100*q), Y: q})
+			xys = append(xys, plotter.XY{X: stats.PercentileSorted(res.xs, 100*q), Y: q})
 		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {

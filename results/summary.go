@@ -2,6 +2,7 @@ package results
 
 import (
 	"fmt"
+	"github.com/mbench/mbench/stats"
 	"math"
 	"sort"
 	"time"
@@ -182,11 +183,11 @@ func (l latStats) fill(xs []float64) {
 		return
 	}
 	sort.Float64s(xs)
-	*l.mean = ptr(meanOf(xs))
-	*l.median = ptr(openloop.PercentileSorted(xs, 50))
-	*l.std = ptr(popStd(xs))
-	*l.p90 = ptr(openloop.PercentileSorted(xs, 90))
-	*l.p99 = ptr(openloop.PercentileSorted(xs, 99))
+	*l.mean = ptr(stats.Mean(xs))
+	*l.median = ptr(stats.PercentileSorted(xs, 50))
+	*l.std = ptr(stats.PopStd(xs))
+	*l.p90 = ptr(stats.PercentileSorted(xs, 90))
+	*l.p99 = ptr(stats.PercentileSorted(xs, 99))
 }
 
 // ptr returns a pointer to v, or nil when v is NaN or infinite.
@@ -323,8 +324,8 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	latStats{&s.MeanE2ELMs, &s.MedianE2ELMs, &s.StdE2ELMs, &s.P90E2ELMs, &s.P99E2ELMs}.fill(e2el)
 	if len(intended) > 0 {
 		sort.Float64s(intended)
-		s.P90TTFTIntendedMs = ptr(openloop.PercentileSorted(intended, 90))
-		s.P99TTFTIntendedMs = ptr(openloop.PercentileSorted(intended, 99))
+		s.P90TTFTIntendedMs = ptr(stats.PercentileSorted(intended, 90))
+		s.P99TTFTIntendedMs = ptr(stats.PercentileSorted(intended, 99))
 	}
 	gradeSends(s, sends, in)
 	gradeSaturation(s, trendX, trendY, ttft)

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"github.com/mbench/mbench/stats"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -25,7 +26,7 @@ func TestValidityCICoverage(t *testing.T) {
 		for i := range xs {
 			xs[i] = 400 + 20*rng.NormFloat64()
 		}
-		if m, h := MeanCI(xs, 0.95); math.Abs(m-400) <= h {
+		if m, h := stats.MeanCI(xs, 0.95); math.Abs(m-400) <= h {
 			meanHits++
 		}
 		// Compare: true effect +10%, 5 blocks with a shared block effect.

@@ -71,7 +71,11 @@ func TestSweepEndToEndOnSim(t *testing.T) {
 			t.Errorf("run %s journaled twice", key)
 		}
 		seen[key] = true
-		if l["status"] != "ok" {
+		switch l["status"] {
+		case "ok":
+		case "client_limited", "saturated": // a busy machine's truthful verdicts: the files must still be there
+			t.Logf("run %s: %v (%v): the machine is busy", key, l["status"], l["reason"])
+		default:
 			t.Errorf("run %s status %v (%v)", key, l["status"], l["reason"])
 			continue
 		}

@@ -1,10 +1,15 @@
-package results
+// Package stats owns the statistics every other package uses: the
+// percentile definition (numpy's "linear", as vllm bench serve), means,
+// standard deviations and Student-t confidence intervals, Holm's
+// correction, the Kolmogorov–Smirnov test and the binomial tail. Keeping one
+// definition of each is what makes a summary, a self-grading and a report
+// agree.
+package stats
 
 import (
 	"math"
 	"sort"
 
-	"github.com/mbench/mbench/openloop"
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
@@ -13,16 +18,15 @@ import (
 // default (method "linear"): with xs sorted ascending and h = (n−1)·p/100, the
 // result is xs[⌊h⌋] + (h−⌊h⌋)·(xs[⌊h⌋+1] − xs[⌊h⌋]). It returns NaN for an
 // empty slice or a p outside [0, 100]. xs is not modified. It is
-// openloop.PercentileSorted on a sorted copy: the send-lag percentiles of the
-// self-grading and the latency percentiles of a summary are one definition.
+// PercentileSorted on a sorted copy.
 func Percentile(xs []float64, p float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
-	return openloop.PercentileSorted(s, p)
+	return PercentileSorted(s, p)
 }
 
-// meanOf is the arithmetic mean; NaN for an empty slice.
-func meanOf(xs []float64) float64 {
+// Mean is the arithmetic mean; NaN for an empty slice.
+func Mean(xs []float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
 	}
@@ -33,13 +37,13 @@ func meanOf(xs []float64) float64 {
 	return s / float64(len(xs))
 }
 
-// sampleStd is the sample standard deviation (n−1 denominator); NaN for n < 2.
-func sampleStd(xs []float64) float64 {
+// SampleStd is the sample standard deviation (n−1 denominator); NaN for n < 2.
+func SampleStd(xs []float64) float64 {
 	n := len(xs)
 	if n < 2 {
 		return math.NaN()
 	}
-	m := meanOf(xs)
+	m := Mean(xs)
 	var ss float64
 	for _, x := range xs {
 		ss += (x - m) * (x - m)
@@ -47,14 +51,14 @@ func sampleStd(xs []float64) float64 {
 	return math.Sqrt(ss / float64(n-1))
 }
 
-// popStd is the population standard deviation (n denominator, numpy's
+// PopStd is the population standard deviation (n denominator, numpy's
 // np.std default, which vllm bench serve reports as std_*_ms).
-func popStd(xs []float64) float64 {
+func PopStd(xs []float64) float64 {
 	n := len(xs)
 	if n == 0 {
 		return math.NaN()
 	}
-	m := meanOf(xs)
+	m := Mean(xs)
 	var ss float64
 	for _, x := range xs {
 		ss += (x - m) * (x - m)
@@ -62,14 +66,14 @@ func popStd(xs []float64) float64 {
 	return math.Sqrt(ss / float64(n))
 }
 
-// tQuantile is the q-quantile of Student's t with nu degrees of freedom.
-func tQuantile(q, nu float64) float64 {
+// TQuantile is the q-quantile of Student's t with nu degrees of freedom.
+func TQuantile(q, nu float64) float64 {
 	return distuv.StudentsT{Mu: 0, Sigma: 1, Nu: nu}.Quantile(q)
 }
 
-// tTwoSidedP is the two-sided p-value of statistic t under Student's t with
+// TTwoSidedP is the two-sided p-value of statistic t under Student's t with
 // nu degrees of freedom.
-func tTwoSidedP(t, nu float64) float64 {
+func TTwoSidedP(t, nu float64) float64 {
 	if math.IsInf(t, 0) {
 		return 0
 	}
@@ -83,23 +87,23 @@ func tTwoSidedP(t, nu float64) float64 {
 // none the mean is NaN too. A confidence outside (0, 1) gives a NaN
 // half-width.
 func MeanCI(xs []float64, confidence float64) (mean, half float64) {
-	mean = meanOf(xs)
+	mean = Mean(xs)
 	n := len(xs)
 	if n < 2 || !(confidence > 0 && confidence < 1) {
 		return mean, math.NaN()
 	}
-	t := tQuantile((1+confidence)/2, float64(n-1))
-	return mean, t * sampleStd(xs) / math.Sqrt(float64(n))
+	t := TQuantile((1+confidence)/2, float64(n-1))
+	return mean, t * SampleStd(xs) / math.Sqrt(float64(n))
 }
 
 // CV is the coefficient of variation of xs: sample standard deviation over
 // the absolute mean. NaN with fewer than two values or a zero mean.
 func CV(xs []float64) float64 {
-	m := meanOf(xs)
+	m := Mean(xs)
 	if len(xs) < 2 || m == 0 {
 		return math.NaN()
 	}
-	return sampleStd(xs) / math.Abs(m)
+	return SampleStd(xs) / math.Abs(m)
 }
 
 // Holm returns Holm–Bonferroni adjusted p-values, in the order of ps: sorted
