@@ -51,7 +51,7 @@ func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 	if err != nil {
 		return nil, err
 	}
-	sw := results.Sweep{
+	sw := results.ExportInput{
 		Dir:        dir,
 		Name:       st.Name,
 		Confidence: 0.95,

@@ -53,7 +53,7 @@ type CellRun struct {
 }
 
 // summarizeCell computes a cell's across-run statistics.
-func summarizeCell(c *cellData, s *Sweep, blocks int) CellSummary {
+func summarizeCell(c *cellData, s *ExportInput, blocks int) CellSummary {
 	cs := CellSummary{
 		Cell: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: c.Info.Rate,
 		SameAs: c.Info.SameAs, Simulated: s.Simulated, Confidence: s.Confidence,

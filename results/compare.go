@@ -119,7 +119,7 @@ type groupKey struct {
 
 // cellOrder sorts cells for tables: shape in matrix order, rate ascending,
 // baseline config first, then configs in matrix order.
-func cellOrder(s *Sweep, cells []*cellData) []*cellData {
+func cellOrder(s *ExportInput, cells []*cellData) []*cellData {
 	shapeIdx, cfgIdx := map[string]int{}, map[string]int{s.Baseline: -1}
 	for _, c := range cells {
 		if _, ok := shapeIdx[c.Info.Shape]; !ok {
@@ -149,7 +149,7 @@ func cellOrder(s *Sweep, cells []*cellData) []*cellData {
 // compared metric. The primary metric's rows of both tables are one Holm
 // family and get two-stage CIs; each secondary metric's rows of a table form
 // their own family. Only runs whose status is "ok" count.
-func comparisons(s *Sweep, cells []*cellData) (main, aa []ComparisonRow, nuis []Nuisance) {
+func comparisons(s *ExportInput, cells []*cellData) (main, aa []ComparisonRow, nuis []Nuisance) {
 	originals := map[groupKey]map[string]*cellData{}
 	byID := map[string]*cellData{}
 	for _, c := range cells {
@@ -205,7 +205,7 @@ func comparisons(s *Sweep, cells []*cellData) (main, aa []ComparisonRow, nuis []
 
 // comparedMetrics is the primary metric first, then the other compared
 // metrics in their order.
-func comparedMetrics(s *Sweep) []string {
+func comparedMetrics(s *ExportInput) []string {
 	out := []string{s.Metric}
 	for _, m := range s.Compare {
 		if ResolveMetric(m) != ResolveMetric(s.Metric) {
@@ -230,7 +230,7 @@ func positionObs(cells []*cellData, key string) []Obs {
 }
 
 // compareCells compares one metric of cell c against base (nil: missing).
-func compareCells(s *Sweep, metric, key string, base, c *cellData, nu Nuisance, stage1 int) ComparisonRow {
+func compareCells(s *ExportInput, metric, key string, base, c *cellData, nu Nuisance, stage1 int) ComparisonRow {
 	row := ComparisonRow{Metric: metric, Key: key, Config: c.Info.Config, Baseline: s.Baseline,
 		Shape: c.Info.Shape, Rate: c.Info.Rate, Cell: c.Info.ID}
 	if c.Info.SameAs != "" {

@@ -44,7 +44,7 @@ func csvHeader() []string {
 // renderCSV writes tables.csv: one row per cell (level "cell": metric columns
 // hold the mean across used runs) and one per run (level "run"), cells in
 // table order, each cell row followed by its runs by block.
-func renderCSV(s *Sweep, cells []*cellData) ([]byte, error) {
+func renderCSV(s *ExportInput, cells []*cellData) ([]byte, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	red := func(row []string) []string {

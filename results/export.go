@@ -11,8 +11,9 @@ import (
 	"strings"
 )
 
-// Sweep describes a (possibly partial) sweep directory for Export.
-type Sweep struct {
+// ExportInput describes a (possibly partial) sweep directory for Export:
+// what was planned, what ran, and the method to analyse it with.
+type ExportInput struct {
 	Dir        string   // the sweep directory; run directories are relative to it
 	Name       string   // title of the report
 	Baseline   string   // config every other config is compared with
@@ -49,7 +50,7 @@ type CellInfo struct {
 }
 
 // RunRef is one journal line: a run of a cell in a block, its directory
-// relative to Sweep.Dir and its verdict. Only runs whose verdict is usable
+// relative to ExportInput.Dir and its verdict. Only runs whose verdict is usable
 // (ok) count in the statistics; the others are listed with their reason.
 type RunRef struct {
 	Cell   string
@@ -66,7 +67,7 @@ type RunRef struct {
 type Report struct {
 	Dir         string          // the sweep directory
 	Files       []string        // files written, relative to Dir, sorted
-	Cells       []CellSummary   // in the order of Sweep.Cells
+	Cells       []CellSummary   // in the order of ExportInput.Cells
 	Comparisons []ComparisonRow // config vs baseline
 	NoiseFloor  []ComparisonRow // A/A control vs its original
 	Nuisance    []Nuisance      // the position-in-block effect per compared metric
@@ -117,7 +118,7 @@ type cellData struct {
 // Every file is written atomically. It works on partial sweeps: missing
 // cells, blocks and unreadable summaries are reported in the files and in
 // Report.Warnings; only bad arguments and write failures are errors.
-func Export(ctx context.Context, s Sweep) (*Report, error) {
+func Export(ctx context.Context, s ExportInput) (*Report, error) {
 	if s.Dir == "" {
 		return nil, errors.New("export: sweep directory not set")
 	}
@@ -178,7 +179,7 @@ func Export(ctx context.Context, s Sweep) (*Report, error) {
 }
 
 // redact applies the sweep's redactor.
-func (s *Sweep) redact(text string) string {
+func (s *ExportInput) redact(text string) string {
 	if s.Redact == nil {
 		return text
 	}
@@ -187,7 +188,7 @@ func (s *Sweep) redact(text string) string {
 
 // writer writes files under the sweep directory and records them.
 type writer struct {
-	s   *Sweep
+	s   *ExportInput
 	rep *Report
 }
 
@@ -210,7 +211,7 @@ func (r *Report) warn(format string, args ...any) {
 }
 
 // loadCells reads the runs of every cell and computes the cell summaries.
-func loadCells(ctx context.Context, s *Sweep, rep *Report) ([]*cellData, error) {
+func loadCells(ctx context.Context, s *ExportInput, rep *Report) ([]*cellData, error) {
 	byID := map[string]*cellData{}
 	var cells []*cellData
 	for _, ci := range s.Cells {

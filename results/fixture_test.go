@@ -54,8 +54,8 @@ var fixtureCells = []fixtureCell{
 var fixtureBlockEffect = map[int]float64{1: 1.00, 2: 1.06, 3: 0.96}
 
 // fixtureSweep describes the fake sweep rooted at dir.
-func fixtureSweep(dir string) Sweep {
-	s := Sweep{Dir: dir, Name: "microbench3 (fixture)", Baseline: "plain", Confidence: 0.95, RelCI: 0.05, Blocks: 3,
+func fixtureSweep(dir string) ExportInput {
+	s := ExportInput{Dir: dir, Name: "microbench3 (fixture)", Baseline: "plain", Confidence: 0.95, RelCI: 0.05, Blocks: 3,
 		StopReason: "max blocks reached (3): 4 of 10 cells are still above the 5% target",
 		Env:        map[string]string{"mbench": "v0.0.0-fixture", "engine_version": "sim 0.1", "gpu": "simulated H20", "host": "dash0.internal"},
 		Simulated:  true, Stage1: 2,

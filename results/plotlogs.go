@@ -25,7 +25,7 @@ import (
 
 // stepCDFPlot draws the CDF of step_duration_us per config from the runs'
 // engine_step.jsonl, or returns nil when no run has one.
-func stepCDFPlot(ctx context.Context, s *Sweep, ordered []*cellData, rep *Report) *plot.Plot {
+func stepCDFPlot(ctx context.Context, s *ExportInput, ordered []*cellData, rep *Report) *plot.Plot {
 	p := newPlot(s, "Engine step duration CDF", "step_duration (µs, log scale)", "fraction of steps ≤ x")
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, logTicks{}
 	p.Y.Min, p.Y.Max = 0, 1
@@ -127,7 +127,7 @@ func eachLine(path string, fn func([]byte)) error {
 
 // gpuPlot draws GPU utilisation over time for one run from its gpu.jsonl, or
 // returns nil when the run has none.
-func gpuPlot(s *Sweep, c *cellData, r *runData, rep *Report) *plot.Plot {
+func gpuPlot(s *ExportInput, c *cellData, r *runData, rep *Report) *plot.Plot {
 	path := filepath.Join(s.Dir, r.Ref.Dir, "gpu.jsonl")
 	f, err := os.Open(path)
 	if err != nil {

@@ -27,7 +27,7 @@ var plotW, plotH = 20 * vg.Centimeter, 12 * vg.Centimeter
 // the step-duration CDF per config, and GPU utilisation over time per run.
 // A plot that cannot be drawn is a warning; a file that cannot be written is
 // an error.
-func writePlots(ctx context.Context, s *Sweep, cells []*cellData, w *writer) error {
+func writePlots(ctx context.Context, s *ExportInput, cells []*cellData, w *writer) error {
 	ordered := cellOrder(s, cells)
 	shapes, _ := shapesOf(ordered)
 	for _, sh := range shapes {
@@ -104,7 +104,7 @@ func fileSafe(s string) string {
 }
 
 // newPlot returns a plot with a title, axis labels and a white background.
-func newPlot(s *Sweep, title, x, y string) *plot.Plot {
+func newPlot(s *ExportInput, title, x, y string) *plot.Plot {
 	p := plot.New()
 	if s.Simulated {
 		title += " — SIMULATED ENGINE"
@@ -127,7 +127,7 @@ func (e errPoints) YError(i int) (float64, float64) { return e.lo[i], e.hi[i] }
 // ttftPlot draws TTFT p90 against rate, one line per config, with CI error
 // bars; saturated cells get a cross. The Y axis is logarithmic when the
 // values span more than 5×.
-func ttftPlot(s *Sweep, ordered []*cellData, shape string) *plot.Plot {
+func ttftPlot(s *ExportInput, ordered []*cellData, shape string) *plot.Plot {
 	p := newPlot(s, "TTFT p90 vs rate ("+shape+")", "offered rate (req/s)", "TTFT p90 (ms), mean ± CI")
 	minY, maxY := math.Inf(1), math.Inf(-1)
 	minMean, maxMean := math.Inf(1), math.Inf(-1)

@@ -16,7 +16,7 @@ const SimulatedBanner = "**SIMULATED ENGINE — numbers model an engine, not vLL
 const unaccountedLarge = 0.10
 
 // renderReport writes report.md.
-func renderReport(s *Sweep, cells []*cellData, rep *Report) string {
+func renderReport(s *ExportInput, cells []*cellData, rep *Report) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	name := s.Name
@@ -56,7 +56,7 @@ func renderReport(s *Sweep, cells []*cellData, rep *Report) string {
 }
 
 // renderEnv writes the environment section.
-func renderEnv(b *strings.Builder, s *Sweep, cells []*cellData) {
+func renderEnv(b *strings.Builder, s *ExportInput, cells []*cellData) {
 	b.WriteString("## Environment\n\n")
 	engines := map[string]bool{}
 	for _, c := range cells {
@@ -95,7 +95,7 @@ func shapesOf(ordered []*cellData) (shapes []string, rates map[string][]float64)
 }
 
 // configsOf returns the configs of ordered cells in table order.
-func configsOf(ordered []*cellData, s *Sweep) []string {
+func configsOf(ordered []*cellData, s *ExportInput) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, want := range []bool{true, false} {
@@ -110,7 +110,7 @@ func configsOf(ordered []*cellData, s *Sweep) []string {
 }
 
 // renderTTFT writes the seed-000 "TTFT p90 Comparison" table with CIs.
-func renderTTFT(b *strings.Builder, s *Sweep, ordered []*cellData) {
+func renderTTFT(b *strings.Builder, s *ExportInput, ordered []*cellData) {
 	fmt.Fprintf(b, "## TTFT p90 Comparison\n\nMean over blocks of each run's p90 TTFT, ± the %.0f%% Student-t CI half-width.\n\n", 100*s.Confidence)
 	shapes, rates := shapesOf(ordered)
 	var notes []string
@@ -252,7 +252,7 @@ func fmtP(p float64, n int) string {
 }
 
 // renderNoise writes the per-cell noise-floor table of the stopping metric.
-func renderNoise(b *strings.Builder, s *Sweep, ordered []*cellData) {
+func renderNoise(b *strings.Builder, s *ExportInput, ordered []*cellData) {
 	key := ResolveMetric(s.Metric)
 	fmt.Fprintf(b, "## Noise floor (%s)\n\nPer cell, across blocks: CV of the per-run %s and the relative half-width of the %.0f%% CI of its mean (for context: the stopping rule targets the comparisons' CIs, see Method; only sweeps recorded before it show a per-cell target).\n\n", s.Metric, key, 100*s.Confidence)
 	b.WriteString("| Config | Shape | Rate | n | mean | CV | rel. half-width | target |\n|---|---|---|---|---|---|---|---|\n")

@@ -127,7 +127,7 @@ func appendOnce(list []string, s string) []string {
 }
 
 // renderComparisons writes the method, the comparison and the A/A tables.
-func renderComparisons(b *strings.Builder, s *Sweep, rep *Report) {
+func renderComparisons(b *strings.Builder, s *ExportInput, rep *Report) {
 	renderMethod(b, s, rep)
 	fmt.Fprintf(b, "## Comparisons with %s\n\n", orDefault(s.Baseline, "the baseline"))
 	switch {
