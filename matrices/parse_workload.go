@@ -208,12 +208,12 @@ func (d *decoder) trace(v *yaml.Node, path, file string, checkFiles bool) *Trace
 
 // workload decodes arrival, measure, repeat, compare, gate and probe.
 func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
-	m.Arrival = Arrival{Process: "poisson", Burstiness: 1}
+	m.Arrival = Arrival{Process: openloop.ArrivalPoisson, Burstiness: 1}
 	d.object(nodes["arrival"], "arrival", 1, []field{
-		{"process", false, func(v *yaml.Node, p string) { m.Arrival.Process, _ = d.enum(v, p, "poisson", "gamma", "constant") }},
+		{"process", false, func(v *yaml.Node, p string) { m.Arrival.Process, _ = d.enum(v, p, openloop.ArrivalProcesses...) }},
 		{"burstiness", false, func(v *yaml.Node, p string) { m.Arrival.Burstiness, _ = d.number(v, p, true) }},
 	})
-	if l := d.lines["arrival.burstiness"]; l > 0 && m.Arrival.Process != "gamma" && m.Arrival.Process != "" {
+	if l := d.lines["arrival.burstiness"]; l > 0 && m.Arrival.Process != openloop.ArrivalGamma && m.Arrival.Process != "" {
 		d.add(l, "arrival.burstiness", "process: gamma, or remove burstiness", "burstiness applies to process gamma only")
 	}
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Arrival processes, as written in Arrival.Process.
@@ -11,6 +12,9 @@ const (
 	ArrivalPoisson  = "poisson"
 	ArrivalGamma    = "gamma"
 	ArrivalConstant = "constant"
+	// ArrivalTrace names a trace replay's arrivals in a summary (the trace's
+	// own send times, scaled); it is not a Process.
+	ArrivalTrace = "trace"
 )
 
 // Arrival selects the inter-arrival process of the open-loop schedule.
@@ -173,4 +177,12 @@ func mix64(x uint64) uint64 {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x
+}
+
+// ArrivalProcesses are the processes Arrival.Process accepts ("" is Poisson).
+var ArrivalProcesses = []string{ArrivalPoisson, ArrivalGamma, ArrivalConstant}
+
+// ValidProcess reports whether p names an arrival process.
+func ValidProcess(p string) bool {
+	return p == "" || slices.Contains(ArrivalProcesses, p)
 }

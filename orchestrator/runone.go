@@ -244,10 +244,10 @@ func (s *sinkWriter) Write(p []byte) (int, error) {
 
 func arrivalName(p string, sh matrices.Shape) string {
 	if sh.Trace != nil {
-		return "trace"
+		return openloop.ArrivalTrace
 	}
 	if p == "" {
-		return "poisson"
+		return openloop.ArrivalPoisson
 	}
 	return p
 }

@@ -31,7 +31,7 @@ func init() {
 				&cli.IntFlag{Name: "warmup", Usage: "warmup requests, discarded"},
 				&cli.Int64Flag{Name: "seed", Value: 1, Usage: "workload seed"},
 				&cli.StringFlag{Name: "model", Usage: "model name (default: the first of /v1/models)"},
-				&cli.StringFlag{Name: "arrival", Value: "poisson", Usage: "poisson | gamma | constant"},
+				&cli.StringFlag{Name: "arrival", Value: openloop.ArrivalPoisson, Usage: strings.Join(openloop.ArrivalProcesses, " | ")},
 				&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
 				&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"},
 				&cli.Float64Flag{Name: "time-scale", Value: 1, Usage: "trace time compression"},
@@ -71,10 +71,8 @@ func loadAction(c *cli.Context) error {
 	if shape.Trace == nil && n <= 0 && d <= 0 && mc <= 0 {
 		return usageError{errors.New("load: give one of --requests N, --duration D or --min-completed N")}
 	}
-	switch c.String("arrival") {
-	case "poisson", "gamma", "constant":
-	default:
-		return usageError{fmt.Errorf("load: --arrival %q: valid: poisson, gamma, constant", c.String("arrival"))}
+	if a := c.String("arrival"); a == "" || !openloop.ValidProcess(a) {
+		return usageError{fmt.Errorf("load: --arrival %q: valid: %s", a, strings.Join(openloop.ArrivalProcesses, ", "))}
 	}
 	out := c.String("out")
 	if err := os.MkdirAll(out, 0o755); err != nil {
