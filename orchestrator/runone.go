@@ -139,7 +139,8 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
 	// /metrics is read as the measured phase begins (so a cache-fill phase's
 	// queries stay out of the window's hit rate), every second during it,
-	// and after it. The scrapes run aside: the dispatcher must not wait.
+	// and after it. The first is taken before the first measured request
+	// leaves; the others run aside, and the dispatcher does not wait.
 	var before, during []probes.Scrape
 	var scrErr error
 	duringCtx, duringStop := context.WithCancel(ctx)
@@ -151,10 +152,15 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 			return
 		}
 		onMeasure.Do(func() {
+			// The "before" snapshot is taken before the first measured
+			// request is sent (the load generator waits on OnPhase: a few ms
+			// on a local engine, recorded as that request's send lag), so no
+			// measured request's prefix-cache queries fall before it.
+			var err1 error
+			before, err1 = scr.Round(ctx, probes.PhaseBefore)
 			go func() {
 				defer close(measuring)
-				var err1, err2 error
-				before, err1 = scr.Round(ctx, probes.PhaseBefore)
+				var err2 error
 				during, err2 = scr.Run(duringCtx)
 				scrErr = errors.Join(err1, err2)
 			}()
