@@ -45,27 +45,62 @@ func (p *stepParser) scanTemplate(b []byte, rec *StepRecord, tsSet *bool) bool {
 		// A non-negative number: integer digits, optionally a fraction
 		// (no exponent), eight digits per load.
 		conv := kp.idx != -2
+		// part 0: the integer digits; part 1: the fraction's, if any.
+		var digits [2]uint64
+		var count [2]int
 		start := i
-		var u uint64
-		u, i = swarDigits(b, base, i, conv)
-		nd := i - start
+		for part := 0; ; part++ {
+			ps := i
+			var u uint64
+			for { // inline: a function call here costs a fifth of the line
+				if n-i < 8 { // the line's end: byte by byte
+					for i < n && b[i] >= '0' && b[i] <= '9' {
+						u = u*10 + uint64(b[i]-'0')
+						i++
+					}
+					break
+				}
+				v := load(i)
+				d := v - 0x3030303030303030
+				nd := (d | (v + 0x4646464646464646)) & 0x8080808080808080
+				c := 8
+				if nd != 0 {
+					if c = bits.TrailingZeros64(nd) >> 3; c == 0 {
+						break
+					}
+					d <<= 64 - 8*uint(c)
+				}
+				if conv {
+					d = (d*10 + d>>8) & 0x00FF00FF00FF00FF
+					d = (d*100 + d>>16) & 0x0000FFFF0000FFFF
+					d = (d*10000 + d>>32) & 0xFFFFFFFF
+					u = u*pow10u[c&15] + d
+				}
+				i += c
+				if c < 8 {
+					break
+				}
+			}
+			digits[part], count[part] = u, i-ps
+			if part == 1 || i >= n || b[i] != '.' {
+				break
+			}
+			i++
+		}
+		u, nd, nf := digits[0], count[0], count[1]
 		if nd == 0 || nd > 18 || (nd > 1 && b[start] == '0') || i >= n {
 			return false
 		}
 		val := float64(u)
-		if b[i] == '.' {
-			fs := i + 1
-			var f uint64
-			f, i = swarDigits(b, base, fs, conv)
-			nf := i - fs
+		if i-start > nd { // a fraction: '.' and nf digits
 			// Up to 15 significant digits the mantissa is exact in a float64
 			// and one division by an exact power of ten is correctly rounded:
 			// the same value strconv.ParseFloat gives (its exact fast path).
-			if nf == 0 || i >= n || (conv && nd+nf > 15) {
+			if nf == 0 || (conv && nd+nf > 15) {
 				return false
 			}
 			if conv {
-				val = float64(u*pow10u[nf]+f) / pow10f[nf]
+				val = float64(u*pow10u[nf]+digits[1]) / pow10f[nf]
 			}
 		}
 		if c := b[i]; c != ',' {
@@ -90,46 +125,8 @@ func (p *stepParser) scanTemplate(b []byte, rec *StepRecord, tsSet *bool) bool {
 	return true
 }
 
-// Powers of ten for a fraction of up to 15 digits.
+// Powers of ten for a fraction of up to 15 digits (and the 8-digit chunks).
 var (
 	pow10u = [16]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
 	pow10f = [16]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
 )
-
-// swarDigits reads the decimal digits at b[i:] eight per unaligned load
-// (base is b's data pointer) and returns their value (when conv; it
-// overflows beyond 19 digits, which callers reject) and the offset after
-// them.
-func swarDigits(b []byte, base unsafe.Pointer, i int, conv bool) (uint64, int) {
-	n := len(b)
-	var u uint64
-	for {
-		if n-i < 8 { // the line's end: byte by byte
-			for i < n && b[i] >= '0' && b[i] <= '9' {
-				u = u*10 + uint64(b[i]-'0')
-				i++
-			}
-			return u, i
-		}
-		v := *(*uint64)(unsafe.Add(base, i))
-		d := v - 0x3030303030303030
-		nd := (d | (v + 0x4646464646464646)) & 0x8080808080808080
-		c := 8
-		if nd != 0 {
-			if c = bits.TrailingZeros64(nd) >> 3; c == 0 {
-				return u, i
-			}
-			d <<= 64 - 8*uint(c)
-		}
-		if conv {
-			d = (d*10 + d>>8) & 0x00FF00FF00FF00FF
-			d = (d*100 + d>>16) & 0x0000FFFF0000FFFF
-			d = (d*10000 + d>>32) & 0xFFFFFFFF
-			u = u*pow10u[c&15] + d
-		}
-		i += c
-		if c < 8 {
-			return u, i
-		}
-	}
-}

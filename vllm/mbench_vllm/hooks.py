@@ -1,23 +1,31 @@
 """Hook points in vLLM, their discovery, and the timing wrappers.
 
-Hook points (name → what it times → field):
+Hook points (name -> what it times -> field):
 
-* ``EngineCore.step`` / ``EngineCore.step_with_batch_queue`` → one line per
-  call → ``step_duration_us`` (the line itself).
-* ``Scheduler.schedule`` → ``schedule_us``.
+* ``EngineCore.step`` / ``EngineCore.step_with_batch_queue`` -> one line per
+  call -> ``step_duration_us``; lines of the second carry ``batch_queue: 1``.
+* ``Scheduler.schedule`` -> ``schedule_us``. Patched on vLLM's class at
+  plugin load and again, per engine instance at its first step, on the class
+  of the scheduler object the engine actually uses (a platform subclass
+  created after the plugin loaded included).
 * ``Scheduler._build_kv_connector_meta`` (where vLLM has it) and the
   scheduler-role connector's ``build_connector_meta`` (instance wrapped when
-  ``KVConnectorFactory.create_connector`` builds it) → ``build_meta_us``.
+  ``KVConnectorFactory.create_connector`` builds it) -> ``build_meta_us``.
   Both share one re-entrancy guard, so the outermost call is timed once.
-* ``Scheduler.update_from_output`` → ``update_us``; its start also ends
-  ``execute_us`` (from the end of ``schedule()`` in the same step call, or
-  from the step's start when that call scheduled nothing).
+* ``Scheduler.update_from_output`` -> ``update_us``; on the step() path its
+  start also ends ``execute_us`` (from the end of ``schedule()`` in the same
+  call, or from the step's start when that call scheduled nothing).
+* the engine's executor instance: ``execute_model`` / ``sample_tokens`` ->
+  ``launch_us``, and the ``result()`` of every future they return ->
+  ``wait_us`` (both written on batch-queue lines only, where they replace
+  ``execute_us``).
 * the worker-role connector's ``get_finished`` (and ``get_transfer_results``
-  where vLLM calls that instead), instance wrapped at
-  ``KVConnectorFactory.create_connector`` → ``get_finished_us``.  The
-  model-runner mixin reaches the connector through ``get_kv_transfer_group()``,
-  i.e. this very instance, so subclass overrides (Mooncake, NIXL, ...) are
-  timed, which wrapping ``KVConnectorBase_V1.get_finished`` would miss.
+  should a connector define it), instance wrapped at
+  ``KVConnectorFactory.create_connector`` -> ``get_finished_us``. The
+  model-runner mixin calls ``get_kv_transfer_group().get_finished(...)``
+  (kv_connector_model_runner_mixin.py@23ec7c7f L131), i.e. this very
+  instance, so subclass overrides (Mooncake, NIXL, ...) are timed, which
+  wrapping ``KVConnectorBase_V1.get_finished`` would miss.
 
 Nothing here imports vLLM at module import time.
 """

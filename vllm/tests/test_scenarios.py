@@ -146,3 +146,44 @@ def test_noop_through_main_factory_hma(step_log, hma_off):
         with pytest.raises(ValueError, match="does not support HMA"):
             ns.KVConnectorFactory.create_connector(config=cfg2, role=ns.KVConnectorRole.WORKER,
                                                    kv_cache_config="kvcfg")
+
+
+def test_multiproc_tp2_worker_files(step_log):
+    """TP = 2 on main's multiproc executor with async scheduling: the engine
+    process only sends (launch_us small), waits for the GPU (wait_us), and
+    each worker process writes its own get_finished file, one line per
+    forward; no step line claims a get_finished it did not run."""
+    import glob
+    import os
+
+    ns = fake_vllm(VERSIONS["main"])
+    import mbench_vllm.noop as noop
+
+    importlib.reload(noop)
+    t = Timings(schedule=200 * US, execute=300 * US, gpu=10 * MS)
+    cfg = config(t, connector="MbenchNoopConnector", module_path="mbench_vllm.noop",
+                 async_scheduling=True, tp=2)
+    eng = ns.EngineCore(cfg, ns.MultiprocExecutor, log_stats=False)
+    try:
+        run_steps(eng, 12)
+    finally:
+        eng.model_executor.shutdown()
+    flush()
+    lines = read_lines(step_log)
+    assert len(lines) == 12
+    for ln in lines:
+        assert ln["batch_queue"] == 1 and "get_finished_us" not in ln
+    steady = lines[3:]
+    # Launching only sends the call (the 0.3 ms forward runs in the workers).
+    assert statistics.median(ln["launch_us"] for ln in steady) < 2000
+    assert statistics.median(ln["wait_us"] for ln in steady) > 5000  # the 10 ms GPU
+    base = step_log[: -len(".jsonl")]
+    files = sorted(glob.glob(base + ".worker.*.jsonl"))
+    assert len(files) == 2, files
+    pids = {p.pid for p in eng.model_executor.procs}
+    for f in files:
+        wl = read_lines(f)
+        assert {ln["pid"] for ln in wl} <= pids
+        # One get_finished per forward each worker ran: every scheduled batch.
+        assert len(wl) == 12, (f, len(wl))
+        assert os.path.basename(f).startswith("engine_step.worker.")

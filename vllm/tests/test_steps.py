@@ -115,7 +115,11 @@ def test_batch_queue_attribution(step_log, version):
     gf_lines = sum(ln.get("get_finished_us", 0) for ln in lines)
     gf_truth = sorted(t.truth["get_finished"])
     assert gf_lines >= sum(gf_truth[:-2]) / 1000
-    assert gf_lines <= sum(gf_truth) / 1000 + len(gf_truth) * SLACK_US
+    # Never twice: below 1.5x the truth (a call in the executor thread can
+    # wait for the GIL while the engine thread busy-waits, which stretches
+    # it by up to a switch interval, so no tighter bound holds on a loaded
+    # machine; counting twice would give 2x).
+    assert gf_lines < 1.5 * sum(gf_truth) / 1000 + len(gf_truth) * SLACK_US
     assert len(gf_truth) >= len(with_update)
     # Lines cover the loop: step durations add up to at most the loop's time.
     assert sum(ln["step_duration_us"] for ln in lines) <= loop_us

@@ -103,6 +103,7 @@ class VllmConfig:
     # that is not SupportsHMA when this is False).
     disable_hybrid_kv_cache_manager: bool = True
     scheduler_cls: type | None = None  # scheduler_config.scheduler_cls
+    tp: int = 1  # tensor-parallel ranks (main's MultiprocExecutor)
 
     @property
     def scheduler_config(self):

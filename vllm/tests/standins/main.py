@@ -270,6 +270,80 @@ def make():
                 "sample_tokens", args=(grammar_output,), non_block=non_block, single_value=True
             )
 
+    def _worker_main(conn, vllm_config):
+        """A worker process (forked): its own connector and model runner."""
+        state.agent = None
+        ensure_kv_transfer_initialized(vllm_config, kv_cache_config="kvcfg")
+        runner = ModelRunner(vllm_config)
+        while True:
+            msg = conn.recv()
+            if msg is None:
+                break
+            method, args = msg
+            result = getattr(runner, method)(*args)
+            if isinstance(result, AsyncModelRunnerOutput):
+                result = result.get_output()
+            conn.send(result)
+
+    class _MPFuture(Future):
+        def __init__(self, executor):
+            super().__init__()
+            self._ex = executor
+
+        def result(self, timeout=None):
+            while not self.done():
+                f = self._ex.pending.popleft()
+                replies = [c.recv() for c in self._ex.conns]
+                Future.set_result(f, replies[0])
+            return super().result(timeout)
+
+    class MultiprocExecutor:
+        """TP > 1: one process per rank; execute_model / sample_tokens send
+        the call to every worker and return a future for the output rank's
+        reply (multiproc_executor.py: collective_rpc(...,
+        unique_reply_rank=self.output_rank, non_block=...)). Workers are
+        forked here (vLLM spawns them and they load the plugins themselves;
+        the forked/spawned scenarios cover both)."""
+
+        def __init__(self, vllm_config):
+            import multiprocessing as mp
+
+            self.vllm_config = vllm_config
+            ctx = mp.get_context("fork")
+            self.conns, self.procs = [], []
+            self.pending = deque()
+            for _ in range(vllm_config.tp):
+                parent, child = ctx.Pipe()
+                p = ctx.Process(target=_worker_main, args=(child, vllm_config), daemon=True)
+                p.start()
+                self.conns.append(parent)
+                self.procs.append(p)
+
+        @property
+        def max_concurrent_batches(self):
+            return self.vllm_config.max_concurrent_batches
+
+        def collective_rpc(self, method, args=(), non_block=False):
+            # Replies come back in call order: resolving a future first
+            # resolves every earlier one (vLLM's response queue is FIFO too).
+            for c in self.conns:
+                c.send((method, args))
+            fut = _MPFuture(self)
+            self.pending.append(fut)
+            return fut if non_block else fut.result()
+
+        def execute_model(self, scheduler_output, non_block=False):
+            return self.collective_rpc("execute_model", (scheduler_output,), non_block)
+
+        def sample_tokens(self, grammar_output, non_block=False):
+            return self.collective_rpc("sample_tokens", (grammar_output,), non_block)
+
+        def shutdown(self):
+            for c in self.conns:
+                c.send(None)
+            for p in self.procs:
+                p.join(timeout=10)
+
     class Scheduler(ns.Scheduler):
         def __init__(self, vllm_config, kv_cache_config=None, **kwargs):
             self.vllm_config = vllm_config
@@ -415,6 +489,7 @@ def make():
     out.ModelRunner = ModelRunner
     out.Executor = UniProcExecutor
     out.UniProcExecutor = UniProcExecutor
+    out.MultiprocExecutor = MultiprocExecutor
     out.Scheduler = Scheduler
     out.EngineCore = EngineCore
     out.ensure_kv_transfer_initialized = ensure_kv_transfer_initialized
