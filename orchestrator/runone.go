@@ -10,12 +10,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/openloop"
-	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/results"
 )
 
@@ -103,15 +101,7 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 	gate := s.gate(ctx)
 	s.prog.setPhase("ready")
 
-	offsets := make([]int64, len(es.procs))
-	for i, p := range es.procs {
-		if p.stepLog == "" {
-			continue
-		}
-		if n, err := p.host.Size(ctx, p.stepLog); err == nil && n > 0 {
-			offsets[i] = n
-		}
-	}
+	offsets := stepLogOffsets(ctx, es)
 	probeStop, probeDone := s.startProbes(ctx, dir)
 	reqFile, err := os.Create(filepath.Join(dir, "requests.jsonl"))
 	if err != nil {
@@ -124,92 +114,26 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		probeStop()
 		return nil, fmt.Errorf("create metrics.jsonl: %w", err)
 	}
-	scrTr := &http.Transport{MaxIdleConnsPerHost: 4}
-	defer scrTr.CloseIdleConnections()
-	scr := &probes.Scraper{Client: &http.Client{Timeout: 2 * time.Second, Transport: scrTr}, Targets: instanceURLs(es), Interval: time.Second, Sink: metricsFile}
+	win := newMetricsWindow(ctx, instanceURLs(es), metricsFile, time.Second)
 	cfg := s.loadConfig(cell, block, seed, es.targets)
-	// Each run opens its own connections and closes them at its end: none
-	// outlives the run (thousands of runs must not pile up sockets), and no
-	// run inherits a warm connection from the one before.
-	tr := openloop.NewTransport()
-	defer tr.CloseIdleConnections()
-	cfg.Client = &http.Client{Transport: tr}
 	sink := &sinkWriter{w: reqFile}
 	cfg.Sink = sink
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
-	// /metrics is read as the measured phase begins (so a cache-fill phase's
-	// queries stay out of the window's hit rate), every second during it,
-	// and after it. The first is taken before the first measured request
-	// leaves; the others run aside, and the dispatcher does not wait.
-	var before, during []probes.Scrape
-	var scrErr error
-	duringCtx, duringStop := context.WithCancel(ctx)
-	defer duringStop()
-	measuring := make(chan struct{})
-	var onMeasure sync.Once
-	cfg.OnPhase = func(p string) {
-		if p != openloop.PhaseMeasure {
-			return
-		}
-		onMeasure.Do(func() {
-			// The "before" snapshot is taken before the first measured
-			// request is sent (the load generator waits on OnPhase: a few ms
-			// on a local engine, recorded as that request's send lag), so no
-			// measured request's prefix-cache queries fall before it.
-			var err1 error
-			before, err1 = scr.Round(ctx, probes.PhaseBefore)
-			go func() {
-				defer close(measuring)
-				var err2 error
-				during, err2 = scr.Run(duringCtx)
-				scrErr = errors.Join(err1, err2)
-			}()
-		})
-	}
+	cfg.OnPhase = func(p string) { win.onPhase(ctx, p) }
 	s.resetRoutes(ctx, es)
-	// An engine that dies mid-run ends the load at once rather than after
-	// measure.timeout of requests to a dead port.
-	loadCtx, loadCancel := context.WithCancel(ctx)
-	stopWatch := watchEngines(loadCtx, es, loadCancel)
-	res, loadErr := openloop.Run(loadCtx, cfg)
-	stopWatch()
-	loadCancel()
+	res, loadErr := driveLoad(ctx, es, cfg)
 	closeErr := reqFile.Close()
-	duringStop()
-	onMeasure.Do(func() { close(measuring) }) // the measured phase never began
-	<-measuring
-	after, err3 := scr.Round(context.WithoutCancel(ctx), probes.PhaseAfter)
-	scrErr = errors.Join(scrErr, err3, metricsFile.Close())
+	before, after, cache, scrErr := win.finish(ctx)
+	scrErr = errors.Join(scrErr, metricsFile.Close())
 	probeStop()
 	<-probeDone
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	if dead := es.dead(); dead != nil {
-		tail := dead.proc.LogTail(context.WithoutCancel(ctx), 20)
-		s.stopSet(context.WithoutCancel(ctx), es)
-		s.cur = nil
-		return nil, fmt.Errorf("%s on host %s exited during the run (%v); last lines of its log:\n%s", dead.name, dead.hostName, dead.proc.Err(), s.redact(tail))
-	}
-	if sink.err != nil {
-		// The load generator stops on a failed write and calls the run
-		// aborted; the file is incomplete, so the run must not count.
-		return nil, fmt.Errorf("write requests.jsonl: %w", sink.err)
-	}
-	if loadErr != nil {
-		return nil, fmt.Errorf("load: %w", loadErr)
-	}
-	if closeErr != nil {
-		return nil, fmt.Errorf("write requests.jsonl: %w", closeErr)
-	}
-	if scrErr != nil {
-		return nil, fmt.Errorf("write metrics.jsonl: %w", scrErr)
+	if err := s.loadOutcome(ctx, es, sink.err, loadErr, closeErr, scrErr); err != nil {
+		return nil, err
 	}
 	steps, err := s.collectSteps(ctx, es, offsets, res, dir)
 	if err != nil {
 		return nil, err
 	}
-	cache := probes.SummarizeMetrics(before, after, during)
 	gpu := s.gpuSummary(dir)
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape.Name, Rate: cell.Rate, Block: block,
@@ -231,6 +155,65 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		return nil, fmt.Errorf("write summary_A.json: %w", err)
 	}
 	return sum, nil
+}
+
+// stepLogOffsets is the size of each instance's step log before the run:
+// the run's steps are what comes after.
+func stepLogOffsets(ctx context.Context, es *engineSet) []int64 {
+	offsets := make([]int64, len(es.procs))
+	for i, p := range es.procs {
+		if p.stepLog == "" {
+			continue
+		}
+		if n, err := p.host.Size(ctx, p.stepLog); err == nil && n > 0 {
+			offsets[i] = n
+		}
+	}
+	return offsets
+}
+
+// driveLoad runs the open-loop load of cfg against es. Each run opens its
+// own connections and closes them at its end: none outlives the run
+// (thousands of runs must not pile up sockets), and no run inherits a warm
+// connection from the one before. An engine that dies mid-run ends the load
+// at once rather than after measure.timeout of requests to a dead port.
+func driveLoad(ctx context.Context, es *engineSet, cfg openloop.Config) (*openloop.Result, error) {
+	tr := openloop.NewTransport()
+	defer tr.CloseIdleConnections()
+	cfg.Client = &http.Client{Transport: tr}
+	loadCtx, loadCancel := context.WithCancel(ctx)
+	defer loadCancel()
+	stopWatch := watchEngines(loadCtx, es, loadCancel)
+	defer stopWatch()
+	return openloop.Run(loadCtx, cfg)
+}
+
+// loadOutcome says whether the load left a run to summarize: not when the
+// sweep was interrupted, an engine died (it is stopped, its log tail
+// quoted), or a file of the run could not be written.
+func (s *Sweep) loadOutcome(ctx context.Context, es *engineSet, sinkErr, loadErr, closeErr, scrErr error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if dead := es.dead(); dead != nil {
+		tail := dead.proc.LogTail(context.WithoutCancel(ctx), 20)
+		s.stopSet(context.WithoutCancel(ctx), es)
+		s.cur = nil
+		return fmt.Errorf("%s on host %s exited during the run (%v); last lines of its log:\n%s", dead.name, dead.hostName, dead.proc.Err(), s.redact(tail))
+	}
+	switch {
+	case sinkErr != nil:
+		// The load generator stops on a failed write and calls the run
+		// aborted; the file is incomplete, so the run must not count.
+		return fmt.Errorf("write requests.jsonl: %w", sinkErr)
+	case loadErr != nil:
+		return fmt.Errorf("load: %w", loadErr)
+	case closeErr != nil:
+		return fmt.Errorf("write requests.jsonl: %w", closeErr)
+	case scrErr != nil:
+		return fmt.Errorf("write metrics.jsonl: %w", scrErr)
+	}
+	return nil
 }
 
 // sinkWriter remembers the first error writing requests.jsonl. The load

@@ -17,6 +17,7 @@ import (
 // servers that fail in each way, and its summary counts the failures by
 // error class, one key per class.
 func TestLoadExitStatus(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +97,7 @@ func exitStatus(err error) int {
 // TestRateFlagsRefused: a rate that is not a finite number > 0 is a usage
 // error (exit 2) naming the flag, in every command that takes a rate.
 func TestRateFlagsRefused(t *testing.T) {
+	t.Parallel()
 	for _, rate := range []string{"Inf", "+Inf", "-Inf", "NaN", "0", "-1"} {
 		for _, args := range [][]string{
 			{"load", "--url", "http://127.0.0.1:1", "--rate", rate, "--input", "1", "--output", "1", "--requests", "1", "--out", t.TempDir()},

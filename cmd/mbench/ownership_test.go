@@ -35,6 +35,7 @@ func lockHolderPID(out string) int {
 // changes nothing; after kill -9 of the holder the lock is free, and resume
 // finishes the sweep.
 func TestOneOwnerPerSweepDirectory(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
@@ -80,6 +81,7 @@ func TestOneOwnerPerSweepDirectory(t *testing.T) {
 // not change its report; a different confidence or baseline is a flag of
 // export, and the report says so.
 func TestExportUsesTheRecordedMethod(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
@@ -132,6 +134,7 @@ func TestExportUsesTheRecordedMethod(t *testing.T) {
 // directory was deleted or whose summary is corrupt is redone, and temporary
 // files left by kill -9 are removed.
 func TestResumeAfterMoveAndDamage(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}

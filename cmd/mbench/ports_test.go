@@ -84,6 +84,7 @@ func ephemeralLow(t *testing.T) int {
 // TestFreePortBase: blocks are below the ephemeral range, free, and two
 // reservations never share a block.
 func TestFreePortBase(t *testing.T) {
+	t.Parallel()
 	seen := map[int]bool{}
 	low := ephemeralLow(t)
 	for range 20 {

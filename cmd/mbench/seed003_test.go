@@ -46,6 +46,7 @@ gate: {enabled: false}
 `
 
 func TestSeed003RoutedSweep(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}

@@ -45,6 +45,7 @@ func writeMatrix(t *testing.T, dir, body string) string {
 }
 
 func TestSweepEndToEndOnSim(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}

@@ -15,6 +15,7 @@ import (
 // failure class that say what happened; the sweep exits 3 naming the cell,
 // and report.md says it in words.
 func TestVerdictsOfMisbehavingEngines(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweeps")
 	}

@@ -1,0 +1,133 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/openloop"
+)
+
+// fileHost is a fakeHost that serves files from memory (Size, Get).
+type fileHost struct {
+	fakeHost
+	files map[string][]byte
+}
+
+func (h *fileHost) Size(_ context.Context, p string) (int64, error) {
+	b, ok := h.files[p]
+	if !ok {
+		return -1, os.ErrNotExist
+	}
+	return int64(len(b)), nil
+}
+
+func (h *fileHost) Get(_ context.Context, p string, off int64, w io.Writer) (int64, error) {
+	b := h.files[p]
+	if off > int64(len(b)) {
+		return 0, nil
+	}
+	n, err := w.Write(b[off:])
+	return int64(n), err
+}
+
+func stepLine(tsUs int64) string {
+	return fmt.Sprintf(`{"ts_us":%d,"step_duration_us":500.5,"num_running":1}`+"\n", tsUs)
+}
+
+// TestStepLogSteps: the offsets taken before a run are the logs' sizes, and
+// the wait for the step log to be flushed ends at the event — a step past
+// the window — not after its bound; for the sim, an idle log whose last step
+// closes the window is complete too.
+func TestStepLogSteps(t *testing.T) {
+	end := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
+	h := &fileHost{files: map[string][]byte{
+		"/a.jsonl": []byte(stepLine(end.UnixMicro()-5000) + stepLine(end.UnixMicro()+800)),
+		"/b.jsonl": []byte(stepLine(end.UnixMicro() - 20_000)),
+	}}
+	es := &engineSet{procs: []*engineProc{{host: h, stepLog: "/a.jsonl"}, {host: h, stepLog: "/b.jsonl"}, {host: h}}}
+	if got := stepLogOffsets(context.Background(), es); got[0] != int64(len(h.files["/a.jsonl"])) || got[1] != int64(len(h.files["/b.jsonl"])) || got[2] != 0 {
+		t.Errorf("offsets %v", got)
+	}
+	m, err := matrices.Parse("f.yaml", []byte(fleetMatrix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSweep(m, t.TempDir(), Options{})
+	cases := []struct {
+		name    string
+		procs   []*engineProc
+		sim     bool
+		maxWait time.Duration // the wait must end before this (its bound is 10 s)
+	}{
+		{"a step past the window", es.procs[:1], false, 5 * time.Second},
+		{"vllm, idle before the window's end: the bound", es.procs[1:2], false, 0},
+		{"sim, idle log closing the window", []*engineProc{{host: &fileHost{files: map[string][]byte{"/c": []byte(stepLine(end.UnixMicro() - 1000))}}, stepLog: "/c"}}, true, 5 * time.Second},
+	}
+	for _, c := range cases {
+		s.m.Engine.Kind = matrices.EngineVLLM
+		if c.sim {
+			s.m.Engine.Kind = matrices.EngineSim
+		}
+		limit := 10 * time.Second
+		if c.maxWait == 0 {
+			limit = 30 * time.Millisecond
+		}
+		t0 := time.Now()
+		if err := s.waitStepsFlushed(context.Background(), &engineSet{procs: c.procs}, end, limit); err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(t0); c.maxWait > 0 && el >= c.maxWait {
+			t.Errorf("%s: waited %v", c.name, el)
+		} else if c.maxWait == 0 && el < limit {
+			t.Errorf("%s: returned after %v, before its bound %v, with no step past the window", c.name, el, limit)
+		}
+	}
+}
+
+// TestMetricsWindow: the "before" snapshot is taken inside OnPhase (before
+// the first measured request could leave), never for the warm-up, and the
+// window's prefix-cache figures are the deltas between before and after.
+func TestMetricsWindow(t *testing.T) {
+	var queries, hits atomic.Int64
+	var scrapes atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scrapes.Add(1)
+		fmt.Fprintf(w, "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total %d\n# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total %d\n", queries.Load(), hits.Load())
+	}))
+	defer srv.Close()
+	queries.Store(1000) // the fill and warm-up's
+	hits.Store(100)
+	var sink bytes.Buffer
+	ctx := context.Background()
+	w := newMetricsWindow(ctx, []string{srv.URL}, &sink, time.Hour)
+	w.onPhase(ctx, openloop.PhaseWarmup)
+	if scrapes.Load() != 0 {
+		t.Fatal("scraped for the warm-up phase")
+	}
+	w.onPhase(ctx, openloop.PhaseMeasure)
+	if scrapes.Load() < 1 {
+		t.Fatal(`OnPhase returned before the "before" snapshot`)
+	}
+	w.onPhase(ctx, openloop.PhaseMeasure) // once only
+	queries.Add(400)                      // the measured requests
+	hits.Add(300)
+	_, _, cache, err := w.finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cache.Queries != 400 || cache.Hits != 300 || !cache.HitRateValid || cache.HitRate != 0.75 {
+		t.Errorf("window cache %+v, want 400 queries, 300 hits, 0.75", cache)
+	}
+	if !bytes.Contains(sink.Bytes(), []byte(`"before"`)) || !bytes.Contains(sink.Bytes(), []byte(`"after"`)) {
+		t.Errorf("metrics.jsonl lacks the before/after scrapes:\n%s", sink.String())
+	}
+}
