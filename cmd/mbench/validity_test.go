@@ -78,6 +78,7 @@ func findRow(t *testing.T, rows []results.ComparisonRow, config, metric string) 
 }
 
 func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}
@@ -109,6 +110,7 @@ func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
 // shows a spurious "tax"; with the Williams orders (mirror-image pairs of
 // blocks, whatever the seed) it is within noise.
 func TestValidityOrderingEffect(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}
