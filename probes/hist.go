@@ -54,10 +54,10 @@ const (
 type counter struct {
 	n      int64
 	sum    float64
-	lo, hi float64                    // exact extremes (valid when n > 0)
+	lo, hi float64                     // exact extremes (valid when n > 0)
 	pages  [numPages]*[pageSize]uint32 // whole µs
 	nsPgs  [nsPages]*[pageSize]uint32  // k/1000 µs
-	tail   *valueTable                // exact values; once binned, negative bins only
+	tail   *valueTable                 // exact values; once binned, negative bins only
 	binned bool
 	bins   *[binPages]*[binPage]int64 // non-negative bins, by exponent
 }
