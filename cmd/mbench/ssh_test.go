@@ -142,7 +142,11 @@ func checkSweep(t *testing.T, out string, want int) []string {
 	for _, l := range lines {
 		rd := filepath.Join(out, l["dir"].(string))
 		dirs = append(dirs, rd)
-		if l["status"] != "ok" && l["status"] != "saturated" { // saturated: a judgement on noisy 2-core timings
+		switch l["status"] {
+		case "ok":
+		case "saturated", "client_limited": // a busy machine's truthful verdicts: the files must still be there
+			t.Logf("run %v b%v: %v (%v): the machine is busy", l["cell"], l["block"], l["status"], l["reason"])
+		default:
 			t.Errorf("run %v b%v: status %v (%v)", l["cell"], l["block"], l["status"], l["reason"])
 			continue
 		}
