@@ -49,6 +49,13 @@ func (e *Engine) loop() {
 			idle = true
 			continue
 		}
+		// An injected crash strikes when the engine has work after its
+		// last allowed step: requests are in flight, as when a real engine
+		// dies mid-run.
+		if n := int64(e.cfg.CrashAfterSteps); n > 0 && steps >= n {
+			e.crash(steps)
+			return
+		}
 		if now := time.Now(); idle || now.Sub(start) > maxLag {
 			if !idle {
 				e.lateResets.Add(1)
@@ -76,10 +83,6 @@ func (e *Engine) loop() {
 			}))
 		}
 		start = deadline
-		if n := int64(e.cfg.CrashAfterSteps); n > 0 && steps >= n {
-			e.crash(steps)
-			return
-		}
 	}
 }
 
