@@ -56,7 +56,7 @@ func validitySweepDir(t *testing.T, name string, seed int64, sim, extra string, 
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
+	if stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)
 	}
 	rep, err := orchestrator.ExportReport(ctx, out, orchestrator.ExportOverrides{})
@@ -75,6 +75,19 @@ func findRow(t *testing.T, rows []results.ComparisonRow, config, metric string) 
 	}
 	t.Fatalf("no comparison of %s on %s in %+v", config, metric, rows)
 	return results.ComparisonRow{}
+}
+
+// aaBound is the largest A/A difference a single sweep may show. An A/A
+// comparison is significant by chance in α = 5% of sweeps (the rate itself
+// is asserted over many sweeps in orchestrator's TestDesignErrorRates); one
+// sweep here must not fail on that chance, but must on a bias: the fixed
+// order's is about +10%, a chance difference here is under 2%.
+const aaBound = 0.04
+
+// aaHolds reports whether an A/A comparison shows no bias: within noise, or
+// a difference smaller than aaBound.
+func aaHolds(r results.ComparisonRow) bool {
+	return !r.Significant() || (r.Effect > -aaBound && r.Effect < aaBound)
 }
 
 func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
@@ -98,8 +111,8 @@ func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
 	}
 	aa := findRow(t, rep.NoiseFloor, "plain_aa", "step_duration_p50")
 	t.Logf("A/A plain_aa vs plain step_duration_p50: %s", aa.Text())
-	if aa.Significant() || !strings.HasPrefix(aa.Text(), "within noise") {
-		t.Errorf("A/A pair: %s; want within noise", aa.Text())
+	if !aaHolds(aa) {
+		t.Errorf("A/A pair: %s; want within noise, or a chance difference below %.0f%%", aa.Text(), 100*aaBound)
 	}
 	t.Logf("A/A plain_aa vs plain tpot_p90: %s", findRow(t, rep.NoiseFloor, "plain_aa", "tpot_p90").Text())
 }
@@ -127,8 +140,8 @@ func TestValidityOrderingEffect(t *testing.T) {
 	rnd, dir := validitySweepDir(t, "williams", seed, drift, "", true)
 	r := findRow(t, rnd.NoiseFloor, "plain_aa", "step_duration_p50")
 	t.Logf("Williams orders (seed %d), A/A step_duration_p50: %s", seed, r.Text())
-	if r.Significant() {
-		t.Errorf("Williams orders (seed %d): %s; want within noise", seed, r.Text())
+	if !aaHolds(r) {
+		t.Errorf("Williams orders (seed %d): %s; want within noise, or a chance difference below %.0f%% (the fixed order's bias was %+.1f%%)", seed, r.Text(), 100*aaBound, 100*n.Effect)
 	}
 	st, err := orchestrator.ReadSweep(dir)
 	if err != nil {
