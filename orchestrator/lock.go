@@ -59,16 +59,30 @@ func LockDir(dir string) (*DirLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock results directory: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		defer f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			le := &LockedError{Dir: dir}
-			if b, rerr := os.ReadFile(path); rerr == nil {
-				_ = json.Unmarshal(b, &le.Holder)
-			}
+	// A lock just released can still be held for an instant: a child forked
+	// by this process between its fork and exec shares the lock's open file
+	// until exec closes it. The releaser empties the holder record first, so
+	// an empty record (or one naming this process) is waited for, briefly;
+	// another live process's lock is refused at once.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock results directory %s: %w", dir, err)
+		}
+		le := &LockedError{Dir: dir}
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			_ = json.Unmarshal(b, &le.Holder)
+		}
+		if (le.Holder.PID != 0 && le.Holder.PID != os.Getpid()) || !time.Now().Before(deadline) {
+			f.Close()
 			return nil, le
 		}
-		return nil, fmt.Errorf("lock results directory %s: %w", dir, err)
+		time.Sleep(10 * time.Millisecond)
 	}
 	host, _ := os.Hostname()
 	rec, _ := json.Marshal(LockHolder{PID: os.Getpid(), Host: host, Command: strings.Join(os.Args, " "), Since: time.Now().UTC()})
