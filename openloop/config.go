@@ -96,10 +96,11 @@ type Result struct {
 	Offered                float64 // offered rate of the measured phase, req/s
 	Aborted                bool
 	AbortReason            string
-	ClientCPUPct           float64 // this process's CPU during the run, % of one core
-	StopReason             string  // min_completed, requests, duration, timeout, trace_end, aborted, canceled
-	Model                  string  // the model requests named
-	Grade                  Grade   // the generator's self-grading over the measured requests
+	AbortCause             AbortCause // why it was aborted (when Aborted)
+	ClientCPUPct           float64    // this process's CPU during the run, % of one core
+	StopReason             string     // min_completed, requests, duration, timeout, trace_end, aborted, canceled
+	Model                  string     // the model requests named
+	Grade                  Grade      // the generator's self-grading over the measured requests
 }
 
 func (c *Config) validate() error {

@@ -101,9 +101,15 @@ func isContextLength(body string) bool {
 	return false
 }
 
-// AbortTooManyFailures begins the abort reason of a run stopped because its
-// requests kept failing (an engine error, not saturation).
-const AbortTooManyFailures = "too many failures"
+// AbortCause is why the load generator stopped a run early.
+type AbortCause string
+
+// The abort causes. Only AbortOverload says the engine could not keep up.
+const (
+	AbortOverload AbortCause = "overload" // abort_if: too many in flight, a first token too late
+	AbortFailures AbortCause = "failures" // the requests kept failing: an engine error, not saturation
+	AbortHarness  AbortCause = "harness"  // the load generator itself could not go on (a write failed)
+)
 
 // errIncompleteStream marks a stream that ended before [DONE].
 var errIncompleteStream = errors.New("stream ended before [DONE]")

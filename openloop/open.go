@@ -13,7 +13,7 @@ import (
 func (r *runner) runOpen() {
 	sch, err := NewSchedule(r.cfg.Arrival, r.cfg.Rate, r.cfg.Seed)
 	if err != nil { // validated before; keep the run honest anyway
-		r.abort(err.Error())
+		r.abort(AbortHarness, err.Error())
 		return
 	}
 	jobs := make(chan *job, 512)
@@ -32,7 +32,7 @@ func (r *runner) runOpen() {
 		}
 		r.launch(j, nil)
 		if maxInflight > 0 && r.inflight.Load() > maxInflight {
-			r.abort(fmt.Sprintf("more than %d requests in flight", maxInflight))
+			r.abort(AbortOverload, fmt.Sprintf("more than %d requests in flight", maxInflight))
 			return
 		}
 		// A pacer that parks (timerfd) frees this P for the new request's

@@ -183,7 +183,7 @@ func (r *runner) runSession(p *tracePlan, s []int, base, admitted int64) {
 			r.enterMeasure()
 		}
 		if m := int64(r.cfg.AbortIf.MaxInflight); m > 0 && r.inflight.Load() >= m {
-			r.abort(fmt.Sprintf("more than %d requests in flight", m))
+			r.abort(AbortOverload, fmt.Sprintf("more than %d requests in flight", m))
 			return
 		}
 		r.inflight.Add(1)

@@ -34,14 +34,15 @@ type runner struct {
 	gen         promptGen
 	mode        int // pacer mode
 
-	stopCh    chan struct{}
-	stopped   atomic.Bool
-	stopOnce  sync.Once
-	mu        sync.Mutex
-	reason    string // why sending stopped
-	aborted   bool
-	abortWhy  string
-	endReason string // set by a job source before it closes its channel
+	stopCh     chan struct{}
+	stopped    atomic.Bool
+	stopOnce   sync.Once
+	mu         sync.Mutex
+	reason     string // why sending stopped
+	aborted    bool
+	abortWhy   string
+	abortCause AbortCause
+	endReason  string // set by a job source before it closes its channel
 
 	reqCtx     context.Context
 	cancelReqs context.CancelCauseFunc
@@ -193,11 +194,11 @@ func (r *runner) stop(reason string) {
 }
 
 // abort stops sending and cancels every request in flight.
-func (r *runner) abort(why string) {
+func (r *runner) abort(cause AbortCause, why string) {
 	r.mu.Lock()
 	first := !r.aborted
 	if first {
-		r.aborted, r.abortWhy = true, why
+		r.aborted, r.abortWhy, r.abortCause = true, why, cause
 	}
 	r.mu.Unlock()
 	if first {
@@ -254,7 +255,7 @@ func (r *runner) execute(j *job) *Record {
 	var onFirst func()
 	var ttftTimer *time.Timer
 	if d := r.cfg.AbortIf.MaxTTFT; d > 0 && j.phase != PhaseFill {
-		ttftTimer = time.AfterFunc(d, func() { r.abort(fmt.Sprintf("a request waited more than %v for its first token", d)) })
+		ttftTimer = time.AfterFunc(d, func() { r.abort(AbortOverload, fmt.Sprintf("a request waited more than %v for its first token", d)) })
 		onFirst = func() { ttftTimer.Stop() }
 	}
 	release := r.cl.do(r.reqCtx, t, j, &rec, onFirst)
@@ -283,7 +284,7 @@ func (r *runner) finish(rec *Record) {
 				r.stop("min_completed")
 			}
 		} else if f := r.measFailed.Add(1); r.cfg.MinCompleted > 0 && f > int64(r.cfg.MinCompleted) && !r.stopped.Load() {
-			r.abort(fmt.Sprintf("%s: %d measured requests failed, %d ok (last: %s)", AbortTooManyFailures, f, r.measOK.Load(), rec.Error))
+			r.abort(AbortFailures, fmt.Sprintf("too many failures: %d measured requests failed, %d ok (last: %s)", f, r.measOK.Load(), rec.Error))
 		}
 	}
 	r.sinkCh <- *rec
@@ -303,7 +304,7 @@ func (r *runner) sinkLoop() {
 		buf = append(rec.AppendJSON(buf[:0]), '\n')
 		if _, err := r.cfg.Sink.Write(buf); err != nil {
 			sinkErr = err
-			r.abort("writing requests.jsonl: " + err.Error())
+			r.abort(AbortHarness, "writing requests.jsonl: "+err.Error())
 		}
 	}
 }
@@ -363,7 +364,7 @@ func (r *runner) result(plan *tracePlan) *Result {
 	sort.Slice(r.records, func(i, j int) bool { return r.records[i].ID < r.records[j].ID })
 	res := &Result{Records: r.records, Start: r.clk.start, Model: r.model}
 	r.mu.Lock()
-	res.Aborted, res.AbortReason, res.StopReason = r.aborted, r.abortWhy, r.reason
+	res.Aborted, res.AbortReason, res.AbortCause, res.StopReason = r.aborted, r.abortWhy, r.abortCause, r.reason
 	r.mu.Unlock()
 	var first, last int64 = math.MaxInt64, 0
 	for i := range r.records {

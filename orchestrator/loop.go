@@ -274,11 +274,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 		if _, ok := s.cells[k.cell]; !ok {
 			continue // a removed cell's run
 		}
-		o.Runs++
 		o.Verdicts[e.Status]++
-		if e.Status == results.VerdictFailed {
-			o.Failed++
-		}
 	}
 	o.Unusable = unusableCells(rep, s.ledger.runs)
 	return o, nil

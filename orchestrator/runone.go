@@ -293,14 +293,8 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 
 // policy is what a run of cell is held to for its verdict.
 func (s *Sweep) policy(cell matrices.Cell) results.Policy {
-	p := results.Policy{MinCompleted: minCompleted(s.m.Measure.MinCompleted, cell.Shape)}
-	if s.m.Measure.MaxErrorRateSet {
-		p.MaxErrorRate = s.m.Measure.MaxErrorRate
-		if p.MaxErrorRate == 0 {
-			p.MaxErrorRate = -1 // set to 0: no failure allowed
-		}
-	}
-	return p
+	return results.Policy{MinCompleted: minCompleted(s.m.Measure.MinCompleted, cell.Shape),
+		MaxErrorRate: s.m.Measure.MaxErrorRate, MaxErrorRateSet: s.m.Measure.MaxErrorRateSet}
 }
 
 // minCompleted is measure.min_completed, except for a trace replay, which

@@ -55,9 +55,7 @@ type Outcome struct {
 	Dir        string
 	Report     string
 	StopReason string
-	Runs       int
-	Failed     int
-	// Verdicts counts the sweep's runs by verdict.
+	// Verdicts counts the sweep's runs by verdict (Total is the run count).
 	Verdicts results.VerdictCounts
 	// Unusable lists the cells with no usable run, each with why
 	// ("noop-r2 (noop_connector rate=2 4096x256): 3 saturated").

@@ -42,9 +42,10 @@ func gradeSends(s *RunSummary, sends []float64, in RunInput) {
 // gradeSaturation runs the TTFT trend test and decides saturated.
 func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	var why []string
-	// A run the load generator stopped for its failures is an engine that
-	// fails requests (verdict errors), not one that cannot keep up.
-	if s.Aborted && !strings.HasPrefix(s.AbortReason, openloop.AbortTooManyFailures) {
+	// Only an abort for overload says the engine could not keep up; one for
+	// failures is an engine that fails requests (verdict errors). A summary
+	// with no cause (written before causes existed) counts as overload.
+	if s.Aborted && (s.AbortCause == openloop.AbortOverload || s.AbortCause == "") {
 		r := s.AbortReason
 		if r == "" {
 			r = "no reason given"

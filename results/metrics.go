@@ -152,11 +152,18 @@ func metricUnit(key string) string {
 // WriteRunSummary writes a run's summary_A.json atomically, indented, with
 // "<" and ">" left readable.
 func WriteRunSummary(path string, s *RunSummary) error {
+	_, err := WriteRunSummaryBytes(path, s)
+	return err
+}
+
+// WriteRunSummaryBytes is WriteRunSummary returning the bytes written, for a
+// caller that also prints them.
+func WriteRunSummaryBytes(path string, s *RunSummary) ([]byte, error) {
 	b, err := encodeJSON(s)
 	if err != nil {
-		return fmt.Errorf("encode run summary %s: %w", path, err)
+		return nil, fmt.Errorf("encode run summary %s: %w", path, err)
 	}
-	return WriteFileAtomic(path, b, 0o644)
+	return b, WriteFileAtomic(path, b, 0o644)
 }
 
 // encodeJSON encodes v indented by two spaces, without HTML escaping, with a

@@ -45,6 +45,7 @@ type RunInput struct {
 	Offered                       float64   // offered rate (req/s)
 	Aborted                       bool
 	AbortReason                   string
+	AbortCause                    openloop.AbortCause
 	ClientCPUPct                  float64
 	// Grade is the load generator's self-grading of the run
 	// (openloop.Result.Grade). When nil, SummarizeRun computes it with
@@ -67,7 +68,7 @@ type RunInput struct {
 // one mapping from openloop.Result to a summary's input.
 func (in RunInput) WithLoad(res *openloop.Result) RunInput {
 	in.Records, in.Start, in.WindowStart, in.WindowEnd = res.Records, res.Start, res.WindowStart, res.WindowEnd
-	in.Offered, in.Aborted, in.AbortReason, in.ClientCPUPct = res.Offered, res.Aborted, res.AbortReason, res.ClientCPUPct
+	in.Offered, in.Aborted, in.AbortReason, in.AbortCause, in.ClientCPUPct = res.Offered, res.Aborted, res.AbortReason, res.AbortCause, res.ClientCPUPct
 	in.Grade = &res.Grade
 	return in
 }
@@ -133,8 +134,10 @@ type RunSummary struct {
 	SaturationReason string   `json:"saturation_reason,omitempty"`
 	Aborted          bool     `json:"aborted"`
 	AbortReason      string   `json:"abort_reason,omitempty"`
-	TTFTSlopeMsPerS  *float64 `json:"ttft_slope_ms_per_s"`
-	TTFTSlopeP       *float64 `json:"ttft_slope_p"`
+	// AbortCause is why the run was aborted (overload, failures, harness).
+	AbortCause      openloop.AbortCause `json:"abort_cause,omitempty"`
+	TTFTSlopeMsPerS *float64            `json:"ttft_slope_ms_per_s"`
+	TTFTSlopeP      *float64            `json:"ttft_slope_p"`
 
 	// The load generator's self-grading (openloop.Grade): send lag = sent −
 	// scheduled; achieved_send_ratio = the achieved send rate over the
@@ -240,7 +243,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	s := &RunSummary{
 		Simulated: in.Simulated, Engine: in.Engine, Cell: in.Cell, Config: in.Config, Shape: in.Shape,
 		Rate: in.Rate, Block: in.Block, Arrival: in.Arrival, OfferedRate: in.Offered,
-		Aborted: in.Aborted, AbortReason: in.AbortReason, ClientCPUPct: in.ClientCPUPct,
+		Aborted: in.Aborted, AbortReason: in.AbortReason, AbortCause: in.AbortCause, ClientCPUPct: in.ClientCPUPct,
 		Errors: map[string]int{}, ErrorExamples: map[string]string{}, EngineStep: in.Steps, GPU: in.GPU, PrefixCache: in.Cache, Gate: in.Gate,
 	}
 	if !in.WindowStart.IsZero() {

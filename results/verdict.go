@@ -98,17 +98,15 @@ type Policy struct {
 	MinCompleted int
 	// MaxErrorRate is the largest share of failed measured requests (engine
 	// failures; requests the harness cut off at the end are not counted)
-	// that still makes a result. 0 means DefaultMaxErrorRate; a negative
-	// value allows none.
-	MaxErrorRate float64
+	// that still makes a result, when MaxErrorRateSet (0 then allows none);
+	// DefaultMaxErrorRate otherwise.
+	MaxErrorRate    float64
+	MaxErrorRateSet bool
 }
 
 func (p Policy) maxErrorRate() float64 {
-	switch {
-	case p.MaxErrorRate == 0:
+	if !p.MaxErrorRateSet {
 		return DefaultMaxErrorRate
-	case p.MaxErrorRate < 0:
-		return 0
 	}
 	return p.MaxErrorRate
 }

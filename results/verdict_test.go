@@ -55,7 +55,7 @@ func TestDecide(t *testing.T) {
 			for i := 0; i < 5; i++ {
 				fail(in, i, openloop.ErrClassContextLength, "HTTP 400: maximum context length")
 			}
-			in.Policy = Policy{MinCompleted: 95, MaxErrorRate: 0.1}
+			in.Policy = Policy{MinCompleted: 95, MaxErrorRate: 0.1, MaxErrorRateSet: true}
 		}, VerdictOK, ""},
 		{"cut short before min_completed", func(in *RunInput) {
 			in.Policy.MinCompleted = 300

@@ -41,7 +41,7 @@ func init() {
 				&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "wait this long for in-flight requests after sending stops"},
 				&cli.DurationFlag{Name: "request-timeout", Usage: "fail a request (error class timeout) that runs longer than this (0 = none)"},
 				&cli.StringFlag{Name: "request-id-prefix", Usage: "start of every X-Request-Id (default mbench-<random>-)"},
-				&cli.Float64Flag{Name: "max-failed", Value: 0.01, Usage: "exit 3 when more than this share of the measured requests failed"},
+				&cli.Float64Flag{Name: "max-failed", Value: results.DefaultMaxErrorRate, Usage: "exit 3 when more than this share of the measured requests failed"},
 				&cli.StringFlag{Name: "out", Usage: "directory for requests.jsonl and summary_A.json", Required: true},
 			},
 			Action: loadAction,
@@ -97,7 +97,7 @@ func loadAction(c *cli.Context) error {
 	res, runErr := openloop.Run(c.Context, cfg)
 	if res == nil {
 		if errors.Is(runErr, openloop.ErrModelLookup) {
-			return loadFailure{fmt.Errorf("load: %w", runErr)}
+			return noResultError{fmt.Errorf("load: %w", runErr)}
 		}
 		return fmt.Errorf("load: %w", runErr)
 	}
@@ -106,10 +106,7 @@ func loadAction(c *cli.Context) error {
 	}
 	// Every request of a --requests N run must complete; a --min-completed
 	// run must reach its minimum; the verdict is the sweep's (results.Decide).
-	policy := results.Policy{MinCompleted: max(mc, n), MaxErrorRate: c.Float64("max-failed")}
-	if policy.MaxErrorRate == 0 {
-		policy.MaxErrorRate = -1 // --max-failed 0: no failure allowed
-	}
+	policy := results.Policy{MinCompleted: max(mc, n), MaxErrorRate: c.Float64("max-failed"), MaxErrorRateSet: true}
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: "load", Config: "load", Shape: shape.Name, Rate: cfg.Rate, Engine: "external",
 		Arrival: arrival, Burstiness: cfg.Arrival.Burstiness, Policy: policy,
@@ -117,10 +114,7 @@ func loadAction(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("load: summarize: %w", err)
 	}
-	if err := results.WriteRunSummary(filepath.Join(out, "summary_A.json"), sum); err != nil {
-		return fmt.Errorf("load: %w", err)
-	}
-	data, err := os.ReadFile(filepath.Join(out, "summary_A.json"))
+	data, err := results.WriteRunSummaryBytes(filepath.Join(out, "summary_A.json"), sum)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
@@ -129,14 +123,6 @@ func loadAction(c *cli.Context) error {
 	}
 	return loadOutcome(sum, runErr)
 }
-
-// loadFailure is a finished run that is not a result; it exits 3
-// (exitNoResult), like a sweep with cells that have no usable run.
-type loadFailure struct{ err error }
-
-func (e loadFailure) Error() string { return e.err.Error() }
-func (e loadFailure) Unwrap() error { return e.err }
-func (e loadFailure) ExitCode() int { return exitNoResult }
 
 // loadOutcome is the exit status of a finished run: nil when its verdict
 // is ok.
@@ -150,5 +136,5 @@ func loadOutcome(sum *results.RunSummary, runErr error) error {
 	if sum.Verdict.Usable() {
 		return nil
 	}
-	return loadFailure{fmt.Errorf("load: the run is not a result: %s", strings.Join(sum.VerdictReasons, "; "))}
+	return noResultError{fmt.Errorf("load: the run is not a result: %s", strings.Join(sum.VerdictReasons, "; "))}
 }

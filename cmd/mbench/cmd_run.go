@@ -104,7 +104,7 @@ func finishSweep(c *cli.Context, o *orchestrator.Outcome, err error) error {
 	}
 	fmt.Fprintf(w, "report: %s\n", rel)
 	fmt.Fprintf(ew, "stopped: %s\n", o.StopReason)
-	fmt.Fprintf(ew, "sweep done: %d runs: %s\n", o.Runs, o.Verdicts)
+	fmt.Fprintf(ew, "sweep done: %d runs: %s\n", o.Verdicts.Total(), o.Verdicts)
 	if len(o.Unusable) > 0 {
 		return noResultError{fmt.Errorf("%w: %d of the sweep's cells have no usable run, so the report cannot compare them:\n  %s\nsee the report's \"Run verdicts\" section for why",
 			orchestrator.ErrNoResult, len(o.Unusable), strings.Join(o.Unusable, "\n  "))}
@@ -112,8 +112,9 @@ func finishSweep(c *cli.Context, o *orchestrator.Outcome, err error) error {
 	return nil
 }
 
-// noResultError is a sweep that finished without a usable run for some
-// cells. It exits 3.
+// noResultError is a command that finished, but what it measured is not a
+// result: a sweep with cells that have no usable run, a load run whose
+// verdict is not ok. It exits 3.
 type noResultError struct{ err error }
 
 func (e noResultError) Error() string { return e.err.Error() }
