@@ -100,3 +100,11 @@ func TestResolveMetric(t *testing.T) {
 		}
 	}
 }
+
+// near reports whether got is within tol of want (NaN equals NaN).
+func near(got, want, tol float64) bool {
+	if math.IsNaN(want) {
+		return math.IsNaN(got)
+	}
+	return math.Abs(got-want) <= tol
+}

@@ -103,7 +103,7 @@ func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisa
 	for i, b := range blocks {
 		bv[i], tv[i] = base[b], treat[b]
 	}
-	if p := MannWhitneyP(bv, tv); !math.IsNaN(p) {
+	if p := stats.MannWhitneyP(bv, tv); !math.IsNaN(p) {
 		c.PMW = p
 	}
 	return c

@@ -68,7 +68,7 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	if s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && offeredInWindow >= SaturationMinOffered && s.Completed > 0 {
 		why = append(why, fmt.Sprintf("thr_ratio %.3f < %.1f: the engine completed fewer requests than were offered", *s.ThrRatio, SaturationThrRatio))
 	}
-	if tr, ok := fitTrend(x, y); ok {
+	if tr, ok := stats.FitTrend(x, y); ok {
 		s.TTFTSlopeMsPerS, s.TTFTSlopeP = ptr(tr.Slope), ptr(tr.P)
 		med := stats.PercentileSorted(ttftSorted, 50)
 		rise := tr.Slope * tr.Span

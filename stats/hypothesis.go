@@ -1,30 +1,29 @@
-package results
+package stats
 
 import (
-	"github.com/mbench/mbench/stats"
 	"math"
 
 	"golang.org/x/perf/benchmath"
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
-// trend is the least-squares fit of y against x and the one-sided t-test of
+// Trend is the least-squares fit of y against x and the one-sided t-test of
 // a positive slope.
-type trend struct {
+type Trend struct {
 	Slope float64 // dy/dx
 	P     float64 // one-sided p-value of H0: slope ≤ 0
 	Span  float64 // max(x) − min(x)
 }
 
-// fitTrend fits y = a + b·x by least squares and tests b > 0 with the t
+// FitTrend fits y = a + b·x by least squares and tests b > 0 with the t
 // statistic b/se(b) on n−2 degrees of freedom. ok is false with fewer than
 // three points or no spread in x.
-func fitTrend(x, y []float64) (tr trend, ok bool) {
+func FitTrend(x, y []float64) (tr Trend, ok bool) {
 	n := len(x)
 	if n < 3 || len(y) != n {
-		return trend{}, false
+		return Trend{}, false
 	}
-	mx, my := stats.Mean(x), stats.Mean(y)
+	mx, my := Mean(x), Mean(y)
 	var sxx, sxy float64
 	minX, maxX := x[0], x[0]
 	for i := range x {
@@ -33,7 +32,7 @@ func fitTrend(x, y []float64) (tr trend, ok bool) {
 		minX, maxX = math.Min(minX, x[i]), math.Max(maxX, x[i])
 	}
 	if sxx == 0 {
-		return trend{}, false
+		return Trend{}, false
 	}
 	b := sxy / sxx
 	a := my - b*mx
@@ -42,7 +41,7 @@ func fitTrend(x, y []float64) (tr trend, ok bool) {
 		r := y[i] - a - b*x[i]
 		rss += r * r
 	}
-	tr = trend{Slope: b, Span: maxX - minX}
+	tr = Trend{Slope: b, Span: maxX - minX}
 	se := math.Sqrt(rss / float64(n-2) / sxx)
 	switch {
 	case se == 0 && b > 0:

@@ -1,4 +1,4 @@
-package results
+package stats
 
 import (
 	"math"
@@ -42,14 +42,14 @@ func TestFitTrend(t *testing.T) {
 		rising = append(rising, 300+20*xi+rng.NormFloat64()*30) // +2000 ms over the window
 		flat = append(flat, 300+rng.NormFloat64()*30)
 	}
-	tr, ok := fitTrend(x, rising)
+	tr, ok := FitTrend(x, rising)
 	if !ok || !near(tr.Slope, 20, 0.5) || tr.P > 1e-6 || !near(tr.Span, 99.5, 1e-9) {
 		t.Errorf("rising: %+v", tr)
 	}
-	if tr, _ := fitTrend(x, flat); tr.P < 0.01 {
+	if tr, _ := FitTrend(x, flat); tr.P < 0.01 {
 		t.Errorf("flat series flagged: %+v", tr)
 	}
-	if _, ok := fitTrend([]float64{1, 1, 1}, []float64{1, 2, 3}); ok {
+	if _, ok := FitTrend([]float64{1, 1, 1}, []float64{1, 2, 3}); ok {
 		t.Error("no spread in x: want no fit")
 	}
 }
@@ -109,12 +109,4 @@ func permutationMWP(xs, ys []float64) float64 {
 	}
 	rec(0, n1, make([]bool, n))
 	return math.Min(1, 2*math.Min(lo, hi)/total)
-}
-
-// near reports whether got is within tol of want (NaN equals NaN).
-func near(got, want, tol float64) bool {
-	if math.IsNaN(want) {
-		return math.IsNaN(got)
-	}
-	return math.Abs(got-want) <= tol
 }
