@@ -10,12 +10,7 @@ import (
 // Cells without the figures are left out; a sweep with none gets one line.
 func renderClasses(b *strings.Builder, ordered []*cellData) {
 	b.WriteString("## Request classes\n\n")
-	have := false
-	for _, c := range ordered {
-		if _, ok := c.Sum.Metrics["class_warm_share"]; ok {
-			have = true
-		}
-	}
+	have := anyCellHas(ordered, "class_warm_share")
 	if !have {
 		b.WriteString("No run has per-class figures.\n\n")
 	} else {
@@ -39,13 +34,7 @@ func renderClasses(b *strings.Builder, ordered []*cellData) {
 		b.WriteString("\n")
 	}
 	b.WriteString("## Prefix cache by instance\n\n")
-	have = false
-	for _, c := range ordered {
-		if _, ok := c.Sum.Metrics["prefix_cache_hit_rate"]; ok {
-			have = true
-		}
-	}
-	if !have {
+	if !anyCellHas(ordered, "prefix_cache_hit_rate") {
 		b.WriteString("No run has prefix-cache figures from /metrics.\n\n")
 		return
 	}

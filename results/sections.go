@@ -11,12 +11,7 @@ import (
 // where the timers do not decompose the step (seed 001).
 func renderSteps(b *strings.Builder, ordered []*cellData) {
 	b.WriteString("## Per-Step Latency (from engine_step.jsonl)\n\n")
-	any := false
-	for _, c := range ordered {
-		if _, ok := c.Sum.Metrics["step_duration_us_p50"]; ok {
-			any = true
-		}
-	}
+	any := anyCellHas(ordered, "step_duration_us_p50")
 	if !any {
 		b.WriteString("No run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.\n\n")
 		return
@@ -223,4 +218,14 @@ func renderProblems(b *strings.Builder, ordered []*cellData, rep *Report) {
 		return
 	}
 	b.WriteString(strings.Join(lines, "\n") + "\n\n")
+}
+
+// anyCellHas reports whether some cell's summary has the metric key.
+func anyCellHas(ordered []*cellData, key string) bool {
+	for _, c := range ordered {
+		if _, ok := c.Sum.Metrics[key]; ok {
+			return true
+		}
+	}
+	return false
 }
