@@ -31,8 +31,8 @@ type LockHolder struct {
 	Since   time.Time `json:"since"`
 }
 
-// LockedError is returned when another process holds the directory. It
-// exits 4.
+// LockedError is returned when another process holds the directory (mbench
+// exits 4 on it).
 type LockedError struct {
 	Dir    string
 	Holder LockHolder // zero when the lock file could not be read
@@ -46,9 +46,6 @@ func (e *LockedError) Error() string {
 	return fmt.Sprintf("results directory %s is in use by another mbench process: pid %d on %s since %s, running %q; wait for it to finish (or stop it) and try again",
 		e.Dir, h.PID, h.Host, h.Since.Local().Format(time.DateTime), h.Command)
 }
-
-// ExitCode is the exit status of a locked directory.
-func (e *LockedError) ExitCode() int { return 4 }
 
 // LockDir takes the exclusive lock of the results directory dir, which must
 // exist. It fails at once with a *LockedError naming the holder when another

@@ -60,7 +60,7 @@ func main() {
 
 // The exit statuses of mbench (README: "Exit status").
 const (
-	exitOK    = 0 // what was asked for was done, and every result is usable
+	// 0: what was asked for was done, and every result is usable.
 	exitError = 1 // the command failed (a host, a disk, an engine port, …): it says why
 	exitUsage = 2 // bad usage: flags, subcommand, arguments, an invalid matrix or input file
 	// exitNoResult: the command finished, but some of what it measured is not
@@ -77,7 +77,10 @@ const (
 // exitCode maps an error from run to the process exit status.
 func exitCode(err error) int {
 	var ec exitCoder
+	var locked *orchestrator.LockedError
 	switch {
+	case errors.As(err, &locked):
+		return exitLocked
 	case errors.As(err, &ec):
 		return ec.ExitCode()
 	case errors.Is(err, orchestrator.ErrInterrupted):
