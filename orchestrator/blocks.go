@@ -73,7 +73,7 @@ func (s *Sweep) recordedBlock(b int) *BlockRecord {
 // keeps that order for the cells it runs.
 func (s *Sweep) planBlock(b int) (*BlockRecord, error) {
 	order := BlockOrder(s.state.Seed, b, cellIDs(s.state.Cells), s.state.Randomize)
-	if s.m.Repeat.OnlyUnconverged && b > s.m.Repeat.Min {
+	if s.m.Repeat.OnlyUnconverged && b > ruleMinBlocks(s.stage1()) {
 		keep := map[string]bool{}
 		for _, id := range s.unconvergedWithBaselines() {
 			keep[id] = true
@@ -152,16 +152,24 @@ func (s *Sweep) shouldStop(done int) (string, bool) {
 		return fmt.Sprintf("time budget of %s: another pair of blocks (about %s) would not finish within it; stopped after %d blocks, a balanced design",
 			rep.Budget, (2 * elapsed / time.Duration(done)).Round(time.Second), done), true
 	}
-	if !pairComplete(done, s.state.Randomize) || len(s.unconverged()) > 0 {
+	if done < ruleMinBlocks(s.stage1()) || !pairComplete(done, s.state.Randomize) || len(s.unconverged()) > 0 {
 		return "", false
 	}
 	if len(s.primaryComparisons()) == 0 {
 		return fmt.Sprintf("converged: every cell's %s has a relative %.0f%% CI half-width ≤ %.1f%% after %d blocks (no comparisons in this sweep)",
 			rep.Metric, rep.Confidence*100, rep.RelCI*100, done), true
 	}
-	return fmt.Sprintf("converged: every comparison on the primary metric %s has a %.0f%% CI half-width ≤ ±%.1f%% after %d blocks",
-		rep.Metric, rep.Confidence*100, rep.RelCI*100, done), true
+	s.ruleStop = true
+	return fmt.Sprintf("converged: every comparison on the primary metric %s has a projected %.0f%% CI half-width ≤ ±%.1f%% after %d blocks (first stage %d, second stage %d)",
+		rep.Metric, rep.Confidence*100, rep.RelCI*100, done, s.stage1(), done-s.stage1()), true
 }
+
+// ruleMinBlocks is the fewest blocks after which the stopping rule may end
+// the sweep: the first stage and a second stage at least as long (at least
+// two blocks), since the CIs of a sweep the rule ended take their spread from
+// the second stage alone (results.MethodSecondStage) and need its degrees of
+// freedom.
+func ruleMinBlocks(stage1 int) int { return stage1 + max(2, stage1) }
 
 // pairComplete reports whether done blocks end a pair of mirror-image
 // blocks (always true for unrandomized orders): the rule looks only there.
@@ -206,10 +214,12 @@ func (s *Sweep) comparisonHalf(p pairedCells) (half float64, ok bool) {
 	return twoStageHalf(results.CompareTwoStage(base, treat, s.stage1(), s.m.Repeat.Confidence))
 }
 
-// twoStageHalf is a comparison's CI half-width as a fraction, (Hi − Lo)/2;
-// ok is false when it has no CI.
+// twoStageHalf is a comparison's two-stage CI half-width as a fraction,
+// (Hi − Lo)/2; ok is false when it has none (fewer than two usable
+// first-stage pairs: the first stage cannot plan the sweep, which then runs
+// to repeat.max or its budget).
 func twoStageHalf(c results.Comparison) (half float64, ok bool) {
-	if c.N < 2 {
+	if c.N < 2 || c.Method != results.MethodTwoStage {
 		return math.NaN(), false
 	}
 	return (c.Hi - c.Lo) / 2, true
@@ -322,6 +332,7 @@ func (s *Sweep) recordStop(reason string, blocks int) error {
 		}
 	}
 	rec.Converged = conv
+	rec.RuleStop = s.ruleStop
 	s.state.Stop = rec
 	s.logf("sweep stopped: %s", strings.TrimSpace(reason))
 	return writeSweep(s.dir, s.state)

@@ -22,13 +22,14 @@ configs:
 rates: [1, 2]
 shapes: [{name: s, input: 8, output: 2}]
 measure: {min_completed: 10}
-repeat: {min: 2, max: 4, metric: ttft_p90, rel_ci: 0.05, confidence: 0.95, only_unconverged: true%BUDGET%}
+repeat: {min: 2, max: 6, metric: ttft_p90, rel_ci: 0.05, confidence: 0.95, only_unconverged: true%BUDGET%}
 baseline: plain
 `
 
-// stopSweep builds a sweep whose journal holds two blocks with the given
-// per-cell ttft_p90 values, keyed "config@rate".
-func stopSweep(t *testing.T, budget string, vals map[string][2]float64) *Sweep {
+// stopSweep builds a sweep whose journal holds four blocks (a first stage
+// of two, a second stage of two) with the given per-cell ttft_p90 values,
+// keyed "config@rate".
+func stopSweep(t *testing.T, budget string, vals map[string][4]float64) *Sweep {
 	t.Helper()
 	m, err := matrices.Parse("stop.yaml", []byte(strings.Replace(stopMatrix, "%BUDGET%", budget, 1)))
 	if err != nil {
@@ -43,7 +44,7 @@ func stopSweep(t *testing.T, budget string, vals map[string][2]float64) *Sweep {
 		if !ok {
 			t.Fatalf("no values for %s@%g", c.Config, c.Rate)
 		}
-		for b := 1; b <= 2; b++ {
+		for b := 1; b <= len(v); b++ {
 			rel := filepath.Join("runs", c.ID, fmt.Sprintf("b%d", b))
 			if err := os.MkdirAll(filepath.Join(dir, rel), 0o755); err != nil {
 				t.Fatal(err)
@@ -71,10 +72,10 @@ func cellsOf(s *Sweep, ids []string) []string {
 // TestStoppingRule checks the three ways a sweep stops and the
 // only_unconverged plan: both cells of every comparison above target.
 func TestStoppingRule(t *testing.T) {
-	flat := [2]float64{100, 100.1}
-	noisy := [2]float64{100, 150}
+	flat := [4]float64{100, 100.1, 100, 100.1}
+	noisy := [4]float64{100, 150, 100, 150}
 
-	s := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
+	s := stopSweep(t, "", map[string][4]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
 	if reason, stop := s.shouldStop(1); stop {
 		t.Errorf("stopped before repeat.min: %s", reason)
 	}
@@ -87,43 +88,53 @@ func TestStoppingRule(t *testing.T) {
 	if got, want := cellsOf(s, s.unconvergedWithBaselines()), []string{"plain@2", "x@2"}; !slices.Equal(got, want) {
 		t.Errorf("only_unconverged block = %v, want %v (the cell and its baseline, so pairing holds)", got, want)
 	}
-	if reason, stop := s.shouldStop(4); !stop || !strings.Contains(reason, "repeat.max = 4") {
+	if reason, stop := s.shouldStop(6); !stop || !strings.Contains(reason, "repeat.max = 6") {
 		t.Errorf("at max: stop=%v %q", stop, reason)
 	}
 
-	conv := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
-	if reason, stop := conv.shouldStop(2); !stop || !strings.HasPrefix(reason, "converged") {
-		t.Errorf("all converged: stop=%v %q", stop, reason)
+	conv := stopSweep(t, "", map[string][4]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
+	// Within target after the first stage, but the rule waits for a second
+	// stage as long as the first: the CIs of a sweep it ends take their
+	// spread from there.
+	if reason, stop := conv.shouldStop(2); stop {
+		t.Errorf("stopped after the first stage alone: %s", reason)
+	}
+	if conv.ruleStop {
+		t.Error("ruleStop set without a stop")
+	}
+	if reason, stop := conv.shouldStop(4); !stop || !strings.HasPrefix(reason, "converged") || !conv.ruleStop {
+		t.Errorf("all converged after 4 blocks: stop=%v ruleStop=%v %q", stop, conv.ruleStop, reason)
 	}
 
 	// Only runs whose status is ok count: with x@1's second run saturated
-	// its comparison has one usable pair, no CI, and is never converged.
-	sat := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
+	// its comparison has one usable first-stage pair, no CI, and is never
+	// converged.
+	sat := stopSweep(t, "", map[string][4]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
 	for k, e := range sat.ledger.runs {
 		if c := sat.cellRecord(k.cell); c.Config == "x" && c.Rate == 1 && k.block == 2 {
 			e.Status = "saturated"
 			sat.ledger.runs[k] = e
 		}
 	}
-	if reason, stop := sat.shouldStop(2); stop {
-		t.Errorf("stopped with a comparison that has one usable pair: %s", reason)
+	if reason, stop := sat.shouldStop(4); stop {
+		t.Errorf("stopped with a comparison that has one usable first-stage pair: %s", reason)
 	}
 	if got, want := cellsOf(sat, sat.unconverged()), []string{"plain@1", "x@1"}; !slices.Equal(got, want) {
 		t.Errorf("unconverged with a saturated run = %v, want %v", got, want)
 	}
 	// No usable run at all (every run failed): never converged.
-	none := stopSweep(t, "", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
+	none := stopSweep(t, "", map[string][4]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
 	for k, e := range none.ledger.runs {
 		e.Status = "failed"
 		none.ledger.runs[k] = e
 	}
-	if reason, stop := none.shouldStop(2); stop {
+	if reason, stop := none.shouldStop(4); stop {
 		t.Errorf("stopped with no usable run: %s", reason)
 	}
 
 	// A pair of blocks that would overrun the budget is not started: after
 	// 2 blocks in 40 s another pair takes about 40 s.
-	pair := stopSweep(t, ", budget: 75s", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
+	pair := stopSweep(t, ", budget: 75s", map[string][4]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
 	pair.state.Randomize, pair.state.Created = true, time.Now().Add(-40*time.Second)
 	if reason, stop := pair.shouldStop(2); !stop || !strings.Contains(reason, "would not finish") {
 		t.Errorf("pair overrunning the budget: stop=%v %q", stop, reason)
@@ -133,7 +144,7 @@ func TestStoppingRule(t *testing.T) {
 		t.Errorf("a pair fits in the budget, x@2 unconverged, yet stopped: %s", reason)
 	}
 
-	bud := stopSweep(t, ", budget: 1s", map[string][2]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
+	bud := stopSweep(t, ", budget: 1s", map[string][4]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": noisy})
 	bud.state.Created = time.Now().Add(-time.Minute)
 	if reason, stop := bud.shouldStop(2); !stop || !strings.Contains(reason, "budget") {
 		t.Errorf("budget spent: stop=%v %q", stop, reason)

@@ -94,6 +94,7 @@ func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 	}
 	if st.Stop != nil {
 		sw.StopReason = st.Stop.Reason
+		sw.RuleStop = st.Stop.RuleStop
 	} else {
 		sw.StopReason = "not finished: the sweep is partial (resume it with mbench resume " + dir + ")"
 	}

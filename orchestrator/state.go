@@ -48,8 +48,8 @@ type SweepState struct {
 	// planned blocks are (rewritten with every planned block).
 	Design *DesignRecord `json:"design,omitempty"`
 	// Stage1 is the number of first-stage blocks (repeat.min when the sweep
-	// was planned): the primary metric's two-stage CIs take their variance
-	// from them. 0 in sweeps recorded before the two-stage rule.
+	// was planned): the stopping rule projects the comparisons' CIs from
+	// their spread. 0 in sweeps recorded before the two-stage rule.
 	Stage1 int `json:"stage1_blocks,omitempty"`
 }
 
@@ -83,10 +83,14 @@ type StopRecord struct {
 	// half-width (a fraction, 0.05 = ±5%) on the primary metric, keyed
 	// "config vs baseline @ rate shape", with the first-stage blocks whose
 	// variance sets it.
-	Primary        string             `json:"primary_metric,omitempty"`
-	CompHalf       map[string]float64 `json:"comparison_half_width,omitempty"`
-	Stage1Blocks   int                `json:"stage1_blocks,omitempty"`
-	UnusableCompar []string           `json:"comparisons_without_usable_runs,omitempty"`
+	Primary      string             `json:"primary_metric,omitempty"`
+	CompHalf     map[string]float64 `json:"comparison_half_width,omitempty"`
+	Stage1Blocks int                `json:"stage1_blocks,omitempty"`
+	// RuleStop: the stopping rule ended the sweep (not repeat.max, the
+	// budget or dead cells); its comparisons take their spread from the
+	// second-stage blocks.
+	RuleStop       bool     `json:"stopped_by_rule,omitempty"`
+	UnusableCompar []string `json:"comparisons_without_usable_runs,omitempty"`
 }
 
 // JournalEntry is one line of journal.jsonl. A run without a journal line did

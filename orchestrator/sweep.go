@@ -90,6 +90,7 @@ type Sweep struct {
 	prog     *progress
 	gpu      *gpuProbe
 	started  time.Time
+	ruleStop bool // shouldStop ended the sweep by the stopping rule
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {

@@ -24,11 +24,14 @@ type Comparison struct {
 	PMW        float64 `json:"p_mwu"`    // Mann–Whitney U p-value (unpaired, unadjusted); secondary
 	Confidence float64 `json:"confidence"`
 	Saturated  bool    `json:"saturated"` // either side had a saturated run
-	// Method is MethodTwoStage (the primary metric's comparisons, whose CI
-	// the stopping rule targets) or MethodPairedT; Stage1 is the number of
-	// first-stage blocks whose variance a two-stage CI uses.
-	Method string `json:"method"`
-	Stage1 int    `json:"stage1_blocks,omitempty"`
+	// Method says where the CI's spread came from: MethodSecondStage (a
+	// sweep the stopping rule ended: the blocks after the first stage),
+	// MethodPairedT (every block) or MethodTwoStage (the stopping rule's
+	// projection); Stage1 is the number of first-stage blocks and
+	// SpreadBlocks the number of blocks the spread came from.
+	Method       Method `json:"method"`
+	Stage1       int    `json:"stage1_blocks,omitempty"`
+	SpreadBlocks int    `json:"spread_blocks,omitempty"`
 	// PositionAdjusted: a significant position-in-block effect was taken
 	// out of every block's log ratio (see Nuisance).
 	PositionAdjusted bool `json:"position_adjusted"`
@@ -45,7 +48,7 @@ type Comparison struct {
 // not finite are left out. With fewer than two pairs there is no CI: N tells,
 // P and PAdj are 1 and the effect fields are 0.
 func Compare(base, treat map[int]float64, confidence float64) Comparison {
-	return CompareAdjusted(base, treat, nil, Nuisance{}, 0, confidence)
+	return CompareAdjusted(base, treat, nil, Nuisance{}, Spread{}, confidence)
 }
 
 // positive reports whether v is a finite number above zero.
@@ -147,8 +150,8 @@ func cellOrder(s *ExportInput, cells []*cellData) []*cellData {
 // at the same shape and rate) and the A/A noise-floor table (each A/A
 // control against its original), and fits the position effect of every
 // compared metric. The primary metric's rows of both tables are one Holm
-// family and get two-stage CIs; each secondary metric's rows of a table form
-// their own family. Only runs whose status is "ok" count.
+// family; each secondary metric's rows of a table form their own family.
+// Every comparison takes its CI's spread as spreadFor says. Only runs whose status is "ok" count.
 func comparisons(s *ExportInput, cells []*cellData) (main, aa []ComparisonRow, nuis []Nuisance) {
 	originals := map[groupKey]map[string]*cellData{}
 	byID := map[string]*cellData{}
@@ -170,10 +173,6 @@ func comparisons(s *ExportInput, cells []*cellData) (main, aa []ComparisonRow, n
 		nu := EstimatePosition(positionObs(cells, key), s.Confidence)
 		nu.Metric = metric
 		nuis = append(nuis, nu)
-		stage1 := 0
-		if primary {
-			stage1 = s.Stage1
-		}
 		var rows, aaRows []ComparisonRow
 		for _, c := range ordered {
 			k := groupKey{c.Info.Shape, c.Info.Rate}
@@ -183,9 +182,9 @@ func comparisons(s *ExportInput, cells []*cellData) (main, aa []ComparisonRow, n
 				if orig == nil {
 					orig = originals[k][c.Info.SameAs]
 				}
-				aaRows = append(aaRows, compareCells(s, metric, key, orig, c, nu, stage1))
+				aaRows = append(aaRows, compareCells(s, metric, key, orig, c, nu))
 			case c.Info.Config != s.Baseline:
-				rows = append(rows, compareCells(s, metric, key, originals[k][s.Baseline], c, nu, stage1))
+				rows = append(rows, compareCells(s, metric, key, originals[k][s.Baseline], c, nu))
 			}
 		}
 		if primary {
@@ -230,7 +229,7 @@ func positionObs(cells []*cellData, key string) []Obs {
 }
 
 // compareCells compares one metric of cell c against base (nil: missing).
-func compareCells(s *ExportInput, metric, key string, base, c *cellData, nu Nuisance, stage1 int) ComparisonRow {
+func compareCells(s *ExportInput, metric, key string, base, c *cellData, nu Nuisance) ComparisonRow {
 	row := ComparisonRow{Metric: metric, Key: key, Config: c.Info.Config, Baseline: s.Baseline,
 		Shape: c.Info.Shape, Rate: c.Info.Rate, Cell: c.Info.ID}
 	if c.Info.SameAs != "" {
@@ -251,7 +250,7 @@ func compareCells(s *ExportInput, metric, key string, base, c *cellData, nu Nuis
 			dpos[b] = float64(r.Ref.Position - q.Ref.Position)
 		}
 	}
-	row.Comparison = CompareAdjusted(ref, treat, dpos, nu, stage1, s.Confidence)
+	row.Comparison = CompareAdjusted(ref, treat, dpos, nu, spreadFor(s, dpos), s.Confidence)
 	row.Saturated = base.saturated() || c.saturated()
 	switch {
 	case len(tu) == 0:
@@ -262,6 +261,26 @@ func compareCells(s *ExportInput, metric, key string, base, c *cellData, nu Nuis
 		row.Note = "metric " + key + " not in the runs"
 	}
 	return row
+}
+
+// spreadFor picks the blocks a comparison's CI takes its spread from
+// (paired: the blocks both sides have). A comparison the stopping rule ended
+// — the whole sweep, or this pair of cells, which an only_unconverged sweep
+// stops running once within target — takes it from the second stage, since
+// a quiet first stage is what ended it; any other comparison from every
+// block.
+func spreadFor(s *ExportInput, paired map[int]float64) Spread {
+	if s.Stage1 <= 0 {
+		return Spread{}
+	}
+	last := 0
+	for b := range paired {
+		last = max(last, b)
+	}
+	if s.RuleStop || last > s.Stage1 && last < s.lastBlock() {
+		return Spread{MethodSecondStage, s.Stage1}
+	}
+	return Spread{}
 }
 
 // usable is block → the run used for it, restricted to runs whose status is

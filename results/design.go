@@ -6,22 +6,53 @@ import (
 	"sort"
 )
 
-// The method's second version (issue 16): the primary metric's comparisons
-// are two-stage (Stein) comparisons, so the stopping rule can look at their
-// CI half-widths without biasing them, and a drift with the position in the
-// block is estimated across the whole sweep as a nuisance effect.
+// The method's second version (issue 16). The stopping rule plans the sweep
+// from its first stage: it stops once every comparison's Stein two-stage
+// half-width — the first stage's spread over all blocks — is within target,
+// and never before the second stage has blocks of its own. Because the stop
+// is decided by the first stage's spread, a sweep that stopped early had a
+// quiet first stage, and a CI that took its spread from those blocks would be
+// too narrow exactly then. So a comparison of a sweep the rule stopped takes
+// its spread from the second-stage blocks only (independent of the decision),
+// its centre from every block: exact at every stopping time. A sweep that ran
+// to repeat.max or its budget was not stopped by a quiet first stage (if
+// anything by a noisy one), and its comparisons are ordinary paired t's over
+// every block. A drift with the position in the block is estimated across the
+// whole sweep as a nuisance effect.
 
-// MethodTwoStage and MethodPairedT name how a comparison's CI was made.
+// Method names how a comparison's CI was made.
+type Method string
+
 const (
-	// MethodTwoStage: the CI's variance comes from the first-stage blocks
-	// only (Stein's two-stage procedure), its mean from every block. The
-	// number of blocks then depends on the first-stage variance alone, which
-	// is independent of the means, so stopping when the CI is narrow enough
-	// keeps the test exact.
-	MethodTwoStage = "two-stage"
+	// MethodTwoStage: Stein's two-stage CI, the spread from the first-stage
+	// blocks only, the centre from every block. The stopping rule's
+	// projection: how long the sweep runs then depends on the first stage
+	// alone.
+	MethodTwoStage Method = "two-stage"
+	// MethodSecondStage: the spread from the blocks after the first stage
+	// only, the centre from every block — the CI of a sweep the stopping
+	// rule ended, independent of the first stage's spread that ended it.
+	MethodSecondStage Method = "second-stage"
 	// MethodPairedT: the ordinary paired t-CI over every block.
-	MethodPairedT = "paired-t"
+	MethodPairedT Method = "paired-t"
 )
+
+// Spread says which blocks a comparison's CI takes its spread from.
+type Spread struct {
+	Method Method // MethodPairedT (zero value: every block), MethodTwoStage or MethodSecondStage
+	Stage1 int    // the first stage: blocks numbered ≤ Stage1
+}
+
+// from reports whether block b contributes to the spread.
+func (sp Spread) from(b int) bool {
+	switch sp.Method {
+	case MethodTwoStage:
+		return b <= sp.Stage1
+	case MethodSecondStage:
+		return b > sp.Stage1
+	}
+	return true
+}
 
 // pairedLogs pairs base and treat by block and returns the blocks (sorted)
 // and their log ratios log(treat/base); blocks where either value is missing,
@@ -44,16 +75,18 @@ func pairedLogs(base, treat map[int]float64) (blocks []int, logs []float64) {
 // of their log ratios, the half-width is t_{(1+c)/2, n1−1} · s1/√N around the
 // mean log ratio of all N paired blocks, and the p-value is the two-sided
 // t-test on n1−1 degrees of freedom. With fewer than two first-stage pairs
-// it is the ordinary Compare.
+// it is the ordinary Compare. The stopping rule projects with it.
 func CompareTwoStage(base, treat map[int]float64, stage1 int, confidence float64) Comparison {
-	return CompareAdjusted(base, treat, nil, Nuisance{}, stage1, confidence)
+	return CompareAdjusted(base, treat, nil, Nuisance{}, Spread{MethodTwoStage, stage1}, confidence)
 }
 
-// CompareAdjusted compares base and treat; with a used nuisance effect each
-// block's log ratio is first corrected by γ·Δpos (dpos: block → position of
-// treat minus position of base) and the variance of γ's estimate is added
-// to the variance of the mean.
-func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisance, stage1 int, confidence float64) Comparison {
+// CompareAdjusted compares base and treat with the CI spread sp; with a used
+// nuisance effect each block's log ratio is first corrected by γ·Δpos (dpos:
+// block → position of treat minus position of base) and the variance of γ's
+// estimate is added to the variance of the mean. With fewer than two blocks
+// in the spread's stage it falls back to the ordinary paired t (Method says
+// which CI was made).
+func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisance, sp Spread, confidence float64) Comparison {
 	c := Comparison{Confidence: confidence, P: 1, PAdj: 1, PMW: 1, Method: MethodPairedT}
 	blocks, logs := pairedLogs(base, treat)
 	c.Blocks, c.N = blocks, len(logs)
@@ -73,17 +106,17 @@ func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisa
 	if c.N < 2 {
 		return c
 	}
-	var first []float64
+	var stage []float64
 	for i, b := range blocks {
-		if b <= stage1 {
-			first = append(first, logs[i])
+		if sp.from(b) {
+			stage = append(stage, logs[i])
 		}
 	}
 	m := stats.Mean(logs)
 	sd, df := stats.SampleStd(logs), float64(c.N-1)
-	if stage1 > 0 && len(first) >= 2 {
-		sd, df = stats.SampleStd(first), float64(len(first)-1)
-		c.Method, c.Stage1 = MethodTwoStage, len(first)
+	if sp.Method != MethodPairedT && sp.Stage1 > 0 && len(stage) >= 2 {
+		sd, df = stats.SampleStd(stage), float64(len(stage)-1)
+		c.Method, c.Stage1, c.SpreadBlocks = sp.Method, sp.Stage1, len(stage)
 	}
 	se := math.Sqrt(sd*sd/float64(c.N) + extraVar)
 	switch {

@@ -19,7 +19,7 @@ type ExportInput struct {
 	Baseline   string   // config every other config is compared with
 	Confidence float64  // of CIs and tests; 0 means 0.95
 	Compare    []string // metrics compared with the baseline; nil means DefaultCompare
-	Metric     string   // the declared primary metric (repeat.metric): one Holm family, two-stage CIs; "" means DefaultStopMetric
+	Metric     string   // the declared primary metric (repeat.metric): one Holm family, the one the stopping rule targets; "" means DefaultStopMetric
 	RelCI      float64  // stopping-rule target relative half-width (0: none shown)
 	Cells      []CellInfo
 	Runs       []RunRef
@@ -32,9 +32,13 @@ type ExportInput struct {
 	// (a confidence, a baseline), in words; the report states them.
 	Overrides []string
 	// Stage1 is the number of first-stage blocks of the two-stage design
-	// (repeat.min): the primary metric's CIs take their variance from them.
-	// 0 makes every comparison an ordinary paired t.
+	// (repeat.min), which plan the sweep; 0 makes every comparison an
+	// ordinary paired t.
 	Stage1 int
+	// RuleStop: the stopping rule ended the sweep (every comparison within
+	// target before repeat.max): comparisons take their spread from the
+	// blocks after the first stage.
+	RuleStop bool
 	// Design says in words how the block orders were made and how balanced
 	// they are ("" when not recorded).
 	Design string
@@ -283,4 +287,17 @@ func loadCells(ctx context.Context, s *ExportInput, rep *Report) ([]*cellData, e
 		c.Sum = summarizeCell(c, s, blocks)
 	}
 	return cells, nil
+}
+
+// lastBlock is the sweep's last block: Blocks when set, else the largest
+// block of its runs.
+func (s *ExportInput) lastBlock() int {
+	if s.Blocks > 0 {
+		return s.Blocks
+	}
+	last := 0
+	for _, r := range s.Runs {
+		last = max(last, r.Block)
+	}
+	return last
 }

@@ -20,11 +20,16 @@ func renderMethod(b *strings.Builder, s *ExportInput, rep *Report) {
 	fmt.Fprintf(b, "- **Primary metric: %s** (%s), declared before the sweep. Its comparisons (the configs against %s and the A/A controls against their originals) are one family, Holm-corrected together; every other metric is **secondary**: shown for context, Holm-corrected within its own table, and never what the sweep was sized for.\n",
 		s.Metric, ResolveMetric(s.Metric), orDefault(s.Baseline, "the baseline"))
 	if s.Stage1 > 0 {
-		fmt.Fprintf(b, "- **Stopping rule.** The first %d blocks are the first stage. The sweep stops once every comparison's %.0f%% CI half-width on the primary metric is within the target", s.Stage1, conf)
+		fmt.Fprintf(b, "- **Stopping rule.** The first %d blocks are the first stage: they plan the sweep. After at least as many blocks again (the second stage), and after complete pairs of blocks, the sweep stops once every comparison's projected %.0f%% CI half-width on the primary metric — the first stage's spread over all blocks so far (Stein's two-stage procedure) — is within the target", s.Stage1, conf)
 		if s.RelCI > 0 {
 			fmt.Fprintf(b, " of ±%.1f%%", 100*s.RelCI)
 		}
-		b.WriteString(", checked after complete pairs of blocks, or at the maximum number of blocks, or when the time budget is spent. A comparison with no usable run is never within target. The primary metric's CIs are two-stage (Stein): their spread comes from the first-stage blocks only, their centre from every block, so how long the sweep ran depends on the first-stage noise alone and stopping early cannot make a chance difference look significant.\n")
+		b.WriteString("; otherwise at the maximum number of blocks or when the time budget is spent. A comparison with no usable run, or fewer than two usable first-stage pairs, is never within target. ")
+		if s.RuleStop {
+			b.WriteString("**This sweep was ended by the rule**, so its first stage was quiet, and a CI that took its spread from those blocks would be too narrow exactly then: every comparison here takes its spread from the second-stage blocks only (method `second-stage`), its centre from every block, which is exact whatever the first stage was.\n")
+		} else {
+			b.WriteString("This sweep was not ended by the rule (a maximum, a budget, or not finished): nothing selected a quiet first stage, and every comparison is an ordinary paired t over all its blocks (method `paired-t`); a comparison an only_unconverged sweep stopped running takes its spread from the second stage.\n")
+		}
 	} else {
 		b.WriteString("- **Stopping rule.** No first stage recorded: every comparison is an ordinary paired t over all blocks.\n")
 	}
