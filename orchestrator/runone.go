@@ -53,10 +53,9 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	entry.Finished = time.Now().UTC()
 	if runErr != nil {
 		entry.Status, entry.Reason = results.VerdictFailed, s.redact(runErr.Error())
-		if err := s.slurmEnded(ctx); err != nil {
-			// The allocation ended under the run: not the run's fault;
-			// resume redoes it in a new allocation.
-			return nil, fmt.Errorf("run %s b%d: %v: %w", cell.ID, block, runErr, err)
+		if err := s.lostAllocation(ctx, runErr); err != nil {
+			// Not the run's fault: resume redoes it in a new allocation.
+			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
 		}
 		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
 			// Not the run's fault, and every later run would fail the same

@@ -2,7 +2,9 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -114,6 +116,18 @@ func (s *Sweep) slurmNodes() []string {
 	return out
 }
 
+// lostAllocation returns runErr, wrapping hosts.ErrAllocationEnded, when
+// the run failed because a slurm host's allocation ended, else nil.
+func (s *Sweep) lostAllocation(ctx context.Context, runErr error) error {
+	if errors.Is(runErr, hosts.ErrAllocationEnded) {
+		return runErr
+	}
+	if err := s.slurmEnded(ctx); err != nil {
+		return fmt.Errorf("%v: %w", runErr, err)
+	}
+	return nil
+}
+
 // slurmEnded returns an error wrapping hosts.ErrAllocationEnded when the
 // allocation of a connected slurm host has ended.
 func (s *Sweep) slurmEnded(ctx context.Context) error {
@@ -127,4 +141,26 @@ func (s *Sweep) slurmEnded(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// dryRunSlurm prints the salloc line of each slurm host of the matrix.
+func dryRunSlurm(w io.Writer, m *matrices.Matrix, dir, sweepID string) {
+	for _, name := range m.HostOrder {
+		if m.Hosts[name].IsSlurm() {
+			cfg := slurmConfig(m, name, dir, sweepID)
+			fmt.Fprintf(w, "# [%s slurm] one allocation for the sweep, recorded in %s, cancelled when mbench exits:\n#   $ %s\n",
+				name, cfg.JobFile, cfg.SallocCommand())
+			fmt.Fprintf(w, "# [%s slurm] engines are job steps; they bind 0.0.0.0 unless the node's address is loopback\n", name)
+		}
+	}
+}
+
+// slurmStep is command as a slurm host runs it, a job step of the
+// allocation (<job id> and <node> stand for what salloc grants); other
+// hosts' commands are returned unchanged.
+func slurmStep(m *matrices.Matrix, host, name string, gpus int, command string) string {
+	if !m.Hosts[host].IsSlurm() {
+		return command
+	}
+	return slurmConfig(m, host, "", "").StepCommand("<job id>", "<node>", name, gpus, command)
 }

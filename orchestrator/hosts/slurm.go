@@ -68,6 +68,15 @@ func (c SlurmConfig) StepArgs(jobID, node, name string, gpus int) []string {
 	return append(a, c.StepOptions...)
 }
 
+// StepCommand is the sh command line that runs command as an engine step
+// (see StepArgs): what Start runs on the login machine.
+func (c SlurmConfig) StepCommand(jobID, node, name string, gpus int, command string) string {
+	return shellJoin(c.StepArgs(jobID, node, name, gpus)) + " sh -c " + quote(command)
+}
+
+// SallocCommand is SallocArgs as one sh command line.
+func (c SlurmConfig) SallocCommand() string { return shellJoin(c.SallocArgs()) }
+
 // ErrAllocationEnded is wrapped by errors caused by the sweep's allocation
 // having ended (time limit, scancel, node failure).
 var ErrAllocationEnded = errors.New("slurm allocation ended")
@@ -259,7 +268,7 @@ func (s *Slurm) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, s.cfg.Name, err)
 	}
 	inner := spec
-	inner.Command = "exec " + shellJoin(s.cfg.StepArgs(s.rec.JobID, s.rec.Node, spec.Name, spec.GPUs)) + " sh -c " + quote(spec.Command)
+	inner.Command = "exec " + s.cfg.StepCommand(s.rec.JobID, s.rec.Node, spec.Name, spec.GPUs, spec.Command)
 	p, err := s.Host.Start(ctx, inner)
 	if err != nil {
 		return nil, err
