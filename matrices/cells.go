@@ -144,8 +144,12 @@ func (m *Matrix) Resolved() ([]byte, error) {
 		if gpus == nil {
 			gpus = []int{}
 		}
-		hosts[name] = map[string]any{"address": h.Address, "gpus": gpus, "host_key_policy": h.HostKeyPolicy,
+		e := map[string]any{"address": h.Address, "gpus": gpus, "host_key_policy": h.HostKeyPolicy,
 			"tunnel": h.Tunnel, "workdir": h.Workdir, "mbench_path": h.MbenchPath}
+		if h.Slurm != nil {
+			e["slurm"] = h.Slurm
+		}
+		hosts[name] = e
 	}
 	configs := map[string]any{}
 	for name, c := range m.Configs {

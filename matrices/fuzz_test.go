@@ -23,6 +23,7 @@ func FuzzParse(f *testing.F) {
 		}
 	}
 	f.Add([]byte(baseYAML))
+	f.Add([]byte(slurmBase))
 	f.Add([]byte("a: &a [*a]\n"))
 	f.Add([]byte("<<: {name: x}\nseed: 1\n"))
 	f.Add([]byte("name: x\nseed: 1\nengine: {kind: sim, command: '{{if .Port}}{{.Model}}{{else}}x{{end}}'}\nconfigs: {p: }\nrates: [1]\nshapes: [{input: 1, output: 1}]\nmeasure: {min_completed: 1}\n"))

@@ -172,7 +172,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		}
 		in.Command, err = m.renderCommand("engine.command", m.Engine.Command, cmdVars)
 		errs = append(errs, asErrors(err)...)
-		if m.Engine.Kind == EngineVLLM && len(in.GPUs) > 0 {
+		if m.Engine.Kind == EngineVLLM && len(in.GPUs) > 0 && !m.Hosts[in.Host].IsSlurm() { // Slurm binds a step's GPUs itself
 			in.Env = append(in.Env, EnvVar{Name: "CUDA_VISIBLE_DEVICES", Value: joinInts(in.GPUs)})
 		}
 		if m.Engine.Kind == EngineVLLM && m.Engine.Instrument {

@@ -204,7 +204,7 @@ func (d *decoder) hosts(n *yaml.Node, m *Matrix) {
 		h := Host{Name: p.key, HostKeyPolicy: "strict", Workdir: "~/.mbench"}
 		d.lines[path] = p.k.Line
 		d.object(p.v, path, p.k.Line, []field{
-			{"address", true, func(v *yaml.Node, fp string) {
+			{"address", false, func(v *yaml.Node, fp string) {
 				if s, ok := d.str(v, fp); ok {
 					if msg := checkAddress(s); msg != "" {
 						d.add(v.Line, fp, `"local", an ssh alias, or [user@]host[:port]`, "%s", msg)
@@ -219,7 +219,9 @@ func (d *decoder) hosts(n *yaml.Node, m *Matrix) {
 			{"tunnel", false, func(v *yaml.Node, fp string) { h.Tunnel = d.boolean(v, fp) }},
 			{"workdir", false, func(v *yaml.Node, fp string) { h.Workdir = d.nonEmpty(v, fp) }},
 			{"mbench_path", false, func(v *yaml.Node, fp string) { h.MbenchPath, _ = d.str(v, fp) }},
+			{"slurm", false, func(v *yaml.Node, fp string) { h.Slurm = d.slurm(v, fp) }},
 		})
+		d.checkHostKind(&h, path, p.k.Line)
 		m.Hosts[p.key] = h
 		m.HostOrder = append(m.HostOrder, p.key)
 	}

@@ -37,6 +37,7 @@ type Host struct {
 	Tunnel        bool   // reach instances through SSH local port forwarding
 	Workdir       string // default "~/.mbench"
 	MbenchPath    string // mbench binary on the host ("" = the orchestrator decides)
+	Slurm         *Slurm // allocated by Slurm (parse_slurm.go); Address is then ""
 }
 
 // IsLocal reports whether the host is this machine.

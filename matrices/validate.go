@@ -74,7 +74,12 @@ func (d *decoder) placeConfig(m *Matrix, c *Config) {
 		if !ok || need == 0 || (m.Engine.Kind == EngineSim && len(h.GPUs) == 0) {
 			continue
 		}
-		if len(h.GPUs) < need {
+		if len(h.GPUs) < need && h.IsSlurm() {
+			d.add(topoLine, path+".topology",
+				fmt.Sprintf("hosts.%s.slurm.gpus_per_node × nodes of at least %d, or fewer instances_per_host / gpus_per_instance", hn, need),
+				"too few GPUs on slurm host %s: %d instance(s) × %d GPU(s) need %d, the allocation asks %d per node × %d node(s)",
+				hn, t.InstancesPerHost, t.GPUsPerInstance, need, h.Slurm.GPUsPerNode, h.Slurm.Nodes)
+		} else if len(h.GPUs) < need {
 			d.add(topoLine, path+".topology",
 				fmt.Sprintf("at least %d GPUs under hosts.%s.gpus, or fewer instances_per_host / gpus_per_instance", need, hn),
 				"too few GPUs on host %s: %d instance(s) × %d GPU(s) need %d, the host lists %d",

@@ -63,6 +63,7 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 	if m.Engine.Kind == matrices.EngineSim {
 		fmt.Fprintln(w, "# engine kind sim: the SIMULATED engine (a model of an engine, not vLLM)")
 	}
+	dryRunSlurm(w, m, filepath.Dir(localState), id)
 	for _, name := range m.ConfigOrder {
 		l, err := m.Launch(name, rt)
 		if err != nil {
@@ -72,10 +73,10 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 		fmt.Fprintf(w, "# %s\n", readiness(l))
 		byHost := map[string][]string{}
 		for _, in := range l.Instances {
-			byHost[in.Host] = append(byHost[in.Host], envPrefix(in.Env)+in.Command)
+			byHost[in.Host] = append(byHost[in.Host], envPrefix(in.Env)+slurmStep(m, in.Host, fmt.Sprintf("engine-%s-%d", in.Host, in.Index), len(in.GPUs), in.Command))
 		}
 		if r := l.Router; r != nil {
-			byHost[r.Host] = append(byHost[r.Host], fmt.Sprintf("%s%s   # router, ready when GET :%d%s answers 200", envPrefix(r.Env), r.Command, r.Port, r.ReadyPath))
+			byHost[r.Host] = append(byHost[r.Host], fmt.Sprintf("%s%s   # router, ready when GET :%d%s answers 200", envPrefix(r.Env), slurmStep(m, r.Host, "router-"+r.Host, 0, r.Command), r.Port, r.ReadyPath))
 		}
 		hostsSorted := make([]string, 0, len(byHost))
 		for h := range byHost {
@@ -88,7 +89,11 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 			if !isLocal(hc.Address) && hc.Tunnel {
 				reach = ", reached through SSH port forwarding"
 			}
-			fmt.Fprintf(w, "[%s %s] state %s%s\n", h, hc.Address, state(h), reach)
+			addr := hc.Address
+			if hc.IsSlurm() {
+				addr = "slurm"
+			}
+			fmt.Fprintf(w, "[%s %s] state %s%s\n", h, addr, state(h), reach)
 			if l.Instrument {
 				fmt.Fprintf(w, "  # mbench_vllm step plugin installed in %s; every engine runs with PYTHONPATH=<that>:$PYTHONPATH\n", path.Join(state(h), "mbench_vllm"))
 			}

@@ -91,7 +91,7 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 			// a resumed sweep launches with the same seeds.
 			command += fmt.Sprintf(" --seed=%d", runSeed(s.state.Seed, s.runKey, i))
 		}
-		p, err := s.startProc(ctx, inst.Host, fmt.Sprintf("engine-%s-%d", inst.Host, inst.Index), command, inst.Env, inst.Port)
+		p, err := s.startProc(ctx, inst.Host, fmt.Sprintf("engine-%s-%d", inst.Host, inst.Index), command, inst.Env, inst.Port, len(inst.GPUs))
 		if err != nil {
 			return fail(err)
 		}
@@ -115,7 +115,7 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 		}
 	}
 	if r := l.Router; r != nil {
-		p, err := s.startProc(ctx, r.Host, "router-"+r.Host, r.Command, r.Env, r.Port)
+		p, err := s.startProc(ctx, r.Host, "router-"+r.Host, r.Command, r.Env, r.Port, 0)
 		if err != nil {
 			return fail(err)
 		}
@@ -133,7 +133,7 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 }
 
 // startProc checks that the port is free, then starts one process.
-func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, env []matrices.EnvVar, port int) (*engineProc, error) {
+func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, env []matrices.EnvVar, port, gpus int) (*engineProc, error) {
 	h, err := s.host(ctx, hostName)
 	if err != nil {
 		return nil, err
@@ -155,6 +155,7 @@ func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, e
 		StateDir: s.hostPath(hostName, "pids"),
 		Marker:   s.state.SweepID,
 		Tether:   true,
+		GPUs:     gpus,
 	}
 	s.tracef("start %s on %s: %s", name, hostName, command)
 	proc, err := h.Start(ctx, spec)
@@ -315,8 +316,8 @@ func dialHost(addr string) string {
 // dial locally and assumes free remotely. The reason names what holds it.
 func (s *Sweep) portInUse(ctx context.Context, hostName string, h hosts.Host, baseURL string, port int) (bool, string) {
 	var tables string
-	if hc, ok := s.m.Hosts[hostName]; ok && !isLocal(hc.Address) {
-		out, _, err := h.Run(ctx, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true")
+	if hc, ok := s.m.Hosts[hostName]; ok && (!isLocal(hc.Address) || hc.IsSlurm()) {
+		out, _, err := nodeRun(ctx, h, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true")
 		if err != nil {
 			return false, ""
 		}

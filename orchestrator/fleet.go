@@ -49,7 +49,12 @@ func (f *fleet) host(ctx context.Context, name string) (hosts.Host, error) {
 		return nil, fmt.Errorf("unknown host %q", name)
 	}
 	var h hosts.Host
-	if isLocal(hc.Address) {
+	if hc.IsSlurm() {
+		var err error
+		if h, err = f.dialSlurm(ctx, name); err != nil {
+			return nil, err
+		}
+	} else if isLocal(hc.Address) {
 		h = hosts.NewLocal()
 	} else {
 		var err error
@@ -106,6 +111,9 @@ func (f *fleet) workdir(hostName string) string {
 // host's address.
 func (f *fleet) reach(ctx context.Context, hostName string, port int) (string, error) {
 	hc, ok := f.m.Hosts[hostName]
+	if ok && hc.IsSlurm() {
+		return f.slurmReach(ctx, hostName, port)
+	}
 	if !ok || isLocal(hc.Address) {
 		return "http://127.0.0.1:" + strconv.Itoa(port), nil
 	}

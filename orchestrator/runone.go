@@ -36,7 +36,7 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
-	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC()}
+	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.slurmNodes()}
 	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
 
 	s.runKey = fmt.Sprintf("%s/b%d", cell.ID, block)
@@ -53,6 +53,10 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	entry.Finished = time.Now().UTC()
 	if runErr != nil {
 		entry.Status, entry.Reason = results.VerdictFailed, s.redact(runErr.Error())
+		if err := s.lostAllocation(ctx, runErr); err != nil {
+			// Not the run's fault: resume redoes it in a new allocation.
+			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
+		}
 		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
 			// Not the run's fault, and every later run would fail the same
 			// way: stop the sweep with no journal line, so resume redoes it.

@@ -106,6 +106,8 @@ type JournalEntry struct {
 	// Self is mbench's own footprint when the run was journaled, so that
 	// growth over a long sweep (a leak) shows in the journal.
 	Self *SelfUsage `json:"mbench,omitempty"`
+	// Nodes says where the run's slurm hosts ran: "host: slurm job J node N".
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // SelfUsage is the mbench process's resident memory, open descriptors and

@@ -175,7 +175,7 @@ func (s *Sweep) runtime() matrices.Runtime {
 			return s.opts.Self
 		},
 		StepLog: func(h string, i int) string { return s.hostPath(h, "steps", fmt.Sprintf("engine_step.%d.jsonl", i)) },
-		Bind:    bindAddr(s.m),
+		Bind:    s.bind(),
 	}
 }
 

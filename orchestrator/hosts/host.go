@@ -74,6 +74,9 @@ type ProcSpec struct {
 	Tether bool
 	// TetherGrace is the SIGTERM→SIGKILL grace of the tether; 0 means 5 s.
 	TetherGrace time.Duration
+	// GPUs is how many GPUs Slurm binds to the process's job step; hosts
+	// other than Slurm ignore it (their GPUs come in Env).
+	GPUs int
 }
 
 // Process is a handle on a process started by Host.Start.

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The Slurm tests run sim sweeps through a real Slurm (.ci/slurm-up.sh
+// starts a one-node cluster with 4 GPUs declared as generic resources).
+// They skip where sinfo does not answer, unless MBENCH_REQUIRE_SLURM=1.
+
+func requireSlurm(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("sinfo", "-h", "-o", "%t %G").CombinedOutput()
+	if err == nil && strings.Contains(string(out), "gpu:") {
+		return
+	}
+	if os.Getenv("MBENCH_REQUIRE_SLURM") == "1" {
+		t.Fatalf("MBENCH_REQUIRE_SLURM=1 but Slurm does not answer (run .ci/slurm-up.sh): sinfo: %v %s", err, out)
+	}
+	t.Skipf("no Slurm cluster with GPUs here (sinfo: %v %s); .ci/slurm-up.sh starts one", err, out)
+}
+
+// slurmEngine goes into simMatrix after the engine section: a slurm host
+// with two instances of one GPU each, every run on fresh engines (so steps
+// come and go); each engine step prints the CUDA_VISIBLE_DEVICES Slurm
+// gave it before it starts.
+const slurmEngine = `  restart: every_run
+  command: "sh -c 'echo mbench-test-gpus=$CUDA_VISIBLE_DEVICES; exec \"$0\" \"$@\"' {{.Self}} sim --addr {{.Bind}}:{{.Port}} --step-log {{.StepLog}} --model {{.Model}} {{.ConfigArgs}}"
+hosts:
+  cluster:
+    slurm: {time_limit: 10m, gpus_per_node: 2}
+`
+
+func writeSlurmMatrix(t *testing.T, dir, name, blocks string) string {
+	t.Helper()
+	p := filepath.Join(dir, "m.yaml")
+	writeSimMatrix(t, p, map[string]string{"%NAME%": name, "%ENV%": slurmEngine, "%BLOCKS%": blocks, "%RATES%": "40",
+		"%CONFIGS%": "  plain: {topology: {instances_per_host: 2, gpus_per_instance: 1}}"})
+	return p
+}
+
+// startSlurmSweep starts `mbench run` of a slurm sweep of blocks runs and
+// waits until it has journaled one.
+func startSlurmSweep(t *testing.T, name, blocks string) (c *mbenchChild, dir, out string) {
+	t.Helper()
+	dir = t.TempDir()
+	m := writeSlurmMatrix(t, dir, name, blocks)
+	out = filepath.Join(dir, "out")
+	c = startMbench(t, dir, "run", m, "--out", out, "--quiet")
+	return c, dir, out
+}
+
+// waitJournaled waits until the sweep has journaled a run.
+func waitJournaled(t *testing.T, c *mbenchChild, out string) {
+	t.Helper()
+	if !waitChild(c, 90*time.Second, func() bool { return len(journaledDirs(out)) >= 1 }) {
+		c.kill()
+		t.Fatalf("no run journaled:\n%s", c.output())
+	}
+}
+
+// slurmJob is the allocation a sweep recorded (slurm-cluster.json).
+func slurmJob(out string) string {
+	var rec struct {
+		JobID string `json:"job_id"`
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "slurm-cluster.json"))
+	_ = json.Unmarshal(b, &rec)
+	return rec.JobID
+}
+
+// squeue runs squeue with args and returns its lines.
+func squeue(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("squeue", append([]string{"-h"}, args...)...).Output()
+	if err != nil {
+		return nil // a purged job: Slurm no longer lists it
+	}
+	return strings.Fields(strings.TrimSpace(string(out)))
+}
+
+// jobState is the job's state as squeue reports it ("" once purged).
+func jobState(t *testing.T, job string) string {
+	s := squeue(t, "-t", "all", "-j", job, "-o", "%T")
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// watchSteps polls squeue for the engine steps of job while a sweep runs
+// and records the most listed at once; stop ends it.
+func watchSteps(t *testing.T, job func() string) (most func() int, stop func()) {
+	var mu sync.Mutex
+	n := 0
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			j := job()
+			if j == "" {
+				continue
+			}
+			k := 0
+			for _, name := range squeue(t, "-s", "-j", j, "-o", "%j") {
+				if strings.HasPrefix(name, "engine-") {
+					k++
+				}
+			}
+			mu.Lock()
+			n = max(n, k)
+			mu.Unlock()
+		}
+	}()
+	return func() int { mu.Lock(); defer mu.Unlock(); return n }, func() { close(done); wg.Wait() }
+}
+
+var journalNodeRE = regexp.MustCompile(`^cluster: slurm job ([0-9]+) node \S+$`)
+
+// journalJobs returns the slurm job each journaled run names.
+func journalJobs(t *testing.T, out string) []string {
+	t.Helper()
+	var jobs []string
+	for i, r := range readJSONLStrict(t, filepath.Join(out, "journal.jsonl")) {
+		nodes, _ := r["nodes"].([]any)
+		if len(nodes) != 1 {
+			t.Fatalf("journal line %d: nodes %v, want one slurm node", i+1, r["nodes"])
+		}
+		m := journalNodeRE.FindStringSubmatch(nodes[0].(string))
+		if m == nil {
+			t.Fatalf("journal line %d: nodes %q", i+1, nodes[0])
+		}
+		jobs = append(jobs, m[1])
+	}
+	return jobs
+}
+
+// checkSlurmTeardown: after mbench exits, its allocation is cancelled, no
+// step of it is listed, and the record is gone.
+func checkSlurmTeardown(t *testing.T, out, job string) {
+	t.Helper()
+	if st := jobState(t, job); st == "RUNNING" || st == "PENDING" || st == "COMPLETING" {
+		t.Errorf("slurm job %s is %s after mbench exited", job, st)
+	}
+	if steps := squeue(t, "-s", "-j", job, "-o", "%i"); len(steps) > 0 {
+		t.Errorf("steps of job %s still listed after mbench exited: %v", job, steps)
+	}
+	if _, err := os.Stat(filepath.Join(out, "slurm-cluster.json")); !os.IsNotExist(err) {
+		t.Errorf("slurm-cluster.json still there after a clean exit: %v", err)
+	}
+}
+
+// engineGPUs returns the CUDA_VISIBLE_DEVICES each engine step printed.
+func engineGPUs(t *testing.T, out string) map[string]bool {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(out, ".state", "logs", "engine-*.log"))
+	seen := map[string]bool{}
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		for _, m := range regexp.MustCompile(`mbench-test-gpus=(\S*)`).FindAllStringSubmatch(string(b), -1) {
+			seen[m[1]] = true
+		}
+	}
+	return seen
+}
+
+// TestSlurmSweepKill9Resume runs a sim sweep through Slurm: one allocation,
+// two engine steps per run each bound to its own GPU by Slurm, steps
+// cancelled between runs (never more than two listed); mbench is killed
+// with SIGKILL mid-sweep, the allocation outlives it, and resume reuses it,
+// finishes, and cancels it.
+func TestSlurmSweepKill9Resume(t *testing.T) {
+	requireSlurm(t)
+	c, dir, out := startSlurmSweep(t, "slurm-kill9", "4")
+	most, stop := watchSteps(t, func() string { return slurmJob(out) })
+	waitJournaled(t, c, out)
+	c.kill()
+	job := slurmJob(out)
+	if job == "" || jobState(t, job) != "RUNNING" {
+		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING", job, jobState(t, job))
+	}
+	r := startMbench(t, dir, "resume", out)
+	mustFinish(t, r, 120*time.Second)
+	stop()
+	if !strings.Contains(r.output(), "reusing slurm job "+job) {
+		t.Errorf("resume did not reuse allocation %s:\n%s", job, r.output())
+	}
+	jobs := journalJobs(t, out)
+	if len(jobs) != 4 {
+		t.Fatalf("%d runs journaled, want 4", len(jobs))
+	}
+	for i, j := range jobs {
+		if j != job {
+			t.Errorf("run %d ran in slurm job %s, want %s (the one allocation)", i+1, j, job)
+		}
+	}
+	if n := most(); n < 1 || n > 2 {
+		t.Errorf("at most %d engine steps listed at once, want 1..2 (two instances, each cancelled before the next run)", n)
+	}
+	gpus := engineGPUs(t, out)
+	if !gpus["0"] || !gpus["1"] || len(gpus) != 2 {
+		t.Errorf("engine steps saw CUDA_VISIBLE_DEVICES %v, want exactly {0, 1} (one GPU each, set by Slurm)", slices.Sorted(func(yield func(string) bool) {
+			for g := range gpus {
+				if !yield(g) {
+					return
+				}
+			}
+		}))
+	}
+	checkSlurmTeardown(t, out, job)
+}
+
+// TestSlurmAllocationEnds: the allocation is cancelled under a running
+// sweep (as a time limit would end it); mbench stops with an error that
+// says so, journals no failed run for the lost one, and resume finishes the
+// sweep in a new allocation.
+func TestSlurmAllocationEnds(t *testing.T) {
+	requireSlurm(t)
+	c, dir, out := startSlurmSweep(t, "slurm-ends", "3")
+	waitJournaled(t, c, out)
+	job := slurmJob(out)
+	if err := exec.Command("scancel", job).Run(); err != nil {
+		t.Fatal(err)
+	}
+	code := c.wait(90 * time.Second)
+	if code == 0 || code == -1 {
+		c.kill()
+		t.Fatalf("mbench exit %d after its allocation was cancelled, want a failure:\n%s", code, c.output())
+	}
+	if o := c.output(); !strings.Contains(o, "slurm allocation ended") || !strings.Contains(o, "job "+job) || !strings.Contains(o, "mbench resume") {
+		t.Errorf("the error does not say the allocation %s ended and how to go on:\n%s", job, o)
+	}
+	for i, r := range readJSONLStrict(t, filepath.Join(out, "journal.jsonl")) {
+		if r["status"] == "failed" {
+			t.Errorf("journal line %d: %v %v: a run lost with the allocation was journaled", i+1, r["status"], r["reason"])
+		}
+	}
+	r := startMbench(t, dir, "resume", out)
+	mustFinish(t, r, 120*time.Second)
+	jobs := journalJobs(t, out)
+	if len(jobs) != 3 || jobs[0] != job || jobs[2] == job {
+		t.Errorf("runs ran in jobs %v; want the first in %s and the last in a new allocation", jobs, job)
+	}
+	if !strings.Contains(r.output(), "allocated slurm job "+jobs[2]) {
+		t.Errorf("resume did not say it got allocation %s:\n%s", jobs[2], r.output())
+	}
+	checkSlurmTeardown(t, out, jobs[2])
+}
+
+// TestSlurmDryRun: --dry-run prints the exact salloc line and each engine's
+// srun line, with the GPUs Slurm is asked to bind; it needs no Slurm.
+func TestSlurmDryRun(t *testing.T) {
+	dir := t.TempDir()
+	m := writeSlurmMatrix(t, dir, "slurm-dry", "2")
+	out := filepath.Join(dir, "out")
+	stdout, stderr, err := runCLI(t, t.Context(), "run", "--dry-run", m, "--out", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range []string{
+		"#   $ salloc --no-shell --job-name=mbench-slurm-dry-",
+		" --nodes=1 --time=0:10:00 --ntasks=2 --cpus-per-task=1 --gres=gpu:2\n",
+		"recorded in " + filepath.Join(out, "slurm-cluster.json"),
+		"srun '--jobid=<job id>' --job-name=engine-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 sh -c ",
+		"--job-name=engine-cluster-1 ",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("dry run lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "CUDA_VISIBLE_DEVICES=") {
+		t.Errorf("dry run sets CUDA_VISIBLE_DEVICES on a slurm host:\n%s", stdout)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("dry run created %s", out)
+	}
+}

@@ -1,0 +1,78 @@
+package matrices
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const slurmBase = "name: x\nseed: 1\nhosts:\n  c:\n    slurm: {time_limit: 30m, gpus_per_node: 4, partition: gpu, options: [--qos=high]}\n" +
+	"engine: {kind: vllm, command: 'serve {{.GPUs}}', model: m}\nconfigs: {a: {topology: {instances_per_host: 2, gpus_per_instance: 2}}}\nrates: [1]\nshapes: [{input: 8, output: 2}]\nmeasure: {min_completed: 3}\n"
+
+// TestSlurmHost: a slurm host parses with its defaults, gets GPU indices
+// for the topology, and its instances carry no CUDA_VISIBLE_DEVICES (Slurm
+// binds the step's GPUs).
+func TestSlurmHost(t *testing.T) {
+	m := mustParse(t, "x.yaml", slurmBase)
+	h := m.Hosts["c"]
+	want := Slurm{Partition: "gpu", TimeLimit: 30 * time.Minute, Nodes: 1, GPUsPerNode: 4, CPUsPerInstance: 1, Options: []string{"--qos=high"}}
+	if h.Slurm == nil || h.Slurm.Partition != want.Partition || h.Slurm.TimeLimit != want.TimeLimit || h.Slurm.Nodes != 1 ||
+		h.Slurm.GPUsPerNode != 4 || h.Slurm.CPUsPerInstance != 1 || strings.Join(h.Slurm.Options, " ") != "--qos=high" || h.Address != "" {
+		t.Fatalf("host %+v slurm %+v, want %+v", h, h.Slurm, want)
+	}
+	l, err := m.Launch("a", Runtime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Instances) != 2 || l.Instances[1].Command != "serve 2,3" {
+		t.Fatalf("instances %+v", l.Instances)
+	}
+	for _, in := range l.Instances {
+		for _, e := range in.Env {
+			if e.Name == "CUDA_VISIBLE_DEVICES" {
+				t.Errorf("instance %d sets CUDA_VISIBLE_DEVICES=%s on a slurm host", in.Index, e.Value)
+			}
+		}
+	}
+}
+
+// TestSlurmHostErrors: every bad slurm setting is reported at its line with
+// its field.
+func TestSlurmHostErrors(t *testing.T) {
+	for _, tc := range []struct{ name, from, to, want string }{
+		{"no time limit", "time_limit: 30m, ", "", "x.yaml:5: hosts.c.slurm.time_limit: missing required key"},
+		{"time limit under a minute", "time_limit: 30m", "time_limit: 20s", "x.yaml:5: hosts.c.slurm.time_limit: time limit 20s is under a minute"},
+		{"too few GPUs", "gpus_per_node: 4", "gpus_per_node: 3", "x.yaml:7: configs.a.topology: too few GPUs on slurm host c: 2 instance(s) × 2 GPU(s) need 4, the allocation asks 3 per node × 1 node(s)"},
+		{"multi-node", "gpus_per_node: 4", "gpus_per_node: 4, nodes: 2", "hosts.c.slurm.nodes: multi-node allocations are not supported yet"},
+		{"owned option", "--qos=high", "--gres=gpu:8", "x.yaml:5: hosts.c.slurm.options[0]: --gres is set by mbench"},
+		{"not an option", "--qos=high", "qos", `hosts.c.slurm.options[0]: invalid option "qos"`},
+		{"bad partition", "partition: gpu", "partition: 'a b'", `hosts.c.slurm.partition: invalid value "a b"`},
+		{"both kinds", "    slurm:", "    address: dash0\n    slurm:", "x.yaml:6: hosts.c.slurm: a host is reached over SSH (address) or allocated by Slurm (slurm), not both"},
+		{"ssh key on slurm", "    slurm:", "    tunnel: true\n    slurm:", "x.yaml:5: hosts.c.tunnel: tunnel does not apply to a slurm host"},
+		{"unknown key", "partition: gpu", "partiton: gpu", "hosts.c.slurm.partiton: unknown key"},
+		{"neither", "    slurm: {time_limit: 30m, gpus_per_node: 4, partition: gpu, options: [--qos=high]}", "    gpus: [0]", "x.yaml:4: hosts.c.address: missing required key (or a slurm section)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.Replace(slurmBase, tc.from, tc.to, 1)
+			if src == slurmBase {
+				t.Fatalf("replacement %q not found", tc.from)
+			}
+			_, err := Parse("x.yaml", []byte(src))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v\nwant an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestSlurmTime: durations become Slurm's -t format, rounded up to minutes.
+func TestSlurmTime(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{{time.Minute, "0:01:00"}, {90 * time.Second, "0:02:00"}, {2 * time.Hour, "2:00:00"}, {49 * time.Hour, "2-01:00:00"}} {
+		if got := SlurmTime(tc.d); got != tc.want {
+			t.Errorf("SlurmTime(%s) = %s, want %s", tc.d, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package hosts
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSlurmArgs: the salloc and srun lines carry the matrix's request, and
+// an engine step without GPUs binds none and shares the allocation.
+func TestSlurmArgs(t *testing.T) {
+	c := SlurmConfig{JobName: "mbench-x", TimeLimit: "1:00:00", Partition: "gpu", Account: "acc", Constraint: "h100",
+		GPUsPerNode: 8, CPUsPerStep: 4, Steps: 2, Options: []string{"--qos=high"}, StepOptions: []string{"--mem=0"}}
+	for _, tc := range []struct{ got, want string }{
+		{c.SallocCommand(), "salloc --no-shell --job-name=mbench-x --nodes=1 --time=1:00:00 --ntasks=2 --cpus-per-task=4 --partition=gpu --account=acc --constraint=h100 --gres=gpu:8 --qos=high"},
+		{c.StepCommand("12", "n1", "engine-c-0", 4, "serve 'a b'"), `srun --jobid=12 --job-name=engine-c-0 --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=gpu:4 --mem=0 sh -c 'serve '\''a b'\'''`},
+		{c.StepCommand("12", "n1", "router-c", 0, "r"), "srun --jobid=12 --job-name=router-c --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=none --overlap --mem=0 sh -c r"},
+		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SallocCommand(), "salloc --no-shell --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got  %s\nwant %s", tc.got, tc.want)
+		}
+	}
+}
+
+// TestSlurmSteps runs against the real Slurm of .ci/slurm-up.sh: two
+// processes started as steps get distinct GPUs from Slurm; Stop cancels a
+// step and squeue no longer lists it; a second AllocateSlurm of the same
+// record reuses the allocation and cancels the step left in it; Close
+// cancels the allocation and forgets it.
+func TestSlurmSteps(t *testing.T) {
+	if out, err := exec.Command("sinfo", "-h", "-o", "%G").CombinedOutput(); err != nil || !strings.Contains(string(out), "gpu:") {
+		if os.Getenv("MBENCH_REQUIRE_SLURM") == "1" {
+			t.Fatalf("MBENCH_REQUIRE_SLURM=1 but sinfo: %v %s", err, out)
+		}
+		t.Skipf("no Slurm with GPUs here (run .ci/slurm-up.sh): %v %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	cfg := SlurmConfig{Name: "c", JobName: "mbench-hosts-test-" + strconv.Itoa(os.Getpid()), JobFile: filepath.Join(dir, "job.json"),
+		TimeLimit: "0:05:00", GPUsPerNode: 2, Steps: 2}
+	s, reused, err := AllocateSlurm(ctx, NewLocal(), cfg)
+	if err != nil || reused {
+		t.Fatalf("allocate: %v (reused %v)", err, reused)
+	}
+	t.Cleanup(func() { _ = exec.Command("scancel", s.JobID()).Run() })
+	var procs []Process
+	for i := range 2 {
+		spec := testSpec(t, "engine-c-"+strconv.Itoa(i), "echo gpus=$CUDA_VISIBLE_DEVICES; exec sleep 300")
+		spec.GPUs = 1
+		p, err := s.Start(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+	}
+	gpus := map[string]bool{}
+	re := regexp.MustCompile(`gpus=(\S+)`)
+	for i, p := range procs {
+		m := re.FindStringSubmatch(p.LogTail(ctx, 5))
+		for ; m == nil; m = re.FindStringSubmatch(p.LogTail(ctx, 5)) {
+			if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+				t.Fatalf("step %d printed no GPUs: %s", i, p.LogTail(ctx, 5))
+			}
+		}
+		gpus[m[1]] = true
+	}
+	if !gpus["0"] || !gpus["1"] {
+		t.Errorf("steps saw GPUs %v, want 0 and 1", gpus)
+	}
+	if err := procs[0].Stop(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := s.steps(ctx, "engine-c-0"); err != nil || len(left) > 0 {
+		t.Errorf("after Stop squeue lists %v (%v)", left, err)
+	}
+	if left, _ := s.steps(ctx, "engine-c-1"); len(left) != 1 {
+		t.Errorf("the other step: squeue lists %v, want it running", left)
+	}
+	again, reused, err := AllocateSlurm(ctx, NewLocal(), cfg)
+	if err != nil || !reused || again.JobID() != s.JobID() {
+		t.Fatalf("second allocate: job %v reused %v err %v, want job %s reused", again, reused, err, s.JobID())
+	}
+	if left, _ := s.steps(ctx, ""); len(left) > 0 {
+		t.Errorf("a reused allocation still has steps %v", left)
+	}
+	if err := again.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, state, _ := s.query(ctx, s.JobID()); state != "CANCELLED" && state != "" {
+		t.Errorf("after Close job %s is %s", s.JobID(), state)
+	}
+	if _, err := os.Stat(cfg.JobFile); !os.IsNotExist(err) {
+		t.Errorf("job file after Close: %v", err)
+	}
+	if _, err := s.Start(ctx, testSpec(t, "late", "true")); !errors.Is(err, ErrAllocationEnded) {
+		t.Errorf("Start after the allocation ended: %v, want ErrAllocationEnded", err)
+	}
+}

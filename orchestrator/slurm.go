@@ -1,0 +1,166 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+
+	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/orchestrator/hosts"
+)
+
+// slurmConfig is what hosts.AllocateSlurm needs for the slurm host name of
+// the matrix; the allocation is recorded in the results directory, named
+// after the sweep so that resume recognises it.
+func slurmConfig(m *matrices.Matrix, name, dir, sweepID string) hosts.SlurmConfig {
+	sl := m.Hosts[name].Slurm
+	return hosts.SlurmConfig{
+		Name: name, JobName: "mbench-" + sweepID, JobFile: filepath.Join(dir, "slurm-"+name+".json"),
+		Partition: sl.Partition, Account: sl.Account, Constraint: sl.Constraint, TimeLimit: matrices.SlurmTime(sl.TimeLimit),
+		GPUsPerNode: sl.GPUsPerNode, CPUsPerStep: sl.CPUsPerInstance, Options: sl.Options, StepOptions: sl.StepOptions,
+		Steps: maxInstancesOn(m, name),
+	}
+}
+
+// maxInstancesOn is the most engine instances any config runs on a host at
+// once: the job steps its allocation must hold side by side.
+func maxInstancesOn(m *matrices.Matrix, name string) int {
+	n := 1
+	for _, c := range m.ConfigOrder {
+		l, err := m.Launch(c, matrices.Runtime{})
+		if err != nil {
+			continue
+		}
+		k := 0
+		for _, in := range l.Instances {
+			if in.Host == name {
+				k++
+			}
+		}
+		n = max(n, k)
+	}
+	return n
+}
+
+// dialSlurm reuses the sweep's live allocation for a slurm host or asks
+// Slurm for a new one; mbench runs srun and salloc on this machine.
+func (f *fleet) dialSlurm(ctx context.Context, name string) (hosts.Host, error) {
+	cfg := slurmConfig(f.m, name, f.dir, f.sweepID)
+	cfg.Warn = f.warn
+	s, reused, err := hosts.AllocateSlurm(ctx, hosts.NewLocal(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	verb := "allocated"
+	if reused {
+		verb = "reusing"
+	}
+	fmt.Fprintf(f.warn, "host %s: %s slurm job %s (%s) on node %s\n", name, verb, s.JobID(), cfg.JobName, s.Node())
+	return s, nil
+}
+
+// slurmReach is the URL of port on a slurm host's node, once allocated.
+func (f *fleet) slurmReach(ctx context.Context, name string, port int) (string, error) {
+	h, err := f.host(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	s := h.(*hosts.Slurm)
+	return "http://" + net.JoinHostPort(s.NodeAddr(), strconv.Itoa(port)), nil
+}
+
+// bind is the address engines bind: bindAddr's answer, except that a slurm
+// host's engines bind all interfaces unless its node is reached at a
+// loopback address (a one-machine cluster).
+func (s *Sweep) bind() string {
+	b := bindAddr(s.m)
+	for _, name := range s.m.HostOrder {
+		if !s.m.Hosts[name].IsSlurm() {
+			continue
+		}
+		h, ok := s.fleet.connected(name)
+		if sl, isSlurm := h.(*hosts.Slurm); ok && isSlurm {
+			if ip := net.ParseIP(sl.NodeAddr()); ip != nil && ip.IsLoopback() {
+				continue
+			}
+		}
+		return "0.0.0.0"
+	}
+	return b
+}
+
+// nodeRun runs cmd where h's engines run: on a slurm host's node as a step,
+// else on the host.
+func nodeRun(ctx context.Context, h hosts.Host, cmd string) ([]byte, []byte, error) {
+	if s, ok := h.(*hosts.Slurm); ok {
+		return s.RunOnNode(ctx, cmd)
+	}
+	return h.Run(ctx, cmd)
+}
+
+// slurmNodes says where the slurm hosts of the sweep run, for the journal:
+// "host: slurm job J node N" for each connected slurm host.
+func (s *Sweep) slurmNodes() []string {
+	var out []string
+	for _, name := range s.m.HostOrder {
+		if h, ok := s.fleet.connected(name); ok {
+			if sl, ok := h.(*hosts.Slurm); ok {
+				out = append(out, fmt.Sprintf("%s: slurm job %s node %s", name, sl.JobID(), sl.Node()))
+			}
+		}
+	}
+	return out
+}
+
+// lostAllocation returns runErr, wrapping hosts.ErrAllocationEnded, when
+// the run failed because a slurm host's allocation ended, else nil.
+func (s *Sweep) lostAllocation(ctx context.Context, runErr error) error {
+	if errors.Is(runErr, hosts.ErrAllocationEnded) {
+		return runErr
+	}
+	if err := s.slurmEnded(ctx); err != nil {
+		return fmt.Errorf("%v: %w", runErr, err)
+	}
+	return nil
+}
+
+// slurmEnded returns an error wrapping hosts.ErrAllocationEnded when the
+// allocation of a connected slurm host has ended.
+func (s *Sweep) slurmEnded(ctx context.Context) error {
+	for _, name := range s.m.HostOrder {
+		if h, ok := s.fleet.connected(name); ok {
+			if sl, ok := h.(*hosts.Slurm); ok {
+				if err := sl.Alive(context.WithoutCancel(ctx)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// dryRunSlurm prints the salloc line of each slurm host of the matrix.
+func dryRunSlurm(w io.Writer, m *matrices.Matrix, dir, sweepID string) {
+	for _, name := range m.HostOrder {
+		if m.Hosts[name].IsSlurm() {
+			cfg := slurmConfig(m, name, dir, sweepID)
+			fmt.Fprintf(w, "# [%s slurm] one allocation for the sweep, recorded in %s, cancelled when mbench exits:\n#   $ %s\n",
+				name, cfg.JobFile, cfg.SallocCommand())
+			fmt.Fprintf(w, "# [%s slurm] engines are job steps; they bind 0.0.0.0 unless the node's address is loopback\n", name)
+		}
+	}
+}
+
+// slurmStep is command as a slurm host runs it, a job step of the
+// allocation (<job id> and <node> stand for what salloc grants); other
+// hosts' commands are returned unchanged.
+func slurmStep(m *matrices.Matrix, host, name string, gpus int, command string) string {
+	if !m.Hosts[host].IsSlurm() {
+		return command
+	}
+	return slurmConfig(m, host, "", "").StepCommand("<job id>", "<node>", name, gpus, command)
+}
