@@ -319,6 +319,9 @@ func recordedCapacityOf(st *SweepState) (*recordedCapacity, error) {
 			Name string `json:"name"`
 		} `json:"shapes"`
 	}
+	if len(st.Resolved) == 0 {
+		return nil, nil // resolvedMethod reports it
+	}
 	if err := json.Unmarshal(st.Resolved, &r); err != nil {
 		return nil, fmt.Errorf("sweep.json: resolved matrix: %w", err)
 	}
