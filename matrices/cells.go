@@ -181,6 +181,9 @@ func (m *Matrix) Resolved() ([]byte, error) {
 		"probe": m.probeSpec(),
 		"cells": cells,
 	}
+	if m.Capacity != nil { // only when set: fixed-rate matrices keep their hash
+		doc["capacity"] = m.Capacity.spec()
+	}
 	js, err := compactJSON(doc)
 	if err != nil {
 		return nil, fmt.Errorf("matrix %s: encode resolved matrix: %w", m.File, err)

@@ -25,6 +25,10 @@ type Matrix struct {
 	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = seed 003's 5k/20k/50k
 	Hash        string // hash of the resolved matrix (see Resolved)
 
+	// Capacity makes the sweep a capacity search instead of fixed rates
+	// (parse_capacity.go); nil for a fixed-rate sweep.
+	Capacity *Capacity
+
 	lines map[string]int // field path → line, for errors found after Parse
 }
 

@@ -51,6 +51,9 @@ func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 	if err != nil {
 		return nil, err
 	}
+	if err := writeCapacityExport(dir, st, entries); err != nil { // capacity searches only (capacity.go)
+		return nil, fmt.Errorf("export %s: %w", dir, err)
+	}
 	sw := results.ExportInput{
 		Dir:        dir,
 		Name:       st.Name,

@@ -242,7 +242,11 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	s.register(true)
 	defer s.register(false)
 
-	err = s.blocks(ctx)
+	if s.m.Capacity != nil {
+		err = s.capacity(ctx) // a search over rates instead of fixed-rate blocks (capacity.go)
+	} else {
+		err = s.blocks(ctx)
+	}
 	cerr := s.teardown(ctx)
 	if err != nil {
 		if errors.Is(err, ErrInterrupted) || ctx.Err() != nil {
@@ -277,6 +281,9 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 		o.Verdicts[e.Status]++
 	}
 	o.Unusable = unusableCells(rep, s.ledger.runs)
+	if s.m.Capacity != nil { // probes beyond the capacity are meant to fail: only undecided searches are not results
+		o.Unusable = capacityUnusable(s.dir)
+	}
 	return o, nil
 }
 

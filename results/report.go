@@ -38,6 +38,7 @@ func renderReport(s *ExportInput, cells []*cellData, rep *Report) string {
 	} else {
 		p("No stop reason recorded: the sweep has not finished, and this export is partial.\n\n")
 	}
+	renderCapacity(&b, s.Dir) // a capacity search's section (capacity_report.go); nothing otherwise
 	renderTTFT(&b, s, ordered)
 	renderSteps(&b, ordered)
 	renderClasses(&b, ordered)

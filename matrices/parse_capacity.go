@@ -1,0 +1,107 @@
+package matrices
+
+import (
+	"fmt"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Capacity turns a sweep into a capacity search (the matrix's capacity:
+// section): for each config and shape, the highest offered rate at which
+// Metric stays at or below MaxMs, bracketed between rates that hold and
+// rates that do not, each probed rate run once in every one of Blocks
+// blocks. The matrix then has no rates: the search chooses them.
+type Capacity struct {
+	Metric    string  // a latency metric in ms (ttft_p90, e2el_p99, …)
+	MaxMs     float64 // the SLO: Metric ≤ MaxMs
+	Lo, Hi    float64 // the first two rates probed (req/s; multipliers for trace shapes)
+	Tolerance float64 // stop when the bracket's upper end is within (1+Tolerance)× its lower (default 0.05)
+	Blocks    int     // runs per probed rate, one per block (default 3, at least 2: a CI needs two)
+	MaxProbes int     // probed rates per config and shape at most (default 12)
+	Expand    int     // doublings above hi (halvings below lo) the search may try (default 4)
+}
+
+// Capacity defaults.
+const (
+	DefaultCapacityTolerance = 0.05
+	DefaultCapacityBlocks    = 3
+	DefaultCapacityMaxProbes = 12
+	DefaultCapacityExpand    = 4
+)
+
+// CapacityMetrics lists the metrics a capacity search can hold to a limit
+// in milliseconds: the latency metrics of Metrics.
+func CapacityMetrics() []string {
+	var out []string
+	for _, m := range Metrics() {
+		for _, p := range []string{"ttft_", "tpot_", "itl_", "e2el_"} {
+			if strings.HasPrefix(m, p) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// capacity decodes the capacity section and enforces that a matrix has
+// either rates (a fixed-rate sweep) or capacity (a search), not both, and
+// that repeat's block settings (which capacity.blocks replaces) are absent.
+func (d *decoder) capacity(nodes map[string]*yaml.Node, m *Matrix, rootLine int) {
+	v := nodes["capacity"]
+	if v == nil {
+		if nodes["rates"] == nil {
+			d.add(rootLine, "rates", "a list of req/s such as [0.5, 1, 2], or a capacity: section", "missing required key")
+		}
+		return
+	}
+	c := &Capacity{Tolerance: DefaultCapacityTolerance, Blocks: DefaultCapacityBlocks,
+		MaxProbes: DefaultCapacityMaxProbes, Expand: DefaultCapacityExpand}
+	n := len(d.errs)
+	d.object(v, "capacity", v.Line, []field{
+		{"metric", true, func(v *yaml.Node, p string) { c.Metric, _ = d.enum(v, p, CapacityMetrics()...) }},
+		{"max_ms", true, func(v *yaml.Node, p string) { c.MaxMs, _ = d.number(v, p, true) }},
+		{"lo", true, func(v *yaml.Node, p string) { c.Lo, _ = d.number(v, p, true) }},
+		{"hi", true, func(v *yaml.Node, p string) { c.Hi, _ = d.number(v, p, true) }},
+		{"tolerance", false, func(v *yaml.Node, p string) {
+			if c.Tolerance, _ = d.number(v, p, true); c.Tolerance > 1 {
+				d.add(v.Line, p, "a fraction > 0 and ≤ 1, such as 0.05", "%s is out of range", v.Value)
+			}
+		}},
+		{"blocks", false, func(v *yaml.Node, p string) { c.Blocks = d.intField(v, p, 2, 1000) }},
+		{"max_probes", false, func(v *yaml.Node, p string) { c.MaxProbes = d.intField(v, p, 2, 1000) }},
+		{"expand", false, func(v *yaml.Node, p string) { c.Expand = d.intField(v, p, 0, 20) }},
+	})
+	if c.Lo > 0 && c.Hi > 0 && c.Hi <= c.Lo {
+		d.add(d.lines["capacity.hi"], "capacity.hi", fmt.Sprintf("a rate above lo (%v)", c.Lo), "hi %v is not above lo", c.Hi)
+	}
+	if r := nodes["rates"]; r != nil {
+		d.add(r.Line, "rates", "rates (a fixed-rate sweep) or capacity (a search over rates), not both",
+			"a capacity search chooses its own rates; remove rates, or remove capacity for a fixed-rate sweep")
+	}
+	for _, k := range []string{"min", "max", "rel_ci", "budget", "only_unconverged"} {
+		if l := d.lines["repeat."+k]; l > 0 {
+			d.add(l, "repeat."+k, "capacity.blocks (the blocks of a capacity search); repeat.confidence and repeat.randomize still apply",
+				"does not apply to a capacity search")
+		}
+	}
+	if len(d.errs) == n {
+		m.Capacity = c
+	}
+}
+
+// capacitySpec is the resolved capacity section (part of the matrix hash).
+func (c *Capacity) spec() map[string]any {
+	return map[string]any{"metric": c.Metric, "max_ms": c.MaxMs, "lo": c.Lo, "hi": c.Hi,
+		"tolerance": c.Tolerance, "blocks": c.Blocks, "max_probes": c.MaxProbes, "expand": c.Expand}
+}
+
+// CapacityCell is the cell a capacity search probes: config at rate with
+// shape, with the id a fixed-rate sweep would give the same cell.
+func (m *Matrix) CapacityCell(config string, rate float64, shape Shape) (Cell, error) {
+	c, ok := m.Configs[config]
+	if !ok {
+		return Cell{}, fmt.Errorf("capacity cell: unknown config %q", config)
+	}
+	return Cell{ID: m.cellID(c, rate, shape), Config: config, Rate: rate, Shape: shape, SameAs: c.SameAs}, nil
+}

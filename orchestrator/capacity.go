@@ -1,0 +1,347 @@
+package orchestrator
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/results"
+)
+
+// A capacity search (the matrix's capacity: section) replaces the fixed-rate
+// blocks. It proceeds in rounds: each round plans, for every config and
+// shape whose search is not finished, the rate(s) to probe next from the
+// probes finished so far (planSearch), then runs each of them once in every
+// block 1..capacity.blocks, the round's probes in a random order within each
+// block, every block with its own workload seed shared by all configs. Each
+// probe run is an ordinary run of a cell (config, rate, shape) with its
+// journal line; the plan is a function of the journaled results alone, so
+// a resumed sweep replays the rounds, skips the runs already journaled and
+// continues where it stopped.
+
+// capacity runs the capacity search to its end.
+func (s *Sweep) capacity(ctx context.Context) error {
+	rc, err := recordedCapacityOf(s.state)
+	if err != nil {
+		return err
+	}
+	cache := map[runKey]float64{}
+	for {
+		if ctx.Err() != nil {
+			return ErrInterrupted
+		}
+		rep := results.AnalyzeCapacity(rc.spec(), s.capacityRuns(rc, true, cache))
+		var round []matrices.Cell
+		for _, sr := range rep.Searches {
+			rates, _ := planSearch(rc.Capacity, &sr)
+			for _, r := range rates {
+				cell, err := s.capacityCell(sr.Config, sr.Shape, r)
+				if err != nil {
+					return err
+				}
+				round = append(round, cell)
+			}
+		}
+		if len(round) == 0 {
+			return s.recordCapacityStop(rc, rep)
+		}
+		if err := s.addCapacityCells(round); err != nil {
+			return err
+		}
+		if err := s.capacityRound(ctx, round, rc.Blocks); err != nil {
+			return err
+		}
+	}
+}
+
+// capacityRound runs every probe of a round once in each block.
+func (s *Sweep) capacityRound(ctx context.Context, round []matrices.Cell, blocks int) error {
+	missing := 0
+	for b := 1; b <= blocks; b++ {
+		for _, c := range round {
+			if !s.ledger.done(c.ID, b) {
+				missing++
+			}
+		}
+	}
+	s.prog.grow(s.prog.done + missing)
+	for b := 1; b <= blocks; b++ {
+		order := capacityOrder(s.state.Seed, b, round, s.state.Randomize)
+		var names []string
+		for _, c := range order {
+			names = append(names, fmt.Sprintf("%s@%g", c.Config, c.Rate))
+		}
+		s.tracef("capacity round, block %d, order: %s", b, strings.Join(names, " "))
+		for _, cell := range order {
+			if err := ctx.Err(); err != nil {
+				return ErrInterrupted
+			}
+			if s.ledger.done(cell.ID, b) {
+				continue
+			}
+			if why := s.ledger.deadReason(cell.ID); why != "" {
+				if err := s.skipDead(cell.ID, b, why); err != nil {
+					return err
+				}
+				continue
+			}
+			o, err := s.runOne(ctx, cell, b, BlockSeed(s.state.Seed, b))
+			if err != nil {
+				return err
+			}
+			if o.gaveUp {
+				s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", cell.ID, cell.Config, cell.Rate, s.opts.FailLimit, firstLine(o.entry.Reason))
+			}
+		}
+	}
+	return nil
+}
+
+// capacityOrder is the order of a round's probes in block b: a permutation
+// seeded by the sweep seed, the block and the round's cells (so a resumed
+// sweep runs a round's remaining probes in the order it planned).
+func capacityOrder(seed int64, b int, round []matrices.Cell, randomize bool) []matrices.Cell {
+	out := slices.Clone(round)
+	slices.SortFunc(out, func(x, y matrices.Cell) int { return cmp.Compare(x.ID, y.ID) })
+	if !randomize {
+		return out
+	}
+	ids := make([]string, len(out))
+	for i, c := range out {
+		ids[i] = c.ID
+	}
+	h := mustHashStrings(append([]string{"mbench/capacity-order", strconv.Itoa(b)}, ids...))
+	perm := seededRand(derive("mbench/capacity-order/", seed, h)).Perm(len(out))
+	shuffled := make([]matrices.Cell, len(out))
+	for i, j := range perm {
+		shuffled[i] = out[j]
+	}
+	return shuffled
+}
+
+// mustHashStrings hashes parts into a non-negative int64.
+func mustHashStrings(parts []string) int64 {
+	var h uint64 = 14695981039346656037 // FNV-1a
+	for _, p := range parts {
+		for i := 0; i < len(p); i++ {
+			h ^= uint64(p[i])
+			h *= 1099511628211
+		}
+		h ^= 0xff
+		h *= 1099511628211
+	}
+	return int64(h >> 1)
+}
+
+// capacityCell is the cell of config at rate with the named shape,
+// registered in s.cells.
+func (s *Sweep) capacityCell(config, shape string, rate float64) (matrices.Cell, error) {
+	for _, sh := range s.m.Shapes {
+		if sh.Name == shape {
+			c, err := s.m.CapacityCell(config, rate, sh)
+			if err != nil {
+				return c, err
+			}
+			s.cells[c.ID] = c
+			return c, nil
+		}
+	}
+	return matrices.Cell{}, fmt.Errorf("capacity search: shape %q is not in the matrix", shape)
+}
+
+// addCapacityCells records a round's new cells in sweep.json before any of
+// their runs start, so that export and resume know them.
+func (s *Sweep) addCapacityCells(round []matrices.Cell) error {
+	known := map[string]bool{}
+	for _, c := range s.state.Cells {
+		known[c.ID] = true
+	}
+	added := false
+	for _, c := range round {
+		if !known[c.ID] {
+			s.state.Cells = append(s.state.Cells, CellRecord{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape.Name, SameAs: c.SameAs})
+			known[c.ID], added = true, true
+		}
+	}
+	if !added {
+		return nil
+	}
+	return writeSweep(s.dir, s.state)
+}
+
+// capacityRuns reads the journaled runs of the capacity cells in s.cells;
+// with completeOnly, only probes that have every block journaled (what the
+// plan may depend on).
+func (s *Sweep) capacityRuns(rc *recordedCapacity, completeOnly bool, cache map[runKey]float64) []results.CapacityRun {
+	var cells []CellRecord
+	for _, c := range s.state.Cells {
+		if _, ok := s.cells[c.ID]; ok {
+			cells = append(cells, c)
+		}
+	}
+	return capacityRuns(s.dir, cells, s.ledger.runs, rc.Metric, rc.Blocks, completeOnly, cache)
+}
+
+// capacityRuns lists the journaled runs of cells with their verdicts and,
+// for ok runs, the metric (NaN when its summary cannot be read).
+func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntry, metric string, blocks int, completeOnly bool, cache map[runKey]float64) []results.CapacityRun {
+	var out []results.CapacityRun
+	for _, c := range cells {
+		var mine []JournalEntry
+		for k, e := range journal {
+			if k.cell == c.ID {
+				mine = append(mine, e)
+			}
+		}
+		if completeOnly && len(mine) < blocks {
+			continue
+		}
+		for _, e := range mine {
+			r := results.CapacityRun{Config: c.Config, Shape: c.Shape, Cell: c.ID, Rate: c.Rate, Block: e.Block, Status: e.Status, Value: math.NaN()}
+			if e.Status.Usable() {
+				r.Value = runMetric(dir, e, metric, cache)
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// runMetric is the metric of a journaled run from its summary_A.json.
+func runMetric(dir string, e JournalEntry, metric string, cache map[runKey]float64) float64 {
+	k := runKey{e.Cell, e.Block}
+	if v, ok := cache[k]; ok {
+		return v
+	}
+	v := math.NaN()
+	if sum, err := results.ReadRunSummary(filepath.Join(dir, e.Dir, "summary_A.json")); err == nil {
+		if x, ok := results.RunMetric(sum, metric); ok {
+			v = x
+		}
+	}
+	if cache != nil {
+		cache[k] = v
+	}
+	return v
+}
+
+// recordStop-like end of a capacity search: the stop reason in sweep.json.
+func (s *Sweep) recordCapacityStop(rc *recordedCapacity, rep results.CapacityReport) error {
+	var parts []string
+	for _, sr := range rep.Searches {
+		_, note := planSearch(rc.Capacity, &sr)
+		parts = append(parts, fmt.Sprintf("%s %s: %s %s", sr.Config, sr.Shape, results.IntervalText(sr.Lo, sr.Hi), note))
+	}
+	reason := "capacity search finished: " + strings.Join(parts, "; ")
+	s.state.Stop = &StopRecord{Reason: reason, Blocks: rc.Blocks, Metric: rc.Metric, Primary: rc.Metric, Converged: true}
+	s.logf("sweep stopped: %s", reason)
+	return writeSweep(s.dir, s.state)
+}
+
+// capacityUnusable names the searches that bracketed nothing (no rate held
+// or failed with confidence): their sweep exits 3 like a cell without a
+// usable run.
+func capacityUnusable(dir string) []string {
+	rep, err := results.ReadCapacity(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, sr := range rep.Searches {
+		if sr.Lo == nil && sr.Hi == nil {
+			out = append(out, fmt.Sprintf("capacity of %s (%s): nothing decided: %s", sr.Config, sr.Shape, sr.Note))
+		}
+	}
+	return out
+}
+
+// writeCapacityExport (re)writes capacity.json of a capacity search from
+// sweep.json and the journal; nothing for a fixed-rate sweep.
+func writeCapacityExport(dir string, st *SweepState, entries []JournalEntry) error {
+	rc, err := recordedCapacityOf(st)
+	if err != nil || rc == nil {
+		return err
+	}
+	runs := capacityRuns(dir, st.Cells, journalIndex(entries), rc.Metric, rc.Blocks, false, nil)
+	rep := results.AnalyzeCapacity(rc.spec(), runs)
+	rep.Simulated = st.Simulated
+	for i := range rep.Searches {
+		sr := &rep.Searches[i]
+		next, note := planSearch(rc.Capacity, sr)
+		if len(next) > 0 {
+			note = fmt.Sprintf("not finished: next rate %g (resume the sweep)", next[0])
+		}
+		sr.Note = note
+	}
+	if st.Stop != nil {
+		rep.Stop = st.Stop.Reason
+	}
+	return results.WriteCapacity(filepath.Join(dir, results.CapacityFile), &rep)
+}
+
+// recordedCapacity is the capacity search as sweep.json's resolved matrix
+// records it, with what its analysis needs of the rest of the matrix.
+type recordedCapacity struct {
+	*matrices.Capacity
+	confidence float64
+	baseline   string
+	configs    []string
+	shapes     []string
+}
+
+// recordedCapacityOf reads the capacity section from st's resolved matrix;
+// nil (and no error) for a fixed-rate sweep.
+func recordedCapacityOf(st *SweepState) (*recordedCapacity, error) {
+	var r struct {
+		Capacity *struct {
+			Metric    string  `json:"metric"`
+			MaxMs     float64 `json:"max_ms"`
+			Lo        float64 `json:"lo"`
+			Hi        float64 `json:"hi"`
+			Tolerance float64 `json:"tolerance"`
+			Blocks    int     `json:"blocks"`
+			MaxProbes int     `json:"max_probes"`
+			Expand    int     `json:"expand"`
+		} `json:"capacity"`
+		Baseline string `json:"baseline"`
+		Repeat   struct {
+			Confidence float64 `json:"confidence"`
+		} `json:"repeat"`
+		ConfigOrder []string `json:"config_order"`
+		Shapes      []struct {
+			Name string `json:"name"`
+		} `json:"shapes"`
+	}
+	if len(st.Resolved) == 0 {
+		return nil, nil // resolvedMethod reports it
+	}
+	if err := json.Unmarshal(st.Resolved, &r); err != nil {
+		return nil, fmt.Errorf("sweep.json: resolved matrix: %w", err)
+	}
+	if r.Capacity == nil {
+		return nil, nil
+	}
+	c := r.Capacity
+	rc := &recordedCapacity{Capacity: &matrices.Capacity{Metric: c.Metric, MaxMs: c.MaxMs, Lo: c.Lo, Hi: c.Hi,
+		Tolerance: c.Tolerance, Blocks: c.Blocks, MaxProbes: c.MaxProbes, Expand: c.Expand},
+		confidence: r.Repeat.Confidence, baseline: r.Baseline, configs: r.ConfigOrder}
+	if rc.confidence == 0 {
+		rc.confidence = 0.95
+	}
+	for _, sh := range r.Shapes {
+		rc.shapes = append(rc.shapes, sh.Name)
+	}
+	return rc, nil
+}
+
+func (rc *recordedCapacity) spec() results.CapacitySpec {
+	return results.CapacitySpec{Metric: rc.Metric, MaxMs: rc.MaxMs, Lo: rc.Lo, Hi: rc.Hi, Tolerance: rc.Tolerance,
+		Blocks: rc.Blocks, Confidence: rc.confidence, Baseline: rc.baseline, Configs: rc.configs, Shapes: rc.shapes}
+}

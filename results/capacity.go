@@ -1,0 +1,333 @@
+package results
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/mbench/mbench/stats"
+)
+
+// CapacityFile is the capacity search's result in a sweep directory.
+const CapacityFile = "capacity.json"
+
+// CapacitySpec is what a capacity search holds each config to, and how it
+// decides: Metric ≤ MaxMs, judged by a Student-t CI at Confidence over the
+// blocks of each probed rate.
+type CapacitySpec struct {
+	Metric     string   `json:"metric"`
+	MaxMs      float64  `json:"max_ms"`
+	Lo         float64  `json:"lo"`
+	Hi         float64  `json:"hi"`
+	Tolerance  float64  `json:"tolerance"`
+	Blocks     int      `json:"blocks"`
+	Confidence float64  `json:"confidence"`
+	Baseline   string   `json:"baseline"`
+	Configs    []string `json:"configs"` // matrix order
+	Shapes     []string `json:"shapes"`  // matrix order
+}
+
+// CapacityRun is one journaled run of a probed rate. Value is the metric
+// when the run's verdict is ok.
+type CapacityRun struct {
+	Config, Shape, Cell string
+	Rate                float64
+	Block               int
+	Status              Verdict
+	Value               float64
+}
+
+// ProbeVerdict is what the blocks of one probed rate say about the SLO.
+type ProbeVerdict string
+
+// The probe verdicts.
+const (
+	// ProbeHolds: the CI of the metric's mean lies at or below the limit,
+	// and no block saturated.
+	ProbeHolds ProbeVerdict = "holds"
+	// ProbeFails: the CI lies above the limit, or every counted block
+	// saturated, or some saturated and every other exceeded the limit.
+	ProbeFails ProbeVerdict = "fails"
+	// ProbeUncertain: the CI straddles the limit (or saturated and
+	// holding blocks are mixed): the rate is in the noise band.
+	ProbeUncertain ProbeVerdict = "uncertain"
+	// ProbeNoData: fewer than two blocks count (ok or saturated); the
+	// others failed for reasons that say nothing about the SLO. Inside the
+	// bracket it belongs to the uncertain band.
+	ProbeNoData ProbeVerdict = "no_data"
+)
+
+// Decided reports whether the probe says holds or fails with confidence.
+func (v ProbeVerdict) Decided() bool { return v == ProbeHolds || v == ProbeFails }
+
+// CapacityProbe is one probed rate of one search with what its blocks say.
+type CapacityProbe struct {
+	Rate    float64        `json:"rate"`
+	Cell    string         `json:"cell"`
+	Verdict ProbeVerdict   `json:"verdict"`
+	N       int            `json:"n"`                // blocks that count: ok or saturated
+	Mean    *float64       `json:"mean,omitempty"`   // of the ok blocks' metric
+	CILo    *float64       `json:"ci_lo,omitempty"`  // t-CI of Mean
+	CIHi    *float64       `json:"ci_hi,omitempty"`  //
+	Runs    []CapacityCell `json:"runs"`             // by block
+	Note    string         `json:"note,omitempty"`   // why undecided, when it is
+	Blocks  int            `json:"blocks,omitempty"` // blocks journaled
+}
+
+// CapacityCell is one block of a probe: its verdict and, when ok, the metric.
+type CapacityCell struct {
+	Block  int      `json:"block"`
+	Status Verdict  `json:"status"`
+	Value  *float64 `json:"value,omitempty"`
+}
+
+// CapacitySearch is the result of one config's (and shape's) search. The
+// capacity lies in [Lo, Hi]: Lo is the highest rate that held below every
+// rate that failed, Hi the lowest rate that failed. A nil Lo means no rate
+// held (the capacity is below the lowest probed); a nil Hi that none failed
+// (it is at least Lo). BandLo..BandHi are the probed rates inside the
+// interval whose CI straddled the limit: the part of the interval that more
+// blocks, not more probes, would narrow.
+type CapacitySearch struct {
+	Config string          `json:"config"`
+	Shape  string          `json:"shape"`
+	Probes []CapacityProbe `json:"probes"` // by rate
+	Lo     *float64        `json:"lo"`
+	Hi     *float64        `json:"hi"`
+	BandLo *float64        `json:"band_lo,omitempty"`
+	BandHi *float64        `json:"band_hi,omitempty"`
+	// PerBlock is each block's own crossing of the limit, interpolated
+	// between its highest rate at or under the limit and the lowest rate
+	// above it (blocks whose crossing is outside the probed rates are left
+	// out): the paired comparisons use it.
+	PerBlock map[int]float64 `json:"per_block"`
+	// Estimate is the geometric mean of PerBlock, with a t-CI on the log
+	// scale (EstLo, EstHi); nil with fewer than two blocks.
+	Estimate *float64 `json:"estimate,omitempty"`
+	EstLo    *float64 `json:"estimate_ci_lo,omitempty"`
+	EstHi    *float64 `json:"estimate_ci_hi,omitempty"`
+	// NonMonotone lists rates that held above a rate that failed (noise or
+	// a non-monotone engine); they are not used for Lo.
+	NonMonotone []float64 `json:"non_monotone,omitempty"`
+	Note        string    `json:"note,omitempty"` // how the search ended
+}
+
+// CapacityComparison is one config's capacity against the baseline's at
+// the same shape: per block the log ratio of the interpolated capacities,
+// a t-CI on its mean ("sustains 12% less load [−15, −9]").
+type CapacityComparison struct {
+	Config   string `json:"config"`
+	Baseline string `json:"baseline"`
+	Shape    string `json:"shape"`
+	Note     string `json:"note,omitempty"`
+	Comparison
+}
+
+// CapacityReport is capacity.json.
+type CapacityReport struct {
+	Simulated   bool                 `json:"simulated"`
+	Spec        CapacitySpec         `json:"spec"`
+	Searches    []CapacitySearch     `json:"searches"`
+	Comparisons []CapacityComparison `json:"comparisons"`
+	Stop        string               `json:"stop,omitempty"`
+}
+
+// Search returns the search of config and shape, nil when there is none.
+func (r *CapacityReport) Search(config, shape string) *CapacitySearch {
+	for i := range r.Searches {
+		if r.Searches[i].Config == config && r.Searches[i].Shape == shape {
+			return &r.Searches[i]
+		}
+	}
+	return nil
+}
+
+// AnalyzeCapacity judges every probed rate of every search in runs and
+// brackets each config's capacity. Only ok runs give the metric; a
+// saturated run counts as "does not hold" (the engine did not sustain the
+// rate); every other verdict (failed, errors, incomplete, client_limited,
+// gpu_contended, throttled) says nothing about the SLO and is left out.
+func AnalyzeCapacity(spec CapacitySpec, runs []CapacityRun) CapacityReport {
+	rep := CapacityReport{Spec: spec}
+	for _, sh := range spec.Shapes {
+		for _, cfg := range spec.Configs {
+			var mine []CapacityRun
+			for _, r := range runs {
+				if r.Config == cfg && r.Shape == sh {
+					mine = append(mine, r)
+				}
+			}
+			rep.Searches = append(rep.Searches, analyzeSearch(spec, cfg, sh, mine))
+		}
+	}
+	for _, sh := range spec.Shapes {
+		base := rep.Search(spec.Baseline, sh)
+		for _, cfg := range spec.Configs {
+			if cfg == spec.Baseline || base == nil {
+				continue
+			}
+			c := CapacityComparison{Config: cfg, Baseline: spec.Baseline, Shape: sh,
+				Comparison: Compare(base.PerBlock, rep.Search(cfg, sh).PerBlock, spec.Confidence)}
+			if c.N < 2 {
+				c.Note = "fewer than two blocks where both capacities were bracketed"
+			}
+			rep.Comparisons = append(rep.Comparisons, c)
+		}
+	}
+	return rep
+}
+
+func analyzeSearch(spec CapacitySpec, cfg, shape string, runs []CapacityRun) CapacitySearch {
+	s := CapacitySearch{Config: cfg, Shape: shape, PerBlock: map[int]float64{}}
+	byRate := map[float64][]CapacityRun{}
+	for _, r := range runs {
+		byRate[r.Rate] = append(byRate[r.Rate], r)
+	}
+	rates := make([]float64, 0, len(byRate))
+	for r := range byRate {
+		rates = append(rates, r)
+	}
+	slices.Sort(rates)
+	for _, rate := range rates {
+		s.Probes = append(s.Probes, judgeProbe(spec, rate, byRate[rate]))
+	}
+	bracket(&s)
+	perBlock(spec, &s)
+	return s
+}
+
+// judgeProbe decides what the blocks of one rate say.
+func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityProbe {
+	slices.SortFunc(runs, func(a, b CapacityRun) int { return cmp.Compare(a.Block, b.Block) })
+	p := CapacityProbe{Rate: rate, Blocks: len(runs)}
+	var vals []float64
+	sat := 0
+	for _, r := range runs {
+		p.Cell = r.Cell
+		c := CapacityCell{Block: r.Block, Status: r.Status}
+		switch {
+		case r.Status == VerdictOK && !math.IsNaN(r.Value):
+			v := r.Value
+			c.Value = &v
+			vals = append(vals, v)
+		case r.Status == VerdictSaturated:
+			sat++
+		}
+		p.Runs = append(p.Runs, c)
+	}
+	p.N = len(vals) + sat
+	if len(vals) > 0 {
+		mean, half := stats.MeanCI(vals, spec.Confidence)
+		p.Mean = &mean
+		if !math.IsNaN(half) {
+			lo, hi := mean-half, mean+half
+			p.CILo, p.CIHi = &lo, &hi
+		}
+	}
+	p.Verdict, p.Note = probeVerdict(spec.MaxMs, vals, sat, p.CILo, p.CIHi)
+	return p
+}
+
+// probeVerdict is judgeProbe's decision from the ok values, the saturated
+// count and the CI of the values' mean (nil with fewer than two).
+func probeVerdict(limit float64, vals []float64, sat int, lo, hi *float64) (ProbeVerdict, string) {
+	n := len(vals) + sat
+	switch {
+	case n < 2 || (sat == 0 && (lo == nil || hi == nil)):
+		return ProbeNoData, fmt.Sprintf("%d blocks count (ok or saturated); a CI needs two", n)
+	case sat == n:
+		return ProbeFails, ""
+	case sat > 0:
+		for _, v := range vals {
+			if v <= limit {
+				return ProbeUncertain, fmt.Sprintf("%d of %d blocks saturated, others held", sat, n)
+			}
+		}
+		return ProbeFails, ""
+	case *hi <= limit:
+		return ProbeHolds, ""
+	case *lo > limit:
+		return ProbeFails, ""
+	}
+	return ProbeUncertain, "the CI straddles the limit"
+}
+
+// bracket sets Lo, Hi, the uncertain band and the non-monotone rates from
+// the probes' verdicts.
+func bracket(s *CapacitySearch) {
+	for _, p := range s.Probes {
+		if p.Verdict == ProbeFails {
+			r := p.Rate
+			s.Hi = &r
+			break
+		}
+	}
+	for _, p := range s.Probes {
+		switch {
+		case p.Verdict == ProbeHolds && (s.Hi == nil || p.Rate < *s.Hi):
+			r := p.Rate
+			s.Lo = &r
+		case p.Verdict == ProbeHolds:
+			s.NonMonotone = append(s.NonMonotone, p.Rate)
+		}
+	}
+	for _, p := range s.Probes {
+		if p.Verdict.Decided() || (s.Lo != nil && p.Rate < *s.Lo) || (s.Hi != nil && p.Rate > *s.Hi) {
+			continue
+		}
+		r := p.Rate
+		if s.BandLo == nil {
+			s.BandLo = &r
+		}
+		s.BandHi = &r
+	}
+}
+
+// perBlock interpolates each block's crossing of the limit and their
+// geometric mean with a t-CI.
+func perBlock(spec CapacitySpec, s *CapacitySearch) {
+	type pt struct{ rate, v float64 }
+	blocks := map[int][]pt{}
+	for _, p := range s.Probes {
+		for _, r := range p.Runs {
+			switch {
+			case r.Value != nil:
+				blocks[r.Block] = append(blocks[r.Block], pt{p.Rate, *r.Value})
+			case r.Status == VerdictSaturated:
+				blocks[r.Block] = append(blocks[r.Block], pt{p.Rate, math.Inf(1)})
+			}
+		}
+	}
+	var logs []float64
+	for b, pts := range blocks { // pts are by rate: probes are
+		fail := slices.IndexFunc(pts, func(q pt) bool { return q.v > spec.MaxMs })
+		if fail <= 0 { // none above the limit, or the lowest already is: censored
+			continue
+		}
+		lo, hi := pts[fail-1], pts[fail]
+		c := math.Sqrt(lo.rate * hi.rate)
+		if !math.IsInf(hi.v, 1) && hi.v > lo.v {
+			c = lo.rate + (spec.MaxMs-lo.v)/(hi.v-lo.v)*(hi.rate-lo.rate)
+		}
+		s.PerBlock[b] = c
+		logs = append(logs, math.Log(c))
+	}
+	if len(logs) < 2 {
+		return
+	}
+	slices.Sort(logs) // a map's order must not change the sum's rounding
+	m, half := stats.MeanCI(logs, spec.Confidence)
+	e, lo, hi := math.Exp(m), math.Exp(m-half), math.Exp(m+half)
+	s.Estimate, s.EstLo, s.EstHi = &e, &lo, &hi
+}
+
+// WriteCapacity writes rep as dir/capacity.json, atomically.
+func WriteCapacity(path string, rep *CapacityReport) error {
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", CapacityFile, err)
+	}
+	return WriteFileAtomic(path, append(data, '\n'), 0o644)
+}

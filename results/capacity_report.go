@@ -1,0 +1,125 @@
+package results
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ReadCapacity reads dir/capacity.json; os.ErrNotExist (wrapped) when the
+// sweep is not a capacity search.
+func ReadCapacity(dir string) (*CapacityReport, error) {
+	data, err := os.ReadFile(filepath.Join(dir, CapacityFile))
+	if err != nil {
+		return nil, err
+	}
+	var rep CapacityReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CapacityFile), err)
+	}
+	return &rep, nil
+}
+
+// renderCapacity writes report.md's capacity section from dir/capacity.json,
+// and nothing for a fixed-rate sweep.
+func renderCapacity(b *strings.Builder, dir string) {
+	rep, err := ReadCapacity(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(b, "## Capacity at the SLO\n\n%s could not be read: %v\n\n", CapacityFile, err)
+		return
+	}
+	sp := rep.Spec
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Capacity at the SLO (%s ≤ %g ms)\n\n", sp.Metric, sp.MaxMs)
+	p("The highest offered rate at which %s holds, per config: each probed rate ran once in each of %d blocks "+
+		"(every config in the same blocks with the same seeds, in a random order within each); a rate **holds** when the %.0f%% t-CI "+
+		"of the metric's mean over its blocks lies at or below %g ms, **fails** when it lies above (or the engine saturated), and is "+
+		"**uncertain** when it straddles. The capacity lies in [highest rate that held, lowest rate that failed]; the uncertain "+
+		"band is where more blocks, not more probes, would narrow it. Only ok runs give the metric; saturated runs count as "+
+		"failing; runs with any other verdict are left out.\n\n", sp.Metric, sp.Blocks, 100*sp.Confidence, sp.MaxMs)
+	p("| Config | Shape | Capacity interval (req/s) | Uncertain band | Per-block estimate [%.0f%% CI] | Probes | Note |\n|---|---|---|---|---|---|---|\n", 100*sp.Confidence)
+	for _, s := range rep.Searches {
+		est := "—"
+		if s.Estimate != nil {
+			est = fmt.Sprintf("%s [%s, %s] (%d blocks)", fmtNum(*s.Estimate), fmtNum(*s.EstLo), fmtNum(*s.EstHi), len(s.PerBlock))
+		}
+		band := "—"
+		if s.BandLo != nil {
+			band = fmt.Sprintf("%s–%s", fmtNum(*s.BandLo), fmtNum(*s.BandHi))
+		}
+		p("| %s | %s | %s | %s | %s | %d | %s |\n", s.Config, s.Shape, IntervalText(s.Lo, s.Hi), band, est, len(s.Probes), mdCell(s.Note))
+	}
+	p("\n")
+	if len(rep.Comparisons) > 0 {
+		p("Capacity against the baseline (%s), paired by block: per block the log ratio of the two interpolated capacities, a t-CI on its mean.\n\n", sp.Baseline)
+		p("| Config | Shape | Capacity vs %s [%.0f%% CI] | Blocks | p |\n|---|---|---|---|---|\n", sp.Baseline, 100*sp.Confidence)
+		for _, c := range rep.Comparisons {
+			txt := c.Comparison.String() // "within noise (±x%)" unless significant
+			if c.Significant() {
+				txt = CapacityChange(c.Comparison)
+			}
+			if c.Note != "" {
+				txt = "n/a (" + c.Note + ")"
+			}
+			p("| %s | %s | %s | %d | %s |\n", c.Config, c.Shape, txt, c.N, fmtP(c.P, c.N))
+		}
+		p("\n")
+	}
+	p("Probed rates:\n\n| Config | Shape | Rate | Verdict | %s mean [CI] (ms) | Blocks: ok / saturated / other |\n|---|---|---|---|---|---|\n", sp.Metric)
+	for _, s := range rep.Searches {
+		for _, pr := range s.Probes {
+			ok, sat := 0, 0
+			for _, r := range pr.Runs {
+				switch r.Status {
+				case VerdictOK:
+					ok++
+				case VerdictSaturated:
+					sat++
+				}
+			}
+			mean := "—"
+			if pr.Mean != nil {
+				mean = fmtNum(*pr.Mean)
+				if pr.CILo != nil {
+					mean += fmt.Sprintf(" [%s, %s]", fmtNum(*pr.CILo), fmtNum(*pr.CIHi))
+				}
+			}
+			p("| %s | %s | %g | %s | %s | %d / %d / %d |\n", s.Config, s.Shape, pr.Rate, pr.Verdict, mean, ok, sat, len(pr.Runs)-ok-sat)
+		}
+	}
+	p("\n")
+}
+
+// IntervalText is a capacity interval in words: "[12, 13.5]", "≥ 64"
+// (nothing failed), "< 1" (nothing held), or "none probed".
+func IntervalText(lo, hi *float64) string {
+	switch {
+	case lo != nil && hi != nil:
+		return fmt.Sprintf("[%s, %s]", fmtNum(*lo), fmtNum(*hi))
+	case lo != nil:
+		return "≥ " + fmtNum(*lo)
+	case hi != nil:
+		return "< " + fmtNum(*hi)
+	}
+	return "none probed"
+}
+
+// CapacityChange is a comparison as "sustains 12.0% less load [−15.1, −8.7]".
+func CapacityChange(c Comparison) string {
+	if c.N < 2 {
+		return c.String()
+	}
+	word := "more"
+	if c.Effect < 0 {
+		word = "less"
+	}
+	return fmt.Sprintf("sustains %.1f%% %s load [%+.1f, %+.1f]", math.Abs(100*c.Effect), word, 100*c.Lo, 100*c.Hi)
+}

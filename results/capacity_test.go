@@ -1,0 +1,174 @@
+package results
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestProbeVerdict(t *testing.T) {
+	const limit = 100.0
+	ci := func(lo, hi float64) (*float64, *float64) { return &lo, &hi }
+	for _, tc := range []struct {
+		name   string
+		vals   []float64
+		sat    int
+		lo, hi float64
+		want   ProbeVerdict
+	}{
+		{"CI below the limit", []float64{80, 85, 90}, 0, 75, 95, ProbeHolds},
+		{"CI at the limit holds", []float64{90, 95, 100}, 0, 90, 100, ProbeHolds},
+		{"CI above the limit", []float64{120, 125, 130}, 0, 110, 140, ProbeFails},
+		{"CI straddles", []float64{90, 100, 115}, 0, 80, 120, ProbeUncertain},
+		{"all saturated", nil, 3, 0, 0, ProbeFails},
+		{"saturated and over the limit", []float64{130}, 2, 0, 0, ProbeFails},
+		{"saturated and holding mixed", []float64{60, 70}, 1, 50, 80, ProbeUncertain},
+		{"one block counts", []float64{60}, 0, 0, 0, ProbeNoData},
+		{"nothing counts", nil, 0, 0, 0, ProbeNoData},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lo, hi *float64
+			if len(tc.vals) >= 2 {
+				lo, hi = ci(tc.lo, tc.hi)
+			}
+			if got, _ := probeVerdict(limit, tc.vals, tc.sat, lo, hi); got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// capRuns makes the runs of one config: metric(rate, block) for every rate
+// and block; +Inf stands for a saturated run, NaN for a run that failed.
+func capRuns(cfg string, rates []float64, blocks int, metric func(rate float64, block int) float64) []CapacityRun {
+	var out []CapacityRun
+	for _, r := range rates {
+		for b := 1; b <= blocks; b++ {
+			v := metric(r, b)
+			run := CapacityRun{Config: cfg, Shape: "s", Cell: cfg + "-" + fmtNum(r), Rate: r, Block: b, Status: VerdictOK, Value: v}
+			switch {
+			case math.IsInf(v, 1):
+				run.Status, run.Value = VerdictSaturated, math.NaN()
+			case math.IsNaN(v):
+				run.Status = VerdictClientLimited
+			}
+			out = append(out, run)
+		}
+	}
+	return out
+}
+
+func testSpec() CapacitySpec {
+	return CapacitySpec{Metric: "ttft_p90", MaxMs: 100, Lo: 10, Hi: 80, Tolerance: 0.05, Blocks: 4,
+		Confidence: 0.95, Baseline: "plain", Configs: []string{"plain", "taxed"}, Shapes: []string{"s"}}
+}
+
+// TestAnalyzeCapacityBrackets: a metric that rises with the rate and
+// saturates beyond 60 req/s is bracketed where it crosses 100 ms; a block
+// whose run was client-limited is left out, not counted as failing.
+func TestAnalyzeCapacityBrackets(t *testing.T) {
+	rates := []float64{10, 30, 40, 45, 50, 55, 80}
+	jit := []float64{0.5, 1, -1, -0.5}
+	runs := capRuns("plain", rates, 4, func(r float64, b int) float64 {
+		switch {
+		case r >= 60:
+			return math.Inf(1)
+		case r == 30 && b == 2:
+			return math.NaN() // client_limited: says nothing about the SLO
+		}
+		return 2*r + jit[b-1] // crosses 100 ms at 50 req/s
+	})
+	rep := AnalyzeCapacity(testSpec(), runs)
+	s := rep.Search("plain", "s")
+	if s == nil || s.Lo == nil || s.Hi == nil {
+		t.Fatalf("no bracket: %+v", s)
+	}
+	if *s.Lo != 45 || *s.Hi != 55 {
+		t.Errorf("interval [%v, %v], want [45, 55]", *s.Lo, *s.Hi)
+	}
+	if s.BandLo == nil || *s.BandLo != 50 || *s.BandHi != 50 {
+		t.Errorf("band %v–%v, want 50–50 (its CI straddles 100 ms)", s.BandLo, s.BandHi)
+	}
+	p30 := s.Probes[1]
+	if p30.Rate != 30 || p30.N != 3 || p30.Verdict != ProbeHolds {
+		t.Errorf("rate 30: n=%d verdict %s, want 3 counted blocks and holds", p30.N, p30.Verdict)
+	}
+	for b, c := range s.PerBlock {
+		if c < 49 || c > 51 {
+			t.Errorf("block %d: interpolated capacity %v, want ≈50", b, c)
+		}
+	}
+	if s.Estimate == nil || *s.EstLo > 50 || *s.EstHi < 50 {
+		t.Errorf("estimate %v [%v, %v] does not cover 50", s.Estimate, s.EstLo, s.EstHi)
+	}
+}
+
+// TestAnalyzeCapacityPairedRatio: a config whose metric is 25% higher at
+// every rate sustains 20% less load at the SLO; the paired CI over blocks
+// says so and excludes 0, while an identical twin's is within noise.
+func TestAnalyzeCapacityPairedRatio(t *testing.T) {
+	rates := []float64{20, 30, 35, 40, 45, 50, 55, 60}
+	rng := rand.New(rand.NewPCG(1, 2))
+	blockNoise := []float64{1, 1.03, 0.98, 1.01}
+	noise := map[[2]float64]float64{}
+	for _, r := range rates {
+		for b := 1; b <= 4; b++ {
+			noise[[2]float64{r, float64(b)}] = 1 + 0.01*rng.NormFloat64()
+		}
+	}
+	base := func(r float64, b int) float64 { return 2 * r * blockNoise[b-1] * noise[[2]float64{r, float64(b)}] }
+	runs := capRuns("plain", rates, 4, base)
+	runs = append(runs, capRuns("taxed", rates, 4, func(r float64, b int) float64 { return 1.25 * base(r, b) })...)
+	twin := capRuns("twin", rates, 4, base)
+	for i := range twin {
+		twin[i].Cell += "-twin"
+	}
+	runs = append(runs, twin...)
+	sp := testSpec()
+	sp.Configs = append(sp.Configs, "twin")
+	rep := AnalyzeCapacity(sp, runs)
+	if len(rep.Comparisons) != 2 {
+		t.Fatalf("%d comparisons, want 2", len(rep.Comparisons))
+	}
+	taxed, tw := rep.Comparisons[0], rep.Comparisons[1]
+	if taxed.Config != "taxed" || taxed.N != 4 || !(taxed.Hi < 0) || taxed.Lo > -0.2 || taxed.Hi < -0.2 {
+		t.Errorf("taxed: %+v: want 4 blocks and a CI below 0 that covers −20%%", taxed.Comparison)
+	}
+	if w := CapacityChange(taxed.Comparison); !strings.HasPrefix(w, "sustains ") || !strings.Contains(w, "% less load [-") {
+		t.Errorf("taxed in words: %q", CapacityChange(taxed.Comparison))
+	}
+	if tw.Effect != 0 || tw.Significant() {
+		t.Errorf("twin: %+v: want exactly 0 and not significant", tw.Comparison)
+	}
+}
+
+func TestCapacityReportSection(t *testing.T) {
+	dir := t.TempDir()
+	rep := AnalyzeCapacity(testSpec(), capRuns("plain", []float64{10, 80}, 4, func(r float64, b int) float64 { return 2 * r }))
+	if err := WriteCapacity(filepath.Join(dir, CapacityFile), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	renderCapacity(&b, dir)
+	for _, want := range []string{"## Capacity at the SLO (ttft_p90 ≤ 100 ms)", "| plain | s | [10.0, 80.0] |", "| taxed | s | none probed |", "| plain | s | 80 | fails |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("section lacks %q:\n%s", want, b.String())
+		}
+	}
+	var none strings.Builder
+	renderCapacity(&none, t.TempDir())
+	if none.Len() != 0 {
+		t.Errorf("a fixed-rate sweep got a capacity section: %q", none.String())
+	}
+	if err := os.WriteFile(filepath.Join(dir, CapacityFile), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var bad strings.Builder
+	renderCapacity(&bad, dir)
+	if !strings.Contains(bad.String(), "could not be read") {
+		t.Errorf("a corrupt capacity.json is not reported: %q", bad.String())
+	}
+}
