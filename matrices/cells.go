@@ -177,6 +177,9 @@ func (m *Matrix) Resolved() ([]byte, error) {
 		"probe": m.probeSpec(),
 		"cells": cells,
 	}
+	if m.SLO != nil { // only when set: matrices without it keep their hash
+		doc["slo"] = sloSpec(m.SLO)
+	}
 	js, err := compactJSON(doc)
 	if err != nil {
 		return nil, fmt.Errorf("matrix %s: encode resolved matrix: %w", m.File, err)
