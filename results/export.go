@@ -139,6 +139,7 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	withSLOCompare(&s, cells)
 	w := &writer{s: &s, rep: rep}
 	for _, c := range cells {
 		rep.Cells = append(rep.Cells, c.Sum)

@@ -39,6 +39,7 @@ func renderReport(s *ExportInput, cells []*cellData, rep *Report) string {
 		p("No stop reason recorded: the sweep has not finished, and this export is partial.\n\n")
 	}
 	renderTTFT(&b, s, ordered)
+	renderSLO(&b, s, ordered)
 	renderSteps(&b, ordered)
 	renderClasses(&b, ordered)
 	renderNoise(&b, s, ordered)
