@@ -84,12 +84,12 @@
       for (const p of pts) {
         if (p.lo != null && p.hi != null)
           el("path", { class: "ci", d: `M${sx(p.x)},${clampY(p.lo)}V${clampY(p.hi)}M${sx(p.x) - 4},${clampY(p.lo)}h8M${sx(p.x) - 4},${clampY(p.hi)}h8`, stroke: s.color, fill: "none" }, g);
-        if (p.tip) hover(el("circle", { class: "pt", cx: sx(p.x), cy: sy(p.y), r: 4, fill: s.color }, g), p.tip);
+        if (p.tip) hover(el("circle", { class: "pt", cx: sx(p.x), cy: sy(p.y), r: o.r || 4, fill: s.color }, g), p.tip);
         if (p.mark) el("text", { x: sx(p.x) + 5, y: sy(p.y) - 5, fill: s.color }, g, p.mark);
       }
-      const ly = M.t + 4 + 14 * i, lg = el("g", { class: "legend" }, svg);
-      el("rect", { x: M.l + 8, y: ly, width: 10, height: 10, fill: s.color }, lg);
-      el("text", { x: M.l + 22, y: ly + 9 }, lg, s.name);
+      const ly = o.legendBottom ? H - M.b - 4 - 14 * (o.series.length - i) : M.t + 4 + 14 * i, lx = o.legendX || M.l + 8, lg = el("g", { class: "legend" }, svg);
+      el("rect", { x: lx, y: ly, width: 10, height: 10, fill: s.color }, lg);
+      el("text", { x: lx + 14, y: ly + 9 }, lg, s.name);
       lg.addEventListener("click", () => { g.classList.toggle("off"); lg.classList.toggle("off"); });
     });
     return svg;
@@ -138,7 +138,7 @@
       series.forEach((s, i) => { s.name += ` (${cs[i].steps} steps)`; const c = cs[i];
         s.pts.forEach((p, k) => { if (k % 10 === 0) p.tip = `${c.config} at rate ${c.rate}: p${Math.round(100 * p.y)} = ${fmt(p.x)} µs`; }); });
       plot(div, { cls: "cdf", lineCls: "cdf", title: `Step duration CDF (${shape})`, xlab: "step_duration (µs, log scale)",
-        ylab: "fraction of steps ≤ x", series, xlog: true, ymin: 0, ymax: 1 });
+        ylab: "fraction of steps ≤ x", series, xlog: true, ymin: 0, ymax: 1, r: 2.5, legendX: W - 230, legendBottom: true });
     }
   }
 
@@ -150,7 +150,7 @@
       if (!r.series.length) { note(div, `${label}: no GPU samples`).setAttribute("data-run", `${r.cell}/b${r.block}`); continue; }
       const series = r.series.map((s, i) => ({ name: s.name, color: COLORS[i % COLORS.length], line: true,
         pts: s.t.map((t, k) => ({ x: t, y: s.y[q][k], tip: k % 20 === 0 ? `${s.name} at ${fmt(t)} s: ${fmt(s.y[q][k])}` : "" })) }));
-      plot(div, { cls: "gpu", title: label, xlab: "time since first sample (s)", ylab: q, series, ymin: 0,
+      plot(div, { cls: "gpu", title: label, xlab: "time since first sample (s)", ylab: q, series, ymin: 0, r: 2.5,
         ymax: q === "util_gpu" ? 100 : undefined });
     }
   }
