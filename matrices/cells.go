@@ -184,6 +184,9 @@ func (m *Matrix) Resolved() ([]byte, error) {
 	if m.Capacity != nil { // only when set: fixed-rate matrices keep their hash
 		doc["capacity"] = m.Capacity.spec()
 	}
+	if m.SLO != nil { // only when set: matrices without it keep their hash
+		doc["slo"] = sloSpec(m.SLO)
+	}
 	js, err := compactJSON(doc)
 	if err != nil {
 		return nil, fmt.Errorf("matrix %s: encode resolved matrix: %w", m.File, err)

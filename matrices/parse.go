@@ -128,7 +128,7 @@ func parserProblem(msg string) bool {
 
 // topKeys lists the top-level keys in documentation order.
 var topKeys = []string{"name", "seed", "hosts", "engine", "configs", "rates", "shapes",
-	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "capacity"}
+	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "capacity", "slo"}
 
 // matrix decodes the whole document; sections are decoded in dependency
 // order whatever their order in the file, and cross-field checks run only on
@@ -174,6 +174,7 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 	d.capacity(nodes, m, root.Line)
 	d.baseline(nodes["baseline"], m, configsOK)
 	d.classBounds(nodes["class_bounds"], m)
+	d.slo(nodes["slo"], m)
 	if hostsOK && engineOK && configsOK {
 		d.placement(m)
 	}

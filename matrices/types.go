@@ -23,6 +23,7 @@ type Matrix struct {
 	Gate        Gate
 	Probe       Probe
 	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = seed 003's 5k/20k/50k
+	SLO         *SLO   // per-request objective of goodput (slo.go); nil = none
 	Hash        string // hash of the resolved matrix (see Resolved)
 
 	// Capacity makes the sweep a capacity search instead of fixed rates

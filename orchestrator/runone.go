@@ -297,8 +297,13 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 
 // policy is what a run of cell is held to for its verdict.
 func (s *Sweep) policy(cell matrices.Cell) results.Policy {
-	return results.Policy{MinCompleted: minCompleted(s.m.Measure.MinCompleted, cell.Shape),
+	p := results.Policy{MinCompleted: minCompleted(s.m.Measure.MinCompleted, cell.Shape),
 		MaxErrorRate: s.m.Measure.MaxErrorRate, MaxErrorRateSet: s.m.Measure.MaxErrorRateSet}
+	if s.m.SLO != nil {
+		slo := results.SLO(*s.m.SLO)
+		p.SLO = &slo
+	}
+	return p
 }
 
 // minCompleted is measure.min_completed, except for a trace replay, which

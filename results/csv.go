@@ -11,7 +11,7 @@ import (
 // fixed, so the columns are the same for every sweep; a metric a run does not
 // have is an empty field.
 var csvMetrics = append([]string{
-	"completed", "failed", "duration", "request_throughput", "output_throughput",
+	"completed", "failed", "duration", "request_throughput", "output_throughput", MetricGoodput, MetricSLOAttainment,
 	"total_input_tokens", "total_output_tokens",
 	"mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
 	"mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
@@ -29,7 +29,7 @@ var csvMetrics = append([]string{
 
 // csvSpread are the metrics whose CI half-width and CV get their own columns
 // (filled on cell rows only).
-var csvSpread = []string{"p90_ttft_ms", "p90_tpot_ms", "p90_e2el_ms", "step_duration_us_p50", "request_throughput"}
+var csvSpread = []string{"p90_ttft_ms", "p90_tpot_ms", "p90_e2el_ms", "step_duration_us_p50", "request_throughput", MetricGoodput, MetricSLOAttainment}
 
 // csvHeader returns the column names of tables.csv.
 func csvHeader() []string {

@@ -118,7 +118,8 @@ type cellData struct {
 }
 
 // Export reads every run's summary_A.json and writes, under s.Dir, the cell
-// summaries (cells/<id>/summary_A.json), report.md, tables.csv and plots/.
+// summaries (cells/<id>/summary_A.json), report.md, report.html (html.go),
+// tables.csv and plots/.
 // Every file is written atomically. It works on partial sweeps: missing
 // cells, blocks and unreadable summaries are reported in the files and in
 // Report.Warnings; only bad arguments and write failures are errors.
@@ -143,6 +144,7 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	withSLOCompare(&s, cells)
 	w := &writer{s: &s, rep: rep}
 	for _, c := range cells {
 		rep.Cells = append(rep.Cells, c.Sum)
@@ -159,6 +161,13 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 		return nil, fmt.Errorf("export: %w", err)
 	}
 	if err := w.write("report.md", []byte(s.redact(renderReport(&s, cells, rep)))); err != nil {
+		return nil, err
+	}
+	page, err := renderHTML(ctx, &s, cells, rep)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.write("report.html", page); err != nil {
 		return nil, err
 	}
 	csvText, err := renderCSV(&s, cells)

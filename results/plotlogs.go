@@ -125,23 +125,24 @@ func eachLine(path string, fn func([]byte)) error {
 	}
 }
 
-// gpuPlot draws GPU utilisation over time for one run from its gpu.jsonl, or
-// returns nil when the run has none.
-func gpuPlot(s *ExportInput, c *cellData, r *runData, rep *Report) *plot.Plot {
+// gpuSamples reads a run's gpu.jsonl into its samples per GPU, sorted by
+// time, and the first sample's time (µs); nil when the run has none. A bad
+// line is a warning: what was read before it is kept.
+func gpuSamples(s *ExportInput, r *runData, rep *Report, what string) (map[probes.GPUKey][]probes.GPUSample, int64) {
 	path := filepath.Join(s.Dir, r.Ref.Dir, "gpu.jsonl")
 	f, err := os.Open(path)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
-			rep.warn("gpu plot: %v", err)
+			rep.warn("%s: %v", what, err)
 		}
-		return nil
+		return nil, 0
 	}
 	samples, err := probes.ReadGPUSamples(f)
 	f.Close()
-	if err != nil { // plot what was read before the bad line
-		rep.warn("gpu plot: %s: %v", path, err)
+	if err != nil {
+		rep.warn("%s: %s: %v", what, path, err)
 	}
-	series := map[probes.GPUKey]plotter.XYs{}
+	series := map[probes.GPUKey][]probes.GPUSample{}
 	first := int64(math.MaxInt64)
 	for _, v := range samples {
 		if v.TsUs <= 0 {
@@ -149,8 +150,21 @@ func gpuPlot(s *ExportInput, c *cellData, r *runData, rep *Report) *plot.Plot {
 		}
 		first = min(first, v.TsUs)
 		k := probes.GPUKey{Host: v.Host, GPU: v.GPU}
-		series[k] = append(series[k], plotter.XY{X: float64(v.TsUs), Y: v.UtilGPU})
+		series[k] = append(series[k], v)
 	}
+	if len(series) == 0 {
+		return nil, 0
+	}
+	for _, xs := range series {
+		sort.SliceStable(xs, func(a, b int) bool { return xs[a].TsUs < xs[b].TsUs })
+	}
+	return series, first
+}
+
+// gpuPlot draws GPU utilisation over time for one run from its gpu.jsonl, or
+// returns nil when the run has none.
+func gpuPlot(s *ExportInput, c *cellData, r *runData, rep *Report) *plot.Plot {
+	series, first := gpuSamples(s, r, rep, "gpu plot")
 	if len(series) == 0 {
 		return nil
 	}
@@ -159,10 +173,9 @@ func gpuPlot(s *ExportInput, c *cellData, r *runData, rep *Report) *plot.Plot {
 	p.Y.Min, p.Y.Max = 0, 100+15*float64(len(series)) // headroom for the legend
 	p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 25, Label: "25"}, {Value: 50, Label: "50"}, {Value: 75, Label: "75"}, {Value: 100, Label: "100"}}
 	for i, k := range probes.SortedGPUKeys(series) {
-		xys := series[k]
-		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
-		for j := range xys {
-			xys[j].X = (xys[j].X - float64(first)) / 1e6
+		xys := make(plotter.XYs, len(series[k]))
+		for j, v := range series[k] {
+			xys[j] = plotter.XY{X: float64(v.TsUs-first) / 1e6, Y: v.UtilGPU}
 		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {

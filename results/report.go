@@ -40,6 +40,7 @@ func renderReport(s *ExportInput, cells []*cellData, rep *Report) string {
 	}
 	renderCapacity(&b, s.Dir) // a capacity search's section (capacity_report.go); nothing otherwise
 	renderTTFT(&b, s, ordered)
+	renderSLO(&b, s, ordered)
 	renderSteps(&b, ordered)
 	renderClasses(&b, ordered)
 	renderNoise(&b, s, ordered)

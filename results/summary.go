@@ -175,6 +175,14 @@ type RunSummary struct {
 	// prefix cache per instance and its spread (§3.2); see classes.go.
 	Classes   *ClassSummary   `json:"classes,omitempty"`
 	Instances *InstanceCaches `json:"instances,omitempty"`
+
+	// SLO is the objective the run was held to (Policy.SLO); SLOMet,
+	// Goodput and SLOAttainment are counted against it (applySLO). All are
+	// absent when the run had no SLO.
+	SLO           *SLO     `json:"slo,omitempty"`
+	SLOMet        *int     `json:"slo_met,omitempty"`
+	Goodput       *float64 `json:"request_goodput,omitempty"`
+	SLOAttainment *float64 `json:"slo_attainment,omitempty"`
 }
 
 // latStats holds pointers to the five statistics of one latency metric.
@@ -330,6 +338,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		s.P90TTFTIntendedMs = ptr(stats.PercentileSorted(intended, 90))
 		s.P99TTFTIntendedMs = ptr(stats.PercentileSorted(intended, 99))
 	}
+	applySLO(s, in.Records, in.Policy.SLO)
 	gradeSends(s, sends, in)
 	gradeSaturation(s, trendX, trendY, ttft)
 	Decide(s, in.Policy)

@@ -102,6 +102,9 @@ type Policy struct {
 	// DefaultMaxErrorRate otherwise.
 	MaxErrorRate    float64
 	MaxErrorRateSet bool
+	// SLO, when set, is what the run's goodput and SLO attainment count
+	// against (slo.go); it does not change the verdict.
+	SLO *SLO
 }
 
 func (p Policy) maxErrorRate() float64 {

@@ -1,0 +1,108 @@
+// Package chromiumtest loads a local HTML file in a real headless Chromium
+// (Debian's chromium) for tests of self-contained pages: it returns the DOM
+// after the page's scripts ran and the lines the browser logged about the
+// page (console errors, Content-Security-Policy refusals).
+package chromiumtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// Page is what the browser made of one file.
+type Page struct {
+	DOM string // document.documentElement.outerHTML after the scripts ran
+	// Problems are the console errors and refused loads the browser logged
+	// (empty for a page that ran cleanly and fetched nothing).
+	Problems []string
+	Log      string // everything the browser wrote on stderr
+}
+
+// Find returns the path of chromium. Without it the test is skipped, or
+// fails when MBENCH_REQUIRE_CHROMIUM=1 (as in CI).
+func Find(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("MBENCH_REQUIRE_CHROMIUM") == "1" {
+		t.Fatal("chromiumtest: chromium not found and MBENCH_REQUIRE_CHROMIUM=1 (apt-get install chromium)")
+	}
+	t.Skip("chromiumtest: chromium not installed (set MBENCH_REQUIRE_CHROMIUM=1 to fail instead)")
+	return ""
+}
+
+// problemRE matches what the browser logs about the page: every console
+// message (chromium logs them at INFO whatever their level: an uncaught
+// exception, console.error, a load the Content-Security-Policy refused).
+// A page that runs cleanly and fetches nothing logs none.
+var problemRE = regexp.MustCompile(`(?m)^\[[^\]]*:CONSOLE[:(]\d+\)?\].*$`)
+
+// valueRE matches a table cell that carries its exact value:
+// <td … data-KEY="ID" data-metric="M" data-value="V">TEXT</td>.
+var valueRE = regexp.MustCompile(`<td[^>]* data-(cell|run)="([^"]*)" data-metric="([^"]*)" data-value="([^"]*)">([^<]*)</td>`)
+
+// Value is one table cell with its exact value.
+type Value struct {
+	Value, Text string
+}
+
+// Values returns the table cells of the DOM that carry data-KEY (cell or
+// run), data-metric and data-value: ID → metric → value.
+func (p *Page) Values(key string) map[string]map[string]Value {
+	out := map[string]map[string]Value{}
+	for _, m := range valueRE.FindAllStringSubmatch(p.DOM, -1) {
+		if m[1] != key {
+			continue
+		}
+		if out[m[2]] == nil {
+			out[m[2]] = map[string]Value{}
+		}
+		out[m[2]][m[3]] = Value{Value: m[4], Text: m[5]}
+	}
+	return out
+}
+
+// Count is the number of matches of the regular expression re in the DOM.
+func (p *Page) Count(re string) int {
+	return len(regexp.MustCompile(re).FindAllStringIndex(p.DOM, -1))
+}
+
+// Load opens file (an absolute path) in a fresh headless browser profile,
+// with networking features that phone home switched off, and returns the
+// DOM after the scripts ran.
+func Load(ctx context.Context, t testing.TB, browser, file string) *Page {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	profile := t.TempDir()
+	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps",
+		"--user-data-dir="+profile, "--enable-logging=stderr", "--v=0", "--dump-dom", "file://"+filepath.ToSlash(file))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Env = append(os.Environ(), "HOME="+profile) // no dbus, no keyring prompts
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromiumtest: %s: %v\nstderr:\n%s", file, err, stderr.String())
+	}
+	p := &Page{DOM: stdout.String(), Log: stderr.String()}
+	p.Problems = problemRE.FindAllString(p.Log, -1)
+	if len(p.DOM) == 0 {
+		t.Fatalf("chromiumtest: %s: empty DOM\nstderr:\n%s", file, p.Log)
+	}
+	return p
+}
+
+// String summarises a page for a failure message.
+func (p *Page) String() string {
+	return fmt.Sprintf("%d bytes of DOM, problems %q", len(p.DOM), p.Problems)
+}

@@ -1,0 +1,285 @@
+package results
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/stats"
+)
+
+// report.html: one self-contained page (no network fetch: inline CSS and
+// JS, SVG drawn by the script, a Content-Security-Policy that forbids any
+// other source) with the report's tables, rendered here, and interactive
+// plots drawn in the browser from the data embedded as JSON.
+
+var (
+	//go:embed html/report.tmpl
+	htmlTemplate string
+	//go:embed html/report.css
+	htmlCSS string
+	//go:embed html/report.js
+	htmlJS string
+)
+
+// htmlCSP is the page's Content-Security-Policy: inline script and style
+// only, images from data: URLs, nothing else — a fetch would fail.
+const htmlCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+
+// htmlCDFPoints is the number of quantiles kept of each cell's step
+// durations (0, 1/(n−1), …, 1).
+const htmlCDFPoints = 101
+
+// htmlGPUMaxPoints bounds the samples kept per GPU of a run (evenly thinned).
+const htmlGPUMaxPoints = 400
+
+// htmlData is what the page's script draws from.
+type htmlData struct {
+	Simulated  bool        `json:"simulated"`
+	Confidence float64     `json:"confidence"`
+	Configs    []string    `json:"configs"`
+	Shapes     []string    `json:"shapes"`
+	TTFT       []htmlPoint `json:"ttft"`
+	StepCDFs   []htmlCDF   `json:"step_cdfs"`
+	GPU        []htmlGPU   `json:"gpu"`
+}
+
+// htmlCellKey names the cell a datum belongs to.
+type htmlCellKey struct {
+	Cell   string  `json:"cell"`
+	Config string  `json:"config"`
+	Shape  string  `json:"shape"`
+	Rate   float64 `json:"rate"`
+}
+
+// keyOf is the htmlCellKey of c.
+func keyOf(c *cellData) htmlCellKey {
+	return htmlCellKey{Cell: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: c.Info.Rate}
+}
+
+// htmlPoint is one cell's TTFT p90 mean and CI.
+type htmlPoint struct {
+	htmlCellKey
+	Mean      float64  `json:"mean"`
+	Lo        *float64 `json:"lo"`
+	Hi        *float64 `json:"hi"`
+	N         int      `json:"n"`
+	Saturated bool     `json:"saturated"`
+}
+
+// htmlCDF is one cell's step-duration distribution as quantiles (µs).
+type htmlCDF struct {
+	htmlCellKey
+	Steps int       `json:"steps"`
+	Q     []float64 `json:"q"`
+}
+
+// htmlGPU is one run's GPU samples; Series is empty when it has none.
+type htmlGPU struct {
+	htmlCellKey
+	Block  int             `json:"block"`
+	Series []htmlGPUSeries `json:"series"`
+}
+
+// htmlGPUSeries is one GPU's samples: seconds since the run's first sample
+// and, per quantity, its values.
+type htmlGPUSeries struct {
+	Name string               `json:"name"`
+	T    []float64            `json:"t"`
+	Y    map[string][]float64 `json:"y"`
+}
+
+// htmlMetric is a column of the page's cell table.
+type htmlMetric struct {
+	Key, Label string
+	Scale      float64 // shown value = Scale × stored value
+	Unit       string
+}
+
+// htmlCellMetrics are the cell table's metric columns; a column no cell has
+// is left out.
+var htmlCellMetrics = []htmlMetric{
+	{"p90_ttft_ms", "TTFT p90", 1, " ms"}, {"p90_tpot_ms", "TPOT p90", 1, " ms"}, {"p90_e2el_ms", "E2EL p90", 1, " ms"},
+	{"request_throughput", "throughput", 1, " req/s"}, {MetricGoodput, "goodput", 1, " req/s"},
+	{MetricSLOAttainment, "SLO attainment", 100, "%"}, {"step_duration_us_p50", "step p50", 1, " µs"},
+}
+
+// htmlRunMetrics are the run table's metric columns.
+var htmlRunMetrics = []htmlMetric{{"p90_ttft_ms", "TTFT p90", 1, " ms"}, {"request_throughput", "throughput", 1, " req/s"},
+	{MetricGoodput, "goodput", 1, " req/s"}, {MetricSLOAttainment, "SLO attainment", 100, "%"}}
+
+// htmlValue is one number of a table: its exact value (for machines, in a
+// data attribute) and its text.
+type htmlValue struct {
+	Metric string
+	Value  string // strconv 'g' -1: parses back to the stored float64
+	Text   string
+}
+
+// htmlCellRow is one row of the cell table.
+type htmlCellRow struct {
+	ID, Config, Shape, Rate, SLO string
+	N                            int
+	Values                       []htmlValue
+}
+
+// htmlRunRow is one row of the run table.
+type htmlRunRow struct {
+	Cell, Config, Rate, Verdict, Reason, Dir string
+	Block                                    int
+	Values                                   []htmlValue
+}
+
+// htmlPage is the template's input.
+type htmlPage struct {
+	Title, Banner, StopReason, CSP string
+	Overrides                      []string
+	CSS                            template.CSS
+	JS                             template.JS
+	Data                           template.JS
+	CellMetrics, RunMetrics        []htmlMetric
+	Cells                          []htmlCellRow
+	Runs                           []htmlRunRow
+	Comparisons, NoiseFloor        []ComparisonRow
+	Warnings                       []string
+}
+
+// renderHTML writes report.html.
+func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Report) ([]byte, error) {
+	ordered := cellOrder(s, cells)
+	pg := htmlPage{Title: "mbench report: " + orDefault(s.Name, "sweep"), StopReason: s.StopReason, CSP: htmlCSP,
+		Overrides: s.Overrides, CSS: template.CSS(htmlCSS), JS: template.JS(htmlJS),
+		Comparisons: rep.Comparisons, NoiseFloor: rep.NoiseFloor, Warnings: rep.Warnings}
+	if s.Simulated {
+		pg.Banner = "SIMULATED ENGINE — numbers model an engine, not vLLM"
+	}
+	for _, m := range htmlCellMetrics {
+		if anyCellHas(ordered, m.Key) {
+			pg.CellMetrics = append(pg.CellMetrics, m)
+		}
+	}
+	for _, m := range htmlRunMetrics {
+		if anyCellHas(ordered, m.Key) {
+			pg.RunMetrics = append(pg.RunMetrics, m)
+		}
+	}
+	data := htmlData{Simulated: s.Simulated, Confidence: s.Confidence, Configs: configsOf(ordered, s), StepCDFs: []htmlCDF{}, GPU: []htmlGPU{}, TTFT: []htmlPoint{}}
+	data.Shapes, _ = shapesOf(ordered)
+	for i, c := range ordered {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("export: %w", err)
+		}
+		row := htmlCellRow{ID: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: fmtFloat(c.Info.Rate), N: c.Sum.NRuns}
+		for _, x := range cellSLOs(c) {
+			row.SLO = x
+		}
+		for _, m := range pg.CellMetrics {
+			row.Values = append(row.Values, cellValue(c.Sum.Metrics[m.Key], m))
+		}
+		pg.Cells = append(pg.Cells, row)
+		if m, ok := c.Sum.Metrics["p90_ttft_ms"]; ok && m.Mean != nil {
+			data.TTFT = append(data.TTFT, htmlPoint{htmlCellKey: keyOf(c),
+				Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.saturated()})
+		}
+		if cdf, ok := cellStepCDF(s, c, i, rep); ok {
+			data.StepCDFs = append(data.StepCDFs, cdf)
+		}
+		for _, r := range c.Runs {
+			rr := htmlRunRow{Cell: c.Info.ID, Config: c.Info.Config, Rate: fmtFloat(c.Info.Rate), Block: r.Ref.Block,
+				Verdict: string(r.Ref.Status), Reason: orDefault(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir}
+			for _, m := range pg.RunMetrics {
+				v, ok := r.Metrics[m.Key]
+				rr.Values = append(rr.Values, htmlRunValue(v, ok, m))
+			}
+			pg.Runs = append(pg.Runs, rr)
+			if r.Sum != nil && filepath.IsLocal(r.Ref.Dir) {
+				data.GPU = append(data.GPU, runGPU(s, c, r, rep))
+			}
+		}
+	}
+	js, err := json.Marshal(data) // escapes <, > and &: safe inside <script>
+	if err != nil {
+		return nil, fmt.Errorf("export: report.html data: %w", err)
+	}
+	pg.Data = template.JS(js)
+	t, err := template.New("report.html").Parse(htmlTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("export: report.html template: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, pg); err != nil {
+		return nil, fmt.Errorf("export: report.html: %w", err)
+	}
+	return []byte(s.redact(buf.String())), nil
+}
+
+// cellValue formats a cell metric: "mean ±half" (or "(n=1)"), "—" without data.
+func cellValue(m MetricStats, hm htmlMetric) htmlValue {
+	v := htmlValue{Metric: hm.Key, Text: meanCI(m, hm.Scale, hm.Unit)}
+	if m.Mean != nil {
+		v.Value = strconv.FormatFloat(*m.Mean, 'g', -1, 64)
+	}
+	return v
+}
+
+// htmlRunValue formats one run's metric.
+func htmlRunValue(x float64, ok bool, hm htmlMetric) htmlValue {
+	if !ok {
+		return htmlValue{Metric: hm.Key, Text: "—"}
+	}
+	return htmlValue{Metric: hm.Key, Value: strconv.FormatFloat(x, 'g', -1, 64), Text: fmtNum(hm.Scale*x) + hm.Unit}
+}
+
+// cellStepCDF is the step-duration quantiles of a cell's used runs (a
+// reservoir sample of their engine_step.jsonl), when it has any.
+func cellStepCDF(s *ExportInput, c *cellData, i int, rep *Report) (htmlCDF, bool) {
+	res := reservoir{rng: rand.New(rand.NewPCG(uint64(i)+1, 0x5eed))}
+	for _, r := range c.Runs {
+		if r.Sum == nil || r.Problem != "" || !filepath.IsLocal(r.Ref.Dir) {
+			continue
+		}
+		if err := readSteps(filepath.Join(s.Dir, r.Ref.Dir, "engine_step.jsonl"), &res); err != nil && !errors.Is(err, os.ErrNotExist) {
+			rep.warn("report.html step CDF: %v", err)
+		}
+	}
+	if len(res.xs) == 0 {
+		return htmlCDF{}, false
+	}
+	sort.Float64s(res.xs)
+	cdf := htmlCDF{htmlCellKey: keyOf(c), Steps: res.seen}
+	for k := 0; k < htmlCDFPoints; k++ {
+		cdf.Q = append(cdf.Q, stats.PercentileSorted(res.xs, 100*float64(k)/(htmlCDFPoints-1)))
+	}
+	return cdf, true
+}
+
+// runGPU is a run's GPU samples, thinned to htmlGPUMaxPoints per GPU.
+func runGPU(s *ExportInput, c *cellData, r *runData, rep *Report) htmlGPU {
+	g := htmlGPU{htmlCellKey: keyOf(c), Block: r.Ref.Block, Series: []htmlGPUSeries{}}
+	series, first := gpuSamples(s, r, rep, "report.html GPU series")
+	for _, k := range probes.SortedGPUKeys(series) {
+		xs := series[k]
+		step := max(1, (len(xs)+htmlGPUMaxPoints-1)/htmlGPUMaxPoints)
+		gs := htmlGPUSeries{Name: fmt.Sprintf("%s gpu%d", k.Host, k.GPU), Y: map[string][]float64{}}
+		for j := 0; j < len(xs); j += step {
+			v := xs[j]
+			gs.T = append(gs.T, float64(v.TsUs-first)/1e6)
+			gs.Y["util_gpu"] = append(gs.Y["util_gpu"], v.UtilGPU)
+			gs.Y["mem_used_mib"] = append(gs.Y["mem_used_mib"], v.MemUsedMiB)
+			gs.Y["power_w"] = append(gs.Y["power_w"], v.PowerW)
+			gs.Y["sm_clock_mhz"] = append(gs.Y["sm_clock_mhz"], v.SMClockMHz)
+		}
+		g.Series = append(g.Series, gs)
+	}
+	return g
+}

@@ -1,0 +1,132 @@
+package results
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/mbench/mbench/openloop"
+)
+
+// SLO is the per-request service-level objective of a run (the matrix's
+// slo section), in milliseconds; a zero bound is not part of it. Its field
+// names and types are those of matrices.SLO, so one converts to the other.
+type SLO struct {
+	TTFTMs float64 `json:"ttft_ms,omitempty"`
+	TPOTMs float64 `json:"tpot_ms,omitempty"`
+	E2ELMs float64 `json:"e2el_ms,omitempty"`
+}
+
+// String is the SLO as a report shows it: "TTFT ≤ 500 ms, TPOT ≤ 50 ms".
+func (o SLO) String() string {
+	var parts []string
+	for _, b := range []struct {
+		name string
+		ms   float64
+	}{{"TTFT", o.TTFTMs}, {"TPOT", o.TPOTMs}, {"E2EL", o.E2ELMs}} {
+		if b.ms > 0 {
+			parts = append(parts, fmt.Sprintf("%s ≤ %g ms", b.name, b.ms))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// The run metrics of an SLO (RunMetrics keys): request_goodput is
+// `vllm bench serve --goodput`'s name for the rate of good requests.
+const (
+	MetricGoodput       = "request_goodput"
+	MetricSLOAttainment = "slo_attainment"
+)
+
+// sloMetrics are the SLO's metrics, compared across configs whenever the
+// runs have them.
+var sloMetrics = []string{MetricGoodput, MetricSLOAttainment}
+
+// meets reports whether a completed request meets every bound of o, by the
+// definitions of vLLM's calculate_metrics (vllm/benchmarks/serve.py at
+// commit 009e6d4a, lines 605–662):
+//
+//   - TTFT = first content chunk − send, E2EL = last content chunk − send
+//     (mbench's, as for the latency statistics);
+//   - TPOT = (E2EL − TTFT) / (output tokens − 1) when output tokens > 1,
+//     else 0, so a one-token answer meets any TPOT bound ("if output_len <= 1,
+//     we regard tpot as 0 for goodput", lines 624–630);
+//   - a request is good when every bound given is ≥ its value (≤ passes,
+//     line 660).
+//
+// Where vLLM would take a missing first-token time as 0, mbench does not
+// count an unmeasured TTFT or E2EL as met.
+func (o SLO) meets(r *Record) bool {
+	if r.FirstTokenNs <= 0 || r.SentNs <= 0 || r.LastTokenNs <= 0 {
+		return false
+	}
+	ttft := float64(r.FirstTokenNs-r.SentNs) / 1e6
+	e2el := float64(r.LastTokenNs-r.SentNs) / 1e6
+	tpot := 0.0
+	if r.OutputTokens > 1 {
+		tpot = (e2el - ttft) / float64(r.OutputTokens-1)
+	}
+	return (o.TTFTMs <= 0 || ttft <= o.TTFTMs) &&
+		(o.TPOTMs <= 0 || tpot <= o.TPOTMs) &&
+		(o.E2ELMs <= 0 || e2el <= o.E2ELMs)
+}
+
+// applySLO sets the SLO fields of a run summary whose other fields are
+// already computed from the same records:
+//
+//   - slo_met: the measured requests that completed (status ok) and meet
+//     every bound — vLLM's good_completed, which counts successful outputs
+//     only (serve.py line 605);
+//   - request_goodput = slo_met / duration, the measured window, as
+//     request_throughput = completed / duration (vLLM: good_completed /
+//     dur_s, serve.py line 767; BenchmarkMetrics.request_goodput, line 333);
+//   - slo_attainment = slo_met / (completed + measured requests the engine
+//     failed): the share of the requests that the run answered or failed that
+//     met the SLO. Requests the harness cut off at the end (drained,
+//     canceled) are neither, as in the error-rate check of Decide.
+//
+// Without an SLO nothing is set (the fields stay absent, never 0).
+func applySLO(s *RunSummary, recs []Record, o *SLO) {
+	if o == nil || *o == (SLO{}) {
+		return
+	}
+	slo := *o
+	met := 0
+	for i := range recs {
+		r := &recs[i]
+		if r.Phase == openloop.PhaseMeasure && r.Status == openloop.StatusOK && slo.meets(r) {
+			met++
+		}
+	}
+	engineFailed := 0
+	for class, n := range s.Errors {
+		if !harnessCut(class) {
+			engineFailed += n
+		}
+	}
+	s.SLO, s.SLOMet = &slo, &met
+	if s.Duration > 0 {
+		s.Goodput = ptr(float64(met) / s.Duration)
+	}
+	if n := s.Completed + engineFailed; n > 0 {
+		s.SLOAttainment = ptr(float64(met) / float64(n))
+	}
+}
+
+// withSLOCompare adds the SLO metrics to the compared metrics when some cell
+// has them and the sweep does not list them already.
+func withSLOCompare(s *ExportInput, cells []*cellData) {
+	listed := map[string]bool{ResolveMetric(s.Metric): true}
+	for _, m := range s.Compare {
+		listed[ResolveMetric(m)] = true
+	}
+	out := append([]string(nil), s.Compare...)
+	for _, m := range sloMetrics {
+		if !listed[m] && anyCellHas(cells, m) {
+			out = append(out, m)
+		}
+	}
+	s.Compare = out
+}

@@ -1,0 +1,63 @@
+package results
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// renderSLO writes the goodput section of report.md: per cell the SLO, the
+// goodput and the SLO attainment with their CIs. It says so when the runs
+// were held to different SLOs (a matrix edited between runs kept by
+// `mbench run --out`), and writes nothing when no run had an SLO.
+func renderSLO(b *strings.Builder, s *ExportInput, ordered []*cellData) {
+	if !anyCellHas(ordered, MetricGoodput) {
+		return
+	}
+	fmt.Fprintf(b, "## Goodput under the SLO\n\n"+
+		"Goodput (%s) is the rate of measured requests that completed and met every bound of the SLO, per second of the measured window, as `vllm bench serve --goodput` counts it "+
+		"(TPOT = (E2EL − TTFT)/(output tokens − 1), taken as 0 for a one-token answer; a value equal to its bound meets it). "+
+		"SLO attainment is the share of the measured requests, completed or failed by the engine, that met it. Mean over blocks ± the %.0f%% Student-t CI half-width.\n\n",
+		MetricGoodput, 100*s.Confidence)
+	b.WriteString("| Config | Shape | Rate | SLO | goodput (req/s) | SLO attainment | n |\n|---|---|---|---|---|---|---|\n")
+	all := map[string]bool{}
+	for _, c := range ordered {
+		slos := cellSLOs(c)
+		for _, x := range slos {
+			all[x] = true
+		}
+		g, a := c.Sum.Metrics[MetricGoodput], c.Sum.Metrics[MetricSLOAttainment]
+		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %d |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
+			orDefault(strings.Join(slos, "; "), "none"), meanCI(g, 1, ""), meanCI(a, 100, "%"), g.N)
+	}
+	b.WriteString("\n")
+	if len(all) > 1 {
+		fmt.Fprintf(b, "**Warning**: the runs were held to different SLOs (%s): their goodputs are not comparable. Re-run the cells whose runs kept an older SLO.\n\n",
+			strings.Join(slices.Sorted(maps.Keys(all)), " | "))
+	}
+}
+
+// cellSLOs lists the distinct SLOs of a cell's used runs, in words.
+func cellSLOs(c *cellData) []string {
+	seen := map[string]bool{}
+	for _, r := range c.Used {
+		if r.Sum != nil && r.Sum.SLO != nil {
+			seen[r.Sum.SLO.String()] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// meanCI formats a cell metric as "mean ±half" scaled by k with a unit
+// suffix, "x (n=1)" without a CI, "—" without a value.
+func meanCI(m MetricStats, k float64, unit string) string {
+	if m.Mean == nil {
+		return "—"
+	}
+	mean := k * *m.Mean
+	if m.HalfWidth == nil {
+		return fmt.Sprintf("%s%s (n=%d)", fmtNum(mean), unit, m.N)
+	}
+	return fmt.Sprintf("%s%s ±%s", fmtNum(mean), unit, fmtNumLike(k**m.HalfWidth, mean))
+}
