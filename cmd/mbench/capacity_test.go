@@ -42,11 +42,8 @@ baseline: plain
 // taxed config's capacity lower with a paired CI that excludes 0.
 func TestCapacitySearchOnSim(t *testing.T) {
 	t.Parallel()
-	if testing.Short() || os.Getenv("MBENCH_CAPACITY_E2E") != "1" {
-		// Not yet fit for the default run: about 2.5 minutes, and on a loaded
-		// shared 2-core machine the sim's millisecond TTFTs are too noisy for
-		// its assertions (see README, Capacity search).
-		t.Skip("end-to-end capacity search: set MBENCH_CAPACITY_E2E=1")
+	if testing.Short() {
+		t.Skip("end-to-end capacity search")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
