@@ -36,6 +36,7 @@ func (m *Matrix) cellID(c *Config, rate float64, s Shape) string {
 		"arrival": m.arrivalSpec(),
 		"measure": m.measureSpec(),
 	}
+	m.loadgenSpec(spec)
 	return mustHash(spec, 12)
 }
 
@@ -177,6 +178,7 @@ func (m *Matrix) Resolved() ([]byte, error) {
 		"probe": m.probeSpec(),
 		"cells": cells,
 	}
+	m.loadgenSpec(doc)
 	js, err := compactJSON(doc)
 	if err != nil {
 		return nil, fmt.Errorf("matrix %s: encode resolved matrix: %w", m.File, err)

@@ -1,6 +1,10 @@
 package matrices
 
-import "time"
+import (
+	"time"
+
+	"github.com/mbench/mbench/openloop"
+)
 
 // Matrix is a loaded, validated and defaulted experiment matrix.
 type Matrix struct {
@@ -23,7 +27,10 @@ type Matrix struct {
 	Gate        Gate
 	Probe       Probe
 	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = seed 003's 5k/20k/50k
-	Hash        string // hash of the resolved matrix (see Resolved)
+	// Endpoint is the API the load drives: completions (default) or chat
+	// (parse_loadgen.go).
+	Endpoint openloop.Endpoint
+	Hash     string // hash of the resolved matrix (see Resolved)
 
 	lines map[string]int // field path → line, for errors found after Parse
 }

@@ -14,6 +14,9 @@ import (
 type Config struct {
 	Targets []string // base URLs, e.g. "http://127.0.0.1:8000"; requests round-robin over them
 	Model   string   // "" = ask GET /v1/models of the first target once and take the first id
+	// Endpoint is the API driven: completions (the default when empty) or
+	// chat (see EndpointChat). The metrics are defined alike for both.
+	Endpoint Endpoint
 	// Rate is the offered load in req/s. With Shape.Trace it is a rate
 	// multiplier on top of Trace.TimeScale (0 = 1).
 	Rate    float64
@@ -112,6 +115,9 @@ func (c *Config) validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("targets: %q is not an http(s) base URL", t)
 		}
+	}
+	if err := c.Endpoint.Validate(); err != nil {
+		return err
 	}
 	if err := c.Shape.Validate(); err != nil {
 		return fmt.Errorf("shape %q: %w", c.Shape.Name, err)

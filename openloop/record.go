@@ -38,7 +38,7 @@ type Record struct {
 	FirstTokenNs int64      `json:"first_token_ns"` // first content chunk
 	LastTokenNs  int64      `json:"last_token_ns"`  // last content chunk
 	DoneNs       int64      `json:"done_ns"`        // end of the stream, or the failure
-	InputTokens  int        `json:"input_tokens"`   // prompt token ids sent
+	InputTokens  int        `json:"input_tokens"`   // prompt token ids sent; for a text prompt (chat, dataset) the engine's usage.prompt_tokens, or the words sent without it
 	OutputTokens int        `json:"output_tokens"`  // from the usage chunk (see UsageMissing)
 	ITLMs        []float64  `json:"itl_ms"`         // gaps between consecutive content chunks, ms
 	Status       string     `json:"status"`         // StatusOK or StatusError

@@ -84,7 +84,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for _, t := range cfg.Targets {
 		b := strings.TrimRight(t, "/")
 		r.bases = append(r.bases, b)
-		urls = append(urls, b+"/v1/completions")
+		urls = append(urls, b+cfg.Endpoint.Path())
 	}
 	budget := &memBudget{limit: cfg.StreamMemory}
 	if budget.limit == 0 {

@@ -277,6 +277,7 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 	return openloop.Config{
 		Targets:      targets,
 		Model:        s.m.Engine.Model,
+		Endpoint:     s.m.Endpoint,
 		Rate:         cell.Rate,
 		Arrival:      openloop.Arrival{Process: s.m.Arrival.Process, Burstiness: s.m.Arrival.Burstiness},
 		Shape:        toLoadShape(cell.Shape),

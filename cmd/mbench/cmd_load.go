@@ -31,6 +31,7 @@ func init() {
 				&cli.IntFlag{Name: "warmup", Usage: "warmup requests, discarded"},
 				&cli.Int64Flag{Name: "seed", Value: 1, Usage: "workload seed"},
 				&cli.StringFlag{Name: "model", Usage: "model name (default: the first of /v1/models)"},
+				&cli.StringFlag{Name: "endpoint", Value: string(openloop.EndpointCompletions), Usage: "completions (/v1/completions) | chat (/v1/chat/completions)"},
 				&cli.StringFlag{Name: "arrival", Value: openloop.ArrivalPoisson, Usage: strings.Join(openloop.ArrivalProcesses, " | ")},
 				&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
 				&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"},
@@ -74,6 +75,9 @@ func loadAction(c *cli.Context) error {
 	if a := c.String("arrival"); a == "" || !openloop.ValidProcess(a) {
 		return usageError{fmt.Errorf("load: --arrival %q: valid: %s", a, strings.Join(openloop.ArrivalProcesses, ", "))}
 	}
+	if err := openloop.Endpoint(c.String("endpoint")).Validate(); err != nil {
+		return usageError{fmt.Errorf("load: --%w", err)}
+	}
 	out := c.String("out")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("load: create %s: %w", out, err)
@@ -84,7 +88,7 @@ func loadAction(c *cli.Context) error {
 	}
 	defer f.Close()
 	cfg := openloop.Config{
-		Targets: c.StringSlice("url"), Model: c.String("model"), Rate: c.Float64("rate"),
+		Targets: c.StringSlice("url"), Model: c.String("model"), Rate: c.Float64("rate"), Endpoint: openloop.Endpoint(c.String("endpoint")),
 		Arrival: openloop.Arrival{Process: c.String("arrival"), Burstiness: c.Float64("burstiness")},
 		Shape:   shape, Seed: c.Int64("seed"), Warmup: c.Int("warmup"), MinCompleted: mc, Requests: n, Duration: d,
 		Timeout: c.Duration("timeout"), DrainTimeout: c.Duration("drain-timeout"), Cell: "load", Sink: f,

@@ -1,0 +1,117 @@
+package main
+
+// Issue 22's load generator features end to end on the simulated engine:
+// the chat endpoint, closed-loop concurrency, dataset prompts and ramp-up,
+// through `mbench load` and through sweeps.
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/openloop"
+)
+
+// loadRecords runs `mbench load` with args against base and returns its
+// records, every one of which must have completed.
+func loadRecords(t *testing.T, base string, args ...string) []openloop.Record {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "load")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	all := append([]string{"load", "--url", base, "--out", out}, args...)
+	if stdout, stderr, err := runCLI(t, ctx, all...); err != nil {
+		t.Fatalf("mbench %v: %v\nstdout:\n%s\nstderr:\n%s", all, err, stdout, stderr)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := openloop.ReadRecords(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if !r.OK() {
+			t.Fatalf("request %d: %s", r.ID, r.Error)
+		}
+	}
+	return recs
+}
+
+// tokenCounts maps request id to its input and output tokens.
+func tokenCounts(recs []openloop.Record) map[int][2]int {
+	out := map[int][2]int{}
+	for _, r := range recs {
+		out[r.ID] = [2]int{r.InputTokens, r.OutputTokens}
+	}
+	return out
+}
+
+// TestLoadChatEndpointSameTokens: the same seeded `mbench load` over
+// /v1/completions and /v1/chat/completions of the sim gives every request
+// the same input and output tokens (the chat prompt is the same ids as
+// words, which the sim counts one token each; the counts come from usage).
+func TestLoadChatEndpointSameTokens(t *testing.T) {
+	t.Parallel()
+	base := serveSimInProcess(t, fastSim(4096))
+	args := []string{"--rate", "40", "--requests", "30", "--seed", "5", "--model", "sim-model", "--input", "64", "--output", "6"}
+	comp := loadRecords(t, base, append(args, "--endpoint", "completions")...)
+	chat := loadRecords(t, base, append(args, "--endpoint", "chat")...)
+	if len(comp) != 30 || len(chat) != 30 {
+		t.Fatalf("%d and %d records, want 30", len(comp), len(chat))
+	}
+	a, b := tokenCounts(comp), tokenCounts(chat)
+	for id, c := range a {
+		if b[id] != c || c != [2]int{64, 6} {
+			t.Errorf("request %d: completions %v, chat %v, want [64 6]", id, c, b[id])
+		}
+	}
+	for _, r := range chat {
+		if r.UsageMissing || len(r.ITLMs) != 5 || r.TTFT() <= 0 || r.E2EL() < r.TTFT() {
+			t.Errorf("chat record %+v", r)
+		}
+	}
+}
+
+const chatSweep = `name: chat-test
+seed: 3
+engine:
+  kind: sim
+  port: %PORT%
+  ready_timeout: 20s
+  grace: 2s
+  sim: {step_base_us: 400, prefill_token_us: 0.1, decode_seq_us: 5}
+configs: {plain: {}}
+endpoint: chat
+rates: [20]
+shapes:
+  - {input: 48, output: 5}
+measure: {warmup_requests: 2, min_completed: 30, timeout: 30s, drain_timeout: 5s}
+repeat: {min: 1, max: 1}
+gate: {enabled: false}
+`
+
+// TestChatSweep: endpoint: chat through a sweep; the summary's token totals
+// are the shape's (from the chat usage chunks) and every request streamed
+// its tokens.
+func TestChatSweep(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("end-to-end sweep")
+	}
+	runs := runWorkloadSweep(t, chatSweep, 1)
+	r := runs[0]
+	completed := r.summary["completed"].(float64)
+	if completed < 30 || r.summary["total_input_tokens"].(float64) != 48*completed || r.summary["total_output_tokens"].(float64) != 5*completed {
+		t.Errorf("summary: completed %v, input %v, output %v; want 48 and 5 tokens each", completed, r.summary["total_input_tokens"], r.summary["total_output_tokens"])
+	}
+	for _, rec := range r.recs {
+		if rec.OutputTokens != 5 || rec.InputTokens != 48 || len(rec.ITLMs) != 4 {
+			t.Errorf("record %+v", rec)
+		}
+	}
+}
