@@ -139,7 +139,7 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 	for i, k := range topKeys {
 		fields[i] = field{name: k, set: func(v *yaml.Node, _ string) { nodes[k] = v }}
 		switch k {
-		case "name", "seed", "engine", "configs", "rates", "shapes":
+		case "name", "seed", "engine", "configs", "shapes": // rates: unless a closed loop (parse_loadgen.go)
 			fields[i].required = true
 		}
 	}
@@ -171,6 +171,7 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 		d.shapes(v, m, checkFiles)
 	}
 	d.workload(nodes, m)
+	d.closedLoop(nodes, m)
 	d.baseline(nodes["baseline"], m, configsOK)
 	d.classBounds(nodes["class_bounds"], m)
 	d.endpoint(nodes["endpoint"], m)

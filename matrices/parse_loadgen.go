@@ -32,3 +32,58 @@ func (m *Matrix) loadgenSpec(spec map[string]any) {
 		spec["endpoint"] = string(m.Endpoint)
 	}
 }
+
+// inFlight decodes arrival.in_flight, an in-flight level or a list of
+// distinct ones, into m.Rates: in a closed loop the levels take the place
+// of rates, one cell per level (as GuideLLM's concurrent rates).
+func (d *decoder) inFlight(v *yaml.Node, path string, m *Matrix) {
+	if l := d.lines["rates"]; l > 0 {
+		d.add(v.Line, path, "in_flight or rates, not both", "a closed loop's in-flight levels replace rates (rates at line %d)", l)
+		return
+	}
+	es, ps := []*yaml.Node{v}, []string{path}
+	if v.Kind == yaml.SequenceNode {
+		var ok bool
+		if es, ps, ok = d.list(v, path); ok && len(es) == 0 {
+			d.add(v.Line, path, "an integer ≥ 1 or a list such as [1, 4, 16]", "at least one level is required")
+		}
+	}
+	seen := map[int]int{}
+	for i, e := range es {
+		n := d.intField(e, ps[i], 1, 1<<20)
+		if n < 1 {
+			continue
+		}
+		if first, dup := seen[n]; dup {
+			d.add(e.Line, ps[i], "distinct levels", "level %d is listed twice (first at line %d)", n, first)
+			continue
+		}
+		seen[n] = e.Line
+		m.Rates = append(m.Rates, float64(n))
+	}
+}
+
+// closedLoop checks that process concurrency comes with in_flight, that
+// in_flight comes with it, and that any other process has rates.
+func (d *decoder) closedLoop(nodes map[string]*yaml.Node, m *Matrix) {
+	closed := m.Arrival.Process == openloop.ArrivalConcurrency
+	l := d.lines["arrival.in_flight"]
+	switch {
+	case closed && l == 0 && d.lines["rates"] == 0:
+		d.add(d.lines["arrival.process"], "arrival.in_flight", "an integer ≥ 1 or a list such as [1, 4, 16]", "missing required key (process concurrency)")
+	case closed && l == 0:
+		d.add(d.lines["rates"], "rates", "arrival.in_flight (the requests kept in flight)", "a closed loop (process concurrency) has no rate; give its in-flight levels as arrival.in_flight")
+	case !closed && l > 0:
+		d.add(l, "arrival.in_flight", "process: concurrency, or remove in_flight", "in_flight applies to process concurrency only")
+	case !closed && nodes["rates"] == nil:
+		d.add(1, "rates", "", "missing required key")
+	}
+	if closed {
+		for _, s := range m.Shapes {
+			if s.Trace != nil {
+				d.add(d.lines["arrival.process"], "arrival.process", "poisson, gamma or constant with a trace shape",
+					"shape %s: a trace replays its own send times; bound it with max_inflight_sessions instead of a closed loop", s.Name)
+			}
+		}
+	}
+}

@@ -212,6 +212,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 	d.object(nodes["arrival"], "arrival", 1, []field{
 		{"process", false, func(v *yaml.Node, p string) { m.Arrival.Process, _ = d.enum(v, p, openloop.ArrivalProcesses...) }},
 		{"burstiness", false, func(v *yaml.Node, p string) { m.Arrival.Burstiness, _ = d.number(v, p, true) }},
+		{"in_flight", false, func(v *yaml.Node, p string) { d.inFlight(v, p, m) }},
 	})
 	if l := d.lines["arrival.burstiness"]; l > 0 && m.Arrival.Process != openloop.ArrivalGamma && m.Arrival.Process != "" {
 		d.add(l, "arrival.burstiness", "process: gamma, or remove burstiness", "burstiness applies to process gamma only")

@@ -152,10 +152,12 @@ type Trace struct {
 	src                 string  // path as written, for location-independent ids
 }
 
-// Arrival is the arrival process of the open-loop load.
+// Arrival is the arrival process of the load.
 type Arrival struct {
-	Process    string  // poisson (default) | gamma | constant
+	Process    string  // poisson (default) | gamma | constant | concurrency
 	Burstiness float64 // gamma shape (default 1)
+	// With process concurrency (a closed loop), the in-flight levels
+	// (in_flight) are the matrix's Rates: a cell's Rate is its level.
 }
 
 // Measure bounds one run.

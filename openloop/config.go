@@ -18,7 +18,8 @@ type Config struct {
 	// chat (see EndpointChat). The metrics are defined alike for both.
 	Endpoint Endpoint
 	// Rate is the offered load in req/s. With Shape.Trace it is a rate
-	// multiplier on top of Trace.TimeScale (0 = 1).
+	// multiplier on top of Trace.TimeScale (0 = 1). A closed loop
+	// (Arrival.Process concurrency) does not use it.
 	Rate    float64
 	Arrival Arrival
 	Shape   Shape
@@ -127,7 +128,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("rate: the trace rate multiplier must be > 0 (or 0 for 1), got %v", c.Rate)
 		}
 	} else {
-		if !(c.Rate > 0) {
+		if !(c.Rate > 0) && c.Arrival.Process != ArrivalConcurrency {
 			return fmt.Errorf("rate: must be > 0 req/s, got %v", c.Rate)
 		}
 		if c.MinCompleted <= 0 && c.Requests <= 0 && c.Duration <= 0 {
@@ -136,6 +137,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.Arrival.Validate(); err != nil {
 		return err
+	}
+	if c.Arrival.Process == ArrivalConcurrency && c.Shape.Trace != nil {
+		return errors.New("arrival: concurrency: a trace replays its own send times; use max_inflight_sessions to bound it")
 	}
 	if c.Warmup < 0 || c.MinCompleted < 0 || c.Requests < 0 {
 		return fmt.Errorf("warmup/min_completed/requests: must be ≥ 0, got %d/%d/%d", c.Warmup, c.MinCompleted, c.Requests)

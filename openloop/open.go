@@ -45,7 +45,8 @@ func (r *runner) runOpen() {
 }
 
 // buildOpen prepares the open-loop requests ahead of their send times: the
-// schedule offset, the prompt and the encoded body. It stops when the run
+// schedule offset (none when sch is nil: the closed loop), the prompt and
+// the encoded body. It stops when the run
 // stops sending or when a stop condition that depends only on the schedule
 // (Requests, Duration) is met; then it records the reason and closes jobs.
 func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
@@ -62,8 +63,11 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
 				return
 			}
 		}
-		off := sch.Next()
-		if phase == PhaseMeasure && cfg.Duration > 0 {
+		off := int64(0) // a closed loop (no schedule) sets the time as it sends
+		if sch != nil {
+			off = sch.Next()
+		}
+		if phase == PhaseMeasure && cfg.Duration > 0 && sch != nil {
 			if firstMeasured < 0 {
 				firstMeasured = off
 			}

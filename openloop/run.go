@@ -154,9 +154,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			t := time.AfterFunc(cfg.Timeout, func() { r.stop("timeout") })
 			defer t.Stop()
 		}
-		if plan != nil {
+		switch {
+		case plan != nil:
 			r.runTrace(plan)
-		} else {
+		case cfg.Arrival.Process == ArrivalConcurrency:
+			r.runClosed()
+		default:
 			r.runOpen()
 		}
 	}
@@ -381,9 +384,13 @@ func (r *runner) result(plan *tracePlan) *Result {
 	}
 	res.Offered = r.cfg.Rate
 	gradeRate := res.Offered
-	if plan != nil {
+	switch {
+	case plan != nil:
 		res.Offered = plan.offered(r.cfg.Warmup)
 		gradeRate = 0 // a trace's gaps follow no parametric law: no KS test
+	case r.cfg.Arrival.Process == ArrivalConcurrency:
+		res.Offered = closedRate(r.records)
+		gradeRate = 0 // sends follow completions: no law to test
 	}
 	res.Grade = SelfGrade(res.Records, gradeRate, r.cfg.Arrival)
 	return res

@@ -12,6 +12,10 @@ const (
 	ArrivalPoisson  = "poisson"
 	ArrivalGamma    = "gamma"
 	ArrivalConstant = "constant"
+	// ArrivalConcurrency is the closed loop: Arrival.InFlight requests always
+	// in flight, a new one sent as one finishes (closedloop.go). It has no
+	// Schedule; the rate is not used.
+	ArrivalConcurrency = "concurrency"
 	// ArrivalTrace names a trace replay's arrivals in a summary (the trace's
 	// own send times, scaled); it is not a Process.
 	ArrivalTrace = "trace"
@@ -26,11 +30,22 @@ type Arrival struct {
 	// coefficient of variation 1/√b. b = 1 is Poisson; b < 1 is burstier.
 	// Used only by "gamma".
 	Burstiness float64
+	// InFlight is the number of requests the closed loop keeps in flight;
+	// used only by "concurrency" (≥ 1 there).
+	InFlight int
 }
 
 // Validate reports a process or burstiness that cannot be used.
 func (a Arrival) Validate() error {
+	if a.InFlight != 0 && a.Process != ArrivalConcurrency {
+		return fmt.Errorf("arrival: in_flight: applies to process concurrency only, not %q", a.Process)
+	}
 	switch a.Process {
+	case ArrivalConcurrency:
+		if a.InFlight < 1 {
+			return fmt.Errorf("arrival: in_flight: must be ≥ 1 for concurrency, got %d", a.InFlight)
+		}
+		return nil
 	case "", ArrivalPoisson, ArrivalConstant:
 		return nil
 	case ArrivalGamma:
@@ -39,7 +54,7 @@ func (a Arrival) Validate() error {
 		}
 		return nil
 	}
-	return fmt.Errorf("arrival: process: %q is not poisson, gamma or constant", a.Process)
+	return fmt.Errorf("arrival: process: %q is not poisson, gamma, constant or concurrency", a.Process)
 }
 
 // scheduleChunk is how many send offsets a Schedule computes at a time.
@@ -64,6 +79,9 @@ type Schedule struct {
 func NewSchedule(a Arrival, rate float64, seed int64) (*Schedule, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
+	}
+	if a.Process == ArrivalConcurrency {
+		return nil, fmt.Errorf("arrival: a closed loop (concurrency) has no schedule")
 	}
 	if !(rate > 0) {
 		return nil, fmt.Errorf("rate: must be > 0 req/s, got %v", rate)
@@ -180,7 +198,7 @@ func mix64(x uint64) uint64 {
 }
 
 // ArrivalProcesses are the processes Arrival.Process accepts ("" is Poisson).
-var ArrivalProcesses = []string{ArrivalPoisson, ArrivalGamma, ArrivalConstant}
+var ArrivalProcesses = []string{ArrivalPoisson, ArrivalGamma, ArrivalConstant, ArrivalConcurrency}
 
 // ValidProcess reports whether p names an arrival process.
 func ValidProcess(p string) bool {

@@ -22,7 +22,8 @@ func init() {
 			Usage: "one open-loop run against any OpenAI-compatible endpoint; writes requests.jsonl and summary_A.json",
 			Flags: []cli.Flag{
 				&cli.StringSliceFlag{Name: "url", Usage: "base URL of the endpoint (repeat to round-robin)", Required: true},
-				&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s)", Required: true},
+				&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s); required unless --concurrency"},
+				&cli.IntFlag{Name: "concurrency", Usage: "closed loop: keep N requests in flight, a new one sent as one finishes (instead of --rate)"},
 				&cli.IntFlag{Name: "input", Usage: "prompt length in tokens"},
 				&cli.IntFlag{Name: "output", Usage: "output tokens per request (max_tokens = min_tokens, ignore_eos)"},
 				&cli.IntFlag{Name: "requests", Usage: "measured requests to send"},
@@ -59,8 +60,16 @@ func loadAction(c *cli.Context) error {
 	} else if shape.Input <= 0 || shape.Output <= 0 {
 		return usageError{errors.New("load: --input and --output must be positive (or give --trace)")}
 	}
-	if err := checkRate("load", "--rate", c.Float64("rate")); err != nil {
-		return err
+	inFlight := c.Int("concurrency")
+	switch {
+	case c.IsSet("concurrency") && c.IsSet("rate"):
+		return usageError{errors.New("load: --rate or --concurrency, not both (a closed loop has no rate)")}
+	case c.IsSet("concurrency") && inFlight < 1:
+		return usageError{fmt.Errorf("load: --concurrency %d: must be ≥ 1", inFlight)}
+	case !c.IsSet("concurrency"):
+		if err := checkRate("load", "--rate", c.Float64("rate")); err != nil {
+			return err
+		}
 	}
 	if mf := c.Float64("max-failed"); !(mf >= 0 && mf <= 1) {
 		return usageError{fmt.Errorf("load: --max-failed %v: must be a share between 0 and 1", mf)}
@@ -72,7 +81,9 @@ func loadAction(c *cli.Context) error {
 	if shape.Trace == nil && n <= 0 && d <= 0 && mc <= 0 {
 		return usageError{errors.New("load: give one of --requests N, --duration D or --min-completed N")}
 	}
-	if a := c.String("arrival"); a == "" || !openloop.ValidProcess(a) {
+	if a := c.String("arrival"); a == openloop.ArrivalConcurrency {
+		return usageError{errors.New("load: --arrival concurrency: give --concurrency N")}
+	} else if a == "" || !openloop.ValidProcess(a) {
 		return usageError{fmt.Errorf("load: --arrival %q: valid: %s", a, strings.Join(openloop.ArrivalProcesses, ", "))}
 	}
 	if err := openloop.Endpoint(c.String("endpoint")).Validate(); err != nil {
@@ -94,6 +105,9 @@ func loadAction(c *cli.Context) error {
 		Timeout: c.Duration("timeout"), DrainTimeout: c.Duration("drain-timeout"), Cell: "load", Sink: f,
 		RequestTimeout: c.Duration("request-timeout"), RequestIDPrefix: c.String("request-id-prefix"),
 	}
+	if inFlight > 0 {
+		cfg.Arrival = openloop.Arrival{Process: openloop.ArrivalConcurrency, InFlight: inFlight}
+	}
 	arrival := cfg.Arrival.Process
 	if shape.Trace != nil {
 		arrival = "trace"
@@ -112,7 +126,7 @@ func loadAction(c *cli.Context) error {
 	// run must reach its minimum; the verdict is the sweep's (results.Decide).
 	policy := results.Policy{MinCompleted: max(mc, n), MaxErrorRate: c.Float64("max-failed"), MaxErrorRateSet: true}
 	sum, err := results.SummarizeRun(results.RunInput{
-		Cell: "load", Config: "load", Shape: shape.Name, Rate: cfg.Rate, Engine: "external",
+		Cell: "load", Config: "load", Shape: shape.Name, Rate: rateLabel(cfg), Engine: "external",
 		Arrival: arrival, Burstiness: cfg.Arrival.Burstiness, Policy: policy,
 	}.WithLoad(res))
 	if err != nil {
@@ -141,4 +155,13 @@ func loadOutcome(sum *results.RunSummary, runErr error) error {
 		return nil
 	}
 	return noResultError{fmt.Errorf("load: the run is not a result: %s", strings.Join(sum.VerdictReasons, "; "))}
+}
+
+// rateLabel is the run's rate as a summary names it: the offered rate, or a
+// closed loop's in-flight level (as a sweep's cells name it).
+func rateLabel(cfg openloop.Config) float64 {
+	if cfg.Arrival.Process == openloop.ArrivalConcurrency {
+		return float64(cfg.Arrival.InFlight)
+	}
+	return cfg.Rate
 }

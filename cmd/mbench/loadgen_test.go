@@ -7,8 +7,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 	"time"
 
@@ -23,8 +25,18 @@ func loadRecords(t *testing.T, base string, args ...string) []openloop.Record {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	all := append([]string{"load", "--url", base, "--out", out}, args...)
-	if stdout, stderr, err := runCLI(t, ctx, all...); err != nil {
-		t.Fatalf("mbench %v: %v\nstdout:\n%s\nstderr:\n%s", all, err, stdout, stderr)
+	stdout, stderr, err := runCLI(t, ctx, all...)
+	if err != nil {
+		// A busy machine may truthfully grade the run client_limited or
+		// saturated; its records are still what these tests check.
+		var sum struct {
+			Verdict string `json:"verdict"`
+		}
+		if data, rerr := os.ReadFile(filepath.Join(out, "summary_A.json")); rerr != nil || json.Unmarshal(data, &sum) != nil ||
+			(sum.Verdict != "client_limited" && sum.Verdict != "saturated") {
+			t.Fatalf("mbench %v: %v\nstdout:\n%s\nstderr:\n%s", all, err, stdout, stderr)
+		}
+		t.Logf("mbench %v: %v", all, err)
 	}
 	data, err := os.ReadFile(filepath.Join(out, "requests.jsonl"))
 	if err != nil {
@@ -77,23 +89,30 @@ func TestLoadChatEndpointSameTokens(t *testing.T) {
 	}
 }
 
-const chatSweep = `name: chat-test
+// lgSweepHead and lgSweepTail frame the test sweeps of this file: a sim
+// engine and one block without the GPU gate.
+const (
+	lgSweepHead = `name: loadgen-test
 seed: 3
 engine:
   kind: sim
   port: %PORT%
   ready_timeout: 20s
   grace: 2s
-  sim: {step_base_us: 400, prefill_token_us: 0.1, decode_seq_us: 5}
+`
+	lgSweepTail = `repeat: {min: 1, max: 1}
+gate: {enabled: false}
+`
+)
+
+const chatSweep = lgSweepHead + `  sim: {step_base_us: 400, prefill_token_us: 0.1, decode_seq_us: 5}
 configs: {plain: {}}
 endpoint: chat
 rates: [20]
 shapes:
   - {input: 48, output: 5}
 measure: {warmup_requests: 2, min_completed: 30, timeout: 30s, drain_timeout: 5s}
-repeat: {min: 1, max: 1}
-gate: {enabled: false}
-`
+` + lgSweepTail
 
 // TestChatSweep: endpoint: chat through a sweep; the summary's token totals
 // are the shape's (from the chat usage chunks) and every request streamed
@@ -112,6 +131,71 @@ func TestChatSweep(t *testing.T) {
 	for _, rec := range r.recs {
 		if rec.OutputTokens != 5 || rec.InputTokens != 48 || len(rec.ITLMs) != 4 {
 			t.Errorf("record %+v", rec)
+		}
+	}
+}
+
+// inflight is openloop.Concurrency between the n-th and the last send.
+func inflight(recs []openloop.Record, n int) (peak int, mean float64) {
+	var sends []int64
+	for _, r := range recs {
+		sends = append(sends, r.SentNs)
+	}
+	sort.Slice(sends, func(i, j int) bool { return sends[i] < sends[j] })
+	return openloop.Concurrency(recs, sends[n-1], sends[len(sends)-1])
+}
+
+// TestLoadConcurrency: `mbench load --concurrency 5` against the sim keeps
+// 5 requests in flight (peak 5, mean ≥ 4.5, from requests.jsonl), completes
+// every request asked for, and sends each promptly after its slot freed.
+func TestLoadConcurrency(t *testing.T) {
+	t.Parallel()
+	base := serveSimInProcess(t, fastSim(4096))
+	recs := loadRecords(t, base, "--concurrency", "5", "--requests", "60", "--warmup", "5", "--model", "sim-model", "--input", "64", "--output", "8")
+	if len(recs) != 65 {
+		t.Fatalf("%d records, want 65", len(recs))
+	}
+	peak, mean := inflight(recs, 5)
+	t.Logf("peak %d, mean in flight %.3f", peak, mean)
+	if peak != 5 || mean < 4.5 || mean > 5 {
+		t.Errorf("in flight: peak %d mean %.3f, want 5", peak, mean)
+	}
+	for _, r := range recs {
+		if r.SentNs < r.ScheduledNs {
+			t.Errorf("request %d sent before its slot freed: %+v", r.ID, r)
+		}
+	}
+	if _, _, err := runCLI(t, context.Background(), "load", "--url", base, "--concurrency", "2", "--rate", "3", "--requests", "1",
+		"--input", "1", "--output", "1", "--out", t.TempDir()); err == nil {
+		t.Error("--rate with --concurrency accepted")
+	}
+}
+
+const concurrencySweep = lgSweepHead + `  sim: {step_base_us: 1500, prefill_token_us: 0.1, decode_seq_us: 5}
+configs: {plain: {}}
+arrival: {process: concurrency, in_flight: [2, 6]}
+shapes:
+  - {input: 64, output: 24}
+measure: {warmup_requests: 6, min_completed: 40, timeout: 30s, drain_timeout: 5s}
+` + lgSweepTail
+
+// TestConcurrencySweep: arrival {process: concurrency, in_flight: [2, 6]}
+// runs one cell per level, each holding its level in flight.
+func TestConcurrencySweep(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("end-to-end sweep")
+	}
+	runs := runWorkloadSweep(t, concurrencySweep, 2)
+	for _, r := range runs {
+		level := int(r.summary["rate"].(float64))
+		peak, mean := inflight(r.recs, level)
+		t.Logf("run %s: level %d: peak %d, mean in flight %.3f", r.key, level, peak, mean)
+		if r.summary["arrival"] != "concurrency" || peak != level || mean < 0.9*float64(level) {
+			t.Errorf("run %s: arrival %v, level %d: peak %d mean %.3f", r.key, r.summary["arrival"], level, peak, mean)
+		}
+		if c := r.summary["completed"].(float64); c < 40 {
+			t.Errorf("run %s: completed %v, want ≥ min_completed 40", r.key, c)
 		}
 	}
 }
