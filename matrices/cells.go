@@ -113,6 +113,9 @@ func shapeSpec(s Shape) map[string]any {
 		out["trace"] = map[string]any{"path": t.src, "time_scale": t.TimeScale,
 			"request_limit": t.RequestLimit, "max_inflight_sessions": t.MaxInflightSessions}
 	}
+	if ds := s.Dataset; ds != nil {
+		out["dataset"] = map[string]any{"path": ds.src, "format": string(ds.Format)}
+	}
 	return out
 }
 

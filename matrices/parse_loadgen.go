@@ -1,6 +1,10 @@
 package matrices
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
+
 	"github.com/mbench/mbench/openloop"
 	"go.yaml.in/yaml/v3"
 )
@@ -85,5 +89,59 @@ func (d *decoder) closedLoop(nodes map[string]*yaml.Node, m *Matrix) {
 					"shape %s: a trace replays its own send times; bound it with max_inflight_sessions instead of a closed loop", s.Name)
 			}
 		}
+	}
+}
+
+// dataset decodes a shape's dataset: {path, format}; the path resolves
+// against the matrix file.
+func (d *decoder) dataset(v *yaml.Node, path, file string) *Dataset {
+	ds := &Dataset{}
+	formats := make([]string, len(openloop.DatasetFormats))
+	for i, f := range openloop.DatasetFormats {
+		formats[i] = string(f)
+	}
+	d.object(v, path, v.Line, []field{
+		{"path", true, func(v *yaml.Node, p string) {
+			ds.src = d.nonEmpty(v, p)
+			ds.Path = besideMatrix(ds.src, file)
+		}},
+		{"format", true, func(v *yaml.Node, p string) {
+			f, _ := d.enum(v, p, formats...)
+			ds.Format = openloop.DatasetFormat(f)
+		}},
+	})
+	return ds
+}
+
+// datasetShape checks a dataset shape: name and output only beside it (its
+// name defaults to the file's), and, when checkFiles, a file the load
+// generator can read, every prompt with an output length unless output is
+// set.
+func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool) {
+	for _, k := range []string{"input", "input_dist", "output_dist", "prefix", "cache_fill", "trace"} {
+		if l := d.lines[path+"."+k]; l > 0 {
+			d.add(l, path+"."+k, "name and output only beside dataset (the prompts come from the file)", "cannot be combined with dataset")
+		}
+	}
+	ds := s.Dataset
+	if s.Name == "" && ds.src != "" {
+		base := filepath.Base(ds.src)
+		s.Name = strings.TrimSuffix(base, filepath.Ext(base))
+		if !nameRE.MatchString(s.Name) {
+			d.add(line, path+".name", nameValid, "missing name (the dataset file name %q is not a valid shape name)", base)
+		}
+	}
+	pl := d.lines[path+".dataset.path"]
+	if !checkFiles || ds.src == "" || ds.Format == "" {
+		return
+	}
+	if fi, err := os.Stat(ds.Path); err != nil || fi.IsDir() {
+		d.add(pl, path+".dataset.path", "a prompt file relative to the matrix file", "cannot read dataset %s", ds.Path)
+		return
+	}
+	// The load generator's own parser: a bad line is refused before
+	// anything launches.
+	if _, err := openloop.LoadDataset(openloop.Dataset{Path: ds.Path, Format: ds.Format}, s.Output); err != nil {
+		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see README, Prompts from files)", "bad dataset: %v", err)
 	}
 }

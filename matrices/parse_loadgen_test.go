@@ -1,6 +1,8 @@
 package matrices
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -65,5 +67,46 @@ func TestClosedLoopLevels(t *testing.T) {
 	}
 	if _, err := Parse("x.yaml", []byte(noRates)); err == nil || !strings.Contains(err.Error(), "rates: missing required key") {
 		t.Errorf("no rates: %v", err)
+	}
+}
+
+// TestDatasetShapes: a dataset shape decodes with its path resolved against
+// the matrix file and its name from the file; Load checks the file with the
+// load generator's parser, so a prompt without an output length (and no
+// output on the shape) is refused with the file's line; the other shape
+// keys cannot go beside it.
+func TestDatasetShapes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(shapes string) string {
+		p := filepath.Join(dir, "m.yaml")
+		src := strings.Replace(minimalSim, "shapes: [{input: 8, output: 2}]\n", "shapes:\n"+shapes, 1)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	abs, _ := filepath.Abs("testdata/datasets")
+	m, err := Load(write("  - {dataset: {path: " + abs + "/chat.json, format: sharegpt}}\n  - {name: fixed, output: 9, dataset: {path: " + abs + "/partial.jsonl, format: jsonl}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := m.Shapes[0]; s.Name != "chat" || s.Dataset.Format != openloop.DatasetShareGPT || s.Dataset.Path != abs+"/chat.json" || s.Output != 0 {
+		t.Errorf("shape 0 %+v %+v", s, s.Dataset)
+	}
+	if s := m.Shapes[1]; s.Name != "fixed" || s.Output != 9 || s.Dataset.Format != openloop.DatasetJSONL {
+		t.Errorf("shape 1 %+v", s)
+	}
+	for _, tc := range []struct{ shapes, want string }{
+		{"  - {dataset: {path: " + abs + "/partial.jsonl, format: jsonl}}\n", "partial.jsonl:2: no output length"},
+		{"  - {dataset: {path: " + abs + "/chat.json, format: jsonl}}\n", "chat.json:1: invalid JSON"},
+		{"  - {dataset: {path: nothere.json, format: sharegpt}}\n", "cannot read dataset"},
+		{"  - {input: 5, dataset: {path: " + abs + "/chat.json, format: sharegpt}}\n", "m.yaml:7: shapes[0].input: cannot be combined with dataset"},
+		{"  - {dataset: {path: x.json, format: csv}}\n", `shapes[0].dataset.format: unknown value "csv"`},
+		{"  - {dataset: {format: jsonl}}\n", "shapes[0].dataset.path: missing required key"},
+	} {
+		_, err := Load(write(tc.shapes))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err %v, want %q", tc.shapes, err, tc.want)
+		}
 	}
 }

@@ -125,6 +125,14 @@ type Shape struct {
 	Prefix        *Prefix
 	CacheFill     *CacheFill
 	Trace         *Trace
+	Dataset       *Dataset // prompts from a file (parse_loadgen.go)
+}
+
+// Dataset samples a shape's prompts from a file with the block seed.
+type Dataset struct {
+	Path   string                 // resolved relative to the matrix file
+	Format openloop.DatasetFormat // sharegpt | jsonl
+	src    string                 // path as written, for location-independent ids
 }
 
 // Dist is a token-length distribution: uniform over [Min, Max], or

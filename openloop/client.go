@@ -74,6 +74,17 @@ func (r *runner) prepare(j *job, toks []int32) *job {
 	return r.encode(j, appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, j.output))
 }
 
+// prepareText is prepare for a text prompt (a dataset's): its input is a
+// word count until the engine's usage.prompt_tokens replaces it.
+func (r *runner) prepareText(j *job, prompt string) *job {
+	j.input, j.textPrompt = len(strings.Fields(prompt)), true
+	size := bodySize(r.model, 0) + len(prompt) + len(prompt)/8
+	if r.cfg.Endpoint == EndpointChat {
+		return r.encode(j, appendChatBody(make([]byte, 0, size), r.model, prompt, j.output))
+	}
+	return r.encode(j, appendCompletionTextBody(make([]byte, 0, size), r.model, prompt, j.output))
+}
+
 // encode sets j's headers for body, for the client in use, and returns j.
 func (r *runner) encode(j *job, body []byte) *job {
 	j.target = -1

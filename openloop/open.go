@@ -76,9 +76,15 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
 				return
 			}
 		}
-		var out, group int
-		toks, out, group = r.gen.open(i, toks)
-		j := r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks)
+		var j *job
+		if r.gen.items != nil {
+			prompt, out := r.gen.dataset(i)
+			j = r.prepareText(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out}, prompt)
+		} else {
+			var out, group int
+			toks, out, group = r.gen.open(i, toks)
+			j = r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks)
+		}
 		select {
 		case jobs <- j:
 		case <-r.stopCh:

@@ -1,7 +1,6 @@
 package openloop
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -211,24 +210,19 @@ func appendJSONString(b []byte, s string) []byte {
 // status, negative times and out-of-order token times are errors that name
 // the line. Blank lines are skipped.
 func ReadRecords(r io.Reader) ([]Record, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
 	var out []Record
-	for line := 1; ; line++ {
-		b, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(b)) > 0 {
-			rec, perr := parseRecordLine(b)
-			if perr != nil {
-				return out, fmt.Errorf("requests line %d: %w", line, perr)
-			}
-			out = append(out, rec)
-		}
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
+	err := eachLine(r, func(_ int, b []byte) error {
+		rec, err := parseRecordLine(b)
 		if err != nil {
-			return out, fmt.Errorf("requests line %d: %w", line, err)
+			return err
 		}
+		out = append(out, rec)
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("requests line %w", err)
 	}
+	return out, nil
 }
 
 func parseRecordLine(b []byte) (Record, error) {

@@ -128,6 +128,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}
 	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape}
+	if d := cfg.Shape.Dataset; d != nil {
+		if r.gen.items, err = LoadDataset(*d, cfg.Shape.Output); err != nil {
+			return nil, fmt.Errorf("openloop: %w", err)
+		}
+	}
 	cpu0, cpuErr := cpuSeconds()
 	r.clk = clock{start: time.Now()}
 	var cancel context.CancelCauseFunc

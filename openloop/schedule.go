@@ -180,6 +180,7 @@ const (
 	saltBlock     = 0x6d62656e63680006
 	saltTracePad  = 0x6d62656e63680007
 	saltSampleSes = 0x6d62656e63680008
+	saltDataset   = 0x6d62656e63680009
 )
 
 // streamRNG returns the generator for item idx of the stream salt under seed.

@@ -36,6 +36,8 @@ func init() {
 				&cli.StringFlag{Name: "arrival", Value: openloop.ArrivalPoisson, Usage: strings.Join(openloop.ArrivalProcesses, " | ")},
 				&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
 				&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"},
+				&cli.StringFlag{Name: "dataset", Usage: "prompts from a file, sampled with --seed (--output, when set, overrides its output lengths)"},
+				&cli.StringFlag{Name: "dataset-format", Usage: "sharegpt | jsonl (default: by extension, .json sharegpt, .jsonl jsonl)"},
 				&cli.Float64Flag{Name: "time-scale", Value: 1, Usage: "trace time compression"},
 				&cli.IntFlag{Name: "request-limit", Usage: "trace: at most this many requests"},
 				&cli.IntFlag{Name: "max-inflight-sessions", Usage: "trace: sessions in flight at once (0 = unlimited)"},
@@ -57,8 +59,17 @@ func loadAction(c *cli.Context) error {
 	if p := c.String("trace"); p != "" {
 		shape = openloop.Shape{Name: filepath.Base(p), Trace: &openloop.Trace{Path: p, TimeScale: c.Float64("time-scale"),
 			RequestLimit: c.Int("request-limit"), MaxInflightSessions: c.Int("max-inflight-sessions")}}
+	} else if p := c.String("dataset"); p != "" {
+		ds, err := datasetFlag(p, c.String("dataset-format"))
+		if err != nil {
+			return err
+		}
+		if c.IsSet("input") {
+			return usageError{errors.New("load: --input does not apply to --dataset (the prompts come from the file)")}
+		}
+		shape = openloop.Shape{Name: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Output: c.Int("output"), Dataset: ds}
 	} else if shape.Input <= 0 || shape.Output <= 0 {
-		return usageError{errors.New("load: --input and --output must be positive (or give --trace)")}
+		return usageError{errors.New("load: --input and --output must be positive (or give --trace or --dataset)")}
 	}
 	inFlight := c.Int("concurrency")
 	switch {
@@ -164,4 +175,23 @@ func rateLabel(cfg openloop.Config) float64 {
 		return float64(cfg.Arrival.InFlight)
 	}
 	return cfg.Rate
+}
+
+// datasetFlag is the --dataset file with its format, given or by extension.
+func datasetFlag(path, format string) (*openloop.Dataset, error) {
+	if format == "" {
+		switch filepath.Ext(path) {
+		case ".json":
+			format = string(openloop.DatasetShareGPT)
+		case ".jsonl":
+			format = string(openloop.DatasetJSONL)
+		default:
+			return nil, usageError{fmt.Errorf("load: --dataset %s: give --dataset-format sharegpt or jsonl", path)}
+		}
+	}
+	ds := &openloop.Dataset{Path: path, Format: openloop.DatasetFormat(format)}
+	if err := ds.Validate(); err != nil {
+		return nil, usageError{fmt.Errorf("load: --%w", err)}
+	}
+	return ds, nil
 }

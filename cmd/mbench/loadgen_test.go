@@ -8,9 +8,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,5 +200,108 @@ func TestConcurrencySweep(t *testing.T) {
 		if c := r.summary["completed"].(float64); c < 40 {
 			t.Errorf("run %s: completed %v, want ≥ min_completed 40", r.key, c)
 		}
+	}
+}
+
+// datasetTruth reads a JSONL prompt file independently of openloop: the
+// (words, output_tokens) pair of each line, the sim's token counts.
+func datasetTruth(t *testing.T, path string) map[[2]int]bool {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[[2]int]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var v struct {
+			Prompt string `json:"prompt"`
+			Output int    `json:"output_tokens"`
+		}
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatal(err)
+		}
+		out[[2]int{len(strings.Fields(v.Prompt)), v.Output}] = true
+	}
+	return out
+}
+
+// writeDataset writes a JSONL prompt file of n prompts of distinct lengths
+// (i+3 words, 2+i%5 output tokens).
+func writeDataset(t *testing.T, n int) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		words := make([]string, i+3)
+		for k := range words {
+			words[k] = fmt.Sprintf("w%d", (i*7+k)%23)
+		}
+		fmt.Fprintf(&b, "{\"prompt\": %q, \"output_tokens\": %d}\n", strings.Join(words, " "), 2+i%5)
+	}
+	p := filepath.Join(t.TempDir(), "prompts.jsonl")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestLoadDataset: `mbench load --dataset` sends prompts from the file: every
+// request's token counts (from the sim's usage) are those of one of its
+// lines; the same seed draws the same prompts, another seed others; over
+// both endpoints.
+func TestLoadDataset(t *testing.T) {
+	t.Parallel()
+	base := serveSimInProcess(t, fastSim(4096))
+	path := writeDataset(t, 12)
+	truth := datasetTruth(t, path)
+	run := func(seed, endpoint string) map[int][2]int {
+		recs := loadRecords(t, base, "--rate", "50", "--requests", "25", "--seed", seed, "--model", "sim-model", "--dataset", path, "--endpoint", endpoint)
+		for _, r := range recs {
+			if !truth[[2]int{r.InputTokens, r.OutputTokens}] {
+				t.Errorf("%s seed %s: request %d has %d input and %d output tokens, no line of the file has", endpoint, seed, r.ID, r.InputTokens, r.OutputTokens)
+			}
+		}
+		return tokenCounts(recs)
+	}
+	a, b, c := run("1", "completions"), run("1", "chat"), run("2", "completions")
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("seed 1: completions and chat drew different prompts")
+	}
+	if reflect.DeepEqual(a, c) {
+		t.Errorf("seeds 1 and 2 drew the same prompts")
+	}
+}
+
+// TestDatasetSweep: a dataset shape with an output override through a
+// sweep; a malformed dataset is refused at validation with its file:line.
+func TestDatasetSweep(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("end-to-end sweep")
+	}
+	path := writeDataset(t, 9)
+	truth := map[int]bool{}
+	for k := range datasetTruth(t, path) {
+		truth[k[0]] = true
+	}
+	runs := runWorkloadSweep(t, lgSweepHead+`  sim: {step_base_us: 400, prefill_token_us: 0.1, decode_seq_us: 5}
+configs: {plain: {}}
+rates: [30]
+shapes:
+  - {name: prompts, output: 7, dataset: {path: `+path+`, format: jsonl}}
+measure: {warmup_requests: 2, min_completed: 30, timeout: 30s, drain_timeout: 5s}
+`+lgSweepTail, 1)
+	for _, r := range runs[0].recs {
+		if !truth[r.InputTokens] || r.OutputTokens != 7 {
+			t.Errorf("record %d: %d input tokens (not a line's), %d output (want the override 7)", r.ID, r.InputTokens, r.OutputTokens)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(bad, []byte("{\"prompt\": \"a\"}\n{\"prompt\": 3}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := writeMatrix(t, t.TempDir(), strings.Replace(chatSweep, "  - {input: 48, output: 5}", "  - {output: 3, dataset: {path: "+bad+", format: jsonl}}", 1))
+	_, stderr, err := runCLI(t, context.Background(), "validate", m)
+	if err == nil || !strings.Contains(err.Error()+stderr, bad+":2: prompt: want string") {
+		t.Errorf("validate of a bad dataset: %v\n%s", err, stderr)
 	}
 }
