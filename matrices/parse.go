@@ -172,6 +172,7 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 	}
 	d.workload(nodes, m)
 	d.closedLoop(nodes, m)
+	d.rampChecks(m)
 	d.baseline(nodes["baseline"], m, configsOK)
 	d.classBounds(nodes["class_bounds"], m)
 	d.endpoint(nodes["endpoint"], m)

@@ -30,10 +30,58 @@ func (d *decoder) endpoint(v *yaml.Node, m *Matrix) {
 }
 
 // loadgenSpec adds the load generator's options in use to spec, a cell spec
-// or the resolved matrix.
+// or the resolved matrix (whose arrival and measure it extends).
 func (m *Matrix) loadgenSpec(spec map[string]any) {
 	if m.Endpoint != "" && m.Endpoint != openloop.EndpointCompletions {
 		spec["endpoint"] = string(m.Endpoint)
+	}
+	if r := m.Arrival.Ramp; r != nil {
+		spec["arrival"].(map[string]any)["ramp"] = map[string]any{"kind": string(r.Kind), "from": r.From, "duration": r.Duration.String()}
+	}
+	if m.Measure.IncludeRamp {
+		spec["measure"].(map[string]any)["include_ramp"] = true
+	}
+}
+
+// ramp decodes arrival.ramp: {kind: linear | exponential, from: r0,
+// duration: D}.
+func (d *decoder) ramp(v *yaml.Node, path string) *openloop.Ramp {
+	r := &openloop.Ramp{}
+	kinds := make([]string, len(openloop.RampKinds))
+	for i, k := range openloop.RampKinds {
+		kinds[i] = string(k)
+	}
+	d.object(v, path, v.Line, []field{
+		{"kind", true, func(v *yaml.Node, p string) {
+			k, _ := d.enum(v, p, kinds...)
+			r.Kind = openloop.RampKind(k)
+		}},
+		{"from", true, func(v *yaml.Node, p string) { r.From, _ = d.number(v, p, false) }},
+		{"duration", true, func(v *yaml.Node, p string) { r.Duration = d.positiveDuration(v, p) }},
+	})
+	if r.Kind == openloop.RampExponential && d.lines[path+".from"] > 0 && r.From == 0 {
+		d.add(d.lines[path+".from"], path+".from", "a rate > 0", "an exponential ramp cannot start at 0")
+	}
+	return r
+}
+
+// rampChecks refuses a ramp where it has no rate to ramp (a closed loop, a
+// trace replay) and include_ramp without a ramp.
+func (d *decoder) rampChecks(m *Matrix) {
+	if l := d.lines["measure.include_ramp"]; l > 0 && m.Arrival.Ramp == nil && m.Measure.IncludeRamp {
+		d.add(l, "measure.include_ramp", "arrival.ramp, or remove include_ramp", "there is no ramp to include")
+	}
+	l := d.lines["arrival.ramp"]
+	if l == 0 {
+		return
+	}
+	if m.Arrival.Process == openloop.ArrivalConcurrency {
+		d.add(l, "arrival.ramp", "a rate process (poisson, gamma, constant)", "a closed loop has no rate to ramp")
+	}
+	for _, s := range m.Shapes {
+		if s.Trace != nil {
+			d.add(l, "arrival.ramp", "shapes without trace", "shape %s replays a trace's own send times: no rate to ramp", s.Name)
+		}
 	}
 }
 

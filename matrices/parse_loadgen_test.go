@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mbench/mbench/openloop"
 )
@@ -16,6 +17,10 @@ func TestLoadgenOptionsUnusedKeepHashes(t *testing.T) {
 	plain := mustParse(t, "x.yaml", minimalSim)
 	explicit := mustParse(t, "x.yaml", minimalSim+"endpoint: completions\n")
 	chat := mustParse(t, "x.yaml", minimalSim+"endpoint: chat\n")
+	ramp := mustParse(t, "x.yaml", minimalSim+"arrival: {ramp: {kind: linear, from: 0.5, duration: 20s}}\n")
+	if r := ramp.Arrival.Ramp; r == nil || r.Kind != openloop.RampLinear || r.From != 0.5 || r.Duration != 20*time.Second || ramp.Hash == plain.Hash {
+		t.Errorf("ramp %+v, hash changed %t", r, ramp.Hash != plain.Hash)
+	}
 	if plain.Hash != explicit.Hash || plain.Cells()[0].ID != explicit.Cells()[0].ID {
 		t.Errorf("endpoint: completions changed the hash")
 	}
@@ -41,12 +46,23 @@ func TestLoadgenOptionErrors(t *testing.T) {
 		{"arrival: {in_flight: 4}\n", "x.yaml:7: arrival.in_flight: in_flight applies to process concurrency only", true},
 		{"arrival: {process: concurrency, in_flight: [2, 2]}\n", "level 2 is listed twice", true},
 		{"arrival: {process: concurrency, in_flight: 0}\n", "x.yaml:7: arrival.in_flight", true},
+		{"arrival: {ramp: {kind: linear, from: 1}}\n", "x.yaml:8: arrival.ramp.duration: missing required key", false},
+		{"arrival: {ramp: {kind: steps, from: 1, duration: 5s}}\n", `x.yaml:8: arrival.ramp.kind: unknown value "steps"`, false},
+		{"arrival: {ramp: {kind: exponential, from: 0, duration: 5s}}\n", "x.yaml:8: arrival.ramp.from: an exponential ramp cannot start at 0", false},
+		{"arrival: {process: concurrency, in_flight: 2, ramp: {kind: linear, from: 0, duration: 5s}}\n", "x.yaml:7: arrival.ramp: a closed loop has no rate to ramp", true},
+		{"arrival: {process: constant}\n", "", false}, // (a valid extra, so the loop's Parse must succeed)
 	} {
 		src := minimalSim + tc.extra
 		if tc.dropRates {
 			src = strings.Replace(src, "rates: [1]\n", "", 1)
 		}
 		_, err := Parse("x.yaml", []byte(src))
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", tc.extra, err)
+			}
+			continue
+		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err %v, want %q", tc.extra, err, tc.want)
 		}
@@ -108,5 +124,16 @@ func TestDatasetShapes(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err %v, want %q", tc.shapes, err, tc.want)
 		}
+	}
+}
+
+func TestIncludeRampNeedsRamp(t *testing.T) {
+	src := strings.Replace(minimalSim, "measure: {min_completed: 3}", "measure: {min_completed: 3, include_ramp: true}", 1)
+	if _, err := Parse("x.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), "x.yaml:7: measure.include_ramp: there is no ramp to include") {
+		t.Errorf("include_ramp without a ramp: %v", err)
+	}
+	m := mustParse(t, "x.yaml", src+"arrival: {ramp: {kind: exponential, from: 1, duration: 1m}}\n")
+	if !m.Measure.IncludeRamp {
+		t.Error("include_ramp not set")
 	}
 }

@@ -224,6 +224,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 		{"process", false, func(v *yaml.Node, p string) { m.Arrival.Process, _ = d.enum(v, p, openloop.ArrivalProcesses...) }},
 		{"burstiness", false, func(v *yaml.Node, p string) { m.Arrival.Burstiness, _ = d.number(v, p, true) }},
 		{"in_flight", false, func(v *yaml.Node, p string) { d.inFlight(v, p, m) }},
+		{"ramp", false, func(v *yaml.Node, p string) { m.Arrival.Ramp = d.ramp(v, p) }},
 	})
 	if l := d.lines["arrival.burstiness"]; l > 0 && m.Arrival.Process != openloop.ArrivalGamma && m.Arrival.Process != "" {
 		d.add(l, "arrival.burstiness", "process: gamma, or remove burstiness", "burstiness applies to process gamma only")
@@ -246,6 +247,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 			}
 		}},
 		{"request_timeout", false, func(v *yaml.Node, p string) { mm.RequestTimeout = d.duration(v, p) }},
+		{"include_ramp", false, func(v *yaml.Node, p string) { mm.IncludeRamp = d.boolean(v, p) }},
 		{"abort_if", false, func(v *yaml.Node, p string) {
 			d.object(v, p, v.Line, []field{
 				{"max_inflight", false, func(v *yaml.Node, p string) { mm.AbortIf.MaxInflight = d.intField(v, p, 0, 1<<31-1) }},

@@ -166,6 +166,7 @@ type Arrival struct {
 	Burstiness float64 // gamma shape (default 1)
 	// With process concurrency (a closed loop), the in-flight levels
 	// (in_flight) are the matrix's Rates: a cell's Rate is its level.
+	Ramp *openloop.Ramp // ramp-up of the rate inside each run (nil: none)
 }
 
 // Measure bounds one run.
@@ -183,6 +184,8 @@ type Measure struct {
 	// 1%); MaxErrorRateSet says the matrix set it (0 allows none).
 	MaxErrorRate    float64
 	MaxErrorRateSet bool
+	// IncludeRamp measures the requests sent during arrival.ramp.
+	IncludeRamp bool
 }
 
 // AbortIf stops a run early and marks it saturated; zero values are off.

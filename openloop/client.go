@@ -56,6 +56,7 @@ type job struct {
 	session string
 	turn    int
 	traceNs int64
+	ramp    bool // sent while the rate ramped up
 	// textPrompt: the prompt went as text, so its token count is the
 	// engine's usage.prompt_tokens (input is a word count until then).
 	textPrompt bool

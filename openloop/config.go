@@ -25,6 +25,10 @@ type Config struct {
 	Shape   Shape
 	Seed    int64 // workload seed: same seed ⇒ same schedule and prompts
 	Warmup  int   // first requests of the schedule, recorded with phase "warmup"
+	// IncludeRamp measures the requests sent during Arrival.Ramp (phase
+	// measure, Record.Ramp set); by default they are phase "ramp", outside
+	// the measured window.
+	IncludeRamp bool
 	// Stop conditions of the measured phase; the first one reached stops
 	// sending (a trace also stops at its end). At least one is required
 	// unless the shape is a trace.
@@ -137,6 +141,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.Arrival.Validate(); err != nil {
 		return err
+	}
+	if c.Arrival.Ramp != nil && c.Shape.Trace != nil {
+		return errors.New("arrival: ramp: a trace replays its own send times")
 	}
 	if c.Arrival.Process == ArrivalConcurrency && c.Shape.Trace != nil {
 		return errors.New("arrival: concurrency: a trace replays its own send times; use max_inflight_sessions to bound it")

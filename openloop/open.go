@@ -54,18 +54,29 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
 	cfg := &r.cfg
 	var toks []int32
 	firstMeasured := int64(-1)
+	rampEnd := int64(-1) // requests scheduled before it are ramp requests
+	if rp := cfg.Arrival.Ramp; rp != nil && sch != nil {
+		rampEnd = int64(rp.Duration)
+	}
+	measured := 0
 	for i := 0; ; i++ {
-		phase := PhaseWarmup
-		if i >= cfg.Warmup {
-			phase = PhaseMeasure
-			if cfg.Requests > 0 && i-cfg.Warmup >= cfg.Requests {
-				r.endReason = "requests"
-				return
-			}
-		}
 		off := int64(0) // a closed loop (no schedule) sets the time as it sends
 		if sch != nil {
 			off = sch.Next()
+		}
+		ramp := off < rampEnd
+		phase := PhaseWarmup
+		switch {
+		case i < cfg.Warmup:
+		case ramp && !cfg.IncludeRamp:
+			phase = PhaseRamp
+		default:
+			phase = PhaseMeasure
+			if cfg.Requests > 0 && measured >= cfg.Requests {
+				r.endReason = "requests"
+				return
+			}
+			measured++
 		}
 		if phase == PhaseMeasure && cfg.Duration > 0 && sch != nil {
 			if firstMeasured < 0 {
@@ -85,6 +96,7 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
 			toks, out, group = r.gen.open(i, toks)
 			j = r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks)
 		}
+		j.ramp = ramp
 		select {
 		case jobs <- j:
 		case <-r.stopCh:

@@ -31,7 +31,7 @@ type Record struct {
 	ID           int        `json:"id"`             // unique in the run: fill first, then warmup and measure in schedule order
 	Cell         string     `json:"cell"`           // Config.Cell
 	Block        int        `json:"block"`          // Config.Block
-	Phase        string     `json:"phase"`          // PhaseFill, PhaseWarmup or PhaseMeasure
+	Phase        string     `json:"phase"`          // PhaseFill, PhaseWarmup, PhaseRamp or PhaseMeasure
 	ScheduledNs  int64      `json:"scheduled_ns"`   // intended send time
 	SentNs       int64      `json:"sent_ns"`        // actual send time: when the request had been written (0: never written, e.g. connection refused)
 	FirstTokenNs int64      `json:"first_token_ns"` // first content chunk
@@ -50,6 +50,7 @@ type Record struct {
 	Turn         int        `json:"turn,omitempty"`         // trace replay: turn within the session
 	PrefixGroup  int        `json:"prefix_group,omitempty"` // shared-prefix shape: group number, 1-based (0 = none)
 	TraceNs      int64      `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
+	Ramp         bool       `json:"ramp,omitempty"`         // sent while the rate ramped up (phase ramp, or measure with include_ramp)
 	UsageMissing bool       `json:"usage_missing,omitempty"`
 	// UsageMissing is set when the stream had no usage chunk and
 	// OutputTokens counts content chunks instead.
@@ -138,6 +139,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	if r.TraceNs != 0 {
 		b = appendIntField(b, "trace_ns", r.TraceNs)
+	}
+	if r.Ramp {
+		b = append(b, `,"ramp":true`...)
 	}
 	if r.UsageMissing {
 		b = append(b, `,"usage_missing":true`...)
@@ -244,9 +248,9 @@ func parseRecordLine(b []byte) (Record, error) {
 
 func (r *Record) validate() error {
 	switch r.Phase {
-	case PhaseFill, PhaseWarmup, PhaseMeasure:
+	case PhaseFill, PhaseWarmup, PhaseRamp, PhaseMeasure:
 	default:
-		return fmt.Errorf("phase: %q is not fill, warmup or measure", r.Phase)
+		return fmt.Errorf("phase: %q is not fill, warmup, ramp or measure", r.Phase)
 	}
 	switch r.Status {
 	case StatusOK, StatusError:

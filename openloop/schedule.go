@@ -1,6 +1,7 @@
 package openloop
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -33,12 +34,23 @@ type Arrival struct {
 	// InFlight is the number of requests the closed loop keeps in flight;
 	// used only by "concurrency" (≥ 1 there).
 	InFlight int
+	// Ramp, when set, raises the rate to the run's over its first
+	// Ramp.Duration (ramp.go); not for a closed loop.
+	Ramp *Ramp
 }
 
 // Validate reports a process or burstiness that cannot be used.
 func (a Arrival) Validate() error {
 	if a.InFlight != 0 && a.Process != ArrivalConcurrency {
 		return fmt.Errorf("arrival: in_flight: applies to process concurrency only, not %q", a.Process)
+	}
+	if a.Ramp != nil {
+		if a.Process == ArrivalConcurrency {
+			return errors.New("arrival: ramp: a closed loop has no rate to ramp")
+		}
+		if err := a.Ramp.Validate(); err != nil {
+			return fmt.Errorf("arrival: %w", err)
+		}
 	}
 	switch a.Process {
 	case ArrivalConcurrency:
@@ -68,6 +80,7 @@ const scheduleChunk = 1024
 type Schedule struct {
 	a    Arrival
 	rate float64
+	ramp *rampMap // nil: none; else t is operational time at rate 1
 	rng  *rand.Rand
 	t    float64 // ns offset of the next arrival
 	buf  []int64
@@ -86,12 +99,16 @@ func NewSchedule(a Arrival, rate float64, seed int64) (*Schedule, error) {
 	if !(rate > 0) {
 		return nil, fmt.Errorf("rate: must be > 0 req/s, got %v", rate)
 	}
-	return &Schedule{
+	s := &Schedule{
 		a:    a,
 		rate: rate,
 		rng:  rand.New(rand.NewPCG(uint64(seed), saltSchedule)),
 		buf:  make([]int64, 0, scheduleChunk),
-	}, nil
+	}
+	if a.Ramp != nil && !math.IsInf(rate, 1) {
+		s.ramp, s.rate = newRampMap(*a.Ramp, rate), 1
+	}
+	return s, nil
 }
 
 // Offsets returns the first n send offsets of the schedule (ns).
@@ -121,7 +138,11 @@ func (s *Schedule) fill() {
 	s.buf = s.buf[:0]
 	s.pos = 0
 	for range scheduleChunk {
-		s.buf = append(s.buf, int64(math.Round(s.t)))
+		t := s.t
+		if s.ramp != nil {
+			t = 1e9 * s.ramp.inverse(t/1e9)
+		}
+		s.buf = append(s.buf, int64(math.Round(t)))
 		s.t += s.gapNs()
 	}
 }

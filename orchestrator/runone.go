@@ -283,6 +283,7 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 		Shape:        toLoadShape(cell.Shape),
 		Seed:         seed,
 		Warmup:       ms.WarmupRequests,
+		IncludeRamp:  ms.IncludeRamp,
 		MinCompleted: minCompleted(ms.MinCompleted, cell.Shape),
 		Timeout:      ms.Timeout,
 		DrainTimeout: ms.DrainTimeout,
@@ -295,7 +296,7 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 // loadArrival is the matrix's arrival for a cell at rate: in a closed loop
 // the cell's rate is its in-flight level.
 func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
-	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness}
+	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness, Ramp: a.Ramp}
 	if a.Process == openloop.ArrivalConcurrency {
 		out.InFlight = int(rate)
 	}

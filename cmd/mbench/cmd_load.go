@@ -35,6 +35,10 @@ func init() {
 				&cli.StringFlag{Name: "endpoint", Value: string(openloop.EndpointCompletions), Usage: "completions (/v1/completions) | chat (/v1/chat/completions)"},
 				&cli.StringFlag{Name: "arrival", Value: openloop.ArrivalPoisson, Usage: strings.Join(openloop.ArrivalProcesses, " | ")},
 				&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
+				&cli.StringFlag{Name: "ramp", Usage: "ramp the rate up over --ramp-duration: linear | exponential"},
+				&cli.Float64Flag{Name: "ramp-from", Usage: "ramp: the rate at the start (req/s)"},
+				&cli.DurationFlag{Name: "ramp-duration", Usage: "ramp: how long the rate takes to reach --rate"},
+				&cli.BoolFlag{Name: "include-ramp", Usage: "ramp: measure the ramp's requests too (default: phase ramp, not measured)"},
 				&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"},
 				&cli.StringFlag{Name: "dataset", Usage: "prompts from a file, sampled with --seed (--output, when set, overrides its output lengths)"},
 				&cli.StringFlag{Name: "dataset-format", Usage: "sharegpt | jsonl (default: by extension, .json sharegpt, .jsonl jsonl)"},
@@ -118,6 +122,13 @@ func loadAction(c *cli.Context) error {
 	}
 	if inFlight > 0 {
 		cfg.Arrival = openloop.Arrival{Process: openloop.ArrivalConcurrency, InFlight: inFlight}
+	}
+	if k := c.String("ramp"); k != "" {
+		cfg.Arrival.Ramp = &openloop.Ramp{Kind: openloop.RampKind(k), From: c.Float64("ramp-from"), Duration: c.Duration("ramp-duration")}
+		cfg.IncludeRamp = c.Bool("include-ramp")
+		if err := cfg.Arrival.Validate(); err != nil {
+			return usageError{fmt.Errorf("load: --%w", err)}
+		}
 	}
 	arrival := cfg.Arrival.Process
 	if shape.Trace != nil {

@@ -305,3 +305,66 @@ measure: {warmup_requests: 2, min_completed: 30, timeout: 30s, drain_timeout: 5s
 		t.Errorf("validate of a bad dataset: %v\n%s", err, stderr)
 	}
 }
+
+// rampSplit counts a run's ramp-phase and measured requests and checks that
+// every ramp request was scheduled before every measured one, within the
+// ramp's duration of the first.
+func rampSplit(t *testing.T, recs []openloop.Record, d time.Duration) (ramp, measured, rampMeasured int) {
+	t.Helper()
+	first, lastRamp, firstMeasured := int64(1<<62), int64(0), int64(1<<62)
+	for _, r := range recs {
+		first = min(first, r.ScheduledNs)
+	}
+	for _, r := range recs {
+		if r.Ramp != (r.ScheduledNs-first < int64(d)) {
+			t.Errorf("request %d scheduled %v into the run: ramp %t", r.ID, time.Duration(r.ScheduledNs-first), r.Ramp)
+		}
+		switch r.Phase {
+		case openloop.PhaseRamp:
+			ramp++
+			lastRamp = max(lastRamp, r.ScheduledNs)
+		case openloop.PhaseMeasure:
+			measured++
+			firstMeasured = min(firstMeasured, r.ScheduledNs)
+			if r.Ramp {
+				rampMeasured++
+			}
+		}
+	}
+	if ramp > 0 && lastRamp >= firstMeasured {
+		t.Errorf("a ramp request was scheduled after a measured one")
+	}
+	return ramp, measured, rampMeasured
+}
+
+// TestLoadRamp: `mbench load --ramp linear` sends the ramp's requests as
+// phase ramp, outside the measured count; --include-ramp measures them.
+func TestLoadRamp(t *testing.T) {
+	t.Parallel()
+	base := serveSimInProcess(t, fastSim(4096))
+	args := []string{"--rate", "60", "--ramp", "linear", "--ramp-from", "10", "--ramp-duration", "500ms", "--requests", "40", "--model", "sim-model", "--input", "32", "--output", "4"}
+	ramp, measured, _ := rampSplit(t, loadRecords(t, base, args...), 500*time.Millisecond)
+	// Λ(0.5 s) = (10 + 60)/2 · 0.5 = 17.5 expected ramp arrivals (plus the one at 0).
+	if measured != 40 || ramp < 5 || ramp > 35 {
+		t.Errorf("%d ramp and %d measured requests, want about 18.5 and 40", ramp, measured)
+	}
+	ramp, measured, rampMeasured := rampSplit(t, loadRecords(t, base, append(args, "--include-ramp")...), 500*time.Millisecond)
+	if ramp != 0 || measured != 40 || rampMeasured < 5 {
+		t.Errorf("--include-ramp: %d ramp-phase, %d measured of which %d in the ramp", ramp, measured, rampMeasured)
+	}
+}
+
+// TestRampSweep: arrival.ramp through a sweep: ramp requests recorded,
+// excluded from the summary's counts.
+func TestRampSweep(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("end-to-end sweep")
+	}
+	runs := runWorkloadSweep(t, strings.Replace(chatSweep, "endpoint: chat\n", "arrival: {ramp: {kind: exponential, from: 4, duration: 1s}}\n", 1), 1)
+	r := runs[0]
+	ramp, measured, _ := rampSplit(t, r.recs, time.Second)
+	if ramp < 3 || int(r.summary["num_prompts"].(float64)) != measured {
+		t.Errorf("%d ramp requests; summary num_prompts %v, measured %d", ramp, r.summary["num_prompts"], measured)
+	}
+}
