@@ -104,6 +104,10 @@ func loadAction(c *cli.Context) error {
 	if err := openloop.Endpoint(c.String("endpoint")).Validate(); err != nil {
 		return usageError{fmt.Errorf("load: --%w", err)}
 	}
+	arr, err := arrivalFlags(c, inFlight)
+	if err != nil {
+		return err
+	}
 	out := c.String("out")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("load: create %s: %w", out, err)
@@ -115,20 +119,10 @@ func loadAction(c *cli.Context) error {
 	defer f.Close()
 	cfg := openloop.Config{
 		Targets: c.StringSlice("url"), Model: c.String("model"), Rate: c.Float64("rate"), Endpoint: openloop.Endpoint(c.String("endpoint")),
-		Arrival: openloop.Arrival{Process: c.String("arrival"), Burstiness: c.Float64("burstiness")},
-		Shape:   shape, Seed: c.Int64("seed"), Warmup: c.Int("warmup"), MinCompleted: mc, Requests: n, Duration: d,
+		Arrival: arr, IncludeRamp: c.Bool("include-ramp"),
+		Shape: shape, Seed: c.Int64("seed"), Warmup: c.Int("warmup"), MinCompleted: mc, Requests: n, Duration: d,
 		Timeout: c.Duration("timeout"), DrainTimeout: c.Duration("drain-timeout"), Cell: "load", Sink: f,
 		RequestTimeout: c.Duration("request-timeout"), RequestIDPrefix: c.String("request-id-prefix"),
-	}
-	if inFlight > 0 {
-		cfg.Arrival = openloop.Arrival{Process: openloop.ArrivalConcurrency, InFlight: inFlight}
-	}
-	if k := c.String("ramp"); k != "" {
-		cfg.Arrival.Ramp = &openloop.Ramp{Kind: openloop.RampKind(k), From: c.Float64("ramp-from"), Duration: c.Duration("ramp-duration")}
-		cfg.IncludeRamp = c.Bool("include-ramp")
-		if err := cfg.Arrival.Validate(); err != nil {
-			return usageError{fmt.Errorf("load: --%w", err)}
-		}
 	}
 	arrival := cfg.Arrival.Process
 	if shape.Trace != nil {
@@ -205,4 +199,22 @@ func datasetFlag(path, format string) (*openloop.Dataset, error) {
 		return nil, usageError{fmt.Errorf("load: --%w", err)}
 	}
 	return ds, nil
+}
+
+// arrivalFlags is the arrival the flags ask for: --arrival and --burstiness,
+// or the closed loop of --concurrency, with the --ramp options.
+func arrivalFlags(c *cli.Context, inFlight int) (openloop.Arrival, error) {
+	a := openloop.Arrival{Process: c.String("arrival"), Burstiness: c.Float64("burstiness")}
+	if inFlight > 0 {
+		a = openloop.Arrival{Process: openloop.ArrivalConcurrency, InFlight: inFlight}
+	}
+	if k := c.String("ramp"); k != "" {
+		a.Ramp = &openloop.Ramp{Kind: openloop.RampKind(k), From: c.Float64("ramp-from"), Duration: c.Duration("ramp-duration")}
+	} else if c.Bool("include-ramp") {
+		return a, usageError{errors.New("load: --include-ramp needs --ramp")}
+	}
+	if err := a.Validate(); err != nil {
+		return a, usageError{fmt.Errorf("load: --%w", err)}
+	}
+	return a, nil
 }
