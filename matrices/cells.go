@@ -36,6 +36,7 @@ func (m *Matrix) cellID(c *Config, rate float64, s Shape) string {
 		"arrival": m.arrivalSpec(),
 		"measure": m.measureSpec(),
 	}
+	m.loadgenSpec(spec)
 	return mustHash(spec, 12)
 }
 
@@ -112,6 +113,9 @@ func shapeSpec(s Shape) map[string]any {
 		out["trace"] = map[string]any{"path": t.src, "time_scale": t.TimeScale,
 			"request_limit": t.RequestLimit, "max_inflight_sessions": t.MaxInflightSessions}
 	}
+	if ds := s.Dataset; ds != nil {
+		out["dataset"] = map[string]any{"path": ds.src, "format": string(ds.Format)}
+	}
 	return out
 }
 
@@ -187,6 +191,7 @@ func (m *Matrix) Resolved() ([]byte, error) {
 	if m.SLO != nil { // only when set: matrices without it keep their hash
 		doc["slo"] = sloSpec(m.SLO)
 	}
+	m.loadgenSpec(doc)
 	js, err := compactJSON(doc)
 	if err != nil {
 		return nil, fmt.Errorf("matrix %s: encode resolved matrix: %w", m.File, err)

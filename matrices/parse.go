@@ -128,7 +128,7 @@ func parserProblem(msg string) bool {
 
 // topKeys lists the top-level keys in documentation order.
 var topKeys = []string{"name", "seed", "hosts", "engine", "configs", "rates", "shapes",
-	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "capacity", "slo"}
+	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "capacity", "slo", "endpoint"}
 
 // matrix decodes the whole document; sections are decoded in dependency
 // order whatever their order in the file, and cross-field checks run only on
@@ -139,7 +139,7 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 	for i, k := range topKeys {
 		fields[i] = field{name: k, set: func(v *yaml.Node, _ string) { nodes[k] = v }}
 		switch k {
-		case "name", "seed", "engine", "configs", "shapes": // rates, unless capacity (parse_capacity.go)
+		case "name", "seed", "engine", "configs", "shapes": // rates, unless capacity or a closed loop (parse_loadgen.go)
 			fields[i].required = true
 		}
 	}
@@ -171,10 +171,13 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 		d.shapes(v, m, checkFiles)
 	}
 	d.workload(nodes, m)
-	d.capacity(nodes, m, root.Line)
+	d.capacity(nodes, m)
+	d.closedLoop(nodes, m, root.Line)
+	d.rampChecks(m)
 	d.baseline(nodes["baseline"], m, configsOK)
 	d.classBounds(nodes["class_bounds"], m)
 	d.slo(nodes["slo"], m)
+	d.endpoint(nodes["endpoint"], m)
 	if hostsOK && engineOK && configsOK {
 		d.placement(m)
 	}

@@ -47,13 +47,10 @@ func CapacityMetrics() []string {
 // capacity decodes the capacity section and enforces that a matrix has
 // either rates (a fixed-rate sweep) or capacity (a search), not both, and
 // that repeat's block settings (which capacity.blocks replaces) are absent.
-func (d *decoder) capacity(nodes map[string]*yaml.Node, m *Matrix, rootLine int) {
+func (d *decoder) capacity(nodes map[string]*yaml.Node, m *Matrix) {
 	v := nodes["capacity"]
 	if v == nil {
-		if nodes["rates"] == nil {
-			d.add(rootLine, "rates", "a list of req/s such as [0.5, 1, 2], or a capacity: section", "missing required key")
-		}
-		return
+		return // rates are then required (closedLoop, parse_loadgen.go)
 	}
 	c := &Capacity{Tolerance: DefaultCapacityTolerance, Blocks: DefaultCapacityBlocks,
 		MaxProbes: DefaultCapacityMaxProbes, Expand: DefaultCapacityExpand}

@@ -100,8 +100,13 @@ func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (Shape
 			})
 		}},
 		{"trace", false, func(v *yaml.Node, p string) { s.Trace = d.trace(v, p, file, checkFiles) }},
+		{"dataset", false, func(v *yaml.Node, p string) { s.Dataset = d.dataset(v, p, file) }},
 	})
 	has := func(k string) int { return d.lines[path+"."+k] }
+	if s.Dataset != nil {
+		d.datasetShape(&s, path, e.Line, checkFiles)
+		return s, len(d.errs) == n
+	}
 	if s.Trace != nil {
 		for _, k := range []string{"input", "output", "input_dist", "output_dist", "prefix", "cache_fill"} {
 			if l := has(k); l > 0 {
@@ -177,16 +182,22 @@ func (d *decoder) dist(v *yaml.Node, path string) *Dist {
 	return x
 }
 
+// besideMatrix resolves a file path as written in the matrix file against
+// that file's directory (absolute and ~ paths as they are).
+func besideMatrix(src, file string) string {
+	if src != "" && !filepath.IsAbs(src) && !strings.HasPrefix(src, "~") {
+		return filepath.Join(filepath.Dir(file), src)
+	}
+	return src
+}
+
 // trace decodes a trace replay; its path resolves against the matrix file.
 func (d *decoder) trace(v *yaml.Node, path, file string, checkFiles bool) *Trace {
 	t := &Trace{TimeScale: 1}
 	d.object(v, path, v.Line, []field{
 		{"path", true, func(v *yaml.Node, p string) {
 			t.src = d.nonEmpty(v, p)
-			t.Path = t.src
-			if t.src != "" && !filepath.IsAbs(t.src) && !strings.HasPrefix(t.src, "~") {
-				t.Path = filepath.Join(filepath.Dir(file), t.src)
-			}
+			t.Path = besideMatrix(t.src, file)
 			if checkFiles && t.src != "" {
 				if fi, err := os.Stat(t.Path); err != nil || fi.IsDir() {
 					d.add(v.Line, p, "a trace file (JSONL) relative to the matrix file", "cannot read trace %s", t.Path)
@@ -212,6 +223,8 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 	d.object(nodes["arrival"], "arrival", 1, []field{
 		{"process", false, func(v *yaml.Node, p string) { m.Arrival.Process, _ = d.enum(v, p, openloop.ArrivalProcesses...) }},
 		{"burstiness", false, func(v *yaml.Node, p string) { m.Arrival.Burstiness, _ = d.number(v, p, true) }},
+		{"in_flight", false, func(v *yaml.Node, p string) { d.inFlight(v, p, m) }},
+		{"ramp", false, func(v *yaml.Node, p string) { m.Arrival.Ramp = d.ramp(v, p) }},
 	})
 	if l := d.lines["arrival.burstiness"]; l > 0 && m.Arrival.Process != openloop.ArrivalGamma && m.Arrival.Process != "" {
 		d.add(l, "arrival.burstiness", "process: gamma, or remove burstiness", "burstiness applies to process gamma only")
@@ -234,6 +247,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 			}
 		}},
 		{"request_timeout", false, func(v *yaml.Node, p string) { mm.RequestTimeout = d.duration(v, p) }},
+		{"include_ramp", false, func(v *yaml.Node, p string) { mm.IncludeRamp = d.boolean(v, p) }},
 		{"abort_if", false, func(v *yaml.Node, p string) {
 			d.object(v, p, v.Line, []field{
 				{"max_inflight", false, func(v *yaml.Node, p string) { mm.AbortIf.MaxInflight = d.intField(v, p, 0, 1<<31-1) }},

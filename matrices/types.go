@@ -1,6 +1,10 @@
 package matrices
 
-import "time"
+import (
+	"time"
+
+	"github.com/mbench/mbench/openloop"
+)
 
 // Matrix is a loaded, validated and defaulted experiment matrix.
 type Matrix struct {
@@ -24,7 +28,10 @@ type Matrix struct {
 	Probe       Probe
 	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = seed 003's 5k/20k/50k
 	SLO         *SLO   // per-request objective of goodput (slo.go); nil = none
-	Hash        string // hash of the resolved matrix (see Resolved)
+	// Endpoint is the API the load drives: completions (default) or chat
+	// (parse_loadgen.go).
+	Endpoint openloop.Endpoint
+	Hash     string // hash of the resolved matrix (see Resolved)
 
 	// Capacity makes the sweep a capacity search instead of fixed rates
 	// (parse_capacity.go); nil for a fixed-rate sweep.
@@ -124,6 +131,14 @@ type Shape struct {
 	Prefix        *Prefix
 	CacheFill     *CacheFill
 	Trace         *Trace
+	Dataset       *Dataset // prompts from a file (parse_loadgen.go)
+}
+
+// Dataset samples a shape's prompts from a file with the block seed.
+type Dataset struct {
+	Path   string                 // resolved relative to the matrix file
+	Format openloop.DatasetFormat // sharegpt | jsonl
+	src    string                 // path as written, for location-independent ids
 }
 
 // Dist is a token-length distribution: uniform over [Min, Max], or
@@ -151,10 +166,13 @@ type Trace struct {
 	src                 string  // path as written, for location-independent ids
 }
 
-// Arrival is the arrival process of the open-loop load.
+// Arrival is the arrival process of the load.
 type Arrival struct {
-	Process    string  // poisson (default) | gamma | constant
+	Process    string  // poisson (default) | gamma | constant | concurrency
 	Burstiness float64 // gamma shape (default 1)
+	// With process concurrency (a closed loop), the in-flight levels
+	// (in_flight) are the matrix's Rates: a cell's Rate is its level.
+	Ramp *openloop.Ramp // ramp-up of the rate inside each run (nil: none)
 }
 
 // Measure bounds one run.
@@ -172,6 +190,8 @@ type Measure struct {
 	// 1%); MaxErrorRateSet says the matrix set it (0 allows none).
 	MaxErrorRate    float64
 	MaxErrorRateSet bool
+	// IncludeRamp measures the requests sent during arrival.ramp.
+	IncludeRamp bool
 }
 
 // AbortIf stops a run early and marks it saturated; zero values are off.

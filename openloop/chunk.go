@@ -12,9 +12,13 @@ import (
 // the rest, without allocating. As in encoding/json, a repeated key counts
 // by its last occurrence.
 type chunk struct {
-	text             bool // choices[0].text is a non-empty string
+	// text: choices[0].text (completions), or choices[0].delta.content or
+	// .reasoning_content (chat completions), is a non-empty string.
+	text             bool
 	usage            bool // usage is an object with completion_tokens
 	completionTokens int
+	prompt           bool // usage.prompt_tokens is a non-negative integer
+	promptTokens     int
 	isErr            bool   // {"error": ...} or {"object": "error", ...}
 	errMsg           []byte // the error's message, raw JSON string contents
 }
@@ -91,17 +95,28 @@ func (c *chunk) scanChoices(b []byte, i int) (int, error) {
 	for {
 		var err error
 		if first && b[i] == '{' {
+			var text, content, reasoning bool
 			i, err = scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
-				if keyIs(key, "text") {
-					c.text = false
-					if b[i] == '"' {
-						s, e, next, err := scanString(b, i)
-						c.text = err == nil && e > s
-						return next, err
+				switch {
+				case keyIs(key, "text"):
+					return scanNonEmpty(b, i, &text)
+				case keyIs(key, "delta"):
+					content, reasoning = false, false
+					if b[i] == '{' {
+						return scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
+							switch {
+							case keyIs(key, "content"):
+								return scanNonEmpty(b, i, &content)
+							case keyIs(key, "reasoning_content"):
+								return scanNonEmpty(b, i, &reasoning)
+							}
+							return skipValue(b, i)
+						})
 					}
 				}
 				return skipValue(b, i)
 			})
+			c.text = text || content || reasoning
 		} else {
 			i, err = skipValue(b, i)
 		}
@@ -116,27 +131,59 @@ func (c *chunk) scanChoices(b []byte, i int) (int, error) {
 	}
 }
 
-// scanUsage reads "usage": null | {"completion_tokens": N, ...}.
+// scanNonEmpty reads the value at b[i]; *set is whether it is a non-empty
+// string.
+func scanNonEmpty(b []byte, i int, set *bool) (int, error) {
+	*set = false
+	if b[i] != '"' {
+		return skipValue(b, i)
+	}
+	s, e, next, err := scanString(b, i)
+	*set = err == nil && e > s
+	return next, err
+}
+
+// scanUsage reads "usage": null | {"completion_tokens": N, "prompt_tokens":
+// P, ...}. A prompt_tokens that is not a plain non-negative integer is
+// ignored (it only refines the input count of text prompts).
 func (c *chunk) scanUsage(b []byte, i int) (int, error) {
-	c.usage, c.completionTokens = false, 0
+	c.usage, c.completionTokens, c.prompt, c.promptTokens = false, 0, false, 0
 	if b[i] != '{' {
 		return skipValue(b, i)
 	}
 	return scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
-		if !keyIs(key, "completion_tokens") {
-			return skipValue(b, i)
+		switch {
+		case keyIs(key, "completion_tokens"):
+			n, next, ok := scanCount(b, i)
+			if !ok {
+				return next, errNumber
+			}
+			c.usage, c.completionTokens = true, n
+			return next, nil
+		case keyIs(key, "prompt_tokens"):
+			n, next, ok := scanCount(b, i)
+			if !ok {
+				c.prompt = false
+				return skipValue(b, i)
+			}
+			c.prompt, c.promptTokens = true, n
+			return next, nil
 		}
-		n, next := 0, i
-		for next < len(b) && b[next] >= '0' && b[next] <= '9' && next-i < 10 {
-			n = n*10 + int(b[next]-'0')
-			next++
-		}
-		if next == i || (next < len(b) && (b[next] == '.' || b[next] == 'e' || b[next] == 'E' || (b[next] >= '0' && b[next] <= '9'))) {
-			return next, errNumber
-		}
-		c.usage, c.completionTokens = true, n
-		return next, nil
+		return skipValue(b, i)
 	})
+}
+
+// scanCount reads a non-negative integer of at most 10 digits at b[i].
+func scanCount(b []byte, i int) (n, next int, ok bool) {
+	next = i
+	for next < len(b) && b[next] >= '0' && b[next] <= '9' && next-i < 10 {
+		n = n*10 + int(b[next]-'0')
+		next++
+	}
+	if next == i || (next < len(b) && (b[next] == '.' || b[next] == 'e' || b[next] == 'E' || (b[next] >= '0' && b[next] <= '9'))) {
+		return 0, next, false
+	}
+	return n, next, true
 }
 
 // scanObject walks the object starting at b[i] == '{' (after white space),

@@ -56,6 +56,10 @@ type job struct {
 	session string
 	turn    int
 	traceNs int64
+	ramp    bool // sent while the rate ramped up
+	// textPrompt: the prompt went as text, so its token count is the
+	// engine's usage.prompt_tokens (input is a word count until then).
+	textPrompt bool
 }
 
 // prepare encodes j's request for the prompt toks (j.output tokens asked
@@ -63,9 +67,29 @@ type job struct {
 // j.
 func (r *runner) prepare(j *job, toks []int32) *job {
 	j.input = len(toks)
+	if r.cfg.Endpoint == EndpointChat {
+		text := string(appendPromptText(make([]byte, 0, 8*len(toks)), toks))
+		j.textPrompt = true
+		return r.encode(j, appendChatBody(make([]byte, 0, bodySize(r.model, 0)+len(text)), r.model, text, j.output))
+	}
+	return r.encode(j, appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, j.output))
+}
+
+// prepareText is prepare for a text prompt (a dataset's): its input is a
+// word count until the engine's usage.prompt_tokens replaces it.
+func (r *runner) prepareText(j *job, prompt string) *job {
+	j.input, j.textPrompt = len(strings.Fields(prompt)), true
+	size := bodySize(r.model, 0) + len(prompt) + len(prompt)/8
+	if r.cfg.Endpoint == EndpointChat {
+		return r.encode(j, appendChatBody(make([]byte, 0, size), r.model, prompt, j.output))
+	}
+	return r.encode(j, appendCompletionTextBody(make([]byte, 0, size), r.model, prompt, j.output))
+}
+
+// encode sets j's headers for body, for the client in use, and returns j.
+func (r *runner) encode(j *job, body []byte) *job {
 	j.target = -1
 	j.reqID = r.reqPrefix + strconv.Itoa(j.id)
-	body := appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, j.output)
 	session := j.session
 	if !validHeaderValue(session) {
 		session = ""
@@ -267,6 +291,9 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 	rec.FirstTokenNs, rec.LastTokenNs = st.firstNs, st.lastNs
 	rec.ITLMs = st.itlMs()
 	rec.OutputTokens = st.chunks
+	if j.textPrompt && st.havePrompt {
+		rec.InputTokens = st.usagePrompt
+	}
 	if st.haveUsage {
 		rec.OutputTokens = st.usageOut
 	} else {

@@ -14,13 +14,21 @@ import (
 type Config struct {
 	Targets []string // base URLs, e.g. "http://127.0.0.1:8000"; requests round-robin over them
 	Model   string   // "" = ask GET /v1/models of the first target once and take the first id
+	// Endpoint is the API driven: completions (the default when empty) or
+	// chat (see EndpointChat). The metrics are defined alike for both.
+	Endpoint Endpoint
 	// Rate is the offered load in req/s. With Shape.Trace it is a rate
-	// multiplier on top of Trace.TimeScale (0 = 1).
+	// multiplier on top of Trace.TimeScale (0 = 1). A closed loop
+	// (Arrival.Process concurrency) does not use it.
 	Rate    float64
 	Arrival Arrival
 	Shape   Shape
 	Seed    int64 // workload seed: same seed ⇒ same schedule and prompts
 	Warmup  int   // first requests of the schedule, recorded with phase "warmup"
+	// IncludeRamp measures the requests sent during Arrival.Ramp (phase
+	// measure, Record.Ramp set); by default they are phase "ramp", outside
+	// the measured window.
+	IncludeRamp bool
 	// Stop conditions of the measured phase; the first one reached stops
 	// sending (a trace also stops at its end). At least one is required
 	// unless the shape is a trace.
@@ -113,6 +121,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("targets: %q is not an http(s) base URL", t)
 		}
 	}
+	if err := c.Endpoint.Validate(); err != nil {
+		return err
+	}
 	if err := c.Shape.Validate(); err != nil {
 		return fmt.Errorf("shape %q: %w", c.Shape.Name, err)
 	}
@@ -121,7 +132,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("rate: the trace rate multiplier must be > 0 (or 0 for 1), got %v", c.Rate)
 		}
 	} else {
-		if !(c.Rate > 0) {
+		if !(c.Rate > 0) && c.Arrival.Process != ArrivalConcurrency {
 			return fmt.Errorf("rate: must be > 0 req/s, got %v", c.Rate)
 		}
 		if c.MinCompleted <= 0 && c.Requests <= 0 && c.Duration <= 0 {
@@ -130,6 +141,12 @@ func (c *Config) validate() error {
 	}
 	if err := c.Arrival.Validate(); err != nil {
 		return err
+	}
+	if c.Arrival.Ramp != nil && c.Shape.Trace != nil {
+		return errors.New("arrival: ramp: a trace replays its own send times")
+	}
+	if c.Arrival.Process == ArrivalConcurrency && c.Shape.Trace != nil {
+		return errors.New("arrival: concurrency: a trace replays its own send times; use max_inflight_sessions to bound it")
 	}
 	if c.Warmup < 0 || c.MinCompleted < 0 || c.Requests < 0 {
 		return fmt.Errorf("warmup/min_completed/requests: must be ≥ 0, got %d/%d/%d", c.Warmup, c.MinCompleted, c.Requests)

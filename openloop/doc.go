@@ -2,11 +2,14 @@
 //
 //   - the arrival processes (Poisson, gamma with burstiness, constant), whose
 //     send times are precomputed from a seeded RNG as absolute offsets
-//     (schedule.go);
+//     (schedule.go), optionally ramped up inside a run (ramp.go); and the
+//     closed loop that keeps N requests in flight (closedloop.go);
 //   - the workload shapes: fixed, uniform and lognormal lengths, shared
 //     prefixes, cache fill, and Mooncake trace replay with sessions
-//     (shape.go, prompt.go, trace.go, sample.go, replay.go);
-//   - the streaming OpenAI /v1/completions client and its allocation-free SSE
+//     (shape.go, prompt.go, trace.go, sample.go, replay.go), and prompts
+//     sampled from ShareGPT or JSONL files (dataset.go);
+//   - the streaming OpenAI /v1/completions and /v1/chat/completions
+//     (chat.go) client and its allocation-free SSE
 //     parser, which measure TTFT, ITL and E2EL as `vllm bench serve` defines
 //     them (client.go, sse.go, chunk.go);
 //   - the run itself: cache fill, warmup and measurement, stop conditions,

@@ -98,7 +98,7 @@ func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
 		if r.SentNs == 0 {
 			continue
 		}
-		trace = trace || r.TraceNs != 0
+		trace = trace || r.TraceNs != 0 || r.Ramp // no parametric gap law: no KS test
 		sent = append(sent, float64(r.SentNs))
 		lags = append(lags, float64(r.SentNs-r.ScheduledNs)/1e6)
 		if r.OK() {

@@ -45,7 +45,8 @@ func (r *runner) runOpen() {
 }
 
 // buildOpen prepares the open-loop requests ahead of their send times: the
-// schedule offset, the prompt and the encoded body. It stops when the run
+// schedule offset (none when sch is nil: the closed loop), the prompt and
+// the encoded body. It stops when the run
 // stops sending or when a stop condition that depends only on the schedule
 // (Requests, Duration) is met; then it records the reason and closes jobs.
 func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
@@ -53,17 +54,31 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
 	cfg := &r.cfg
 	var toks []int32
 	firstMeasured := int64(-1)
+	rampEnd := int64(-1) // requests scheduled before it are ramp requests
+	if rp := cfg.Arrival.Ramp; rp != nil && sch != nil {
+		rampEnd = int64(rp.Duration)
+	}
+	measured := 0
 	for i := 0; ; i++ {
+		off := int64(0) // a closed loop (no schedule) sets the time as it sends
+		if sch != nil {
+			off = sch.Next()
+		}
+		ramp := off < rampEnd
 		phase := PhaseWarmup
-		if i >= cfg.Warmup {
+		switch {
+		case i < cfg.Warmup:
+		case ramp && !cfg.IncludeRamp:
+			phase = PhaseRamp
+		default:
 			phase = PhaseMeasure
-			if cfg.Requests > 0 && i-cfg.Warmup >= cfg.Requests {
+			if cfg.Requests > 0 && measured >= cfg.Requests {
 				r.endReason = "requests"
 				return
 			}
+			measured++
 		}
-		off := sch.Next()
-		if phase == PhaseMeasure && cfg.Duration > 0 {
+		if phase == PhaseMeasure && cfg.Duration > 0 && sch != nil {
 			if firstMeasured < 0 {
 				firstMeasured = off
 			}
@@ -72,9 +87,16 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
 				return
 			}
 		}
-		var out, group int
-		toks, out, group = r.gen.open(i, toks)
-		j := r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks)
+		var j *job
+		if r.gen.items != nil {
+			prompt, out := r.gen.dataset(i)
+			j = r.prepareText(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out}, prompt)
+		} else {
+			var out, group int
+			toks, out, group = r.gen.open(i, toks)
+			j = r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks)
+		}
+		j.ramp = ramp
 		select {
 		case jobs <- j:
 		case <-r.stopCh:

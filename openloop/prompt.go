@@ -14,6 +14,19 @@ const TraceBlockTokens = 512
 type promptGen struct {
 	seed  int64
 	shape Shape
+	items []DatasetItem // Shape.Dataset's prompts
+}
+
+// dataset returns the prompt and output length of dataset request i: item
+// k drawn uniformly (with replacement) from the seed's stream, so the
+// sample is a pure function of (seed, i).
+func (g *promptGen) dataset(i int) (prompt string, output int) {
+	it := &g.items[streamRNG(g.seed, saltDataset, uint64(i)).IntN(len(g.items))]
+	output = it.Output
+	if g.shape.Output > 0 {
+		output = g.shape.Output
+	}
+	return it.Prompt, output
 }
 
 // open returns the prompt tokens (appended to dst[:0]), the output length and

@@ -1,7 +1,6 @@
 package openloop
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -32,13 +31,13 @@ type Record struct {
 	ID           int        `json:"id"`             // unique in the run: fill first, then warmup and measure in schedule order
 	Cell         string     `json:"cell"`           // Config.Cell
 	Block        int        `json:"block"`          // Config.Block
-	Phase        string     `json:"phase"`          // PhaseFill, PhaseWarmup or PhaseMeasure
+	Phase        string     `json:"phase"`          // PhaseFill, PhaseWarmup, PhaseRamp or PhaseMeasure
 	ScheduledNs  int64      `json:"scheduled_ns"`   // intended send time
 	SentNs       int64      `json:"sent_ns"`        // actual send time: when the request had been written (0: never written, e.g. connection refused)
 	FirstTokenNs int64      `json:"first_token_ns"` // first content chunk
 	LastTokenNs  int64      `json:"last_token_ns"`  // last content chunk
 	DoneNs       int64      `json:"done_ns"`        // end of the stream, or the failure
-	InputTokens  int        `json:"input_tokens"`   // prompt token ids sent
+	InputTokens  int        `json:"input_tokens"`   // prompt token ids sent; for a text prompt (chat, dataset) the engine's usage.prompt_tokens, or the words sent without it
 	OutputTokens int        `json:"output_tokens"`  // from the usage chunk (see UsageMissing)
 	ITLMs        []float64  `json:"itl_ms"`         // gaps between consecutive content chunks, ms
 	Status       string     `json:"status"`         // StatusOK or StatusError
@@ -51,6 +50,7 @@ type Record struct {
 	Turn         int        `json:"turn,omitempty"`         // trace replay: turn within the session
 	PrefixGroup  int        `json:"prefix_group,omitempty"` // shared-prefix shape: group number, 1-based (0 = none)
 	TraceNs      int64      `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
+	Ramp         bool       `json:"ramp,omitempty"`         // sent while the rate ramped up (phase ramp, or measure with include_ramp)
 	UsageMissing bool       `json:"usage_missing,omitempty"`
 	// UsageMissing is set when the stream had no usage chunk and
 	// OutputTokens counts content chunks instead.
@@ -140,6 +140,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	if r.TraceNs != 0 {
 		b = appendIntField(b, "trace_ns", r.TraceNs)
 	}
+	if r.Ramp {
+		b = append(b, `,"ramp":true`...)
+	}
 	if r.UsageMissing {
 		b = append(b, `,"usage_missing":true`...)
 	}
@@ -211,24 +214,19 @@ func appendJSONString(b []byte, s string) []byte {
 // status, negative times and out-of-order token times are errors that name
 // the line. Blank lines are skipped.
 func ReadRecords(r io.Reader) ([]Record, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
 	var out []Record
-	for line := 1; ; line++ {
-		b, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(b)) > 0 {
-			rec, perr := parseRecordLine(b)
-			if perr != nil {
-				return out, fmt.Errorf("requests line %d: %w", line, perr)
-			}
-			out = append(out, rec)
-		}
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
+	err := eachLine(r, func(_ int, b []byte) error {
+		rec, err := parseRecordLine(b)
 		if err != nil {
-			return out, fmt.Errorf("requests line %d: %w", line, err)
+			return err
 		}
+		out = append(out, rec)
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("requests line %w", err)
 	}
+	return out, nil
 }
 
 func parseRecordLine(b []byte) (Record, error) {
@@ -250,9 +248,9 @@ func parseRecordLine(b []byte) (Record, error) {
 
 func (r *Record) validate() error {
 	switch r.Phase {
-	case PhaseFill, PhaseWarmup, PhaseMeasure:
+	case PhaseFill, PhaseWarmup, PhaseRamp, PhaseMeasure:
 	default:
-		return fmt.Errorf("phase: %q is not fill, warmup or measure", r.Phase)
+		return fmt.Errorf("phase: %q is not fill, warmup, ramp or measure", r.Phase)
 	}
 	switch r.Status {
 	case StatusOK, StatusError:

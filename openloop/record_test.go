@@ -59,7 +59,7 @@ func TestReadRecordsErrors(t *testing.T) {
 	ok := `{"id":1,"cell":"c","block":1,"phase":"measure","scheduled_ns":1,"sent_ns":2,"first_token_ns":3,"last_token_ns":4,"done_ns":5,"input_tokens":1,"output_tokens":1,"itl_ms":[],"status":"ok"}`
 	for _, tc := range []struct{ in, want string }{
 		{ok + "\n{", "requests line 2: invalid JSON"},
-		{strings.Replace(ok, `"measure"`, `"bench"`, 1), `requests line 1: phase: "bench" is not fill, warmup or measure`},
+		{strings.Replace(ok, `"measure"`, `"bench"`, 1), `requests line 1: phase: "bench" is not fill, warmup, ramp or measure`},
 		{strings.Replace(ok, `"ok"`, `"fine"`, 1), `requests line 1: status: "fine" is not ok or error`},
 		{strings.Replace(ok, `"block":1`, `"block":1,"extra":2`, 1), `requests line 1: invalid JSON: json: unknown field "extra"`},
 		{strings.Replace(ok, `"sent_ns":2`, `"sent_ns":"2"`, 1), "requests line 1: sent_ns: want int64, got string"},

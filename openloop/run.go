@@ -84,7 +84,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for _, t := range cfg.Targets {
 		b := strings.TrimRight(t, "/")
 		r.bases = append(r.bases, b)
-		urls = append(urls, b+"/v1/completions")
+		urls = append(urls, b+cfg.Endpoint.Path())
 	}
 	budget := &memBudget{limit: cfg.StreamMemory}
 	if budget.limit == 0 {
@@ -128,6 +128,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}
 	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape}
+	if d := cfg.Shape.Dataset; d != nil {
+		if r.gen.items, err = LoadDataset(*d, cfg.Shape.Output); err != nil {
+			return nil, fmt.Errorf("openloop: %w", err)
+		}
+	}
 	cpu0, cpuErr := cpuSeconds()
 	r.clk = clock{start: time.Now()}
 	var cancel context.CancelCauseFunc
@@ -154,9 +159,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			t := time.AfterFunc(cfg.Timeout, func() { r.stop("timeout") })
 			defer t.Stop()
 		}
-		if plan != nil {
+		switch {
+		case plan != nil:
 			r.runTrace(plan)
-		} else {
+		case cfg.Arrival.Process == ArrivalConcurrency:
+			r.runClosed()
+		default:
 			r.runOpen()
 		}
 	}
@@ -246,7 +254,7 @@ func (r *runner) pickTarget() int { return int((r.rr.Add(1) - 1) % uint64(len(r.
 // execute sends j, waits for its stream to end and records it.
 func (r *runner) execute(j *job) *Record {
 	rec := Record{ID: j.id, Cell: r.cfg.Cell, Block: r.cfg.Block, Phase: j.phase, ScheduledNs: j.sched,
-		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs, RequestID: j.reqID}
+		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs, RequestID: j.reqID, Ramp: j.ramp}
 	t := j.target
 	if t < 0 {
 		t = r.pickTarget()
@@ -381,9 +389,13 @@ func (r *runner) result(plan *tracePlan) *Result {
 	}
 	res.Offered = r.cfg.Rate
 	gradeRate := res.Offered
-	if plan != nil {
+	switch {
+	case plan != nil:
 		res.Offered = plan.offered(r.cfg.Warmup)
 		gradeRate = 0 // a trace's gaps follow no parametric law: no KS test
+	case r.cfg.Arrival.Process == ArrivalConcurrency:
+		res.Offered = closedRate(r.records)
+		gradeRate = 0 // sends follow completions: no law to test
 	}
 	res.Grade = SelfGrade(res.Records, gradeRate, r.cfg.Arrival)
 	return res

@@ -368,7 +368,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.Rate = 0 }, "openloop: config: rate: must be > 0 req/s, got 0"},
 		{func(c *Config) { c.Requests = 0 }, "openloop: config: stop condition: set min_completed, requests or duration"},
 		{func(c *Config) { c.Shape.Input = 0 }, `openloop: config: shape "": input: must be in [1, 4194304] tokens, got 0`},
-		{func(c *Config) { c.Arrival.Process = "x" }, `openloop: config: arrival: process: "x" is not poisson, gamma or constant`},
+		{func(c *Config) { c.Arrival.Process = "x" }, `openloop: config: arrival: process: "x" is not poisson, gamma, constant or concurrency`},
 		{func(c *Config) { c.Shape = Shape{Trace: &Trace{Path: "/nonexistent.jsonl"}}; c.Model = "m" }, "openloop: trace: open /nonexistent.jsonl: no such file or directory"},
 	} {
 		c := ok

@@ -1,6 +1,7 @@
 package openloop
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -12,6 +13,10 @@ const (
 	ArrivalPoisson  = "poisson"
 	ArrivalGamma    = "gamma"
 	ArrivalConstant = "constant"
+	// ArrivalConcurrency is the closed loop: Arrival.InFlight requests always
+	// in flight, a new one sent as one finishes (closedloop.go). It has no
+	// Schedule; the rate is not used.
+	ArrivalConcurrency = "concurrency"
 	// ArrivalTrace names a trace replay's arrivals in a summary (the trace's
 	// own send times, scaled); it is not a Process.
 	ArrivalTrace = "trace"
@@ -26,11 +31,33 @@ type Arrival struct {
 	// coefficient of variation 1/√b. b = 1 is Poisson; b < 1 is burstier.
 	// Used only by "gamma".
 	Burstiness float64
+	// InFlight is the number of requests the closed loop keeps in flight;
+	// used only by "concurrency" (≥ 1 there).
+	InFlight int
+	// Ramp, when set, raises the rate to the run's over its first
+	// Ramp.Duration (ramp.go); not for a closed loop.
+	Ramp *Ramp
 }
 
 // Validate reports a process or burstiness that cannot be used.
 func (a Arrival) Validate() error {
+	if a.InFlight != 0 && a.Process != ArrivalConcurrency {
+		return fmt.Errorf("arrival: in_flight: applies to process concurrency only, not %q", a.Process)
+	}
+	if a.Ramp != nil {
+		if a.Process == ArrivalConcurrency {
+			return errors.New("arrival: ramp: a closed loop has no rate to ramp")
+		}
+		if err := a.Ramp.Validate(); err != nil {
+			return fmt.Errorf("arrival: %w", err)
+		}
+	}
 	switch a.Process {
+	case ArrivalConcurrency:
+		if a.InFlight < 1 {
+			return fmt.Errorf("arrival: in_flight: must be ≥ 1 for concurrency, got %d", a.InFlight)
+		}
+		return nil
 	case "", ArrivalPoisson, ArrivalConstant:
 		return nil
 	case ArrivalGamma:
@@ -39,7 +66,7 @@ func (a Arrival) Validate() error {
 		}
 		return nil
 	}
-	return fmt.Errorf("arrival: process: %q is not poisson, gamma or constant", a.Process)
+	return fmt.Errorf("arrival: process: %q is not poisson, gamma, constant or concurrency", a.Process)
 }
 
 // scheduleChunk is how many send offsets a Schedule computes at a time.
@@ -53,6 +80,7 @@ const scheduleChunk = 1024
 type Schedule struct {
 	a    Arrival
 	rate float64
+	ramp *rampMap // nil: none; else t is operational time at rate 1
 	rng  *rand.Rand
 	t    float64 // ns offset of the next arrival
 	buf  []int64
@@ -65,15 +93,22 @@ func NewSchedule(a Arrival, rate float64, seed int64) (*Schedule, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
+	if a.Process == ArrivalConcurrency {
+		return nil, fmt.Errorf("arrival: a closed loop (concurrency) has no schedule")
+	}
 	if !(rate > 0) {
 		return nil, fmt.Errorf("rate: must be > 0 req/s, got %v", rate)
 	}
-	return &Schedule{
+	s := &Schedule{
 		a:    a,
 		rate: rate,
 		rng:  rand.New(rand.NewPCG(uint64(seed), saltSchedule)),
 		buf:  make([]int64, 0, scheduleChunk),
-	}, nil
+	}
+	if a.Ramp != nil && !math.IsInf(rate, 1) {
+		s.ramp, s.rate = newRampMap(*a.Ramp, rate), 1
+	}
+	return s, nil
 }
 
 // Offsets returns the first n send offsets of the schedule (ns).
@@ -103,7 +138,11 @@ func (s *Schedule) fill() {
 	s.buf = s.buf[:0]
 	s.pos = 0
 	for range scheduleChunk {
-		s.buf = append(s.buf, int64(math.Round(s.t)))
+		t := s.t
+		if s.ramp != nil {
+			t = 1e9 * s.ramp.inverse(t/1e9)
+		}
+		s.buf = append(s.buf, int64(math.Round(t)))
 		s.t += s.gapNs()
 	}
 }
@@ -162,6 +201,7 @@ const (
 	saltBlock     = 0x6d62656e63680006
 	saltTracePad  = 0x6d62656e63680007
 	saltSampleSes = 0x6d62656e63680008
+	saltDataset   = 0x6d62656e63680009
 )
 
 // streamRNG returns the generator for item idx of the stream salt under seed.
@@ -180,7 +220,7 @@ func mix64(x uint64) uint64 {
 }
 
 // ArrivalProcesses are the processes Arrival.Process accepts ("" is Poisson).
-var ArrivalProcesses = []string{ArrivalPoisson, ArrivalGamma, ArrivalConstant}
+var ArrivalProcesses = []string{ArrivalPoisson, ArrivalGamma, ArrivalConstant, ArrivalConcurrency}
 
 // ValidProcess reports whether p names an arrival process.
 func ValidProcess(p string) bool {

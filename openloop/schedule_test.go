@@ -102,7 +102,7 @@ func TestScheduleErrors(t *testing.T) {
 	}{
 		{Arrival{}, 0, "rate: must be > 0 req/s, got 0"},
 		{Arrival{}, math.NaN(), "rate: must be > 0 req/s, got NaN"},
-		{Arrival{Process: "weibull"}, 1, `arrival: process: "weibull" is not poisson, gamma or constant`},
+		{Arrival{Process: "weibull"}, 1, `arrival: process: "weibull" is not poisson, gamma, constant or concurrency`},
 		{Arrival{Process: ArrivalGamma}, 1, "arrival: burstiness: must be > 0 for gamma, got 0"},
 	} {
 		_, err := NewSchedule(tc.a, tc.rate, 1)

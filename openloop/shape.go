@@ -28,6 +28,10 @@ type Shape struct {
 	// Trace replays a Mooncake-format trace instead (Config.Rate is then a
 	// rate multiplier on top of Trace.TimeScale).
 	Trace *Trace
+	// Dataset draws each request's prompt (text) from a file, with the
+	// run's seed; Output, when set, overrides the file's output lengths.
+	// Input, the distributions, Prefix and CacheFill do not apply.
+	Dataset *Dataset
 }
 
 // Dist is a length distribution in tokens.
@@ -86,6 +90,8 @@ func (s Shape) Validate() error {
 	if s.Trace != nil {
 		t := s.Trace
 		switch {
+		case s.Dataset != nil:
+			return errors.New("trace: a shape replays a trace or samples a dataset, not both")
 		case t.Path == "":
 			return errors.New("trace: path: must be set")
 		case t.TimeScale < 0 || math.IsNaN(t.TimeScale) || math.IsInf(t.TimeScale, 0):
@@ -96,6 +102,15 @@ func (s Shape) Validate() error {
 			return fmt.Errorf("trace: max_inflight_sessions: must be ≥ 0, got %d", t.MaxInflightSessions)
 		}
 		return nil
+	}
+	if d := s.Dataset; d != nil {
+		switch {
+		case s.Input != 0 || s.InputDist != nil || s.OutputDist != nil || s.Prefix != nil || s.CacheFill != nil:
+			return errors.New("dataset: the prompts come from the file; only output may be set beside it")
+		case s.Output < 0 || s.Output > maxTokens:
+			return fmt.Errorf("output: must be in [1, %d] tokens (or 0 for the file's), got %d", maxTokens, s.Output)
+		}
+		return d.Validate()
 	}
 	if err := checkLen("input", s.Input, s.InputDist); err != nil {
 		return err

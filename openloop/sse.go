@@ -200,10 +200,12 @@ func trimEOL(b []byte) []byte {
 // streamState accumulates what a completion stream tells about one request.
 type streamState struct {
 	firstNs, lastNs int64
-	chunks          int     // content chunks (non-empty choices[0].text)
+	chunks          int     // content chunks (non-empty choices[0].text or .delta.content)
 	times           []int64 // arrival of every content chunk, for ITL
 	usageOut        int
 	haveUsage       bool
+	usagePrompt     int    // usage.prompt_tokens
+	havePrompt      bool   // the usage chunk gave prompt_tokens
 	onFirst         func() // called at the first content chunk, if set
 }
 
@@ -253,6 +255,9 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 		}
 		if c.usage {
 			st.usageOut, st.haveUsage = c.completionTokens, true
+		}
+		if c.prompt {
+			st.usagePrompt, st.havePrompt = c.promptTokens, true
 		}
 	}
 }

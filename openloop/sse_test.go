@@ -107,6 +107,7 @@ func TestScanChunk(t *testing.T) {
 		in           string
 		text, usage  bool
 		ct           int
+		pt           int // usage.prompt_tokens; 0 = not checked, -1 = must be absent
 		isErr        bool
 		msg, errPart string
 	}{
@@ -115,6 +116,13 @@ func TestScanChunk(t *testing.T) {
 		{in: `{"choices":[{"text":"\"}"}], "usage":null}`, text: true},
 		{in: `{"choices":[{"index":0,"te\u0078t":"a"}]}`, text: true},
 		{in: `{"choices":[{"text":""},{"text":"x"}]}`},
+		{in: `{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`},
+		{in: `{"choices":[{"index":0,"delta":{"content":" the"},"logprobs":null,"finish_reason":null}]}`, text: true},
+		{in: `{"choices":[{"delta":{"reasoning_content":"hm","content":null}}]}`, text: true},
+		{in: `{"choices":[{"delta":{"content":"a"},"delta":null}]}`},
+		{in: `{"choices":[{"delta":"x"}]}`},
+		{in: `{"choices":[],"usage":{"prompt_tokens":12,"total_tokens":15,"completion_tokens":3}}`, usage: true, ct: 3, pt: 12},
+		{in: `{"usage":{"prompt_tokens":-4,"completion_tokens":3}}`, usage: true, ct: 3, pt: -1},
 		{in: `{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":256}}`, usage: true, ct: 256},
 		{in: ` { "usage" : { "completion_tokens" : 7 } } `, usage: true, ct: 7},
 		{in: `{"usage":{"completion_tokens":-1}}`, errPart: "completion_tokens"},
@@ -142,6 +150,9 @@ func TestScanChunk(t *testing.T) {
 		if c.text != tc.text || c.usage != tc.usage || c.completionTokens != tc.ct || c.isErr != tc.isErr || string(c.errMsg) != tc.msg {
 			t.Errorf("%s: got %+v", tc.in, c)
 		}
+		if (tc.pt > 0 && (!c.prompt || c.promptTokens != tc.pt)) || (tc.pt < 0 && c.prompt) {
+			t.Errorf("%s: prompt tokens %t %d, want %d", tc.in, c.prompt, c.promptTokens, tc.pt)
+		}
 	}
 }
 
@@ -153,13 +164,19 @@ func refChunk(b []byte) (c chunk, ok bool) {
 	}
 	if arr, ok := m["choices"].([]any); ok && len(arr) > 0 {
 		if o, ok := arr[0].(map[string]any); ok {
-			s, ok := o["text"].(string)
-			c.text = ok && s != ""
+			nonEmpty := func(v any) bool { s, ok := v.(string); return ok && s != "" }
+			c.text = nonEmpty(o["text"])
+			if d, ok := o["delta"].(map[string]any); ok {
+				c.text = c.text || nonEmpty(d["content"]) || nonEmpty(d["reasoning_content"])
+			}
 		}
 	}
 	if u, ok := m["usage"].(map[string]any); ok {
 		if v, ok := u["completion_tokens"].(float64); ok {
 			c.usage, c.completionTokens = true, int(v)
+		}
+		if v, ok := u["prompt_tokens"].(float64); ok {
+			c.prompt, c.promptTokens = true, int(v)
 		}
 	}
 	c.isErr = m["error"] != nil || m["object"] == "error"
@@ -168,7 +185,8 @@ func refChunk(b []byte) (c chunk, ok bool) {
 
 func FuzzScanChunk(f *testing.F) {
 	for _, s := range []string{`{"choices":[{"text":"hi"}],"usage":null}`, `{"choices":[],"usage":{"completion_tokens":3}}`,
-		`{"error":{"message":"m"}}`, `{"object":"error"}`, `{"choices":[{"te\u0078t":"a"}]}`, `{"a":[{"b":"]"}]}`} {
+		`{"error":{"message":"m"}}`, `{"object":"error"}`, `{"choices":[{"te\u0078t":"a"}]}`, `{"a":[{"b":"]"}]}`,
+		`{"choices":[{"index":0,"delta":{"content":" x"},"finish_reason":null}]}`, `{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -183,6 +201,9 @@ func FuzzScanChunk(f *testing.F) {
 		}
 		if c.text != ref.text || c.usage != ref.usage || c.completionTokens != ref.completionTokens || c.isErr != ref.isErr {
 			t.Fatalf("%q: scanner %+v, encoding/json %+v", b, c, ref)
+		}
+		if c.prompt && (!ref.prompt || ref.promptTokens != c.promptTokens) {
+			t.Fatalf("%q: scanner prompt_tokens %d, encoding/json %+v", b, c.promptTokens, ref)
 		}
 	})
 }

@@ -381,5 +381,8 @@ func toLoadShape(sh matrices.Shape) openloop.Shape {
 	if t := sh.Trace; t != nil {
 		out.Trace = &openloop.Trace{Path: t.Path, TimeScale: t.TimeScale, RequestLimit: t.RequestLimit, MaxInflightSessions: t.MaxInflightSessions}
 	}
+	if ds := sh.Dataset; ds != nil {
+		out.Dataset = &openloop.Dataset{Path: ds.Path, Format: ds.Format}
+	}
 	return out
 }

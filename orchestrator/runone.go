@@ -281,11 +281,13 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 	return openloop.Config{
 		Targets:      targets,
 		Model:        s.m.Engine.Model,
+		Endpoint:     s.m.Endpoint,
 		Rate:         cell.Rate,
-		Arrival:      openloop.Arrival{Process: s.m.Arrival.Process, Burstiness: s.m.Arrival.Burstiness},
+		Arrival:      loadArrival(s.m.Arrival, cell.Rate),
 		Shape:        toLoadShape(cell.Shape),
 		Seed:         seed,
 		Warmup:       ms.WarmupRequests,
+		IncludeRamp:  ms.IncludeRamp,
 		MinCompleted: minCompleted(ms.MinCompleted, cell.Shape),
 		Timeout:      ms.Timeout,
 		DrainTimeout: ms.DrainTimeout,
@@ -293,6 +295,16 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 		Cell:         cell.ID,
 		Block:        block, RequestTimeout: ms.RequestTimeout,
 	}
+}
+
+// loadArrival is the matrix's arrival for a cell at rate: in a closed loop
+// the cell's rate is its in-flight level.
+func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
+	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness, Ramp: a.Ramp}
+	if a.Process == openloop.ArrivalConcurrency {
+		out.InFlight = int(rate)
+	}
+	return out
 }
 
 // policy is what a run of cell is held to for its verdict.

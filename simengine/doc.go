@@ -1,6 +1,7 @@
 // Package simengine is a simulated, vLLM-compatible LLM serving engine: a
 // MODEL of an engine, not vLLM. It serves vLLM's OpenAI HTTP surface
-// (/health, /v1/models, streaming /v1/completions, /metrics with vllm: names,
+// (/health, /v1/models, streaming /v1/completions and
+// /v1/chat/completions (chat.go), /metrics with vllm: names,
 // /version) from one step loop that does continuous batching in real
 // wall-clock time: a token budget per step with chunked prefill, one decode
 // token per running sequence per step, a paged KV cache of fixed capacity with

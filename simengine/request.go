@@ -68,17 +68,49 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 type rawRequest struct {
-	Model         *string         `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"`
-	MaxTokens     *int            `json:"max_tokens"`
-	MinTokens     *int            `json:"min_tokens"`
-	IgnoreEOS     *bool           `json:"ignore_eos"`
-	Stream        *bool           `json:"stream"`
-	N             *int            `json:"n"`
+	Model            *string         `json:"model"`
+	Prompt           json.RawMessage `json:"prompt"`
+	MaxTokens        *int            `json:"max_tokens"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	rawCommon
+}
+
+// rawCommon holds the request fields /v1/completions and
+// /v1/chat/completions share beyond the prompt and max_tokens.
+type rawCommon struct {
+	MinTokens     *int  `json:"min_tokens"`
+	IgnoreEOS     *bool `json:"ignore_eos"`
+	Stream        *bool `json:"stream"`
+	N             *int  `json:"n"`
 	StreamOptions *struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
-	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+}
+
+// apply validates the shared fields into req, whose MaxTokens is set (0 =
+// not given, chat only).
+func (c *rawCommon) apply(req *completionRequest) error {
+	if c.MinTokens != nil {
+		req.MinTokens = *c.MinTokens
+	}
+	if req.MinTokens < 0 {
+		return badRequest("min_tokens must be greater than or equal to 0, got %d.", req.MinTokens)
+	}
+	if req.MaxTokens > 0 && req.MinTokens > req.MaxTokens {
+		return badRequest("min_tokens must be less than or equal to max_tokens=%d, got %d.", req.MaxTokens, req.MinTokens)
+	}
+	if c.N != nil && *c.N != 1 {
+		return badRequest("n: the simulated engine supports n=1 only, got %d", *c.N)
+	}
+	req.IgnoreEOS = c.IgnoreEOS != nil && *c.IgnoreEOS
+	req.Stream = c.Stream != nil && *c.Stream
+	if c.StreamOptions != nil {
+		if !req.Stream {
+			return badRequest("Stream options can only be defined when `stream=True`.")
+		}
+		req.IncludeUsage = c.StreamOptions.IncludeUsage != nil && *c.StreamOptions.IncludeUsage
+	}
+	return nil
 }
 
 // decodeCompletionRequest parses and validates a /v1/completions body the way
@@ -113,25 +145,8 @@ func decodeCompletionRequest(body []byte) (*completionRequest, error) {
 	if req.MaxTokens < 1 {
 		return nil, badRequest("max_tokens must be at least 1, got %d.", req.MaxTokens)
 	}
-	if raw.MinTokens != nil {
-		req.MinTokens = *raw.MinTokens
-	}
-	if req.MinTokens < 0 {
-		return nil, badRequest("min_tokens must be greater than or equal to 0, got %d.", req.MinTokens)
-	}
-	if req.MinTokens > req.MaxTokens {
-		return nil, badRequest("min_tokens must be less than or equal to max_tokens=%d, got %d.", req.MaxTokens, req.MinTokens)
-	}
-	if raw.N != nil && *raw.N != 1 {
-		return nil, badRequest("n: the simulated engine supports n=1 only, got %d", *raw.N)
-	}
-	req.IgnoreEOS = raw.IgnoreEOS != nil && *raw.IgnoreEOS
-	req.Stream = raw.Stream != nil && *raw.Stream
-	if raw.StreamOptions != nil {
-		if !req.Stream {
-			return nil, badRequest("Stream options can only be defined when `stream=True`.")
-		}
-		req.IncludeUsage = raw.StreamOptions.IncludeUsage != nil && *raw.StreamOptions.IncludeUsage
+	if err := raw.apply(req); err != nil {
+		return nil, err
 	}
 	req.kvRaw = raw.KVTransferParams
 	return req, nil

@@ -162,6 +162,7 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("/version", e.handleVersion)
 	mux.HandleFunc("/metrics", e.handleMetrics)
 	mux.HandleFunc("/v1/completions", e.handleCompletions)
+	mux.HandleFunc("/v1/chat/completions", e.handleChatCompletions)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
 	})

@@ -16,6 +16,13 @@ import (
 const maxBodyBytes = 64 << 20
 
 func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	e.serveGeneration(w, r, decodeCompletionRequest, false)
+}
+
+// serveGeneration serves one /v1/completions (chat false) or
+// /v1/chat/completions (chat true) request whose body decode turns into a
+// completionRequest.
+func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode func([]byte) (*completionRequest, error), chat bool) {
 	if !allow(w, r, http.MethodPost) {
 		return
 	}
@@ -32,7 +39,7 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		badRequest("reading the request body: %v", err).write(w)
 		return
 	}
-	req, err := decodeCompletionRequest(body)
+	req, err := decode(body)
 	if err != nil {
 		var ae *apiError
 		if !errors.As(err, &ae) {
@@ -47,6 +54,10 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, maxLen := len(req.Prompt), e.cfg.MaxModelLen
+	if req.MaxTokens == 0 && p < maxLen { // chat without max_tokens: vLLM's default, the rest of the context
+		req.MaxTokens = maxLen - p
+		req.MinTokens = min(req.MinTokens, req.MaxTokens)
+	}
 	if p >= maxLen {
 		badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
 			"Please reduce the length of the input messages.", maxLen, p).write(w)
@@ -73,10 +84,14 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rs := response{
+		chat:    chat,
 		id:      fmt.Sprintf("cmpl-%016x%016x", rand.Uint64(), rand.Uint64()),
 		created: time.Now().Unix(),
 		model:   e.cfg.Model,
 		prompt:  p,
+	}
+	if chat {
+		rs.id = "chat" + rs.id
 	}
 	if req.Stream {
 		e.streamResponse(w, r, s, req.IncludeUsage, rs)
@@ -126,6 +141,7 @@ func (e *Engine) signalWake() {
 
 // response holds what every chunk of one completion repeats.
 type response struct {
+	chat    bool // a chat completion (chat.go)
 	id      string
 	created int64
 	model   string
@@ -134,7 +150,11 @@ type response struct {
 
 func (rs response) head() string {
 	m, _ := json.Marshal(rs.model)
-	return `{"id":"` + rs.id + `","object":"text_completion","created":` + strconv.FormatInt(rs.created, 10) +
+	object := "text_completion"
+	if rs.chat {
+		object = "chat.completion.chunk"
+	}
+	return `{"id":"` + rs.id + `","object":"` + object + `","created":` + strconv.FormatInt(rs.created, 10) +
 		`,"model":` + string(m)
 }
 
@@ -155,7 +175,11 @@ func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, 
 	w.WriteHeader(http.StatusOK)
 	flush()
 	head := rs.head()
-	chunk := "data: " + head + `,"choices":[{"index":0,"text":`
+	chunk, roleChunk := "data: "+head+`,"choices":[{"index":0,"text":`, ""
+	if rs.chat {
+		chunk = "data: " + head + `,"choices":[{"index":0,"delta":{"content":`
+		roleChunk = "data: " + head + `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	}
 	var (
 		buf  []byte
 		evs  []tokenEvent
@@ -169,16 +193,29 @@ func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, 
 		var err error
 		evs, done, err = s.stream.take(evs)
 		buf = buf[:0]
+		if sent == 0 && len(evs) > 0 {
+			buf = append(buf, roleChunk...) // vLLM's first chat chunk, sent with the first output
+		}
 		for _, ev := range evs {
 			buf = append(buf, chunk...)
 			buf = append(buf, ev.textJSON()...)
-			buf = append(buf, `,"logprobs":null,"finish_reason":`...)
-			if ev.finish == "" {
-				buf = append(buf, "null"...)
-			} else {
-				buf = strconv.AppendQuote(buf, ev.finish)
+			if rs.chat {
+				buf = append(buf, '}')
 			}
-			buf = append(buf, ",\"stop_reason\":null}],\"usage\":null}\n\n"...)
+			buf = append(buf, `,"logprobs":null,"finish_reason":`...)
+			switch {
+			case ev.finish == "" && rs.chat:
+				buf = append(buf, "null}]}\n\n"...)
+			case ev.finish == "":
+				buf = append(buf, "null,\"stop_reason\":null}],\"usage\":null}\n\n"...)
+			default:
+				buf = strconv.AppendQuote(buf, ev.finish)
+				buf = append(buf, ",\"stop_reason\":null}]"...)
+				if !rs.chat {
+					buf = append(buf, ",\"usage\":null"...)
+				}
+				buf = append(buf, "}\n\n"...)
+			}
 			sent++
 		}
 		switch {
@@ -249,6 +286,11 @@ func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, r
 	fin, _ := json.Marshal(finish)
 	body := rs.head() + `,"choices":[{"index":0,"text":` + string(txt) + `,"logprobs":null,"finish_reason":` + string(fin) +
 		`,"stop_reason":null,"prompt_logprobs":null}],"usage":` + usageJSON(rs.prompt, n)
+	if rs.chat {
+		body = strings.Replace(rs.head(), `"chat.completion.chunk"`, `"chat.completion"`, 1) +
+			`,"choices":[{"index":0,"message":{"role":"assistant","content":` + string(txt) + `},"logprobs":null,"finish_reason":` + string(fin) +
+			`,"stop_reason":null}],"usage":` + usageJSON(rs.prompt, n)
+	}
 	if s.keepBlocks {
 		e.mu.Lock()
 		blocks := s.sentBlocks

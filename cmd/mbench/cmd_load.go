@@ -22,7 +22,8 @@ func init() {
 			Usage: "one open-loop run against any OpenAI-compatible endpoint; writes requests.jsonl and summary_A.json",
 			Flags: []cli.Flag{
 				&cli.StringSliceFlag{Name: "url", Usage: "base URL of the endpoint (repeat to round-robin)", Required: true},
-				&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s)", Required: true},
+				&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s); required unless --concurrency"},
+				&cli.IntFlag{Name: "concurrency", Usage: "closed loop: keep N requests in flight, a new one sent as one finishes (instead of --rate)"},
 				&cli.IntFlag{Name: "input", Usage: "prompt length in tokens"},
 				&cli.IntFlag{Name: "output", Usage: "output tokens per request (max_tokens = min_tokens, ignore_eos)"},
 				&cli.IntFlag{Name: "requests", Usage: "measured requests to send"},
@@ -31,9 +32,16 @@ func init() {
 				&cli.IntFlag{Name: "warmup", Usage: "warmup requests, discarded"},
 				&cli.Int64Flag{Name: "seed", Value: 1, Usage: "workload seed"},
 				&cli.StringFlag{Name: "model", Usage: "model name (default: the first of /v1/models)"},
+				&cli.StringFlag{Name: "endpoint", Value: string(openloop.EndpointCompletions), Usage: "completions (/v1/completions) | chat (/v1/chat/completions)"},
 				&cli.StringFlag{Name: "arrival", Value: openloop.ArrivalPoisson, Usage: strings.Join(openloop.ArrivalProcesses, " | ")},
 				&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
+				&cli.StringFlag{Name: "ramp", Usage: "ramp the rate up over --ramp-duration: linear | exponential"},
+				&cli.Float64Flag{Name: "ramp-from", Usage: "ramp: the rate at the start (req/s)"},
+				&cli.DurationFlag{Name: "ramp-duration", Usage: "ramp: how long the rate takes to reach --rate"},
+				&cli.BoolFlag{Name: "include-ramp", Usage: "ramp: measure the ramp's requests too (default: phase ramp, not measured)"},
 				&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"},
+				&cli.StringFlag{Name: "dataset", Usage: "prompts from a file, sampled with --seed (--output, when set, overrides its output lengths)"},
+				&cli.StringFlag{Name: "dataset-format", Usage: "sharegpt | jsonl (default: by extension, .json sharegpt, .jsonl jsonl)"},
 				&cli.Float64Flag{Name: "time-scale", Value: 1, Usage: "trace time compression"},
 				&cli.IntFlag{Name: "request-limit", Usage: "trace: at most this many requests"},
 				&cli.IntFlag{Name: "max-inflight-sessions", Usage: "trace: sessions in flight at once (0 = unlimited)"},
@@ -55,11 +63,28 @@ func loadAction(c *cli.Context) error {
 	if p := c.String("trace"); p != "" {
 		shape = openloop.Shape{Name: filepath.Base(p), Trace: &openloop.Trace{Path: p, TimeScale: c.Float64("time-scale"),
 			RequestLimit: c.Int("request-limit"), MaxInflightSessions: c.Int("max-inflight-sessions")}}
+	} else if p := c.String("dataset"); p != "" {
+		ds, err := datasetFlag(p, c.String("dataset-format"))
+		if err != nil {
+			return err
+		}
+		if c.IsSet("input") {
+			return usageError{errors.New("load: --input does not apply to --dataset (the prompts come from the file)")}
+		}
+		shape = openloop.Shape{Name: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Output: c.Int("output"), Dataset: ds}
 	} else if shape.Input <= 0 || shape.Output <= 0 {
-		return usageError{errors.New("load: --input and --output must be positive (or give --trace)")}
+		return usageError{errors.New("load: --input and --output must be positive (or give --trace or --dataset)")}
 	}
-	if err := checkRate("load", "--rate", c.Float64("rate")); err != nil {
-		return err
+	inFlight := c.Int("concurrency")
+	switch {
+	case c.IsSet("concurrency") && c.IsSet("rate"):
+		return usageError{errors.New("load: --rate or --concurrency, not both (a closed loop has no rate)")}
+	case c.IsSet("concurrency") && inFlight < 1:
+		return usageError{fmt.Errorf("load: --concurrency %d: must be ≥ 1", inFlight)}
+	case !c.IsSet("concurrency"):
+		if err := checkRate("load", "--rate", c.Float64("rate")); err != nil {
+			return err
+		}
 	}
 	if mf := c.Float64("max-failed"); !(mf >= 0 && mf <= 1) {
 		return usageError{fmt.Errorf("load: --max-failed %v: must be a share between 0 and 1", mf)}
@@ -71,8 +96,17 @@ func loadAction(c *cli.Context) error {
 	if shape.Trace == nil && n <= 0 && d <= 0 && mc <= 0 {
 		return usageError{errors.New("load: give one of --requests N, --duration D or --min-completed N")}
 	}
-	if a := c.String("arrival"); a == "" || !openloop.ValidProcess(a) {
+	if a := c.String("arrival"); a == openloop.ArrivalConcurrency {
+		return usageError{errors.New("load: --arrival concurrency: give --concurrency N")}
+	} else if a == "" || !openloop.ValidProcess(a) {
 		return usageError{fmt.Errorf("load: --arrival %q: valid: %s", a, strings.Join(openloop.ArrivalProcesses, ", "))}
+	}
+	if err := openloop.Endpoint(c.String("endpoint")).Validate(); err != nil {
+		return usageError{fmt.Errorf("load: --%w", err)}
+	}
+	arr, err := arrivalFlags(c, inFlight)
+	if err != nil {
+		return err
 	}
 	out := c.String("out")
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -84,9 +118,9 @@ func loadAction(c *cli.Context) error {
 	}
 	defer f.Close()
 	cfg := openloop.Config{
-		Targets: c.StringSlice("url"), Model: c.String("model"), Rate: c.Float64("rate"),
-		Arrival: openloop.Arrival{Process: c.String("arrival"), Burstiness: c.Float64("burstiness")},
-		Shape:   shape, Seed: c.Int64("seed"), Warmup: c.Int("warmup"), MinCompleted: mc, Requests: n, Duration: d,
+		Targets: c.StringSlice("url"), Model: c.String("model"), Rate: c.Float64("rate"), Endpoint: openloop.Endpoint(c.String("endpoint")),
+		Arrival: arr, IncludeRamp: c.Bool("include-ramp"),
+		Shape: shape, Seed: c.Int64("seed"), Warmup: c.Int("warmup"), MinCompleted: mc, Requests: n, Duration: d,
 		Timeout: c.Duration("timeout"), DrainTimeout: c.Duration("drain-timeout"), Cell: "load", Sink: f,
 		RequestTimeout: c.Duration("request-timeout"), RequestIDPrefix: c.String("request-id-prefix"),
 	}
@@ -108,7 +142,7 @@ func loadAction(c *cli.Context) error {
 	// run must reach its minimum; the verdict is the sweep's (results.Decide).
 	policy := results.Policy{MinCompleted: max(mc, n), MaxErrorRate: c.Float64("max-failed"), MaxErrorRateSet: true}
 	sum, err := results.SummarizeRun(results.RunInput{
-		Cell: "load", Config: "load", Shape: shape.Name, Rate: cfg.Rate, Engine: "external",
+		Cell: "load", Config: "load", Shape: shape.Name, Rate: rateLabel(cfg), Engine: "external",
 		Arrival: arrival, Burstiness: cfg.Arrival.Burstiness, Policy: policy,
 	}.WithLoad(res))
 	if err != nil {
@@ -137,4 +171,50 @@ func loadOutcome(sum *results.RunSummary, runErr error) error {
 		return nil
 	}
 	return noResultError{fmt.Errorf("load: the run is not a result: %s", strings.Join(sum.VerdictReasons, "; "))}
+}
+
+// rateLabel is the run's rate as a summary names it: the offered rate, or a
+// closed loop's in-flight level (as a sweep's cells name it).
+func rateLabel(cfg openloop.Config) float64 {
+	if cfg.Arrival.Process == openloop.ArrivalConcurrency {
+		return float64(cfg.Arrival.InFlight)
+	}
+	return cfg.Rate
+}
+
+// datasetFlag is the --dataset file with its format, given or by extension.
+func datasetFlag(path, format string) (*openloop.Dataset, error) {
+	if format == "" {
+		switch filepath.Ext(path) {
+		case ".json":
+			format = string(openloop.DatasetShareGPT)
+		case ".jsonl":
+			format = string(openloop.DatasetJSONL)
+		default:
+			return nil, usageError{fmt.Errorf("load: --dataset %s: give --dataset-format sharegpt or jsonl", path)}
+		}
+	}
+	ds := &openloop.Dataset{Path: path, Format: openloop.DatasetFormat(format)}
+	if err := ds.Validate(); err != nil {
+		return nil, usageError{fmt.Errorf("load: --%w", err)}
+	}
+	return ds, nil
+}
+
+// arrivalFlags is the arrival the flags ask for: --arrival and --burstiness,
+// or the closed loop of --concurrency, with the --ramp options.
+func arrivalFlags(c *cli.Context, inFlight int) (openloop.Arrival, error) {
+	a := openloop.Arrival{Process: c.String("arrival"), Burstiness: c.Float64("burstiness")}
+	if inFlight > 0 {
+		a = openloop.Arrival{Process: openloop.ArrivalConcurrency, InFlight: inFlight}
+	}
+	if k := c.String("ramp"); k != "" {
+		a.Ramp = &openloop.Ramp{Kind: openloop.RampKind(k), From: c.Float64("ramp-from"), Duration: c.Duration("ramp-duration")}
+	} else if c.Bool("include-ramp") {
+		return a, usageError{errors.New("load: --include-ramp needs --ramp")}
+	}
+	if err := a.Validate(); err != nil {
+		return a, usageError{fmt.Errorf("load: --%w", err)}
+	}
+	return a, nil
 }

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,6 +114,7 @@ func Start(opts Options) (*Server, error) {
 		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":` + strconv.Quote(opts.Model) + `,"object":"model"}]}`))
 	})
 	mux.HandleFunc("POST /v1/completions", s.complete)
+	mux.HandleFunc("POST /v1/chat/completions", s.complete)
 	if opts.control {
 		mux.HandleFunc("GET /stub/log", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -169,6 +171,10 @@ type completionRequest struct {
 	Prompt    json.RawMessage `json:"prompt"`
 	MaxTokens int             `json:"max_tokens"`
 	Stream    bool            `json:"stream"`
+	Messages  []struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"messages"` // chat
 }
 
 func (s *Server) enter(sess string) {
@@ -241,8 +247,17 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	fl := w.(http.Flusher)
 	ctx := r.Context()
-	head := []byte(`data: {"id":"cmpl-stub-` + strconv.FormatInt(n, 10) + `","object":"text_completion","created":0,"model":` + strconv.Quote(s.opts.Model) + `,"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":`)
-	buf := make([]byte, 0, len(head)+64)
+	// Chat streams vLLM's chat.completion.chunk: a role chunk with empty
+	// content, sent with the first token, then delta.content chunks.
+	chat := r.URL.Path == "/v1/chat/completions"
+	id, object, tail := `"cmpl-stub-`+strconv.FormatInt(n, 10)+`"`, "text_completion", ",\"stop_reason\":null}],\"usage\":null}\n\n"
+	token := `"text":" tok"`
+	if chat {
+		id, object, tail, token = `"chatcmpl-stub-`+strconv.FormatInt(n, 10)+`"`, "chat.completion.chunk", "}]}\n\n", `"delta":{"content":" tok"}`
+	}
+	prefix := `data: {"id":` + id + `,"object":"` + object + `","created":0,"model":` + strconv.Quote(s.opts.Model) + `,"choices":[{"index":0,`
+	head := []byte(prefix + token + `,"logprobs":null,"finish_reason":`)
+	buf := make([]byte, 0, 2*len(head)+64)
 	due := e.Arrival.Add(s.opts.FirstToken)
 	for k := range tokens {
 		if k > 0 {
@@ -254,13 +269,17 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		if f.Break && k == f.BreakAfter {
 			panic(http.ErrAbortHandler)
 		}
-		buf = append(buf[:0], head...)
+		buf = buf[:0]
+		if chat && k == 0 {
+			buf = append(buf, prefix+`"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+		}
+		buf = append(buf, head...)
 		if k == tokens-1 {
 			buf = append(buf, `"length"`...)
 		} else {
 			buf = append(buf, `null`...)
 		}
-		buf = append(buf, ",\"stop_reason\":null}],\"usage\":null}\n\n"...)
+		buf = append(buf, tail...)
 		if _, err := w.Write(buf); err != nil {
 			return
 		}
@@ -284,7 +303,14 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	if !f.NoUsage && f.StreamError == "" {
 		p := strconv.Itoa(promptLen(req.Prompt))
-		_, _ = w.Write([]byte(`data: {"id":"cmpl-stub","object":"text_completion","created":0,"model":` + strconv.Quote(s.opts.Model) +
+		if chat {
+			words := 0
+			for _, m := range req.Messages {
+				words += len(strings.Fields(m.Content))
+			}
+			p = strconv.Itoa(words)
+		}
+		_, _ = w.Write([]byte(`data: {"id":` + id + `,"object":"` + object + `","created":0,"model":` + strconv.Quote(s.opts.Model) +
 			`,"choices":[],"usage":{"prompt_tokens":` + p + `,"total_tokens":0,"completion_tokens":` + strconv.Itoa(e.Chunks) + `}}` + "\n\n"))
 	}
 	// Logged before [DONE] goes out: a client may finish, and read the

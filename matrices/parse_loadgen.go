@@ -1,0 +1,198 @@
+package matrices
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mbench/mbench/openloop"
+	"go.yaml.in/yaml/v3"
+)
+
+// The load generator's options beyond rates and shapes: the endpoint, the
+// closed-loop and ramp arrivals, and dataset shapes. Each enters the cell ids
+// and the resolved matrix only when used, so matrices that do not use them
+// keep their hashes (and their sweeps stay resumable).
+
+// endpoint decodes endpoint: completions | chat (default completions).
+func (d *decoder) endpoint(v *yaml.Node, m *Matrix) {
+	m.Endpoint = openloop.EndpointCompletions
+	if v == nil {
+		return
+	}
+	names := make([]string, len(openloop.Endpoints))
+	for i, e := range openloop.Endpoints {
+		names[i] = string(e)
+	}
+	if s, ok := d.enum(v, "endpoint", names...); ok {
+		m.Endpoint = openloop.Endpoint(s)
+	}
+}
+
+// loadgenSpec adds the load generator's options in use to spec, a cell spec
+// or the resolved matrix (whose arrival and measure it extends).
+func (m *Matrix) loadgenSpec(spec map[string]any) {
+	if m.Endpoint != "" && m.Endpoint != openloop.EndpointCompletions {
+		spec["endpoint"] = string(m.Endpoint)
+	}
+	if r := m.Arrival.Ramp; r != nil {
+		spec["arrival"].(map[string]any)["ramp"] = map[string]any{"kind": string(r.Kind), "from": r.From, "duration": r.Duration.String()}
+	}
+	if m.Measure.IncludeRamp {
+		spec["measure"].(map[string]any)["include_ramp"] = true
+	}
+}
+
+// ramp decodes arrival.ramp: {kind: linear | exponential, from: r0,
+// duration: D}.
+func (d *decoder) ramp(v *yaml.Node, path string) *openloop.Ramp {
+	r := &openloop.Ramp{}
+	kinds := make([]string, len(openloop.RampKinds))
+	for i, k := range openloop.RampKinds {
+		kinds[i] = string(k)
+	}
+	d.object(v, path, v.Line, []field{
+		{"kind", true, func(v *yaml.Node, p string) {
+			k, _ := d.enum(v, p, kinds...)
+			r.Kind = openloop.RampKind(k)
+		}},
+		{"from", true, func(v *yaml.Node, p string) { r.From, _ = d.number(v, p, false) }},
+		{"duration", true, func(v *yaml.Node, p string) { r.Duration = d.positiveDuration(v, p) }},
+	})
+	if r.Kind == openloop.RampExponential && d.lines[path+".from"] > 0 && r.From == 0 {
+		d.add(d.lines[path+".from"], path+".from", "a rate > 0", "an exponential ramp cannot start at 0")
+	}
+	return r
+}
+
+// rampChecks refuses a ramp where it has no rate to ramp (a closed loop, a
+// trace replay) and include_ramp without a ramp.
+func (d *decoder) rampChecks(m *Matrix) {
+	if l := d.lines["measure.include_ramp"]; l > 0 && m.Arrival.Ramp == nil && m.Measure.IncludeRamp {
+		d.add(l, "measure.include_ramp", "arrival.ramp, or remove include_ramp", "there is no ramp to include")
+	}
+	l := d.lines["arrival.ramp"]
+	if l == 0 {
+		return
+	}
+	if m.Arrival.Process == openloop.ArrivalConcurrency {
+		d.add(l, "arrival.ramp", "a rate process (poisson, gamma, constant)", "a closed loop has no rate to ramp")
+	}
+	for _, s := range m.Shapes {
+		if s.Trace != nil {
+			d.add(l, "arrival.ramp", "shapes without trace", "shape %s replays a trace's own send times: no rate to ramp", s.Name)
+		}
+	}
+}
+
+// inFlight decodes arrival.in_flight, an in-flight level or a list of
+// distinct ones, into m.Rates: in a closed loop the levels take the place
+// of rates, one cell per level (as GuideLLM's concurrent rates).
+func (d *decoder) inFlight(v *yaml.Node, path string, m *Matrix) {
+	if l := d.lines["rates"]; l > 0 {
+		d.add(v.Line, path, "in_flight or rates, not both", "a closed loop's in-flight levels replace rates (rates at line %d)", l)
+		return
+	}
+	es, ps := []*yaml.Node{v}, []string{path}
+	if v.Kind == yaml.SequenceNode {
+		var ok bool
+		if es, ps, ok = d.list(v, path); ok && len(es) == 0 {
+			d.add(v.Line, path, "an integer ≥ 1 or a list such as [1, 4, 16]", "at least one level is required")
+		}
+	}
+	seen := map[int]int{}
+	for i, e := range es {
+		n := d.intField(e, ps[i], 1, 1<<20)
+		if n < 1 {
+			continue
+		}
+		if first, dup := seen[n]; dup {
+			d.add(e.Line, ps[i], "distinct levels", "level %d is listed twice (first at line %d)", n, first)
+			continue
+		}
+		seen[n] = e.Line
+		m.Rates = append(m.Rates, float64(n))
+	}
+}
+
+// closedLoop checks that process concurrency comes with in_flight, that
+// in_flight comes with it, and that any other process has rates.
+func (d *decoder) closedLoop(nodes map[string]*yaml.Node, m *Matrix, rootLine int) {
+	closed := m.Arrival.Process == openloop.ArrivalConcurrency
+	l := d.lines["arrival.in_flight"]
+	search := nodes["capacity"] != nil
+	switch {
+	case closed && search:
+		d.add(d.lines["arrival.process"], "arrival.process", "a rate-driven process (poisson, gamma, constant) for a capacity search", "a capacity search probes request rates; a closed loop has none")
+	case closed && l == 0 && d.lines["rates"] == 0:
+		d.add(d.lines["arrival.process"], "arrival.in_flight", "an integer ≥ 1 or a list such as [1, 4, 16]", "missing required key (process concurrency)")
+	case closed && l == 0:
+		d.add(d.lines["rates"], "rates", "arrival.in_flight (the requests kept in flight)", "a closed loop (process concurrency) has no rate; give its in-flight levels as arrival.in_flight")
+	case !closed && l > 0:
+		d.add(l, "arrival.in_flight", "process: concurrency, or remove in_flight", "in_flight applies to process concurrency only")
+	case !closed && !search && nodes["rates"] == nil:
+		d.add(rootLine, "rates", "a list of req/s such as [0.5, 1, 2], or a capacity: section", "missing required key")
+	}
+	if closed {
+		for _, s := range m.Shapes {
+			if s.Trace != nil {
+				d.add(d.lines["arrival.process"], "arrival.process", "poisson, gamma or constant with a trace shape",
+					"shape %s: a trace replays its own send times; bound it with max_inflight_sessions instead of a closed loop", s.Name)
+			}
+		}
+	}
+}
+
+// dataset decodes a shape's dataset: {path, format}; the path resolves
+// against the matrix file.
+func (d *decoder) dataset(v *yaml.Node, path, file string) *Dataset {
+	ds := &Dataset{}
+	formats := make([]string, len(openloop.DatasetFormats))
+	for i, f := range openloop.DatasetFormats {
+		formats[i] = string(f)
+	}
+	d.object(v, path, v.Line, []field{
+		{"path", true, func(v *yaml.Node, p string) {
+			ds.src = d.nonEmpty(v, p)
+			ds.Path = besideMatrix(ds.src, file)
+		}},
+		{"format", true, func(v *yaml.Node, p string) {
+			f, _ := d.enum(v, p, formats...)
+			ds.Format = openloop.DatasetFormat(f)
+		}},
+	})
+	return ds
+}
+
+// datasetShape checks a dataset shape: name and output only beside it (its
+// name defaults to the file's), and, when checkFiles, a file the load
+// generator can read, every prompt with an output length unless output is
+// set.
+func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool) {
+	for _, k := range []string{"input", "input_dist", "output_dist", "prefix", "cache_fill", "trace"} {
+		if l := d.lines[path+"."+k]; l > 0 {
+			d.add(l, path+"."+k, "name and output only beside dataset (the prompts come from the file)", "cannot be combined with dataset")
+		}
+	}
+	ds := s.Dataset
+	if s.Name == "" && ds.src != "" {
+		base := filepath.Base(ds.src)
+		s.Name = strings.TrimSuffix(base, filepath.Ext(base))
+		if !nameRE.MatchString(s.Name) {
+			d.add(line, path+".name", nameValid, "missing name (the dataset file name %q is not a valid shape name)", base)
+		}
+	}
+	pl := d.lines[path+".dataset.path"]
+	if !checkFiles || ds.src == "" || ds.Format == "" {
+		return
+	}
+	if fi, err := os.Stat(ds.Path); err != nil || fi.IsDir() {
+		d.add(pl, path+".dataset.path", "a prompt file relative to the matrix file", "cannot read dataset %s", ds.Path)
+		return
+	}
+	// The load generator's own parser: a bad line is refused before
+	// anything launches.
+	if _, err := openloop.LoadDataset(openloop.Dataset{Path: ds.Path, Format: ds.Format}, s.Output); err != nil {
+		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see README, Prompts from files)", "bad dataset: %v", err)
+	}
+}
