@@ -107,7 +107,8 @@ func TestCapacitySearchOnSim(t *testing.T) {
 		seen[k] = true
 		ran = append(ran, k)
 	}
-	checkCapacityRounds(t, out, ran)
+	rounds := checkCapacityRounds(t, out, ran)
+	checkCapacityPlanText(t, ctx, m, rounds)
 	for _, s := range rep.Searches {
 		t.Logf("%s: [%v, %v] after %d probes: %s", s.Config, deref(s.Lo), deref(s.Hi), len(s.Probes), s.Note)
 		for _, p := range s.Probes {
@@ -128,6 +129,18 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	report, _ := os.ReadFile(filepath.Join(out, "report.md"))
 	if !strings.Contains(string(report), "## Capacity at the SLO (ttft_p90 ≤ 30 ms)") || !strings.Contains(string(report), "less load") {
 		t.Errorf("report.md lacks the capacity section or its comparison in words")
+	}
+	// The report leads with the search; the per-probe part is compact.
+	if i := strings.Index(string(report), "\n## "); i < 0 || !strings.HasPrefix(string(report[i+1:]), "## Capacity at the SLO") {
+		t.Errorf("report.md does not lead with the capacity section")
+	}
+	for _, bad := range []string{"| rate=", "cell at this shape and rate"} {
+		if strings.Contains(string(report), bad) {
+			t.Errorf("report.md has %q: a fixed-rate table or comparison row across rates the configs did not both probe", bad)
+		}
+	}
+	if !strings.Contains(string(report), "## The probes of the search") {
+		t.Errorf("report.md does not label the per-probe sections")
 	}
 
 	// A record that the replay does not reproduce stops a resume.
@@ -243,7 +256,7 @@ type capacityRounds struct {
 // with the block's seed, and the journal ran exactly the recorded
 // sequence (rounds, then blocks, then the recorded order), interrupt and
 // resume included.
-func checkCapacityRounds(t *testing.T, out string, ran []string) {
+func checkCapacityRounds(t *testing.T, out string, ran []string) capacityRounds {
 	t.Helper()
 	var st capacityRounds
 	data, err := os.ReadFile(filepath.Join(out, "sweep.json"))
@@ -278,6 +291,34 @@ func checkCapacityRounds(t *testing.T, out string, ran []string) {
 	}
 	if strings.Join(planned, " ") != strings.Join(ran, " ") {
 		t.Errorf("the journal's runs differ from the recorded rounds:\nrecorded %v\njournal  %v", planned, ran)
+	}
+	return st
+}
+
+// checkCapacityPlanText: validate and run --dry-run of the matrix describe
+// the search (SLO, bounds, estimate) and name the cells that round 1
+// actually probed.
+func checkCapacityPlanText(t *testing.T, ctx context.Context, m string, st capacityRounds) {
+	t.Helper()
+	for _, args := range [][]string{{"validate", m}, {"run", m, "--dry-run"}} {
+		stdout, stderr, err := runCLI(t, ctx, args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stderr)
+		}
+		for _, want := range []string{"capacity search", "ttft_p90 ≤ 30 ms", "lo=60 and hi=240", "within 15%", "3 blocks",
+			"2 searches × 6 probed rates × 3 blocks = 36 runs ≈ ", "at most 72 runs"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, stdout)
+			}
+		}
+		for _, p := range st.Rounds[0].Probes {
+			if !strings.Contains(stdout, p.Cell) {
+				t.Errorf("%v: output lacks cell %s (%s@%g), which round 1 probed", args, p.Cell, p.Config, p.Rate)
+			}
+		}
+		if strings.Contains(stdout, "0 cells") {
+			t.Errorf("%v: a capacity search described as 0 cells:\n%s", args, stdout)
+		}
 	}
 }
 
