@@ -223,7 +223,20 @@ const (
 // allowance (1s sim | 2m vllm, plus stagger per extra instance) for every
 // expected engine change within a block.
 func (m *Matrix) EstimateDuration() time.Duration {
-	cells := m.Cells()
+	return secondsDuration(m.passSeconds(m.Cells()) * float64(m.Repeat.Min))
+}
+
+// secondsDuration is secs as a Duration rounded to the second, saturating.
+func secondsDuration(secs float64) time.Duration {
+	if secs > math.MaxInt64/1e9 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(secs * 1e9).Round(time.Second)
+}
+
+// passSeconds estimates one block's pass over cells (EstimateDuration's
+// rules), in seconds.
+func (m *Matrix) passSeconds(cells []Cell) float64 {
 	if len(cells) == 0 {
 		return 0
 	}
@@ -270,12 +283,7 @@ func (m *Matrix) EstimateDuration() time.Duration {
 		}
 		launches = 1 + (n-1)*(1-same/(n*(n-1)))
 	}
-	secs += launches * launch.Seconds()
-	total := secs * float64(m.Repeat.Min)
-	if total > math.MaxInt64/1e9 {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(total * 1e9).Round(time.Second)
+	return secs + launches*launch.Seconds()
 }
 
 // probeSpec is the resolved probe section. throttle_max_fraction appears

@@ -20,22 +20,12 @@ func (m *Matrix) Describe(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "engine: %s, model %s\n", m.Engine.Kind, m.Engine.Model)
 	}
-	t := table.NewWriter()
-	t.SetStyle(table.StyleLight)
-	t.AppendHeader(table.Row{"cell", "config", "rate", "shape", "same_as"})
-	cells := m.Cells()
-	for _, c := range cells {
-		t.AppendRow(table.Row{c.ID, c.Config, strconv.FormatFloat(c.Rate, 'g', -1, 64), c.Shape.Name, c.SameAs})
+	if m.Capacity != nil {
+		b.WriteString(m.CapacityPlan()) // a search chooses its rates: no fixed cells to list (describe_capacity.go)
+	} else {
+		m.describeCells(&b)
 	}
-	b.WriteString(t.Render())
-	b.WriteString("\n")
-	r := m.Repeat
-	fmt.Fprintf(&b, "%d cells × %d blocks (min) ≈ %s", len(cells), r.Min, m.EstimateDuration())
-	fmt.Fprintf(&b, "  [up to %d blocks until %s is within ±%g%% at %g%% confidence", r.Max, r.Metric, r.RelCI*100, r.Confidence*100)
-	if r.Budget > 0 {
-		fmt.Fprintf(&b, ", budget %s", r.Budget)
-	}
-	fmt.Fprintf(&b, "]\nbaseline %s; compare %s\n", m.Baseline, strings.Join(m.Compare, ", "))
+	fmt.Fprintf(&b, "baseline %s; compare %s\n", m.Baseline, strings.Join(m.Compare, ", "))
 	b.WriteString("\nlaunch commands (placeholder runtime values; secrets redacted):\n")
 	for _, name := range m.ConfigOrder {
 		if s := m.Configs[name].SameAs; s != "" {
@@ -67,6 +57,26 @@ func (m *Matrix) Describe(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, m.Redact(b.String()))
 	return err
+}
+
+// describeCells writes a fixed-rate sweep's cells and its block plan.
+func (m *Matrix) describeCells(b *strings.Builder) {
+	t := table.NewWriter()
+	t.SetStyle(table.StyleLight)
+	t.AppendHeader(table.Row{"cell", "config", "rate", "shape", "same_as"})
+	cells := m.Cells()
+	for _, c := range cells {
+		t.AppendRow(table.Row{c.ID, c.Config, strconv.FormatFloat(c.Rate, 'g', -1, 64), c.Shape.Name, c.SameAs})
+	}
+	b.WriteString(t.Render())
+	b.WriteString("\n")
+	r := m.Repeat
+	fmt.Fprintf(b, "%d cells × %d blocks (min) ≈ %s", len(cells), r.Min, m.EstimateDuration())
+	fmt.Fprintf(b, "  [up to %d blocks until %s is within ±%g%% at %g%% confidence", r.Max, r.Metric, r.RelCI*100, r.Confidence*100)
+	if r.Budget > 0 {
+		fmt.Fprintf(b, ", budget %s", r.Budget)
+	}
+	b.WriteString("]\n")
 }
 
 func writeEnv(b *strings.Builder, env []EnvVar) {

@@ -33,7 +33,7 @@ func (s *Sweep) capacity(ctx context.Context) error {
 		return err
 	}
 	cache := map[runKey]float64{}
-	for {
+	for k := 1; ; k++ {
 		if ctx.Err() != nil {
 			return ErrInterrupted
 		}
@@ -49,37 +49,46 @@ func (s *Sweep) capacity(ctx context.Context) error {
 				round = append(round, cell)
 			}
 		}
+		rec := s.capacityRoundRecord(k, round, rc.Blocks)
+		changed, err := s.recordCapacityRound(rec)
+		if err != nil {
+			return err
+		}
+		if s.addCapacityCells(round) || changed {
+			if err := writeSweep(s.dir, s.state); err != nil {
+				return err
+			}
+		}
 		if len(round) == 0 {
 			return s.recordCapacityStop(rc, rep)
 		}
-		if err := s.addCapacityCells(round); err != nil {
-			return err
-		}
-		if err := s.capacityRound(ctx, round, rc.Blocks); err != nil {
+		if err := s.capacityRound(ctx, rec); err != nil {
 			return err
 		}
 	}
 }
 
-// capacityRound runs every probe of a round once in each block.
-func (s *Sweep) capacityRound(ctx context.Context, round []matrices.Cell, blocks int) error {
+// capacityRound runs every probe of a round once in each block, in the
+// order its record gives.
+func (s *Sweep) capacityRound(ctx context.Context, rec CapacityRound) error {
 	missing := 0
-	for b := 1; b <= blocks; b++ {
-		for _, c := range round {
-			if !s.ledger.done(c.ID, b) {
+	for _, blk := range rec.Blocks {
+		for _, id := range blk.Order {
+			if !s.ledger.done(id, blk.Block) {
 				missing++
 			}
 		}
 	}
 	s.prog.grow(s.prog.done + missing)
-	for b := 1; b <= blocks; b++ {
-		order := capacityOrder(s.state.Seed, b, round, s.state.Randomize)
+	for _, blk := range rec.Blocks {
+		b := blk.Block
 		var names []string
-		for _, c := range order {
-			names = append(names, fmt.Sprintf("%s@%g", c.Config, c.Rate))
+		for _, id := range blk.Order {
+			names = append(names, fmt.Sprintf("%s@%g", s.cells[id].Config, s.cells[id].Rate))
 		}
-		s.tracef("capacity round, block %d, order: %s", b, strings.Join(names, " "))
-		for _, cell := range order {
+		s.tracef("capacity round %d, block %d, order: %s", rec.Round, b, strings.Join(names, " "))
+		for _, id := range blk.Order {
+			cell := s.cells[id]
 			if err := ctx.Err(); err != nil {
 				return ErrInterrupted
 			}
@@ -92,7 +101,7 @@ func (s *Sweep) capacityRound(ctx context.Context, round []matrices.Cell, blocks
 				}
 				continue
 			}
-			o, err := s.runOne(ctx, cell, b, BlockSeed(s.state.Seed, b))
+			o, err := s.runOne(ctx, cell, b, blk.Seed)
 			if err != nil {
 				return err
 			}
@@ -156,9 +165,10 @@ func (s *Sweep) capacityCell(config, shape string, rate float64) (matrices.Cell,
 	return matrices.Cell{}, fmt.Errorf("capacity search: shape %q is not in the matrix", shape)
 }
 
-// addCapacityCells records a round's new cells in sweep.json before any of
-// their runs start, so that export and resume know them.
-func (s *Sweep) addCapacityCells(round []matrices.Cell) error {
+// addCapacityCells adds a round's new cells to sweep.json's cells (the
+// caller writes it before any of their runs starts, so that export and
+// resume know them); it reports whether any was new.
+func (s *Sweep) addCapacityCells(round []matrices.Cell) bool {
 	known := map[string]bool{}
 	for _, c := range s.state.Cells {
 		known[c.ID] = true
@@ -170,10 +180,7 @@ func (s *Sweep) addCapacityCells(round []matrices.Cell) error {
 			known[c.ID], added = true, true
 		}
 	}
-	if !added {
-		return nil
-	}
-	return writeSweep(s.dir, s.state)
+	return added
 }
 
 // capacityRuns reads the journaled runs of the capacity cells in s.cells;

@@ -135,3 +135,29 @@ func TestPlanSearchSteps(t *testing.T) {
 		})
 	}
 }
+
+// TestExpectedProbes: on a noiseless engine whose capacity lies within
+// [lo, hi], the search probes exactly as many rates as validate's estimate
+// (matrices.Capacity.ExpectedProbes) says, wherever the capacity lies.
+func TestExpectedProbes(t *testing.T) {
+	for _, c := range []matrices.Capacity{
+		{Lo: 60, Hi: 240, Tolerance: 0.15},
+		{Lo: 1, Hi: 64, Tolerance: 0.05},
+		{Lo: 10, Hi: 11, Tolerance: 0.2},
+		{Lo: 0.5, Hi: 32, Tolerance: 0.01, MaxProbes: 6},
+	} {
+		c.Metric, c.MaxMs, c.Blocks, c.Expand = "ttft_p90", 100, 2, 4
+		if c.MaxProbes == 0 {
+			c.MaxProbes = 12
+		}
+		want := c.ExpectedProbes()
+		for i := 1; i < 40; i++ {
+			truth := c.Lo * math.Pow(c.Hi/c.Lo, float64(i)/40)
+			q := queueModel{base: 50, mu: 2 * truth} // metric 100 ms exactly at truth
+			s := searchModel(t, &c, q, rand.New(rand.NewPCG(1, uint64(i))))
+			if len(s.Probes) != want {
+				t.Errorf("lo %g hi %g tolerance %g, capacity %.4g: %d probes, validate estimates %d (%s)", c.Lo, c.Hi, c.Tolerance, truth, len(s.Probes), want, s.Note)
+			}
+		}
+	}
+}

@@ -63,6 +63,9 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 	if m.Engine.Kind == matrices.EngineSim {
 		fmt.Fprintln(w, "# engine kind sim: the SIMULATED engine (a model of an engine, not vLLM)")
 	}
+	if plan := m.CapacityPlan(); plan != "" { // a search: its rates are chosen as it runs
+		fmt.Fprintf(w, "#\n# %s\n#\n", strings.ReplaceAll(strings.TrimSuffix(plan, "\n"), "\n", "\n# "))
+	}
 	dryRunSlurm(w, m, filepath.Dir(localState), id)
 	for _, name := range m.ConfigOrder {
 		l, err := m.Launch(name, rt)

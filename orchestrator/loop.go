@@ -154,6 +154,7 @@ func (s *Sweep) reconcile(old *SweepState, matrixAbs string) error {
 			old.Stage1 = s.m.Repeat.Min // the stopping rule from here on is the two-stage one
 		}
 		old.Stop = nil
+		old.CapacityRounds = nil // a changed search replans its rounds; runs of cells it probes again are kept
 		for _, c := range removed {
 			s.logf("removed cell %s (%s rate=%g %s): its results stay on disk but leave the report", c.ID, c.Config, c.Rate, c.Shape)
 		}

@@ -51,6 +51,9 @@ type SweepState struct {
 	// was planned): the stopping rule projects the comparisons' CIs from
 	// their spread. 0 in sweeps recorded before the two-stage rule.
 	Stage1 int `json:"stage1_blocks,omitempty"`
+	// CapacityRounds are a capacity search's rounds as planned, each
+	// recorded before its runs start (capacity_rounds.go).
+	CapacityRounds []CapacityRound `json:"capacity_rounds,omitempty"`
 }
 
 // CellRecord names one cell of the sweep.

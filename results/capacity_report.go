@@ -26,15 +26,16 @@ func ReadCapacity(dir string) (*CapacityReport, error) {
 }
 
 // renderCapacity writes report.md's capacity section from dir/capacity.json,
-// and nothing for a fixed-rate sweep.
-func renderCapacity(b *strings.Builder, dir string) {
+// and nothing for a fixed-rate sweep; it reports whether the sweep is a
+// capacity search.
+func renderCapacity(b *strings.Builder, dir string) bool {
 	rep, err := ReadCapacity(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return
+		return false
 	}
 	if err != nil {
 		fmt.Fprintf(b, "## Capacity at the SLO\n\n%s could not be read: %v\n\n", CapacityFile, err)
-		return
+		return true
 	}
 	sp := rep.Spec
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
@@ -96,6 +97,51 @@ func renderCapacity(b *strings.Builder, dir string) {
 		}
 	}
 	p("\n")
+	return true
+}
+
+// renderProbes opens the per-run part of a capacity search's report: a
+// heading that says the sections below are the probes of the search, and
+// the TTFT p90 of every probe as one row per probed cell (the configs probe
+// different rates: the fixed-rate table's rate columns would be mostly
+// empty). It returns rep with the comparisons that have a baseline probe at
+// the same shape and rate (the others say only that it was not probed).
+func renderProbes(b *strings.Builder, s *ExportInput, ordered []*cellData, rep *Report) *Report {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## The probes of the search\n\n")
+	p("The sections below are per probe: each rate a search probed is a cell (config, shape, rate) whose runs are its blocks. " +
+		"The configs probe different rates, so a rate is compared with the baseline only where both probed it; the capacity comparison above is " +
+		"the paired result of the search. The Method section's design and stopping rule are those of fixed-rate sweeps: a search's are in its section above.\n\n")
+	p("### TTFT p90 of the probes\n\nMean over blocks of each run's p90 TTFT, ± the %.0f%% Student-t CI half-width (\\* saturated runs, † client-limited runs).\n\n", 100*s.Confidence)
+	p("| Config | Shape | Rate | TTFT p90 | Runs |\n|---|---|---|---|---|\n")
+	for _, cfg := range configsOf(ordered, s) {
+		for _, c := range ordered {
+			if c.Info.Config == cfg {
+				p("| %s | %s | %g | %s | %d |\n", cfg, c.Info.Shape, c.Info.Rate, ttftCell(c), len(c.Runs))
+			}
+		}
+	}
+	p("\n")
+	probed := map[string]bool{}
+	for _, c := range ordered {
+		if c.Info.Config == s.Baseline {
+			probed[fmt.Sprintf("%s@%g", c.Info.Shape, c.Info.Rate)] = true
+		}
+	}
+	out := *rep
+	out.Comparisons = nil
+	dropped := 0
+	for _, r := range rep.Comparisons {
+		if probed[fmt.Sprintf("%s@%g", r.Shape, r.Rate)] {
+			out.Comparisons = append(out.Comparisons, r)
+		} else {
+			dropped++
+		}
+	}
+	if dropped > 0 {
+		p("The comparisons with %s below leave out %d rows (config × metric) at rates %s did not probe.\n\n", s.Baseline, dropped, s.Baseline)
+	}
+	return &out
 }
 
 // IntervalText is a capacity interval in words: "[12, 13.5]", "≥ 64"

@@ -31,6 +31,7 @@ func renderReport(s *ExportInput, cells []*cellData, rep *Report) string {
 		p("**Analysed with an override at export**: %s.\n\n", o)
 	}
 	ordered := cellOrder(s, cells)
+	search := renderCapacity(&b, s.Dir) // a capacity search leads with its section (capacity_report.go)
 	renderEnv(&b, s, cells)
 	p("## Why the sweep stopped\n\n")
 	if s.StopReason != "" {
@@ -38,8 +39,11 @@ func renderReport(s *ExportInput, cells []*cellData, rep *Report) string {
 	} else {
 		p("No stop reason recorded: the sweep has not finished, and this export is partial.\n\n")
 	}
-	renderCapacity(&b, s.Dir) // a capacity search's section (capacity_report.go); nothing otherwise
-	renderTTFT(&b, s, ordered)
+	if search {
+		rep = renderProbes(&b, s, ordered, rep) // per-probe tables, compact, and comparisons where both probed
+	} else {
+		renderTTFT(&b, s, ordered)
+	}
 	renderSLO(&b, s, ordered)
 	renderSteps(&b, ordered)
 	renderClasses(&b, ordered)

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,13 +98,17 @@ func TestCapacitySearchOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
+	var ran []string
 	for _, l := range readJSONL(t, filepath.Join(out, "journal.jsonl")) {
 		k := l["cell"].(string) + "/" + jsonNum(l["block"])
 		if seen[k] {
 			t.Errorf("run %s journaled twice: resume redid a finished run", k)
 		}
 		seen[k] = true
+		ran = append(ran, k)
 	}
+	rounds := checkCapacityRounds(t, out, ran)
+	checkCapacityPlanText(t, ctx, m, rounds)
 	for _, s := range rep.Searches {
 		t.Logf("%s: [%v, %v] after %d probes: %s", s.Config, deref(s.Lo), deref(s.Hi), len(s.Probes), s.Note)
 		for _, p := range s.Probes {
@@ -122,6 +129,24 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	report, _ := os.ReadFile(filepath.Join(out, "report.md"))
 	if !strings.Contains(string(report), "## Capacity at the SLO (ttft_p90 ≤ 30 ms)") || !strings.Contains(string(report), "less load") {
 		t.Errorf("report.md lacks the capacity section or its comparison in words")
+	}
+	// The report leads with the search; the per-probe part is compact.
+	if i := strings.Index(string(report), "\n## "); i < 0 || !strings.HasPrefix(string(report[i+1:]), "## Capacity at the SLO") {
+		t.Errorf("report.md does not lead with the capacity section")
+	}
+	for _, bad := range []string{"| rate=", "cell at this shape and rate"} {
+		if strings.Contains(string(report), bad) {
+			t.Errorf("report.md has %q: a fixed-rate table or comparison row across rates the configs did not both probe", bad)
+		}
+	}
+	if !strings.Contains(string(report), "## The probes of the search") {
+		t.Errorf("report.md does not label the per-probe sections")
+	}
+
+	// A record that the replay does not reproduce stops a resume.
+	tamperCapacityRound(t, out)
+	if _, stderr, err := runSweepCLI(t, ctx, "resume", out, "--quiet"); err == nil || !strings.Contains(err.Error(), "does not replay the recorded rounds: round 1: block 1") {
+		t.Errorf("resume with a tampered round: %v\n%s", err, stderr)
 	}
 
 	// Ground truth: a dense fixed-rate scan of plain with the same runs.
@@ -208,4 +233,120 @@ func deref(p *float64) any {
 		return "none"
 	}
 	return *p
+}
+
+// capacityRounds is sweep.json's record of a capacity search's rounds.
+type capacityRounds struct {
+	Rounds []struct {
+		Round  int
+		Probes []struct {
+			Cell, Config string
+			Rate         float64
+		}
+		Blocks []struct {
+			Block int
+			Seed  int64
+			Order []string
+		}
+	} `json:"capacity_rounds"`
+}
+
+// checkCapacityRounds: sweep.json records every round with one probe per
+// unfinished search, each block's order a permutation of the round's cells
+// with the block's seed, and the journal ran exactly the recorded
+// sequence (rounds, then blocks, then the recorded order), interrupt and
+// resume included.
+func checkCapacityRounds(t *testing.T, out string, ran []string) capacityRounds {
+	t.Helper()
+	var st capacityRounds
+	data, err := os.ReadFile(filepath.Join(out, "sweep.json"))
+	if err != nil || json.Unmarshal(data, &st) != nil {
+		t.Fatalf("sweep.json: %v", err)
+	}
+	if len(st.Rounds) < 3 {
+		t.Fatalf("%d capacity rounds recorded, want lo/hi and at least two more", len(st.Rounds))
+	}
+	seeds := map[int]int64{}
+	var planned []string
+	for i, r := range st.Rounds {
+		var cells []string
+		for _, p := range r.Probes {
+			cells = append(cells, p.Cell)
+		}
+		if r.Round != i+1 || len(r.Probes) == 0 || len(r.Blocks) != 3 {
+			t.Errorf("round %d (#%d): %d probes, %d blocks", r.Round, i+1, len(r.Probes), len(r.Blocks))
+		}
+		for _, b := range r.Blocks {
+			if old, ok := seeds[b.Block]; ok && old != b.Seed {
+				t.Errorf("round %d block %d: seed %d, earlier rounds %d", r.Round, b.Block, b.Seed, old)
+			}
+			seeds[b.Block] = b.Seed
+			if !sameSet(b.Order, cells) {
+				t.Errorf("round %d block %d: order %v is not a permutation of the probes %v", r.Round, b.Block, b.Order, cells)
+			}
+			for _, id := range b.Order {
+				planned = append(planned, fmt.Sprintf("%s/%d", id, b.Block))
+			}
+		}
+	}
+	if strings.Join(planned, " ") != strings.Join(ran, " ") {
+		t.Errorf("the journal's runs differ from the recorded rounds:\nrecorded %v\njournal  %v", planned, ran)
+	}
+	return st
+}
+
+// checkCapacityPlanText: validate and run --dry-run of the matrix describe
+// the search (SLO, bounds, estimate) and name the cells that round 1
+// actually probed.
+func checkCapacityPlanText(t *testing.T, ctx context.Context, m string, st capacityRounds) {
+	t.Helper()
+	for _, args := range [][]string{{"validate", m}, {"run", m, "--dry-run"}} {
+		stdout, stderr, err := runCLI(t, ctx, args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stderr)
+		}
+		for _, want := range []string{"capacity search", "ttft_p90 ≤ 30 ms", "lo=60 and hi=240", "within 15%", "3 blocks",
+			"2 searches × 6 probed rates × 3 blocks = 36 runs ≈ ", "at most 72 runs"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, stdout)
+			}
+		}
+		for _, p := range st.Rounds[0].Probes {
+			if !strings.Contains(stdout, p.Cell) {
+				t.Errorf("%v: output lacks cell %s (%s@%g), which round 1 probed", args, p.Cell, p.Config, p.Rate)
+			}
+		}
+		if strings.Contains(stdout, "0 cells") {
+			t.Errorf("%v: a capacity search described as 0 cells:\n%s", args, stdout)
+		}
+	}
+}
+
+// tamperCapacityRound swaps the first two cells of round 1's block 1 in
+// sweep.json.
+func tamperCapacityRound(t *testing.T, out string) {
+	t.Helper()
+	path := filepath.Join(out, "sweep.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // block seeds are int64s beyond float64's precision
+	if err := dec.Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	order := st["capacity_rounds"].([]any)[0].(map[string]any)["blocks"].([]any)[0].(map[string]any)["order"].([]any)
+	order[0], order[1] = order[1], order[0]
+	if data, err = json.Marshal(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	return len(a) == len(b) && strings.Join(slices.Sorted(slices.Values(a)), " ") == strings.Join(slices.Sorted(slices.Values(b)), " ")
 }

@@ -50,6 +50,7 @@ func init() {
 				&cli.DurationFlag{Name: "request-timeout", Usage: "fail a request (error class timeout) that runs longer than this (0 = none)"},
 				&cli.StringFlag{Name: "request-id-prefix", Usage: "start of every X-Request-Id (default mbench-<random>-)"},
 				&cli.Float64Flag{Name: "max-failed", Value: results.DefaultMaxErrorRate, Usage: "exit 3 when more than this share of the measured requests failed"},
+				&cli.StringFlag{Name: "slo", Usage: "per-request SLO for goodput and SLO attainment in summary_A.json: ttft_ms=MS,tpot_ms=MS,e2el_ms=MS (any subset; vllm's ttft:MS form too)"},
 				&cli.StringFlag{Name: "out", Usage: "directory for requests.jsonl and summary_A.json", Required: true},
 			},
 			Action: loadAction,
@@ -91,6 +92,10 @@ func loadAction(c *cli.Context) error {
 	}
 	if c.Duration("request-timeout") < 0 {
 		return usageError{fmt.Errorf("load: --request-timeout %v: must be ≥ 0", c.Duration("request-timeout"))}
+	}
+	slo, err := parseSLOFlag(c.String("slo"))
+	if err != nil {
+		return usageError{fmt.Errorf("load: %w", err)}
 	}
 	n, d, mc := c.Int("requests"), c.Duration("duration"), c.Int("min-completed")
 	if shape.Trace == nil && n <= 0 && d <= 0 && mc <= 0 {
@@ -140,7 +145,7 @@ func loadAction(c *cli.Context) error {
 	}
 	// Every request of a --requests N run must complete; a --min-completed
 	// run must reach its minimum; the verdict is the sweep's (results.Decide).
-	policy := results.Policy{MinCompleted: max(mc, n), MaxErrorRate: c.Float64("max-failed"), MaxErrorRateSet: true}
+	policy := results.Policy{MinCompleted: max(mc, n), MaxErrorRate: c.Float64("max-failed"), MaxErrorRateSet: true, SLO: slo}
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: "load", Config: "load", Shape: shape.Name, Rate: rateLabel(cfg), Engine: "external",
 		Arrival: arrival, Burstiness: cfg.Arrival.Burstiness, Policy: policy,

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/results/chromiumtest"
 )
 
@@ -58,9 +59,9 @@ type sloRecord struct {
 
 // countGood counts, by vLLM's definition (vllm/benchmarks/serve.py,
 // calculate_metrics), the measured requests of a run that completed and
-// meet ttft ≤ 250, tpot ≤ 20 (0 for one token), e2el ≤ 45 ms, and the
-// requests an attainment counts (completed or failed by the engine).
-func countGood(t *testing.T, path string) (good, answered int) {
+// meet every bound of slo (tpot 0 for one token; a zero bound is absent),
+// and the requests an attainment counts (completed or failed by the engine).
+func countGood(t *testing.T, path string, slo results.SLO) (good, answered int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -83,11 +84,55 @@ func countGood(t *testing.T, path string) (good, answered int) {
 		if r.OutputTokens > 1 {
 			tpot = (e2el - ttft) / float64(r.OutputTokens-1)
 		}
-		if ttft <= 250 && tpot <= 20 && e2el <= 45 {
+		within := func(v, bound float64) bool { return bound <= 0 || v <= bound }
+		if within(ttft, slo.TTFTMs) && within(tpot, slo.TPOTMs) && within(e2el, slo.E2ELMs) {
 			good++
 		}
 	}
 	return good, answered
+}
+
+// sloRunSummary is the part of a run's summary_A.json goodput needs.
+type sloRunSummary struct {
+	Cell          string       `json:"cell"`
+	Block         int          `json:"block"`
+	Completed     int          `json:"completed"`
+	WindowStart   string       `json:"window_start"`
+	WindowEnd     string       `json:"window_end"`
+	SLOMet        *int         `json:"slo_met"`
+	Goodput       *float64     `json:"request_goodput"`
+	SLOAttainment *float64     `json:"slo_attainment"`
+	SLO           *results.SLO `json:"slo"`
+}
+
+// checkRunGoodput counts the good and answered requests of the run in dir
+// (countGood) and reports where s, its summary, disagrees: slo_met, goodput
+// over the measured window, attainment, the echoed SLO. ok is false when s
+// lacks the SLO fields.
+func checkRunGoodput(t *testing.T, dir string, s sloRunSummary, slo results.SLO) (good, answered int, ok bool) {
+	t.Helper()
+	good, answered = countGood(t, filepath.Join(dir, "requests.jsonl"), slo)
+	ws, err1 := time.Parse(time.RFC3339Nano, s.WindowStart)
+	we, err2 := time.Parse(time.RFC3339Nano, s.WindowEnd)
+	if err1 != nil || err2 != nil || !we.After(ws) {
+		t.Fatalf("%s: window %q–%q", dir, s.WindowStart, s.WindowEnd)
+	}
+	want := float64(good) / we.Sub(ws).Seconds()
+	switch {
+	case s.SLOMet == nil || s.Goodput == nil || s.SLOAttainment == nil || s.SLO == nil:
+		t.Errorf("%s: summary lacks slo/slo_met/request_goodput/slo_attainment", dir)
+		return good, answered, false
+	case *s.SLOMet != good:
+		t.Errorf("%s: slo_met %d, counted %d", dir, *s.SLOMet, good)
+	case math.Abs(*s.Goodput-want) > 1e-9*want:
+		t.Errorf("%s: request_goodput %v, counted %d in %v = %v", dir, *s.Goodput, good, we.Sub(ws), want)
+	case math.Abs(*s.SLOAttainment-float64(good)/float64(answered)) > 1e-12:
+		t.Errorf("%s: slo_attainment %v, counted %d of %d", dir, *s.SLOAttainment, good, answered)
+	}
+	if *s.SLO != slo {
+		t.Errorf("%s: summary's slo %+v, want %+v", dir, *s.SLO, slo)
+	}
+	return good, answered, true
 }
 
 func TestSLOGoodputAndHTMLReportOnSim(t *testing.T) {
@@ -109,17 +154,7 @@ func TestSLOGoodputAndHTMLReportOnSim(t *testing.T) {
 	runGoodput := map[string]map[int]float64{} // cell → block → goodput
 	for _, l := range readJSONL(t, filepath.Join(out, "journal.jsonl")) {
 		rd := filepath.Join(out, l["dir"].(string))
-		var s struct {
-			Cell          string   `json:"cell"`
-			Block         int      `json:"block"`
-			Completed     int      `json:"completed"`
-			WindowStart   string   `json:"window_start"`
-			WindowEnd     string   `json:"window_end"`
-			SLOMet        *int     `json:"slo_met"`
-			Goodput       *float64 `json:"request_goodput"`
-			SLOAttainment *float64 `json:"slo_attainment"`
-			SLO           map[string]float64
-		}
+		var s sloRunSummary
 		b, err := os.ReadFile(filepath.Join(rd, "summary_A.json"))
 		if err == nil {
 			err = json.Unmarshal(b, &s)
@@ -127,27 +162,10 @@ func TestSLOGoodputAndHTMLReportOnSim(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", rd, err)
 		}
-		good, answered := countGood(t, filepath.Join(rd, "requests.jsonl"))
-		ws, err1 := time.Parse(time.RFC3339Nano, s.WindowStart)
-		we, err2 := time.Parse(time.RFC3339Nano, s.WindowEnd)
-		if err1 != nil || err2 != nil || !we.After(ws) {
-			t.Fatalf("%s: window %q–%q", rd, s.WindowStart, s.WindowEnd)
-		}
-		want := float64(good) / we.Sub(ws).Seconds()
+		good, answered, ok := checkRunGoodput(t, rd, s, results.SLO{TTFTMs: 250, TPOTMs: 20, E2ELMs: 45})
 		t.Logf("%s b%d: %d of %d requests met the SLO", s.Cell, s.Block, good, answered)
-		switch {
-		case s.SLOMet == nil || s.Goodput == nil || s.SLOAttainment == nil:
-			t.Errorf("%s: summary lacks slo_met/request_goodput/slo_attainment", rd)
+		if !ok {
 			continue
-		case *s.SLOMet != good:
-			t.Errorf("%s: slo_met %d, counted %d", rd, *s.SLOMet, good)
-		case math.Abs(*s.Goodput-want) > 1e-9*want:
-			t.Errorf("%s: request_goodput %v, counted %d in %v = %v", rd, *s.Goodput, good, we.Sub(ws), want)
-		case math.Abs(*s.SLOAttainment-float64(good)/float64(answered)) > 1e-12:
-			t.Errorf("%s: slo_attainment %v, counted %d of %d", rd, *s.SLOAttainment, good, answered)
-		}
-		if s.SLO["ttft_ms"] != 250 || s.SLO["tpot_ms"] != 20 || s.SLO["e2el_ms"] != 45 {
-			t.Errorf("%s: summary's slo %v", rd, s.SLO)
 		}
 		if good > 0 && good < s.Completed {
 			split++
