@@ -167,7 +167,10 @@ func TestSSHConnectionCut(t *testing.T) {
 	}
 	t.Logf("pids %v (engine pgid %d) gone %v after the cut", procs, pid, time.Since(cut).Round(time.Millisecond))
 	r := <-done
-	if r.err != nil {
+	// b1 fails by design; when a busy machine also grades b2 out
+	// (client_limited, saturated) the sweep ends with no usable run, which
+	// the journal checks below tell apart.
+	if r.err != nil && !strings.Contains(r.err.Error(), "no usable run") {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
 	}
 	status := map[string]string{}
