@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,10 @@ func writeSlurmMatrix(t *testing.T, dir, name, blocks string) string {
 	p := filepath.Join(dir, "m.yaml")
 	writeSimMatrix(t, p, map[string]string{"%NAME%": name, "%ENV%": slurmEngine, "%BLOCKS%": blocks, "%RATES%": "40",
 		"%CONFIGS%": "  plain: {topology: {instances_per_host: 2, gpus_per_instance: 1}}"})
+	// The gate stays on: it reads the node through job steps (no NVML
+	// here, so it says the node is not covered and the sweep goes on).
+	b, _ := os.ReadFile(p)
+	writeTestFile(t, p, []byte(strings.Replace(string(b), "gate: {enabled: false}", "gate: {enabled: true, timeout: 5s}", 1)))
 	return p
 }
 
@@ -223,7 +228,51 @@ func TestSlurmSweepKill9Resume(t *testing.T) {
 			}
 		}))
 	}
+	checkSlurmProbes(t, out, 4)
 	checkSlurmTeardown(t, out, job)
+}
+
+// checkSlurmProbes: every journaled run has host samples that a probe step
+// on the node wrote (host "cluster", not this machine's "local"), and the
+// sweep says why the node has no GPU samples and no gate (no NVML here).
+func checkSlurmProbes(t *testing.T, out string, runs int) {
+	t.Helper()
+	dirs := journaledDirs(out)
+	if len(dirs) != runs {
+		t.Fatalf("%d run directories journaled, want %d", len(dirs), runs)
+	}
+	for d := range dirs {
+		d = filepath.Join(out, d)
+		n := 0
+		for _, r := range readJSONLStrict(t, filepath.Join(d, "host.jsonl")) {
+			if r["host"] == "cluster" {
+				n++
+			}
+		}
+		if n == 0 {
+			logs, _ := filepath.Glob(filepath.Join(out, ".state", "probes", "*"))
+			var b strings.Builder
+			for _, l := range logs {
+				c, _ := os.ReadFile(l)
+				fmt.Fprintf(&b, "%s: %.300s\n", l, c)
+			}
+			ml, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
+			t.Errorf("%s: no host sample from the node's probe step\n%s\n%s", d, &b, ml)
+		}
+		var sum struct {
+			Gate struct{ Note string } `json:"gate"`
+		}
+		b, _ := os.ReadFile(filepath.Join(d, "summary_A.json"))
+		if err := json.Unmarshal(b, &sum); err != nil || sum.Gate.Note != "gpu unavailable or gate disabled" {
+			t.Errorf("%s: gate note %q (%v), want the gate off for want of GPU samples", d, sum.Gate.Note, err)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
+	for _, want := range []string{"host cluster: probe: NVML unavailable", "host cluster: read the GPUs of node ", "the GPU gate does not cover this node"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("sweep.log lacks %q:\n%s", want, log)
+		}
+	}
 }
 
 // TestSlurmAllocationEnds: the allocation is cancelled under a running

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -268,12 +269,14 @@ func (s *Slurm) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, s.cfg.Name, err)
 	}
 	inner := spec
-	inner.Command = "exec " + s.cfg.StepCommand(s.rec.JobID, s.rec.Node, spec.Name, spec.GPUs, spec.Command)
+	nodePid := stateFile(spec, ".nodepid")
+	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + s.cfg.StepCommand(s.rec.JobID, s.rec.Node, spec.Name, spec.GPUs,
+		"echo $$ >"+quotePath(nodePid)+" && exec sh -c "+quote(spec.Command))
 	p, err := s.Host.Start(ctx, inner)
 	if err != nil {
 		return nil, err
 	}
-	return &slurmProc{Process: p, s: s, name: spec.Name}, nil
+	return &slurmProc{Process: p, s: s, name: spec.Name, nodePidFile: nodePid}, nil
 }
 
 // RunOnNode runs cmd on the allocated node as a step that shares the
@@ -282,6 +285,60 @@ func (s *Slurm) RunOnNode(ctx context.Context, cmd string) ([]byte, []byte, erro
 	a := []string{"srun", "--jobid=" + s.rec.JobID, "--job-name=mbench-run", "--nodes=1", "--ntasks=1",
 		"--nodelist=" + s.rec.Node, "--overlap", "--gres=none", "sh", "-c", cmd}
 	return s.Host.Run(ctx, shellJoin(a))
+}
+
+// OverlapArgs is the srun line of a step named name that shares the
+// allocation's resources with the engine steps (--overlap) and is bound to
+// every GPU of the allocation on the node, so that a probe in it sees the
+// GPUs the engines use (where the cluster constrains devices by cgroup, a
+// step sees only the GPUs bound to it).
+func (c SlurmConfig) OverlapArgs(jobID, node, name string) []string {
+	a := []string{"srun", "--jobid=" + jobID, "--job-name=" + name, "--nodes=1", "--ntasks=1", "--nodelist=" + node, "--overlap"}
+	if c.GPUsPerNode > 0 {
+		return append(a, "--gres=gpu:"+strconv.Itoa(c.GPUsPerNode))
+	}
+	return append(a, "--gres=none")
+}
+
+// RunOnNodeGPUs runs cmd on the node as a step named name that sees every
+// GPU of the allocation (OverlapArgs), and returns its output.
+func (s *Slurm) RunOnNodeGPUs(ctx context.Context, name, cmd string) ([]byte, []byte, error) {
+	a := append(s.cfg.OverlapArgs(s.rec.JobID, s.rec.Node, name), "sh", "-c", cmd)
+	return s.Host.Run(ctx, shellJoin(a))
+}
+
+// StartOnNode starts spec as a long-lived step that sees every GPU of the
+// allocation (OverlapArgs) without taking them from the engine steps: a
+// probe. Its files are on the login machine's filesystem, as for Start. It
+// returns once the step's task runs on the node (srun takes a while to get
+// there), so that what follows is inside the probe's window.
+func (s *Slurm) StartOnNode(ctx context.Context, spec ProcSpec) (Process, error) {
+	if err := s.Alive(ctx); err != nil {
+		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, s.cfg.Name, err)
+	}
+	inner := spec
+	nodePid := stateFile(spec, ".nodepid")
+	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + shellJoin(s.cfg.OverlapArgs(s.rec.JobID, s.rec.Node, spec.Name)) +
+		" sh -c " + quote("echo $$ >"+quotePath(nodePid)+" && exec sh -c "+quote(spec.Command))
+	p, err := s.Host.Start(ctx, inner)
+	if err != nil {
+		return nil, err
+	}
+	sp := &slurmProc{Process: p, s: s, name: spec.Name, nodePidFile: nodePid}
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		if _, err := sp.NodePid(ctx); err == nil {
+			return sp, nil
+		}
+		select {
+		case <-p.Done():
+			serr := sp.Stop(context.WithoutCancel(ctx), time.Second)
+			return nil, errors.Join(fmt.Errorf("host %s: step %s ended before its task ran: %v: %s", s.cfg.Name, spec.Name, p.Err(), p.LogTail(ctx, 3)), serr)
+		case <-ctx.Done():
+			serr := sp.Stop(context.WithoutCancel(ctx), time.Second)
+			return nil, errors.Join(fmt.Errorf("host %s: step %s: its task did not start: %w", s.cfg.Name, spec.Name, ctx.Err()), serr)
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Close cancels the allocation (every step goes with it), waits until
@@ -323,8 +380,42 @@ func (s *Slurm) release(ctx context.Context) error {
 // slurmProc is srun on the login machine, standing for its job step.
 type slurmProc struct {
 	Process
-	s    *Slurm
-	name string
+	s           *Slurm
+	name        string
+	nodePidFile string // where the step's task wrote its pid on the node ("" = not recorded)
+
+	mu      sync.Mutex
+	nodePid int
+}
+
+// NodeProcess is a process whose Pid is not where it runs: a Slurm job
+// step, whose Pid is srun's on the login machine.
+type NodeProcess interface {
+	// NodePid is the pid of the step's task on the compute node (the
+	// leader of its own process group there, whose descendants are the
+	// engine's processes); 0 and an error until the task has recorded it.
+	NodePid(ctx context.Context) (int, error)
+}
+
+// NodePid implements NodeProcess: the step's task writes its pid to a file
+// next to srun's pidfile before it execs the command, which mbench reads
+// once through the login machine (the filesystem is shared).
+func (p *slurmProc) NodePid(ctx context.Context) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.nodePid > 0 || p.nodePidFile == "" {
+		return p.nodePid, nil
+	}
+	var b strings.Builder
+	if _, err := p.s.Host.Get(ctx, p.nodePidFile, 0, &b); err != nil {
+		return 0, fmt.Errorf("host %s: node pid of step %s: %w", p.s.cfg.Name, p.name, err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(b.String()))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("host %s: node pid of step %s: %q in %s", p.s.cfg.Name, p.name, b.String(), p.nodePidFile)
+	}
+	p.nodePid = n
+	return n, nil
 }
 
 // Stop cancels the step through Slurm (SIGTERM, then SIGKILL after the

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -75,6 +76,39 @@ func TestSlurmSteps(t *testing.T) {
 	}
 	if !gpus["0"] || !gpus["1"] {
 		t.Errorf("steps saw GPUs %v, want 0 and 1", gpus)
+	}
+	// The one node is this machine: the pid each step recorded is its
+	// command's, a process group leader on the node.
+	for i, p := range procs {
+		pid, err := p.(NodeProcess).NodePid(ctx)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != pid || !strings.Contains(string(cmdline), "sleep") {
+			t.Errorf("step %d: node pid %d is %q, pgid %d (%v); want the step's sleep, its own group", i, pid, cmdline, pgid, err)
+		}
+	}
+	// A probe step shares every GPU of the allocation with the engine
+	// steps that hold them all.
+	pr, err := s.StartOnNode(ctx, testSpec(t, "probe-c", "echo probe-gpus=$CUDA_VISIBLE_DEVICES; exec sleep 300"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeRE := regexp.MustCompile(`probe-gpus=(\S+)`)
+	for m := probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)); m == nil || m[1] != "0,1"; m = probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)) {
+		if m != nil || sleepCtx(ctx, 20*time.Millisecond) != nil {
+			t.Fatalf("probe step saw GPUs %q, want 0,1: %s", m, pr.LogTail(ctx, 5))
+		}
+	}
+	if out, _, err := s.RunOnNodeGPUs(ctx, "gate-c", "echo $CUDA_VISIBLE_DEVICES"); err != nil || lastLine(out) != "0,1" {
+		t.Errorf("a gate read step saw GPUs %q (%v), want 0,1", out, err)
+	}
+	if err := pr.Stop(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := s.steps(ctx, "probe-c"); err != nil || len(left) > 0 {
+		t.Errorf("after Stop of the probe squeue lists %v (%v)", left, err)
 	}
 	if err := procs[0].Stop(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
