@@ -96,19 +96,25 @@ var slurmOwned = map[string]bool{"--jobid": true, "-J": true, "--job-name": true
 
 const slurmOwnedWhy = "the job name, node, GPUs and step sharing come from the matrix"
 
-// checkHostKind checks that a host has an address or a slurm section, not
-// both, and gives a slurm host its GPU indices 0..gpus_per_node-1, which the
-// topology checks and {{.GPUs}} use (Slurm picks the real devices).
+// checkHostKind checks that a host has an address or a slurm section, and
+// gives a slurm host its GPU indices 0..gpus_per_node-1, which the topology
+// checks and {{.GPUs}} use (Slurm picks the real devices). A slurm host's
+// address, if any, is its login machine, reached over SSH; the SSH settings
+// (host_key_policy, tunnel, workdir, mbench_path) apply only then.
 func (d *decoder) checkHostKind(h *Host, path string, line int) {
 	switch {
-	case h.Slurm != nil && h.Address != "":
-		d.add(d.lineOf(path+".slurm", path), path+".slurm", "either address or slurm", "a host is reached over SSH (address) or allocated by Slurm (slurm), not both")
 	case h.Slurm == nil && h.Address == "":
 		d.add(line, join(path, "address"), "", "missing required key (or a slurm section)")
 	case h.Slurm != nil:
-		for _, k := range []string{"gpus", "host_key_policy", "tunnel", "workdir", "mbench_path"} {
-			if l := d.lines[join(path, k)]; l > 0 {
-				d.add(l, join(path, k), "slurm settings only", "%s does not apply to a slurm host (the GPUs are hosts.%s.slurm.gpus_per_node)", k, h.Name)
+		keys := []string{"gpus"}
+		if h.Address == "" || h.Address == "local" {
+			keys = append(keys, "host_key_policy", "tunnel", "workdir", "mbench_path")
+		}
+		for _, k := range keys {
+			if l := d.lines[join(path, k)]; l > 0 && k == "gpus" {
+				d.add(l, join(path, k), "slurm settings only", "gpus does not apply to a slurm host (the GPUs are hosts.%s.slurm.gpus_per_node)", h.Name)
+			} else if l > 0 {
+				d.add(l, join(path, k), "an address (the login machine, over SSH)", "%s applies to a slurm host only when mbench reaches its login machine over SSH (address)", k)
 			}
 		}
 		h.GPUs = make([]int, h.Slurm.GPUsPerNode)

@@ -36,6 +36,17 @@ func TestSlurmHost(t *testing.T) {
 	}
 }
 
+// TestSlurmLogin: a slurm host with an address is reached over SSH at its
+// login machine, and takes the SSH settings.
+func TestSlurmLogin(t *testing.T) {
+	src := strings.Replace(slurmBase, "    slurm:", "    address: me@login0:2222\n    tunnel: true\n    workdir: /shared/mb\n    host_key_policy: accept-new\n    slurm:", 1)
+	m := mustParse(t, "x.yaml", src)
+	h := m.Hosts["c"]
+	if h.Slurm == nil || h.Address != "me@login0:2222" || !h.Tunnel || h.Workdir != "/shared/mb" || len(h.GPUs) != 4 {
+		t.Fatalf("host %+v", h)
+	}
+}
+
 // TestSlurmHostErrors: every bad slurm setting is reported at its line with
 // its field.
 func TestSlurmHostErrors(t *testing.T) {
@@ -47,8 +58,8 @@ func TestSlurmHostErrors(t *testing.T) {
 		{"owned option", "--qos=high", "--gres=gpu:8", "x.yaml:5: hosts.c.slurm.options[0]: --gres is set by mbench"},
 		{"not an option", "--qos=high", "qos", `hosts.c.slurm.options[0]: invalid option "qos"`},
 		{"bad partition", "partition: gpu", "partition: 'a b'", `hosts.c.slurm.partition: invalid value "a b"`},
-		{"both kinds", "    slurm:", "    address: dash0\n    slurm:", "x.yaml:6: hosts.c.slurm: a host is reached over SSH (address) or allocated by Slurm (slurm), not both"},
-		{"ssh key on slurm", "    slurm:", "    tunnel: true\n    slurm:", "x.yaml:5: hosts.c.tunnel: tunnel does not apply to a slurm host"},
+		{"gpus on slurm", "    slurm:", "    address: login0\n    gpus: [0]\n    slurm:", "x.yaml:6: hosts.c.gpus: gpus does not apply to a slurm host"},
+		{"ssh key on slurm", "    slurm:", "    tunnel: true\n    slurm:", "x.yaml:5: hosts.c.tunnel: tunnel applies to a slurm host only when mbench reaches its login machine over SSH (address)"},
 		{"unknown key", "partition: gpu", "partiton: gpu", "hosts.c.slurm.partiton: unknown key"},
 		{"neither", "    slurm: {time_limit: 30m, gpus_per_node: 4, partition: gpu, options: [--qos=high]}", "    gpus: [0]", "x.yaml:4: hosts.c.address: missing required key (or a slurm section)"},
 	} {

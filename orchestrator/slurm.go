@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
@@ -47,12 +49,18 @@ func maxInstancesOn(m *matrices.Matrix, name string) int {
 }
 
 // dialSlurm reuses the sweep's live allocation for a slurm host or asks
-// Slurm for a new one; mbench runs srun and salloc on this machine.
+// Slurm for a new one. salloc, srun, squeue and scancel run on the host's
+// login machine: this one, or the host's address over SSH.
 func (f *fleet) dialSlurm(ctx context.Context, name string) (hosts.Host, error) {
 	cfg := slurmConfig(f.m, name, f.dir, f.sweepID)
 	cfg.Warn = f.warn
-	s, reused, err := hosts.AllocateSlurm(ctx, hosts.NewLocal(), cfg)
+	login, err := f.dialMachine(ctx, name)
 	if err != nil {
+		return nil, err
+	}
+	s, reused, err := hosts.AllocateSlurm(ctx, login, cfg)
+	if err != nil {
+		login.Close()
 		return nil, err
 	}
 	verb := "allocated"
@@ -63,14 +71,30 @@ func (f *fleet) dialSlurm(ctx context.Context, name string) (hosts.Host, error) 
 	return s, nil
 }
 
-// slurmReach is the URL of port on a slurm host's node, once allocated.
+// slurmReach is the URL of port on a slurm host's node, once allocated: the
+// node's address, or with tunnel: true a local port forwarded through the
+// SSH connection to the login machine (nodes a cluster does not route to
+// the outside are reachable from its login nodes).
 func (f *fleet) slurmReach(ctx context.Context, name string, port int) (string, error) {
 	h, err := f.host(ctx, name)
 	if err != nil {
 		return "", err
 	}
 	s := h.(*hosts.Slurm)
-	return "http://" + net.JoinHostPort(s.NodeAddr(), strconv.Itoa(port)), nil
+	node := net.JoinHostPort(s.NodeAddr(), strconv.Itoa(port))
+	if !f.m.Hosts[name].Tunnel {
+		return "http://" + node, nil
+	}
+	key := name + ":" + strconv.Itoa(port)
+	if a, ok := f.tunnels[key]; ok {
+		return "http://" + a, nil
+	}
+	a, err := s.Forward(ctx, node)
+	if err != nil {
+		return "", fmt.Errorf("host %s: tunnel to %s through the login machine: %w", name, node, err)
+	}
+	f.tunnels[key] = a
+	return "http://" + a, nil
 }
 
 // bind is the address engines bind: bindAddr's answer, except that a slurm
@@ -91,6 +115,18 @@ func (s *Sweep) bind() string {
 		return "0.0.0.0"
 	}
 	return b
+}
+
+// dryRunBind is the bind address a dry run shows: a slurm host's node is
+// not known before salloc, so with one its engines are shown binding all
+// interfaces, as they do unless the node's address is loopback.
+func dryRunBind(m *matrices.Matrix) string {
+	for _, name := range m.HostOrder {
+		if m.Hosts[name].IsSlurm() {
+			return "0.0.0.0"
+		}
+	}
+	return bindAddr(m)
 }
 
 // nodeRun runs cmd where h's engines run: on a slurm host's node as a step,
@@ -148,19 +184,40 @@ func dryRunSlurm(w io.Writer, m *matrices.Matrix, dir, sweepID string) {
 	for _, name := range m.HostOrder {
 		if m.Hosts[name].IsSlurm() {
 			cfg := slurmConfig(m, name, dir, sweepID)
-			fmt.Fprintf(w, "# [%s slurm] one allocation for the sweep, recorded in %s, cancelled when mbench exits:\n#   $ %s\n",
-				name, cfg.JobFile, cfg.SallocCommand())
-			fmt.Fprintf(w, "# [%s slurm] engines are job steps; they bind 0.0.0.0 unless the node's address is loopback\n", name)
+			via := slurmVia(m.Hosts[name])
+			fmt.Fprintf(w, "# [%s %s] one allocation for the sweep, recorded in %s, cancelled when mbench exits:\n#   $ %s\n",
+				name, via, cfg.JobFile, cfg.SallocCommand())
+			fmt.Fprintf(w, "# [%s %s] engines are job steps; they bind 0.0.0.0 unless the node's address is loopback\n", name, via)
+			fmt.Fprintf(w, "# [%s %s] each run's probe is a step seeing every GPU of the allocation:\n#   $ %s sh -c '<mbench probe …>'\n",
+				name, via, shellJoin(cfg.OverlapArgs("<job id>", "<node>", "probe-"+name)))
 		}
 	}
+}
+
+// slurmVia names how mbench reaches a slurm host's cluster: "slurm" where
+// mbench runs on the login machine, "slurm via <address>" over SSH.
+func slurmVia(hc matrices.Host) string {
+	if isLocal(hc.Address) {
+		return "slurm"
+	}
+	return "slurm via " + hc.Address
+}
+
+// shellJoin quotes each word for sh.
+func shellJoin(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = matrices.ShellQuote(w)
+	}
+	return strings.Join(q, " ")
 }
 
 // slurmStep is command as a slurm host runs it, a job step of the
 // allocation (<job id> and <node> stand for what salloc grants); other
 // hosts' commands are returned unchanged.
-func slurmStep(m *matrices.Matrix, host, name string, gpus int, command string) string {
+func slurmStep(m *matrices.Matrix, host, state, name string, gpus int, command string) string {
 	if !m.Hosts[host].IsSlurm() {
 		return command
 	}
-	return slurmConfig(m, host, "", "").StepCommand("<job id>", "<node>", name, gpus, command)
+	return slurmConfig(m, host, "", "").EngineStepCommand("<job id>", "<node>", name, gpus, command, path.Join(state, "pids", name+".nodepid"))
 }

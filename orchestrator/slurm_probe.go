@@ -80,7 +80,16 @@ func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context
 			s.logf("host %s: no mbench binary there (set hosts.%s.mbench_path): the GPU gate does not cover its node", name, name)
 			continue
 		}
-		cmd := fmt.Sprintf("%s probe --once --host %s --host-out none", shellWordPath(self), matrices.ShellQuote(name))
+		// SelfEnv (what makes a re-executed test binary act as mbench) is
+		// not secret, so it may go on the command line of a Run.
+		env := ""
+		for _, kv := range s.opts.SelfEnv {
+			env += matrices.ShellQuote(kv) + " "
+		}
+		if env != "" {
+			env = "env " + env
+		}
+		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), matrices.ShellQuote(name))
 		read := func(ctx context.Context) ([]probes.GPUSample, error) {
 			out, stderr, err := sl.RunOnNodeGPUs(ctx, "gate-"+name, cmd)
 			if err != nil {

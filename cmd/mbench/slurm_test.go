@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -136,6 +138,8 @@ func watchSteps(t *testing.T, job func() string) (most func() int, stop func()) 
 	return func() int { mu.Lock(); defer mu.Unlock(); return n }, func() { close(done); wg.Wait() }
 }
 
+var allocatedRE = regexp.MustCompile(`host cluster: allocated slurm job ([0-9]+) `)
+
 var journalNodeRE = regexp.MustCompile(`^cluster: slurm job ([0-9]+) node \S+$`)
 
 // journalJobs returns the slurm job each journaled run names.
@@ -171,10 +175,11 @@ func checkSlurmTeardown(t *testing.T, out, job string) {
 	}
 }
 
-// engineGPUs returns the CUDA_VISIBLE_DEVICES each engine step printed.
-func engineGPUs(t *testing.T, out string) map[string]bool {
+// engineGPUs returns the CUDA_VISIBLE_DEVICES each engine step printed in
+// its log under the sweep's state directory.
+func engineGPUs(t *testing.T, state string) map[string]bool {
 	t.Helper()
-	logs, _ := filepath.Glob(filepath.Join(out, ".state", "logs", "engine-*.log"))
+	logs, _ := filepath.Glob(filepath.Join(state, "logs", "engine-*.log"))
 	seen := map[string]bool{}
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
@@ -218,7 +223,7 @@ func TestSlurmSweepKill9Resume(t *testing.T) {
 	if n := most(); n < 1 || n > 2 {
 		t.Errorf("at most %d engine steps listed at once, want 1..2 (two instances, each cancelled before the next run)", n)
 	}
-	gpus := engineGPUs(t, out)
+	gpus := engineGPUs(t, filepath.Join(out, ".state"))
 	if !gpus["0"] || !gpus["1"] || len(gpus) != 2 {
 		t.Errorf("engine steps saw CUDA_VISIBLE_DEVICES %v, want exactly {0, 1} (one GPU each, set by Slurm)", slices.Sorted(func(yield func(string) bool) {
 			for g := range gpus {
@@ -339,4 +344,82 @@ func TestSlurmDryRun(t *testing.T) {
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("dry run created %s", out)
 	}
+}
+
+// TestSlurmSweepOverSSH runs mbench off the cluster: the slurm host's
+// address is its login machine, reached through a real OpenSSH sshd on
+// loopback (sshdtest), which runs salloc, srun, squeue and scancel against
+// the real one-node Slurm of .ci/slurm-up.sh. The sweep uploads mbench to
+// the login machine's work directory (which the node shares), the engines
+// and probes are job steps whose logs stay there, step lines and probe
+// samples come back into the local run directories, the load reaches the
+// engines through SSH tunnels, and nothing is left: not the allocation, not
+// a step, not a process of the sweep.
+func TestSlurmSweepOverSSH(t *testing.T) {
+	requireSlurm(t)
+	if testing.Short() {
+		t.Skip("end-to-end sweep over ssh and slurm")
+	}
+	_, _, workdir := sshHome(t, true)
+	dir := t.TempDir()
+	m := writeSlurmMatrix(t, dir, "slurm-ssh", "2")
+	b, _ := os.ReadFile(m)
+	body := strings.Replace(string(b), "    slurm: {", "    address: sshdtest\n    workdir: '"+workdir+"'\n    tunnel: true\n    slurm: {", 1)
+	port := sshMatrixPort(t, m)
+	writeTestFile(t, m, []byte(body))
+	out := filepath.Join(dir, "out")
+	most, stop := watchSteps(t, func() string { return slurmJob(out) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out)
+	stop()
+	if err != nil {
+		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	m2 := allocatedRE.FindStringSubmatch(stderr)
+	if m2 == nil {
+		t.Fatalf("mbench did not say which allocation it got:\n%s", stderr)
+	}
+	job := m2[1]
+	jobs := journalJobs(t, out)
+	if len(jobs) != 2 || jobs[0] != job || jobs[1] != job {
+		t.Errorf("runs ran in slurm jobs %v, want both in %s", jobs, job)
+	}
+	if n := most(); n < 1 || n > 2 {
+		t.Errorf("at most %d engine steps listed at once, want 1..2", n)
+	}
+	sweepID := sweepIDOf(t, out)
+	state := filepath.Join(workdir, sweepID)
+	if _, err := os.Stat(filepath.Join(state, "bin", "mbench")); err != nil {
+		t.Errorf("mbench not uploaded to the login machine: %v", err)
+	}
+	if gpus := engineGPUs(t, state); !gpus["0"] || !gpus["1"] || len(gpus) != 2 {
+		t.Errorf("engine steps (logs on the login machine) saw CUDA_VISIBLE_DEVICES %v, want {0, 1}", gpus)
+	}
+	if _, err := os.Stat(filepath.Join(out, ".state")); !os.IsNotExist(err) {
+		t.Errorf("state written locally although the host is reached over SSH: %v", err)
+	}
+	checkSlurmProbes(t, out, 2)
+	for d := range journaledDirs(out) {
+		rd := filepath.Join(out, d)
+		if st, err := os.Stat(filepath.Join(rd, "engine_step.jsonl")); err != nil || st.Size() == 0 {
+			t.Errorf("%s: no step lines fetched from the login machine: %v", rd, err)
+		}
+		for tg := range requestTargets(t, rd) {
+			if strings.HasSuffix(tg, ":"+port) || strings.HasSuffix(tg, ":"+strconv.Itoa(atoi(t, port)+1)) || !strings.HasPrefix(tg, "http://127.0.0.1:") {
+				t.Errorf("%s: request target %s is an engine's own port, not an SSH tunnel", rd, tg)
+			}
+		}
+	}
+	checkSlurmTeardown(t, out, job)
+	checkNothingLeft(t, workdir, sweepID)
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -75,6 +75,13 @@ func (c SlurmConfig) StepCommand(jobID, node, name string, gpus int, command str
 	return shellJoin(c.StepArgs(jobID, node, name, gpus)) + " sh -c " + quote(command)
 }
 
+// EngineStepCommand is StepCommand for a process that records the pid of
+// the step's task on the node in nodePidFile before it execs command (see
+// NodeProcess): what Start runs.
+func (c SlurmConfig) EngineStepCommand(jobID, node, name string, gpus int, command, nodePidFile string) string {
+	return c.StepCommand(jobID, node, name, gpus, "echo $$ >"+quotePath(nodePidFile)+" && exec sh -c "+quote(command))
+}
+
 // SallocCommand is SallocArgs as one sh command line.
 func (c SlurmConfig) SallocCommand() string { return shellJoin(c.SallocArgs()) }
 
@@ -270,8 +277,7 @@ func (s *Slurm) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 	}
 	inner := spec
 	nodePid := stateFile(spec, ".nodepid")
-	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + s.cfg.StepCommand(s.rec.JobID, s.rec.Node, spec.Name, spec.GPUs,
-		"echo $$ >"+quotePath(nodePid)+" && exec sh -c "+quote(spec.Command))
+	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + s.cfg.EngineStepCommand(s.rec.JobID, s.rec.Node, spec.Name, spec.GPUs, spec.Command, nodePid)
 	p, err := s.Host.Start(ctx, inner)
 	if err != nil {
 		return nil, err

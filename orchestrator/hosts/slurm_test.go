@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
 )
 
 // TestSlurmArgs: the salloc and srun lines carry the matrix's request, and
@@ -137,5 +139,54 @@ func TestSlurmSteps(t *testing.T) {
 	}
 	if _, err := s.Start(ctx, testSpec(t, "late", "true")); !errors.Is(err, ErrAllocationEnded) {
 		t.Errorf("Start after the allocation ended: %v, want ErrAllocationEnded", err)
+	}
+}
+
+// TestSlurmOverSSH: the login machine is reached through a real sshd on
+// loopback, and salloc, srun (an engine step and a GPU-seeing --overlap
+// read), squeue and scancel all run through it.
+func TestSlurmOverSSH(t *testing.T) {
+	if out, err := exec.Command("sinfo", "-h", "-o", "%G").CombinedOutput(); err != nil || !strings.Contains(string(out), "gpu:") {
+		if os.Getenv("MBENCH_REQUIRE_SLURM") == "1" {
+			t.Fatalf("MBENCH_REQUIRE_SLURM=1 but sinfo: %v %s", err, out)
+		}
+		t.Skipf("no Slurm with GPUs here (run .ci/slurm-up.sh): %v %s", err, out)
+	}
+	srv := sshdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	login, err := DialSSH(ctx, testConfig(srv, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := SlurmConfig{Name: "c", JobName: "mbench-hosts-ssh-" + strconv.Itoa(os.Getpid()), JobFile: filepath.Join(t.TempDir(), "job.json"),
+		TimeLimit: "0:05:00", GPUsPerNode: 2, Steps: 1}
+	s, _, err := AllocateSlurm(ctx, login, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec.Command("scancel", s.JobID()).Run() })
+	spec := testSpec(t, "engine-c-0", "exec sleep 300")
+	spec.GPUs = 1
+	p, err := s.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := p.(NodeProcess).NodePid(ctx); err != nil; _, err = p.(NodeProcess).NodePid(ctx) {
+		if sleepCtx(ctx, 20*time.Millisecond) != nil {
+			t.Fatalf("the step's node pid never came through the login machine: %v", err)
+		}
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	out, stderr, err := s.RunOnNodeGPUs(rctx, "gate-c", "echo $CUDA_VISIBLE_DEVICES")
+	rcancel()
+	if err != nil || lastLine(out) != "0,1" {
+		t.Errorf("a GPU read step over ssh: %q %q %v, want 0,1", out, stderr, err)
+	}
+	if err := p.Stop(ctx, 2*time.Second); err != nil {
+		t.Error(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
