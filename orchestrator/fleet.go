@@ -122,9 +122,15 @@ func (f *fleet) workdir(hostName string) string {
 // for the local host, an SSH tunnel when the host asks for one, else the
 // host's address.
 func (f *fleet) reach(ctx context.Context, hostName string, port int) (string, error) {
+	return f.reachNode(ctx, hostName, 0, port)
+}
+
+// reachNode is reach for port on node node of a slurm host's allocation
+// (other hosts have node 0 only).
+func (f *fleet) reachNode(ctx context.Context, hostName string, node, port int) (string, error) {
 	hc, ok := f.m.Hosts[hostName]
 	if ok && hc.IsSlurm() {
-		return f.slurmReach(ctx, hostName, port)
+		return f.slurmReach(ctx, hostName, node, port)
 	}
 	if !ok || isLocal(hc.Address) {
 		return "http://127.0.0.1:" + strconv.Itoa(port), nil

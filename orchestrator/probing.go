@@ -57,10 +57,7 @@ func (s *Sweep) engineGroups(es *engineSet) probes.EngineGroups {
 		return out
 	}
 	for _, p := range es.all() {
-		host := p.hostName
-		if s.onThisMachine(host) {
-			host = "local"
-		}
+		host := s.sampleHost(p)
 		if pid := nodePid(p.proc); pid > 0 {
 			out[host] = append(out[host], pid)
 		}
@@ -224,10 +221,11 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 	var out []*remoteProbe
 	for _, p := range s.cur.all() {
 		name := p.hostName
-		if seen[name] || s.onThisMachine(name) {
+		label := s.sampleHost(p)
+		if seen[label] || s.onThisMachine(name) {
 			continue
 		}
-		seen[name] = true
+		seen[label] = true
 		self, ok := s.selfOn(name)
 		if !ok {
 			s.noteOnce("probe-"+name, "host %s: no mbench binary there (set hosts.%s.mbench_path): no GPU or host samples from it", name, name)
@@ -238,9 +236,13 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
 		q := matrices.ShellQuote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
-			shellWordPath(self), interval, q(name), q(rp.gpuF), q(rp.hostF))
+			shellWordPath(self), interval, q(label), q(rp.gpuF), q(rp.hostF))
+		pname := "probe-" + name
+		if label != name {
+			pname = fmt.Sprintf("probe-%s-%d", name, p.node)
+		}
 		proc, err := startProbeOn(ctx, p.host, hosts.ProcSpec{
-			Name: "probe-" + name, Command: cmd, Env: toHostEnv(nil, s.opts.SelfEnv),
+			Name: pname, Node: p.node, Command: cmd, Env: toHostEnv(nil, s.opts.SelfEnv),
 			LogPath: rp.logF, StateDir: s.hostPath(name, "pids"), Marker: s.state.SweepID,
 			Tether: true, TetherGrace: time.Second,
 		})

@@ -80,6 +80,26 @@ func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context
 			s.logf("host %s: no mbench binary there (set hosts.%s.mbench_path): the GPU gate does not cover its node", name, name)
 			continue
 		}
+		covered := true
+		for i := range sl.Nodes() {
+			read, err := s.slurmGPURead(ctx, sl, i, self)
+			if err != nil {
+				s.logf("%v: the GPU gate does not cover this node", err)
+				covered = false
+				continue
+			}
+			reads = append(reads, read)
+		}
+		gated[name] = covered
+	}
+	return reads, gated
+}
+
+// slurmGPURead returns a reader of the GPUs of node i of a slurm host's
+// allocation, after a first read that shows it works.
+func (s *Sweep) slurmGPURead(ctx context.Context, sl *hosts.Slurm, i int, self string) (func(context.Context) ([]probes.GPUSample, error), error) {
+	name, node := sl.Name(), sl.Nodes()[i]
+	{
 		// SelfEnv (what makes a re-executed test binary act as mbench) is
 		// not secret, so it may go on the command line of a Run.
 		env := ""
@@ -89,27 +109,45 @@ func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context
 		if env != "" {
 			env = "env " + env
 		}
-		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), matrices.ShellQuote(name))
+		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), matrices.ShellQuote(probeLabel(sl, i)))
 		read := func(ctx context.Context) ([]probes.GPUSample, error) {
-			out, stderr, err := sl.RunOnNodeGPUs(ctx, "gate-"+name, cmd)
+			out, stderr, err := sl.RunOnNodeGPUs(ctx, i, "gate-"+name, cmd)
 			if err != nil {
-				return nil, fmt.Errorf("host %s: read the GPUs of node %s: %w", name, sl.Node(), err)
+				return nil, fmt.Errorf("host %s: read the GPUs of node %s: %w", name, node, err)
 			}
 			samples, err := probes.ReadGPUSamples(bytes.NewReader(out))
 			if err == nil && len(samples) == 0 {
 				err = fmt.Errorf("no GPU samples: %s", firstLine(strings.TrimSpace(string(stderr))))
 			}
 			if err != nil {
-				return nil, fmt.Errorf("host %s: read the GPUs of node %s: %w", name, sl.Node(), err)
+				return nil, fmt.Errorf("host %s: read the GPUs of node %s: %w", name, node, err)
 			}
 			return samples, nil
 		}
 		if _, err := read(ctx); err != nil {
-			s.logf("%v: the GPU gate does not cover this node", err)
-			continue
+			return nil, err
 		}
-		reads = append(reads, read)
-		gated[name] = true
+		return read, nil
 	}
-	return reads, gated
+}
+
+// probeLabel is the host name GPU and host samples of node i of a slurm
+// host carry: the host's name, or <host>/<node> for a multi-node one.
+func probeLabel(sl *hosts.Slurm, i int) string {
+	if n := sl.Nodes(); len(n) > 1 {
+		return sl.Name() + "/" + n[i]
+	}
+	return sl.Name()
+}
+
+// sampleHost is the host name a process's GPU samples carry: "local" for
+// this machine, probeLabel for a slurm step, else the host's name.
+func (s *Sweep) sampleHost(p *engineProc) string {
+	if s.onThisMachine(p.hostName) {
+		return "local"
+	}
+	if sl, ok := p.host.(*hosts.Slurm); ok {
+		return probeLabel(sl, p.node)
+	}
+	return p.hostName
 }

@@ -317,27 +317,35 @@ func TestSlurmAllocationEnds(t *testing.T) {
 	checkSlurmTeardown(t, out, jobs[2])
 }
 
+// slurmDryRun runs `mbench run --dry-run` of matrix m, checks that its
+// output holds every line part of wants, and returns it.
+func slurmDryRun(t *testing.T, m, out string, wants ...string) string {
+	t.Helper()
+	stdout, stderr, err := runCLI(t, t.Context(), "run", "--dry-run", m, "--out", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range wants {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("dry run lacks %q:\n%s", want, stdout)
+		}
+	}
+	return stdout
+}
+
 // TestSlurmDryRun: --dry-run prints the exact salloc line and each engine's
 // srun line, with the GPUs Slurm is asked to bind; it needs no Slurm.
 func TestSlurmDryRun(t *testing.T) {
 	dir := t.TempDir()
 	m := writeSlurmMatrix(t, dir, "slurm-dry", "2")
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := runCLI(t, t.Context(), "run", "--dry-run", m, "--out", out)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr)
-	}
-	for _, want := range []string{
+	stdout := slurmDryRun(t, m, out,
 		"#   $ salloc --no-shell --job-name=mbench-slurm-dry-",
 		" --nodes=1 --time=0:10:00 --ntasks=2 --cpus-per-task=1 --gres=gpu:2\n",
-		"recorded in " + filepath.Join(out, "slurm-cluster.json"),
+		"recorded in "+filepath.Join(out, "slurm-cluster.json"),
 		"srun '--jobid=<job id>' --job-name=engine-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 sh -c ",
 		"--job-name=engine-cluster-1 ",
-	} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("dry run lacks %q:\n%s", want, stdout)
-		}
-	}
+	)
 	if strings.Contains(stdout, "CUDA_VISIBLE_DEVICES=") {
 		t.Errorf("dry run sets CUDA_VISIBLE_DEVICES on a slurm host:\n%s", stdout)
 	}
@@ -422,4 +430,34 @@ func atoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestSlurmMultiNodeDryRun: a two-node slurm host asks salloc for both
+// nodes with the steps of the busiest node per node, places each instance
+// on the node of its GPUs (one srun per node, GPUs numbered within it) and
+// probes every node; validate refuses an instance that would span nodes.
+// (One machine cannot run a real two-node Slurm: the runtime path is the
+// one-node one with a node index, tested here only as printed.)
+func TestSlurmMultiNodeDryRun(t *testing.T) {
+	dir := t.TempDir()
+	m := writeSlurmMatrix(t, dir, "slurm-multi", "2")
+	b, _ := os.ReadFile(m)
+	writeTestFile(t, m, []byte(strings.Replace(string(b), "gpus_per_node: 2}", "gpus_per_node: 1, nodes: 2}", 1)))
+	slurmDryRun(t, m, filepath.Join(dir, "out"),
+		" --nodes=2 --time=0:10:00 --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:1\n",
+		"--job-name=probe-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node 0>' --overlap --gres=gpu:1 ",
+		"--job-name=probe-cluster-1 --nodes=1 --ntasks=1 '--nodelist=<node 1>' --overlap --gres=gpu:1 ",
+		"--job-name=engine-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node 0>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 ",
+		"--job-name=engine-cluster-1 --nodes=1 --ntasks=1 '--nodelist=<node 1>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 ",
+		"--addr 0.0.0.0:",
+	)
+	// Two GPUs per instance on nodes of three: instance 1 would hold GPU 2
+	// of node 0 and GPU 0 of node 1.
+	b, _ = os.ReadFile(m)
+	bad := strings.Replace(strings.Replace(string(b), "gpus_per_node: 1, nodes: 2}", "gpus_per_node: 3, nodes: 2}", 1), "gpus_per_instance: 1", "gpus_per_instance: 2", 1)
+	writeTestFile(t, m, []byte(bad))
+	_, stderr, err := runCLI(t, t.Context(), "validate", m)
+	if err == nil || !strings.Contains(stderr+err.Error(), "instance 1 on slurm host cluster would span nodes 0 and 1") {
+		t.Errorf("validate of an instance spanning nodes: %v\n%s", err, stderr)
+	}
 }

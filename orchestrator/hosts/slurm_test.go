@@ -26,6 +26,8 @@ func TestSlurmArgs(t *testing.T) {
 		{c.StepCommand("12", "n1", "engine-c-0", 4, "serve 'a b'"), `srun --jobid=12 --job-name=engine-c-0 --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=gpu:4 --mem=0 sh -c 'serve '\''a b'\'''`},
 		{c.StepCommand("12", "n1", "router-c", 0, "r"), "srun --jobid=12 --job-name=router-c --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=none --overlap --mem=0 sh -c r"},
 		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SallocCommand(), "salloc --no-shell --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1"},
+		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00", Nodes: 3, Steps: 2, GPUsPerNode: 8}.SallocCommand(), "salloc --no-shell --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --gres=gpu:8"},
+		{shellJoin(SlurmConfig{GPUsPerNode: 8}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got  %s\nwant %s", tc.got, tc.want)
@@ -103,7 +105,7 @@ func TestSlurmSteps(t *testing.T) {
 			t.Fatalf("probe step saw GPUs %q, want 0,1: %s", m, pr.LogTail(ctx, 5))
 		}
 	}
-	if out, _, err := s.RunOnNodeGPUs(ctx, "gate-c", "echo $CUDA_VISIBLE_DEVICES"); err != nil || lastLine(out) != "0,1" {
+	if out, _, err := s.RunOnNodeGPUs(ctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES"); err != nil || lastLine(out) != "0,1" {
 		t.Errorf("a gate read step saw GPUs %q (%v), want 0,1", out, err)
 	}
 	if err := pr.Stop(ctx, 2*time.Second); err != nil {
@@ -178,7 +180,7 @@ func TestSlurmOverSSH(t *testing.T) {
 		}
 	}
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
-	out, stderr, err := s.RunOnNodeGPUs(rctx, "gate-c", "echo $CUDA_VISIBLE_DEVICES")
+	out, stderr, err := s.RunOnNodeGPUs(rctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES")
 	rcancel()
 	if err != nil || lastLine(out) != "0,1" {
 		t.Errorf("a GPU read step over ssh: %q %q %v, want 0,1", out, stderr, err)
