@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -71,7 +70,8 @@ func waitJournaled(t *testing.T, c *mbenchChild, out string) {
 	t.Helper()
 	if !waitChild(c, 90*time.Second, func() bool { return len(journaledDirs(out)) >= 1 }) {
 		c.kill()
-		t.Fatalf("no run journaled:\n%s", c.output())
+		log, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
+		t.Fatalf("no run journaled:\n%s\nmbench.log:\n%s", c.output(), log)
 	}
 }
 
@@ -360,9 +360,11 @@ func TestSlurmDryRun(t *testing.T) {
 // the real one-node Slurm of .ci/slurm-up.sh. The sweep uploads mbench to
 // the login machine's work directory (which the node shares), the engines
 // and probes are job steps whose logs stay there, step lines and probe
-// samples come back into the local run directories, the load reaches the
-// engines through SSH tunnels, and nothing is left: not the allocation, not
-// a step, not a process of the sweep.
+// samples come back into the local run directories, and the load reaches
+// the engines through SSH tunnels. mbench is killed with SIGKILL after the
+// first run: the allocation outlives it, resume reuses it over SSH and
+// finishes, and nothing is left: not the allocation, not a step, not a
+// process of the sweep.
 func TestSlurmSweepOverSSH(t *testing.T) {
 	requireSlurm(t)
 	if testing.Short() {
@@ -370,28 +372,34 @@ func TestSlurmSweepOverSSH(t *testing.T) {
 	}
 	_, _, workdir := sshHome(t, true)
 	dir := t.TempDir()
-	m := writeSlurmMatrix(t, dir, "slurm-ssh", "2")
+	m := writeSlurmMatrix(t, dir, "slurm-ssh", "3")
 	b, _ := os.ReadFile(m)
 	body := strings.Replace(string(b), "    slurm: {", "    address: sshdtest\n    workdir: '"+workdir+"'\n    tunnel: true\n    slurm: {", 1)
 	port := sshMatrixPort(t, m)
 	writeTestFile(t, m, []byte(body))
 	out := filepath.Join(dir, "out")
 	most, stop := watchSteps(t, func() string { return slurmJob(out) })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out)
+	t.Cleanup(func() { // a failed test leaves no allocation behind
+		if j := slurmJob(out); j != "" {
+			_ = exec.Command("scancel", j).Run()
+		}
+	})
+	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
+	waitJournaled(t, c, out)
+	c.kill()
+	job := slurmJob(out)
+	if job == "" || jobState(t, job) != "RUNNING" {
+		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING:\n%s", job, jobState(t, job), c.output())
+	}
+	r := startMbench(t, dir, "resume", out)
+	mustFinish(t, r, 150*time.Second)
 	stop()
-	if err != nil {
-		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	if !strings.Contains(r.output(), "reusing slurm job "+job) {
+		t.Errorf("resume did not reuse allocation %s over ssh:\n%s", job, r.output())
 	}
-	m2 := allocatedRE.FindStringSubmatch(stderr)
-	if m2 == nil {
-		t.Fatalf("mbench did not say which allocation it got:\n%s", stderr)
-	}
-	job := m2[1]
 	jobs := journalJobs(t, out)
-	if len(jobs) != 2 || jobs[0] != job || jobs[1] != job {
-		t.Errorf("runs ran in slurm jobs %v, want both in %s", jobs, job)
+	if len(jobs) != 3 || slices.ContainsFunc(jobs, func(j string) bool { return j != job }) {
+		t.Errorf("runs ran in slurm jobs %v, want all three in %s", jobs, job)
 	}
 	if n := most(); n < 1 || n > 2 {
 		t.Errorf("at most %d engine steps listed at once, want 1..2", n)
@@ -407,7 +415,7 @@ func TestSlurmSweepOverSSH(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, ".state")); !os.IsNotExist(err) {
 		t.Errorf("state written locally although the host is reached over SSH: %v", err)
 	}
-	checkSlurmProbes(t, out, 2)
+	checkSlurmProbes(t, out, 3)
 	for d := range journaledDirs(out) {
 		rd := filepath.Join(out, d)
 		if st, err := os.Stat(filepath.Join(rd, "engine_step.jsonl")); err != nil || st.Size() == 0 {
