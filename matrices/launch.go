@@ -147,7 +147,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 			q = func(s string) string { return s }
 			qp, tg = q, rawTargets
 		}
-		return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(gpus),
+		return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(m.Hosts[hn].nodeGPUs(gpus)),
 			"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": configArgs,
 			"Config": q(root), "Self": qp(self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
 			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(strings.Join(producers, ","))}

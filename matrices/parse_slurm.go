@@ -18,7 +18,9 @@ type Slurm struct {
 	Account    string        // -A ("" = the user's default)
 	Constraint string        // -C ("" = none)
 	TimeLimit  time.Duration // -t, required: the allocation ends by itself at the latest then
-	Nodes      int           // -N; 1 (one host entry is one node)
+	// Nodes is -N: the instances of the host are spread over them by
+	// their GPUs (see Host.SlurmNode).
+	Nodes int
 	// GPUsPerNode is the GPUs asked per node (--gres=gpu:N); 0 asks none.
 	GPUsPerNode int
 	// CPUsPerInstance is each engine step's CPUs (-c; default 1).
@@ -41,12 +43,7 @@ func (d *decoder) slurm(v *yaml.Node, path string) *Slurm {
 				d.add(v.Line, fp, "a duration of at least 1m (Slurm counts whole minutes)", "time limit %s is under a minute", s.TimeLimit)
 			}
 		}},
-		{"nodes", false, func(v *yaml.Node, fp string) {
-			s.Nodes = d.intField(v, fp, 1, 1<<16)
-			if s.Nodes > 1 {
-				d.add(v.Line, fp, "1 (declare one slurm host per node: each gets its own allocation)", "multi-node allocations are not supported yet (nodes: %d)", s.Nodes)
-			}
-		}},
+		{"nodes", false, func(v *yaml.Node, fp string) { s.Nodes = d.intField(v, fp, 1, 1024) }},
 		{"gpus_per_node", false, func(v *yaml.Node, fp string) { s.GPUsPerNode = d.intField(v, fp, 0, 1024) }},
 		{"cpus_per_instance", false, func(v *yaml.Node, fp string) { s.CPUsPerInstance = d.intField(v, fp, 1, 1<<16) }},
 		{"options", false, func(v *yaml.Node, fp string) { s.Options = d.slurmOptions(v, fp) }},
@@ -96,24 +93,77 @@ var slurmOwned = map[string]bool{"--jobid": true, "-J": true, "--job-name": true
 
 const slurmOwnedWhy = "the job name, node, GPUs and step sharing come from the matrix"
 
-// checkHostKind checks that a host has an address or a slurm section, not
-// both, and gives a slurm host its GPU indices 0..gpus_per_node-1, which the
-// topology checks and {{.GPUs}} use (Slurm picks the real devices).
+// checkHostKind checks that a host has an address or a slurm section, and
+// gives a slurm host its GPU indices 0..gpus_per_node-1, which the topology
+// checks and {{.GPUs}} use (Slurm picks the real devices). A slurm host's
+// address, if any, is its login machine, reached over SSH; the SSH settings
+// (host_key_policy, tunnel, workdir, mbench_path) apply only then.
 func (d *decoder) checkHostKind(h *Host, path string, line int) {
 	switch {
-	case h.Slurm != nil && h.Address != "":
-		d.add(d.lineOf(path+".slurm", path), path+".slurm", "either address or slurm", "a host is reached over SSH (address) or allocated by Slurm (slurm), not both")
 	case h.Slurm == nil && h.Address == "":
 		d.add(line, join(path, "address"), "", "missing required key (or a slurm section)")
 	case h.Slurm != nil:
-		for _, k := range []string{"gpus", "host_key_policy", "tunnel", "workdir", "mbench_path"} {
-			if l := d.lines[join(path, k)]; l > 0 {
-				d.add(l, join(path, k), "slurm settings only", "%s does not apply to a slurm host (the GPUs are hosts.%s.slurm.gpus_per_node)", k, h.Name)
+		keys := []string{"gpus"}
+		if h.Address == "" || h.Address == "local" {
+			keys = append(keys, "host_key_policy", "tunnel", "workdir", "mbench_path")
+		}
+		for _, k := range keys {
+			if l := d.lines[join(path, k)]; l > 0 && k == "gpus" {
+				d.add(l, join(path, k), "slurm settings only", "gpus does not apply to a slurm host (the GPUs are hosts.%s.slurm.gpus_per_node)", h.Name)
+			} else if l > 0 {
+				d.add(l, join(path, k), "an address (the login machine, over SSH)", "%s applies to a slurm host only when mbench reaches its login machine over SSH (address)", k)
 			}
 		}
-		h.GPUs = make([]int, h.Slurm.GPUsPerNode)
+		h.GPUs = make([]int, h.Slurm.GPUsPerNode*max(h.Slurm.Nodes, 1))
 		for i := range h.GPUs {
 			h.GPUs[i] = i
+		}
+	}
+}
+
+// SlurmNode is the node, an index into the allocation's nodes, on which
+// instance index of a slurm host runs, given its GPUs: a slurm host's GPUs
+// are numbered across its nodes (node k holds k×gpus_per_node on), and an
+// instance runs on the node of its first GPU; instances without GPUs go
+// round the nodes. 0 for any other host.
+func (h Host) SlurmNode(index int, gpus []int) int {
+	if h.Slurm == nil || h.Slurm.Nodes <= 1 {
+		return 0
+	}
+	if len(gpus) > 0 && h.Slurm.GPUsPerNode > 0 {
+		return gpus[0] / h.Slurm.GPUsPerNode
+	}
+	return index % h.Slurm.Nodes
+}
+
+// nodeGPUs is how {{.GPUs}} shows an instance's GPUs: on a slurm host,
+// numbered within their node, as the node numbers them.
+func (h Host) nodeGPUs(gpus []int) []int {
+	if h.Slurm == nil || h.Slurm.GPUsPerNode == 0 {
+		return gpus
+	}
+	out := make([]int, len(gpus))
+	for i, g := range gpus {
+		out[i] = g % h.Slurm.GPUsPerNode
+	}
+	return out
+}
+
+// checkSlurmSpan reports an instance of a multi-node slurm host whose GPUs
+// would span two nodes (a job step of one task runs on one node).
+func (d *decoder) checkSlurmSpan(h Host, hn, path string, instances, gpusPerInstance int) {
+	if h.Slurm == nil || h.Slurm.Nodes <= 1 || gpusPerInstance == 0 || h.Slurm.GPUsPerNode == 0 {
+		return
+	}
+	gpn := h.Slurm.GPUsPerNode
+	for i := range instances {
+		first, last := i*gpusPerInstance, (i+1)*gpusPerInstance-1
+		if last < len(h.GPUs) && first/gpn != last/gpn {
+			d.add(d.lineOf(path+".topology", path), path+".topology",
+				fmt.Sprintf("gpus_per_instance that divides hosts.%s.slurm.gpus_per_node (%d)", hn, gpn),
+				"instance %d on slurm host %s would span nodes %d and %d (GPUs %d-%d, %d per node): a step runs on one node",
+				i, hn, first/gpn, last/gpn, first, last, gpn)
+			return
 		}
 	}
 }

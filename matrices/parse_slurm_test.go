@@ -36,6 +36,41 @@ func TestSlurmHost(t *testing.T) {
 	}
 }
 
+// TestSlurmMultiNode: the GPUs of a multi-node slurm host are numbered
+// across its nodes; each instance runs on the node of its GPUs and sees
+// them numbered within the node.
+func TestSlurmMultiNode(t *testing.T) {
+	src := strings.Replace(slurmBase, "gpus_per_node: 4", "gpus_per_node: 2, nodes: 2", 1)
+	m := mustParse(t, "x.yaml", src)
+	h := m.Hosts["c"]
+	if len(h.GPUs) != 4 || h.Slurm.Nodes != 2 {
+		t.Fatalf("host GPUs %v nodes %d, want 4 GPUs over 2 nodes", h.GPUs, h.Slurm.Nodes)
+	}
+	l, err := m.Launch("a", Runtime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, in := range l.Instances {
+		if node := h.SlurmNode(in.Index, in.GPUs); node != i || in.Command != "serve 0,1" {
+			t.Errorf("instance %d: node %d command %q, want node %d and serve 0,1", i, node, in.Command, i)
+		}
+	}
+	if n := (Host{Slurm: &Slurm{Nodes: 3}}).SlurmNode(4, nil); n != 1 {
+		t.Errorf("an instance without GPUs: node %d, want 4 mod 3 = 1", n)
+	}
+}
+
+// TestSlurmLogin: a slurm host with an address is reached over SSH at its
+// login machine, and takes the SSH settings.
+func TestSlurmLogin(t *testing.T) {
+	src := strings.Replace(slurmBase, "    slurm:", "    address: me@login0:2222\n    tunnel: true\n    workdir: /shared/mb\n    host_key_policy: accept-new\n    slurm:", 1)
+	m := mustParse(t, "x.yaml", src)
+	h := m.Hosts["c"]
+	if h.Slurm == nil || h.Address != "me@login0:2222" || !h.Tunnel || h.Workdir != "/shared/mb" || len(h.GPUs) != 4 {
+		t.Fatalf("host %+v", h)
+	}
+}
+
 // TestSlurmHostErrors: every bad slurm setting is reported at its line with
 // its field.
 func TestSlurmHostErrors(t *testing.T) {
@@ -43,12 +78,13 @@ func TestSlurmHostErrors(t *testing.T) {
 		{"no time limit", "time_limit: 30m, ", "", "x.yaml:5: hosts.c.slurm.time_limit: missing required key"},
 		{"time limit under a minute", "time_limit: 30m", "time_limit: 20s", "x.yaml:5: hosts.c.slurm.time_limit: time limit 20s is under a minute"},
 		{"too few GPUs", "gpus_per_node: 4", "gpus_per_node: 3", "x.yaml:7: configs.a.topology: too few GPUs on slurm host c: 2 instance(s) × 2 GPU(s) need 4, the allocation asks 3 per node × 1 node(s)"},
-		{"multi-node", "gpus_per_node: 4", "gpus_per_node: 4, nodes: 2", "hosts.c.slurm.nodes: multi-node allocations are not supported yet"},
+		{"instance spans nodes", "gpus_per_node: 4", "gpus_per_node: 3, nodes: 2", "x.yaml:7: configs.a.topology: instance 1 on slurm host c would span nodes 0 and 1 (GPUs 2-3, 3 per node): a step runs on one node"},
+		{"too few GPUs on the nodes", "gpus_per_node: 4", "gpus_per_node: 1, nodes: 3", "too few GPUs on slurm host c: 2 instance(s) × 2 GPU(s) need 4, the allocation asks 1 per node × 3 node(s)"},
 		{"owned option", "--qos=high", "--gres=gpu:8", "x.yaml:5: hosts.c.slurm.options[0]: --gres is set by mbench"},
 		{"not an option", "--qos=high", "qos", `hosts.c.slurm.options[0]: invalid option "qos"`},
 		{"bad partition", "partition: gpu", "partition: 'a b'", `hosts.c.slurm.partition: invalid value "a b"`},
-		{"both kinds", "    slurm:", "    address: dash0\n    slurm:", "x.yaml:6: hosts.c.slurm: a host is reached over SSH (address) or allocated by Slurm (slurm), not both"},
-		{"ssh key on slurm", "    slurm:", "    tunnel: true\n    slurm:", "x.yaml:5: hosts.c.tunnel: tunnel does not apply to a slurm host"},
+		{"gpus on slurm", "    slurm:", "    address: login0\n    gpus: [0]\n    slurm:", "x.yaml:6: hosts.c.gpus: gpus does not apply to a slurm host"},
+		{"ssh key on slurm", "    slurm:", "    tunnel: true\n    slurm:", "x.yaml:5: hosts.c.tunnel: tunnel applies to a slurm host only when mbench reaches its login machine over SSH (address)"},
 		{"unknown key", "partition: gpu", "partiton: gpu", "hosts.c.slurm.partiton: unknown key"},
 		{"neither", "    slurm: {time_limit: 30m, gpus_per_node: 4, partition: gpu, options: [--qos=high]}", "    gpus: [0]", "x.yaml:4: hosts.c.address: missing required key (or a slurm section)"},
 	} {

@@ -74,6 +74,7 @@ func (d *decoder) placeConfig(m *Matrix, c *Config) {
 		if !ok || need == 0 || (m.Engine.Kind == EngineSim && len(h.GPUs) == 0) {
 			continue
 		}
+		d.checkSlurmSpan(h, hn, path, t.InstancesPerHost, t.GPUsPerInstance)
 		if len(h.GPUs) < need && h.IsSlurm() {
 			d.add(topoLine, path+".topology",
 				fmt.Sprintf("hosts.%s.slurm.gpus_per_node × nodes of at least %d, or fewer instances_per_host / gpus_per_instance", hn, need),

@@ -57,7 +57,7 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 		StepLog: func(h string, i int) string {
 			return path.Join(state(h), "steps", fmt.Sprintf("engine_step.%d.jsonl", i))
 		},
-		Bind: bindAddr(m),
+		Bind: dryRunBind(m),
 	}
 	fmt.Fprintf(w, "# dry run of %s (%s engine): nothing is started\n", m.Name, m.Engine.Kind)
 	if m.Engine.Kind == matrices.EngineSim {
@@ -76,10 +76,10 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 		fmt.Fprintf(w, "# %s\n", readiness(l))
 		byHost := map[string][]string{}
 		for _, in := range l.Instances {
-			byHost[in.Host] = append(byHost[in.Host], envPrefix(in.Env)+slurmStep(m, in.Host, fmt.Sprintf("engine-%s-%d", in.Host, in.Index), len(in.GPUs), in.Command))
+			byHost[in.Host] = append(byHost[in.Host], envPrefix(in.Env)+slurmStep(m, in.Host, state(in.Host), m.Hosts[in.Host].SlurmNode(in.Index, in.GPUs), fmt.Sprintf("engine-%s-%d", in.Host, in.Index), len(in.GPUs), in.Command))
 		}
 		if r := l.Router; r != nil {
-			byHost[r.Host] = append(byHost[r.Host], fmt.Sprintf("%s%s   # router, ready when GET :%d%s answers 200", envPrefix(r.Env), slurmStep(m, r.Host, "router-"+r.Host, 0, r.Command), r.Port, r.ReadyPath))
+			byHost[r.Host] = append(byHost[r.Host], fmt.Sprintf("%s%s   # router, ready when GET :%d%s answers 200", envPrefix(r.Env), slurmStep(m, r.Host, state(r.Host), 0, "router-"+r.Host, 0, r.Command), r.Port, r.ReadyPath))
 		}
 		hostsSorted := make([]string, 0, len(byHost))
 		for h := range byHost {
@@ -94,7 +94,7 @@ func DryRun(m *matrices.Matrix, opts Options) error {
 			}
 			addr := hc.Address
 			if hc.IsSlurm() {
-				addr = "slurm"
+				addr = slurmVia(hc)
 			}
 			fmt.Fprintf(w, "[%s %s] state %s%s\n", h, addr, state(h), reach)
 			if l.Instrument {

@@ -28,6 +28,7 @@ type engineProc struct {
 	logPath  string // engine log on the host
 	command  string // the command it runs (for errors)
 	index    int
+	node     int // the node of a slurm host's allocation it runs on
 }
 
 // engineSet is the running engine(s) of one launch spec.
@@ -91,7 +92,8 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 			// a resumed sweep launches with the same seeds.
 			command += fmt.Sprintf(" --seed=%d", runSeed(s.state.Seed, s.runKey, i))
 		}
-		p, err := s.startProc(ctx, inst.Host, fmt.Sprintf("engine-%s-%d", inst.Host, inst.Index), command, inst.Env, inst.Port, len(inst.GPUs))
+		node := s.m.Hosts[inst.Host].SlurmNode(inst.Index, inst.GPUs)
+		p, err := s.startProc(ctx, inst.Host, node, fmt.Sprintf("engine-%s-%d", inst.Host, inst.Index), command, inst.Env, inst.Port, len(inst.GPUs))
 		if err != nil {
 			return fail(err)
 		}
@@ -104,7 +106,7 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 			return fail(err)
 		}
 		if inst.BootstrapPort > 0 {
-			u, err := s.reach(ctx, p.hostName, inst.BootstrapPort)
+			u, err := s.fleet.reachNode(ctx, p.hostName, p.node, inst.BootstrapPort)
 			if err != nil {
 				return fail(err)
 			}
@@ -115,7 +117,7 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 		}
 	}
 	if r := l.Router; r != nil {
-		p, err := s.startProc(ctx, r.Host, "router-"+r.Host, r.Command, r.Env, r.Port, 0)
+		p, err := s.startProc(ctx, r.Host, 0, "router-"+r.Host, r.Command, r.Env, r.Port, 0)
 		if err != nil {
 			return fail(err)
 		}
@@ -132,17 +134,18 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 	return es, nil
 }
 
-// startProc checks that the port is free, then starts one process.
-func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, env []matrices.EnvVar, port, gpus int) (*engineProc, error) {
+// startProc checks that the port is free, then starts one process (on node
+// node of a slurm host's allocation).
+func (s *Sweep) startProc(ctx context.Context, hostName string, node int, name, command string, env []matrices.EnvVar, port, gpus int) (*engineProc, error) {
 	h, err := s.host(ctx, hostName)
 	if err != nil {
 		return nil, err
 	}
-	u, err := s.reach(ctx, hostName, port)
+	u, err := s.fleet.reachNode(ctx, hostName, node, port)
 	if err != nil {
 		return nil, err
 	}
-	if busy, use := s.portInUse(ctx, hostName, h, u, port); busy {
+	if busy, use := s.portInUse(ctx, hostName, node, h, u, port); busy {
 		return nil, fmt.Errorf("host %s: port %d: %w by another process (%s); stop it or change engine.port in the matrix (below the host's ephemeral port range, /proc/sys/net/ipv4/ip_local_port_range)",
 			hostName, port, errPortInUse, use)
 	}
@@ -156,13 +159,14 @@ func (s *Sweep) startProc(ctx context.Context, hostName, name, command string, e
 		Marker:   s.state.SweepID,
 		Tether:   true,
 		GPUs:     gpus,
+		Node:     node,
 	}
 	s.tracef("start %s on %s: %s", name, hostName, command)
 	proc, err := h.Start(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("start %s on host %s (%s): %w", name, hostName, s.redact(command), err)
 	}
-	return &engineProc{name: name, hostName: hostName, host: h, proc: proc, url: u, logPath: logPath, command: command}, nil
+	return &engineProc{name: name, hostName: hostName, host: h, proc: proc, url: u, logPath: logPath, command: command, node: node}, nil
 }
 
 // toHostEnv is a process's environment: the rendered env plus SelfEnv
@@ -314,10 +318,10 @@ func dialHost(addr string) string {
 // (locally from Go, remotely with one command; a dial through a tunnel would
 // always succeed locally), and where they cannot be read it falls back to a
 // dial locally and assumes free remotely. The reason names what holds it.
-func (s *Sweep) portInUse(ctx context.Context, hostName string, h hosts.Host, baseURL string, port int) (bool, string) {
+func (s *Sweep) portInUse(ctx context.Context, hostName string, node int, h hosts.Host, baseURL string, port int) (bool, string) {
 	var tables string
 	if hc, ok := s.m.Hosts[hostName]; ok && (!isLocal(hc.Address) || hc.IsSlurm()) {
-		out, _, err := nodeRun(ctx, h, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true")
+		out, _, err := nodeRun(ctx, h, node, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true")
 		if err != nil {
 			return false, ""
 		}

@@ -47,7 +47,7 @@ func TestPortInUseRealSockets(t *testing.T) {
 	h := hosts.NewLocal()
 	check := func(what string, port int, want bool, wantUse string) {
 		t.Helper()
-		busy, use := s.portInUse(ctx, "local", h, "http://127.0.0.1:"+itoa(port), port)
+		busy, use := s.portInUse(ctx, "local", 0, h, "http://127.0.0.1:"+itoa(port), port)
 		if busy != want || !strings.Contains(use, wantUse) {
 			t.Errorf("%s (port %d): portInUse = %v %q, want %v %q", what, port, busy, use, want, wantUse)
 		}

@@ -54,25 +54,37 @@ func (f *fleet) host(ctx context.Context, name string) (hosts.Host, error) {
 		if h, err = f.dialSlurm(ctx, name); err != nil {
 			return nil, err
 		}
-	} else if isLocal(hc.Address) {
-		h = hosts.NewLocal()
 	} else {
 		var err error
-		h, err = f.dial(ctx, hosts.SSHConfig{Name: name, Address: hc.Address, HostKeyPolicy: hc.HostKeyPolicy, Warn: f.warn})
-		if err != nil {
-			if !strings.Contains(err.Error(), "host "+name) {
-				err = fmt.Errorf("host %s (%s): %w", name, hc.Address, err)
-			}
+		if h, err = f.dialMachine(ctx, name); err != nil {
 			return nil, err
 		}
-		out, _, err := h.Run(ctx, `printf '%s\n' "$HOME"`)
-		if err != nil {
-			h.Close()
-			return nil, fmt.Errorf("host %s: find home directory: %w", name, err)
-		}
-		f.homes[name] = lastLine(out) // a chatty login shell may print first
 	}
 	f.conns[name] = h
+	return h, nil
+}
+
+// dialMachine connects to the machine a host's address names: this one for
+// a local address, else over SSH, learning the remote $HOME. For a slurm
+// host that is its login machine.
+func (f *fleet) dialMachine(ctx context.Context, name string) (hosts.Host, error) {
+	hc := f.m.Hosts[name]
+	if isLocal(hc.Address) {
+		return hosts.NewLocal(), nil
+	}
+	h, err := f.dial(ctx, hosts.SSHConfig{Name: name, Address: hc.Address, HostKeyPolicy: hc.HostKeyPolicy, Warn: f.warn})
+	if err != nil {
+		if !strings.Contains(err.Error(), "host "+name) {
+			err = fmt.Errorf("host %s (%s): %w", name, hc.Address, err)
+		}
+		return nil, err
+	}
+	out, _, err := h.Run(ctx, `printf '%s\n' "$HOME"`)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("host %s: find home directory: %w", name, err)
+	}
+	f.homes[name] = lastLine(out) // a chatty login shell may print first
 	return h, nil
 }
 
@@ -110,9 +122,15 @@ func (f *fleet) workdir(hostName string) string {
 // for the local host, an SSH tunnel when the host asks for one, else the
 // host's address.
 func (f *fleet) reach(ctx context.Context, hostName string, port int) (string, error) {
+	return f.reachNode(ctx, hostName, 0, port)
+}
+
+// reachNode is reach for port on node node of a slurm host's allocation
+// (other hosts have node 0 only).
+func (f *fleet) reachNode(ctx context.Context, hostName string, node, port int) (string, error) {
 	hc, ok := f.m.Hosts[hostName]
 	if ok && hc.IsSlurm() {
-		return f.slurmReach(ctx, hostName, port)
+		return f.slurmReach(ctx, hostName, node, port)
 	}
 	if !ok || isLocal(hc.Address) {
 		return "http://127.0.0.1:" + strconv.Itoa(port), nil

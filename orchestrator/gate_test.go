@@ -54,7 +54,7 @@ func gateSweep(t *testing.T, gpu *fakeGPU) *Sweep {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.gpu = &gpuProbe{gate: g, idleRec: &rec}
+	s.gpu = &gpuProbe{gate: g, idleRec: &rec, localGate: true}
 	return s
 }
 

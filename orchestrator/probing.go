@@ -35,6 +35,10 @@ type gpuProbe struct {
 	// beforeLaunch is the idle gate waited before the running engine set
 	// was launched, reported with the run that launched it.
 	beforeLaunch *probes.GateResult
+	// localGate says the gate reads this machine's GPUs; gated names the
+	// slurm hosts whose nodes it reads through job steps.
+	localGate bool
+	gated     map[string]bool
 }
 
 // runningEngine owns the GPU processes of the sweep's running engine set.
@@ -53,11 +57,10 @@ func (s *Sweep) engineGroups(es *engineSet) probes.EngineGroups {
 		return out
 	}
 	for _, p := range es.all() {
-		host := p.hostName
-		if isLocal(s.m.Hosts[host].Address) {
-			host = "local"
+		host := s.sampleHost(p)
+		if pid := nodePid(p.proc); pid > 0 {
+			out[host] = append(out[host], pid)
 		}
-		out[host] = append(out[host], p.proc.Pid())
 	}
 	return out
 }
@@ -81,10 +84,30 @@ func (s *Sweep) openGPU(ctx context.Context) {
 		g.close = shutdown
 	}
 	g.sampler = func() *probes.Sampler { return probes.NewSampler(lib, "local", interval, nil) }
+	var reads []func(context.Context) ([]probes.GPUSample, error)
 	if lib != nil && s.m.Gate.Enabled {
 		reader := probes.NewSampler(lib, "local", interval, nil)
+		reads = append(reads, func(context.Context) ([]probes.GPUSample, error) { return reader.SampleGPUs() })
+		g.localGate = true
+	}
+	if s.m.Gate.Enabled {
+		var sr []func(context.Context) ([]probes.GPUSample, error)
+		sr, g.gated = s.slurmGPUReads(ctx)
+		reads = append(reads, sr...)
+	}
+	if len(reads) > 0 {
 		g.gate = &probes.Gate{
-			Read:            func(context.Context) ([]probes.GPUSample, error) { return reader.SampleGPUs() },
+			Read: func(ctx context.Context) ([]probes.GPUSample, error) {
+				var all []probes.GPUSample
+				for _, r := range reads {
+					samples, err := r(ctx)
+					if err != nil {
+						return nil, err
+					}
+					all = append(all, samples...)
+				}
+				return all, nil
+			},
 			TempBandC:       s.m.Gate.TempBandC,
 			MemToleranceMiB: float64(s.m.Gate.MemToleranceMiB),
 			Timeout:         s.m.Gate.Timeout,
@@ -154,7 +177,21 @@ func (s *Sweep) runIsLocal() bool {
 		return true
 	}
 	for _, p := range s.cur.all() {
-		if isLocal(s.m.Hosts[p.hostName].Address) {
+		if s.onThisMachine(p.hostName) {
+			return true
+		}
+	}
+	return false
+}
+
+// runIsGated reports whether the gate reads the GPUs of a process of the
+// running engine set (or no engine set is known).
+func (s *Sweep) runIsGated() bool {
+	if s.cur == nil || len(s.cur.all()) == 0 {
+		return true
+	}
+	for _, p := range s.cur.all() {
+		if (s.gpu.localGate && s.onThisMachine(p.hostName)) || s.gpu.gated[p.hostName] {
 			return true
 		}
 	}
@@ -184,11 +221,12 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 	var out []*remoteProbe
 	for _, p := range s.cur.all() {
 		name := p.hostName
-		if seen[name] || isLocal(s.m.Hosts[name].Address) {
+		label := s.sampleHost(p)
+		if seen[label] || s.onThisMachine(name) {
 			continue
 		}
-		seen[name] = true
-		self, ok := s.fleet.selfPath[name]
+		seen[label] = true
+		self, ok := s.selfOn(name)
 		if !ok {
 			s.noteOnce("probe-"+name, "host %s: no mbench binary there (set hosts.%s.mbench_path): no GPU or host samples from it", name, name)
 			continue
@@ -198,9 +236,13 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
 		q := matrices.ShellQuote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
-			shellWordPath(self), interval, q(name), q(rp.gpuF), q(rp.hostF))
-		proc, err := p.host.Start(ctx, hosts.ProcSpec{
-			Name: "probe-" + name, Command: cmd, Env: toHostEnv(nil, s.opts.SelfEnv),
+			shellWordPath(self), interval, q(label), q(rp.gpuF), q(rp.hostF))
+		pname := "probe-" + name
+		if label != name {
+			pname = fmt.Sprintf("probe-%s-%d", name, p.node)
+		}
+		proc, err := startProbeOn(ctx, p.host, hosts.ProcSpec{
+			Name: pname, Node: p.node, Command: cmd, Env: toHostEnv(nil, s.opts.SelfEnv),
 			LogPath: rp.logF, StateDir: s.hostPath(name, "pids"), Marker: s.state.SweepID,
 			Tether: true, TetherGrace: time.Second,
 		})
@@ -273,8 +315,8 @@ func (s *Sweep) gate(ctx context.Context) *probes.GateRecord {
 	if s.gpu == nil || s.gpu.gate == nil {
 		return &probes.GateRecord{Note: "gpu unavailable or gate disabled"}
 	}
-	if !s.runIsLocal() {
-		return &probes.GateRecord{Note: "the engines run on remote hosts: the GPU gate covers local GPUs only"}
+	if !s.runIsGated() {
+		return &probes.GateRecord{Note: "the engines run on hosts whose GPUs the gate does not read: it covers local GPUs and the nodes of slurm hosts"}
 	}
 	s.prog.setPhase("gate")
 	g := s.gpu

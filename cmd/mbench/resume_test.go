@@ -20,6 +20,9 @@ import (
 // the engines it starts inherit the variable and run main too.
 func init() {
 	if os.Getenv("MBENCH_TEST_MAIN") == "1" {
+		// What it starts over SSH (which does not inherit this
+		// environment) must act as mbench too.
+		selfEnv = func() []string { return []string{"MBENCH_TEST_AS_MBENCH=1"} }
 		main()
 		os.Exit(0)
 	}

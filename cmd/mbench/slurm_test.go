@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +47,10 @@ func writeSlurmMatrix(t *testing.T, dir, name, blocks string) string {
 	p := filepath.Join(dir, "m.yaml")
 	writeSimMatrix(t, p, map[string]string{"%NAME%": name, "%ENV%": slurmEngine, "%BLOCKS%": blocks, "%RATES%": "40",
 		"%CONFIGS%": "  plain: {topology: {instances_per_host: 2, gpus_per_instance: 1}}"})
+	// The gate stays on: it reads the node through job steps (no NVML
+	// here, so it says the node is not covered and the sweep goes on).
+	b, _ := os.ReadFile(p)
+	writeTestFile(t, p, []byte(strings.Replace(string(b), "gate: {enabled: false}", "gate: {enabled: true, timeout: 5s}", 1)))
 	return p
 }
 
@@ -64,7 +70,8 @@ func waitJournaled(t *testing.T, c *mbenchChild, out string) {
 	t.Helper()
 	if !waitChild(c, 90*time.Second, func() bool { return len(journaledDirs(out)) >= 1 }) {
 		c.kill()
-		t.Fatalf("no run journaled:\n%s", c.output())
+		log, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
+		t.Fatalf("no run journaled:\n%s\nmbench.log:\n%s", c.output(), log)
 	}
 }
 
@@ -131,6 +138,8 @@ func watchSteps(t *testing.T, job func() string) (most func() int, stop func()) 
 	return func() int { mu.Lock(); defer mu.Unlock(); return n }, func() { close(done); wg.Wait() }
 }
 
+var allocatedRE = regexp.MustCompile(`host cluster: allocated slurm job ([0-9]+) `)
+
 var journalNodeRE = regexp.MustCompile(`^cluster: slurm job ([0-9]+) node \S+$`)
 
 // journalJobs returns the slurm job each journaled run names.
@@ -166,10 +175,11 @@ func checkSlurmTeardown(t *testing.T, out, job string) {
 	}
 }
 
-// engineGPUs returns the CUDA_VISIBLE_DEVICES each engine step printed.
-func engineGPUs(t *testing.T, out string) map[string]bool {
+// engineGPUs returns the CUDA_VISIBLE_DEVICES each engine step printed in
+// its log under the sweep's state directory.
+func engineGPUs(t *testing.T, state string) map[string]bool {
 	t.Helper()
-	logs, _ := filepath.Glob(filepath.Join(out, ".state", "logs", "engine-*.log"))
+	logs, _ := filepath.Glob(filepath.Join(state, "logs", "engine-*.log"))
 	seen := map[string]bool{}
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
@@ -213,7 +223,7 @@ func TestSlurmSweepKill9Resume(t *testing.T) {
 	if n := most(); n < 1 || n > 2 {
 		t.Errorf("at most %d engine steps listed at once, want 1..2 (two instances, each cancelled before the next run)", n)
 	}
-	gpus := engineGPUs(t, out)
+	gpus := engineGPUs(t, filepath.Join(out, ".state"))
 	if !gpus["0"] || !gpus["1"] || len(gpus) != 2 {
 		t.Errorf("engine steps saw CUDA_VISIBLE_DEVICES %v, want exactly {0, 1} (one GPU each, set by Slurm)", slices.Sorted(func(yield func(string) bool) {
 			for g := range gpus {
@@ -223,7 +233,51 @@ func TestSlurmSweepKill9Resume(t *testing.T) {
 			}
 		}))
 	}
+	checkSlurmProbes(t, out, 4)
 	checkSlurmTeardown(t, out, job)
+}
+
+// checkSlurmProbes: every journaled run has host samples that a probe step
+// on the node wrote (host "cluster", not this machine's "local"), and the
+// sweep says why the node has no GPU samples and no gate (no NVML here).
+func checkSlurmProbes(t *testing.T, out string, runs int) {
+	t.Helper()
+	dirs := journaledDirs(out)
+	if len(dirs) != runs {
+		t.Fatalf("%d run directories journaled, want %d", len(dirs), runs)
+	}
+	for d := range dirs {
+		d = filepath.Join(out, d)
+		n := 0
+		for _, r := range readJSONLStrict(t, filepath.Join(d, "host.jsonl")) {
+			if r["host"] == "cluster" {
+				n++
+			}
+		}
+		if n == 0 {
+			logs, _ := filepath.Glob(filepath.Join(out, ".state", "probes", "*"))
+			var b strings.Builder
+			for _, l := range logs {
+				c, _ := os.ReadFile(l)
+				fmt.Fprintf(&b, "%s: %.300s\n", l, c)
+			}
+			ml, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
+			t.Errorf("%s: no host sample from the node's probe step\n%s\n%s", d, &b, ml)
+		}
+		var sum struct {
+			Gate struct{ Note string } `json:"gate"`
+		}
+		b, _ := os.ReadFile(filepath.Join(d, "summary_A.json"))
+		if err := json.Unmarshal(b, &sum); err != nil || sum.Gate.Note != "gpu unavailable or gate disabled" {
+			t.Errorf("%s: gate note %q (%v), want the gate off for want of GPU samples", d, sum.Gate.Note, err)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
+	for _, want := range []string{"host cluster: probe: NVML unavailable", "host cluster: read the GPUs of node ", "the GPU gate does not cover this node"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("sweep.log lacks %q:\n%s", want, log)
+		}
+	}
 }
 
 // TestSlurmAllocationEnds: the allocation is cancelled under a running
@@ -263,31 +317,155 @@ func TestSlurmAllocationEnds(t *testing.T) {
 	checkSlurmTeardown(t, out, jobs[2])
 }
 
+// slurmDryRun runs `mbench run --dry-run` of matrix m, checks that its
+// output holds every line part of wants, and returns it.
+func slurmDryRun(t *testing.T, m, out string, wants ...string) string {
+	t.Helper()
+	stdout, stderr, err := runCLI(t, t.Context(), "run", "--dry-run", m, "--out", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range wants {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("dry run lacks %q:\n%s", want, stdout)
+		}
+	}
+	return stdout
+}
+
 // TestSlurmDryRun: --dry-run prints the exact salloc line and each engine's
 // srun line, with the GPUs Slurm is asked to bind; it needs no Slurm.
 func TestSlurmDryRun(t *testing.T) {
 	dir := t.TempDir()
 	m := writeSlurmMatrix(t, dir, "slurm-dry", "2")
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := runCLI(t, t.Context(), "run", "--dry-run", m, "--out", out)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr)
-	}
-	for _, want := range []string{
+	stdout := slurmDryRun(t, m, out,
 		"#   $ salloc --no-shell --job-name=mbench-slurm-dry-",
 		" --nodes=1 --time=0:10:00 --ntasks=2 --cpus-per-task=1 --gres=gpu:2\n",
-		"recorded in " + filepath.Join(out, "slurm-cluster.json"),
+		"recorded in "+filepath.Join(out, "slurm-cluster.json"),
 		"srun '--jobid=<job id>' --job-name=engine-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 sh -c ",
 		"--job-name=engine-cluster-1 ",
-	} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("dry run lacks %q:\n%s", want, stdout)
-		}
-	}
+	)
 	if strings.Contains(stdout, "CUDA_VISIBLE_DEVICES=") {
 		t.Errorf("dry run sets CUDA_VISIBLE_DEVICES on a slurm host:\n%s", stdout)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("dry run created %s", out)
+	}
+}
+
+// TestSlurmSweepOverSSH runs mbench off the cluster: the slurm host's
+// address is its login machine, reached through a real OpenSSH sshd on
+// loopback (sshdtest), which runs salloc, srun, squeue and scancel against
+// the real one-node Slurm of .ci/slurm-up.sh. The sweep uploads mbench to
+// the login machine's work directory (which the node shares), the engines
+// and probes are job steps whose logs stay there, step lines and probe
+// samples come back into the local run directories, and the load reaches
+// the engines through SSH tunnels. mbench is killed with SIGKILL after the
+// first run: the allocation outlives it, resume reuses it over SSH and
+// finishes, and nothing is left: not the allocation, not a step, not a
+// process of the sweep.
+func TestSlurmSweepOverSSH(t *testing.T) {
+	requireSlurm(t)
+	if testing.Short() {
+		t.Skip("end-to-end sweep over ssh and slurm")
+	}
+	_, _, workdir := sshHome(t, true)
+	dir := t.TempDir()
+	m := writeSlurmMatrix(t, dir, "slurm-ssh", "3")
+	b, _ := os.ReadFile(m)
+	body := strings.Replace(string(b), "    slurm: {", "    address: sshdtest\n    workdir: '"+workdir+"'\n    tunnel: true\n    slurm: {", 1)
+	port := sshMatrixPort(t, m)
+	writeTestFile(t, m, []byte(body))
+	out := filepath.Join(dir, "out")
+	most, stop := watchSteps(t, func() string { return slurmJob(out) })
+	t.Cleanup(func() { // a failed test leaves no allocation behind
+		if j := slurmJob(out); j != "" {
+			_ = exec.Command("scancel", j).Run()
+		}
+	})
+	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
+	waitJournaled(t, c, out)
+	c.kill()
+	job := slurmJob(out)
+	if job == "" || jobState(t, job) != "RUNNING" {
+		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING:\n%s", job, jobState(t, job), c.output())
+	}
+	r := startMbench(t, dir, "resume", out)
+	mustFinish(t, r, 150*time.Second)
+	stop()
+	if !strings.Contains(r.output(), "reusing slurm job "+job) {
+		t.Errorf("resume did not reuse allocation %s over ssh:\n%s", job, r.output())
+	}
+	jobs := journalJobs(t, out)
+	if len(jobs) != 3 || slices.ContainsFunc(jobs, func(j string) bool { return j != job }) {
+		t.Errorf("runs ran in slurm jobs %v, want all three in %s", jobs, job)
+	}
+	if n := most(); n < 1 || n > 2 {
+		t.Errorf("at most %d engine steps listed at once, want 1..2", n)
+	}
+	sweepID := sweepIDOf(t, out)
+	state := filepath.Join(workdir, sweepID)
+	if _, err := os.Stat(filepath.Join(state, "bin", "mbench")); err != nil {
+		t.Errorf("mbench not uploaded to the login machine: %v", err)
+	}
+	if gpus := engineGPUs(t, state); !gpus["0"] || !gpus["1"] || len(gpus) != 2 {
+		t.Errorf("engine steps (logs on the login machine) saw CUDA_VISIBLE_DEVICES %v, want {0, 1}", gpus)
+	}
+	if _, err := os.Stat(filepath.Join(out, ".state")); !os.IsNotExist(err) {
+		t.Errorf("state written locally although the host is reached over SSH: %v", err)
+	}
+	checkSlurmProbes(t, out, 3)
+	for d := range journaledDirs(out) {
+		rd := filepath.Join(out, d)
+		if st, err := os.Stat(filepath.Join(rd, "engine_step.jsonl")); err != nil || st.Size() == 0 {
+			t.Errorf("%s: no step lines fetched from the login machine: %v", rd, err)
+		}
+		for tg := range requestTargets(t, rd) {
+			if strings.HasSuffix(tg, ":"+port) || strings.HasSuffix(tg, ":"+strconv.Itoa(atoi(t, port)+1)) || !strings.HasPrefix(tg, "http://127.0.0.1:") {
+				t.Errorf("%s: request target %s is an engine's own port, not an SSH tunnel", rd, tg)
+			}
+		}
+	}
+	checkSlurmTeardown(t, out, job)
+	checkNothingLeft(t, workdir, sweepID)
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSlurmMultiNodeDryRun: a two-node slurm host asks salloc for both
+// nodes with the steps of the busiest node per node, places each instance
+// on the node of its GPUs (one srun per node, GPUs numbered within it) and
+// probes every node; validate refuses an instance that would span nodes.
+// (One machine cannot run a real two-node Slurm: the runtime path is the
+// one-node one with a node index, tested here only as printed.)
+func TestSlurmMultiNodeDryRun(t *testing.T) {
+	dir := t.TempDir()
+	m := writeSlurmMatrix(t, dir, "slurm-multi", "2")
+	b, _ := os.ReadFile(m)
+	writeTestFile(t, m, []byte(strings.Replace(string(b), "gpus_per_node: 2}", "gpus_per_node: 1, nodes: 2}", 1)))
+	slurmDryRun(t, m, filepath.Join(dir, "out"),
+		" --nodes=2 --time=0:10:00 --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:1\n",
+		"--job-name=probe-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node 0>' --overlap --gres=gpu:1 ",
+		"--job-name=probe-cluster-1 --nodes=1 --ntasks=1 '--nodelist=<node 1>' --overlap --gres=gpu:1 ",
+		"--job-name=engine-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node 0>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 ",
+		"--job-name=engine-cluster-1 --nodes=1 --ntasks=1 '--nodelist=<node 1>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 ",
+		"--addr 0.0.0.0:",
+	)
+	// Two GPUs per instance on nodes of three: instance 1 would hold GPU 2
+	// of node 0 and GPU 0 of node 1.
+	b, _ = os.ReadFile(m)
+	bad := strings.Replace(strings.Replace(string(b), "gpus_per_node: 1, nodes: 2}", "gpus_per_node: 3, nodes: 2}", 1), "gpus_per_instance: 1", "gpus_per_instance: 2", 1)
+	writeTestFile(t, m, []byte(bad))
+	_, stderr, err := runCLI(t, t.Context(), "validate", m)
+	if err == nil || !strings.Contains(stderr+err.Error(), "instance 1 on slurm host cluster would span nodes 0 and 1") {
+		t.Errorf("validate of an instance spanning nodes: %v\n%s", err, stderr)
 	}
 }

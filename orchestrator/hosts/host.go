@@ -77,6 +77,9 @@ type ProcSpec struct {
 	// GPUs is how many GPUs Slurm binds to the process's job step; hosts
 	// other than Slurm ignore it (their GPUs come in Env).
 	GPUs int
+	// Node is the index of the node of a Slurm allocation the process's
+	// step runs on; hosts other than Slurm ignore it.
+	Node int
 }
 
 // Process is a handle on a process started by Host.Start.

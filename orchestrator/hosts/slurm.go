@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -28,6 +29,7 @@ type SlurmConfig struct {
 	GPUsPerNode int
 	CPUsPerStep int      // -c of each engine step (0 = 1)
 	Steps       int      // engine steps at once at most: salloc asks that many tasks of CPUsPerStep CPUs (0 = 1)
+	Nodes       int      // nodes of the allocation (0 = 1); with several, Steps is per node
 	Options     []string // extra salloc options
 	StepOptions []string // extra srun options for engine steps
 	Warn        io.Writer
@@ -36,8 +38,13 @@ type SlurmConfig struct {
 // SallocArgs is the salloc command line that obtains the allocation: no
 // shell, so the allocation holds no step of its own.
 func (c SlurmConfig) SallocArgs() []string {
-	a := []string{"salloc", "--no-shell", "--job-name=" + c.JobName, "--nodes=1", "--time=" + c.TimeLimit,
-		"--ntasks=" + strconv.Itoa(max(c.Steps, 1)), "--cpus-per-task=" + strconv.Itoa(max(c.CPUsPerStep, 1))}
+	a := []string{"salloc", "--no-shell", "--job-name=" + c.JobName, "--nodes=" + strconv.Itoa(max(c.Nodes, 1)), "--time=" + c.TimeLimit}
+	if c.Nodes > 1 {
+		a = append(a, "--ntasks-per-node="+strconv.Itoa(max(c.Steps, 1)))
+	} else {
+		a = append(a, "--ntasks="+strconv.Itoa(max(c.Steps, 1)))
+	}
+	a = append(a, "--cpus-per-task="+strconv.Itoa(max(c.CPUsPerStep, 1)))
 	if c.Partition != "" {
 		a = append(a, "--partition="+c.Partition)
 	}
@@ -74,6 +81,13 @@ func (c SlurmConfig) StepCommand(jobID, node, name string, gpus int, command str
 	return shellJoin(c.StepArgs(jobID, node, name, gpus)) + " sh -c " + quote(command)
 }
 
+// EngineStepCommand is StepCommand for a process that records the pid of
+// the step's task on the node in nodePidFile before it execs command (see
+// NodeProcess): what Start runs.
+func (c SlurmConfig) EngineStepCommand(jobID, node, name string, gpus int, command, nodePidFile string) string {
+	return c.StepCommand(jobID, node, name, gpus, "echo $$ >"+quotePath(nodePidFile)+" && exec sh -c "+quote(command))
+}
+
 // SallocCommand is SallocArgs as one sh command line.
 func (c SlurmConfig) SallocCommand() string { return shellJoin(c.SallocArgs()) }
 
@@ -83,11 +97,15 @@ var ErrAllocationEnded = errors.New("slurm allocation ended")
 
 // slurmRecord is the allocation as recorded in SlurmConfig.JobFile.
 type slurmRecord struct {
-	JobID    string    `json:"job_id"`
-	JobName  string    `json:"job_name"`
-	Node     string    `json:"node"`
-	NodeAddr string    `json:"node_addr"`
-	Granted  time.Time `json:"granted"`
+	JobID    string `json:"job_id"`
+	JobName  string `json:"job_name"`
+	Node     string `json:"node"`      // the first node
+	NodeAddr string `json:"node_addr"` // its address
+	// Nodes and NodeAddrs are every node of the allocation and its
+	// address, in Slurm's order.
+	Nodes     []string  `json:"nodes,omitempty"`
+	NodeAddrs []string  `json:"node_addrs,omitempty"`
+	Granted   time.Time `json:"granted"`
 }
 
 // Slurm is a Host whose processes are job steps of one Slurm allocation.
@@ -146,20 +164,9 @@ func (s *Slurm) allocate(ctx context.Context) error {
 		return fmt.Errorf("host %s: %s: %w", s.cfg.Name, shellJoin(s.cfg.SallocArgs()), err)
 	}
 	s.rec = slurmRecord{JobID: string(m[1]), JobName: s.cfg.JobName, Granted: time.Now().UTC()}
-	out, _, err = s.Host.Run(ctx, "squeue -h -j "+s.rec.JobID+" -o %N")
-	if err == nil {
-		s.rec.Node = lastLine(out)
-		out, _, err = s.Host.Run(ctx, "scontrol -o show node "+quote(s.rec.Node))
-	}
-	if err != nil || s.rec.Node == "" {
+	if err := s.findNodes(ctx); err != nil {
 		s.release(ctx)
-		return fmt.Errorf("host %s: find the node of slurm job %s: %v", s.cfg.Name, s.rec.JobID, err)
-	}
-	s.rec.NodeAddr = s.rec.Node
-	for _, f := range strings.Fields(string(out)) {
-		if a, ok := strings.CutPrefix(f, "NodeAddr="); ok && a != "" {
-			s.rec.NodeAddr = a
-		}
+		return fmt.Errorf("host %s: find the nodes of slurm job %s: %w", s.cfg.Name, s.rec.JobID, err)
 	}
 	data, _ := json.MarshalIndent(s.rec, "", "  ")
 	if err := writeFileAtomic(s.cfg.JobFile, append(data, '\n')); err != nil {
@@ -169,14 +176,70 @@ func (s *Slurm) allocate(ctx context.Context) error {
 	return nil
 }
 
+// findNodes records the allocation's nodes, in Slurm's order, and the
+// address of each (Slurm's NodeAddr).
+func (s *Slurm) findNodes(ctx context.Context) error {
+	out, _, err := s.Host.Run(ctx, "scontrol show hostnames \"$(squeue -h -j "+quote(s.rec.JobID)+" -o %N)\"")
+	if err != nil {
+		return err
+	}
+	for _, n := range strings.Fields(string(out)) {
+		info, _, err := s.Host.Run(ctx, "scontrol -o show node "+quote(n))
+		if err != nil {
+			return err
+		}
+		addr := n
+		for _, f := range strings.Fields(string(info)) {
+			if a, ok := strings.CutPrefix(f, "NodeAddr="); ok && a != "" {
+				addr = a
+			}
+		}
+		s.rec.Nodes, s.rec.NodeAddrs = append(s.rec.Nodes, n), append(s.rec.NodeAddrs, addr)
+	}
+	if len(s.rec.Nodes) == 0 {
+		return errors.New("squeue lists no node")
+	}
+	if want := max(s.cfg.Nodes, 1); len(s.rec.Nodes) != want {
+		return fmt.Errorf("Slurm granted %d node(s) (%s), %d asked", len(s.rec.Nodes), strings.Join(s.rec.Nodes, ","), want)
+	}
+	s.rec.Node, s.rec.NodeAddr = s.rec.Nodes[0], s.rec.NodeAddrs[0]
+	return nil
+}
+
 // JobID is the allocation's job id.
 func (s *Slurm) JobID() string { return s.rec.JobID }
 
-// Node is the allocated node's name.
+// Node is the allocated node's name (the first node's, of several).
 func (s *Slurm) Node() string { return s.rec.Node }
 
 // NodeAddr is the address at which the node is reached (Slurm's NodeAddr).
 func (s *Slurm) NodeAddr() string { return s.rec.NodeAddr }
+
+// Nodes are the allocation's nodes, in Slurm's order: a process's
+// ProcSpec.Node indexes them.
+func (s *Slurm) Nodes() []string {
+	if len(s.rec.Nodes) == 0 { // a record of a one-node allocation
+		return []string{s.rec.Node}
+	}
+	return s.rec.Nodes
+}
+
+// NodeAddrOf is the address of node i of the allocation.
+func (s *Slurm) NodeAddrOf(i int) string {
+	if len(s.rec.NodeAddrs) == 0 {
+		return s.rec.NodeAddr
+	}
+	return s.rec.NodeAddrs[i]
+}
+
+// node is the name of node i, or an error for an index past the allocation.
+func (s *Slurm) node(i int) (string, error) {
+	n := s.Nodes()
+	if i < 0 || i >= len(n) {
+		return "", fmt.Errorf("host %s: node %d of a %d-node allocation", s.cfg.Name, i, len(n))
+	}
+	return n[i], nil
+}
 
 // Name is the host's name in the matrix.
 func (s *Slurm) Name() string { return s.cfg.Name }
@@ -202,7 +265,7 @@ func (s *Slurm) Alive(ctx context.Context) error {
 		return err
 	}
 	return fmt.Errorf("%w: job %s (%s) on %s is %s; `mbench resume` asks for a new one",
-		ErrAllocationEnded, s.rec.JobID, s.rec.JobName, s.rec.Node, orGone(state))
+		ErrAllocationEnded, s.rec.JobID, s.rec.JobName, strings.Join(s.Nodes(), ","), orGone(state))
 }
 
 func orGone(state string) string {
@@ -267,21 +330,92 @@ func (s *Slurm) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 	if err := s.Alive(ctx); err != nil {
 		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, s.cfg.Name, err)
 	}
+	node, err := s.node(spec.Node)
+	if err != nil {
+		return nil, err
+	}
 	inner := spec
-	inner.Command = "exec " + s.cfg.StepCommand(s.rec.JobID, s.rec.Node, spec.Name, spec.GPUs, spec.Command)
+	nodePid := stateFile(spec, ".nodepid")
+	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + s.cfg.EngineStepCommand(s.rec.JobID, node, spec.Name, spec.GPUs, spec.Command, nodePid)
 	p, err := s.Host.Start(ctx, inner)
 	if err != nil {
 		return nil, err
 	}
-	return &slurmProc{Process: p, s: s, name: spec.Name}, nil
+	return &slurmProc{Process: p, s: s, name: spec.Name, nodePidFile: nodePid}, nil
 }
 
-// RunOnNode runs cmd on the allocated node as a step that shares the
+// RunOnNode runs cmd on node i of the allocation as a step that shares the
 // allocation's resources (--overlap) and binds no GPU.
-func (s *Slurm) RunOnNode(ctx context.Context, cmd string) ([]byte, []byte, error) {
+func (s *Slurm) RunOnNode(ctx context.Context, i int, cmd string) ([]byte, []byte, error) {
+	node, err := s.node(i)
+	if err != nil {
+		return nil, nil, err
+	}
 	a := []string{"srun", "--jobid=" + s.rec.JobID, "--job-name=mbench-run", "--nodes=1", "--ntasks=1",
-		"--nodelist=" + s.rec.Node, "--overlap", "--gres=none", "sh", "-c", cmd}
+		"--nodelist=" + node, "--overlap", "--gres=none", "sh", "-c", cmd}
 	return s.Host.Run(ctx, shellJoin(a))
+}
+
+// OverlapArgs is the srun line of a step named name that shares the
+// allocation's resources with the engine steps (--overlap) and is bound to
+// every GPU of the allocation on the node, so that a probe in it sees the
+// GPUs the engines use (where the cluster constrains devices by cgroup, a
+// step sees only the GPUs bound to it).
+func (c SlurmConfig) OverlapArgs(jobID, node, name string) []string {
+	a := []string{"srun", "--jobid=" + jobID, "--job-name=" + name, "--nodes=1", "--ntasks=1", "--nodelist=" + node, "--overlap"}
+	if c.GPUsPerNode > 0 {
+		return append(a, "--gres=gpu:"+strconv.Itoa(c.GPUsPerNode))
+	}
+	return append(a, "--gres=none")
+}
+
+// RunOnNodeGPUs runs cmd on node i as a step named name that sees every
+// GPU of the allocation there (OverlapArgs), and returns its output.
+func (s *Slurm) RunOnNodeGPUs(ctx context.Context, i int, name, cmd string) ([]byte, []byte, error) {
+	node, err := s.node(i)
+	if err != nil {
+		return nil, nil, err
+	}
+	a := append(s.cfg.OverlapArgs(s.rec.JobID, node, name), "sh", "-c", cmd)
+	return s.Host.Run(ctx, shellJoin(a))
+}
+
+// StartOnNode starts spec as a long-lived step that sees every GPU of the
+// allocation (OverlapArgs) without taking them from the engine steps: a
+// probe. Its files are on the login machine's filesystem, as for Start. It
+// returns once the step's task runs on the node (srun takes a while to get
+// there), so that what follows is inside the probe's window.
+func (s *Slurm) StartOnNode(ctx context.Context, spec ProcSpec) (Process, error) {
+	if err := s.Alive(ctx); err != nil {
+		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, s.cfg.Name, err)
+	}
+	node, err := s.node(spec.Node)
+	if err != nil {
+		return nil, err
+	}
+	inner := spec
+	nodePid := stateFile(spec, ".nodepid")
+	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + shellJoin(s.cfg.OverlapArgs(s.rec.JobID, node, spec.Name)) +
+		" sh -c " + quote("echo $$ >"+quotePath(nodePid)+" && exec sh -c "+quote(spec.Command))
+	p, err := s.Host.Start(ctx, inner)
+	if err != nil {
+		return nil, err
+	}
+	sp := &slurmProc{Process: p, s: s, name: spec.Name, nodePidFile: nodePid}
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		if _, err := sp.NodePid(ctx); err == nil {
+			return sp, nil
+		}
+		select {
+		case <-p.Done():
+			serr := sp.Stop(context.WithoutCancel(ctx), time.Second)
+			return nil, errors.Join(fmt.Errorf("host %s: step %s ended before its task ran: %v: %s", s.cfg.Name, spec.Name, p.Err(), p.LogTail(ctx, 3)), serr)
+		case <-ctx.Done():
+			serr := sp.Stop(context.WithoutCancel(ctx), time.Second)
+			return nil, errors.Join(fmt.Errorf("host %s: step %s: its task did not start: %w", s.cfg.Name, spec.Name, ctx.Err()), serr)
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Close cancels the allocation (every step goes with it), waits until
@@ -323,8 +457,42 @@ func (s *Slurm) release(ctx context.Context) error {
 // slurmProc is srun on the login machine, standing for its job step.
 type slurmProc struct {
 	Process
-	s    *Slurm
-	name string
+	s           *Slurm
+	name        string
+	nodePidFile string // where the step's task wrote its pid on the node ("" = not recorded)
+
+	mu      sync.Mutex
+	nodePid int
+}
+
+// NodeProcess is a process whose Pid is not where it runs: a Slurm job
+// step, whose Pid is srun's on the login machine.
+type NodeProcess interface {
+	// NodePid is the pid of the step's task on the compute node (the
+	// leader of its own process group there, whose descendants are the
+	// engine's processes); 0 and an error until the task has recorded it.
+	NodePid(ctx context.Context) (int, error)
+}
+
+// NodePid implements NodeProcess: the step's task writes its pid to a file
+// next to srun's pidfile before it execs the command, which mbench reads
+// once through the login machine (the filesystem is shared).
+func (p *slurmProc) NodePid(ctx context.Context) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.nodePid > 0 || p.nodePidFile == "" {
+		return p.nodePid, nil
+	}
+	var b strings.Builder
+	if _, err := p.s.Host.Get(ctx, p.nodePidFile, 0, &b); err != nil {
+		return 0, fmt.Errorf("host %s: node pid of step %s: %w", p.s.cfg.Name, p.name, err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(b.String()))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("host %s: node pid of step %s: %q in %s", p.s.cfg.Name, p.name, b.String(), p.nodePidFile)
+	}
+	p.nodePid = n
+	return n, nil
 }
 
 // Stop cancels the step through Slurm (SIGTERM, then SIGKILL after the

@@ -9,8 +9,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
 )
 
 // TestSlurmArgs: the salloc and srun lines carry the matrix's request, and
@@ -23,6 +26,8 @@ func TestSlurmArgs(t *testing.T) {
 		{c.StepCommand("12", "n1", "engine-c-0", 4, "serve 'a b'"), `srun --jobid=12 --job-name=engine-c-0 --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=gpu:4 --mem=0 sh -c 'serve '\''a b'\'''`},
 		{c.StepCommand("12", "n1", "router-c", 0, "r"), "srun --jobid=12 --job-name=router-c --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=none --overlap --mem=0 sh -c r"},
 		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SallocCommand(), "salloc --no-shell --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1"},
+		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00", Nodes: 3, Steps: 2, GPUsPerNode: 8}.SallocCommand(), "salloc --no-shell --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --gres=gpu:8"},
+		{shellJoin(SlurmConfig{GPUsPerNode: 8}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got  %s\nwant %s", tc.got, tc.want)
@@ -76,6 +81,39 @@ func TestSlurmSteps(t *testing.T) {
 	if !gpus["0"] || !gpus["1"] {
 		t.Errorf("steps saw GPUs %v, want 0 and 1", gpus)
 	}
+	// The one node is this machine: the pid each step recorded is its
+	// command's, a process group leader on the node.
+	for i, p := range procs {
+		pid, err := p.(NodeProcess).NodePid(ctx)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != pid || !strings.Contains(string(cmdline), "sleep") {
+			t.Errorf("step %d: node pid %d is %q, pgid %d (%v); want the step's sleep, its own group", i, pid, cmdline, pgid, err)
+		}
+	}
+	// A probe step shares every GPU of the allocation with the engine
+	// steps that hold them all.
+	pr, err := s.StartOnNode(ctx, testSpec(t, "probe-c", "echo probe-gpus=$CUDA_VISIBLE_DEVICES; exec sleep 300"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeRE := regexp.MustCompile(`probe-gpus=(\S+)`)
+	for m := probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)); m == nil || m[1] != "0,1"; m = probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)) {
+		if m != nil || sleepCtx(ctx, 20*time.Millisecond) != nil {
+			t.Fatalf("probe step saw GPUs %q, want 0,1: %s", m, pr.LogTail(ctx, 5))
+		}
+	}
+	if out, _, err := s.RunOnNodeGPUs(ctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES"); err != nil || lastLine(out) != "0,1" {
+		t.Errorf("a gate read step saw GPUs %q (%v), want 0,1", out, err)
+	}
+	if err := pr.Stop(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := s.steps(ctx, "probe-c"); err != nil || len(left) > 0 {
+		t.Errorf("after Stop of the probe squeue lists %v (%v)", left, err)
+	}
 	if err := procs[0].Stop(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -103,5 +141,54 @@ func TestSlurmSteps(t *testing.T) {
 	}
 	if _, err := s.Start(ctx, testSpec(t, "late", "true")); !errors.Is(err, ErrAllocationEnded) {
 		t.Errorf("Start after the allocation ended: %v, want ErrAllocationEnded", err)
+	}
+}
+
+// TestSlurmOverSSH: the login machine is reached through a real sshd on
+// loopback, and salloc, srun (an engine step and a GPU-seeing --overlap
+// read), squeue and scancel all run through it.
+func TestSlurmOverSSH(t *testing.T) {
+	if out, err := exec.Command("sinfo", "-h", "-o", "%G").CombinedOutput(); err != nil || !strings.Contains(string(out), "gpu:") {
+		if os.Getenv("MBENCH_REQUIRE_SLURM") == "1" {
+			t.Fatalf("MBENCH_REQUIRE_SLURM=1 but sinfo: %v %s", err, out)
+		}
+		t.Skipf("no Slurm with GPUs here (run .ci/slurm-up.sh): %v %s", err, out)
+	}
+	srv := sshdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	login, err := DialSSH(ctx, testConfig(srv, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := SlurmConfig{Name: "c", JobName: "mbench-hosts-ssh-" + strconv.Itoa(os.Getpid()), JobFile: filepath.Join(t.TempDir(), "job.json"),
+		TimeLimit: "0:05:00", GPUsPerNode: 2, Steps: 1}
+	s, _, err := AllocateSlurm(ctx, login, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec.Command("scancel", s.JobID()).Run() })
+	spec := testSpec(t, "engine-c-0", "exec sleep 300")
+	spec.GPUs = 1
+	p, err := s.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := p.(NodeProcess).NodePid(ctx); err != nil; _, err = p.(NodeProcess).NodePid(ctx) {
+		if sleepCtx(ctx, 20*time.Millisecond) != nil {
+			t.Fatalf("the step's node pid never came through the login machine: %v", err)
+		}
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	out, stderr, err := s.RunOnNodeGPUs(rctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES")
+	rcancel()
+	if err != nil || lastLine(out) != "0,1" {
+		t.Errorf("a GPU read step over ssh: %q %q %v, want 0,1", out, stderr, err)
+	}
+	if err := p.Stop(ctx, 2*time.Second); err != nil {
+		t.Error(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
