@@ -27,11 +27,26 @@ type Slurm struct {
 	CPUsPerInstance int
 	Options         []string // extra salloc options, passed as written
 	StepOptions     []string // extra srun options for engine steps
+	// Allocation is how long one allocation lasts: the sweep (default) or
+	// a block.
+	Allocation SlurmAllocation
 }
+
+// SlurmAllocation is the lifetime of a slurm host's allocation.
+type SlurmAllocation string
+
+const (
+	// AllocationSweep: one allocation for the whole sweep (resume reuses it
+	// while Slurm still runs it).
+	AllocationSweep SlurmAllocation = "sweep"
+	// AllocationBlock: a new allocation for every block of a fixed-rate
+	// sweep, cancelled when the block ends (a capacity search keeps one).
+	AllocationBlock SlurmAllocation = "block"
+)
 
 // slurm decodes hosts.<name>.slurm.
 func (d *decoder) slurm(v *yaml.Node, path string) *Slurm {
-	s := &Slurm{Nodes: 1, CPUsPerInstance: 1}
+	s := &Slurm{Nodes: 1, CPUsPerInstance: 1, Allocation: AllocationSweep}
 	line := v.Line
 	d.object(v, path, line, []field{
 		{"partition", false, func(v *yaml.Node, fp string) { s.Partition = d.slurmWord(v, fp) }},
@@ -48,6 +63,11 @@ func (d *decoder) slurm(v *yaml.Node, path string) *Slurm {
 		{"cpus_per_instance", false, func(v *yaml.Node, fp string) { s.CPUsPerInstance = d.intField(v, fp, 1, 1<<16) }},
 		{"options", false, func(v *yaml.Node, fp string) { s.Options = d.slurmOptions(v, fp) }},
 		{"step_options", false, func(v *yaml.Node, fp string) { s.StepOptions = d.slurmOptions(v, fp) }},
+		{"allocation", false, func(v *yaml.Node, fp string) {
+			if a, ok := d.enum(v, fp, string(AllocationSweep), string(AllocationBlock)); ok {
+				s.Allocation = SlurmAllocation(a)
+			}
+		}},
 	})
 	return s
 }

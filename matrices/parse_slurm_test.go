@@ -16,6 +16,9 @@ func TestSlurmHost(t *testing.T) {
 	m := mustParse(t, "x.yaml", slurmBase)
 	h := m.Hosts["c"]
 	want := Slurm{Partition: "gpu", TimeLimit: 30 * time.Minute, Nodes: 1, GPUsPerNode: 4, CPUsPerInstance: 1, Options: []string{"--qos=high"}}
+	if h.Slurm != nil && h.Slurm.Allocation != AllocationSweep {
+		t.Errorf("allocation %q, want the default %q", h.Slurm.Allocation, AllocationSweep)
+	}
 	if h.Slurm == nil || h.Slurm.Partition != want.Partition || h.Slurm.TimeLimit != want.TimeLimit || h.Slurm.Nodes != 1 ||
 		h.Slurm.GPUsPerNode != 4 || h.Slurm.CPUsPerInstance != 1 || strings.Join(h.Slurm.Options, " ") != "--qos=high" || h.Address != "" {
 		t.Fatalf("host %+v slurm %+v, want %+v", h, h.Slurm, want)
@@ -86,6 +89,7 @@ func TestSlurmHostErrors(t *testing.T) {
 		{"gpus on slurm", "    slurm:", "    address: login0\n    gpus: [0]\n    slurm:", "x.yaml:6: hosts.c.gpus: gpus does not apply to a slurm host"},
 		{"ssh key on slurm", "    slurm:", "    tunnel: true\n    slurm:", "x.yaml:5: hosts.c.tunnel: tunnel applies to a slurm host only when mbench reaches its login machine over SSH (address)"},
 		{"unknown key", "partition: gpu", "partiton: gpu", "hosts.c.slurm.partiton: unknown key"},
+		{"bad allocation", "partition: gpu", "partition: gpu, allocation: run", "hosts.c.slurm.allocation: unknown value \"run\"; valid: sweep, block"},
 		{"neither", "    slurm: {time_limit: 30m, gpus_per_node: 4, partition: gpu, options: [--qos=high]}", "    gpus: [0]", "x.yaml:4: hosts.c.address: missing required key (or a slurm section)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,6 +31,9 @@ func (s *Sweep) blocks(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := s.renewAllocations(ctx); err != nil {
+			return err
+		}
 		for _, id := range blk.Order {
 			if err := ctx.Err(); err != nil {
 				return ErrInterrupted
@@ -55,6 +58,9 @@ func (s *Sweep) blocks(ctx context.Context) error {
 			if o.gaveUp {
 				s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", id, cell.Config, cell.Rate, s.opts.FailLimit, firstLine(o.entry.Reason))
 			}
+		}
+		if err := s.endBlockAllocations(ctx, b); err != nil {
+			return err
 		}
 	}
 }

@@ -154,6 +154,22 @@ func (f *fleet) reachNode(ctx context.Context, hostName string, node, port int) 
 	return "http://" + a, nil
 }
 
+// drop closes the connection to one host and forgets it and its tunnels;
+// the next use dials it again.
+func (f *fleet) drop(name string) {
+	h, ok := f.conns[name]
+	if !ok {
+		return
+	}
+	h.Close()
+	delete(f.conns, name)
+	for k := range f.tunnels {
+		if strings.HasPrefix(k, name+":") {
+			delete(f.tunnels, k)
+		}
+	}
+}
+
 // close closes every connection (their tunnels go with them).
 func (f *fleet) close() {
 	for _, h := range f.conns {

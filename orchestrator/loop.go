@@ -239,7 +239,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 		return nil, err
 	}
 	s.openGPU(ctx)
-	defer s.gpu.close()
+	defer func() { s.gpu.close() }() // the probe a per-block allocation renewed, if it did
 	s.register(true)
 	defer s.register(false)
 

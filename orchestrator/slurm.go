@@ -203,8 +203,11 @@ func dryRunSlurm(w io.Writer, m *matrices.Matrix, dir, sweepID string) {
 		if m.Hosts[name].IsSlurm() {
 			cfg := slurmConfig(m, name, dir, sweepID)
 			via := slurmVia(m.Hosts[name])
-			fmt.Fprintf(w, "# [%s %s] one allocation for the sweep, recorded in %s, cancelled when mbench exits:\n#   $ %s\n",
-				name, via, cfg.JobFile, cfg.SallocCommand())
+			scope := "one allocation for the sweep, recorded in %s, cancelled when mbench exits"
+			if m.Hosts[name].Slurm.Allocation == matrices.AllocationBlock {
+				scope = "a new allocation for every block (allocation: block), recorded in %s, cancelled when the block ends"
+			}
+			fmt.Fprintf(w, "# [%s %s] "+scope+":\n#   $ %s\n", name, via, cfg.JobFile, cfg.SallocCommand())
 			fmt.Fprintf(w, "# [%s %s] engines are job steps; they bind 0.0.0.0 unless the node's address is loopback\n", name, via)
 			fmt.Fprintf(w, "# [%s %s] each run's probe is a step seeing every GPU of the allocation on a node, one per node the run uses:\n", name, via)
 			for i := range max(cfg.Nodes, 1) {

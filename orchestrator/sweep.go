@@ -91,6 +91,9 @@ type Sweep struct {
 	gpu      *gpuProbe
 	started  time.Time
 	ruleStop bool // shouldStop ended the sweep by the stopping rule
+	// allocationsEnded: a block ended the allocations of per-block slurm
+	// hosts (slurm_block.go); the next block renews them.
+	allocationsEnded bool
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {

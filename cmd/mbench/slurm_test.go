@@ -469,3 +469,33 @@ func TestSlurmMultiNodeDryRun(t *testing.T) {
 		t.Errorf("validate of an instance spanning nodes: %v\n%s", err, stderr)
 	}
 }
+
+// TestSlurmAllocationPerBlock: with allocation: block every block runs in a
+// new allocation, each cancelled when its block ends (Slurm's own record
+// says so), and --dry-run says so.
+func TestSlurmAllocationPerBlock(t *testing.T) {
+	requireSlurm(t)
+	dir := t.TempDir()
+	m := writeSlurmMatrix(t, dir, "slurm-per-block", "3")
+	b, _ := os.ReadFile(m)
+	perBlock := strings.Replace(string(b), "slurm: {time_limit: 10m, gpus_per_node: 2}", "slurm: {time_limit: 10m, gpus_per_node: 2, allocation: block}", 1)
+	if perBlock == string(b) {
+		t.Fatal("the slurm host line was not found in the test matrix")
+	}
+	writeTestFile(t, m, []byte(perBlock))
+	out := filepath.Join(dir, "out")
+	slurmDryRun(t, m, out, "a new allocation for every block (allocation: block)")
+	r := startMbench(t, dir, "run", m, "--out", out, "--quiet")
+	mustFinish(t, r, 180*time.Second)
+	jobs := journalJobs(t, out)
+	if len(jobs) != 3 || jobs[0] == jobs[1] || jobs[1] == jobs[2] || jobs[0] == jobs[2] {
+		t.Fatalf("the 3 blocks ran in jobs %v; want a new allocation for each", jobs)
+	}
+	for _, job := range jobs {
+		checkSlurmTeardown(t, out, job)
+	}
+	log, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
+	if n := strings.Count(string(log), "slurm allocation of cluster cancelled (allocation: block)"); n != 3 {
+		t.Errorf("mbench.log says %d times that a block's allocation was cancelled, want 3", n)
+	}
+}

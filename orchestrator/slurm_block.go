@@ -1,0 +1,65 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mbench/mbench/matrices"
+)
+
+// Per-block allocations (hosts.<name>.slurm.allocation: block): when a
+// block ends its engines stop and the allocations of those hosts are
+// cancelled; the next block asks Slurm for new ones, prepares the hosts
+// again and measures the GPU gate's idle baseline on the new nodes. Each
+// run's journal line names the job and node it ran on.
+
+// perBlockHosts lists the slurm hosts of the matrix that ask for an
+// allocation per block.
+func (s *Sweep) perBlockHosts() []string {
+	var out []string
+	for _, name := range s.m.HostOrder {
+		if hc := s.m.Hosts[name]; hc.IsSlurm() && hc.Slurm.Allocation == matrices.AllocationBlock {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// endBlockAllocations stops the running engines and cancels the allocation
+// of every connected per-block host, after a block.
+func (s *Sweep) endBlockAllocations(ctx context.Context, block int) error {
+	var ended []string
+	for _, name := range s.perBlockHosts() {
+		if _, ok := s.fleet.connected(name); ok {
+			ended = append(ended, name)
+		}
+	}
+	if len(ended) == 0 {
+		return nil
+	}
+	err := s.stopSet(ctx, s.cur)
+	s.cur = nil
+	for _, name := range ended {
+		s.fleet.drop(name)
+	}
+	s.allocationsEnded = true
+	s.logf("block %d done: slurm allocation of %s cancelled (allocation: block)", block, strings.Join(ended, ", "))
+	return err
+}
+
+// renewAllocations, before a block, gets new allocations for the hosts
+// whose allocations the previous block ended, and re-measures the gate's
+// idle baseline on their nodes.
+func (s *Sweep) renewAllocations(ctx context.Context) error {
+	if !s.allocationsEnded {
+		return nil
+	}
+	if err := s.prepareHosts(ctx); err != nil {
+		return fmt.Errorf("new slurm allocation for the block: %w", err)
+	}
+	s.allocationsEnded = false
+	s.gpu.close()
+	s.openGPU(ctx)
+	return nil
+}
