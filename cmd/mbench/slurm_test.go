@@ -499,3 +499,49 @@ func TestSlurmAllocationPerBlock(t *testing.T) {
 		t.Errorf("mbench.log says %d times that a block's allocation was cancelled, want 3", n)
 	}
 }
+
+// TestSlurmTimeLimitEnds: an allocation whose time limit (1 minute, Slurm's
+// least) ends mid-sweep stops the sweep with a clear error naming the job
+// and its TIMEOUT state, and the run it cut short is not journaled (resume
+// redoes it; TestSlurmAllocationEnds covers the resume).
+func TestSlurmTimeLimitEnds(t *testing.T) {
+	requireSlurm(t)
+	if testing.Short() {
+		t.Skip("waits for a one-minute Slurm time limit")
+	}
+	dir := t.TempDir()
+	m := writeSlurmMatrix(t, dir, "slurm-timeout", "500")
+	b, _ := os.ReadFile(m)
+	short := strings.Replace(string(b), "time_limit: 10m", "time_limit: 1m", 1)
+	if short == string(b) {
+		t.Fatal("the time limit was not found in the test matrix")
+	}
+	writeTestFile(t, m, []byte(short))
+	out := filepath.Join(dir, "out")
+	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
+	// Slurm enforces time limits on its own clock (checked about every 30 s,
+	// then KillWait): the sweep must end by itself well within 4 minutes.
+	code := c.wait(4 * time.Minute)
+	if code == -1 {
+		c.kill()
+		t.Fatalf("mbench still running 4 minutes into a 1-minute allocation:\n%s", c.output())
+	}
+	if code == 0 {
+		log, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
+		t.Fatalf("the 500-block sweep finished inside its 1-minute allocation:\n%s\nmbench.log:\n%s", c.output(), log)
+	}
+	o := c.output()
+	if !strings.Contains(o, "slurm allocation ended") || !strings.Contains(o, "TIMEOUT") || !strings.Contains(o, "mbench resume") {
+		t.Errorf("the error does not say the allocation timed out and how to go on:\n%s", o)
+	}
+	runs := readJSONLStrict(t, filepath.Join(out, "journal.jsonl"))
+	for i, r := range runs {
+		if r["status"] == "failed" {
+			t.Errorf("journal line %d: %v %v: a run lost with the allocation was journaled", i+1, r["status"], r["reason"])
+		}
+	}
+	if len(runs) == 0 {
+		t.Error("no run finished inside the allocation")
+	}
+	t.Logf("%d runs journaled before the time limit", len(runs))
+}

@@ -246,21 +246,45 @@ func (s *Slurm) Name() string { return s.cfg.Name }
 
 // query returns the job's name and state ("" when Slurm no longer knows it).
 func (s *Slurm) query(ctx context.Context, jobID string) (name, state string, err error) {
-	out, stderr, err := s.Host.Run(ctx, "squeue -h -t all -j "+quote(jobID)+" -o '%j|%T'")
+	out, stderr, err := s.Host.Run(ctx, "squeue -h -t all -j "+quote(jobID)+" -o '%j|%T|%e'")
 	if err != nil {
 		if strings.Contains(string(stderr), "Invalid job id") {
 			return "", "", nil
 		}
 		return "", "", fmt.Errorf("host %s: squeue: %w", s.cfg.Name, err)
 	}
-	name, state, _ = strings.Cut(lastLine(out), "|")
+	name, rest, _ := strings.Cut(lastLine(out), "|")
+	state, end, _ := strings.Cut(rest, "|")
+	if state == "RUNNING" && pastEnd(end, time.Now()) {
+		// For a few seconds after its time limit Slurm still lists the job
+		// RUNNING while refusing new steps ("Job/step already completing
+		// or completed"): it is not running any more for mbench.
+		state = stateOverTime
+	}
 	return name, state, nil
 }
 
+// stateOverTime is query's state of a job listed RUNNING past its end time.
+const stateOverTime = "RUNNING past its time limit"
+
+// pastEnd reports whether squeue's end time (%e, the controller's local
+// time, or Unknown/N/A without a limit) is at or before now.
+func pastEnd(end string, now time.Time) bool {
+	t, err := time.ParseInLocation("2006-01-02T15:04:05", strings.TrimSpace(end), time.Local)
+	return err == nil && !now.Before(t)
+}
+
 // Alive returns nil while the allocation runs, else an error wrapping
-// ErrAllocationEnded that says what became of it.
+// ErrAllocationEnded that says what became of it (a job past its time limit
+// is waited for until Slurm gives its final state, TIMEOUT, for up to 30 s).
 func (s *Slurm) Alive(ctx context.Context) error {
 	_, state, err := s.query(ctx, s.rec.JobID)
+	for wait := time.Duration(0); err == nil && state == stateOverTime && wait < 30*time.Second; wait += 500 * time.Millisecond {
+		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
+		_, state, err = s.query(ctx, s.rec.JobID)
+	}
 	if err != nil || state == "RUNNING" {
 		return err
 	}

@@ -192,3 +192,22 @@ func TestSlurmOverSSH(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestSlurmPastEnd(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 10, 41, 0, time.Local)
+	for _, tc := range []struct {
+		end  string
+		want bool
+	}{
+		{"2026-12-01T12:10:41", true}, // the limit itself: steps are refused from then on
+		{"2026-12-01T12:10:40", true},
+		{"2026-12-01T12:10:42", false},
+		{"Unknown", false},
+		{"N/A", false},
+		{"", false},
+	} {
+		if got := pastEnd(tc.end, now); got != tc.want {
+			t.Errorf("pastEnd(%q) = %v, want %v", tc.end, got, tc.want)
+		}
+	}
+}
