@@ -470,19 +470,26 @@ func TestSlurmMultiNodeDryRun(t *testing.T) {
 	}
 }
 
+// editedSlurmMatrix is writeSlurmMatrix with from replaced by to.
+func editedSlurmMatrix(t *testing.T, dir, name, blocks, from, to string) string {
+	t.Helper()
+	m := writeSlurmMatrix(t, dir, name, blocks)
+	b, _ := os.ReadFile(m)
+	edited := strings.Replace(string(b), from, to, 1)
+	if edited == string(b) {
+		t.Fatalf("%q not found in the test matrix", from)
+	}
+	writeTestFile(t, m, []byte(edited))
+	return m
+}
+
 // TestSlurmAllocationPerBlock: with allocation: block every block runs in a
 // new allocation, each cancelled when its block ends (Slurm's own record
 // says so), and --dry-run says so.
 func TestSlurmAllocationPerBlock(t *testing.T) {
 	requireSlurm(t)
 	dir := t.TempDir()
-	m := writeSlurmMatrix(t, dir, "slurm-per-block", "3")
-	b, _ := os.ReadFile(m)
-	perBlock := strings.Replace(string(b), "slurm: {time_limit: 10m, gpus_per_node: 2}", "slurm: {time_limit: 10m, gpus_per_node: 2, allocation: block}", 1)
-	if perBlock == string(b) {
-		t.Fatal("the slurm host line was not found in the test matrix")
-	}
-	writeTestFile(t, m, []byte(perBlock))
+	m := editedSlurmMatrix(t, dir, "slurm-per-block", "3", "slurm: {time_limit: 10m, gpus_per_node: 2}", "slurm: {time_limit: 10m, gpus_per_node: 2, allocation: block}")
 	out := filepath.Join(dir, "out")
 	slurmDryRun(t, m, out, "a new allocation for every block (allocation: block)")
 	r := startMbench(t, dir, "run", m, "--out", out, "--quiet")
@@ -510,13 +517,7 @@ func TestSlurmTimeLimitEnds(t *testing.T) {
 		t.Skip("waits for a one-minute Slurm time limit")
 	}
 	dir := t.TempDir()
-	m := writeSlurmMatrix(t, dir, "slurm-timeout", "500")
-	b, _ := os.ReadFile(m)
-	short := strings.Replace(string(b), "time_limit: 10m", "time_limit: 1m", 1)
-	if short == string(b) {
-		t.Fatal("the time limit was not found in the test matrix")
-	}
-	writeTestFile(t, m, []byte(short))
+	m := editedSlurmMatrix(t, dir, "slurm-timeout", "500", "time_limit: 10m", "time_limit: 1m")
 	out := filepath.Join(dir, "out")
 	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
 	// Slurm enforces time limits on its own clock (checked about every 30 s,
