@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Brings up a real single-node Slurm on this machine for the Slurm tests of
 # mbench: installs Debian's slurm-wlm and munge when missing, writes a minimal
-# slurm.conf (one node, this host, 4 GPUs declared as generic resources),
+# slurm.conf (one node, this host, 16 CPUs and 8 GPUs as generic resources),
 # starts munged, slurmctld and slurmd when they are not running, and waits
 # until sinfo shows the node idle. Idempotent: a second call with everything
 # up returns at once. Needs root.
 #
-# The GPUs are fake: /dev/mbench-fakegpu0..3 are character devices with
+# The GPUs are fake: /dev/mbench-fakegpu0..7 are character devices with
 # /dev/null's numbers, declared in gres.conf with File=, so that Slurm binds
 # them to job steps and sets CUDA_VISIBLE_DEVICES exactly as it does for real
 # /dev/nvidiaN files. Nothing reads or writes them.
@@ -25,7 +25,7 @@ node_idle() {
   timeout 10 sinfo -h -n "$node" -o '%t' 2>/dev/null | grep -qE '^(idle|mix|alloc)'
 }
 
-if command -v sinfo >/dev/null && [ -f "$conf" ] && grep -q 'mbench test cluster' "$conf" &&
+if command -v sinfo >/dev/null && [ -f "$conf" ] && grep -q 'mbench test cluster v2' "$conf" &&
   pgrep -x slurmctld >/dev/null && pgrep -x slurmd >/dev/null && node_idle; then
   exit 0
 fi
@@ -44,14 +44,19 @@ if [ ! -s /etc/munge/munge.key ]; then
   chmod 400 /etc/munge/munge.key
 fi
 
-for i in 0 1 2 3; do
+for i in 0 1 2 3 4 5 6 7; do
   [ -c /dev/mbench-fakegpu$i ] || mknod -m 666 /dev/mbench-fakegpu$i c 1 3
 done
 
-cpus=$(nproc)
+# 16 CPUs and 8 GPUs whatever the machine has (config_overrides): the test
+# packages run at once, each holding an allocation of a few CPUs and 2 GPUs,
+# and on a 2-core machine the real CPU count would make them queue behind
+# one another until their salloc deadlines.
+cpus=$(( $(nproc) > 16 ? $(nproc) : 16 ))
 mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 512 ))
 cat >"$conf.tmp" <<EOF
-# mbench test cluster: written by .ci/slurm-up.sh, one node, fake GPUs.
+# mbench test cluster v2: written by .ci/slurm-up.sh, one node, fake GPUs.
+SlurmdParameters=config_overrides
 ClusterName=mbench
 SlurmctldHost=localhost
 SlurmUser=root
@@ -81,13 +86,13 @@ MinJobAge=30
 KillWait=5
 Waittime=0
 SchedulerType=sched/backfill
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:4 State=UNKNOWN
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:8 State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
 mv "$conf.tmp" "$conf"
 cat >/etc/slurm/gres.conf <<EOF
 AutoDetect=off
-NodeName=$node Name=gpu File=/dev/mbench-fakegpu[0-3]
+NodeName=$node Name=gpu File=/dev/mbench-fakegpu[0-7]
 EOF
 # slurmd loads a cgroup plugin even with proctrack/linuxproc and task/none
 # (22.05 has no CgroupPlugin=disabled); autodetect picks v1 or v2 from what
@@ -98,8 +103,16 @@ ConstrainDevices=no
 EOF
 
 pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
-if pgrep -x slurmctld >/dev/null; then scontrol reconfigure >/dev/null 2>&1 || true; else slurmctld; fi
-pgrep -x slurmd >/dev/null || slurmd
+# A configuration written anew (an older one, or none) needs fresh daemons:
+# node CPUs and gres are read when slurmd starts.
+for d in slurmd slurmctld; do
+  if pgrep -x $d >/dev/null; then
+    pkill -x $d || true
+    for _ in $(seq 1 50); do pgrep -x $d >/dev/null || break; sleep 0.2; done
+  fi
+done
+slurmctld
+slurmd
 
 for _ in $(seq 1 60); do
   if node_idle; then

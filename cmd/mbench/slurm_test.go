@@ -16,7 +16,7 @@ import (
 )
 
 // The Slurm tests run sim sweeps through a real Slurm (.ci/slurm-up.sh
-// starts a one-node cluster with 4 GPUs declared as generic resources).
+// starts a one-node cluster with 8 GPUs declared as generic resources).
 // They skip where sinfo does not answer, unless MBENCH_REQUIRE_SLURM=1.
 
 func requireSlurm(t *testing.T) {
