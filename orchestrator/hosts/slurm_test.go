@@ -3,10 +3,12 @@ package hosts
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,8 +80,12 @@ func TestSlurmSteps(t *testing.T) {
 		}
 		gpus[m[1]] = true
 	}
-	if !gpus["0"] || !gpus["1"] {
-		t.Errorf("steps saw GPUs %v, want 0 and 1", gpus)
+	// Slurm numbers the GPUs of the node (CUDA_VISIBLE_DEVICES holds the
+	// node's indices where no cgroup renumbers them); other jobs on the
+	// test node may hold 0 and 1.
+	all := allocGPUs(t, s.JobID())
+	if len(gpus) != 2 || strings.Join(slices.Sorted(maps.Keys(gpus)), ",") != all {
+		t.Errorf("steps saw GPUs %v, want one each of the allocation's %s", gpus, all)
 	}
 	// The one node is this machine: the pid each step recorded is its
 	// command's, a process group leader on the node.
@@ -100,13 +106,13 @@ func TestSlurmSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	probeRE := regexp.MustCompile(`probe-gpus=(\S+)`)
-	for m := probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)); m == nil || m[1] != "0,1"; m = probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)) {
+	for m := probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)); m == nil || m[1] != all; m = probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)) {
 		if m != nil || sleepCtx(ctx, 20*time.Millisecond) != nil {
-			t.Fatalf("probe step saw GPUs %q, want 0,1: %s", m, pr.LogTail(ctx, 5))
+			t.Fatalf("probe step saw GPUs %q, want the allocation's %s: %s", m, all, pr.LogTail(ctx, 5))
 		}
 	}
-	if out, _, err := s.RunOnNodeGPUs(ctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES"); err != nil || lastLine(out) != "0,1" {
-		t.Errorf("a gate read step saw GPUs %q (%v), want 0,1", out, err)
+	if out, _, err := s.RunOnNodeGPUs(ctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES"); err != nil || lastLine(out) != all {
+		t.Errorf("a gate read step saw GPUs %q (%v), want the allocation's %s", out, err, all)
 	}
 	if err := pr.Stop(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
@@ -182,8 +188,8 @@ func TestSlurmOverSSH(t *testing.T) {
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
 	out, stderr, err := s.RunOnNodeGPUs(rctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES")
 	rcancel()
-	if err != nil || lastLine(out) != "0,1" {
-		t.Errorf("a GPU read step over ssh: %q %q %v, want 0,1", out, stderr, err)
+	if all := allocGPUs(t, s.JobID()); err != nil || lastLine(out) != all {
+		t.Errorf("a GPU read step over ssh: %q %q %v, want the allocation's %s", out, stderr, err, all)
 	}
 	if err := p.Stop(ctx, 2*time.Second); err != nil {
 		t.Error(err)
@@ -210,4 +216,32 @@ func TestSlurmPastEnd(t *testing.T) {
 			t.Errorf("pastEnd(%q) = %v, want %v", tc.end, got, tc.want)
 		}
 	}
+}
+
+// allocGPUs is the node's GPU indices of a job's allocation as Slurm
+// records them (scontrol show job -d: "GRES=gpu:2(IDX:2-3)"), written as
+// CUDA_VISIBLE_DEVICES lists them: "2,3".
+func allocGPUs(t *testing.T, job string) string {
+	t.Helper()
+	out, err := exec.Command("scontrol", "show", "job", "-d", job).CombinedOutput()
+	m := regexp.MustCompile(`GRES=gpu[^(]*\(IDX:([0-9,-]+)\)`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("scontrol show job -d %s: %v\n%s", job, err, out)
+	}
+	var idx []string
+	for _, part := range strings.Split(string(m[1]), ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || b < a {
+			t.Fatalf("job %s: GPU indices %q", job, m[1])
+		}
+		for i := a; i <= b; i++ {
+			idx = append(idx, strconv.Itoa(i))
+		}
+	}
+	return strings.Join(idx, ",")
 }

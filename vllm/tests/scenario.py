@@ -60,7 +60,9 @@ def main() -> None:
         eng = engine(ns, cfg)
         run_steps(eng, 2)
         _FORK_CTX = (ns, cfg)
-        p = mp.get_context("fork").Process(target=worker_loop, args=(n, 5000 * US, False))
+        # The worker's connector takes 50 ms, the core's 100 µs: far apart
+        # enough that a loaded machine's delays cannot blur which is which.
+        p = mp.get_context("fork").Process(target=worker_loop, args=(n, 50000 * US, False))
         p.start()
         p.join()
         assert p.exitcode == 0, p.exitcode

@@ -85,12 +85,13 @@ def test_forked_worker_writes_per_pid_file(tmp_path):
     for ln in wl:
         assert set(ln) == {"ts_us", "get_finished_us", "pid"}
         assert ln["pid"] == wpid
-        assert ln["get_finished_us"] >= 5000
+        assert ln["get_finished_us"] >= 50000
     main = read_lines(log)
     assert len(main) == 4  # 2 steps before the fork, 2 after; none from the child
     assert {ln["pid"] for ln in main} == {main[0]["pid"]} != {wpid}
-    # The core process's own (in-process) connector: 100 µs, not the child's 5 ms.
-    assert all(ln["get_finished_us"] < 2500 for ln in main)
+    # The core process's own (in-process) connector: 100 µs, not the child's
+    # 50 ms (a bound of 25 ms holds on a loaded machine; CI once saw > 2.5 ms).
+    assert all(ln["get_finished_us"] < 25000 for ln in main)
     # The core process wrote no worker file of its own.
     files = sorted(os.listdir(tmp_path))
     assert files == sorted(["engine_step.jsonl", f"engine_step.worker.{wpid}.jsonl"])
