@@ -261,6 +261,7 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 func (s *Sweep) finishRemoteProbes(ctx context.Context, rps []*remoteProbe, gf, hf io.Writer) {
 	for _, rp := range rps {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		s.waitFirstSample(cctx, rp)
 		if err := rp.proc.Stop(cctx, 2*time.Second); err != nil {
 			s.logf("warning: host %s: stop probe: %v", rp.hostName, err)
 		}
@@ -276,6 +277,30 @@ func (s *Sweep) finishRemoteProbes(ctx context.Context, rps []*remoteProbe, gf, 
 			s.noteOnce("nvml-"+rp.hostName, "host %s: %s", rp.hostName, firstLine(note))
 		}
 		cancel()
+	}
+}
+
+// waitFirstSample waits, up to 5 s, until a remote probe has written its
+// first host sample: a probe started just before a short run (a Slurm step
+// is scheduled, then its task starts) may not have written one yet, and a
+// stop then would leave the run without any.
+func (s *Sweep) waitFirstSample(ctx context.Context, rp *remoteProbe) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	check := "test -s " + matrices.ShellQuote(rp.hostF)
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		if _, _, err := rp.h.Run(ctx, check); err == nil {
+			return
+		}
+		select {
+		case <-rp.proc.Done(): // an exited probe writes nothing more
+			return
+		default:
+		}
+		if sleepCtx(ctx, wait) != nil {
+			s.logf("warning: host %s: the probe wrote no sample within 5 s", rp.hostName)
+			return
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/simengine"
@@ -82,6 +83,21 @@ func firstTurns(lines []traceLine) (map[string]int, float64) {
 	return first, full
 }
 
+// waitEntries returns the log's entries once it holds n: the router logs a
+// request when its proxied response has ended, which can be just after the
+// client read the response's end.
+func waitEntries(t *testing.T, log *Log, n int) []Entry {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		entries := log.Entries()
+		if len(entries) >= n || time.Now().After(deadline) {
+			return entries
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestOffloadOnSim: with elastic offload, exactly the HEAVY requests (the
 // first turns, known from the trace) prefill on another instance and decode
 // on their session's sticky instance; the sims' own counters agree: one
@@ -102,7 +118,7 @@ func TestOffloadOnSim(t *testing.T) {
 		first, full := firstTurns(lines)
 		home := map[string]int{}
 		offloaded := 0
-		entries := log.Entries()
+		entries := waitEntries(t, log, len(lines))
 		for _, e := range entries {
 			if _, seen := home[e.Session]; !seen {
 				if e.PromptTokens != first[e.Session] {
@@ -149,7 +165,11 @@ func TestPDSeparatedOnSim(t *testing.T) {
 	url, log := startRouter(t, cons, prod, Options{Policy: Linear, OverrideFactor: 100})
 	all := append(slices.Clone(cons), prod...)
 	cs, done := replayCounted(t, url, all, trace)
-	for _, e := range log.Entries() {
+	entries := waitEntries(t, log, len(lines))
+	if len(entries) != len(lines) {
+		t.Errorf("%d requests logged, the trace has %d", len(entries), len(lines))
+	}
+	for _, e := range entries {
 		if e.Instance >= len(cons) || e.PrefillInstance < len(cons) {
 			t.Fatalf("request routed %d → %d: want a producer (≥ %d) then a consumer", e.PrefillInstance, e.Instance, len(cons))
 		}

@@ -276,10 +276,11 @@ func pastEnd(end string, now time.Time) bool {
 
 // Alive returns nil while the allocation runs, else an error wrapping
 // ErrAllocationEnded that says what became of it (a job past its time limit
-// is waited for until Slurm gives its final state, TIMEOUT, for up to 30 s).
+// or completing is waited for until Slurm gives its final state, such as
+// TIMEOUT, for up to 30 s).
 func (s *Slurm) Alive(ctx context.Context) error {
 	_, state, err := s.query(ctx, s.rec.JobID)
-	for wait := time.Duration(0); err == nil && state == stateOverTime && wait < 30*time.Second; wait += 500 * time.Millisecond {
+	for wait := time.Duration(0); err == nil && (state == stateOverTime || state == "COMPLETING") && wait < 30*time.Second; wait += 500 * time.Millisecond {
 		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
 			return err
 		}
