@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
 )
 
@@ -35,34 +36,41 @@ func (s *Sweep) blocks(ctx context.Context) error {
 			return err
 		}
 		for _, id := range blk.Order {
-			if err := ctx.Err(); err != nil {
-				return ErrInterrupted
-			}
-			if s.ledger.done(id, b) {
-				continue
-			}
 			cell, ok := s.cells[id]
 			if !ok {
 				continue // a removed cell in an old plan
 			}
-			if why := s.ledger.deadReason(id); why != "" {
-				if err := s.skipDead(id, b, why); err != nil {
-					return err
-				}
-				continue
-			}
-			o, err := s.runOne(ctx, cell, b, blk.Seed)
-			if err != nil {
+			if err := s.runCell(ctx, cell, b, blk.Seed); err != nil {
 				return err
-			}
-			if o.gaveUp {
-				s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", id, cell.Config, cell.Rate, s.opts.FailLimit, firstLine(o.entry.Reason))
 			}
 		}
 		if err := s.endBlockAllocations(ctx, b); err != nil {
 			return err
 		}
 	}
+}
+
+// runCell runs cell in block b unless the journal has it already or the
+// cell was given up (then it journals the skip); the fixed-rate blocks and
+// the capacity search's rounds both run their cells through it.
+func (s *Sweep) runCell(ctx context.Context, cell matrices.Cell, b int, seed int64) error {
+	if err := ctx.Err(); err != nil {
+		return ErrInterrupted
+	}
+	if s.ledger.done(cell.ID, b) {
+		return nil
+	}
+	if why := s.ledger.deadReason(cell.ID); why != "" {
+		return s.skipDead(cell.ID, b, why)
+	}
+	o, err := s.runOne(ctx, cell, b, seed)
+	if err != nil {
+		return err
+	}
+	if o.gaveUp {
+		s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", cell.ID, cell.Config, cell.Rate, s.opts.FailLimit, firstLine(o.entry.Reason))
+	}
+	return nil
 }
 
 func (s *Sweep) recordedBlock(b int) *BlockRecord {

@@ -88,25 +88,8 @@ func (s *Sweep) capacityRound(ctx context.Context, rec CapacityRound) error {
 		}
 		s.tracef("capacity round %d, block %d, order: %s", rec.Round, b, strings.Join(names, " "))
 		for _, id := range blk.Order {
-			cell := s.cells[id]
-			if err := ctx.Err(); err != nil {
-				return ErrInterrupted
-			}
-			if s.ledger.done(cell.ID, b) {
-				continue
-			}
-			if why := s.ledger.deadReason(cell.ID); why != "" {
-				if err := s.skipDead(cell.ID, b, why); err != nil {
-					return err
-				}
-				continue
-			}
-			o, err := s.runOne(ctx, cell, b, blk.Seed)
-			if err != nil {
+			if err := s.runCell(ctx, s.cells[id], b, blk.Seed); err != nil {
 				return err
-			}
-			if o.gaveUp {
-				s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", cell.ID, cell.Config, cell.Rate, s.opts.FailLimit, firstLine(o.entry.Reason))
 			}
 		}
 	}

@@ -347,20 +347,29 @@ func (s *Slurm) cancelSteps(ctx context.Context, name string) error {
 	}
 }
 
+// stepTarget checks, before a step of spec starts, that the allocation
+// still runs, and returns the node it runs on and the file where the step
+// records its task's pid on the node.
+func (s *Slurm) stepTarget(ctx context.Context, spec ProcSpec) (node, nodePid string, err error) {
+	if err := s.Alive(ctx); err != nil {
+		return "", "", fmt.Errorf("start %s on %s: %w", spec.Name, s.cfg.Name, err)
+	}
+	if node, err = s.node(spec.Node); err != nil {
+		return "", "", err
+	}
+	return node, stateFile(spec, ".nodepid"), nil
+}
+
 // Start runs spec as a job step of the allocation: srun, started on the
 // login machine like any process (pidfile, log), runs spec.Command on the
 // node with spec.GPUs GPUs bound by Slurm. The environment reaches the step
 // through srun's default --export=ALL.
 func (s *Slurm) Start(ctx context.Context, spec ProcSpec) (Process, error) {
-	if err := s.Alive(ctx); err != nil {
-		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, s.cfg.Name, err)
-	}
-	node, err := s.node(spec.Node)
+	node, nodePid, err := s.stepTarget(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	inner := spec
-	nodePid := stateFile(spec, ".nodepid")
 	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + s.cfg.EngineStepCommand(s.rec.JobID, node, spec.Name, spec.GPUs, spec.Command, nodePid)
 	p, err := s.Host.Start(ctx, inner)
 	if err != nil {
@@ -411,15 +420,11 @@ func (s *Slurm) RunOnNodeGPUs(ctx context.Context, i int, name, cmd string) ([]b
 // returns once the step's task runs on the node (srun takes a while to get
 // there), so that what follows is inside the probe's window.
 func (s *Slurm) StartOnNode(ctx context.Context, spec ProcSpec) (Process, error) {
-	if err := s.Alive(ctx); err != nil {
-		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, s.cfg.Name, err)
-	}
-	node, err := s.node(spec.Node)
+	node, nodePid, err := s.stepTarget(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	inner := spec
-	nodePid := stateFile(spec, ".nodepid")
 	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + shellJoin(s.cfg.OverlapArgs(s.rec.JobID, node, spec.Name)) +
 		" sh -c " + quote("echo $$ >"+quotePath(nodePid)+" && exec sh -c "+quote(spec.Command))
 	p, err := s.Host.Start(ctx, inner)
