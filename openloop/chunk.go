@@ -1,7 +1,6 @@
 package openloop
 
 import (
-	"bytes"
 	"errors"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -29,37 +28,108 @@ var (
 	errNumber  = errors.New("usage.completion_tokens: not a non-negative integer")
 )
 
+// The keys the scanner looks for, as indices (see keyOf).
+const (
+	kOther = iota
+	kChoices
+	kUsage
+	kError
+	kObject
+	kMessage
+	kText
+	kDelta
+	kContent
+	kReasoning
+	kCompletionTokens
+	kPromptTokens
+)
+
+// keyNames is what each key index decodes to.
+var keyNames = [...]string{kChoices: "choices", kUsage: "usage", kError: "error", kObject: "object", kMessage: "message",
+	kText: "text", kDelta: "delta", kContent: "content", kReasoning: "reasoning_content",
+	kCompletionTokens: "completion_tokens", kPromptTokens: "prompt_tokens"}
+
+// keyOf names the raw key (JSON string contents): one of the k constants,
+// kOther for any other key. A key without escapes (all of vLLM's) is
+// matched by one string switch; one with escapes is decoded by keyIs.
+func keyOf(raw []byte) int {
+	switch string(raw) {
+	case "choices":
+		return kChoices
+	case "usage":
+		return kUsage
+	case "error":
+		return kError
+	case "object":
+		return kObject
+	case "message":
+		return kMessage
+	case "text":
+		return kText
+	case "delta":
+		return kDelta
+	case "content":
+		return kContent
+	case "reasoning_content":
+		return kReasoning
+	case "completion_tokens":
+		return kCompletionTokens
+	case "prompt_tokens":
+		return kPromptTokens
+	}
+	if !hasBackslash(raw) {
+		return kOther
+	}
+	for k := kChoices; k < len(keyNames); k++ {
+		if keyIs(raw, keyNames[k]) {
+			return k
+		}
+	}
+	return kOther
+}
+
+// hasBackslash reports whether a short key has an escape (a byte loop, as
+// in scanString).
+func hasBackslash(raw []byte) bool {
+	for _, c := range raw {
+		if c == '\\' {
+			return true
+		}
+	}
+	return false
+}
+
 // scan reads one chunk object.
 func (c *chunk) scan(b []byte) error {
 	*c = chunk{}
 	var errKey, objErr bool // last "error" value non-null; last "object" is "error"
 	_, err := scanObject(b, 0, func(key []byte, b []byte, i int) (int, error) {
-		switch {
-		case keyIs(key, "choices"):
+		switch keyOf(key) {
+		case kChoices:
 			return c.scanChoices(b, i)
-		case keyIs(key, "usage"):
+		case kUsage:
 			return c.scanUsage(b, i)
-		case keyIs(key, "error"):
+		case kError:
 			errKey = b[i] != 'n'
 			switch b[i] {
 			case '"':
 				return c.scanMessage(b, i)
 			case '{':
 				return scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
-					if keyIs(key, "message") && b[i] == '"' {
+					if b[i] == '"' && keyOf(key) == kMessage {
 						return c.scanMessage(b, i)
 					}
 					return skipValue(b, i)
 				})
 			}
-		case keyIs(key, "object"):
+		case kObject:
 			objErr = false
 			if b[i] == '"' {
 				s, e, next, err := scanString(b, i)
 				objErr = err == nil && string(b[s:e]) == "error"
 				return next, err
 			}
-		case keyIs(key, "message"):
+		case kMessage:
 			if b[i] == '"' {
 				return c.scanMessage(b, i)
 			}
@@ -97,17 +167,17 @@ func (c *chunk) scanChoices(b []byte, i int) (int, error) {
 		if first && b[i] == '{' {
 			var text, content, reasoning bool
 			i, err = scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
-				switch {
-				case keyIs(key, "text"):
+				switch keyOf(key) {
+				case kText:
 					return scanNonEmpty(b, i, &text)
-				case keyIs(key, "delta"):
+				case kDelta:
 					content, reasoning = false, false
 					if b[i] == '{' {
 						return scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
-							switch {
-							case keyIs(key, "content"):
+							switch keyOf(key) {
+							case kContent:
 								return scanNonEmpty(b, i, &content)
-							case keyIs(key, "reasoning_content"):
+							case kReasoning:
 								return scanNonEmpty(b, i, &reasoning)
 							}
 							return skipValue(b, i)
@@ -152,15 +222,15 @@ func (c *chunk) scanUsage(b []byte, i int) (int, error) {
 		return skipValue(b, i)
 	}
 	return scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
-		switch {
-		case keyIs(key, "completion_tokens"):
+		switch keyOf(key) {
+		case kCompletionTokens:
 			n, next, ok := scanCount(b, i)
 			if !ok {
 				return next, errNumber
 			}
 			c.usage, c.completionTokens = true, n
 			return next, nil
-		case keyIs(key, "prompt_tokens"):
+		case kPromptTokens:
 			n, next, ok := scanCount(b, i)
 			if !ok {
 				c.prompt = false
@@ -253,19 +323,18 @@ func skipWS(b []byte, i int) int {
 }
 
 // scanString reads the string at b[i] == '"' and returns the bounds of its
-// contents and the index after the closing quote.
+// contents and the index after the closing quote. A byte loop: the strings
+// of a chunk are short, where bytes.IndexByte's setup costs more than it
+// saves.
 func scanString(b []byte, i int) (start, end, next int, err error) {
 	start = i + 1
-	for j := start; j < len(b); {
-		q := bytes.IndexByte(b[j:], '"')
-		if q < 0 {
-			break
+	for j := start; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return start, j, j + 1, nil
+		case '\\':
+			j++ // skip the escaped byte
 		}
-		bs := bytes.IndexByte(b[j:j+q], '\\')
-		if bs < 0 {
-			return start, j + q, j + q + 1, nil
-		}
-		j += bs + 2 // skip the escaped byte
 	}
 	return start, len(b), len(b), errSyntax
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -48,7 +49,8 @@ type job struct {
 	target  int         // index of the target, -1 until chosen
 	pre     *h1Conn     // the connection the dispatcher wrote wire on (preWrite)
 	preErr  error       // that write's error
-	preSent int64       // when that write ended
+	preOff  int         // the bytes of prefix+wire it wrote
+	preSent int64       // when that write ended (0: it did not write all)
 	reqID   string      // X-Request-Id
 	input   int
 	output  int
@@ -193,6 +195,27 @@ func newClient(hc *http.Client, urls []string, clk *clock, timeout time.Duration
 	return c, nil
 }
 
+// useReactor makes the raw client's connections re's, when every target's
+// address resolves (a name is resolved once, here); it reports whether it
+// did.
+func (c *client) useReactor(re *reactor) bool {
+	if !c.raw || re == nil {
+		return false
+	}
+	aps := make([]netip.AddrPort, len(c.pools))
+	for i, p := range c.pools {
+		ta, err := net.ResolveTCPAddr("tcp", p.addr)
+		if err != nil {
+			return false
+		}
+		aps[i] = ta.AddrPort()
+	}
+	for i, p := range c.pools {
+		p.re, p.ap = re, aps[i]
+	}
+	return true
+}
+
 // close closes the idle connections; a client is not used after close.
 func (c *client) close() {
 	for _, p := range c.pools {
@@ -254,7 +277,7 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 	if c.raw {
 		x := &sc.x
 		*x = h1Exchange{pool: c.pools[t]}
-		if j.pre != nil && j.preErr == nil {
+		if j.pre != nil && j.preErr == nil && j.preSent != 0 {
 			rec.SentNs = j.preSent
 		}
 		if err = x.roundTrip(ctx, j, sent); err == nil {

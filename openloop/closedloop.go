@@ -14,7 +14,7 @@ import (
 // are those of the open loop.
 func (r *runner) runClosed() {
 	n := r.cfg.Arrival.InFlight
-	jobs := make(chan *job, n+64)
+	jobs := make(chan []*job, n/jobBatch+2)
 	go r.buildOpen(nil, 0, jobs)
 	free := make(chan int64, n) // slot-free times; never more than n outstanding
 	start := r.clk.now()
@@ -22,15 +22,16 @@ func (r *runner) runClosed() {
 		free <- start
 	}
 	firstMeasured := int64(-1)
-	for j := range jobs {
+	// send sends j when a slot frees; false: the run stopped sending.
+	send := func(j *job) bool {
 		var t int64
 		select {
 		case t = <-free:
 		case <-r.stopCh:
-			return
+			return false
 		}
 		if r.stopped.Load() {
-			return
+			return false
 		}
 		if j.phase == PhaseMeasure {
 			if firstMeasured < 0 {
@@ -38,12 +39,20 @@ func (r *runner) runClosed() {
 			}
 			if d := r.cfg.Duration; d > 0 && t-firstMeasured >= int64(d) {
 				r.stop("duration")
-				return
+				return false
 			}
 			r.enterMeasure()
 		}
 		j.sched = t
 		r.launch(j, func() { free <- r.clk.now() })
+		return true
+	}
+	for batch := range jobs {
+		for _, j := range batch {
+			if !send(j) {
+				return
+			}
+		}
 	}
 	r.stop(r.endReason)
 }

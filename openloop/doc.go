@@ -14,13 +14,20 @@
 //     them (client.go, sse.go, chunk.go);
 //   - the run itself: cache fill, warmup and measurement, stop conditions,
 //     abort rules, drain, streaming of records (config.go, run.go);
-//   - the open-loop dispatcher: one goroutine that takes prepared requests in
-//     schedule order and waits for each deadline on a Linux timerfd parked in
-//     Go's netpoller (µs wake-ups without holding a P), busy-waiting only the
-//     last 25 µs; a late send fires at once and is recorded as send lag
-//     (open.go, pacer.go, timerfd_linux.go);
+//   - the reactor (Linux): every request over the built-in HTTP/1.1 client
+//     runs as a coroutine of one thread that waits in epoll_wait on all the
+//     run's connections (edge-triggered, with EPOLLRDHUP so that a FIN that
+//     came with the last data is not missed) and on a timerfd that paces the
+//     open loop's sends (reactor_linux.go, reactor_dispatch_linux.go);
+//   - elsewhere, and in the pacer modes kept for comparison, the open-loop
+//     dispatcher: one goroutine that takes prepared requests in schedule
+//     order and waits for each deadline on a Linux timerfd parked in Go's
+//     netpoller, busy-waiting only the last 25 µs, and a goroutine per
+//     request; either way a late send fires at once and is recorded as send
+//     lag (open.go, pacer.go, timerfd_linux.go);
 //   - the requests.jsonl record format, encoded without reflection as
-//     requests finish and read back strictly by ReadRecords (record.go);
+//     requests finish, written by one goroutine every 10 ms (sink.go), and
+//     read back strictly by ReadRecords (record.go);
 //   - the generator's self-grading (send lag, achieved/offered, a
 //     Kolmogorov–Smirnov test of the sent gaps) and the precision harness
 //     behind `task bench:load` (grade.go, precision.go).

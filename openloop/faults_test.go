@@ -99,8 +99,8 @@ func TestAchievedRateUnderForcedOverload(t *testing.T) {
 	s := startStub(t, stub.Options{Tokens: 2, FirstToken: time.Millisecond})
 	var mu sync.Mutex
 	cfg := Config{Targets: []string{s.URL}, Model: "stub-model", Rate: 2000, Shape: Shape{Input: 8, Output: 2}, Seed: 3, Requests: 1000}
-	r := &runner{cfg: cfg, mode: defaultWaitMode, stopCh: make(chan struct{}), sinkCh: make(chan Record, 8192), sinkDone: make(chan struct{}),
-		beforeWrite: func() { mu.Lock(); time.Sleep(time.Millisecond); mu.Unlock() }}
+	r := newRunner(cfg, defaultWaitMode)
+	r.beforeWrite = func() { mu.Lock(); time.Sleep(time.Millisecond); mu.Unlock() }
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestStreamMemoryCap(t *testing.T) {
 		mu.Unlock()
 		cfg := Config{Targets: []string{"http://" + ln.Addr().String()}, Model: "m", Rate: 1000, Arrival: Arrival{Process: ArrivalConstant},
 			Shape: Shape{Input: 8, Output: 1}, Requests: 12, StreamMemory: c.limit}
-		r := &runner{cfg: cfg, mode: defaultWaitMode, stopCh: make(chan struct{}), sinkCh: make(chan Record, 8192), sinkDone: make(chan struct{})}
+		r := newRunner(cfg, defaultWaitMode)
 		res, err := r.run(context.Background())
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -38,6 +39,8 @@ type h1Pool struct {
 	addr   string // host:port
 	prefix []byte // request line and Host header
 	dialer net.Dialer
+	re     *reactor       // when set, connections are the reactor's (useReactor)
+	ap     netip.AddrPort // addr resolved, for the reactor
 
 	mu     sync.Mutex
 	idle   []*h1Conn
@@ -87,7 +90,13 @@ func (p *h1Pool) idleConn() *h1Conn {
 }
 
 func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
-	nc, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	var nc net.Conn
+	var err error
+	if p.re != nil {
+		nc, err = p.re.dial(ctx, p.ap)
+	} else {
+		nc, err = p.dialer.DialContext(ctx, "tcp", p.addr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -141,13 +150,13 @@ var errNoResponse = errors.New("connection closed before the response")
 func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
 	for attempt := 0; ; attempt++ {
 		var (
-			c       *h1Conn
-			reused  bool
-			written bool
-			err     error
+			c      *h1Conn
+			reused bool
+			off    int // bytes of the request already written
+			err    error
 		)
 		if attempt == 0 && j.pre != nil {
-			c, reused, written, err = j.pre, true, j.preErr == nil, j.preErr
+			c, reused, off, err = j.pre, true, j.preOff, j.preErr
 			j.pre = nil
 		} else if c, reused, err = x.pool.get(ctx); err != nil {
 			return err
@@ -155,7 +164,7 @@ func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
 		x.conn = c
 		x.stop = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 		if err == nil {
-			err = x.exchange(j.wire, sent, written)
+			err = x.exchange(j.wire, sent, off)
 		} else {
 			err = fmt.Errorf("%w: %w", errNoResponse, err)
 		}
@@ -173,26 +182,52 @@ func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
 
 // preWrite writes j on an idle connection of p, if there is one, from the
 // dispatcher's goroutine: the send then happens when its time comes rather
-// than when the request's goroutine is first scheduled. It returns the time
-// the write ended (0 when there was no idle connection).
+// than when the request's goroutine (or coroutine) first runs. It returns
+// the time the write ended, or 0 when there was no idle connection or the
+// request did not fit in the socket at once (a reactor connection does not
+// wait; the request's coroutine writes the rest and stamps the send).
 func (p *h1Pool) preWrite(j *job, now func() int64) int64 {
 	c := p.idleConn()
 	if c == nil {
 		return 0
 	}
 	j.pre = c
-	bufs := net.Buffers{p.prefix, j.wire}
-	_, j.preErr = bufs.WriteTo(c.nc)
+	j.preOff, j.preErr = writeRequest(c.nc, p.prefix, j.wire, 0, false)
+	if j.preErr != nil || j.preOff < len(p.prefix)+len(j.wire) {
+		return 0
+	}
 	return now()
+}
+
+// vectorWriter is a connection that writes a request's two parts itself,
+// from a byte offset, waiting for room or not (the reactor's connections).
+type vectorWriter interface {
+	writeFrom(a, b []byte, off int, wait bool) (int, error)
+}
+
+// writeRequest writes prefix+wire on nc from byte off on and returns how
+// far it got. Only a vectorWriter can stop early (wait false); any other
+// connection writes everything, with one writev.
+func writeRequest(nc net.Conn, prefix, wire []byte, off int, wait bool) (int, error) {
+	if vw, ok := nc.(vectorWriter); ok {
+		return vw.writeFrom(prefix, wire, off, wait)
+	}
+	bufs := net.Buffers{prefix, wire}
+	if off >= len(prefix) {
+		bufs = net.Buffers{wire[off-len(prefix):]}
+	} else {
+		bufs[0] = prefix[off:]
+	}
+	n, err := bufs.WriteTo(nc)
+	return off + int(n), err
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (x *h1Exchange) exchange(wire []byte, sent func(), written bool) error {
+func (x *h1Exchange) exchange(wire []byte, sent func(), off int) error {
 	c := x.conn
-	if !written {
-		bufs := net.Buffers{x.pool.prefix, wire}
-		if _, err := bufs.WriteTo(c.nc); err != nil {
+	if off < len(x.pool.prefix)+len(wire) {
+		if _, err := writeRequest(c.nc, x.pool.prefix, wire, off, true); err != nil {
 			return fmt.Errorf("%w: %w", errNoResponse, err)
 		}
 		sent()

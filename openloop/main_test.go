@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,33 +36,64 @@ func startStubProcess(tb testing.TB, o stub.Options) *stub.Process {
 	return p
 }
 
+// runIO runs cfg with the given request I/O: "reactor" (the default, on
+// Linux) or "goroutines" (a goroutine per request).
+func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
+	tb.Helper()
+	if err := cfg.validate(); err != nil {
+		tb.Fatal(err)
+	}
+	r := newRunner(cfg, defaultWaitMode)
+	r.noReactor = io == "goroutines"
+	res, err := r.run(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if (r.re != nil) != (io == "reactor" && runtime.GOOS == "linux") {
+		tb.Fatalf("io=%s on %s: reactor in use %v", io, runtime.GOOS, r.re != nil)
+	}
+	return r, res
+}
+
 // BenchmarkStreamedRequestCPU is the client's CPU per streamed request: the
 // stub runs in a child process (16 tokens, one flush each, first after 20 ms,
 // then every ms), the client sends 256-token prompts, Poisson at MBENCH_RATE
 // (default 2000 req/s) for MBENCH_DURATION (default 3 s), and the process's
 // CPU time, which is now the client's alone, is divided by the requests
-// sent. Run it with -benchtime=1x -count=N.
+// sent. Two sub-benchmarks, run one after the other in each round: io=reactor
+// (the default on Linux: requests as coroutines over one epoll set) and
+// io=goroutines (a goroutine per request, the baseline). Beside the CPU it
+// reports the system part of it and the voluntary context switches per
+// request (getrusage). Run it with -benchtime=1x -count=N.
 func BenchmarkStreamedRequestCPU(b *testing.B) {
 	rate := envFloats("MBENCH_RATE", []float64{2000})[0]
 	dur := envDuration("MBENCH_DURATION", 3*time.Second)
 	p := startStubProcess(b, RealisticStub)
-	for b.Loop() {
-		c0, err := cpuSeconds()
-		if err != nil {
-			b.Fatal(err)
-		}
-		s0, _ := p.CPUSeconds()
-		res, err := Run(context.Background(), Config{Targets: []string{p.URL}, Model: "stub-model", Rate: rate,
-			Shape: Shape{Input: 256, Output: 16}, Seed: 1, Warmup: int(rate / 4), Duration: dur, DrainTimeout: 10 * time.Second})
-		if err != nil {
-			b.Fatal(err)
-		}
-		c1, _ := cpuSeconds()
-		s1, _ := p.CPUSeconds()
-		n := float64(len(res.Records))
-		b.ReportMetric(1e3*(c1-c0)/n, "client-cpu-ms/req")
-		b.ReportMetric(1e3*(s1-s0)/n, "stub-cpu-ms/req")
-		b.ReportMetric(res.Grade.AchievedRatio, "achieved/offered")
-		b.ReportMetric(res.Grade.LagP99Ms, "lag-p99-ms")
+	for _, io := range []string{"reactor", "goroutines"} {
+		b.Run("io="+io, func(b *testing.B) {
+			for b.Loop() {
+				c0, err := cpuSeconds()
+				if err != nil {
+					b.Fatal(err)
+				}
+				s0, _ := p.CPUSeconds()
+				var ru0, ru1 syscall.Rusage
+				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+				cfg := Config{Targets: []string{p.URL}, Model: "stub-model", Rate: rate,
+					Shape: Shape{Input: 256, Output: 16}, Seed: 1, Warmup: int(rate / 4), Duration: dur, DrainTimeout: 10 * time.Second}
+				_, res := runIO(b, cfg, io)
+				c1, _ := cpuSeconds()
+				s1, _ := p.CPUSeconds()
+				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+				n := float64(len(res.Records))
+				sec := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+				b.ReportMetric(1e3*(sec(ru1.Stime)-sec(ru0.Stime))/n, "client-sys-ms/req")
+				b.ReportMetric(float64(ru1.Nvcsw-ru0.Nvcsw)/n, "vol-ctxsw/req")
+				b.ReportMetric(1e3*(c1-c0)/n, "client-cpu-ms/req")
+				b.ReportMetric(1e3*(s1-s0)/n, "stub-cpu-ms/req")
+				b.ReportMetric(res.Grade.AchievedRatio, "achieved/offered")
+				b.ReportMetric(res.Grade.LagP99Ms, "lag-p99-ms")
+			}
+		})
 	}
 }

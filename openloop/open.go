@@ -16,29 +16,37 @@ func (r *runner) runOpen() {
 		r.abort(AbortHarness, err.Error())
 		return
 	}
-	jobs := make(chan *job, 512)
+	jobs := make(chan []*job, 512/jobBatch)
 	base := r.clk.now() + int64(openLead)
 	go r.buildOpen(sch, base, jobs)
+	if r.re != nil && r.mode == defaultWaitMode {
+		if r.runOpenReactor(jobs) {
+			r.stop(r.endReason)
+		}
+		return
+	}
 	p := newPacer(&r.clk, r.stopCh, &r.stopped, r.mode)
 	defer p.close()
 	defer p.lockThread()()
 	maxInflight := int64(r.cfg.AbortIf.MaxInflight)
-	for j := range jobs {
-		if !p.wait(j.sched) {
-			return
-		}
-		if j.phase == PhaseMeasure {
-			r.enterMeasure()
-		}
-		r.launch(j, nil)
-		if maxInflight > 0 && r.inflight.Load() > maxInflight {
-			r.abort(AbortOverload, fmt.Sprintf("more than %d requests in flight", maxInflight))
-			return
-		}
-		// A pacer that parks (timerfd) frees this P for the new request's
-		// goroutine by itself; the others keep the P, so yield it now.
-		if p.mode != waitTimerfd {
-			runtime.Gosched()
+	for batch := range jobs {
+		for _, j := range batch {
+			if !p.wait(j.sched) {
+				return
+			}
+			if j.phase == PhaseMeasure {
+				r.enterMeasure()
+			}
+			r.launch(j, nil)
+			if maxInflight > 0 && r.inflight.Load() > maxInflight {
+				r.abort(AbortOverload, fmt.Sprintf("more than %d requests in flight", maxInflight))
+				return
+			}
+			// A pacer that parks (timerfd) frees this P for the new request's
+			// goroutine by itself; the others keep the P, so yield it now.
+			if p.mode != waitTimerfd {
+				runtime.Gosched()
+			}
 		}
 	}
 	r.stop(r.endReason)
@@ -49,8 +57,20 @@ func (r *runner) runOpen() {
 // the encoded body. It stops when the run
 // stops sending or when a stop condition that depends only on the schedule
 // (Requests, Duration) is met; then it records the reason and closes jobs.
-func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
-	defer close(jobs)
+// Requests go out in batches of up to jobBatch, so that the builder, which
+// runs ahead until jobs is full, wakes once a batch rather than once a
+// request; a batch goes out short when jobs is empty (its reader waits).
+func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
+	var batch []*job
+	defer func() {
+		if len(batch) > 0 && !r.stopped.Load() {
+			select {
+			case jobs <- batch:
+			case <-r.stopCh:
+			}
+		}
+		close(jobs)
+	}()
 	cfg := &r.cfg
 	var toks []int32
 	firstMeasured := int64(-1)
@@ -97,13 +117,22 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- *job) {
 			j = r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks)
 		}
 		j.ramp = ramp
+		batch = append(batch, j)
+		if len(batch) < jobBatch && len(jobs) > 0 {
+			continue
+		}
 		select {
-		case jobs <- j:
+		case jobs <- batch:
+			batch = make([]*job, 0, jobBatch)
 		case <-r.stopCh:
+			batch = nil
 			return
 		}
 	}
 }
+
+// jobBatch is the most prepared requests handed over at once.
+const jobBatch = 64
 
 // runFill sends the cache-fill requests, fillConcurrency at a time, and waits
 // for all of them. They are closed-loop: scheduled when sent.

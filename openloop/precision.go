@@ -121,7 +121,7 @@ func measureOne(ctx context.Context, t PrecisionTarget, rate float64, dur time.D
 		s0, _ = t.CPU()
 	}
 	c0, _ := cpuSeconds()
-	r := &runner{cfg: cfg, mode: mode, stopCh: make(chan struct{}), sinkCh: make(chan Record, 8192), sinkDone: make(chan struct{})}
+	r := newRunner(cfg, mode)
 	res, err := r.run(ctx)
 	if err != nil {
 		return PrecisionRow{}, fmt.Errorf("precision: rate %v: %w", rate, err)

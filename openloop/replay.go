@@ -188,7 +188,7 @@ func (r *runner) runSession(p *tracePlan, s []int, base, admitted int64) {
 		}
 		r.inflight.Add(1)
 		r.sent.Add(1)
-		rec := r.execute(j)
+		rec := r.executeWait(j)
 		prevDone = rec.DoneNs
 	}
 }

@@ -31,8 +31,13 @@ type runner struct {
 	reqPrefix string // of X-Request-Id
 
 	beforeWrite func() // tests: see client.beforeWrite
-	gen         promptGen
-	mode        int // pacer mode
+	// re runs the raw client's requests as coroutines over one epoll set
+	// (Linux); nil: a goroutine per request. noReactor (tests, benchmarks)
+	// keeps it nil.
+	re        *reactor
+	noReactor bool
+	gen       promptGen
+	mode      int // pacer mode
 
 	stopCh     chan struct{}
 	stopped    atomic.Bool
@@ -55,9 +60,13 @@ type runner struct {
 	measureOnce                   sync.Once
 	fillCount                     int
 
-	sinkCh   chan Record
-	records  []Record
-	sinkDone chan struct{}
+	sink    *recordSink
+	records []Record // the sink's, once it has closed
+}
+
+// newRunner is a runner for cfg (validated) that paces sends with mode.
+func newRunner(cfg Config, mode int) *runner {
+	return &runner{cfg: cfg, mode: mode, stopCh: make(chan struct{})}
 }
 
 // ErrModelLookup marks a run that could not start because the first target
@@ -74,8 +83,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("openloop: config: %w", err)
 	}
-	r := &runner{cfg: cfg, mode: defaultWaitMode, stopCh: make(chan struct{}), sinkCh: make(chan Record, 8192), sinkDone: make(chan struct{})}
-	return r.run(ctx)
+	return newRunner(cfg, defaultWaitMode).run(ctx)
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
@@ -105,6 +113,14 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer hc.CloseIdleConnections()
 	r.cl = cl
 	defer cl.close()
+	if cl.raw && !r.noReactor {
+		if re, err := newReactor(); err == nil {
+			if cl.useReactor(re) {
+				r.re = re
+			}
+			defer re.close() // after the requests (drain waits for them)
+		}
+	}
 	r.reqPrefix = cfg.RequestIDPrefix
 	if r.reqPrefix == "" {
 		r.reqPrefix = newRequestIDPrefix()
@@ -145,7 +161,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	})
 	defer unwatch()
 	r.setPhase(PhaseWarmup)
-	go r.sinkLoop()
+	r.sink = newRecordSink(cfg.Sink, r.expectedRecords(), func(err error) {
+		r.abort(AbortHarness, "writing requests.jsonl: "+err.Error())
+	})
 	progDone := make(chan struct{})
 	progStopped := r.startProgress(progDone)
 
@@ -170,8 +188,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	}
 	r.setPhase("drain")
 	r.drain()
-	close(r.sinkCh)
-	<-r.sinkDone
+	r.records = r.sink.close()
 	r.setPhase("done")
 	close(progDone)
 	<-progStopped
@@ -228,10 +245,22 @@ func (r *runner) enterMeasure() {
 	})
 }
 
-// launch runs j in a goroutine of its own. Over the raw client, a request
-// that finds an idle connection is written from the calling (dispatcher)
-// goroutine first, so that its send time does not wait for the scheduler.
+// launch runs j in a goroutine of its own, or as a coroutine of the
+// reactor. Over the raw client, a request that finds an idle connection is
+// written from the calling (dispatcher) goroutine first, so that its send
+// time does not wait for the scheduler.
 func (r *runner) launch(j *job, after func()) {
+	fn := r.launchFunc(j, after)
+	if r.re != nil {
+		r.re.submit(fn)
+		return
+	}
+	go fn()
+}
+
+// launchFunc starts j (the target, the early write, the counters) and
+// returns the rest of its work, to run on its own goroutine or coroutine.
+func (r *runner) launchFunc(j *job, after func()) func() {
 	j.target = r.pickTarget()
 	if r.cl.raw && r.cl.beforeWrite == nil {
 		j.preSent = r.cl.pools[j.target].preWrite(j, r.clk.now)
@@ -239,13 +268,24 @@ func (r *runner) launch(j *job, after func()) {
 	r.inflight.Add(1)
 	r.sent.Add(1)
 	r.wg.Add(1)
-	go func() {
+	return func() {
 		defer r.wg.Done()
 		r.execute(j)
 		if after != nil {
 			after()
 		}
-	}()
+	}
+}
+
+// executeWait is execute for a caller that waits for the record (a trace
+// session): on the reactor when there is one.
+func (r *runner) executeWait(j *job) *Record {
+	if r.re == nil {
+		return r.execute(j)
+	}
+	done := make(chan *Record, 1)
+	r.re.submit(func() { done <- r.execute(j) })
+	return <-done
 }
 
 // pickTarget is the next target, round-robin.
@@ -295,26 +335,22 @@ func (r *runner) finish(rec *Record) {
 			r.abort(AbortFailures, fmt.Sprintf("too many failures: %d measured requests failed, %d ok (last: %s)", f, r.measOK.Load(), rec.Error))
 		}
 	}
-	r.sinkCh <- *rec
+	r.sink.add(rec)
 }
 
-// sinkLoop collects records and streams them to the sink, one Write per
-// line. It is the only writer, so no lock is held around the Write.
-func (r *runner) sinkLoop() {
-	defer close(r.sinkDone)
-	buf := make([]byte, 0, 4096)
-	var sinkErr error
-	for rec := range r.sinkCh {
-		r.records = append(r.records, rec)
-		if r.cfg.Sink == nil || sinkErr != nil {
-			continue
-		}
-		buf = append(rec.AppendJSON(buf[:0]), '\n')
-		if _, err := r.cfg.Sink.Write(buf); err != nil {
-			sinkErr = err
-			r.abort(AbortHarness, "writing requests.jsonl: "+err.Error())
-		}
+// expectedRecords estimates the records of the run, so that collecting them
+// does not copy them over and over as the slice grows (at most 1<<16 ahead).
+func (r *runner) expectedRecords() int {
+	c := &r.cfg
+	n := float64(c.Requests)
+	if n == 0 {
+		n = c.Rate * c.Duration.Seconds()
 	}
+	if !(n >= 0) { // NaN too
+		n = 0
+	}
+	n = min(n, 1<<16)
+	return min(int(n)+max(c.Warmup, 0)+64, 1<<16)
 }
 
 // drain waits for the requests in flight, up to the drain timeout.

@@ -188,11 +188,17 @@ func TestHTTPErrorsAndBrokenStreams(t *testing.T) {
 		}
 		return stub.Fault{}
 	}})
-	res, err := Run(context.Background(), Config{Targets: []string{s.URL + "/"}, Model: "m", Rate: 200,
-		Arrival: Arrival{Process: ArrivalConstant}, Shape: Shape{Input: 8, Output: 4}, Requests: 12})
-	if err != nil {
-		t.Fatal(err)
+	for _, io := range []string{"reactor", "goroutines"} {
+		t.Run("io="+io, func(t *testing.T) {
+			_, res := runIO(t, Config{Targets: []string{s.URL + "/"}, Model: "m", Rate: 200,
+				Arrival: Arrival{Process: ArrivalConstant}, Shape: Shape{Input: 8, Output: 4}, Requests: 12}, io)
+			checkBrokenStreams(t, res)
+		})
 	}
+}
+
+// checkBrokenStreams checks TestHTTPErrorsAndBrokenStreams's records.
+func checkBrokenStreams(t *testing.T, res *Result) {
 	for _, r := range res.Records {
 		var want string
 		switch r.ID % 6 {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"sort"
+	"strconv"
 	"testing"
 )
 
@@ -163,5 +164,24 @@ func TestShapeValidate(t *testing.T) {
 		if (err == nil) != (tc.want == "") || err != nil && err.Error() != tc.want {
 			t.Errorf("Validate(%+v) = %v, want %q", tc.s, err, tc.want)
 		}
+	}
+}
+
+// TestAppendTokenList: the list is what strconv writes, for ids of every
+// length and sign.
+func TestAppendTokenList(t *testing.T) {
+	ids := []int32{0, 7, 10, 99, 1000, 30999, 99999, 100000, 2147483647, -1, -2147483648, 12345}
+	var want []byte
+	for i, id := range ids {
+		if i > 0 {
+			want = append(want, ',')
+		}
+		want = strconv.AppendInt(want, int64(id), 10)
+	}
+	if got := appendTokenList([]byte("x"), ids); string(got) != "x"+string(want) {
+		t.Errorf("got %s, want x%s", got, want)
+	}
+	if got := appendTokenList(nil, nil); len(got) != 0 {
+		t.Errorf("empty list: %q", got)
 	}
 }

@@ -1,0 +1,527 @@
+//go:build linux
+
+package openloop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The reactor: every request over the raw HTTP/1.1 client runs as a
+// coroutine (iter.Pull) driven by one goroutine that waits on an epoll set of
+// all the run's connections. Each request's goroutine used to wake through
+// Go's scheduler for every flushed token and then read the socket twice: once
+// for the token, once more to find it empty. Here a token costs one
+// epoll_wait (shared by the tokens that arrive together), one read(2) and a
+// coroutine switch, with no trip through the scheduler.
+//
+// Connections are registered edge-triggered for EPOLLIN|EPOLLOUT|EPOLLRDHUP.
+// A read that returns less than asked for has emptied the socket, and any
+// byte arriving after it raises a new edge, so the next read waits for one.
+// A FIN or RST that arrived with the last data raises no new edge; the event
+// that reported the data reported it too (EPOLLRDHUP, EPOLLHUP, EPOLLERR),
+// and from then on the connection is read to its end without waiting. (That
+// is why this cannot be done with Go's own netpoller, which does not pass
+// the event mask on: see the README's note on the dropped RawConn attempt.)
+
+// reactor owns the epoll set, the connections in it and the coroutines.
+type reactor struct {
+	epfd, evfd int
+	tfd        int // a timerfd: the open loop's send times (see dispatch)
+
+	mu     sync.Mutex
+	conns  map[int32]*rconn // by epoll id
+	lastID int32
+	inbox  []func()    // requests to start
+	wakes  []*rconn    // connections cancelled by another goroutine
+	quit   bool        // close was asked for
+	sleeps atomic.Bool // the loop is (about to be) in epoll_wait
+
+	// Owned by the loop's goroutine and the coroutines it resumes.
+	cur  *coro     // the coroutine running now
+	idle []*coro   // coroutines that finished their request
+	disp *dispatch // the open loop's sends, when the reactor paces them
+	done chan struct{}
+}
+
+// coro is a coroutine that runs requests, one after another.
+type coro struct {
+	next  func() (struct{}, bool)
+	stop  func()
+	yield func(struct{}) bool
+	fn    func() // the request it runs; nil once it has finished
+}
+
+// Epoll ids of the reactor's own files; connections count from 1.
+const (
+	doorbellID int32 = 0
+	timerID    int32 = -1
+)
+
+// errReactorClosed is the error of a read or write whose coroutine was
+// stopped because the run's reactor closed.
+var errReactorClosed = errors.New("load generator: connection reactor closed")
+
+// newReactor starts a reactor.
+func newReactor() (*reactor, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	// The doorbell is edge-triggered too: every write raises an edge, so it
+	// is never read (its counter cannot reach its limit in a run).
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: doorbellID}); err != nil {
+		unix.Close(evfd)
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll_ctl: %w", err)
+	}
+	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err == nil {
+		err = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, tfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: timerID})
+	}
+	if err != nil {
+		if tfd >= 0 {
+			unix.Close(tfd)
+		}
+		unix.Close(evfd)
+		unix.Close(epfd)
+		return nil, fmt.Errorf("timerfd: %w", err)
+	}
+	re := &reactor{epfd: epfd, evfd: evfd, tfd: tfd, conns: make(map[int32]*rconn), done: make(chan struct{})}
+	go re.loop()
+	return re, nil
+}
+
+// submit runs fn as a coroutine of the reactor. fn may wait only on
+// connections dialled by the reactor (and briefly on locks and buffered
+// channels): it holds the reactor while it runs.
+func (re *reactor) submit(fn func()) {
+	re.mu.Lock()
+	re.inbox = append(re.inbox, fn)
+	re.mu.Unlock()
+	re.ring()
+}
+
+// ring wakes the loop if it waits in epoll_wait. A loop that is awake runs
+// pace again before it waits, so ring also has pace look again.
+func (re *reactor) ring() {
+	if re.sleeps.CompareAndSwap(true, false) {
+		one := [8]byte{1}
+		_, _ = unix.Write(re.evfd, one[:])
+	}
+}
+
+// close stops the loop once the coroutines it runs have finished, and
+// releases the epoll set. The connections must have been closed already.
+func (re *reactor) close() {
+	re.mu.Lock()
+	re.quit = true
+	re.mu.Unlock()
+	re.sleeps.Store(true) // ring even if the loop is awake: it rechecks
+	re.ring()
+	<-re.done
+	unix.Close(re.tfd)
+	unix.Close(re.evfd)
+	unix.Close(re.epfd)
+}
+
+func (re *reactor) loop() {
+	defer close(re.done)
+	// The thread is the reactor's alone, with a timer slack of 1 ns, so
+	// that the timerfd wakes it at the send times asked for (by default the
+	// kernel may defer a timer by 50 µs). Never unlocked: the thread ends
+	// with the loop.
+	runtime.LockOSThread()
+	setTimerSlack()
+	events := make([]unix.EpollEvent, 256)
+	var inbox []func()
+	var wakes []*rconn
+	for {
+		re.mu.Lock()
+		inbox, re.inbox = re.inbox, inbox[:0]
+		wakes, re.wakes = re.wakes, wakes[:0]
+		quit := re.quit
+		if len(inbox) == 0 && len(wakes) == 0 && !quit {
+			re.sleeps.Store(true) // set under mu: a submit after the unlock rings
+		}
+		re.mu.Unlock()
+		for i, fn := range inbox {
+			re.start(fn)
+			inbox[i] = nil
+		}
+		for i, c := range wakes {
+			if w := c.waiter; w != nil {
+				re.resume(w)
+			}
+			wakes[i] = nil
+		}
+		if quit && len(inbox) == 0 && len(wakes) == 0 {
+			for _, co := range re.idle {
+				co.stop()
+			}
+			re.idle = nil
+			return
+		}
+		re.pace()
+		if !re.sleeps.Load() {
+			continue
+		}
+		n, err := unix.EpollWait(re.epfd, events, -1)
+		re.sleeps.Store(false)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			panic(fmt.Sprintf("load generator: epoll_wait: %v", err)) // EBADF/EFAULT/EINVAL: a bug here
+		}
+		re.pace() // a send that is due goes before the streams' bytes are read
+		for _, ev := range events[:n] {
+			if ev.Fd <= 0 {
+				continue // the doorbell or the timer: the loop's next round looks
+			}
+			re.mu.Lock()
+			c := re.conns[ev.Fd]
+			re.mu.Unlock()
+			if c == nil {
+				continue // closed since
+			}
+			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				c.readable = true
+			}
+			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				c.hup = true
+			}
+			if ev.Events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				c.writable = true
+			}
+			if w := c.waiter; w != nil {
+				re.resume(w)
+				re.paceDue()
+			}
+		}
+	}
+}
+
+// start runs fn on an idle coroutine, or a new one.
+func (re *reactor) start(fn func()) {
+	var co *coro
+	if n := len(re.idle); n > 0 {
+		co = re.idle[n-1]
+		re.idle = re.idle[:n-1]
+	} else {
+		co = &coro{}
+		co.next, co.stop = iter.Pull(func(yield func(struct{}) bool) {
+			co.yield = yield
+			for {
+				co.fn()
+				co.fn = nil
+				if !yield(struct{}{}) {
+					return
+				}
+			}
+		})
+	}
+	co.fn = fn
+	re.resume(co)
+}
+
+// resume runs co until it waits or finishes its request.
+func (re *reactor) resume(co *coro) {
+	re.cur = co
+	co.next()
+	re.cur = nil
+	if co.fn == nil {
+		re.idle = append(re.idle, co)
+	}
+}
+
+// register adds fd to the epoll set as a new connection.
+func (re *reactor) register(fd int, raddr net.Addr) (*rconn, error) {
+	re.mu.Lock()
+	re.lastID++
+	if re.lastID <= 0 {
+		re.lastID = 1
+	}
+	for re.conns[re.lastID] != nil {
+		re.lastID++
+	}
+	c := &rconn{re: re, fd: fd, id: re.lastID, raddr: raddr}
+	re.conns[c.id] = c
+	re.mu.Unlock()
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: c.id}
+	if err := unix.EpollCtl(re.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		re.forget(c)
+		return nil, fmt.Errorf("epoll_ctl: %w", err)
+	}
+	return c, nil
+}
+
+func (re *reactor) forget(c *rconn) {
+	re.mu.Lock()
+	delete(re.conns, c.id)
+	re.mu.Unlock()
+}
+
+// dialTimeout bounds a connect, as the net.Dialer of the goroutine path.
+const dialTimeout = 30 * time.Second
+
+// dial connects to ap from a coroutine of the reactor.
+func (re *reactor) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+	raddr := net.TCPAddrFromAddrPort(ap)
+	opErr := func(op string, err error) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Addr: raddr, Err: os.NewSyscallError(op, err)}
+	}
+	family, sa := unix.AF_INET, unix.Sockaddr(&unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()})
+	if ap.Addr().Is6() && !ap.Addr().Is4In6() {
+		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, opErr("socket", err)
+	}
+	// As net.Dialer: no Nagle, keep-alive probes after 30 s idle.
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 30)
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 30)
+	c, err := re.register(fd, raddr)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	err = unix.Connect(fd, sa)
+	if errors.Is(err, unix.EINPROGRESS) {
+		stop := context.AfterFunc(ctx, c.cancel)
+		t := time.AfterFunc(dialTimeout, c.cancel)
+		for err == unix.EINPROGRESS {
+			if c.canceled.Load() {
+				err = os.ErrDeadlineExceeded
+				if ctx.Err() != nil {
+					err = ctx.Err()
+				}
+				break
+			}
+			if c.writable || c.hup {
+				var soerr int
+				if soerr, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && soerr != 0 {
+					err = unix.Errno(soerr)
+				}
+				break
+			}
+			if werr := c.wait(); werr != nil {
+				err = werr
+			}
+		}
+		stop()
+		t.Stop()
+		if err == nil && c.canceled.Load() { // cancelled just as it connected
+			err = ctx.Err()
+			if err == nil {
+				err = os.ErrDeadlineExceeded
+			}
+		}
+	}
+	if err != nil {
+		c.Close()
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			return nil, opErr("connect", errno)
+		}
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: raddr, Err: err}
+	}
+	return c, nil
+}
+
+// rconn is a connection of the reactor. It implements net.Conn for the raw
+// client; its reads and writes wait by yielding their coroutine, so they are
+// called only from the reactor's coroutines (the dispatcher's preWrite calls
+// writeFrom without waiting).
+type rconn struct {
+	re    *reactor
+	fd    int
+	id    int32
+	raddr net.Addr
+
+	// Owned by the reactor's goroutine and coroutines: what the events since
+	// the last read or write said, and the coroutine waiting on them.
+	readable, writable, hup bool
+	waiter                  *coro
+
+	canceled atomic.Bool // a deadline passed (SetDeadline in the past)
+	closed   atomic.Bool
+	timer    *time.Timer // a future deadline
+	timerMu  sync.Mutex
+}
+
+// wait yields the running coroutine until an event or a cancellation on c.
+func (c *rconn) wait() error {
+	co := c.re.cur
+	if co == nil {
+		return errors.New("load generator: a reactor connection used outside the reactor")
+	}
+	c.waiter = co
+	ok := co.yield(struct{}{})
+	c.waiter = nil
+	if !ok {
+		return errReactorClosed
+	}
+	return nil
+}
+
+// cancel makes c's waits and future reads and writes fail with a timeout, as
+// a passed deadline does on a net.Conn.
+func (c *rconn) cancel() {
+	if c.canceled.CompareAndSwap(false, true) {
+		c.re.mu.Lock()
+		c.re.wakes = append(c.re.wakes, c)
+		c.re.mu.Unlock()
+		c.re.ring()
+	}
+}
+
+func (c *rconn) opErr(op string, err error) error {
+	if errno, ok := err.(unix.Errno); ok {
+		err = os.NewSyscallError(op, errno)
+	}
+	return &net.OpError{Op: op, Net: "tcp", Addr: c.raddr, Err: err}
+}
+
+// Read reads what the socket holds, waiting for an event when the last read
+// emptied it.
+func (c *rconn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		if c.canceled.Load() {
+			return 0, c.opErr("read", os.ErrDeadlineExceeded)
+		}
+		if c.readable {
+			n, err := unix.Read(c.fd, p)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				c.readable, c.hup = false, false // (hup with nothing to read: not seen, but do not spin)
+				continue
+			case err != nil:
+				return 0, c.opErr("read", err)
+			case n == 0:
+				return 0, io.EOF
+			}
+			if n < len(p) && !c.hup {
+				c.readable = false
+			}
+			return n, nil
+		}
+		if err := c.wait(); err != nil {
+			return 0, c.opErr("read", err)
+		}
+	}
+}
+
+// writeFrom writes a+b from byte off on; with wait false it writes what
+// the socket takes now and returns. It returns the new offset.
+func (c *rconn) writeFrom(a, b []byte, off int, wait bool) (int, error) {
+	total := len(a) + len(b)
+	for off < total {
+		if c.canceled.Load() {
+			return off, c.opErr("write", os.ErrDeadlineExceeded)
+		}
+		var iov [][]byte
+		if off < len(a) {
+			iov = [][]byte{a[off:], b}
+		} else {
+			iov = [][]byte{b[off-len(a):]}
+		}
+		n, err := unix.Writev(c.fd, iov)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN: // (writable is left alone: only dial reads it, and a
+			// dispatcher that is not the reactor's may be the one writing)
+			if !wait {
+				return off, nil
+			}
+			if werr := c.wait(); werr != nil {
+				return off, c.opErr("write", werr)
+			}
+			continue
+		case err != nil:
+			return off, c.opErr("write", err)
+		}
+		off += n
+	}
+	return off, nil
+}
+
+// Write writes p, waiting for room as needed.
+func (c *rconn) Write(p []byte) (int, error) {
+	n, err := c.writeFrom(nil, p, 0, true)
+	return n, err
+}
+
+// Close removes c from the epoll set and closes it; safe from any goroutine
+// once no coroutine is reading or writing c.
+func (c *rconn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	c.timerMu.Lock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.timerMu.Unlock()
+	c.re.forget(c)
+	return unix.Close(c.fd) // closing the only descriptor removes it from the set
+}
+
+// SetDeadline: a time in the past cancels c's reads and writes (what the
+// raw client uses to cancel a request), a future one does so then, the zero
+// time clears a deadline that has not yet passed.
+func (c *rconn) SetDeadline(t time.Time) error {
+	c.timerMu.Lock()
+	defer c.timerMu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	switch d := time.Until(t); {
+	case t.IsZero():
+		c.canceled.Store(false)
+	case d <= 0:
+		c.cancel()
+	default:
+		c.timer = time.AfterFunc(d, c.cancel)
+	}
+	return nil
+}
+
+// SetReadDeadline is SetDeadline: the client has one deadline per request.
+func (c *rconn) SetReadDeadline(t time.Time) error { return c.SetDeadline(t) }
+
+// SetWriteDeadline is SetDeadline.
+func (c *rconn) SetWriteDeadline(t time.Time) error { return c.SetDeadline(t) }
+
+// LocalAddr is not tracked.
+func (c *rconn) LocalAddr() net.Addr { return nil }
+
+// RemoteAddr is the address dialled.
+func (c *rconn) RemoteAddr() net.Addr { return c.raddr }
