@@ -205,7 +205,7 @@ func (c *client) useReactor(re *reactor) bool {
 	aps := make([]netip.AddrPort, len(c.pools))
 	for i, p := range c.pools {
 		ta, err := net.ResolveTCPAddr("tcp", p.addr)
-		if err != nil {
+		if err != nil || ta.Zone != "" { // (a scoped IPv6 address: left to net.Dialer)
 			return false
 		}
 		aps[i] = ta.AddrPort()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -113,7 +114,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer hc.CloseIdleConnections()
 	r.cl = cl
 	defer cl.close()
-	if cl.raw && !r.noReactor {
+	// The reactor's thread blocks in epoll_wait holding a P until sysmon
+	// takes it back; with one P the other goroutines (the builder, the
+	// sink, cancellations) would wait for that, so it needs two.
+	if cl.raw && !r.noReactor && runtime.GOMAXPROCS(0) >= 2 {
 		if re, err := newReactor(); err == nil {
 			if cl.useReactor(re) {
 				r.re = re
