@@ -12,14 +12,17 @@ import (
 // Metric stays at or below MaxMs, bracketed between rates that hold and
 // rates that do not, each probed rate run once in every one of Blocks
 // blocks. The matrix then has no rates: the search chooses them.
+// The json names are those of the resolved matrix (spec), which sweep.json
+// records and a resumed or exported sweep reads back.
 type Capacity struct {
-	Metric    string  // a latency metric in ms (ttft_p90, e2el_p99, …)
-	MaxMs     float64 // the SLO: Metric ≤ MaxMs
-	Lo, Hi    float64 // the first two rates probed (req/s; multipliers for trace shapes)
-	Tolerance float64 // stop when the bracket's upper end is within (1+Tolerance)× its lower (default 0.05)
-	Blocks    int     // runs per probed rate, one per block (default 3, at least 2: a CI needs two)
-	MaxProbes int     // probed rates per config and shape at most (default 12)
-	Expand    int     // doublings above hi (halvings below lo) the search may try (default 4)
+	Metric    string  `json:"metric"`     // a latency metric in ms (ttft_p90, e2el_p99, …)
+	MaxMs     float64 `json:"max_ms"`     // the SLO: Metric ≤ MaxMs
+	Lo        float64 `json:"lo"`         // the first two rates probed (req/s; multipliers for trace shapes)
+	Hi        float64 `json:"hi"`         // (see Lo)
+	Tolerance float64 `json:"tolerance"`  // stop when the bracket's upper end is within (1+Tolerance)× its lower (default 0.05)
+	Blocks    int     `json:"blocks"`     // runs per probed rate, one per block (default 3, at least 2: a CI needs two)
+	MaxProbes int     `json:"max_probes"` // probed rates per config and shape at most (default 12)
+	Expand    int     `json:"expand"`     // doublings above hi (halvings below lo) the search may try (default 4)
 }
 
 // Capacity defaults.

@@ -1,6 +1,7 @@
 package matrices
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -105,4 +106,22 @@ func FuzzParseCapacity(f *testing.F) {
 			t.Fatalf("Resolved: %v", err)
 		}
 	})
+}
+
+// TestCapacitySpecRoundTrip: the resolved capacity section (spec, part of
+// the matrix hash) reads back into Capacity through its json names, as a
+// resumed or exported sweep reads it from sweep.json.
+func TestCapacitySpecRoundTrip(t *testing.T) {
+	want := Capacity{Metric: "ttft_p90", MaxMs: 250, Lo: 10, Hi: 40, Tolerance: 0.05, Blocks: 3, MaxProbes: 12, Expand: 4}
+	b, err := json.Marshal(want.spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Capacity
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("%s read back as %+v, want %+v", b, got, want)
+	}
 }

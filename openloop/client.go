@@ -195,25 +195,30 @@ func newClient(hc *http.Client, urls []string, clk *clock, timeout time.Duration
 	return c, nil
 }
 
-// useReactor makes the raw client's connections re's, when every target's
-// address resolves (a name is resolved once, here); it reports whether it
-// did.
-func (c *client) useReactor(re *reactor) bool {
-	if !c.raw || re == nil {
-		return false
+// reactorAddrs resolves every target of the raw client for the reactor (a
+// name once, here); false when one does not resolve or is a scoped IPv6
+// address, which are left to net.Dialer.
+func (c *client) reactorAddrs() ([]netip.AddrPort, bool) {
+	if !c.raw {
+		return nil, false
 	}
 	aps := make([]netip.AddrPort, len(c.pools))
 	for i, p := range c.pools {
 		ta, err := net.ResolveTCPAddr("tcp", p.addr)
-		if err != nil || ta.Zone != "" { // (a scoped IPv6 address: left to net.Dialer)
-			return false
+		if err != nil || ta.Zone != "" {
+			return nil, false
 		}
 		aps[i] = ta.AddrPort()
 	}
+	return aps, true
+}
+
+// useReactor makes the raw client's connections re's, to the addresses
+// reactorAddrs gave.
+func (c *client) useReactor(re *reactor, aps []netip.AddrPort) {
 	for i, p := range c.pools {
 		p.re, p.ap = re, aps[i]
 	}
-	return true
 }
 
 // close closes the idle connections; a client is not used after close.
@@ -277,7 +282,7 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 	if c.raw {
 		x := &sc.x
 		*x = h1Exchange{pool: c.pools[t]}
-		if j.pre != nil && j.preErr == nil && j.preSent != 0 {
+		if j.preSent != 0 { // the dispatcher wrote it all
 			rec.SentNs = j.preSent
 		}
 		if err = x.roundTrip(ctx, j, sent); err == nil {

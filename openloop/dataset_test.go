@@ -166,18 +166,7 @@ func FuzzParseShareGPT(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		items, err := ParseShareGPT("f", b)
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "f:") {
-				t.Fatalf("error without file:line: %v", err)
-			}
-			return
-		}
-		lines := 1 + bytes.Count(b, []byte{'\n'})
-		for _, it := range items {
-			if strings.TrimSpace(it.Prompt) == "" || it.Output < 1 || it.Line < 1 || it.Line > lines {
-				t.Fatalf("item %+v from %q", it, b)
-			}
-		}
+		checkParsedItems(t, b, items, err, 1, math.MaxInt)
 	})
 }
 
@@ -192,17 +181,25 @@ func FuzzParseDatasetJSONL(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		items, err := ParseDatasetJSONL("f", bytes.NewReader(b))
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "f:") {
-				t.Fatalf("error without file:line: %v", err)
-			}
-			return
-		}
-		lines := 1 + bytes.Count(b, []byte{'\n'})
-		for _, it := range items {
-			if strings.TrimSpace(it.Prompt) == "" || it.Output < 0 || it.Output > maxTokens || it.Line < 1 || it.Line > lines {
-				t.Fatalf("item %+v from %q", it, b)
-			}
-		}
+		checkParsedItems(t, b, items, err, 0, maxTokens)
 	})
+}
+
+// checkParsedItems is what both prompt-file fuzzers require of a parse of b
+// (file name "f"): an error names the file and line; every item has a
+// prompt, an output count in [minOutput, maxOutput] and a line of b.
+func checkParsedItems(t *testing.T, b []byte, items []DatasetItem, err error, minOutput, maxOutput int) {
+	t.Helper()
+	if err != nil {
+		if !strings.HasPrefix(err.Error(), "f:") {
+			t.Fatalf("error without file:line: %v", err)
+		}
+		return
+	}
+	lines := 1 + bytes.Count(b, []byte{'\n'})
+	for _, it := range items {
+		if strings.TrimSpace(it.Prompt) == "" || it.Output < minOutput || it.Output > maxOutput || it.Line < 1 || it.Line > lines {
+			t.Fatalf("item %+v from %q", it, b)
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package openloop
 
 import (
-	"fmt"
 	"runtime"
 )
 
@@ -28,7 +27,6 @@ func (r *runner) runOpen() {
 	p := newPacer(&r.clk, r.stopCh, &r.stopped, r.mode)
 	defer p.close()
 	defer p.lockThread()()
-	maxInflight := int64(r.cfg.AbortIf.MaxInflight)
 	for batch := range jobs {
 		for _, j := range batch {
 			if !p.wait(j.sched) {
@@ -38,8 +36,7 @@ func (r *runner) runOpen() {
 				r.enterMeasure()
 			}
 			r.launch(j, nil)
-			if maxInflight > 0 && r.inflight.Load() > maxInflight {
-				r.abort(AbortOverload, fmt.Sprintf("more than %d requests in flight", maxInflight))
+			if r.overInflight() {
 				return
 			}
 			// A pacer that parks (timerfd) frees this P for the new request's

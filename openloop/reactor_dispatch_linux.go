@@ -3,7 +3,6 @@
 package openloop
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -38,7 +37,10 @@ const jobPoll = 100 * time.Microsecond
 // or d.stop was set (and the reactor rung).
 func (re *reactor) dispatch(clk *clock, jobs <-chan []*job, gate, send func(j *job) bool) *dispatch {
 	d := &dispatch{jobs: jobs, send: send, gate: gate, done: make(chan struct{}), clk: clk}
-	re.submit(func() { re.disp = d })
+	re.mu.Lock()
+	re.newDisp = d
+	re.mu.Unlock()
+	re.ring()
 	return d
 }
 
@@ -73,17 +75,12 @@ func (r *runner) runOpenReactor(jobs <-chan []*job) (spent bool) {
 		}()
 		return false
 	}
-	maxInflight := int64(r.cfg.AbortIf.MaxInflight)
 	send := func(j *job) bool {
 		if r.stopped.Load() {
 			return false
 		}
 		r.re.start(r.launchFunc(j, nil))
-		if maxInflight > 0 && r.inflight.Load() > maxInflight {
-			r.abort(AbortOverload, fmt.Sprintf("more than %d requests in flight", maxInflight))
-			return false
-		}
-		return true
+		return !r.overInflight()
 	}
 	d := r.re.dispatch(&r.clk, jobs, gate, send)
 	select {

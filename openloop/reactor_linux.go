@@ -41,13 +41,14 @@ type reactor struct {
 	epfd, evfd int
 	tfd        int // a timerfd: the open loop's send times (see dispatch)
 
-	mu     sync.Mutex
-	conns  map[int32]*rconn // by epoll id
-	lastID int32
-	inbox  []func()    // requests to start
-	wakes  []*rconn    // connections cancelled by another goroutine
-	quit   bool        // close was asked for
-	sleeps atomic.Bool // the loop is (about to be) in epoll_wait
+	mu      sync.Mutex
+	conns   map[int32]*rconn // by epoll id
+	lastID  int32
+	inbox   []func()    // requests to start
+	wakes   []*rconn    // connections cancelled by another goroutine
+	quit    bool        // close was asked for
+	newDisp *dispatch   // a dispatch for the loop to take over (see dispatch)
+	sleeps  atomic.Bool // the loop is (about to be) in epoll_wait
 
 	// Owned by the loop's goroutine and the coroutines it resumes.
 	cur  *coro     // the coroutine running now
@@ -151,6 +152,7 @@ func (re *reactor) loop() {
 	runtime.LockOSThread()
 	setTimerSlack()
 	events := make([]unix.EpollEvent, 256)
+	var ready []readyConn
 	var inbox []func()
 	var wakes []*rconn
 	for {
@@ -158,6 +160,9 @@ func (re *reactor) loop() {
 		inbox, re.inbox = re.inbox, inbox[:0]
 		wakes, re.wakes = re.wakes, wakes[:0]
 		quit := re.quit
+		if re.newDisp != nil {
+			re.disp, re.newDisp = re.newDisp, nil
+		}
 		if len(inbox) == 0 && len(wakes) == 0 && !quit {
 			re.sleeps.Store(true) // set under mu: a submit after the unlock rings
 		}
@@ -192,23 +197,28 @@ func (re *reactor) loop() {
 			panic(fmt.Sprintf("load generator: epoll_wait: %v", err)) // EBADF/EFAULT/EINVAL: a bug here
 		}
 		re.pace() // a send that is due goes before the streams' bytes are read
+		// The connections the events name, under one lock a batch. The
+		// doorbell and the timer (ids ≤ 0) need nothing: the loop's next
+		// round looks at the inbox and the dispatch. A connection closed
+		// since the wait is gone from conns; one that a coroutine closes
+		// later in the batch has no waiter, so its flags are set for nothing.
+		ready = ready[:0]
+		re.mu.Lock()
 		for _, ev := range events[:n] {
-			if ev.Fd <= 0 {
-				continue // the doorbell or the timer: the loop's next round looks
+			if c := re.conns[ev.Fd]; ev.Fd > 0 && c != nil {
+				ready = append(ready, readyConn{c, ev.Events})
 			}
-			re.mu.Lock()
-			c := re.conns[ev.Fd]
-			re.mu.Unlock()
-			if c == nil {
-				continue // closed since
-			}
-			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		}
+		re.mu.Unlock()
+		for _, rc := range ready {
+			c, ev := rc.c, rc.ev
+			if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				c.readable = true
 			}
-			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				c.hup = true
 			}
-			if ev.Events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			if ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				c.writable = true
 			}
 			if w := c.waiter; w != nil {
@@ -217,6 +227,12 @@ func (re *reactor) loop() {
 			}
 		}
 	}
+}
+
+// readyConn is a connection and the events epoll reported on it.
+type readyConn struct {
+	c  *rconn
+	ev uint32
 }
 
 // start runs fn on an idle coroutine, or a new one.
@@ -366,8 +382,6 @@ type rconn struct {
 
 	canceled atomic.Bool // a deadline passed (SetDeadline in the past)
 	closed   atomic.Bool
-	timer    *time.Timer // a future deadline
-	timerMu  sync.Mutex
 }
 
 // wait yields the running coroutine until an event or a cancellation on c.
@@ -484,32 +498,24 @@ func (c *rconn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.timerMu.Lock()
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-	c.timerMu.Unlock()
 	c.re.forget(c)
 	return unix.Close(c.fd) // closing the only descriptor removes it from the set
 }
 
+// errFutureDeadline: the raw client sets deadlines only to cancel (a time
+// in the past); request timeouts are contexts.
+var errFutureDeadline = errors.New("load generator: a reactor connection takes no future deadline")
+
 // SetDeadline: a time in the past cancels c's reads and writes (what the
-// raw client uses to cancel a request), a future one does so then, the zero
-// time clears a deadline that has not yet passed.
+// raw client does to cancel a request); the zero time clears that.
 func (c *rconn) SetDeadline(t time.Time) error {
-	c.timerMu.Lock()
-	defer c.timerMu.Unlock()
-	if c.timer != nil {
-		c.timer.Stop()
-		c.timer = nil
-	}
-	switch d := time.Until(t); {
+	switch {
 	case t.IsZero():
 		c.canceled.Store(false)
-	case d <= 0:
+	case time.Until(t) <= 0:
 		c.cancel()
 	default:
-		c.timer = time.AfterFunc(d, c.cancel)
+		return errFutureDeadline
 	}
 	return nil
 }

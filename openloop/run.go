@@ -117,11 +117,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	// The reactor's thread blocks in epoll_wait holding a P until sysmon
 	// takes it back; with one P the other goroutines (the builder, the
 	// sink, cancellations) would wait for that, so it needs two.
-	if cl.raw && !r.noReactor && runtime.GOMAXPROCS(0) >= 2 {
+	if aps, ok := cl.reactorAddrs(); ok && !r.noReactor && runtime.GOMAXPROCS(0) >= 2 {
 		if re, err := newReactor(); err == nil {
-			if cl.useReactor(re) {
-				r.re = re
-			}
+			cl.useReactor(re, aps)
+			r.re = re
 			defer re.close() // after the requests (drain waits for them)
 		}
 	}
@@ -281,6 +280,18 @@ func (r *runner) launchFunc(j *job, after func()) func() {
 	}
 }
 
+// overInflight aborts the run, and reports true, when more than
+// AbortIf.MaxInflight requests are in flight (the open loop's check after
+// each send).
+func (r *runner) overInflight() bool {
+	m := int64(r.cfg.AbortIf.MaxInflight)
+	if m > 0 && r.inflight.Load() > m {
+		r.abort(AbortOverload, fmt.Sprintf("more than %d requests in flight", m))
+		return true
+	}
+	return false
+}
+
 // executeWait is execute for a caller that waits for the record (a trace
 // session): on the reactor when there is one.
 func (r *runner) executeWait(j *job) *Record {
@@ -348,13 +359,9 @@ func (r *runner) expectedRecords() int {
 	c := &r.cfg
 	n := float64(c.Requests)
 	if n == 0 {
-		n = c.Rate * c.Duration.Seconds()
+		n = c.Rate * c.Duration.Seconds() // both validated finite and ≥ 0
 	}
-	if !(n >= 0) { // NaN too
-		n = 0
-	}
-	n = min(n, 1<<16)
-	return min(int(n)+max(c.Warmup, 0)+64, 1<<16)
+	return min(int(min(n, 1<<16))+c.Warmup+64, 1<<16)
 }
 
 // drain waits for the requests in flight, up to the drain timeout.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -253,5 +254,24 @@ func BenchmarkSSEParse(b *testing.B) {
 		if err := c.scan(d); err != nil || !c.text {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestKeyOfNames: every name keyOf knows maps to its index, written plainly
+// (the switch) and with an escape (keyIs over keyNames), so the two lists
+// cannot drift apart.
+func TestKeyOfNames(t *testing.T) {
+	for k := kChoices; k < len(keyNames); k++ {
+		name := keyNames[k]
+		escaped := fmt.Sprintf(`\u%04x`, name[0]) + name[1:]
+		if got := keyOf([]byte(name)); got != k {
+			t.Errorf("keyOf(%q) = %d, want %d", name, got, k)
+		}
+		if got := keyOf([]byte(escaped)); got != k {
+			t.Errorf("keyOf(%q) = %d, want %d", escaped, got, k)
+		}
+	}
+	if got := keyOf([]byte("id")); got != kOther {
+		t.Errorf(`keyOf("id") = %d, want kOther`, got)
 	}
 }

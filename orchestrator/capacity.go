@@ -286,31 +286,19 @@ type recordedCapacity struct {
 	shapes     []string
 }
 
-// recordedCapacityOf reads the capacity section from st's resolved matrix;
-// nil (and no error) for a fixed-rate sweep.
+// recordedCapacityOf reads the capacity section from st's resolved matrix,
+// with the method (baseline, confidence) as resolvedMethod reads it; nil
+// (and no error) for a fixed-rate sweep.
 func recordedCapacityOf(st *SweepState) (*recordedCapacity, error) {
+	if len(st.Resolved) == 0 {
+		return nil, nil // resolvedMethod reports it
+	}
 	var r struct {
-		Capacity *struct {
-			Metric    string  `json:"metric"`
-			MaxMs     float64 `json:"max_ms"`
-			Lo        float64 `json:"lo"`
-			Hi        float64 `json:"hi"`
-			Tolerance float64 `json:"tolerance"`
-			Blocks    int     `json:"blocks"`
-			MaxProbes int     `json:"max_probes"`
-			Expand    int     `json:"expand"`
-		} `json:"capacity"`
-		Baseline string `json:"baseline"`
-		Repeat   struct {
-			Confidence float64 `json:"confidence"`
-		} `json:"repeat"`
-		ConfigOrder []string `json:"config_order"`
+		Capacity    *matrices.Capacity `json:"capacity"`
+		ConfigOrder []string           `json:"config_order"`
 		Shapes      []struct {
 			Name string `json:"name"`
 		} `json:"shapes"`
-	}
-	if len(st.Resolved) == 0 {
-		return nil, nil // resolvedMethod reports it
 	}
 	if err := json.Unmarshal(st.Resolved, &r); err != nil {
 		return nil, fmt.Errorf("sweep.json: resolved matrix: %w", err)
@@ -318,13 +306,11 @@ func recordedCapacityOf(st *SweepState) (*recordedCapacity, error) {
 	if r.Capacity == nil {
 		return nil, nil
 	}
-	c := r.Capacity
-	rc := &recordedCapacity{Capacity: &matrices.Capacity{Metric: c.Metric, MaxMs: c.MaxMs, Lo: c.Lo, Hi: c.Hi,
-		Tolerance: c.Tolerance, Blocks: c.Blocks, MaxProbes: c.MaxProbes, Expand: c.Expand},
-		confidence: r.Repeat.Confidence, baseline: r.Baseline, configs: r.ConfigOrder}
-	if rc.confidence == 0 {
-		rc.confidence = 0.95
+	rm, err := resolvedMethod(st)
+	if err != nil {
+		return nil, err
 	}
+	rc := &recordedCapacity{Capacity: r.Capacity, confidence: rm.Repeat.Confidence, baseline: rm.Baseline, configs: r.ConfigOrder}
 	for _, sh := range r.Shapes {
 		rc.shapes = append(rc.shapes, sh.Name)
 	}

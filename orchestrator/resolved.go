@@ -5,9 +5,6 @@ import (
 	"fmt"
 )
 
-// resolvedBasics reads the baseline, compared metrics and confidence from
-// the resolved matrix recorded in sweep.json, for exports made where the
-// matrix file is gone.
 // recordedMethod is what export needs of the matrix as the sweep recorded
 // it in sweep.json: the baseline, the compared metrics and the stopping
 // rule's metric, target and confidence.

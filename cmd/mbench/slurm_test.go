@@ -202,6 +202,26 @@ func engineGPUs(t *testing.T, state string) map[string]bool {
 	return seen
 }
 
+// killAndResume kills the sweep c with SIGKILL once it has journaled a run,
+// checks that the allocation it recorded outlives it, resumes the sweep in
+// out, waits up to limit for the resume to finish and checks that it
+// reused that allocation; it returns the allocation's job id.
+func killAndResume(t *testing.T, c *mbenchChild, dir, out string, limit time.Duration) string {
+	t.Helper()
+	waitJournaled(t, c, out)
+	c.kill()
+	job := slurmJob(out)
+	if job == "" || jobState(t, job) != "RUNNING" {
+		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING:\n%s", job, jobState(t, job), c.output())
+	}
+	r := startMbench(t, dir, "resume", out)
+	mustFinish(t, r, limit)
+	if !strings.Contains(r.output(), "reusing slurm job "+job) {
+		t.Errorf("resume did not reuse allocation %s:\n%s", job, r.output())
+	}
+	return job
+}
+
 // TestSlurmSweepKill9Resume runs a sim sweep through Slurm: one allocation,
 // two engine steps per run each bound to its own GPU by Slurm, steps
 // cancelled between runs (never more than two listed); mbench is killed
@@ -211,18 +231,8 @@ func TestSlurmSweepKill9Resume(t *testing.T) {
 	requireSlurm(t)
 	c, dir, out := startSlurmSweep(t, "slurm-kill9", "4")
 	most, stop := watchSteps(t, func() string { return slurmJob(out) })
-	waitJournaled(t, c, out)
-	c.kill()
-	job := slurmJob(out)
-	if job == "" || jobState(t, job) != "RUNNING" {
-		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING", job, jobState(t, job))
-	}
-	r := startMbench(t, dir, "resume", out)
-	mustFinish(t, r, 120*time.Second)
+	job := killAndResume(t, c, dir, out, 120*time.Second)
 	stop()
-	if !strings.Contains(r.output(), "reusing slurm job "+job) {
-		t.Errorf("resume did not reuse allocation %s:\n%s", job, r.output())
-	}
 	jobs := journalJobs(t, out)
 	if len(jobs) != 4 {
 		t.Fatalf("%d runs journaled, want 4", len(jobs))
@@ -397,18 +407,8 @@ func TestSlurmSweepOverSSH(t *testing.T) {
 		}
 	})
 	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
-	waitJournaled(t, c, out)
-	c.kill()
-	job := slurmJob(out)
-	if job == "" || jobState(t, job) != "RUNNING" {
-		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING:\n%s", job, jobState(t, job), c.output())
-	}
-	r := startMbench(t, dir, "resume", out)
-	mustFinish(t, r, 150*time.Second)
+	job := killAndResume(t, c, dir, out, 150*time.Second)
 	stop()
-	if !strings.Contains(r.output(), "reusing slurm job "+job) {
-		t.Errorf("resume did not reuse allocation %s over ssh:\n%s", job, r.output())
-	}
 	jobs := journalJobs(t, out)
 	if len(jobs) != 3 || slices.ContainsFunc(jobs, func(j string) bool { return j != job }) {
 		t.Errorf("runs ran in slurm jobs %v, want all three in %s", jobs, job)
