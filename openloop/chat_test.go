@@ -12,9 +12,10 @@ import (
 
 // TestChatTTFTAgainstStub: the chat endpoint against a stub that streams
 // vLLM's chat chunks with a 40 ms first-token delay: the role chunk (empty
-// content) is not a token, so the client's TTFT matches the injected delay
-// and the stub's own first flush within 1 ms (median); output tokens come
-// from usage, input tokens from usage.prompt_tokens (the words sent).
+// content) is not a token, so the client's TTFT matches the stub's own
+// first flush within 1 ms (median) and is never below the injected delay;
+// output tokens come from usage, input tokens from usage.prompt_tokens (the
+// words sent).
 func TestChatTTFTAgainstStub(t *testing.T) {
 	const first, gap, tokens, input = 40 * time.Millisecond, 5 * time.Millisecond, 4, 24
 	s := startStub(t, stub.Options{FirstToken: first, Gap: gap, Precise: true})
@@ -39,7 +40,10 @@ func TestChatTTFTAgainstStub(t *testing.T) {
 			errs = append(errs, absDur(r.TTFT()-truth[strconv.Itoa(r.ID)]))
 		}
 		med, e := medianDur(ttfts), medianDur(errs)
-		if absDur(med-first) <= time.Millisecond && e <= time.Millisecond {
+		// Against the stub's own first flush within 1 ms, and never below
+		// the injected delay: the stub's lateness on a busy machine is not
+		// the client's.
+		if med >= first-time.Millisecond && e <= time.Millisecond {
 			return
 		}
 		last = "TTFT median " + med.String() + ", error vs stub " + e.String()
