@@ -54,6 +54,7 @@ type Record struct {
 	UsageMissing bool       `json:"usage_missing,omitempty"`
 	// UsageMissing is set when the stream had no usage chunk and
 	// OutputTokens counts content chunks instead.
+	MaxTokens int `json:"max_tokens,omitempty"` // the max_tokens (= min_tokens, with ignore_eos) the request asked for
 }
 
 // OK reports whether the request completed successfully.
@@ -145,6 +146,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	if r.UsageMissing {
 		b = append(b, `,"usage_missing":true`...)
+	}
+	if r.MaxTokens != 0 {
+		b = appendIntField(b, "max_tokens", int64(r.MaxTokens))
 	}
 	return append(b, '}')
 }
@@ -275,8 +279,8 @@ func (r *Record) validate() error {
 	if r.LastTokenNs != 0 && r.LastTokenNs < r.FirstTokenNs {
 		return fmt.Errorf("last_token_ns: %d is before first_token_ns %d", r.LastTokenNs, r.FirstTokenNs)
 	}
-	if r.InputTokens < 0 || r.OutputTokens < 0 {
-		return fmt.Errorf("input_tokens/output_tokens: must be ≥ 0, got %d/%d", r.InputTokens, r.OutputTokens)
+	if r.InputTokens < 0 || r.OutputTokens < 0 || r.MaxTokens < 0 {
+		return fmt.Errorf("input_tokens/output_tokens/max_tokens: must be ≥ 0, got %d/%d/%d", r.InputTokens, r.OutputTokens, r.MaxTokens)
 	}
 	if r.ErrorClass != "" && !r.ErrorClass.Valid() {
 		_, err := ParseErrorClass(string(r.ErrorClass))

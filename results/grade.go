@@ -52,21 +52,14 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 		}
 		why = append(why, "run aborted early ("+r+")")
 	}
-	// thr_ratio judges only a window in which enough requests were offered
-	// to be judged: at rate 1e-9 nothing is offered, nothing completes, and
-	// the run is incomplete, not saturated. Nor is an engine that completes
-	// nothing at all (it hangs): a saturated engine still completes requests,
-	// fewer than were offered.
-	offeredInWindow := 0.0
-	if s.ThrRatio != nil && s.Duration > 0 {
-		r := s.OfferedRate
-		if s.OfferedRealized != nil {
-			r = *s.OfferedRealized
-		}
-		offeredInWindow = r * s.Duration
-	}
-	if s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && offeredInWindow >= SaturationMinOffered && s.Completed > 0 {
-		why = append(why, fmt.Sprintf("thr_ratio %.3f < %.1f: the engine completed fewer requests than were offered", *s.ThrRatio, SaturationThrRatio))
+	// thr_ratio judges only a run with enough requests to judge: at rate
+	// 1e-9 nothing is offered, nothing completes, and the run is
+	// incomplete, not saturated. Nor is an engine that completes nothing at
+	// all (it hangs): a saturated engine still completes requests, fewer
+	// than were offered.
+	if cut := harnessCutCount(s.Errors); s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && s.Completed+cut >= SaturationMinOffered && s.Completed > 0 {
+		why = append(why, fmt.Sprintf("thr_ratio %.3f < %.1f: the engine completed %d of the %d measured requests it did not fail; %d were still in flight when the run ended (%s)",
+			*s.ThrRatio, SaturationThrRatio, s.Completed, s.Completed+cut, cut, cutBreakdown(s.Errors)))
 	}
 	if tr, ok := stats.FitTrend(x, y); ok {
 		s.TTFTSlopeMsPerS, s.TTFTSlopeP = ptr(tr.Slope), ptr(tr.P)
@@ -109,6 +102,29 @@ func quarterMedians(x, y []float64) (first, last float64) {
 	sort.Float64s(a)
 	sort.Float64s(b)
 	return stats.PercentileSorted(a, 50), stats.PercentileSorted(b, 50)
+}
+
+// harnessCutCount is the number of failed requests the harness cut off.
+func harnessCutCount(errs map[string]int) int {
+	n := 0
+	for class, k := range errs {
+		if harnessCut(class) {
+			n += k
+		}
+	}
+	return n
+}
+
+// cutBreakdown is "12 drained, 1 canceled": the requests the harness cut
+// off, by class.
+func cutBreakdown(errs map[string]int) string {
+	m := map[string]int{}
+	for class, k := range errs {
+		if harnessCut(class) {
+			m[class] = k
+		}
+	}
+	return errorBreakdown(m)
 }
 
 // errorClass is the class of a failed record: its error_class, or, for a

@@ -63,7 +63,7 @@ func TestDecide(t *testing.T) {
 		{"nothing completed", func(in *RunInput) {
 			in.Records = nil
 			in.Policy.MinCompleted = 0
-		}, VerdictIncomplete, "no measured request completed"},
+		}, VerdictIncomplete, "no measured request was sent"},
 		{"rate 1e-9: nothing offered, nothing completed", func(in *RunInput) {
 			in.Records, in.Offered, in.Rate = nil, 1e-9, 1e-9
 			in.WindowEnd = in.WindowStart.Add(30 * time.Second)
