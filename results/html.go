@@ -187,7 +187,7 @@ func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Rep
 			row.Values = append(row.Values, cellValue(c.Sum.Metrics[m.Key], m))
 		}
 		pg.Cells = append(pg.Cells, row)
-		if m, ok := c.Sum.Metrics["p90_ttft_ms"]; ok && m.Mean != nil {
+		if m, ok := c.plotted("p90_ttft_ms"); ok {
 			data.TTFT = append(data.TTFT, htmlPoint{htmlCellKey: keyOf(c),
 				Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.saturated()})
 		}
