@@ -87,26 +87,10 @@ func startClosingServer(t *testing.T, cs *closingServer) *closingServer {
 	t.Logf("closing server seed %d", seed)
 	cs.rng = rand.New(rand.NewPCG(seed, 33))
 	cs.handled, cs.cut = map[string]int{}, map[string]bool{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			cs.conns.Add(1)
-			wg.Add(1)
-			go func() { defer wg.Done(); cs.serve(c.(*net.TCPConn)) }()
-		}
-	}()
-	cs.url = "http://" + ln.Addr().String()
+	cs.url = rawServer(t, net.ListenConfig{}, func(c net.Conn) {
+		cs.conns.Add(1)
+		cs.serve(c.(*net.TCPConn))
+	})
 	return cs
 }
 
