@@ -199,34 +199,38 @@ func renderClientLimited(b *strings.Builder, v *reportView) {
 // renderProblems lists missing cells, missing blocks, failed runs and
 // warnings.
 func renderProblems(b *strings.Builder, v *reportView) {
+	lines := problemLines(v)
+	if len(lines) == 0 {
+		collapsed(b, "Runs that are not results, and missing cells", "none: every cell has a usable run in every block.")
+		return
+	}
+	b.WriteString("## Runs that are not results, and missing cells\n\n- ")
+	b.WriteString(strings.Join(lines, "\n- ") + "\n\n")
+}
+
+// problemLines are the missing cells and blocks, every run that is not a
+// result with its reason, and the export's warnings, one line each.
+func problemLines(v *reportView) []string {
 	var lines []string
 	for _, c := range v.ordered {
 		id := fmt.Sprintf("%s (%s, rate=%g, %s)", c.Info.ID, c.Info.Config, c.Info.Rate, c.Info.Shape)
 		switch {
 		case c.Sum.NRuns == 0:
-			lines = append(lines, fmt.Sprintf("- cell %s: **missing** — no usable run", id))
+			lines = append(lines, fmt.Sprintf("cell %s: **missing** — no usable run", id))
 		case len(c.Sum.MissingBlocks) > 0:
 			bs := make([]string, len(c.Sum.MissingBlocks))
 			for i, x := range c.Sum.MissingBlocks {
 				bs[i] = fmt.Sprint(x)
 			}
-			lines = append(lines, fmt.Sprintf("- cell %s: no usable run in block %s", id, strings.Join(bs, ", ")))
+			lines = append(lines, fmt.Sprintf("cell %s: no usable run in block %s", id, strings.Join(bs, ", ")))
 		}
 		for _, r := range c.Sum.Runs {
 			if !r.Used {
-				lines = append(lines, fmt.Sprintf("- run %s b%d: **%s** — %s", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded")))
+				lines = append(lines, fmt.Sprintf("run %s b%d: **%s** — %s", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded")))
 			}
 		}
 	}
-	for _, w := range v.rep.Warnings {
-		lines = append(lines, "- "+w)
-	}
-	if len(lines) == 0 {
-		collapsed(b, "Runs that are not results, and missing cells", "none: every cell has a usable run in every block.")
-		return
-	}
-	b.WriteString("## Runs that are not results, and missing cells\n\n")
-	b.WriteString(strings.Join(lines, "\n") + "\n\n")
+	return append(lines, v.rep.Warnings...)
 }
 
 // anyCellHas reports whether some cell's summary has the metric key.
