@@ -56,41 +56,29 @@ func (vc VerdictCounts) Total() int {
 	return n
 }
 
-// renderVerdicts writes the verdict section: counts, the rule, and the
-// failed requests of every run by class.
-func renderVerdicts(b *strings.Builder, ordered []*cellData) {
-	b.WriteString("## Run verdicts\n\n")
+// renderVerdicts writes the verdict section: counts, and the failed
+// requests of every run by class; one line when every run is ok and no
+// measured request failed.
+func renderVerdicts(b *strings.Builder, v *reportView) {
 	counts := VerdictCounts{}
-	for _, c := range ordered {
+	for _, c := range v.ordered {
 		for _, r := range c.Runs {
 			counts[r.Ref.Status]++
 		}
 	}
+	rows, classes := errorRows(v.ordered)
+	marks := usageMarks(v.ordered)
+	if len(rows) == 0 && len(marks) == 0 && counts[VerdictOK] == counts.Total() {
+		collapsed(b, "Run verdicts", "%d runs: %s; no measured request failed.", counts.Total(), counts)
+		return
+	}
+	b.WriteString("## Run verdicts\n\n")
 	fmt.Fprintf(b, "%d runs: %s. (The rule is in the Method section.)\n\n", counts.Total(), counts)
-	renderUsageMarks(b, ordered)
-	byClass := map[string]int{}
-	type row struct {
-		cell  *cellData
-		run   *runData
-		count map[string]int
-	}
-	var rows []row
-	for _, c := range ordered {
-		for _, r := range c.Runs {
-			if r.Sum == nil || len(r.Sum.Errors) == 0 {
-				continue
-			}
-			rows = append(rows, row{c, r, r.Sum.Errors})
-			for k, n := range r.Sum.Errors {
-				byClass[k] += n
-			}
-		}
-	}
+	renderUsageMarks(b, marks)
 	if len(rows) == 0 {
 		b.WriteString("No measured request failed.\n\n")
 		return
 	}
-	classes := classOrder(byClass)
 	b.WriteString("### Failed requests by class\n\n| Cell | Config | Rate | Block | Verdict |")
 	for _, k := range classes {
 		fmt.Fprintf(b, " %s |", k)
@@ -99,11 +87,36 @@ func renderVerdicts(b *strings.Builder, ordered []*cellData) {
 	for _, r := range rows {
 		fmt.Fprintf(b, "| %s | %s | %g | %d | %s |", r.cell.Info.ID, r.cell.Info.Config, r.cell.Info.Rate, r.run.Ref.Block, r.run.Ref.Status)
 		for _, k := range classes {
-			fmt.Fprintf(b, " %d |", r.count[k])
+			fmt.Fprintf(b, " %d |", r.run.Sum.Errors[k])
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
+}
+
+// errorRow is a run with failed measured requests.
+type errorRow struct {
+	cell *cellData
+	run  *runData
+}
+
+// errorRows lists the runs with failed measured requests, in table order,
+// and the error classes present among them.
+func errorRows(ordered []*cellData) ([]errorRow, []string) {
+	byClass := map[string]int{}
+	var rows []errorRow
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if r.Sum == nil || len(r.Sum.Errors) == 0 {
+				continue
+			}
+			rows = append(rows, errorRow{c, r})
+			for k, n := range r.Sum.Errors {
+				byClass[k] += n
+			}
+		}
+	}
+	return rows, classOrder(byClass)
 }
 
 // classOrder is the classes present, in openloop.ErrorClasses order, then
@@ -167,14 +180,14 @@ func blockMismatch(ordered []*cellData, configs []string, shape string, rate flo
 	if same {
 		return ""
 	}
-	return fmt.Sprintf("‡ rate=%g (%s): the configs' usable runs come from different blocks (%s); each mean is over its own blocks, and each comparison below uses only the blocks both sides have.",
+	return fmt.Sprintf("‡ rate=%g (%s): the configs' usable runs come from different blocks (%s); each mean is over its own blocks, and each comparison uses only the blocks both sides have.",
 		rate, shape, strings.Join(parts, "; "))
 }
 
-// renderUsageMarks lists the runs whose completed requests' token counts
-// the streams did not vouch for (RunSummary.UsageMissing, ShortOutputs):
-// their verdicts stand, and what rests on the counts is said.
-func renderUsageMarks(b *strings.Builder, ordered []*cellData) {
+// usageMarks are the lines for the runs whose completed requests' token
+// counts the streams did not vouch for (RunSummary.UsageMissing,
+// ShortOutputs): their verdicts stand, and what rests on the counts is said.
+func usageMarks(ordered []*cellData) []string {
 	var lines []string
 	for _, c := range ordered {
 		for _, r := range c.Runs {
@@ -192,6 +205,11 @@ func renderUsageMarks(b *strings.Builder, ordered []*cellData) {
 			}
 		}
 	}
+	return lines
+}
+
+// renderUsageMarks writes the lines of usageMarks under their heading.
+func renderUsageMarks(b *strings.Builder, lines []string) {
 	if len(lines) == 0 {
 		return
 	}
