@@ -57,17 +57,17 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	// incomplete, not saturated. Nor is an engine that completes nothing at
 	// all (it hangs): a saturated engine still completes requests, fewer
 	// than were offered.
-	if cut := harnessCutCount(s.Errors); s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && s.Completed+cut >= SaturationMinOffered && s.Completed > 0 {
-		why = append(why, fmt.Sprintf("thr_ratio %.3f < %.1f: the engine completed %d of the %d measured requests it did not fail; %d were still in flight when the run ended (%s)",
-			*s.ThrRatio, SaturationThrRatio, s.Completed, s.Completed+cut, cut, cutBreakdown(s.Errors)))
+	if n := s.Completed + s.CutWaiting; s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && n >= SaturationMinOffered && s.Completed > 0 {
+		why = append(why, fmt.Sprintf("thr_ratio %.3f < %.1f: %d measured requests were still waiting for their first token when the run ended, against %d completed",
+			*s.ThrRatio, SaturationThrRatio, s.CutWaiting, s.Completed))
 	}
 	if tr, ok := stats.FitTrend(x, y); ok {
 		s.TTFTSlopeMsPerS, s.TTFTSlopeP = ptr(tr.Slope), ptr(tr.P)
 		med := stats.PercentileSorted(ttftSorted, 50)
 		rise := tr.Slope * tr.Span
 		first, last := quarterMedians(x, y)
-		if tr.P < TrendAlpha && rise > TrendMinRise*med && last-first > TrendMinRise*med {
-			why = append(why, fmt.Sprintf("TTFT rises through the window: +%.0f ms over %.0f s (slope %.3g ms/s, p=%.2g), more than half the median TTFT %.0f ms, and the last quarter's median TTFT %.0f ms is that far above the first quarter's %.0f ms", rise, tr.Span, tr.Slope, tr.P, med, last, first))
+		if floor := max(TrendMinRise*med, TrendMinRiseMs); tr.P < TrendAlpha && rise > floor && last-first > floor {
+			why = append(why, fmt.Sprintf("TTFT rises through the window: +%.3g ms over %.0f s (slope %.3g ms/s, p=%.2g), more than half the median TTFT %.3g ms (and %g ms), and the last quarter's median TTFT %.3g ms is that far above the first quarter's %.3g ms", rise, tr.Span, tr.Slope, tr.P, med, TrendMinRiseMs, last, first))
 		}
 	}
 	if len(why) > 0 {
@@ -102,29 +102,6 @@ func quarterMedians(x, y []float64) (first, last float64) {
 	sort.Float64s(a)
 	sort.Float64s(b)
 	return stats.PercentileSorted(a, 50), stats.PercentileSorted(b, 50)
-}
-
-// harnessCutCount is the number of failed requests the harness cut off.
-func harnessCutCount(errs map[string]int) int {
-	n := 0
-	for class, k := range errs {
-		if harnessCut(class) {
-			n += k
-		}
-	}
-	return n
-}
-
-// cutBreakdown is "12 drained, 1 canceled": the requests the harness cut
-// off, by class.
-func cutBreakdown(errs map[string]int) string {
-	m := map[string]int{}
-	for class, k := range errs {
-		if harnessCut(class) {
-			m[class] = k
-		}
-	}
-	return errorBreakdown(m)
 }
 
 // errorClass is the class of a failed record: its error_class, or, for a

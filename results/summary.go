@@ -22,6 +22,11 @@ const (
 	// TrendMinRise: ...and the fitted rise over the window must exceed this
 	// fraction of the median TTFT, for a run to count as saturated by trend.
 	TrendMinRise = 0.5
+	// TrendMinRiseMs: ...and by at least this many ms: a rise below the
+	// load generator's own send precision (openloop.ClientLateMs) is the
+	// host's noise, not a queue (TTFTs of a fraction of a millisecond on a
+	// loaded host rise by "half the median" on scheduling alone).
+	TrendMinRiseMs = openloop.ClientLateMs
 )
 
 // The thresholds of client_limited are the load generator's own
@@ -135,10 +140,12 @@ type RunSummary struct {
 	AchievedRate    *float64 `json:"achieved_rate"`
 	// ThrRatio is the share of the measured requests, all sent in the
 	// measured window, that the engine saw through: completed / (completed
-	// + requests the harness cut off, still in flight at the drain timeout
-	// or the stop). A request the engine failed counts in neither (it is
-	// an error); one that completed after the last send counts as
-	// completed, so a long output is not load left undone.
+	// + requests still waiting for their first token when the harness cut
+	// them off at the drain timeout or the stop). A request the engine
+	// failed counts in neither (it is an error), nor does one cut off while
+	// it streamed (the engine was serving it: CutStreaming); one that
+	// completed after the last send counts as completed, so a long output
+	// is not load left undone.
 	ThrRatio         *float64 `json:"thr_ratio"`
 	Saturated        bool     `json:"saturated"`
 	SaturationReason string   `json:"saturation_reason,omitempty"`
@@ -146,6 +153,11 @@ type RunSummary struct {
 	AbortReason      string   `json:"abort_reason,omitempty"`
 	// AbortCause is why the run was aborted (overload, failures, harness).
 	AbortCause openloop.AbortCause `json:"abort_cause,omitempty"`
+	// CutWaiting and CutStreaming count the measured requests the harness
+	// cut off (drained at the drain timeout, or cancelled by a stop) before
+	// their first token and while they streamed.
+	CutWaiting   int `json:"cut_waiting"`
+	CutStreaming int `json:"cut_streaming"`
 	// StopReason is why sending stopped (RunInput.StopReason).
 	StopReason      string   `json:"stop_reason,omitempty"`
 	TTFTSlopeMsPerS *float64 `json:"ttft_slope_ms_per_s"`
@@ -240,11 +252,13 @@ func ptr(v float64) *float64 {
 // the measured requests written within the schedule's window (first to last
 // scheduled send + 5 ms) over that window (openloop.Grade.AchievedRate), or,
 // without scheduled times, (sends − 1) / (last send − first send);
-// thr_ratio = completed / (completed + requests the harness cut off), over
-// the measured requests, which are the requests sent in the measured window:
-// each counts by its own outcome, whenever it ended, so the latency of the
-// last requests is not load left undone and a request the engine failed is
-// an error, not an uncompleted one.
+// thr_ratio = completed / (completed + requests the harness cut off before
+// their first token), over the measured requests, which are the requests
+// sent in the measured window: each counts by its own outcome, whenever it
+// ended, so the latency of the last requests is not load left undone, a
+// request the engine failed is an error, not an uncompleted one, and one the
+// harness cut off while it streamed was being served (a drain timeout
+// shorter than the outputs: incomplete, not saturated).
 //
 // It grades the run: saturated when thr_ratio < 0.9, when the run was
 // aborted, or when TTFT rises through the window (least-squares slope of TTFT
@@ -282,7 +296,6 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	}
 	var ttft, tpot, itl, e2el, intended, sends, sched []float64
 	var trendX, trendY []float64
-	cut := 0
 	for i := range in.Records {
 		r := &in.Records[i]
 		if r.Phase != openloop.PhaseMeasure {
@@ -302,8 +315,12 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 			if _, ok := s.ErrorExamples[class]; !ok {
 				s.ErrorExamples[class] = errorExample(r)
 			}
-			if harnessCut(class) {
-				cut++
+			switch {
+			case !harnessCut(class):
+			case r.FirstTokenNs > 0:
+				s.CutStreaming++
+			default:
+				s.CutWaiting++
 			}
 			continue
 		}
@@ -338,7 +355,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	if r, ok := spanRate(sched); ok {
 		s.OfferedRealized = ptr(r)
 	}
-	if n := s.Completed + cut; n > 0 {
+	if n := s.Completed + s.CutWaiting; n > 0 {
 		s.ThrRatio = ptr(float64(s.Completed) / float64(n))
 	}
 	latStats{&s.MeanTTFTMs, &s.MedianTTFTMs, &s.StdTTFTMs, &s.P90TTFTMs, &s.P99TTFTMs}.fill(ttft)

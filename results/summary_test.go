@@ -174,7 +174,7 @@ func TestSummarizeRunSaturation(t *testing.T) {
 				r.Status, r.ErrorClass, r.Error, r.FirstTokenNs, r.LastTokenNs, r.ITLMs = "error", "drained", "drain timeout", 0, 0, nil
 			}
 			return in
-		}(), true, "thr_ratio 0.667 < 0.9: the engine completed 200 of the 300 measured requests it did not fail; 100 were still in flight when the run ended (100 drained)"},
+		}(), true, "thr_ratio 0.667 < 0.9: 100 measured requests were still waiting for their first token when the run ended, against 200 completed"},
 		// Completions at half the offered rate: the engine serves 5 req/s,
 		// and the queue shows in TTFT.
 		{"served at half the rate", func() RunInput {

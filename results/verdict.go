@@ -175,33 +175,39 @@ func Decide(s *RunSummary, p Policy) {
 // "" when it has enough. Failed requests are errors, said by the errors
 // verdict: they count as finished here, and a shortfall that the failures
 // themselves caused (the run aborted for failures, or every request failed)
-// is not said twice.
+// is not said twice. Requests the harness cut off while they streamed (a
+// drain timeout shorter than the outputs) leave the window's last requests
+// unmeasured: incomplete, unless an abort already explains them.
 func incompleteReason(s *RunSummary, p Policy, engineFailed, cut int, erred bool) string {
 	if erred && (s.Completed == 0 || (s.Aborted && s.AbortCause == openloop.AbortFailures)) {
 		return ""
 	}
-	var why string
+	var parts []string
 	finished := s.Completed + engineFailed
 	switch {
 	case p.MinCompleted > 0 && s.Completed < p.MinCompleted:
-		why = fmt.Sprintf("%d of the %d measured requests required completed", s.Completed, p.MinCompleted)
+		why := fmt.Sprintf("%d of the %d measured requests required completed", s.Completed, p.MinCompleted)
 		if engineFailed > 0 {
 			why += fmt.Sprintf(" (%d others failed)", engineFailed)
 		}
+		parts = append(parts, why+stopPhrase(s))
 	case p.Requests > 0 && finished < p.Requests:
-		why = fmt.Sprintf("%d of the %d measured requests asked for finished (completed or failed)", finished, p.Requests)
+		parts = append(parts, fmt.Sprintf("%d of the %d measured requests asked for finished (completed or failed)", finished, p.Requests)+stopPhrase(s))
 	case s.NumPrompts == 0:
 		return "no measured request was sent"
 	case s.Completed == 0:
-		why = "no measured request completed"
-	default:
-		return ""
+		parts = append(parts, "no measured request completed"+stopPhrase(s))
 	}
-	why += stopPhrase(s)
-	if cut > 0 {
-		why += fmt.Sprintf("; %d were still in flight when the run ended", cut)
+	if s.CutStreaming > 0 && !s.Aborted {
+		why := fmt.Sprintf("%d measured requests were still streaming when the harness ended the run (measure.drain_timeout, or a stop): the engine was serving them, and the window's last requests are unmeasured", s.CutStreaming)
+		if s.P99E2ELMs != nil {
+			why += fmt.Sprintf(" (raise measure.drain_timeout above the requests' E2EL; the completed ones' p99 was %.3g s)", *s.P99E2ELMs/1e3)
+		}
+		parts = append(parts, why)
+	} else if len(parts) > 0 && cut > 0 {
+		parts[len(parts)-1] += fmt.Sprintf("; %d were still in flight when the run ended", cut)
 	}
-	return why
+	return strings.Join(parts, "; ")
 }
 
 // stopPhrase says when sending stopped, for the incomplete reason.

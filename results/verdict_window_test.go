@@ -86,6 +86,19 @@ func TestVerdictOverTheSameWindow(t *testing.T) {
 			in.Policy, in.StopReason = Policy{Requests: 30}, "requests"
 			return in
 		}, VerdictIncomplete, []string{"incomplete: 27 of the 30 measured requests asked for finished (completed or failed) when the last request had been sent; 3 were still in flight when the run ended"}, 0.9},
+		// Outputs longer than the drain timeout: the last 15 requests were
+		// streaming when the harness cut them. The engine kept up (not
+		// saturated); the window's end is unmeasured (incomplete).
+		{"drain cuts requests mid-stream", func() RunInput {
+			in := longRun(80, 50*time.Millisecond, 256, 10)
+			for i := 65; i < 80; i++ {
+				r := &in.Records[i]
+				r.Status, r.ErrorClass, r.Error = openloop.StatusError, openloop.ErrClassDrained, "drain timeout"
+				r.LastTokenNs, r.DoneNs = r.FirstTokenNs+int64(time.Second), r.FirstTokenNs+int64(time.Second)
+			}
+			in.Policy.MinCompleted = 20
+			return in
+		}, VerdictIncomplete, []string{"incomplete: 15 measured requests were still streaming when the harness ended the run (measure.drain_timeout, or a stop): the engine was serving them"}, 1},
 		// Every request fails: errors, said once (not also "incomplete").
 		{"every request fails", func() RunInput {
 			in := longRun(30, 125*time.Millisecond, 16, 5)

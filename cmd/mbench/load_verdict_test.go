@@ -49,6 +49,7 @@ func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			c.opts.FirstToken = 10 * time.Millisecond
 			srv, err := stub.Start(c.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -81,7 +82,13 @@ func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 			if err := json.Unmarshal(data, &s); err != nil {
 				t.Fatal(err)
 			}
-			if s.Verdict != c.verdict || (c.verdict != "ok" && len(s.Reasons) != 1) {
+			n := 0 // reasons other than a busy machine's true client_limited
+			for _, r := range s.Reasons {
+				if !strings.HasPrefix(r, "client_limited: ") {
+					n++
+				}
+			}
+			if s.Verdict != c.verdict || (c.verdict != "ok" && n != 1) {
 				t.Errorf("verdict %s reasons %q, want %s with one reason", s.Verdict, s.Reasons, c.verdict)
 			}
 			if len(s.Errors) != len(c.errors) {

@@ -28,11 +28,17 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 		reason  string // the journal's reason, a prefix ("" when ok)
 		report  string // a line of report.md
 	}{
-		// 1,500 tokens at ~1 ms a step: each request takes ~1.6 s, longer
-		// than the ~1 s over which the 20 were sent (was saturated).
-		{"long outputs", "{}", map[string]string{"output: 8}": "output: 1500}"}, "ok", "", "1 runs: 1 ok."},
+		// 200 tokens at ~11 ms a step: each request takes ~2.2 s, longer
+		// than the ~1 s over which the first 20 were sent (was saturated).
+		{"long outputs", "{}", map[string]string{"output: 8}": "output: 200}", "step_base_us: 1000": "step_base_us: 10000",
+			"drain_timeout: 3s": "drain_timeout: 60s"}, "ok", "", "1 runs: 1 ok"},
+		// The same with a drain timeout shorter than the outputs: the
+		// requests still streaming are cut off; the engine kept up.
+		{"outputs longer than the drain timeout", "{}", map[string]string{"output: 8}": "output: 200}", "step_base_us: 1000": "step_base_us: 10000",
+			"drain_timeout: 3s": "drain_timeout: 1s"}, "incomplete",
+			"incomplete: ", "1 runs: 1 incomplete."},
 		{"a fifth fail, allowed", "{fault: http500, fault_every: 5}",
-			map[string]string{measure: strings.Replace(measure, "}", ", max_error_rate: 0.3}", 1)}, "ok", "", "1 runs: 1 ok."},
+			map[string]string{measure: strings.Replace(measure, "}", ", max_error_rate: 0.3}", 1)}, "ok", "", "1 runs: 1 ok"},
 		{"a fifth fail", "{fault: http500, fault_every: 5}", nil, "errors", "errors: ", "1 runs: 1 errors."},
 		{"no usage", "{fault: no_usage}", nil, "ok", "", "completed requests had no usage chunk; their output tokens are the content chunks counted"},
 	}
@@ -59,7 +65,8 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 			}
 			switch {
 			case c.verdict == "ok" && err != nil:
-				t.Fatalf("run: %v, want exit 0\n%s\n%s", err, stdout, stderr)
+				j, _ := os.ReadFile(filepath.Join(out, "journal.jsonl"))
+				t.Fatalf("run: %v, want exit 0\n%s\n%s\njournal:\n%s", err, stdout, stderr, j)
 			case c.verdict != "ok" && (exitStatus(err) != exitNoResult || !strings.Contains(err.Error(), "1 "+c.verdict)):
 				t.Fatalf("run: %v, want exit 3 naming the verdict %s\n%s", err, c.verdict, stderr)
 			}
@@ -85,6 +92,9 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 			}
 			if c.reason == "" && len(reasons) != 0 || c.reason != "" && (len(reasons) != 1 || !strings.HasPrefix(reasons[0], c.reason)) {
 				t.Errorf("reasons %q, want %s", sum.Reasons, map[bool]string{true: "none", false: "one, starting " + c.reason}[c.reason == ""])
+			}
+			if c.verdict == "incomplete" && !strings.Contains(reasons[0], "measured requests were still streaming when the harness ended the run") {
+				t.Errorf("reason %q: want the requests cut off mid-stream", reasons[0])
 			}
 			if strings.Contains(c.sim, "http500") && sum.Errors["http_5xx"] == 0 {
 				t.Errorf("errors %v: want some http_5xx", sum.Errors)
