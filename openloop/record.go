@@ -56,6 +56,10 @@ type Record struct {
 	// Arrival.MaxInFlight (vllm bench serve's --max-concurrency): part of
 	// SentNs − ScheduledNs that is the cap's, not the generator's lag.
 	QueuedNs int64 `json:"queued_ns,omitempty"`
+	// Resent: the request was written on a reused connection that the
+	// server had closed, nothing of a response came back, and it was sent
+	// again on a new connection (SentNs is the second send).
+	Resent bool `json:"resent,omitempty"`
 	// UsageMissing is set when the stream had no usage chunk and
 	// OutputTokens counts content chunks instead.
 }
