@@ -278,7 +278,6 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		scratchPool.Put(sc)
 		cancel()
 	}
-	sent := func() { rec.SentNs = c.clk.now() }
 	var (
 		status int
 		body   io.Reader
@@ -294,13 +293,16 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		if j.preSent != 0 { // the dispatcher wrote it all
 			rec.SentNs = j.preSent
 		}
-		err = x.roundTrip(ctx, j, sent)
+		err = x.roundTrip(ctx, j, c.clk.now)
+		if x.sentNs != 0 {
+			rec.SentNs = x.sentNs
+		}
 		rec.Resent = x.resent
 		if err == nil {
 			status, body, finish = x.status, &x.conn.body, x.release
 		}
 	} else {
-		status, body, finish, err = c.doHTTP(ctx, c.urls[t], j, sent)
+		status, body, finish, err = c.doHTTP(ctx, c.urls[t], j, func() { rec.SentNs = c.clk.now() })
 	}
 	if err != nil {
 		fail(ClassifyErr(ctx, err), errText(ctx, err))

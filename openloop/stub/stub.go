@@ -70,7 +70,7 @@ type Entry struct {
 	ID, Session string    // X-Mbench-Id and X-Mbench-Session headers
 	RequestID   string    // X-Request-Id header, which vLLM takes as the request's id
 	Arrival     time.Time // handler entry
-	FirstFlush  time.Time // first content chunk flushed (zero if none)
+	FirstFlush  time.Time // just before the first content chunk was flushed (zero if none)
 	Done        time.Time // just before [DONE] is written, or handler exit
 	Model       string    // model named in the request
 	MaxTokens   int
@@ -312,11 +312,13 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		if _, err := w.Write(buf); err != nil {
 			return
 		}
+		if k == 0 {
+			// Stamped before the flush hands the chunk to the kernel: no
+			// client can see the first token before this time.
+			e.FirstFlush = time.Now()
+		}
 		if k == 0 || !s.opts.Burst || s.opts.Gap > 0 {
 			fl.Flush()
-		}
-		if k == 0 {
-			e.FirstFlush = time.Now()
 		}
 		e.Chunks++
 	}
