@@ -98,3 +98,72 @@ func TestLoadRequestOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepRequestOptions: a sim sweep whose engine, like vllm serve
+// --api-key, refuses requests without the key gets it from the environment
+// variable the matrix names (request.api_key_env) — with natural lengths
+// (the sim's outputs end before max_tokens), a sampling parameter, a header
+// and a concurrency cap — and no file of the sweep holds the key. Without
+// api_key_env the same engine fails every request with 401: the check
+// above could fail.
+func TestSweepRequestOptions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sim sweep")
+	}
+	const key = "sk-planted-sweep-key-5678"
+	t.Setenv("MBENCH_SWEEP_KEY", key)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	body := strings.NewReplacer("%ENV%", "  env: {VLLM_API_KEY: "+key+"}\n", "%CONFIGS%", "  plain: {}", "%RATES%", "20", "%BLOCKS%", "1",
+		"%NAME%", "req", "%PORT%", "%PORT%", "output: 8}", "output: 32}").Replace(simMatrix)
+	m := writeMatrix(t, dir, body+"request: {api_key_env: MBENCH_SWEEP_KEY, ignore_eos: false, sampling: {temperature: 0.5}, headers: {X-Tenant: a}}\narrival: {max_in_flight: 4}\n")
+	out := filepath.Join(dir, "out")
+	if _, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	recs, _ := filepath.Glob(filepath.Join(out, "runs", "*", "*", "requests.jsonl"))
+	if len(recs) == 0 {
+		t.Fatal("no requests.jsonl")
+	}
+	short, ok := 0, 0
+	for _, r := range readJSONL(t, recs[0]) {
+		if r["phase"] != "measure" {
+			continue
+		}
+		if r["status"] == "ok" {
+			ok++
+		}
+		if n, _ := r["output_tokens"].(float64); n < 32 {
+			short++
+		}
+	}
+	if ok < 20 || short == 0 {
+		t.Errorf("%d measured requests ok, %d shorter than max_tokens: want the key accepted and natural lengths", ok, short)
+	}
+	_ = filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), key) {
+				t.Errorf("%s contains the API key", p)
+			}
+		}
+		return err
+	})
+
+	m2 := writeMatrix(t, t.TempDir(), body)
+	out2 := filepath.Join(dir, "out2")
+	_, _, err := runCLI(t, ctx, "run", m2, "--out", out2, "--quiet")
+	if exitStatus(err) != exitNoResult {
+		t.Fatalf("without api_key_env: %v, want no result (every request refused)", err)
+	}
+	recs2, _ := filepath.Glob(filepath.Join(out2, "runs", "*", "*", "requests.jsonl"))
+	if len(recs2) == 0 {
+		return // the run failed before its requests: still no result
+	}
+	for _, r := range readJSONL(t, recs2[0]) {
+		if r["http_status"] != float64(401) {
+			t.Errorf("without the key a request got %v, want 401: %v", r["http_status"], r)
+			break
+		}
+	}
+}
