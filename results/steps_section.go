@@ -79,12 +79,17 @@ func stepFacts(c *cellData) cellStepFacts {
 // renderSteps writes the seed-000 "Per-Step Latency" table and says in words
 // which batch each timer belongs to, whether GPU time was measured, and
 // where the timers do not decompose the step (seed 001).
-func renderSteps(b *strings.Builder, ordered []*cellData) {
-	b.WriteString("## Per-Step Latency (from engine_step.jsonl)\n\n")
+func renderSteps(b *strings.Builder, v *reportView) {
+	renderStepTable(b, v.ordered)
+}
+
+// renderStepTable is renderSteps over the cells in report order.
+func renderStepTable(b *strings.Builder, ordered []*cellData) {
 	if !anyCellHas(ordered, "step_duration_us_p50") {
-		b.WriteString("No run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.\n\n")
+		collapsed(b, "Per-step latency", "no run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.")
 		return
 	}
+	b.WriteString("## Per-Step Latency (from engine_step.jsonl)\n\n")
 	b.WriteString("Mean over runs of each run's per-step p50 (p90 for the step), in µs. \"not timed\" means the engine did not log that part (it is never shown as 0). GPU time is gpu_us, measured with CUDA events around the model forward; where it was not measured the column says so — it is never taken from wait_us or the step duration.\n\n")
 	b.WriteString("| Config | Shape | Rate | Path | step p50 | step p90 |")
 	for _, col := range stepColumns {

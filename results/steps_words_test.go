@@ -58,7 +58,7 @@ func TestRenderStepsGPUWords(t *testing.T) {
 	}, &probes.StepStats{NSteps: 500, BatchQueueSteps: 500,
 		GPU: probes.GPUTiming{Measured: true, Steps: 500, Source: "CUDA events around GPUModelRunner._model_forward"}})
 	var b strings.Builder
-	renderSteps(&b, []*cellData{cpuBound, measured})
+	renderStepTable(&b, []*cellData{cpuBound, measured})
 	out := b.String()
 	rows := map[string]string{}
 	for _, l := range strings.Split(out, "\n") {
