@@ -40,6 +40,7 @@ func init() {
 				&cli.Float64Flag{Name: "drift-per-s", Usage: "thermal drift: step time grows by this fraction per second since --drift-epoch (models a GPU warming over a sweep)"},
 				&cli.Int64Flag{Name: "drift-epoch", Usage: "start of the drift, Unix seconds"},
 				&cli.IntFlag{Name: "crash-after-steps", Usage: "fault injection: exit with code 3 after N steps"},
+				&cli.StringFlag{Name: "api-key", EnvVars: []string{"VLLM_API_KEY"}, Usage: "refuse /v1 requests without Authorization: Bearer KEY (401), as vllm serve --api-key; the flag, else VLLM_API_KEY"},
 				&cli.StringFlag{Name: "fault", Usage: "fault injection: fail every completion request: http500, http429, malformed, truncate, hang, empty (no content token), no_usage or bad_usage (50× the tokens)"},
 				&cli.IntFlag{Name: "fault-every", Usage: "with --fault: only every Nth completion request (a partial failure rate)"},
 				&cli.Int64Flag{Name: "seed", Usage: "seed of the launch factor, jitter and generated text"},
@@ -61,6 +62,7 @@ func init() {
 					Async: c.Bool("async"), Noise: c.Float64("noise"), Jitter: explicit(c.Float64("jitter")),
 					ColdSteps: c.Int("cold-steps"), ColdFactor: c.Float64("cold-factor"),
 					CrashAfterSteps: c.Int("crash-after-steps"), Fault: c.String("fault"), FaultEvery: c.Int("fault-every"), Seed: c.Int64("seed"),
+					APIKey:    c.String("api-key"),
 					DriftPerS: c.Float64("drift-per-s"), KVRole: c.String("kv-role"),
 					KVTransferUsPerToken: c.Float64("kv-transfer-us-per-token"),
 				}
