@@ -51,7 +51,9 @@ type Record struct {
 	PrefixGroup  int        `json:"prefix_group,omitempty"` // shared-prefix shape: group number, 1-based (0 = none)
 	TraceNs      int64      `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
 	Ramp         bool       `json:"ramp,omitempty"`         // sent while the rate ramped up (phase ramp, or measure with include_ramp)
-	UsageMissing bool       `json:"usage_missing,omitempty"`
+	// UsageMissing is set when the stream had no usage chunk and
+	// OutputTokens counts content chunks instead.
+	UsageMissing bool `json:"usage_missing,omitempty"`
 	// QueuedNs is how long the request waited, once due, for a slot under
 	// Arrival.MaxInFlight (vllm bench serve's --max-concurrency): part of
 	// SentNs − ScheduledNs that is the cap's, not the generator's lag.
@@ -59,10 +61,8 @@ type Record struct {
 	// Resent: the request was written on a reused connection that the
 	// server had closed, nothing of a response came back, and it was sent
 	// again on a new connection (SentNs is the second send).
-	Resent bool `json:"resent,omitempty"`
-	// UsageMissing is set when the stream had no usage chunk and
-	// OutputTokens counts content chunks instead.
-	MaxTokens int `json:"max_tokens,omitempty"` // the max_tokens (= min_tokens, with ignore_eos) the request asked for
+	Resent    bool `json:"resent,omitempty"`
+	MaxTokens int  `json:"max_tokens,omitempty"` // the max_tokens (= min_tokens, with ignore_eos) the request asked for
 }
 
 // OK reports whether the request completed successfully.
