@@ -47,7 +47,9 @@ func (p fakeProc) Pid() int { return p.pid }
 func gateSweep(t *testing.T, gpu *fakeGPU) *Sweep {
 	t.Helper()
 	m := &matrices.Matrix{Hosts: map[string]matrices.Host{"box": {Name: "box", Address: "local"}}}
-	s := &Sweep{m: m, dir: t.TempDir(), prog: newProgress(io.Discard, 1, true), noted: map[string]bool{}}
+	dir := t.TempDir()
+	s := &Sweep{m: m, store: newStore(dir, 3), sweepLog: newSweepLog(m.Redact, dir, io.Discard, true)}
+	s.prog = newProgress(io.Discard, 1, true)
 	g := &probes.Gate{Read: gpu.read, TempBandC: 3, MemToleranceMiB: 512, Timeout: 300 * time.Millisecond,
 		Poll: 10 * time.Millisecond, Owner: runningEngine{s}}
 	rec, err := g.MeasureBaseline(context.Background())

@@ -304,15 +304,6 @@ func (s *Sweep) waitFirstSample(ctx context.Context, rp *remoteProbe) {
 	}
 }
 
-// noteOnce logs a message the first time key is seen in this sweep.
-func (s *Sweep) noteOnce(key, format string, args ...any) {
-	if s.noted[key] {
-		return
-	}
-	s.noted[key] = true
-	s.logf(format, args...)
-}
-
 // gpuSummary summarizes the run's gpu.jsonl: processes of the running
 // engine set are its own, any other makes the run contended.
 func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {

@@ -42,7 +42,7 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	s.runKey = fmt.Sprintf("%s/b%d", cell.ID, block)
 	sum, runErr := s.measure(ctx, cell, block, seed, dir)
 	if runErr == nil {
-		if err := s.checkRunGPUs(dir); err != nil {
+		if err := s.store.checkRunGPUs(dir, s.opts.Force); err != nil {
 			return nil, err // no journal line: the run is redone if the user forces
 		}
 	}
