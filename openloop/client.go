@@ -51,14 +51,17 @@ type job struct {
 	preErr  error       // that write's error
 	preOff  int         // the bytes of prefix+wire it wrote
 	preSent int64       // when that write ended (0: it did not write all)
-	reqID   string      // X-Request-Id
-	input   int
-	output  int
-	group   int
-	session string
-	turn    int
-	traceNs int64
-	ramp    bool // sent while the rate ramped up
+	// closeConn: the request's headers say Connection: close, so its
+	// connection is not reused after the response.
+	closeConn bool
+	reqID     string // X-Request-Id
+	input     int
+	output    int
+	group     int
+	session   string
+	turn      int
+	traceNs   int64
+	ramp      bool // sent while the rate ramped up
 	// textPrompt: the prompt went as text, so its token count is the
 	// engine's usage.prompt_tokens (input is a word count until then).
 	textPrompt bool
@@ -116,6 +119,7 @@ func (r *runner) encode(j *job, body []byte) *job {
 	w = append(w, "\r\nContent-Length: "...)
 	w = strconv.AppendInt(w, int64(len(body)), 10)
 	w = append(w, "\r\n\r\n"...)
+	j.closeConn = headCloses(w)
 	j.wire = append(w, body...)
 	return j
 }
@@ -285,7 +289,9 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		if j.preSent != 0 { // the dispatcher wrote it all
 			rec.SentNs = j.preSent
 		}
-		if err = x.roundTrip(ctx, j, sent); err == nil {
+		err = x.roundTrip(ctx, j, sent)
+		rec.Resent = x.resent
+		if err == nil {
 			status, body, finish = x.status, &x.conn.body, x.release
 		}
 	} else {

@@ -217,6 +217,7 @@ func (re *reactor) loop() {
 			}
 			if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				c.hup = true
+				c.finned.Store(true)
 			}
 			if ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				c.writable = true
@@ -382,7 +383,14 @@ type rconn struct {
 
 	canceled atomic.Bool // a deadline passed (SetDeadline in the past)
 	closed   atomic.Bool
+	// finned: the server closed its side (an event said RDHUP, HUP or ERR,
+	// or a read met the end or a reset); set by the reactor, read by the
+	// pool (peerClosed), which may be on another goroutine.
+	finned atomic.Bool
 }
+
+// peerClosed reports whether the server has closed c.
+func (c *rconn) peerClosed() bool { return c.finned.Load() }
 
 // wait yields the running coroutine until an event or a cancellation on c.
 func (c *rconn) wait() error {
@@ -436,8 +444,10 @@ func (c *rconn) Read(p []byte) (int, error) {
 				c.readable, c.hup = false, false // (hup with nothing to read: not seen, but do not spin)
 				continue
 			case err != nil:
+				c.finned.Store(true)
 				return 0, c.opErr("read", err)
 			case n == 0:
+				c.finned.Store(true)
 				return 0, io.EOF
 			}
 			if n < len(p) && !c.hup {

@@ -52,6 +52,10 @@ type Record struct {
 	TraceNs      int64      `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
 	Ramp         bool       `json:"ramp,omitempty"`         // sent while the rate ramped up (phase ramp, or measure with include_ramp)
 	UsageMissing bool       `json:"usage_missing,omitempty"`
+	// Resent: the request was written on a reused connection that the
+	// server had closed, nothing of a response came back, and it was sent
+	// again on a new connection (SentNs is the second send).
+	Resent bool `json:"resent,omitempty"`
 	// UsageMissing is set when the stream had no usage chunk and
 	// OutputTokens counts content chunks instead.
 }
