@@ -144,7 +144,7 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		Engine: string(s.m.Engine.Kind), Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
 		Burstiness: s.m.Arrival.Burstiness,
 		Steps:      steps, GPU: gpu, Cache: &cache, Gate: gate,
-		Policy: s.policy(cell),
+		Policy: s.policy(cell), Percentiles: s.m.Measure.Percentiles, NaturalLength: s.request.NaturalLength,
 	}.WithLoad(res))
 	if err != nil {
 		return nil, fmt.Errorf("summarize run: %w", err)
