@@ -106,6 +106,9 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 		nc, err = p.re.dial(ctx, p.ap)
 	} else {
 		nc, err = p.dialer.DialContext(ctx, "tcp", p.addr)
+		if err == nil {
+			nc = stampable(nc)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -149,8 +152,9 @@ type h1Exchange struct {
 	pool   *h1Pool
 	conn   *h1Conn
 	status int
-	keep   bool // the connection may be reused after the body
-	resent bool // the request went again on a new connection (see roundTrip)
+	keep   bool  // the connection may be reused after the body
+	resent bool  // the request went again on a new connection (see roundTrip)
+	sentNs int64 // when the request's last byte went to the kernel (0: not written here)
 	stop   func() bool
 }
 
@@ -176,10 +180,10 @@ func peerClosedErr(err error) bool {
 }
 
 // roundTrip writes the prepared request j.wire (headers after Host, blank
-// line, body) and reads the response head. sent is called right after the
-// request has been written. When the dispatcher already wrote j on an idle
-// connection (j.pre, see preWrite), that is the first attempt. The body is
-// then x.conn.body.
+// line, body) and reads the response head; x.sentNs is the send time on
+// now's clock (see writeRequest). When the dispatcher already wrote j on an
+// idle connection (j.pre, see preWrite), that is the first attempt. The
+// body is then x.conn.body.
 //
 // A request is sent a second time only when it provably never reached the
 // server: it went on a reused connection, the server closed that connection
@@ -188,7 +192,7 @@ func peerClosedErr(err error) bool {
 // request can cross the server's FIN on the wire; the server, which had
 // finished with the connection, never handles it. The second attempt always
 // dials a new connection: the other idle ones may be just as dead.
-func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
+func (x *h1Exchange) roundTrip(ctx context.Context, j *job, now func() int64) error {
 	for attempt := 0; ; attempt++ {
 		var (
 			c      *h1Conn
@@ -211,7 +215,7 @@ func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
 		x.conn = c
 		x.stop = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 		if err == nil {
-			err = x.exchange(j.wire, sent, off)
+			err = x.exchange(j.wire, now, off)
 		} else {
 			err = noResponse(err)
 		}
@@ -232,20 +236,22 @@ func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
 // preWrite writes j on an idle connection of p, if there is one, from the
 // dispatcher's goroutine: the send then happens when its time comes rather
 // than when the request's goroutine (or coroutine) first runs. It returns
-// the time the write ended, or 0 when there was no idle connection or the
-// request did not fit in the socket at once (a reactor connection does not
-// wait; the request's coroutine writes the rest and stamps the send).
+// the send time (see writeRequest), or 0 when there was no idle connection
+// or the request did not fit in the socket at once (the connection does not
+// wait; the request's goroutine or coroutine writes the rest and stamps the
+// send).
 func (p *h1Pool) preWrite(j *job, now func() int64) int64 {
 	c := p.idleConn()
 	if c == nil {
 		return 0
 	}
 	j.pre = c
-	j.preOff, j.preErr = writeRequest(c.nc, p.prefix, j.wire, 0, false)
-	if j.preErr != nil || j.preOff < len(p.prefix)+len(j.wire) {
+	var sent int64
+	j.preOff, sent, j.preErr = writeRequest(c.nc, p.prefix, j.wire, 0, false, now)
+	if j.preErr != nil {
 		return 0
 	}
-	return now()
+	return sent
 }
 
 // peerCloser is a connection that knows without a system call whether the
@@ -261,18 +267,26 @@ func peerClosed(nc net.Conn) bool {
 	return peekClosed(nc)
 }
 
-// vectorWriter is a connection that writes a request's two parts itself,
-// from a byte offset, waiting for room or not (the reactor's connections).
+// vectorWriter is a connection that writes a request's two parts itself
+// with writev(2), from a byte offset, waiting for room or not, and stamps
+// the send (the reactor's connections; on Linux the goroutine path's too).
 type vectorWriter interface {
-	writeFrom(a, b []byte, off int, wait bool) (int, error)
+	writeFrom(a, b []byte, off int, wait bool, now func() int64) (off2 int, sent int64, err error)
 }
 
 // writeRequest writes prefix+wire on nc from byte off on and returns how
-// far it got. Only a vectorWriter can stop early (wait false); any other
-// connection writes everything, with one writev.
-func writeRequest(nc net.Conn, prefix, wire []byte, off int, wait bool) (int, error) {
+// far it got and, once the request is all written, its send time: now()
+// read immediately before the writev(2) that handed the kernel its last
+// byte. Nothing runs between that clock read and the system call, and
+// nothing the server does can precede it, so a send time is never later
+// than the server's receipt, whatever the scheduler does after the write
+// (a write that wakes the server can preempt the writer before it reads a
+// clock again: stamped after the write, sends then read up to milliseconds
+// late and TTFT short). Only a vectorWriter can stop early (wait false);
+// any other connection writes everything and is stamped before it starts.
+func writeRequest(nc net.Conn, prefix, wire []byte, off int, wait bool, now func() int64) (int, int64, error) {
 	if vw, ok := nc.(vectorWriter); ok {
-		return vw.writeFrom(prefix, wire, off, wait)
+		return vw.writeFrom(prefix, wire, off, wait, now)
 	}
 	bufs := net.Buffers{prefix, wire}
 	if off >= len(prefix) {
@@ -280,19 +294,24 @@ func writeRequest(nc net.Conn, prefix, wire []byte, off int, wait bool) (int, er
 	} else {
 		bufs[0] = prefix[off:]
 	}
+	t := now()
 	n, err := bufs.WriteTo(nc)
-	return off + int(n), err
+	if err != nil {
+		return off + int(n), 0, err
+	}
+	return off + int(n), t, nil
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (x *h1Exchange) exchange(wire []byte, sent func(), off int) error {
+func (x *h1Exchange) exchange(wire []byte, now func() int64, off int) error {
 	c := x.conn
 	if off < len(x.pool.prefix)+len(wire) {
-		if _, err := writeRequest(c.nc, x.pool.prefix, wire, off, true); err != nil {
+		_, sent, err := writeRequest(c.nc, x.pool.prefix, wire, off, true, now)
+		if err != nil {
 			return noResponse(err)
 		}
-		sent()
+		x.sentNs = sent
 	}
 	if c.pending {
 		n, err := io.Copy(io.Discard, io.LimitReader(&c.body, h1DrainMax))

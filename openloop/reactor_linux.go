@@ -462,43 +462,42 @@ func (c *rconn) Read(p []byte) (int, error) {
 }
 
 // writeFrom writes a+b from byte off on; with wait false it writes what
-// the socket takes now and returns. It returns the new offset.
-func (c *rconn) writeFrom(a, b []byte, off int, wait bool) (int, error) {
+// the socket takes now and returns. It returns the new offset and, once all
+// is written, the clock read just before the last writev (see
+// writeRequest).
+func (c *rconn) writeFrom(a, b []byte, off int, wait bool, now func() int64) (int, int64, error) {
 	total := len(a) + len(b)
 	for off < total {
 		if c.canceled.Load() {
-			return off, c.opErr("write", os.ErrDeadlineExceeded)
+			return off, 0, c.opErr("write", os.ErrDeadlineExceeded)
 		}
-		var iov [][]byte
-		if off < len(a) {
-			iov = [][]byte{a[off:], b}
-		} else {
-			iov = [][]byte{b[off-len(a):]}
-		}
-		n, err := unix.Writev(c.fd, iov)
+		t := now()
+		n, err := writeIOV(c.fd, a, b, off)
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN: // (writable is left alone: only dial reads it, and a
 			// dispatcher that is not the reactor's may be the one writing)
 			if !wait {
-				return off, nil
+				return off, 0, nil
 			}
 			if werr := c.wait(); werr != nil {
-				return off, c.opErr("write", werr)
+				return off, 0, c.opErr("write", werr)
 			}
 			continue
 		case err != nil:
-			return off, c.opErr("write", err)
+			return off, 0, c.opErr("write", err)
 		}
-		off += n
+		if off += n; off == total {
+			return off, t, nil
+		}
 	}
-	return off, nil
+	return off, 0, nil
 }
 
 // Write writes p, waiting for room as needed.
 func (c *rconn) Write(p []byte) (int, error) {
-	n, err := c.writeFrom(nil, p, 0, true)
+	n, _, err := c.writeFrom(nil, p, 0, true, func() int64 { return 0 })
 	return n, err
 }
 

@@ -40,6 +40,9 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 	}
 	matrixAbs, _ := filepath.Abs(matrixPath)
 	s := newSweep(m, abs, opts)
+	if s.request, err = m.LoadRequest(); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("create results directory: %w", err)
 	}
@@ -110,6 +113,9 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 		return nil, fmt.Errorf("resume %s: %w", dir, err)
 	}
 	s := newSweep(m, abs, opts)
+	if s.request, err = m.LoadRequest(); err != nil {
+		return nil, err
+	}
 	s.store.state = st
 	if err := s.store.checkFingerprint(fingerprintOf(m, opts.Version), opts.Force); err != nil {
 		return nil, err

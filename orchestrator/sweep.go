@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/results"
 )
@@ -91,6 +92,9 @@ type Sweep struct {
 	// allocationsEnded: a block ended the allocations of per-block slurm
 	// hosts (slurm_block.go); the next block renews them.
 	allocationsEnded bool
+	// request is what every request carries (matrix request section), its
+	// API key read from the environment when the sweep started.
+	request openloop.Request
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
