@@ -16,6 +16,7 @@ import (
 // execute runs blocks until the stopping rule says stop, then exports.
 func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	s.fleet.sweepID = s.store.state.SweepID
+	s.engines.marker, s.engines.seed = s.store.state.SweepID, s.store.state.Seed
 	if err := s.store.openJournal(s.opts.FailLimit); err != nil {
 		return nil, err
 	}

@@ -84,9 +84,8 @@ type Sweep struct {
 	// terminal) and its progress display.
 	*sweepLog
 	fleet    *fleet
-	cur      *engineSet
-	launches int
-	runKey   string // the run being measured (cell/b<block>), for the sim's launch seeds
+	engines  *launcher
+	measurer measurer // the sweep itself outside tests
 	probeSeq int
 	gpu      *gpuProbe
 	// allocationsEnded: a block ended the allocations of per-block slurm
@@ -109,6 +108,8 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	}
 	s := &Sweep{opts: opts, m: m, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
 		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
+	s.engines = &launcher{sweepLog: s.sweepLog, m: m, fleet: s.fleet, selfEnv: opts.SelfEnv}
+	s.measurer = s
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}
@@ -281,8 +282,7 @@ func lastLine(out []byte) string {
 
 // closeAll tears down the running engines and closes every host connection.
 func (s *Sweep) closeAll(ctx context.Context) error {
-	err := s.stopSet(ctx, s.cur)
-	s.cur = nil
+	err := s.engines.stop(ctx)
 	s.fleet.close()
 	s.sweepLog.close()
 	return err
