@@ -11,14 +11,15 @@ import "fmt"
 // empty chunks fails too.
 //
 // The usage chunk is checked against what was streamed and what was asked
-// for. Every request asks for exactly max_tokens = min_tokens tokens with
-// ignore_eos, and every content chunk carries at least one token, so a
-// completion_tokens below the content chunks or above max_tokens cannot be
-// true: the request fails as usage_mismatch rather than carry a false token
+// for. No request may get more than its max_tokens (with fixed lengths it
+// asks for exactly max_tokens = min_tokens with ignore_eos; with
+// Request.NaturalLength max_tokens is a cap), and every content chunk
+// carries at least one token, so a completion_tokens below the content
+// chunks or above max_tokens cannot be true: the request fails as usage_mismatch rather than carry a false token
 // count into TPOT and output throughput. More tokens than chunks is normal
-// (a chunk may carry several tokens); fewer tokens than asked for is an
-// engine that stopped early, counted per run (Record.MaxTokens) rather
-// than failed. A stream without a usage chunk is marked
+// (a chunk may carry several tokens); with fixed lengths, fewer tokens than
+// asked for is an engine that stopped early, counted per run
+// (Record.MaxTokens) rather than failed. A stream without a usage chunk is marked
 // (Record.UsageMissing): vLLM's client then recounts the tokens of the text
 // with the tokenizer (vllm/benchmarks/serve.py at commit 009e6d4a, lines
 // 606–621), which mbench does not have, so OutputTokens counts content

@@ -350,7 +350,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		s.Completed++
 		s.TotalInputTokens += int64(r.InputTokens)
 		s.TotalOutputTokens += int64(r.OutputTokens)
-		markUsage(s, r)
+		markUsage(s, r, in.NaturalLength)
 		itl = append(itl, r.ITLMs...)
 		if r.FirstTokenNs <= 0 || r.SentNs <= 0 {
 			continue
@@ -400,12 +400,13 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 }
 
 // markUsage counts a completed request whose token count is not what the
-// stream should have said: no usage chunk, or fewer tokens than asked for.
-func markUsage(s *RunSummary, r *Record) {
+// stream should have said: no usage chunk, or, for fixed lengths (natural
+// false), fewer tokens than asked for.
+func markUsage(s *RunSummary, r *Record, natural bool) {
 	switch {
 	case r.UsageMissing:
 		s.UsageMissing++
-	case r.MaxTokens > 0 && r.OutputTokens < r.MaxTokens:
+	case !natural && r.MaxTokens > 0 && r.OutputTokens < r.MaxTokens:
 		s.ShortOutputs++
 		if s.ShortOutputExample == "" {
 			s.ShortOutputExample = fmt.Sprintf("request %d: %d of the %d tokens asked for", r.ID, r.OutputTokens, r.MaxTokens)

@@ -157,4 +157,9 @@ func TestUsageMarks(t *testing.T) {
 	if s.Verdict != VerdictOK || s.UsageMissing != 10 || s.ShortOutputs != 2 || s.ShortOutputExample != "request 20: 5 of the 8 tokens asked for" {
 		t.Errorf("verdict %s usage_missing %d short %d (%q)", s.Verdict, s.UsageMissing, s.ShortOutputs, s.ShortOutputExample)
 	}
+	// With natural lengths max_tokens is only a cap: shorter is normal.
+	in.NaturalLength = true
+	if s, _ = SummarizeRun(in); s.ShortOutputs != 0 || s.UsageMissing != 10 {
+		t.Errorf("natural lengths: short %d usage_missing %d, want 0 and 10", s.ShortOutputs, s.UsageMissing)
+	}
 }
