@@ -131,8 +131,9 @@ func TestExportUsesTheRecordedMethod(t *testing.T) {
 
 // TestResumeAfterMoveAndDamage: a results directory moved elsewhere, its
 // matrix file gone, resumes from its own copy; a journaled run whose
-// directory was deleted or whose summary is corrupt is redone, and temporary
-// files left by kill -9 are removed.
+// directory was deleted, whose summary is corrupt, replaced by {} or by
+// another run's summary is redone, and temporary files left by kill -9 are
+// removed.
 func TestResumeAfterMoveAndDamage(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -157,13 +158,23 @@ func TestResumeAfterMoveAndDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeTestFile(t, filepath.Join(moved, corrupt, "summary_A.json"), []byte(`{"cell": tor`))
+	// A summary replaced by {}, and one replaced by another run's: each
+	// reads, but is not the journaled run's.
+	empty, swapped := j[2]["dir"].(string), j[3]["dir"].(string)
+	other, err := os.ReadFile(filepath.Join(moved, empty, "summary_A.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(moved, empty, "summary_A.json"), []byte(`{}`))
+	writeTestFile(t, filepath.Join(moved, swapped, "summary_A.json"), other)
 	tmp := filepath.Join(moved, ".tables.csv.tmp-123")
 	writeTestFile(t, tmp, []byte("half"))
 	stdout, stderr, err := runCLI(t, ctx, "resume", moved)
 	if err != nil && exitCode(err) != exitNoResult {
 		t.Fatalf("resume of a moved directory: %v\n%s\n%s", err, stdout, stderr)
 	}
-	if !strings.Contains(stderr, "redoing 2 runs whose files are missing or unreadable") {
+	if !strings.Contains(stderr, "redoing 4 runs whose files are missing, unreadable or not that run's") ||
+		!strings.Contains(stderr, `summary_A.json names cell ""`) {
 		t.Errorf("resume did not say it redoes the damaged runs:\n%s", stderr)
 	}
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
