@@ -127,8 +127,11 @@ type RunSummary struct {
 	// this run, (n−1)/(last − first scheduled send): a Poisson sample of
 	// 200 requests is ±7% off its nominal rate, and thr_ratio is measured
 	// against this, not against the nominal rate.
-	OfferedRealized  *float64 `json:"offered_rate_realized"`
-	AchievedRate     *float64 `json:"achieved_rate"`
+	OfferedRealized *float64 `json:"offered_rate_realized"`
+	AchievedRate    *float64 `json:"achieved_rate"`
+	// SentRate is the measured requests written within the schedule's
+	// window over that window, beside achieved_rate's acknowledged ones.
+	SentRate         *float64 `json:"sent_rate"`
 	ThrRatio         *float64 `json:"thr_ratio"`
 	Saturated        bool     `json:"saturated"`
 	SaturationReason string   `json:"saturation_reason,omitempty"`
@@ -216,9 +219,11 @@ func ptr(v float64) *float64 {
 // (output_tokens − 1) for output_tokens > 1, ITL = every itl_ms pooled;
 // percentiles by linear interpolation. duration = WindowEnd − WindowStart (the
 // measured window); request_throughput = completed / duration; achieved_rate =
-// the measured requests written within the schedule's window (first to last
-// scheduled send + 5 ms) over that window (openloop.Grade.AchievedRate), or,
-// without scheduled times, (sends − 1) / (last send − first send);
+// the measured requests the server acknowledged (response head received)
+// within the schedule's window (first to last scheduled send + 5 ms) over
+// that window (openloop.Grade.AchievedRate; the sends, for records without
+// head_ns), or, without scheduled times, (sends − 1) / (last send − first
+// send); sent_rate = the requests written within that window over it;
 // thr_ratio = completions inside the window / requests offered in the window,
 // the latter being (the schedule's realized rate, or Offered when there are no
 // scheduled times) × duration. Using the realized rate keeps a Poisson
