@@ -100,6 +100,10 @@ func loadAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	pcts, meta, err := recordFlags(c)
+	if err != nil {
+		return err
+	}
 	model, err := modelFlag(c)
 	if err != nil {
 		return err
@@ -170,6 +174,7 @@ func loadAction(c *cli.Context) error {
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: "load", Config: "load", Shape: shape.Name, Rate: rateLabel(cfg), Engine: "external",
 		Arrival: arrival, Burstiness: cfg.Arrival.Burstiness, Policy: policy,
+		Percentiles: pcts, NaturalLength: req.NaturalLength, Label: c.String("label"), Metadata: meta,
 	}.WithLoad(res))
 	if err != nil {
 		return fmt.Errorf("load: summarize: %w", err)
