@@ -33,3 +33,7 @@ func (d *decoder) classBounds(v *yaml.Node, m *Matrix) {
 	}
 	m.ClassBounds = b
 }
+
+// defaultClassBounds are the bounds without class_bounds: seed 003's 5k,
+// 20k and 50k tokens (as results.DefaultClassBounds and the router's default).
+var defaultClassBounds = [3]int{5000, 20000, 50000}

@@ -19,6 +19,7 @@ type Entry struct {
 	Instance        int       `json:"instance"` // serves the response (decodes)
 	InstanceURL     string    `json:"instance_url"`
 	PrefillInstance int       `json:"prefill_instance"` // = instance unless offloaded or PD-separated
+	Split           string    `json:"split,omitempty"`  // offload | pd | "" (see Decision.Split)
 	Reason          string    `json:"reason"`
 	Pinned          int       `json:"pinned"` // the session's instance before this request, -1 none
 	Class           Class     `json:"class"`
@@ -58,7 +59,7 @@ func NewLog(w io.Writer) *Log {
 
 func (l *Log) start(r *Router, d *Decision, h http.Header, t time.Time) *Entry {
 	return &Entry{ID: h.Get("X-Mbench-Id"), Session: h.Get("X-Mbench-Session"), Policy: r.opt.Policy,
-		Instance: d.Decode, InstanceURL: r.URL(d.Decode), PrefillInstance: d.Prefill, Reason: d.Reason,
+		Instance: d.Decode, InstanceURL: r.URL(d.Decode), PrefillInstance: d.Prefill, Split: d.Split(), Reason: d.Reason,
 		Pinned: d.Pinned, Class: d.Class, PromptTokens: d.PromptTokens, CachedTokens: d.CachedTokens,
 		NewTokens: d.NewTokens, PrefillNew: d.PrefillNewTokens, Loads: d.Loads, Scores: d.Scores, StartUnixUs: t.UnixMicro()}
 }
@@ -109,7 +110,8 @@ type Breakdown struct {
 	Reasons    map[string]int           `json:"reasons"`
 	Classes    map[Class]ClassBreakdown `json:"classes"`
 	Instances  []InstanceBreakdown      `json:"instances"`
-	Offloaded  int                      `json:"offloaded"`       // prefills run off the serving instance
+	Offloaded  int                      `json:"offloaded"`       // elastic offloads: HEAVY prefills moved off their sticky instance
+	PDSplit    int                      `json:"pd_split"`        // PD-separated requests: prefill on a producer, decode on a consumer
 	EstHitRate float64                  `json:"est_hit_rate"`    // router-estimated cached / prompt tokens
 	InFlight   []int                    `json:"in_flight_now"`   // per instance, at the time of the call
 	Offloads   int                      `json:"offloads_in_now"` // offloaded prefills in flight now
@@ -117,9 +119,15 @@ type Breakdown struct {
 
 // ClassBreakdown counts one request class.
 type ClassBreakdown struct {
-	Requests    int     `json:"requests"`
-	Offloaded   int     `json:"offloaded"`
+	Requests  int `json:"requests"`
+	Failed    int `json:"failed"`
+	Offloaded int `json:"offloaded"` // elastic offloads only
+	PDSplit   int `json:"pd_split"`
+	// MeanFirstMs is the mean time to the answer's first bytes over the
+	// class's served requests (status 200 with a first byte); failed
+	// requests have none and are not averaged in. 0 when none was served.
 	MeanFirstMs float64 `json:"mean_first_byte_ms"`
+	served      int
 }
 
 // InstanceBreakdown counts one instance's share.
@@ -143,17 +151,25 @@ func (l *Log) Breakdown(r *Router) Breakdown {
 	var prompt, cached int64
 	for _, e := range entries {
 		b.Requests++
-		if e.Status != http.StatusOK {
-			b.Failed++
-		}
-		b.Reasons[e.Reason]++
 		c := b.Classes[e.Class]
 		c.Requests++
-		c.MeanFirstMs += (e.FirstByteMs - c.MeanFirstMs) / float64(c.Requests)
-		off := e.PrefillInstance != e.Instance
-		if off {
+		if e.Status != http.StatusOK {
+			b.Failed++
+			c.Failed++
+		} else if e.FirstByteMs > 0 {
+			c.served++
+			c.MeanFirstMs += (e.FirstByteMs - c.MeanFirstMs) / float64(c.served)
+		}
+		b.Reasons[e.Reason]++
+		switch e.Split {
+		case "offload":
 			c.Offloaded++
 			b.Offloaded++
+		case "pd":
+			c.PDSplit++
+			b.PDSplit++
+		}
+		if e.PrefillInstance != e.Instance {
 			b.Instances[e.PrefillInstance].PrefillsIn++
 		}
 		b.Classes[e.Class] = c

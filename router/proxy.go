@@ -19,8 +19,8 @@ import (
 // token ids is about 1.4 MB).
 const maxBody = 64 << 20
 
-// Server is the router's HTTP front: OpenAI completion requests are routed,
-// everything else goes to the first serving instance.
+// Server is the router's HTTP front: OpenAI completion and chat-completion
+// requests are routed, everything else goes to the first serving instance.
 type Server struct {
 	r      *Router
 	client *http.Client
@@ -36,7 +36,12 @@ func NewServer(r *Router, log *Log) *Server {
 // Handler returns the router's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/completions", s.handleCompletion)
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, req *http.Request) {
+		s.handleCompletion(w, req, endpointCompletions)
+	})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, req *http.Request) {
+		s.handleCompletion(w, req, endpointChat)
+	})
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /breakdown", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, s.log.Breakdown(s.r))
@@ -92,8 +97,15 @@ func (s *Server) passThrough(w http.ResponseWriter, req *http.Request) {
 	copyResponse(w, resp, nil)
 }
 
-// handleCompletion routes one /v1/completions request.
-func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request) {
+// Routed endpoints: a request's prefill leg goes to the same path as the
+// request.
+const (
+	endpointCompletions = "/v1/completions"
+	endpointChat        = "/v1/chat/completions"
+)
+
+// handleCompletion routes one request to a routed endpoint.
+func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endpoint string) {
 	start := time.Now()
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBody))
 	if err != nil {
@@ -105,9 +117,16 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "router: body is not a JSON object: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	prompt, err := promptTokens(fields["prompt"])
+	var prompt []int64
+	if endpoint == endpointChat {
+		prompt, err = chatTokens(fields["messages"])
+		err = prefixErr("messages", err)
+	} else {
+		prompt, err = promptTokens(fields["prompt"])
+		err = prefixErr("prompt", err)
+	}
 	if err != nil {
-		http.Error(w, "router: prompt: "+err.Error(), http.StatusBadRequest)
+		http.Error(w, "router: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	d := s.r.Decide(req.Header.Get("X-Mbench-Session"), prompt)
@@ -119,7 +138,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request) {
 	}()
 	ctx := req.Context()
 	if d.Prefill != d.Decode {
-		params, status, err := s.remotePrefill(ctx, s.r.URL(d.Prefill), req.Header, fields)
+		params, status, err := s.remotePrefill(ctx, s.r.URL(d.Prefill)+endpoint, req.Header, fields)
 		s.r.PrefillDone(d)
 		e.PrefillMs = msSince(start)
 		if err != nil {
@@ -134,7 +153,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	resp, err := s.forward(ctx, s.r.URL(d.Decode)+"/v1/completions", http.MethodPost, req.Header, body)
+	resp, err := s.forward(ctx, s.r.URL(d.Decode)+endpoint, http.MethodPost, req.Header, body)
 	if err != nil {
 		e.Status, e.Error = http.StatusBadGateway, err.Error()
 		http.Error(w, err.Error(), http.StatusBadGateway)
@@ -176,7 +195,7 @@ func (s *Server) remotePrefill(ctx context.Context, url string, h http.Header, f
 	}
 	hh := h.Clone()
 	hh.Set("Accept", "application/json")
-	resp, err := s.forward(ctx, url+"/v1/completions", http.MethodPost, hh, body)
+	resp, err := s.forward(ctx, url, http.MethodPost, hh, body)
 	if err != nil {
 		return nil, http.StatusBadGateway, fmt.Errorf("router: prefill on %s: %w", url, err)
 	}
@@ -275,6 +294,52 @@ func promptTokens(raw json.RawMessage) ([]int64, error) {
 		out[i] = int64(h.Sum64() >> 1)
 	}
 	return out, nil
+}
+
+// prefixErr names the field an error is about (nil stays nil).
+func prefixErr(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", field, err)
+}
+
+// chatTokens reads a chat request's messages as one text, each message's
+// role then its content (a string, or the text parts of a list of parts),
+// tokenized as promptTokens tokenizes text: equal conversations give equal
+// tokens, and a conversation that grows by a turn extends its prefix.
+func chatTokens(raw json.RawMessage) ([]int64, error) {
+	var msgs []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &msgs); err != nil || len(msgs) == 0 {
+		return nil, errors.New("must be a non-empty list of {role, content}")
+	}
+	var b strings.Builder
+	for i, m := range msgs {
+		b.WriteString(m.Role)
+		b.WriteByte(' ')
+		var text string
+		if err := json.Unmarshal(m.Content, &text); err == nil {
+			b.WriteString(text)
+		} else {
+			var parts []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			}
+			if err := json.Unmarshal(m.Content, &parts); err != nil {
+				return nil, fmt.Errorf("[%d].content: must be a string or a list of parts", i)
+			}
+			for _, p := range parts {
+				b.WriteString(p.Text)
+				b.WriteByte(' ')
+			}
+		}
+		b.WriteByte('\n')
+	}
+	text, _ := json.Marshal(b.String())
+	return promptTokens(text)
 }
 
 // Serve serves the router on ln until ctx ends.

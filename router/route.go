@@ -18,7 +18,7 @@ type instance struct {
 // was offloaded (elastic) or the topology is PD-separated.
 type Decision struct {
 	Decode, Prefill int
-	Reason          string // round_robin | new | sticky | override | pd (+offload, +offload_capped)
+	Reason          string // round_robin | new | sticky | override, +pd; +offload, +offload_capped, +offload_no_target
 	Pinned          int    // the session's instance before this request; -1 none
 	Class           Class
 	PromptTokens    int
@@ -29,8 +29,22 @@ type Decision struct {
 	PrefillNewTokens int
 	Loads            []int
 	Scores           []float64 // the policy's scores, when it scored
-	offload          bool
+	offload          bool      // an elastic offload (counted against MaxOffload)
+	pd               bool      // a PD-separated topology's split
 	prefillDone      bool
+}
+
+// Split names how d's request was split between instances: "offload" (an
+// elastic offload of its prefill), "pd" (prefill on a producer, decode on a
+// consumer) or "" (one instance did both).
+func (d *Decision) Split() string {
+	switch {
+	case d.offload:
+		return "offload"
+	case d.pd:
+		return "pd"
+	}
+	return ""
 }
 
 // Router decides where requests go and keeps the shadow state.
@@ -38,13 +52,18 @@ type Router struct {
 	opt  Options
 	seed maphash.Seed
 
-	mu       sync.Mutex
-	inst     []*instance
-	serve    []int // instances that serve responses (all, or the consumers)
-	prefill  []int // producers of a PD-separated topology; nil = combined
-	pins     map[string]int
-	rr, prr  int
-	offloads int // offloaded prefills in flight
+	mu      sync.Mutex
+	inst    []*instance
+	serve   []int // instances that serve responses (all, or the consumers)
+	prefill []int // producers of a PD-separated topology; nil = combined
+	pins    map[string]int
+	// Rotation pointers, each advanced once per use: rr for placing a
+	// request (round robin, and where ties start), drr for a PD decode
+	// instance, prr for an offload target. One pointer for two choices of a
+	// request would advance twice and, with an even count, visit every other
+	// instance only.
+	rr, drr, prr int
+	offloads     int // offloaded prefills in flight
 }
 
 // New returns a router over targets (base URLs). With producers, the
@@ -112,15 +131,15 @@ func (r *Router) score(i int, hashes []uint64, promptTokens int) float64 {
 }
 
 // argmin returns the candidate with the lowest score (ties to the first
-// after a rotating start, so equal instances share the work) and the scores
-// by candidate.
-func (r *Router) argmin(cands []int, score func(i int) float64) (int, []float64) {
+// after the rotating start *rot, which it advances, so equal instances share
+// the work) and the scores by candidate.
+func (r *Router) argmin(cands []int, rot *int, score func(i int) float64) (int, []float64) {
 	scores := make([]float64, len(cands))
 	for k, i := range cands {
 		scores[k] = score(i)
 	}
-	start := r.rr % len(cands)
-	r.rr++
+	start := *rot % len(cands)
+	*rot++
 	bk := start
 	for j := range cands {
 		k := (start + j) % len(cands)
@@ -155,7 +174,7 @@ func (r *Router) place(d *Decision, session string, cands []int, hashes []uint64
 	} else {
 		d.Reason = "new"
 	}
-	i, scores := r.argmin(cands, func(i int) float64 { return r.score(i, hashes, promptTokens) })
+	i, scores := r.argmin(cands, &r.rr, func(i int) float64 { return r.score(i, hashes, promptTokens) })
 	d.Scores = scores
 	if session != "" {
 		r.pins[session] = i
@@ -177,8 +196,9 @@ func (r *Router) Decide(session string, prompt []int64) *Decision {
 	}
 	if r.prefill != nil { // PD-separated: prefill placed by the policy, decode on the least loaded consumer
 		d.Prefill = r.place(d, session, r.prefill, hashes, n)
-		d.Decode, _ = r.argmin(r.serve, func(i int) float64 { return float64(r.inst[i].inflight) })
+		d.Decode, _ = r.argmin(r.serve, &r.drr, func(i int) float64 { return float64(r.inst[i].inflight) })
 		d.Reason += "+pd"
+		d.pd = true
 	} else {
 		d.Decode = r.place(d, session, r.serve, hashes, n)
 		d.Prefill = d.Decode
@@ -187,12 +207,16 @@ func (r *Router) Decide(session string, prompt []int64) *Decision {
 	d.NewTokens = n - d.CachedTokens
 	d.Class = classOf(d.NewTokens, r.opt.Classes)
 	if r.prefill == nil && r.opt.Offload && d.NewTokens > r.opt.HeavyTokens {
-		if p, ok := r.offloadTarget(d.Decode); ok && r.offloads < r.opt.MaxOffload {
+		// The cap is checked first: a capped offload picks no target, so it
+		// leaves the target rotation where it was.
+		if r.offloads >= r.opt.MaxOffload {
+			d.Reason += "+offload_capped"
+		} else if p, ok := r.offloadTarget(d.Decode); ok {
 			d.Prefill, d.offload = p, true
 			r.offloads++
 			d.Reason += "+offload"
 		} else {
-			d.Reason += "+offload_capped"
+			d.Reason += "+offload_no_target" // every other instance overloaded
 		}
 	}
 	r.inst[d.Decode].inflight++

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/mbench/mbench/router"
 	"github.com/urfave/cli/v2"
@@ -29,6 +31,7 @@ func init() {
 				&cli.IntFlag{Name: "heavy-threshold", Value: 20000, Usage: "offload requests with more new tokens than this"},
 				&cli.IntFlag{Name: "max-offload", Value: 4, Usage: "offloaded prefills in flight at most"},
 				&cli.StringSliceFlag{Name: "prefill", Usage: "PD-separated: a producer (prefill) instance URL; repeat per instance; the targets decode"},
+				&cli.StringFlag{Name: "class-bounds", Value: "5000,20000,50000", Usage: "request classes of the routing log and /breakdown by estimated new tokens: WARM < a, MEDIUM < b, HEAVY < c, HEAVY+ (a matrix passes its class_bounds as {{.ClassBounds}})"},
 				&cli.StringFlag{Name: "log", Usage: "append every routing decision to this JSONL file"},
 			},
 			Action: func(c *cli.Context) error {
@@ -50,10 +53,15 @@ func init() {
 				if c.Bool("offload") && len(producers) > 0 {
 					return usageError{errors.New("router: --offload and --prefill exclude each other (elastic offload is for combined instances)")}
 				}
+				bounds, err := intList(c.String("class-bounds"), 3)
+				if err != nil {
+					return usageError{fmt.Errorf("router: --class-bounds: %w", err)}
+				}
 				r, err := router.New(targets, producers, router.Options{Policy: pol, Alpha: c.Float64("alpha"),
 					OverrideFactor: c.Float64("override-factor"), BlockTokens: c.Int("block-tokens"),
 					CacheBlocks: c.Int("cache-blocks"), Offload: c.Bool("offload"),
-					HeavyTokens: c.Int("heavy-threshold"), MaxOffload: c.Int("max-offload")})
+					HeavyTokens: c.Int("heavy-threshold"), MaxOffload: c.Int("max-offload"),
+					Classes: [3]int(bounds)})
 				if err != nil {
 					return usageError{fmt.Errorf("router: %w", err)}
 				}
@@ -77,6 +85,23 @@ func init() {
 			},
 		}
 	})
+}
+
+// intList parses a comma-separated list of n positive integers (n = 0: any
+// number).
+func intList(s string, n int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	if n > 0 && len(out) != n {
+		return nil, fmt.Errorf("%d values given, want %d", len(out), n)
+	}
+	return out, nil
 }
 
 // httpURLs parses instance base URLs.

@@ -26,7 +26,7 @@ engine:
 configs:
   linear:
     topology: {instances_per_host: 4}
-    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --policy linear {{.Targets}}", port: %RPORT%}
+    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --class-bounds {{.ClassBounds}} --policy linear {{.Targets}}", port: %RPORT%}
   pd_sep:
     topology: {instances_per_host: 4}
     sim: {kv_transfer_us_per_token: 0.1}
@@ -34,7 +34,7 @@ configs:
       producers: 2
       producer: {sim: {kv_role: kv_producer}}
       consumer: {sim: {kv_role: kv_consumer}}
-    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --policy linear --prefill {{.Producers}} {{.Targets}}", port: %RPORT%}
+    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --class-bounds {{.ClassBounds}} --policy linear --prefill {{.Producers}} {{.Targets}}", port: %RPORT%}
 rates: [1]
 shapes:
   - name: agentic
