@@ -34,7 +34,7 @@ import (
 // that reported the data reported it too (EPOLLRDHUP, EPOLLHUP, EPOLLERR),
 // and from then on the connection is read to its end without waiting. (That
 // is why this cannot be done with Go's own netpoller, which does not pass
-// the event mask on: see the README's note on the dropped RawConn attempt.)
+// the event mask on: see docs/loadgen.md's note on the dropped RawConn attempt.)
 
 // reactor owns the epoll set, the connections in it and the coroutines.
 type reactor struct {

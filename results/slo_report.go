@@ -10,9 +10,11 @@ import (
 // renderSLO writes the goodput section of report.md: per cell the SLO, the
 // goodput and the SLO attainment with their CIs. It says so when the runs
 // were held to different SLOs (a matrix edited between runs kept by
-// `mbench run --out`), and writes nothing when no run had an SLO.
-func renderSLO(b *strings.Builder, s *ExportInput, ordered []*cellData) {
+// `mbench run --out`), and collapses to one line when no run had an SLO.
+func renderSLO(b *strings.Builder, v *reportView) {
+	s, ordered := v.s, v.ordered
 	if !anyCellHas(ordered, MetricGoodput) {
+		collapsed(b, "Goodput under an SLO", "no run was held to an SLO (slo: in the matrix, --slo of mbench load), so there is no goodput or SLO attainment.")
 		return
 	}
 	fmt.Fprintf(b, "## Goodput under the SLO\n\n"+
