@@ -30,7 +30,11 @@ type Entry struct {
 	Loads           []int     `json:"loads"`                  // requests in flight per instance when it was routed
 	Scores          []float64 `json:"scores,omitempty"`
 	StartUnixUs     int64     `json:"start_unix_us"`
-	PrefillMs       float64   `json:"prefill_ms,omitempty"`    // remote prefill done
+	TransferID      string    `json:"transfer_id,omitempty"`    // the Mooncake protocol: the legs' shared X-Request-Id
+	DecodeSentMs    float64   `json:"decode_sent_ms,omitempty"` // the decode leg sent
+	PrefillMs       float64   `json:"prefill_ms,omitempty"`     // remote prefill answered
+	PrefillStatus   int       `json:"prefill_status,omitempty"` // its HTTP status
+	PrefillError    string    `json:"prefill_error,omitempty"`
 	FirstByteMs     float64   `json:"first_byte_ms,omitempty"` // first bytes of the answer
 	DoneMs          float64   `json:"done_ms"`
 	Status          int       `json:"status"`

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -23,14 +22,25 @@ const maxBody = 64 << 20
 // requests are routed, everything else goes to the first serving instance.
 type Server struct {
 	r      *Router
+	opt    ServerOptions
 	client *http.Client
 	log    *Log
+	boot   map[int]*bootstrap // Mooncake: bootstrap servers by instance
 }
 
-// NewServer serves r's decisions, logging each request to log.
-func NewServer(r *Router, log *Log) *Server {
-	return &Server{r: r, log: log, client: &http.Client{Transport: &http.Transport{
+// NewServer serves r's decisions, logging each request to log, splitting
+// requests between instances by o.Protocol.
+func NewServer(r *Router, log *Log, o ServerOptions) (*Server, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{r: r, opt: o, log: log, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}}
+	if err := s.setupBootstrap(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Handler returns the router's routes.
@@ -62,8 +72,13 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v) // the client went away: nothing to do
 }
 
-// handleHealth is 200 only when every instance's /health is.
+// handleHealth is 200 only when every instance's /health is (and, with
+// the Mooncake protocol, every producer's bootstrap server answered).
 func (s *Server) handleHealth(w http.ResponseWriter, req *http.Request) {
+	if err := s.bootstrapReady(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
 	defer cancel()
 	for _, in := range s.r.inst {
@@ -94,7 +109,9 @@ func (s *Server) passThrough(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	copyResponse(w, resp, nil)
+	if err := copyResponse(w, resp, nil); err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+	}
 }
 
 // Routed endpoints: a request's prefill leg goes to the same path as the
@@ -129,6 +146,10 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endp
 		http.Error(w, "router: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	if err := s.bootstrapReady(); err != nil { // as vLLM's Mooncake proxy, 503 until every producer is known
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	d := s.r.Decide(req.Header.Get("X-Mbench-Session"), prompt)
 	e := s.log.start(s.r, d, req.Header, start)
 	defer func() {
@@ -137,10 +158,14 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endp
 		s.log.finish(e)
 	}()
 	ctx := req.Context()
+	if d.Prefill != d.Decode && s.opt.Protocol == ProtocolMooncake {
+		s.serveMooncake(w, req, d, e, endpoint, fields, start)
+		return
+	}
 	if d.Prefill != d.Decode {
-		params, status, err := s.remotePrefill(ctx, s.r.URL(d.Prefill)+endpoint, req.Header, fields)
+		params, status, err := s.nixlPrefill(ctx, s.r.URL(d.Prefill)+endpoint, req.Header, fields)
 		s.r.PrefillDone(d)
-		e.PrefillMs = msSince(start)
+		e.PrefillMs, e.PrefillStatus = msSince(start), status
 		if err != nil {
 			e.Status, e.Error = status, err.Error()
 			http.Error(w, err.Error(), status)
@@ -153,6 +178,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endp
 			return
 		}
 	}
+	e.DecodeSentMs = msSince(start)
 	resp, err := s.forward(ctx, s.r.URL(d.Decode)+endpoint, http.MethodPost, req.Header, body)
 	if err != nil {
 		e.Status, e.Error = http.StatusBadGateway, err.Error()
@@ -161,60 +187,16 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endp
 	}
 	defer resp.Body.Close()
 	e.Status = resp.StatusCode
-	copyResponse(w, resp, func() {
+	if err := copyResponse(w, resp, func() {
 		s.r.PrefillDone(d) // the first bytes of the answer: the prefill is over
 		e.FirstByteMs = msSince(start)
-	})
+	}); err != nil {
+		e.Status, e.Error = http.StatusBadGateway, "router: decode on "+s.r.URL(d.Decode)+": "+err.Error()
+		http.Error(w, e.Error, http.StatusBadGateway)
+	}
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
-
-// remotePrefill runs the prefill half of vLLM's disaggregated-prefill
-// protocol on url: the request with max_tokens 1, no streaming, no
-// min_tokens, and kv_transfer_params asking for a remote decode; the answer's
-// kv_transfer_params tell the decode instance where the KV is. As vLLM's
-// tests/v1/kv_connector/nixl_integration/toy_proxy_server.py
-// (send_request_to_service, vLLM commit 030ea52e) does.
-func (s *Server) remotePrefill(ctx context.Context, url string, h http.Header, fields map[string]json.RawMessage) (json.RawMessage, int, error) {
-	p := make(map[string]json.RawMessage, len(fields)+1)
-	for k, v := range fields {
-		p[k] = v
-	}
-	p["kv_transfer_params"] = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
-	p["stream"] = json.RawMessage("false")
-	p["max_tokens"] = json.RawMessage("1")
-	if _, ok := p["max_completion_tokens"]; ok {
-		p["max_completion_tokens"] = json.RawMessage("1")
-	}
-	delete(p, "stream_options")
-	delete(p, "min_tokens")
-	delete(p, "min_completion_tokens")
-	body, err := json.Marshal(p)
-	if err != nil {
-		return nil, http.StatusInternalServerError, err
-	}
-	hh := h.Clone()
-	hh.Set("Accept", "application/json")
-	resp, err := s.forward(ctx, url, http.MethodPost, hh, body)
-	if err != nil {
-		return nil, http.StatusBadGateway, fmt.Errorf("router: prefill on %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return nil, http.StatusBadGateway, fmt.Errorf("router: prefill on %s: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, resp.StatusCode, fmt.Errorf("router: prefill on %s: status %d: %s", url, resp.StatusCode, bytes.TrimSpace(out))
-	}
-	var ans struct {
-		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
-	}
-	if err := json.Unmarshal(out, &ans); err != nil || len(ans.KVTransferParams) == 0 || string(ans.KVTransferParams) == "null" {
-		return nil, http.StatusBadGateway, fmt.Errorf("router: prefill on %s: no kv_transfer_params in its answer (is a KV connector configured?)", url)
-	}
-	return ans.KVTransferParams, http.StatusOK, nil
-}
 
 // forward sends one request upstream with the client's relevant headers.
 func (s *Server) forward(ctx context.Context, url, method string, h http.Header, body []byte) (*http.Response, error) {
@@ -232,9 +214,24 @@ func (s *Server) forward(ctx context.Context, url, method string, h http.Header,
 	return s.client.Do(req)
 }
 
+// errNoBytes is copyResponse's error when the body failed before its first
+// bytes: nothing was written, so the caller can still answer an error.
+var errNoBytes = errors.New("the answer ended before its first bytes")
+
 // copyResponse streams resp to w, flushing each read (SSE chunks pass as
-// they come), and calls first once when the first body bytes arrive.
-func copyResponse(w http.ResponseWriter, resp *http.Response, first func()) {
+// they come), and calls first once when the first body bytes arrive. The
+// status and headers go out with the first bytes (or the body's clean end),
+// so a body that fails before any byte returns errNoBytes (wrapping the
+// read error) with nothing written.
+func copyResponse(w http.ResponseWriter, resp *http.Response, first func()) error {
+	buf := make([]byte, 32<<10)
+	n, err := resp.Body.Read(buf)
+	for n == 0 && err == nil {
+		n, err = resp.Body.Read(buf)
+	}
+	if n == 0 && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: %w", errNoBytes, err)
+	}
 	for k, v := range resp.Header {
 		if k != "Content-Length" {
 			w.Header()[k] = v
@@ -242,24 +239,22 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, first func()) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	fl, _ := w.(http.Flusher)
-	buf := make([]byte, 32<<10)
-	var once sync.Once
+	if n > 0 && first != nil {
+		first()
+	}
 	for {
-		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			if first != nil {
-				once.Do(first)
-			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
+				return nil // the client went away
 			}
 			if fl != nil {
 				fl.Flush()
 			}
 		}
 		if err != nil {
-			return
+			return nil
 		}
+		n, err = resp.Body.Read(buf)
 	}
 }
 
@@ -345,6 +340,9 @@ func chatTokens(raw json.RawMessage) ([]int64, error) {
 // Serve serves the router on ln until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: s.Handler()}
+	dctx, stop := context.WithCancel(ctx)
+	defer stop()
+	s.discoverBootstrap(dctx)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)

@@ -28,11 +28,16 @@ func (e *Engine) snapshotMetrics() []metric {
 	e.mu.Unlock()
 	one := func(v float64) []sample { return []sample{{value: v}} }
 	var ext []metric
+	if e.moon != nil {
+		ext = append(ext, metric{"mbench_sim_waiting_remote_kv", "gauge",
+			"Requests waiting for KV from a MooncakeConnector producer (a failed pull leaves them waiting, as vLLM does).",
+			one(float64(e.moon.waitingRemote()))})
+	}
 	if e.cfg.KVRole != KVRoleNone {
-		ext = []metric{
+		ext = append(ext, []metric{
 			{"vllm:external_prefix_cache_queries_total", "counter", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.", one(float64(c.extQueries))},
 			{"vllm:external_prefix_cache_hits_total", "counter", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.", one(float64(c.extHits))},
-		}
+		}...)
 	}
 	return append([]metric{
 		{"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", one(float64(running))},

@@ -28,6 +28,7 @@ type completionRequest struct {
 	IncludeUsage bool
 	KVTransfer   *kvTransferParams // nil = none (see pd.go)
 	kvRaw        json.RawMessage
+	xferKey      string // MooncakeConnector: the transfer key of a leg (mooncake.go)
 }
 
 // apiError is an OpenAI/vLLM-style error response.

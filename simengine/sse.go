@@ -1,6 +1,7 @@
 package simengine
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,13 +70,22 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 			maxLen, p+req.MaxTokens, p, req.MaxTokens).write(w)
 		return
 	}
-	if req.KVTransfer, err = decodeKVTransfer(req.kvRaw, e.cfg.KVRole); err != nil {
+	if req.KVTransfer, err = decodeKVTransfer(req.kvRaw, e.cfg.KVRole, e.cfg.KVConnector); err != nil {
 		err.(*apiError).write(w)
 		return
 	}
+	if kt := req.KVTransfer; kt != nil && e.moon != nil && (kt.DoRemoteDecode || kt.DoRemotePrefill) {
+		req.xferKey = transferKey(r, chat)
+	}
 	if req.KVTransfer != nil && req.KVTransfer.DoRemotePrefill {
-		if _, err := e.pullKV(r.Context(), req); err != nil {
-			return // the client went away during the transfer
+		pull := e.pullKV
+		if e.moon != nil {
+			pull = func(ctx context.Context, req *completionRequest) (int, error) {
+				return e.moon.pull(ctx, req.xferKey, req)
+			}
+		}
+		if _, err := pull(r.Context(), req); err != nil {
+			return // the client went away during the transfer (or, Mooncake, before KV that never came)
 		}
 	}
 	s, err := e.submit(req)
@@ -116,6 +126,10 @@ func (e *Engine) submit(req *completionRequest) (*seq, error) {
 	}
 	if kt := req.KVTransfer; kt != nil {
 		s.remoteKV, s.keepBlocks = kt.DoRemotePrefill, kt.DoRemoteDecode
+		if e.moon != nil && kt.DoRemoteDecode {
+			s.keepBlocks, s.xferKey = false, req.xferKey
+			e.moon.register(s.xferKey)
+		}
 	}
 	e.sch.add(s)
 	e.mu.Unlock()
@@ -291,7 +305,7 @@ func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, r
 			`,"choices":[{"index":0,"message":{"role":"assistant","content":` + string(txt) + `},"logprobs":null,"finish_reason":` + string(fin) +
 			`,"stop_reason":null}],"usage":` + usageJSON(rs.prompt, n)
 	}
-	if s.keepBlocks {
+	if s.keepBlocks { // NixlConnector; a MooncakeConnector answers none (mooncake.go)
 		e.mu.Lock()
 		blocks := s.sentBlocks
 		e.mu.Unlock()

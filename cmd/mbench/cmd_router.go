@@ -32,6 +32,8 @@ func init() {
 				&cli.IntFlag{Name: "max-offload", Value: 4, Usage: "offloaded prefills in flight at most"},
 				&cli.StringSliceFlag{Name: "prefill", Usage: "PD-separated: a producer (prefill) instance URL; repeat per instance; the targets decode"},
 				&cli.StringFlag{Name: "class-bounds", Value: "5000,20000,50000", Usage: "request classes of the routing log and /breakdown by estimated new tokens: WARM < a, MEDIUM < b, HEAVY < c, HEAVY+ (a matrix passes its class_bounds as {{.ClassBounds}})"},
+				&cli.StringFlag{Name: "kv-protocol", Value: string(router.ProtocolNIXL), Usage: "how a split request (--offload, --prefill) reaches vLLM's KV connector: nixl (prefill, then decode with the prefill's kv_transfer_params: NixlConnector) or mooncake (both legs at once, the decode naming the producer's bootstrap server: MooncakeConnector since vLLM PR #31034)"},
+				&cli.StringFlag{Name: "bootstrap-ports", Usage: "mooncake: the bootstrap port (VLLM_MOONCAKE_BOOTSTRAP_PORT) of each instance prefills may run on — the --prefill producers, else every target — comma-separated in their order (default 8998 each; a matrix passes {{.BootstrapPorts}})"},
 				&cli.StringFlag{Name: "log", Usage: "append every routing decision to this JSONL file"},
 			},
 			Action: func(c *cli.Context) error {
@@ -65,6 +67,16 @@ func init() {
 				if err != nil {
 					return usageError{fmt.Errorf("router: %w", err)}
 				}
+				proto, err := router.ParseProtocol(c.String("kv-protocol"))
+				if err != nil {
+					return usageError{fmt.Errorf("router: --%w", err)}
+				}
+				var ports []int
+				if v := c.String("bootstrap-ports"); v != "" {
+					if ports, err = intList(v, 0); err != nil {
+						return usageError{fmt.Errorf("router: --bootstrap-ports: %w", err)}
+					}
+				}
 				var log *router.Log
 				if p := c.String("log"); p != "" {
 					f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -80,8 +92,13 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("router: listen on %s: %w", c.String("addr"), err)
 				}
-				fmt.Fprintf(c.App.ErrWriter, "router: %s → %d targets, %d producers, policy %s\n", ln.Addr(), len(targets), len(producers), pol)
-				return router.NewServer(r, log).Serve(c.Context, ln)
+				srv, err := router.NewServer(r, log, router.ServerOptions{Protocol: proto, BootstrapPorts: ports, Messages: c.App.ErrWriter})
+				if err != nil {
+					ln.Close()
+					return usageError{fmt.Errorf("router: %w", err)}
+				}
+				fmt.Fprintf(c.App.ErrWriter, "router: %s → %d targets, %d producers, policy %s, kv protocol %s\n", ln.Addr(), len(targets), len(producers), pol, proto)
+				return srv.Serve(c.Context, ln)
 			},
 		}
 	})
