@@ -63,7 +63,8 @@ func mdSections(v *reportView) []mdSection {
 	} else {
 		out = append(out, renderComparisons, renderTTFT)
 	}
-	return append(out, renderSLO, renderSteps, renderClasses, renderPrefixCache, renderNoise,
+	return append(out, renderSLO, renderSteps, renderClasses, renderClassComparisons, renderClassFailures,
+		renderPrefixCache, renderGPUUtil, renderNoise,
 		renderClientLimited, renderVerdicts, renderProblems, renderEnv, renderMethod, renderRuns)
 }
 

@@ -127,7 +127,8 @@ func transferKey(r *http.Request, chat bool) string {
 	return "cmpl-" + id
 }
 
-// producer reports whether the engine serves a bootstrap server.
+// producer reports whether the engine serves a bootstrap server: every
+// role but kv_consumer (mooncake_connector.py:509, :529).
 func (m *mooncake) producer() bool { return m.e.cfg.KVRole != KVRoleConsumer }
 
 // serveBootstrap serves the bootstrap server on ln until ctx ends.
@@ -142,7 +143,7 @@ func (m *mooncake) serveOn(ctx context.Context, ln net.Listener) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /query", m.handleQuery)
 	mux.HandleFunc("POST /register", func(w http.ResponseWriter, _ *http.Request) {
-		// The sim's one worker registered itself (mooncake_utils.py:129-133).
+		// The sim's one worker registered itself (mooncake_utils.py:128-131).
 		writeJSON(w, http.StatusBadRequest, map[string]string{"detail": "All 1 workers have been registered"})
 	})
 	mux.HandleFunc("POST "+xferPath, m.handleXfer)
