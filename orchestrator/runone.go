@@ -144,7 +144,7 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		Engine: string(s.m.Engine.Kind), Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
 		Burstiness: s.m.Arrival.Burstiness,
 		Steps:      steps, GPU: gpu, Cache: &cache, Gate: gate,
-		Policy: s.policy(cell),
+		Policy: s.policy(cell), Percentiles: s.m.Measure.Percentiles, NaturalLength: s.request.NaturalLength,
 	}.WithLoad(res))
 	if err != nil {
 		return nil, fmt.Errorf("summarize run: %w", err)
@@ -281,8 +281,9 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 	ms := s.m.Measure
 	return openloop.Config{
 		Targets:      targets,
-		Model:        s.m.Engine.Model,
+		Model:        s.m.RequestModel(),
 		Endpoint:     s.m.Endpoint,
+		Request:      s.request,
 		Rate:         cell.Rate,
 		Arrival:      loadArrival(s.m.Arrival, cell.Rate),
 		Shape:        toLoadShape(cell.Shape),
@@ -301,7 +302,7 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 // loadArrival is the matrix's arrival for a cell at rate: in a closed loop
 // the cell's rate is its in-flight level.
 func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
-	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness, Ramp: a.Ramp}
+	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness, Ramp: a.Ramp, MaxInFlight: a.MaxInFlight}
 	if a.Process == openloop.ArrivalConcurrency {
 		out.InFlight = int(rate)
 	}

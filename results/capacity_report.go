@@ -37,16 +37,8 @@ func renderCapacityHeadline(b *strings.Builder, v *reportView) {
 	p("## Capacity at the SLO (%s ≤ %g ms)\n\n", sp.Metric, sp.MaxMs)
 	p("The highest offered rate at which %s holds, per config (the probes and how they were judged are under \"The search\" below).\n\n", sp.Metric)
 	p("| Config | Shape | Capacity interval (req/s) | Uncertain band | Per-block estimate [%.0f%% CI] | Probes | Note |\n|---|---|---|---|---|---|---|\n", 100*sp.Confidence)
-	for _, s := range rep.Searches {
-		est := "—"
-		if s.Estimate != nil {
-			est = fmt.Sprintf("%s [%s, %s] (%d blocks)", fmtNum(*s.Estimate), fmtNum(*s.EstLo), fmtNum(*s.EstHi), len(s.PerBlock))
-		}
-		band := "—"
-		if s.BandLo != nil {
-			band = fmt.Sprintf("%s–%s", fmtNum(*s.BandLo), fmtNum(*s.BandHi))
-		}
-		p("| %s | %s | %s | %s | %s | %d | %s |\n", s.Config, s.Shape, IntervalText(s.Lo, s.Hi), band, est, len(s.Probes), mdCell(s.Note))
+	for _, r := range capacitySearchRows(rep) {
+		p("| %s | %s | %s | %s | %s | %d | %s |\n", r.Config, r.Shape, r.Interval, r.Band, r.Estimate, r.Probes, mdCell(r.Note))
 	}
 	p("\n")
 	if len(rep.Comparisons) > 0 {
@@ -57,6 +49,67 @@ func renderCapacityHeadline(b *strings.Builder, v *reportView) {
 		}
 		p("\n")
 	}
+}
+
+// capacitySearchRow is one search in words: its interval, uncertain band
+// and per-block estimate.
+type capacitySearchRow struct {
+	Config, Shape, Interval, Band, Estimate, Note string
+	Probes                                        int
+}
+
+// capacitySearchRows is every search of rep in words.
+func capacitySearchRows(rep *CapacityReport) []capacitySearchRow {
+	var out []capacitySearchRow
+	for _, s := range rep.Searches {
+		r := capacitySearchRow{Config: s.Config, Shape: s.Shape, Interval: IntervalText(s.Lo, s.Hi), Band: "—", Estimate: "—", Note: s.Note, Probes: len(s.Probes)}
+		if s.Estimate != nil {
+			r.Estimate = fmt.Sprintf("%s [%s, %s] (%d blocks)", fmtNum(*s.Estimate), fmtNum(*s.EstLo), fmtNum(*s.EstHi), len(s.PerBlock))
+		}
+		if s.BandLo != nil {
+			r.Band = fmt.Sprintf("%s–%s", fmtNum(*s.BandLo), fmtNum(*s.BandHi))
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// capacityProbeRow is one probed rate of a search: its verdict, the
+// metric's mean with its CI, and its blocks by verdict.
+type capacityProbeRow struct {
+	Config, Shape        string
+	Rate                 float64
+	Verdict              ProbeVerdict
+	Mean                 string
+	OK, Saturated, Other int
+}
+
+// capacityProbeRows is every probe of every search of rep.
+func capacityProbeRows(rep *CapacityReport) []capacityProbeRow {
+	var out []capacityProbeRow
+	for _, s := range rep.Searches {
+		for _, pr := range s.Probes {
+			r := capacityProbeRow{Config: s.Config, Shape: s.Shape, Rate: pr.Rate, Verdict: pr.Verdict, Mean: "—"}
+			for _, run := range pr.Runs {
+				switch run.Status {
+				case VerdictOK:
+					r.OK++
+				case VerdictSaturated:
+					r.Saturated++
+				default:
+					r.Other++
+				}
+			}
+			if pr.Mean != nil {
+				r.Mean = fmtNum(*pr.Mean)
+				if pr.CILo != nil {
+					r.Mean += fmt.Sprintf(" [%s, %s]", fmtNum(*pr.CILo), fmtNum(*pr.CIHi))
+				}
+			}
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // capacityComparisonText is a capacity comparison in words.
@@ -86,26 +139,8 @@ func renderCapacityDetails(b *strings.Builder, v *reportView) {
 		"band is where more blocks, not more probes, would narrow it. Only ok runs give the metric; saturated runs count as "+
 		"failing; runs with any other verdict are left out.\n\n", sp.Blocks, 100*sp.Confidence, sp.MaxMs)
 	p("Probed rates:\n\n| Config | Shape | Rate | Verdict | %s mean [CI] (ms) | Blocks: ok / saturated / other |\n|---|---|---|---|---|---|\n", sp.Metric)
-	for _, s := range v.capacity.Searches {
-		for _, pr := range s.Probes {
-			ok, sat := 0, 0
-			for _, r := range pr.Runs {
-				switch r.Status {
-				case VerdictOK:
-					ok++
-				case VerdictSaturated:
-					sat++
-				}
-			}
-			mean := "—"
-			if pr.Mean != nil {
-				mean = fmtNum(*pr.Mean)
-				if pr.CILo != nil {
-					mean += fmt.Sprintf(" [%s, %s]", fmtNum(*pr.CILo), fmtNum(*pr.CIHi))
-				}
-			}
-			p("| %s | %s | %g | %s | %s | %d / %d / %d |\n", s.Config, s.Shape, pr.Rate, pr.Verdict, mean, ok, sat, len(pr.Runs)-ok-sat)
-		}
+	for _, r := range capacityProbeRows(v.capacity) {
+		p("| %s | %s | %g | %s | %s | %d / %d / %d |\n", r.Config, r.Shape, r.Rate, r.Verdict, r.Mean, r.OK, r.Saturated, r.Other)
 	}
 	p("\n")
 }

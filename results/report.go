@@ -63,7 +63,7 @@ func mdSections(v *reportView) []mdSection {
 	} else {
 		out = append(out, renderComparisons, renderTTFT)
 	}
-	return append(out, renderSLO, renderSteps, renderClasses, renderClassComparisons, renderClassFailures,
+	return append(out, renderSLO, renderOutputLengths, renderSteps, renderClasses, renderClassComparisons, renderClassFailures,
 		renderPrefixCache, renderGPUUtil, renderNoise,
 		renderClientLimited, renderVerdicts, renderProblems, renderEnv, renderMethod, renderRuns)
 }

@@ -31,7 +31,7 @@ func renderSLO(b *strings.Builder, v *reportView) {
 		}
 		g, a := c.Sum.Metrics[MetricGoodput], c.Sum.Metrics[MetricSLOAttainment]
 		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %d |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
-			orDefault(strings.Join(slos, "; "), "none"), meanCI(g, 1, ""), meanCI(a, 100, "%"), g.N)
+			orDefault(strings.Join(slos, "; "), "none"), meanCI(g, 1, ""), proportionCI(a), g.N)
 	}
 	b.WriteString("\n")
 	if len(all) > 1 {
@@ -62,4 +62,26 @@ func meanCI(m MetricStats, k float64, unit string) string {
 		return fmt.Sprintf("%s%s (n=%d)", fmtNum(mean), unit, m.N)
 	}
 	return fmt.Sprintf("%s%s ±%s", fmtNum(mean), unit, fmtNumLike(k**m.HalfWidth, mean))
+}
+
+// isProportion reports whether metric key is a share in [0, 1] (SLO
+// attainment, a class's share, a cache hit rate), whose interval is shown
+// within [0, 100%].
+func isProportion(key string) bool {
+	return key == MetricSLOAttainment || strings.HasSuffix(key, "_share") || strings.Contains(key, "hit_rate")
+}
+
+// proportionCI formats a proportion's mean and CI in percent as
+// "67.0% [45.2, 88.8]", the interval clipped to [0, 100%] (a t-interval on
+// a few runs' shares can leave it; a share cannot), "x% (n=1)" without
+// one, "—" without a value.
+func proportionCI(m MetricStats) string {
+	if m.Mean == nil {
+		return "—"
+	}
+	if m.CILo == nil || m.CIHi == nil || m.HalfWidth == nil {
+		return fmt.Sprintf("%.1f%% (n=%d)", 100**m.Mean, m.N)
+	}
+	clip := func(x float64) float64 { return 100 * min(1, max(0, x)) }
+	return fmt.Sprintf("%.1f%% [%.1f, %.1f]", 100**m.Mean, clip(*m.CILo), clip(*m.CIHi))
 }

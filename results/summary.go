@@ -56,6 +56,13 @@ type RunInput struct {
 
 	// Policy is what the run is held to (min_completed, max_error_rate).
 	Policy Policy
+	// Percentiles are percentiles to report beyond DefaultPercentiles;
+	// NaturalLength says the requests let the engine end at end-of-sequence;
+	// Label and Metadata are copied into the summary.
+	Percentiles   []float64
+	NaturalLength bool
+	Label         string
+	Metadata      map[string]string
 
 	Steps *StepStats
 	GPU   *GPUSummary
@@ -183,6 +190,22 @@ type RunSummary struct {
 	SLOMet        *int     `json:"slo_met,omitempty"`
 	Goodput       *float64 `json:"request_goodput,omitempty"`
 	SLOAttainment *float64 `json:"slo_attainment,omitempty"`
+
+	// The percentiles beyond the median, p90 and p99 (percentiles.go):
+	// p95 always, others as the run asked for them, keyed p<p>_<metric>_ms.
+	P95TTFTMs   *float64           `json:"p95_ttft_ms"`
+	P95TPOTMs   *float64           `json:"p95_tpot_ms"`
+	P95ITLMs    *float64           `json:"p95_itl_ms"`
+	P95E2ELMs   *float64           `json:"p95_e2el_ms"`
+	Percentiles map[string]float64 `json:"percentiles,omitempty"`
+	// NaturalLength: the requests let the engine end at end-of-sequence
+	// (ignore_eos off); OutputLengths is the output tokens' distribution.
+	NaturalLength bool         `json:"natural_length,omitempty"`
+	OutputLengths *LengthStats `json:"output_lengths,omitempty"`
+	// Label and Metadata are the user's record of the run (mbench load
+	// --label and --metadata, as vllm bench serve writes them).
+	Label    string            `json:"label,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // latStats holds pointers to the five statistics of one latency metric.
@@ -333,6 +356,8 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	latStats{&s.MeanTPOTMs, &s.MedianTPOTMs, &s.StdTPOTMs, &s.P90TPOTMs, &s.P99TPOTMs}.fill(tpot)
 	latStats{&s.MeanITLMs, &s.MedianITLMs, &s.StdITLMs, &s.P90ITLMs, &s.P99ITLMs}.fill(itl)
 	latStats{&s.MeanE2ELMs, &s.MedianE2ELMs, &s.StdE2ELMs, &s.P90E2ELMs, &s.P99E2ELMs}.fill(e2el)
+	fillPercentiles(s, in.Percentiles, map[string][]float64{"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el})
+	s.NaturalLength, s.OutputLengths, s.Label, s.Metadata = in.NaturalLength, outputLengths(in.Records), in.Label, in.Metadata
 	if len(intended) > 0 {
 		sort.Float64s(intended)
 		s.P90TTFTIntendedMs = ptr(stats.PercentileSorted(intended, 90))
