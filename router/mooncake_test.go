@@ -231,12 +231,14 @@ func waitHealthy(t *testing.T, u string) {
 	}, "the router to be healthy")
 }
 
+var lastWait any
+
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out waiting for %s (%v)", what, lastWait)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

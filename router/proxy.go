@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -187,13 +188,59 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endp
 	}
 	defer resp.Body.Close()
 	e.Status = resp.StatusCode
+	tail := &tailBuffer{max: 64 << 10}
+	resp.Body = readCloser{io.TeeReader(resp.Body, tail), resp.Body}
 	if err := copyResponse(w, resp, func() {
 		s.r.PrefillDone(d) // the first bytes of the answer: the prefill is over
 		e.FirstByteMs = msSince(start)
 	}); err != nil {
 		e.Status, e.Error = http.StatusBadGateway, "router: decode on "+s.r.URL(d.Decode)+": "+err.Error()
 		http.Error(w, e.Error, http.StatusBadGateway)
+		return
 	}
+	e.EngineCachedTokens = tail.cachedTokens()
+}
+
+// readCloser reads from one reader and closes another.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// tailBuffer keeps the last max bytes written to it: the end of an answer,
+// where its usage is.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+// cachedTokens is the engine's usage.prompt_tokens_details.cached_tokens in
+// the answer's tail (vLLM reports it with --enable-prompt-tokens-details),
+// or nil.
+func (t *tailBuffer) cachedTokens() *int {
+	const key = `"cached_tokens":`
+	i := bytes.LastIndex(t.b, []byte(key))
+	if i < 0 {
+		return nil
+	}
+	rest := bytes.TrimLeft(t.b[i+len(key):], " ")
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	v, err := strconv.Atoi(string(rest[:n]))
+	if err != nil {
+		return nil
+	}
+	return &v
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
@@ -343,6 +390,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	dctx, stop := context.WithCancel(ctx)
 	defer stop()
 	s.discoverBootstrap(dctx)
+	s.pollEngines(dctx)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)

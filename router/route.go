@@ -12,6 +12,9 @@ type instance struct {
 	inflight int // requests on it: prefilling here, or being served from here
 	pending  int // prefill tokens sent here and not yet done
 	index    *prefixIndex
+	// engineLoad is the engine's own waiting + running count (LoadEngine).
+	engineLoad      int
+	engineLoadKnown bool
 }
 
 // Decision is where one request goes. Prefill == Decode unless the prefill
@@ -27,7 +30,8 @@ type Decision struct {
 	// PrefillNewTokens are the tokens the prefill instance computes: NewTokens,
 	// or, for an offloaded prefill, the prompt less what the other instance holds.
 	PrefillNewTokens int
-	Loads            []int
+	Loads            []int     // shadow: requests in flight per instance
+	EngineLoads      []int     // LoadEngine: the engines' waiting + running (-1: not known yet)
 	Scores           []float64 // the policy's scores, when it scored
 	offload          bool      // an elastic offload (counted against MaxOffload)
 	pd               bool      // a PD-separated topology's split
@@ -100,7 +104,7 @@ func (r *Router) cached(i int, hashes []uint64, promptTokens int) int {
 func (r *Router) meanLoad(cands []int) float64 {
 	sum := 0
 	for _, i := range cands {
-		sum += r.inst[i].inflight
+		sum += r.load(i)
 	}
 	return float64(sum) / float64(len(cands))
 }
@@ -109,7 +113,7 @@ func (r *Router) meanLoad(cands []int) float64 {
 // times the mean load of cands (and at least 2 requests, so one request on
 // an idle cluster does not count).
 func (r *Router) overloaded(i int, cands []int) bool {
-	l := r.inst[i].inflight
+	l := r.load(i)
 	return l >= 2 && float64(l) > r.opt.OverrideFactor*r.meanLoad(cands)
 }
 
@@ -122,12 +126,12 @@ func (r *Router) score(i int, hashes []uint64, promptTokens int) float64 {
 		if promptTokens > 0 {
 			hit = float64(r.cached(i, hashes, promptTokens)) / float64(promptTokens)
 		}
-		return float64(in.inflight) - r.opt.Alpha*hit
+		return float64(r.load(i)) - r.opt.Alpha*hit
 	case LMetric:
 		newTok := promptTokens - r.cached(i, hashes, promptTokens)
-		return float64(in.pending+newTok) * float64(in.inflight+1)
+		return float64(in.pending+newTok) * float64(r.load(i)+1)
 	}
-	return float64(in.inflight) // least loaded
+	return float64(r.load(i)) // least loaded
 }
 
 // argmin returns the candidate with the lowest score (ties to the first
@@ -194,9 +198,18 @@ func (r *Router) Decide(session string, prompt []int64) *Decision {
 	for i, in := range r.inst {
 		d.Loads[i] = in.inflight
 	}
+	if r.opt.Load == LoadEngine {
+		d.EngineLoads = make([]int, len(r.inst))
+		for i, in := range r.inst {
+			d.EngineLoads[i] = -1
+			if in.engineLoadKnown {
+				d.EngineLoads[i] = in.engineLoad
+			}
+		}
+	}
 	if r.prefill != nil { // PD-separated: prefill placed by the policy, decode on the least loaded consumer
 		d.Prefill = r.place(d, session, r.prefill, hashes, n)
-		d.Decode, _ = r.argmin(r.serve, &r.drr, func(i int) float64 { return float64(r.inst[i].inflight) })
+		d.Decode, _ = r.argmin(r.serve, &r.drr, func(i int) float64 { return float64(r.load(i)) })
 		d.Reason += "+pd"
 		d.pd = true
 	} else {

@@ -84,6 +84,9 @@ type Config struct {
 	// waits for a request's two legs to meet (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT;
 	// default DefaultMooncakeAbortTimeout).
 	MooncakeAbortTimeout time.Duration
+	// PromptTokensDetails adds usage.prompt_tokens_details.cached_tokens to
+	// every answer, as vLLM's --enable-prompt-tokens-details does.
+	PromptTokensDetails bool
 }
 
 // DefaultConfig returns the defaults that New applies to zero fields.

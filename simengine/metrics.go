@@ -40,6 +40,11 @@ func (e *Engine) snapshotMetrics() []metric {
 		}...)
 	}
 	return append([]metric{
+		// vLLM's info gauge of its CacheConfig (one label per field; the sim
+		// gives the fields it models), from which a router learns the KV
+		// capacity: num_gpu_blocks × block_size tokens.
+		{"vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", []sample{{labels: fmt.Sprintf(
+			`block_size="%d",num_gpu_blocks="%d",enable_prefix_caching="True"`, e.cfg.BlockSize, e.cfg.KVBlocks), value: 1}}},
 		{"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", one(float64(running))},
 		{"vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", one(float64(waiting))},
 		{"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", one(usage)},

@@ -31,6 +31,9 @@ type seq struct {
 	keepBlocks  bool    // a prefill for a remote decode: remember the blocks
 	sentBlocks  []int32 // the blocks a remote decode would pull
 	xferKey     string  // a MooncakeConnector prefill for a remote decode: its transfer key
+	// cachedTokens are the prompt tokens it did not compute: prefix-cache
+	// hits and KV received, at its first admission (vLLM's num_cached_tokens).
+	cachedTokens int
 }
 
 // counters are the engine's Prometheus counters.
@@ -236,6 +239,7 @@ func (sc *scheduler) admit(s *seq, budget int) (int, bool) {
 	}
 	if !s.queried {
 		s.queried = true
+		s.cachedTokens = computed
 		sc.c.queries += int64(s.promptLen)
 		sc.c.hits += int64(len(hits) * bs)
 		sc.c.extQueries += int64(s.promptLen)

@@ -176,6 +176,21 @@ func usageJSON(prompt, completion int) string {
 	return fmt.Sprintf(`{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}`, prompt, prompt+completion, completion)
 }
 
+// usageOf is usageJSON, with vLLM's prompt_tokens_details.cached_tokens (the
+// prompt tokens the request did not compute: prefix-cache hits and KV
+// received from another instance) when the engine runs with
+// --enable-prompt-tokens-details.
+func (e *Engine) usageOf(s *seq, prompt, completion int) string {
+	u := usageJSON(prompt, completion)
+	if !e.cfg.PromptTokensDetails {
+		return u
+	}
+	e.mu.Lock()
+	cached := s.cachedTokens
+	e.mu.Unlock()
+	return strings.TrimSuffix(u, "}") + fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}}`, cached)
+}
+
 // streamResponse writes vLLM's SSE stream: one chunk per token, flushed as
 // soon as the step that produced it ends; the optional usage chunk; [DONE].
 func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, includeUsage bool, rs response) {
@@ -235,7 +250,7 @@ func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, 
 		switch {
 		case done:
 			if includeUsage {
-				buf = append(buf, "data: "+head+`,"choices":[],"usage":`+usageJSON(rs.prompt, sent)+"}\n\n"...)
+				buf = append(buf, "data: "+head+`,"choices":[],"usage":`+e.usageOf(s, rs.prompt, sent)+"}\n\n"...)
 			}
 			buf = append(buf, "data: [DONE]\n\n"...)
 		case err != nil:
@@ -299,11 +314,11 @@ func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, r
 	txt, _ := json.Marshal(text.String())
 	fin, _ := json.Marshal(finish)
 	body := rs.head() + `,"choices":[{"index":0,"text":` + string(txt) + `,"logprobs":null,"finish_reason":` + string(fin) +
-		`,"stop_reason":null,"prompt_logprobs":null}],"usage":` + usageJSON(rs.prompt, n)
+		`,"stop_reason":null,"prompt_logprobs":null}],"usage":` + e.usageOf(s, rs.prompt, n)
 	if rs.chat {
 		body = strings.Replace(rs.head(), `"chat.completion.chunk"`, `"chat.completion"`, 1) +
 			`,"choices":[{"index":0,"message":{"role":"assistant","content":` + string(txt) + `},"logprobs":null,"finish_reason":` + string(fin) +
-			`,"stop_reason":null}],"usage":` + usageJSON(rs.prompt, n)
+			`,"stop_reason":null}],"usage":` + e.usageOf(s, rs.prompt, n)
 	}
 	if s.keepBlocks { // NixlConnector; a MooncakeConnector answers none (mooncake.go)
 		e.mu.Lock()

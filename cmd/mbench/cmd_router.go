@@ -26,7 +26,8 @@ func init() {
 				&cli.Float64Flag{Name: "alpha", Value: 4, Usage: "linear: score = load − alpha·cache_hit (cache_hit in 0..1)"},
 				&cli.Float64Flag{Name: "override-factor", Value: 2, Usage: "a pinned instance above this many times the mean load is overridden"},
 				&cli.IntFlag{Name: "block-tokens", Value: 16, Usage: "block size of the router's prefix index"},
-				&cli.IntFlag{Name: "cache-blocks", Usage: "bound each instance's prefix index to this many blocks, LRU (0 = unbounded)"},
+				&cli.StringFlag{Name: "cache-blocks", Value: "0", Usage: "bound each instance's prefix index to this many blocks, LRU (0 = unbounded; auto = each engine's KV capacity from its /metrics, vllm:cache_config_info)"},
+				&cli.StringFlag{Name: "load", Value: string(router.LoadShadow), Usage: "what counts as an instance's load: shadow (the router's requests in flight) or engine (the engine's waiting + running from its /metrics, polled every 100 ms)"},
 				&cli.BoolFlag{Name: "offload", Usage: "elastic offload: prefill HEAVY requests on another instance, decode on the sticky one"},
 				&cli.IntFlag{Name: "heavy-threshold", Value: 20000, Usage: "offload requests with more new tokens than this"},
 				&cli.IntFlag{Name: "max-offload", Value: 4, Usage: "offloaded prefills in flight at most"},
@@ -59,9 +60,19 @@ func init() {
 				if err != nil {
 					return usageError{fmt.Errorf("router: --class-bounds: %w", err)}
 				}
+				cacheBlocks, fromEngine := 0, c.String("cache-blocks") == "auto"
+				if !fromEngine {
+					if cacheBlocks, err = strconv.Atoi(c.String("cache-blocks")); err != nil || cacheBlocks < 0 {
+						return usageError{fmt.Errorf("router: --cache-blocks: %q is not a block count or auto", c.String("cache-blocks"))}
+					}
+				}
+				load, err := router.ParseLoadSource(c.String("load"))
+				if err != nil {
+					return usageError{fmt.Errorf("router: --%w", err)}
+				}
 				r, err := router.New(targets, producers, router.Options{Policy: pol, Alpha: c.Float64("alpha"),
 					OverrideFactor: c.Float64("override-factor"), BlockTokens: c.Int("block-tokens"),
-					CacheBlocks: c.Int("cache-blocks"), Offload: c.Bool("offload"),
+					CacheBlocks: cacheBlocks, CacheFromEngine: fromEngine, Load: load, Offload: c.Bool("offload"),
 					HeavyTokens: c.Int("heavy-threshold"), MaxOffload: c.Int("max-offload"),
 					Classes: [3]int(bounds)})
 				if err != nil {

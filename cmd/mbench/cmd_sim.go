@@ -48,6 +48,7 @@ func init() {
 				&cli.StringFlag{Name: "kv-role", Usage: "a modelled KV connector for disaggregated prefill: kv_producer, kv_consumer or kv_both (takes vLLM's kv_transfer_params)"},
 				&cli.Float64Flag{Name: "kv-transfer-us-per-token", Usage: "modelled cost of receiving one token's KV from a prefill instance (µs)"},
 				&cli.StringFlag{Name: "kv-connector", Value: simengine.KVConnectorNixl, Usage: "protocol of the modelled KV connector: NixlConnector (the prefill answers kv_transfer_params) or MooncakeConnector (vLLM's bootstrap protocol: a bootstrap server on producers, concurrent legs paired by X-Request-Id)"},
+				&cli.BoolFlag{Name: "enable-prompt-tokens-details", Usage: "report usage.prompt_tokens_details.cached_tokens, as vLLM's flag of the same name"},
 				&cli.IntFlag{Name: "bootstrap-port", Value: envInt("VLLM_MOONCAKE_BOOTSTRAP_PORT", simengine.DefaultBootstrapPort), Usage: "MooncakeConnector producer: the bootstrap server's port on --addr's host (default $VLLM_MOONCAKE_BOOTSTRAP_PORT, else 8998, as vLLM)"},
 				&cli.DurationFlag{Name: "mooncake-abort-timeout", Value: time.Duration(envInt("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", int(simengine.DefaultMooncakeAbortTimeout/time.Second))) * time.Second, Usage: "MooncakeConnector: how long a producer waits for a request's two legs to meet (default $VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT seconds, else 480 s, as vLLM)"},
 			},
