@@ -168,7 +168,7 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	}
 	shots := chromiumtest.Screenshot(ctx, t, browser, filepath.Join(out, "report.html"), t.ArtifactDir(), "capacity", 1280, 1400)
 	t.Logf("report.html screenshots (go test -artifacts keeps them): %s", strings.Join(shots, " "))
-	for _, want := range []string{`<table id="capacity-searches">`, `<svg class="plot capacity"`, `<g class="interval" data-name="plain">`, "sustains "} {
+	for _, want := range []string{`<table id="capacity-searches">`, `<svg class="plot capacity"`, `<g class="interval" data-name="plain">`, `<table id="capacity-comparisons">`} {
 		if page.Count(regexp.QuoteMeta(want)) == 0 {
 			t.Errorf("report.html lacks %s", want)
 		}
