@@ -4,23 +4,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/internal/plan"
 )
 
 // errCapacityReplay: a resumed capacity search planned a round other than
 // the one recorded.
 var errCapacityReplay = errors.New("the resumed capacity search does not replay the recorded rounds")
-
-// capacityRoundRecord is round k (from 1) of round's cells, with the orders
-// capacityRound will run them in.
-func (s *Sweep) capacityRoundRecord(k int, round []matrices.Cell, blocks int) plan.Round {
-	probes := make([]plan.Probe, len(round))
-	for i, c := range round {
-		probes[i] = plan.Probe{Cell: c.ID, Config: c.Config, Shape: c.Shape.Name, Rate: c.Rate}
-	}
-	return plan.RoundOf(k, probes, blocks, s.state.Seed, s.state.Randomize)
-}
 
 // recordCapacityRound checks a planned round against sweep.json's record of
 // it (a resumed search) or appends it (a new round; an empty round, the end

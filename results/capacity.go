@@ -31,13 +31,21 @@ type CapacitySpec struct {
 }
 
 // CapacityRun is one journaled run of a probed rate. Value is the metric
-// when the run's verdict is ok.
+// when the run's verdict is ok. Attempt > 0 is a re-run of a block that
+// gave no usable run before.
 type CapacityRun struct {
 	Config, Shape, Cell string
 	Rate                float64
 	Block               int
+	Attempt             int
 	Status              Verdict
 	Value               float64
+}
+
+// counts reports whether the run says something about the SLO: ok with a
+// value, or saturated.
+func (r CapacityRun) counts() bool {
+	return r.Status == VerdictOK && !math.IsNaN(r.Value) || r.Status == VerdictSaturated
 }
 
 // ProbeVerdict is what the blocks of one probed rate say about the SLO.
@@ -77,12 +85,19 @@ type CapacityProbe struct {
 	Blocks  int            `json:"blocks,omitempty"` // blocks journaled
 }
 
-// CapacityCell is one block of a probe: its verdict and, when ok, the metric.
+// CapacityCell is one block of a probe: its verdict and, when ok, the
+// metric; of its attempts (runs of the block, Attempts in all), the first
+// that counts (ok or saturated), else the last.
 type CapacityCell struct {
-	Block  int      `json:"block"`
-	Status Verdict  `json:"status"`
-	Value  *float64 `json:"value,omitempty"`
+	Block    int      `json:"block"`
+	Status   Verdict  `json:"status"`
+	Value    *float64 `json:"value,omitempty"`
+	Attempts int      `json:"attempts,omitempty"`
 }
+
+// Counts reports whether the block says something about the SLO: ok with a
+// value, or saturated.
+func (c CapacityCell) Counts() bool { return c.Value != nil || c.Status == VerdictSaturated }
 
 // CapacitySearch is the result of one config's (and shape's) search. The
 // capacity lies in [Lo, Hi]: Lo is the highest rate that held below every
@@ -225,15 +240,31 @@ func analyzeSearch(spec CapacitySpec, cfg, shape string, runs []CapacityRun) Cap
 	return s
 }
 
-// judgeProbe decides what the blocks of one rate say.
+// judgeProbe decides what the blocks of one rate say, each block by the
+// first of its attempts that counts (else its last).
 func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityProbe {
-	slices.SortFunc(runs, func(a, b CapacityRun) int { return cmp.Compare(a.Block, b.Block) })
-	p := CapacityProbe{Rate: rate, Blocks: len(runs)}
+	slices.SortFunc(runs, func(a, b CapacityRun) int {
+		return cmp.Or(cmp.Compare(a.Block, b.Block), cmp.Compare(a.Attempt, b.Attempt))
+	})
+	var used []CapacityRun
+	attempts := map[int]int{}
+	for _, r := range runs {
+		attempts[r.Block]++
+		switch last := len(used) - 1; {
+		case last < 0 || used[last].Block != r.Block:
+			used = append(used, r)
+		case !used[last].counts():
+			used[last] = r
+		}
+	}
+	p := CapacityProbe{Rate: rate, Blocks: len(used)}
 	var vals []float64
 	sat := 0
-	for _, r := range runs {
-		p.Cell = r.Cell
-		c := CapacityCell{Block: r.Block, Status: r.Status}
+	for _, r := range used {
+		if r.Attempt == 0 || p.Cell == "" {
+			p.Cell = r.Cell
+		}
+		c := CapacityCell{Block: r.Block, Status: r.Status, Attempts: attempts[r.Block]}
 		switch {
 		case r.Status == VerdictOK && !math.IsNaN(r.Value):
 			v := r.Value
