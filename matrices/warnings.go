@@ -63,7 +63,7 @@ func (m *Matrix) Warnings() []Warning {
 			}
 		}
 	}
-	return ws
+	return append(ws, m.routerWarnings()...)
 }
 
 // maxSuggestedTimeout is the longest measure.timeout the rate warning
