@@ -49,6 +49,10 @@ type Options struct {
 	MatrixOverride string
 	Stdout         io.Writer
 	Stderr         io.Writer
+
+	// measurer, set by tests, measures every run in place of the sweep's
+	// engines, gate, probes and load.
+	measurer measurer
 }
 
 // Outcome is what a finished (or stopped) sweep reports.
@@ -110,6 +114,9 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
 	s.engines = &launcher{sweepLog: s.sweepLog, m: m, fleet: s.fleet, selfEnv: opts.SelfEnv}
 	s.measurer = s
+	if opts.measurer != nil {
+		s.measurer = opts.measurer
+	}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}
