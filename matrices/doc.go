@@ -14,7 +14,7 @@
 //
 // Commands and env values are text/template templates (missingkey=error)
 // over the variables listed in TemplateVars plus the function add. Values
-// that reach a shell command line are POSIX-quoted (see ShellQuote); env
+// that reach a shell command line are POSIX-quoted (shquote.Quote); env
 // values are rendered raw because they are passed as environment, not as
 // shell text.
 //

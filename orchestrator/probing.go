@@ -16,6 +16,7 @@ import (
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/shquote"
 )
 
 // gpuProbe holds the sweep's NVML handle and gate. A machine without a GPU
@@ -237,7 +238,7 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 		s.probeSeq++
 		base := s.hostPath(name, "probes", fmt.Sprintf("probe.%d", s.probeSeq))
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
-		q := matrices.ShellQuote
+		q := shquote.Quote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
 			shellWordPath(self), interval, q(label), q(rp.gpuF), q(rp.hostF))
 		pname := "probe-" + name
@@ -290,7 +291,7 @@ func (s *Sweep) finishRemoteProbes(ctx context.Context, rps []*remoteProbe, gf, 
 func (s *Sweep) waitFirstSample(ctx context.Context, rp *remoteProbe) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	check := "test -s " + matrices.ShellQuote(rp.hostF)
+	check := "test -s " + shquote.Quote(rp.hostF)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		if _, _, err := rp.h.Run(ctx, check); err == nil {
 			return

@@ -17,6 +17,7 @@ import (
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/shquote"
 )
 
 // Options configure a sweep.
@@ -171,7 +172,7 @@ func (s *Sweep) prepareHosts(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, _, err := h.Run(ctx, "mkdir -p "+matrices.ShellQuote(s.hostPath(name, "steps"))+" "+matrices.ShellQuote(s.hostPath(name, "logs"))); err != nil {
+		if _, _, err := h.Run(ctx, "mkdir -p "+shquote.Quote(s.hostPath(name, "steps"))+" "+shquote.Quote(s.hostPath(name, "logs"))); err != nil {
 			return fmt.Errorf("host %s: create the sweep's state directory: %w", name, err)
 		}
 		left, err := hosts.StopLeftovers(ctx, h, s.hostPath(name, "pids"), s.state.SweepID, 5*time.Second)
@@ -249,7 +250,7 @@ func (s *Sweep) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 	}
 	digest := hex.EncodeToString(sum.Sum(nil))
 	dst := s.hostPath(name, "bin", "mbench")
-	q := matrices.ShellQuote(dst)
+	q := shquote.Quote(dst)
 	if out, _, err := h.Run(ctx, "[ -x "+q+" ] && sha256sum -- "+q+" 2>/dev/null"); err == nil && strings.HasPrefix(lastLine(out), digest) {
 		s.fleet.selfPath[name] = dst
 		return nil

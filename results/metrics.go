@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/mbench/mbench/internal/durable"
 	"os"
 	"reflect"
 	"regexp"
@@ -166,7 +167,7 @@ func WriteRunSummaryBytes(path string, s *RunSummary) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode run summary %s: %w", path, err)
 	}
-	return b, WriteFileAtomic(path, b, 0o644)
+	return b, durable.WriteFile(path, b, 0o644)
 }
 
 // encodeJSON encodes v indented by two spaces, without HTML escaping, with a
