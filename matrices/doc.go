@@ -20,8 +20,8 @@
 //
 // The example matrices users copy live beside this package: sim.yaml (the
 // embedded default, run against the simulated engine), microbench3.yaml
-// (seed 000's Phase A for vLLM), pd8.yaml (seed 001's 8×TP1 behind a
-// router), agentic.yaml (trace replay on the sim), agentic8.yaml (seed 003's
-// routing policies, elastic offload and 4P+4D on vLLM) and agentic_sim.yaml
-// (the same on simulated engines).
+// (the Phase-A connector microbench for vLLM), pd8.yaml (8×TP1 behind a
+// router), agentic.yaml (trace replay on the sim), agentic8.yaml (the
+// agentic routing policies, elastic offload and 4P+4D on vLLM) and
+// agentic_sim.yaml (the same on simulated engines).
 package matrices

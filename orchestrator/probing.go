@@ -329,8 +329,8 @@ func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
 // gate waits, before a run, until the GPUs' temperature is back within the
 // band of the sweep's idle baseline, their memory back at the level the
 // running engine held when it was ready, and no foreign process is on them:
-// a warm GPU after a heavy run is the ordering effect of seed 000, and a
-// foreign process shares the GPU. The record goes into the run's summary;
+// a warm GPU after a heavy run is the cold/warm ordering effect
+// (docs/design.md), and a foreign process shares the GPU. The record goes into the run's summary;
 // run names the run in messages.
 func (s *Sweep) gate(ctx context.Context, run string) *probes.GateRecord {
 	if s.gpu == nil || s.gpu.gate == nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/mbench/mbench/probes"
 )
 
-// DefaultClassBounds are seed 003's request classes by new (uncached) prompt
-// tokens (§3.5): WARM below 5k, MEDIUM below 20k, HEAVY below 50k, HEAVY+
+// DefaultClassBounds are the agentic experiments' request classes by new
+// (uncached) prompt tokens (docs/routing.md): WARM below 5k, MEDIUM below 20k, HEAVY below 50k, HEAVY+
 // above.
 var DefaultClassBounds = [3]int{5000, 20000, 50000}
 
@@ -22,7 +22,7 @@ var ClassNames = [4]string{"WARM", "MEDIUM", "HEAVY", "HEAVY+"}
 const (
 	// ClassByRouterNewTokens: the router's estimate of the request's
 	// uncached tokens on the instance that prefilled it (routing.jsonl's
-	// new_tokens_est), as seed 003's proxy classifies.
+	// new_tokens_est), as the agentic experiments' proxy classifies.
 	ClassByRouterNewTokens = "router_new_tokens"
 	// ClassByInputTokens: the whole prompt, when no router estimated more.
 	ClassByInputTokens = "input_tokens"
@@ -127,8 +127,9 @@ func pct50and90(xs []float64) (*float64, *float64) {
 }
 
 // InstanceCaches is a run's prefix cache per instance, and how much the
-// instances differ (seed 003 §3.2: the spread of APC across instances, std
-// 7 pp with elastic offload vs 33 pp without, was a key finding).
+// instances differ (the spread of the prefix cache hit rate across
+// instances, std 7 pp with elastic offload vs 33 pp without, was a key
+// finding of the agentic experiments; docs/routing.md).
 type InstanceCaches struct {
 	Instances []InstanceCache `json:"per_instance"`
 	// Across the instances with a defined rate: mean, population standard

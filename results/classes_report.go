@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// renderClasses writes the request-class table (seed 003 §3.5) from the
+// renderClasses writes the request-class table (DefaultClassBounds) from the
 // cells' means over runs. Cells without the figures are left out; a sweep
 // with none, or whose every request is of one class, gets one line.
 func renderClasses(b *strings.Builder, v *reportView) {
@@ -63,7 +63,7 @@ func singleClass(ordered []*cellData) (string, bool) {
 	return only, only != ""
 }
 
-// renderPrefixCache writes the prefix cache per instance (seed 003 §3.2);
+// renderPrefixCache writes the prefix cache per instance (InstanceCaches);
 // one line when no run has /metrics figures or every hit rate is zero.
 func renderPrefixCache(b *strings.Builder, v *reportView) {
 	ordered := v.ordered

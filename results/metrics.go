@@ -12,7 +12,7 @@ import (
 )
 
 // DefaultCompare are the metrics compared with the baseline when a sweep
-// names none (issue 5).
+// names none.
 var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration_p50"}
 
 // DefaultStopMetric is the metric of the stopping rule and of the

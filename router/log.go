@@ -100,8 +100,8 @@ func (l *Log) WriteEntries(w io.Writer) {
 	bw.Flush()
 }
 
-// Breakdown is the router's account of the requests since the last reset:
-// seed 003's /breakdown.
+// Breakdown is the router's account of the requests since the last reset,
+// as GET /breakdown serves it.
 type Breakdown struct {
 	Policy     Policy                   `json:"policy"`
 	Requests   int                      `json:"requests"`
