@@ -90,9 +90,8 @@ type Sweep struct {
 	*sweepLog
 	fleet    *fleet
 	engines  *launcher
+	instr    *instruments
 	measurer measurer // the sweep itself outside tests
-	probeSeq int
-	gpu      *gpuProbe
 	// allocationsEnded: a block ended the allocations of per-block slurm
 	// hosts (slurm_block.go); the next block renews them.
 	allocationsEnded bool
@@ -114,6 +113,7 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	s := &Sweep{opts: opts, m: m, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
 		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
 	s.engines = &launcher{sweepLog: s.sweepLog, m: m, fleet: s.fleet, selfEnv: opts.SelfEnv}
+	s.instr = &instruments{sweepLog: s.sweepLog, m: m, fleet: s.fleet, hosts: s, engines: s.engines, selfEnv: opts.SelfEnv}
 	s.measurer = s
 	if opts.measurer != nil {
 		s.measurer = opts.measurer
