@@ -251,6 +251,9 @@ type Cell struct {
 	Rate   float64
 	Shape  Shape
 	SameAs string // the config this A/A twin copies
+	// Attempt > 0: a capacity probe's re-run of its blocks without a
+	// usable run (CapacityCell).
+	Attempt int
 }
 
 // Runtime supplies what only the orchestrator knows when rendering launches.
