@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/stats"
@@ -146,14 +145,7 @@ func intersect(a, b []int) []int {
 
 // renderClassComparisons writes the per-class comparisons with the
 // baseline over the same requests; one line when there are none.
-func renderClassComparisons(b *strings.Builder, v *reportView) {
-	ts, short := classComparisonTables(v)
-	if short != "" {
-		collapsed(b, "Request classes compared", "%s", short)
-		return
-	}
-	writeTables(b, ts)
-}
+var renderClassComparisons = tableSection("Request classes compared", classComparisonTables)
 
 // classComparisonTables is the table of classComparisons.
 func classComparisonTables(v *reportView) ([]sectionTable, string) {

@@ -11,14 +11,7 @@ import (
 
 // renderClasses writes the request-class table (seed 003 §3.5); one line
 // when no run has per-class figures or every request is of one class.
-func renderClasses(b *strings.Builder, v *reportView) {
-	ts, short := classTables(v)
-	if short != "" {
-		collapsed(b, "Request classes", "%s", short)
-		return
-	}
-	writeTables(b, ts)
-}
+var renderClasses = tableSection("Request classes", classTables)
 
 // classTables is the request-class table from the cells' means over runs:
 // per class its completed requests, share, input p50 and latencies; or,
@@ -60,14 +53,7 @@ func classTables(v *reportView) ([]sectionTable, string) {
 
 // renderClassFailures writes failures by request class (seed 003 §3.4);
 // one line when no measured request failed.
-func renderClassFailures(b *strings.Builder, v *reportView) {
-	ts, short := classFailureTables(v)
-	if short != "" {
-		collapsed(b, "Failures by request class", "%s", short)
-		return
-	}
-	writeTables(b, ts)
-}
+var renderClassFailures = tableSection("Failures by request class", classFailureTables)
 
 // classFailureTables: per cell and class the measured requests, the failed
 // ones, their rate and error classes, and the input p50 of the failed (seed

@@ -2,19 +2,11 @@ package results
 
 import (
 	"fmt"
-	"strings"
 )
 
 // renderPrefixCache writes the prefix cache by instance (seed 003 §3.2);
 // one line when no run has /metrics figures or every hit rate is zero.
-func renderPrefixCache(b *strings.Builder, v *reportView) {
-	ts, short := prefixCacheTables(v)
-	if short != "" {
-		collapsed(b, "Prefix cache by instance", "%s", short)
-		return
-	}
-	writeTables(b, ts)
-}
+var renderPrefixCache = tableSection("Prefix cache by instance", prefixCacheTables)
 
 // prefixCacheTables: per cell the pooled rate and the spread across
 // instances, then per instance its prefix, external (KV connector) and
@@ -52,14 +44,7 @@ func prefixCacheTables(v *reportView) ([]sectionTable, string) {
 
 // renderGPUUtil writes GPU utilization by GPU (seed 003 §3.3); one line
 // without GPU samples.
-func renderGPUUtil(b *strings.Builder, v *reportView) {
-	ts, short := gpuUtilTables(v)
-	if short != "" {
-		collapsed(b, "GPU utilization by GPU", "%s", short)
-		return
-	}
-	writeTables(b, ts)
-}
+var renderGPUUtil = tableSection("GPU utilization by GPU", gpuUtilTables)
 
 // gpuUtilTables: per cell the mean over GPUs of each GPU's mean util, the
 // lowest and highest GPU, and the imbalance max/min; then each GPU.

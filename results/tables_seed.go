@@ -35,10 +35,18 @@ func (t sectionTable) writeMD(b *strings.Builder) {
 	b.WriteString("\n")
 }
 
-// writeTables writes a section's tables to report.md.
-func writeTables(b *strings.Builder, ts []sectionTable) {
-	for _, t := range ts {
-		t.writeMD(b)
+// tableSection is the report.md section of tables: f's tables, or, when f
+// says there is nothing to show, one line under title saying why.
+func tableSection(title string, f func(*reportView) ([]sectionTable, string)) mdSection {
+	return func(b *strings.Builder, v *reportView) {
+		ts, short := f(v)
+		if short != "" {
+			collapsed(b, title, "%s", short)
+			return
+		}
+		for _, t := range ts {
+			t.writeMD(b)
+		}
 	}
 }
 
