@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// renderClasses writes the request-class table (seed 003 §3.5); one line
+// renderClasses writes the request-class table (DefaultClassBounds); one line
 // when no run has per-class figures or every request is of one class.
 var renderClasses = tableSection("Request classes", classTables)
 
@@ -51,14 +51,14 @@ func classTables(v *reportView) ([]sectionTable, string) {
 	return []sectionTable{t}, ""
 }
 
-// renderClassFailures writes failures by request class (seed 003 §3.4);
+// renderClassFailures writes failures by request class;
 // one line when no measured request failed.
 var renderClassFailures = tableSection("Failures by request class", classFailureTables)
 
 // classFailureTables: per cell and class the measured requests, the failed
-// ones, their rate and error classes, and the input p50 of the failed (seed
-// 003's elastic failures were Mooncake transfer timeouts on > 60k-token
-// requests).
+// ones, their rate and error classes, and the input p50 of the failed (in the
+// agentic experiments the elastic config's failures were Mooncake transfer
+// timeouts on > 60k-token requests).
 func classFailureTables(v *reportView) ([]sectionTable, string) {
 	ordered := v.ordered
 	if !anyCellHas(ordered, "class_warm_failed") || allZero(ordered, "class_warm_failed", "class_medium_failed", "class_heavy_failed", "class_heavy_plus_failed") {

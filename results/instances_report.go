@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// renderPrefixCache writes the prefix cache by instance (seed 003 §3.2);
+// renderPrefixCache writes the prefix cache by instance, with each one's effective hit rate;
 // one line when no run has /metrics figures or every hit rate is zero.
 var renderPrefixCache = tableSection("Prefix cache by instance", prefixCacheTables)
 
@@ -42,7 +42,7 @@ func prefixCacheTables(v *reportView) ([]sectionTable, string) {
 	return []sectionTable{agg, per}, ""
 }
 
-// renderGPUUtil writes GPU utilization by GPU (seed 003 §3.3); one line
+// renderGPUUtil writes GPU utilization by GPU, with the imbalance; one line
 // without GPU samples.
 var renderGPUUtil = tableSection("GPU utilization by GPU", gpuUtilTables)
 
@@ -55,7 +55,7 @@ func gpuUtilTables(v *reportView) ([]sectionTable, string) {
 	}
 	agg := sectionTable{ID: "gpu-util", Title: "GPU utilization by GPU",
 		Intro: "Each GPU's mean util_gpu over the run's window (NVML); mean, min and max are across the run's GPUs, imbalance = max/min " +
-			"(seed 003 §3.3: lower utilization can mean faster requests, not waste). Means over runs, in %.",
+			"(lower utilization can mean faster requests, not waste). Means over runs, in %.",
 		Head: []string{"Config", "Shape", "Rate", "Mean", "Min", "Max", "Imbalance"}}
 	per := sectionTable{ID: "gpu-util-gpus", Head: []string{"Config", "Shape", "Rate", "GPU", "Util mean"}}
 	for _, c := range ordered {

@@ -6,8 +6,8 @@ import (
 )
 
 // sectionTable is one table of a report section, written alike to report.md
-// and report.html: the per-class and per-instance sections (seed 003's
-// §3.2-3.5) build their tables once and write them both ways.
+// and report.html: the per-class and per-instance sections build their
+// tables once and write them both ways.
 type sectionTable struct {
 	ID    string // the HTML table id
 	Title string // the section's heading ("" for a table that continues the section above)
@@ -50,9 +50,9 @@ func tableSection(title string, f func(*reportView) ([]sectionTable, string)) md
 	}
 }
 
-// seedTables are the tables of the class and instance sections that have
+// classInstanceTables are the tables of the class and instance sections that have
 // something to show, for report.html.
-func seedTables(v *reportView) []sectionTable {
+func classInstanceTables(v *reportView) []sectionTable {
 	var out []sectionTable
 	for _, f := range []func(*reportView) ([]sectionTable, string){classTables, classComparisonTables, classFailureTables, prefixCacheTables, gpuUtilTables} {
 		if ts, collapsedAs := f(v); collapsedAs == "" {
@@ -61,7 +61,7 @@ func seedTables(v *reportView) []sectionTable {
 	}
 	for i := range out {
 		if out[i].ID == "" {
-			out[i].ID = fmt.Sprintf("seed-table-%d", i)
+			out[i].ID = fmt.Sprintf("section-table-%d", i)
 		}
 	}
 	return out
