@@ -49,6 +49,10 @@ func (s *Sweep) blocks(ctx context.Context) error {
 	}
 }
 
+// clientLimitedRetries is how many times a client_limited run is run again
+// in place.
+const clientLimitedRetries = 2
+
 // runCell runs cell in block b unless the journal has it already or the
 // cell was given up (then it journals the skip); the fixed-rate blocks and
 // the capacity search's rounds both run their cells through it.
@@ -62,9 +66,20 @@ func (s *Sweep) runCell(ctx context.Context, cell matrices.Cell, b int, seed int
 	if why := s.store.ledger.deadReason(cell.ID); why != "" {
 		return s.skipDead(cell.ID, b, why)
 	}
-	o, err := s.runOne(ctx, cell, b, seed)
+	o, err := s.runOne(ctx, cell, b, seed, 1)
 	if err != nil {
 		return err
+	}
+	// A run the load generator could not drive on schedule says nothing of
+	// the engine: it is run again in place, at the same position of the
+	// same block (so the block stays paired), up to clientLimitedRetries
+	// times; the last attempt's verdict stands.
+	for attempt := 2; o.entry.Status == results.VerdictClientLimited && attempt <= 1+clientLimitedRetries; attempt++ {
+		s.logf("cell %s (%s rate=%g) b%d: client_limited (%s); running it again in place (attempt %d)",
+			cell.ID, cell.Config, cell.Rate, b, firstLine(o.entry.Reason), attempt)
+		if o, err = s.runOne(ctx, cell, b, seed, attempt); err != nil {
+			return err
+		}
 	}
 	if o.gaveUp {
 		s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", cell.ID, cell.Config, cell.Rate, s.opts.FailLimit, firstLine(o.entry.Reason))
@@ -101,7 +116,7 @@ func (s *Sweep) skipDead(id string, b int, why string) error {
 // recordStop records why the sweep stopped, and how close it came to its
 // target, in sweep.json.
 func (s *Sweep) recordStop(v plan.View, stop plan.Stop) error {
-	conv := plan.Converge(v)
+	conv := plan.Converge(v, stop.ByRule)
 	s.logf("sweep stopped: %s", strings.TrimSpace(stop.Reason))
 	return s.store.recordStop(&StopRecord{Reason: stop.Reason, Blocks: v.Done, RelHalf: conv.RelHalf, Target: s.m.Repeat.RelCI, Metric: s.m.Repeat.Metric,
 		Primary: s.m.Repeat.Metric, CompHalf: conv.CompHalf, Stage1Blocks: v.FirstStage(), Converged: conv.Converged,

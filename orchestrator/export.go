@@ -138,6 +138,11 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 		sw.Cells = append(sw.Cells, results.CellInfo{ID: c.ID, Config: c.Config, Shape: c.Shape, Rate: c.Rate, SameAs: c.SameAs})
 	}
 	idx := journalIndex(entries)
+	for _, e := range entries {
+		if last := idx[runKey{e.Cell, e.Block}]; last.Dir != e.Dir {
+			sw.Superseded = append(sw.Superseded, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason})
+		}
+	}
 	keys := make([]runKey, 0, len(idx))
 	for k := range idx {
 		keys = append(keys, k)

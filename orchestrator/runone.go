@@ -46,9 +46,14 @@ type runOutcome struct {
 
 // runOne performs one (cell, block) run and journals it. It returns an error
 // only when the sweep must stop (interrupted, disk full); a failed run is an
-// outcome with status "failed".
-func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64) (*runOutcome, error) {
+// outcome with status "failed". attempt is 1, or the number of a re-run in
+// place (runCell), which goes to a directory of its own (b<k>-try<n>) and
+// whose journal line supersedes the earlier ones.
+func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64, attempt int) (*runOutcome, error) {
 	rel := filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
+	if attempt > 1 {
+		rel += "-try" + strconv.Itoa(attempt)
+	}
 	dir := filepath.Join(s.store.dir, rel)
 	if err := moveAside(dir); err != nil {
 		return nil, err
@@ -57,6 +62,9 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.slurmNodes()}
+	if attempt > 1 {
+		entry.Attempt = attempt
+	}
 	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
 
 	sum, runErr := s.measurer.measure(ctx, run{cell: cell, block: block, seed: seed, dir: dir})

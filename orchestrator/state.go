@@ -112,6 +112,10 @@ type JournalEntry struct {
 	Self *SelfUsage `json:"mbench,omitempty"`
 	// Nodes says where the run's slurm hosts ran: "host: slurm job J node N".
 	Nodes []string `json:"nodes,omitempty"`
+	// Attempt numbers a run of the cell in the block run again in place
+	// (after a client_limited one); 0 for the first. A later line of the
+	// same cell and block supersedes the earlier.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // SelfUsage is the mbench process's resident memory, open descriptors and
@@ -191,15 +195,13 @@ func ReadJournal(dir string) (entries []JournalEntry, torn bool, err error) {
 	return entries, torn, nil
 }
 
-// journalIndex maps (cell, block) to its entry; the first line wins, so a
-// duplicate can never double-count a run.
+// journalIndex maps (cell, block) to its entry: one per run, so a run is
+// never counted twice; of several lines (a run again in place after a
+// client_limited one) the last wins.
 func journalIndex(entries []JournalEntry) map[runKey]JournalEntry {
 	m := make(map[runKey]JournalEntry, len(entries))
 	for _, e := range entries {
-		k := runKey{e.Cell, e.Block}
-		if _, ok := m[k]; !ok {
-			m[k] = e
-		}
+		m[runKey{e.Cell, e.Block}] = e // a run again in place supersedes the earlier line
 	}
 	return m
 }

@@ -76,14 +76,23 @@ func (st *store) plannedRuns(minBlocks int) int {
 }
 
 // planView is what the plan reads after done complete blocks: the method,
-// the cells, the clock, the cells given up and the primary metric of every
-// usable run (read once per run, then kept).
+// the cells, the clock, the cells given up, the primary metric of every
+// usable run (read once per run, then kept) and every run's position in its
+// block.
 func (st *store) planView(rep matrices.Repeat, baseline string, failLimit, done int) plan.View {
 	v := plan.View{Repeat: rep, Baseline: baseline, Seed: st.state.Seed, Randomize: st.state.Randomize,
 		Stage1: st.state.Stage1, Done: done, Elapsed: time.Since(st.state.Created), FailLimit: failLimit,
-		Dead: map[string]bool{}, Values: map[string]map[int]float64{}}
+		Dead: map[string]bool{}, Values: map[string]map[int]float64{}, Positions: map[string]map[int]int{}}
 	for _, c := range st.state.Cells {
 		v.Cells = append(v.Cells, plan.Cell{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape, SameAs: c.SameAs})
+	}
+	for _, b := range st.state.Blocks { // positions as export reads them (exportSweep)
+		for i, id := range b.Order {
+			if v.Positions[id] == nil {
+				v.Positions[id] = map[int]int{}
+			}
+			v.Positions[id][b.Block] = i + 1
+		}
 	}
 	for id := range st.ledger.dead {
 		v.Dead[id] = true

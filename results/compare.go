@@ -25,9 +25,9 @@ type Comparison struct {
 	Confidence float64 `json:"confidence"`
 	Saturated  bool    `json:"saturated"` // either side had a saturated run
 	// Method says where the CI's spread came from: MethodSecondStage (a
-	// sweep the stopping rule ended: the blocks after the first stage),
-	// MethodPairedT (every block) or MethodTwoStage (the stopping rule's
-	// projection); Stage1 is the number of first-stage blocks and
+	// sweep the stopping rule ended: the paired blocks after the first
+	// stage), MethodPairedT (every block) or MethodTwoStage (the stopping
+	// rule's projection); Stage1 is the number of first-stage pairs and
 	// SpreadBlocks the number of blocks the spread came from.
 	Method       Method `json:"method"`
 	Stage1       int    `json:"stage1_blocks,omitempty"`
@@ -153,7 +153,7 @@ func cellOrder(s *ExportInput, cells []*cellData) []*cellData {
 // control against its original), and fits the position effect of every
 // compared metric. The primary metric's rows of both tables are one Holm
 // family; each secondary metric's rows of a table form their own family.
-// Every comparison takes its CI's spread as spreadFor says. Only runs whose status is "ok" count.
+// Every comparison is PrintedComparison's with the spread spreadFor picks. Only runs whose status is "ok" count.
 func comparisons(s *ExportInput, cells []*cellData) (main, aa []ComparisonRow, nuis []Nuisance) {
 	originals := map[groupKey]map[string]*cellData{}
 	byID := map[string]*cellData{}
@@ -252,7 +252,7 @@ func compareCells(s *ExportInput, metric, key string, base, c *cellData, nu Nuis
 			dpos[b] = float64(r.Ref.Position - q.Ref.Position)
 		}
 	}
-	row.Comparison = CompareAdjusted(ref, treat, dpos, nu, spreadFor(s, dpos), s.Confidence)
+	row.Comparison = PrintedComparison(ref, treat, dpos, nu, spreadFor(s, dpos), s.Confidence)
 	row.Saturated = base.saturated() || c.saturated()
 	switch {
 	case len(tu) == 0:
@@ -265,12 +265,23 @@ func compareCells(s *ExportInput, metric, key string, base, c *cellData, nu Nuis
 	return row
 }
 
+// PrintedComparison is the comparison the report prints of treat against
+// base on one metric: paired by block over the blocks both have (base and
+// treat hold usable runs only), each block's log ratio corrected by the
+// position effect nu where it is used (dpos: block → treat's position minus
+// base's), its spread from the blocks sp names. The stopping rule tests
+// this same interval (plan.View), so a sweep it ends prints every primary
+// CI within its target.
+func PrintedComparison(base, treat, dpos map[int]float64, nu Nuisance, sp Spread, confidence float64) Comparison {
+	return CompareAdjusted(base, treat, dpos, nu, sp, confidence)
+}
+
 // spreadFor picks the blocks a comparison's CI takes its spread from
 // (paired: the blocks both sides have). A comparison the stopping rule ended
 // — the whole sweep, or this pair of cells, which an only_unconverged sweep
-// stops running once within target — takes it from the second stage, since
-// a quiet first stage is what ended it; any other comparison from every
-// block.
+// stops running once within target — takes it from the second stage (the
+// paired blocks after the first Stage1), as the rule judged it; any other
+// comparison from every block.
 func spreadFor(s *ExportInput, paired map[int]float64) Spread {
 	if s.Stage1 <= 0 {
 		return Spread{}

@@ -6,19 +6,22 @@ import (
 	"sort"
 )
 
-// The two-stage method (docs/design.md, "Stopping rule"). The stopping rule plans the sweep
-// from its first stage: it stops once every comparison's Stein two-stage
-// half-width — the first stage's spread over all blocks — is within target,
-// and never before the second stage has blocks of its own. Because the stop
+// The two-stage method (docs/method.md, "Stopping rule"). The stopping rule
+// plans the sweep from its first stage: it stops once every comparison's
+// Stein two-stage half-width — the first stage's spread over all blocks —
+// is within target, and the CI the report will then print is within target
+// too, never before the second stage has blocks of its own. Because the stop
 // is decided by the first stage's spread, a sweep that stopped early had a
 // quiet first stage, and a CI that took its spread from those blocks would be
 // too narrow exactly then. So a comparison of a sweep the rule stopped takes
-// its spread from the second-stage blocks only (independent of the decision),
-// its centre from every block: exact at every stopping time. A sweep that ran
-// to repeat.max or its budget was not stopped by a quiet first stage (if
-// anything by a noisy one), and its comparisons are ordinary paired t's over
-// every block. A drift with the position in the block is estimated across the
-// whole sweep as a nuisance effect.
+// its spread from the second-stage blocks (independent of the projection),
+// its centre from every block; the rule waits until that interval, the one
+// printed, is within target as well, so "converged" is a claim about what
+// the report shows. A sweep that ran to repeat.max or its budget was not
+// stopped by a quiet first stage (if anything by a noisy one), and its
+// comparisons are ordinary paired t's over every block. A drift with the
+// position in the block is estimated across the whole sweep as a nuisance
+// effect.
 
 // Method names how a comparison's CI was made.
 type Method string
@@ -43,13 +46,17 @@ type Spread struct {
 	Stage1 int    // the first stage: blocks numbered ≤ Stage1
 }
 
-// from reports whether block b contributes to the spread.
-func (sp Spread) from(b int) bool {
+// from reports whether the i-th paired block (0-based, in block order)
+// contributes to the spread. The first stage is the first Stage1 paired
+// blocks, not blocks 1..Stage1: a run lost in the first stage (not a result)
+// moves the stage's end one paired block on, so the stage still has Stage1
+// pairs to plan from and the second stage starts after them.
+func (sp Spread) from(i int) bool {
 	switch sp.Method {
 	case MethodTwoStage:
-		return b <= sp.Stage1
+		return i < sp.Stage1
 	case MethodSecondStage:
-		return b > sp.Stage1
+		return i >= sp.Stage1
 	}
 	return true
 }
@@ -107,8 +114,8 @@ func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisa
 		return c
 	}
 	var stage []float64
-	for i, b := range blocks {
-		if sp.from(b) {
+	for i := range blocks {
+		if sp.from(i) {
 			stage = append(stage, logs[i])
 		}
 	}

@@ -28,11 +28,14 @@ type ExportInput struct {
 	RelCI              float64  // stopping-rule target relative half-width (0: none shown)
 	Cells              []CellInfo
 	Runs               []RunRef
-	StopReason         string // why the sweep stopped, in words ("" when it has not)
-	Blocks             int    // blocks planned or finished; 0 means the largest block in Runs
-	Env                map[string]string
-	Simulated          bool                // the engine is simengine: every output says so
-	Redact             func(string) string // applied to all text written, when non-nil
+	// Superseded are runs run again in place (after a client_limited
+	// verdict): the report says so; only the last attempt, in Runs, counts.
+	Superseded []RunRef
+	StopReason string // why the sweep stopped, in words ("" when it has not)
+	Blocks     int    // blocks planned or finished; 0 means the largest block in Runs
+	Env        map[string]string
+	Simulated  bool                // the engine is simengine: every output says so
+	Redact     func(string) string // applied to all text written, when non-nil
 	// Overrides are the changes to the recorded method asked for at export
 	// (a confidence, a baseline), in words; the report states them.
 	Overrides []string

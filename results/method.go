@@ -27,15 +27,16 @@ func renderMethod(b *strings.Builder, v *reportView) {
 		ruleConf = 100 * s.RecordedConfidence // the rule ran at the sweep's level, whatever this analysis uses
 	}
 	if s.Stage1 > 0 {
-		fmt.Fprintf(b, "- **Stopping rule.** The first %d blocks are the first stage: they plan the sweep. After at least as many blocks again (the second stage), and after complete pairs of blocks, the sweep stops once every comparison's projected %.0f%% CI half-width on the primary metric — the first stage's spread over all blocks so far (Stein's two-stage procedure) — is within the target", s.Stage1, ruleConf)
+		target := ""
 		if s.RelCI > 0 {
-			fmt.Fprintf(b, " of ±%.1f%%", 100*s.RelCI)
+			target = fmt.Sprintf(" of ±%.1f%%", 100*s.RelCI)
 		}
-		b.WriteString("; otherwise at the maximum number of blocks or when the time budget is spent. A comparison with no usable run, or fewer than two usable first-stage pairs, is never within target. ")
+		fmt.Fprintf(b, "- **Stopping rule.** The first %d usable pairs of each comparison are its first stage: they plan the sweep. After at least as many blocks again (the second stage), and after complete pairs of blocks, the sweep stops once every comparison on the primary metric is within the target%s twice over: its projected %.0f%% CI half-width — the first stage's spread over all blocks so far (Stein's two-stage procedure) — and the CI this report prints when the rule ends a sweep, whose spread comes from the second-stage pairs alone (a quiet first stage is what lets the rule stop, so a CI with its spread would be too narrow exactly then); otherwise at the maximum number of blocks or when the time budget is spent. A run lost in the first stage (not a result) moves the stage's end one pair on rather than switching the rule off, and a run the load generator could not drive on schedule (client_limited) is run again in place, up to twice; a comparison without two usable pairs in each stage is never within target. ",
+			s.Stage1, target, ruleConf)
 		if s.RuleStop {
-			b.WriteString("**This sweep was ended by the rule**, so its first stage was quiet, and a CI that took its spread from those blocks would be too narrow exactly then: every comparison here takes its spread from the second-stage blocks only (method `second-stage`), its centre from every block, which is exact whatever the first stage was.\n")
+			b.WriteString("**This sweep was ended by the rule**: every primary CI printed here takes its spread from the second stage (method `second-stage`) and is within the target, which is what \"converged\" says.\n")
 		} else {
-			b.WriteString("This sweep was not ended by the rule (a maximum, a budget, or not finished): nothing selected a quiet first stage, and every comparison is an ordinary paired t over all its blocks (method `paired-t`); a comparison an only_unconverged sweep stopped running takes its spread from the second stage.\n")
+			b.WriteString("This sweep was not ended by the rule (a maximum, a budget, or not finished): nothing selected a quiet first stage, every comparison is an ordinary paired t over all its blocks (method `paired-t`), and the sweep does not claim to have converged; a comparison an only_unconverged sweep stopped running takes its spread from the second stage.\n")
 		}
 	} else {
 		b.WriteString("- **Stopping rule.** No first stage recorded: every comparison is an ordinary paired t over all blocks.\n")

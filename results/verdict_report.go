@@ -68,13 +68,14 @@ func renderVerdicts(b *strings.Builder, v *reportView) {
 	}
 	rows, classes := errorRows(v.ordered)
 	marks := usageMarks(v.ordered)
-	if len(rows) == 0 && len(marks) == 0 && counts[VerdictOK] == counts.Total() {
+	if len(rows) == 0 && len(marks) == 0 && len(v.s.Superseded) == 0 && counts[VerdictOK] == counts.Total() {
 		collapsed(b, "Run verdicts", "%d runs: %s; no measured request failed.", counts.Total(), counts)
 		return
 	}
 	b.WriteString("## Run verdicts\n\n")
 	fmt.Fprintf(b, "%d runs: %s. (The rule is in the Method section.)\n\n", counts.Total(), counts)
 	renderUsageMarks(b, marks)
+	renderSuperseded(b, v.s)
 	if len(rows) == 0 {
 		b.WriteString("No measured request failed.\n\n")
 		return
@@ -215,4 +216,25 @@ func renderUsageMarks(b *strings.Builder, lines []string) {
 	}
 	b.WriteString("### Token counts the streams did not vouch for\n\n")
 	b.WriteString(strings.Join(lines, "\n") + "\n\n")
+}
+
+// renderSuperseded says which runs were run again in place, and why: the
+// load generator fell behind (client_limited), which says nothing of the
+// engine. Only the last attempt counts.
+func renderSuperseded(b *strings.Builder, s *ExportInput) {
+	if len(s.Superseded) == 0 {
+		return
+	}
+	var parts []string
+	for _, r := range s.Superseded {
+		parts = append(parts, fmt.Sprintf("%s b%d (%s)", r.Cell, r.Block, orDefault(firstLineOf(r.Reason), string(r.Status))))
+	}
+	fmt.Fprintf(b, "%d runs were run again in place, at the same position of the same block, and only their last attempt counts: %s.\n\n",
+		len(parts), strings.Join(parts, "; "))
+}
+
+// firstLineOf is the first line of text.
+func firstLineOf(text string) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
+	return first
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
@@ -45,14 +46,18 @@ type View struct {
 	// Values maps a cell id to block → the primary metric (Repeat.Metric)
 	// of its usable runs only (verdict ok: only those are results).
 	Values map[string]map[int]float64
+	// Positions maps a cell id to block → its 1-based position in the
+	// block's order, as sweep.json records the blocks: the report fits the
+	// position effect from them, and so does the rule.
+	Positions map[string]map[int]int
 }
 
 // Stop is why a sweep stops.
 type Stop struct {
 	Reason string
 	// ByRule: the stopping rule on the comparisons ended the sweep (not
-	// repeat.max, the budget or dead cells); its comparisons then take their
-	// spread from the second-stage blocks (results.MethodSecondStage).
+	// repeat.max, the budget or dead cells): every primary CI the report
+	// prints is within target.
 	ByRule bool
 }
 
@@ -78,9 +83,12 @@ func Next(v View) (*Block, *Stop) {
 
 // shouldStop applies the stopping rule after v.Done complete blocks: never
 // before repeat.min; always at repeat.max or when the budget is spent; in
-// between, after a complete pair of mirror-image blocks, once every paired
-// comparison's two-stage CI half-width on the primary metric is within
-// repeat.rel_ci. nil: go on.
+// between, after a complete pair of mirror-image blocks and at least
+// ruleMinBlocks, once every paired comparison on the primary metric is
+// within repeat.rel_ci twice over: the first stage's Stein projection (the
+// plan), and the CI the report will print when the rule ends the sweep
+// (results.PrintedComparison: the second stage's spread, the position
+// effect fitted as the report fits it). nil: go on.
 func (v View) shouldStop() *Stop {
 	rep, done := v.Repeat, v.Done
 	if done < max(rep.Min, 1) {
@@ -107,8 +115,8 @@ func (v View) shouldStop() *Stop {
 		return &Stop{Reason: fmt.Sprintf("converged: every cell's %s has a relative %.0f%% CI half-width ≤ %.1f%% after %d blocks (no comparisons in this sweep)",
 			rep.Metric, rep.Confidence*100, rep.RelCI*100, done)}
 	}
-	return &Stop{ByRule: true, Reason: fmt.Sprintf("converged: every comparison on the primary metric %s has a projected %.0f%% CI half-width ≤ ±%.1f%% after %d blocks (first stage %d, second stage %d)",
-		rep.Metric, rep.Confidence*100, rep.RelCI*100, done, v.stage1(), done-v.stage1())}
+	return &Stop{ByRule: true, Reason: fmt.Sprintf("converged: every comparison on the primary metric %s has a %.0f%% CI half-width ≤ ±%.1f%% after %d blocks, as the report prints it (its spread from the blocks after the first %d pairs), and the first stage projected as much",
+		rep.Metric, rep.Confidence*100, rep.RelCI*100, done, v.stage1())}
 }
 
 // ruleMinBlocks is the fewest blocks after which the stopping rule may end
@@ -123,7 +131,8 @@ func ruleMinBlocks(stage1 int) int { return stage1 + max(2, stage1) }
 func pairComplete(done int, randomize bool) bool { return !randomize || done%2 == 0 }
 
 // withinTarget is the stopping rule's test of one comparison: it has a CI
-// (ok) and its half-width is at most the target.
+// (ok) and its half-width, (Hi − Lo)/2 of the printed interval, is at most
+// the target.
 func withinTarget(half float64, ok bool, target float64) bool { return ok && half <= target }
 
 // pairedCells is one comparison of the sweep: treat against base, named as
@@ -153,22 +162,68 @@ func (v View) primaryComparisons() []pairedCells {
 	return out
 }
 
-// comparisonHalf is the two-stage CI half-width (a fraction) of one
-// comparison on the primary metric over the usable runs; ok is false when
-// it has no CI (fewer than two paired usable runs in the first stage).
-func (v View) comparisonHalf(p pairedCells) (half float64, ok bool) {
-	return twoStageHalf(results.CompareTwoStage(v.values(p.base), v.values(p.treat), v.stage1(), v.Repeat.Confidence))
+// comparisonHalf is the half-width (a fraction, (Hi − Lo)/2) of the CI the
+// report prints of one comparison on the primary metric over the usable
+// runs if the rule ends the sweep now — the second stage's spread, the
+// position effect nu — and whether the rule may end it on this comparison:
+// it has that CI and the first stage's Stein projection (its spread over all
+// the paired blocks) is within target too. ok is false when it has no CI
+// (fewer than two paired usable blocks, or no second-stage spread).
+func (v View) comparisonHalf(p pairedCells, nu results.Nuisance) (half float64, projected, ok bool) {
+	base, treat := v.values(p.base), v.values(p.treat)
+	c := results.PrintedComparison(base, treat, v.dpos(p), nu, results.Spread{Method: results.MethodSecondStage, Stage1: v.stage1()}, v.Repeat.Confidence)
+	if c.N < 2 || c.Method != results.MethodSecondStage {
+		return math.NaN(), false, false
+	}
+	proj := results.CompareTwoStage(base, treat, v.stage1(), v.Repeat.Confidence)
+	projected = proj.Method == results.MethodTwoStage && (proj.Hi-proj.Lo)/2 <= v.Repeat.RelCI
+	return (c.Hi - c.Lo) / 2, projected, true
 }
 
-// twoStageHalf is a comparison's two-stage CI half-width as a fraction,
-// (Hi − Lo)/2; ok is false when it has none (fewer than two usable
-// first-stage pairs: the first stage cannot plan the sweep, which then runs
-// to repeat.max or its budget).
-func twoStageHalf(c results.Comparison) (half float64, ok bool) {
-	if c.N < 2 || c.Method != results.MethodTwoStage {
+// pairedTHalf is the half-width of the CI the report prints of one
+// comparison of a sweep the rule did not end: the paired t over every
+// block, with the position effect nu.
+func (v View) pairedTHalf(p pairedCells, nu results.Nuisance) (float64, bool) {
+	base, treat := v.values(p.base), v.values(p.treat)
+	c := results.PrintedComparison(base, treat, v.dpos(p), nu, results.Spread{}, v.Repeat.Confidence)
+	if c.N < 2 {
 		return math.NaN(), false
 	}
 	return (c.Hi - c.Lo) / 2, true
+}
+
+// dpos is block → the position of p's treat cell minus its base cell's, in
+// the blocks both have.
+func (v View) dpos(p pairedCells) map[int]float64 {
+	base, treat := v.values(p.base), v.values(p.treat)
+	out := map[int]float64{}
+	for b := range treat {
+		if _, both := base[b]; both {
+			out[b] = float64(v.Positions[p.treat][b] - v.Positions[p.base][b])
+		}
+	}
+	return out
+}
+
+// nuisance is the position effect on the primary metric, fitted over every
+// usable run as the report fits it (results.EstimatePosition over 0-based
+// positions); none without recorded positions.
+func (v View) nuisance() results.Nuisance {
+	var obs []results.Obs
+	for id, vals := range v.Values {
+		for b, x := range vals {
+			if pos := v.Positions[id][b]; pos > 0 {
+				obs = append(obs, results.Obs{Cell: id, Block: b, Position: pos - 1, Value: x})
+			}
+		}
+	}
+	slices.SortFunc(obs, func(a, b results.Obs) int { // the fit's sums in one order, whatever the maps'
+		if a.Cell != b.Cell {
+			return strings.Compare(a.Cell, b.Cell)
+		}
+		return a.Block - b.Block
+	})
+	return results.EstimatePosition(obs, v.Repeat.Confidence)
 }
 
 // stage1 is the number of first-stage blocks.
@@ -211,8 +266,9 @@ func (v View) unconverged() []string {
 			out = append(out, id)
 		}
 	}
+	nu := v.nuisance()
 	for _, p := range comps {
-		if h, ok := v.comparisonHalf(p); !withinTarget(h, ok, v.Repeat.RelCI) {
+		if h, projected, ok := v.comparisonHalf(p, nu); !projected || !withinTarget(h, ok, v.Repeat.RelCI) {
 			add(p.treat)
 			add(p.base)
 		}
@@ -248,8 +304,9 @@ type Convergence struct {
 	// RelHalf is each cell's relative CI half-width on the primary metric
 	// (cells with at least two usable runs).
 	RelHalf map[string]float64
-	// CompHalf is every paired comparison's two-stage CI half-width (a
-	// fraction), keyed "config vs baseline @ rate shape".
+	// CompHalf is the half-width (a fraction) of every paired comparison's
+	// CI as the report prints it for this stop, keyed "config vs baseline @
+	// rate shape".
 	CompHalf map[string]float64
 	// Unusable names the comparisons without a CI.
 	Unusable []string
@@ -258,8 +315,10 @@ type Convergence struct {
 	Converged bool
 }
 
-// Converge measures v against its target.
-func Converge(v View) Convergence {
+// Converge measures v against its target with the CIs the report prints
+// when the sweep stops so: byRule (the stopping rule ended it) their spread
+// from the second stage, else from every block.
+func Converge(v View, byRule bool) Convergence {
 	c := Convergence{RelHalf: map[string]float64{}, CompHalf: map[string]float64{}}
 	for _, cell := range v.Cells {
 		if _, rh := v.cellConverged(cell.ID); !math.IsNaN(rh) {
@@ -268,8 +327,12 @@ func Converge(v View) Convergence {
 	}
 	comps := v.primaryComparisons()
 	conv := true
+	nu := v.nuisance()
 	for _, p := range comps {
-		h, ok := v.comparisonHalf(p)
+		h, _, ok := v.comparisonHalf(p, nu)
+		if !byRule {
+			h, ok = v.pairedTHalf(p, nu)
+		}
 		if !ok {
 			c.Unusable = append(c.Unusable, p.name)
 			conv = false

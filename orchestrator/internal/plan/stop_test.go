@@ -118,22 +118,51 @@ func TestStoppingRule(t *testing.T) {
 	if reason, stop, byRule := stopAt(conv, 4); !stop || !strings.HasPrefix(reason, "converged") || !byRule {
 		t.Errorf("all converged after 4 blocks: stop=%v byRule=%v %q", stop, byRule, reason)
 	}
-	if c := Converge(at(conv, 4)); !c.Converged || len(c.CompHalf) != 2 || len(c.Unusable) != 0 || len(c.RelHalf) != 4 {
+	if c := Converge(at(conv, 4), true); !c.Converged || len(c.CompHalf) != 2 || len(c.Unusable) != 0 || len(c.RelHalf) != 4 {
 		t.Errorf("Converge after 4 converged blocks = %+v", c)
 	}
 
 	// Only runs whose status is ok count (the view holds no value for the
-	// others): with x@1's second run saturated its comparison has one
-	// usable first-stage pair, no CI, and is never converged.
+	// others). A run lost in the first stage (x@1's second, saturated or
+	// client_limited) moves the stage's end one pair on: after 4 blocks the
+	// second stage of that comparison has one pair, no spread, and the rule
+	// waits; after 6 it has three and the rule ends the sweep (it used to
+	// need two usable pairs among blocks 1–2 and ran such a sweep to
+	// repeat.max, calling the comparison "without usable runs").
 	sat := stopView(t, 0, map[string][4]float64{"plain@1": flat, "plain@2": flat, "x@1": flat, "x@2": flat})
 	delete(sat.Values[cellOf(t, sat, "x", 1)], 2)
 	if reason, stop, _ := stopAt(sat, 4); stop {
-		t.Errorf("stopped with a comparison that has one usable first-stage pair: %s", reason)
+		t.Errorf("stopped with a second stage of one pair: %s", reason)
 	}
 	if got, want := cellsOf(sat, sat.unconverged()), []string{"plain@1", "x@1"}; !slices.Equal(got, want) {
-		t.Errorf("unconverged with a saturated run = %v, want %v", got, want)
+		t.Errorf("unconverged with a run lost in the first stage = %v, want %v", got, want)
 	}
-	if c := Converge(at(sat, 4)); c.Converged || len(c.Unusable) != 1 {
+	for id, vals := range sat.Values {
+		for b := 5; b <= 6; b++ {
+			vals[b] = vals[b-4]
+			if vals[b] == 0 {
+				vals[b] = 100
+			}
+		}
+		sat.Values[id] = vals
+	}
+	sat.Repeat.Max = 8
+	if _, stop, byRule := stopAt(sat, 6); !stop || !byRule {
+		t.Errorf("a comparison with five usable pairs within target: stop=%v byRule=%v", stop, byRule)
+	}
+	if c := Converge(at(sat, 6), true); !c.Converged || len(c.Unusable) != 0 || len(c.CompHalf) != 2 {
+		t.Errorf("Converge with a run lost in the first stage = %+v; want converged, every comparison with a CI", c)
+	}
+	// One usable pair left: no CI, never converged.
+	for b := 1; b <= 6; b++ {
+		if b != 4 {
+			delete(sat.Values[cellOf(t, sat, "x", 1)], b)
+		}
+	}
+	if reason, stop, _ := stopAt(sat, 6); stop {
+		t.Errorf("stopped with a comparison that has one usable pair: %s", reason)
+	}
+	if c := Converge(at(sat, 6), true); c.Converged || len(c.Unusable) != 1 {
 		t.Errorf("Converge with a comparison without a CI = %+v; want not converged, one comparison without usable runs", c)
 	}
 	// No usable run at all (every run failed): never converged.
