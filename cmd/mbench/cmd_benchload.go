@@ -24,7 +24,7 @@ func init() {
 				&cli.DurationFlag{Name: "first-token", Value: openloop.RealisticStub.FirstToken, Usage: "stub: arrival to first token"},
 				&cli.DurationFlag{Name: "gap", Value: openloop.RealisticStub.Gap, Usage: "stub: between tokens (each flushed on its own)"},
 				&cli.IntFlag{Name: "tokens", Value: openloop.RealisticStub.Tokens, Usage: "stub: tokens per request"},
-				&cli.BoolFlag{Name: "json", Usage: "print the rows as JSON after the table"},
+				formatFlag("text", "json"), formatAlias("json", "json"),
 			},
 			Action: benchLoadAction,
 		}
@@ -40,6 +40,10 @@ func init() {
 }
 
 func benchLoadAction(c *cli.Context) error {
+	format, err := outputFormat(c, "bench-load", []string{"text", "json"}, map[string]string{"json": "json"})
+	if err != nil {
+		return err
+	}
 	rates, err := parseRates("bench-load", "--rates", c.String("rates"))
 	if err != nil {
 		return err
@@ -60,6 +64,9 @@ func benchLoadAction(c *cli.Context) error {
 	defer p.Close()
 	tgt := openloop.PrecisionTarget{URL: p.URL, Reset: p.Reset, Entries: p.Entries, CPU: p.CPUSeconds, Output: tokens}
 	w := c.App.Writer
+	if format == "json" { // stdout carries the JSON alone; the table goes to stderr as the runs end
+		w = c.App.ErrWriter
+	}
 	fmt.Fprintf(w, "stub: separate process, %d tokens each flushed alone, first after %v, then every %v; prompts of %d tokens; Poisson; %v per run\n",
 		tokens, opts.FirstToken, opts.Gap, openloop.PrecisionInput, c.Duration("duration"))
 	openloop.WritePrecisionHeader(w)
@@ -88,8 +95,8 @@ func benchLoadAction(c *cli.Context) error {
 	}
 	fmt.Fprintf(w, "highest rate holding achieved/offered >= %.2f and lag p99 <= %.0f ms in >= %d of %d runs: %g req/s\n",
 		openloop.PrecisionMinRatio, openloop.PrecisionMaxLagP99Ms, need, runs, best)
-	if c.Bool("json") {
-		return json.NewEncoder(w).Encode(rows)
+	if format == "json" {
+		return json.NewEncoder(c.App.Writer).Encode(rows)
 	}
 	return nil
 }

@@ -16,15 +16,15 @@ func init() {
 	register(func() *cli.Command {
 		return &cli.Command{
 			Name:      "export",
-			Usage:     "rewrite cells/<id>/summary_A.json, report.md, tables.csv and plots/ of a (possibly partial) sweep; with --format, --out or an override, print (or write to --out) one format instead, read-only",
+			Usage:     "rewrite cells/<id>/summary_A.json, report.md, tables.csv and plots/ of a (possibly partial) sweep; with --format, --output or an override, print (or write to --output) one format instead, read-only",
 			ArgsUsage: "DIR",
 			Description: "Plain `mbench export DIR` rewrites the exports inside DIR (it takes the directory's lock).\n" +
-				"With --format, --out, --confidence or --baseline it reads the sweep without the lock and writes nothing\n" +
-				"into DIR: the chosen format goes to stdout, or to --out. So it reads a sweep another mbench is running,\n" +
+				"With --format, --output, --confidence or --baseline it reads the sweep without the lock and writes nothing\n" +
+				"into DIR: the chosen format goes to stdout, or to --output. So it reads a sweep another mbench is running,\n" +
 				"or one on a read-only file system, and an override never replaces the report the sweep recorded.",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "format", Value: "md", Usage: "what to print or write to --out: md (report.md), csv (tables.csv) or json (cells, comparisons, noise floor)"},
-				&cli.StringFlag{Name: "out", Usage: "write the chosen format to this file (nothing is written into DIR)"},
+				&cli.StringFlag{Name: "format", Value: "md", Usage: "what to print or write to --output: md (report.md), csv (tables.csv) or json (cells, comparisons, noise floor)"},
+				outputFlag("write the chosen format to this file (nothing is written into DIR)", false),
 				&cli.Float64Flag{Name: "confidence", Usage: "analyse at this confidence instead of the one the sweep recorded (read-only; the report says so)"},
 				&cli.StringFlag{Name: "baseline", Usage: "compare with this config instead of the recorded baseline (read-only; the report says so)"},
 			},
@@ -41,7 +41,7 @@ func init() {
 					return usageError{fmt.Errorf("export: --confidence %v: valid: a number between 0 and 1, such as 0.95", ov.Confidence)}
 				}
 				dir := c.Args().First()
-				readOnly := c.IsSet("format") || c.IsSet("out") || c.IsSet("confidence") || c.IsSet("baseline")
+				readOnly := c.IsSet("format") || c.IsSet("output") || c.IsSet("confidence") || c.IsSet("baseline")
 				export := orchestrator.ExportReport
 				if readOnly {
 					export = orchestrator.ExportView
@@ -77,17 +77,17 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("export: %w", err)
 				}
-				if c.String("out") == "" { // the format asked for, on stdout: nothing else goes there
+				if c.String("output") == "" { // the format asked for, on stdout: nothing else goes there
 					if format == "json" {
 						data = append(data, '\n')
 					}
 					_, err := c.App.Writer.Write(data)
 					return err
 				}
-				if err := durable.WriteFile(c.String("out"), append(data, '\n'), 0o644); err != nil {
+				if err := durable.WriteFile(c.String("output"), append(data, '\n'), 0o644); err != nil {
 					return fmt.Errorf("export: %w", err)
 				}
-				fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s)\n", c.String("out"), format)
+				fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s)\n", c.String("output"), format)
 				return nil
 			},
 		}

@@ -112,6 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	usage := func(_ *cli.Context, err error, _ bool) error { return usageError{err} }
 	known := map[string]bool{"help": true, "h": true}
 	for _, c := range cmds {
+		requireFlags(c)
 		c.OnUsageError = usage
 		known[c.Name] = true
 		for _, a := range c.Aliases {
@@ -128,12 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !strings.HasPrefix(args[1], "-") && !known[args[1]] {
 		return usageError{fmt.Errorf("unknown command %q; run mbench help for the list", args[1])}
 	}
-	err := app.RunContext(ctx, interspersed(cmds, args))
-	var ue usageError
-	if err != nil && !errors.As(err, &ue) && strings.HasPrefix(err.Error(), "Required flag") {
-		return usageError{err}
-	}
-	return err
+	return app.RunContext(ctx, interspersed(cmds, args))
 }
 
 // version is the mbench version, recorded in every sweep's fingerprint.
