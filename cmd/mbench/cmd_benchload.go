@@ -12,31 +12,34 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:  "bench-load",
-			Usage: "measure the load generator against a realistic stub in a process of its own on 127.0.0.1",
-			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "rates", Value: "500,1000,2000,4000", Usage: "comma-separated Poisson rates (req/s)"},
-				&cli.DurationFlag{Name: "duration", Value: 3 * time.Second, Usage: "measured time per run"},
-				&cli.IntFlag{Name: "runs", Value: 5, Usage: "runs per rate, the rates interleaved"},
-				&cli.DurationFlag{Name: "first-token", Value: openloop.RealisticStub.FirstToken, Usage: "stub: arrival to first token"},
-				&cli.DurationFlag{Name: "gap", Value: openloop.RealisticStub.Gap, Usage: "stub: between tokens (each flushed on its own)"},
-				&cli.IntFlag{Name: "tokens", Value: openloop.RealisticStub.Tokens, Usage: "stub: tokens per request"},
-				formatFlag("text", "json"), formatAlias("json", "json"),
-			},
-			Action: benchLoadAction,
-		}
-	})
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:   "bench-stub",
-			Usage:  "the stub server of bench-load (started by it; serves until stdin closes)",
-			Hidden: true,
-			Action: func(c *cli.Context) error { return stub.ServeProcess(os.Stdin, c.App.Writer) },
-		}
-	})
+// benchLoadCommand is the bench-load command.
+func benchLoadCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench-load",
+		Usage: "measure the load generator against a realistic stub in a process of its own on 127.0.0.1",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "rates", Value: "500,1000,2000,4000", Usage: "comma-separated Poisson rates (req/s)"},
+			&cli.DurationFlag{Name: "duration", Value: 3 * time.Second, Usage: "measured time per run"},
+			&cli.IntFlag{Name: "runs", Value: 5, Usage: "runs per rate, the rates interleaved"},
+			&cli.DurationFlag{Name: "first-token", Value: openloop.RealisticStub.FirstToken, Usage: "stub: arrival to first token"},
+			&cli.DurationFlag{Name: "gap", Value: openloop.RealisticStub.Gap, Usage: "stub: between tokens (each flushed on its own)"},
+			&cli.IntFlag{Name: "tokens", Value: openloop.RealisticStub.Tokens, Usage: "stub: tokens per request"},
+			formatFlag("text", "json"), formatAlias("json", "json"),
+		},
+		Action: benchLoadAction,
+	}
+
+}
+
+// benchStubCommand is the bench-stub command.
+func benchStubCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "bench-stub",
+		Usage:  "the stub server of bench-load (started by it; serves until stdin closes)",
+		Hidden: true,
+		Action: func(c *cli.Context) error { return stub.ServeProcess(os.Stdin, c.App.Writer) },
+	}
+
 }
 
 func benchLoadAction(c *cli.Context) error {

@@ -17,28 +17,28 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:      "steps",
-			Usage:     "summarize engine_step.jsonl files: n_steps and percentiles of every timer, per path",
-			ArgsUsage: "FILE...",
-			Description: "Prints one row per step log and engine path (step() or the batch queue), with the\n" +
-				"p50 of every timed part and gpu_us, then says which batch each part belongs to,\n" +
-				"whether GPU time was measured (and why not), and every hook the engine could not\n" +
-				"apply (decomposition incomplete). A timer the log never measured is shown as —\n" +
-				"(absent), never as 0. Worker files <log>.worker.<pid>.jsonl next to a log are\n" +
-				"merged in for get_finished_us unless --no-workers. FILE may be gzipped (.gz).",
-			Flags: []cli.Flag{
-				formatFlag(stepsFormats...),
-				formatAlias("json", "json"), formatAlias("markdown", "markdown"),
-				&cli.Int64Flag{Name: "from-us", Usage: "keep steps with ts_us ≥ this (µs since the epoch)"},
-				&cli.Int64Flag{Name: "to-us", Usage: "keep steps with ts_us ≤ this"},
-				&cli.BoolFlag{Name: "no-workers", Usage: "do not merge worker get_finished_us files"},
-			},
-			Action: stepsAction,
-		}
-	})
+// stepsCommand is the steps command.
+func stepsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "steps",
+		Usage:     "summarize engine_step.jsonl files: n_steps and percentiles of every timer, per path",
+		ArgsUsage: "FILE...",
+		Description: "Prints one row per step log and engine path (step() or the batch queue), with the\n" +
+			"p50 of every timed part and gpu_us, then says which batch each part belongs to,\n" +
+			"whether GPU time was measured (and why not), and every hook the engine could not\n" +
+			"apply (decomposition incomplete). A timer the log never measured is shown as —\n" +
+			"(absent), never as 0. Worker files <log>.worker.<pid>.jsonl next to a log are\n" +
+			"merged in for get_finished_us unless --no-workers. FILE may be gzipped (.gz).",
+		Flags: []cli.Flag{
+			formatFlag(stepsFormats...),
+			formatAlias("json", "json"), formatAlias("markdown", "markdown"),
+			&cli.Int64Flag{Name: "from-us", Usage: "keep steps with ts_us ≥ this (µs since the epoch)"},
+			&cli.Int64Flag{Name: "to-us", Usage: "keep steps with ts_us ≤ this"},
+			&cli.BoolFlag{Name: "no-workers", Usage: "do not merge worker get_finished_us files"},
+		},
+		Action: stepsAction,
+	}
+
 }
 
 // stepsFormats are what steps prints: a table, the table as Markdown, JSON.

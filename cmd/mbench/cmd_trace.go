@@ -14,14 +14,14 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:        "trace",
-			Usage:       "work with Mooncake-format traces",
-			Subcommands: []*cli.Command{traceSampleCommand(), traceStatsCommand()},
-		}
-	})
+// traceCommand is the trace command.
+func traceCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "trace",
+		Usage:       "work with Mooncake-format traces",
+		Subcommands: []*cli.Command{traceSampleCommand(), traceStatsCommand()},
+	}
+
 }
 
 var (

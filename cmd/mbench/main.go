@@ -29,12 +29,18 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 func (e usageError) ExitCode() int { return exitUsage }
 
-// commands collects the subcommands. Each file of this package that defines a
-// subcommand adds it from an init function, so the files stay independent.
-// They are factories: urfave/cli keeps state in commands and flags, so every
-// run (tests call run many times in one process) builds fresh ones.
-var commands []func() *cli.Command
+// commands is every subcommand of mbench, in one place; each is defined in
+// its cmd_<name>.go. They are factories: urfave/cli keeps state in commands
+// and flags, so every run (tests call run many times in one process) builds
+// fresh ones. help lists them by name.
+var commands = []func() *cli.Command{
+	validateCommand, statusCommand, exportCommand,
+	simCommand, probeCommand, stepsCommand, traceCommand,
+	benchLoadCommand, benchStubCommand, routerCommand,
+}
 
+// register adds a subcommand defined from an init function (run, resume
+// and load, until they are listed above).
 func register(c func() *cli.Command) { commands = append(commands, c) }
 
 func main() {
