@@ -46,8 +46,11 @@ type Options struct {
 	// sweep recorded (moved, or holding secrets the directory's copy lacks);
 	// it must resolve to the recorded matrix.
 	MatrixOverride string
-	Stdout         io.Writer
-	Stderr         io.Writer
+	// SlurmJob is the Slurm job mbench runs inside (SLURM_JOB_ID of a batch
+	// job), which a slurm host without an address then uses ("" = none).
+	SlurmJob string
+	Stdout   io.Writer
+	Stderr   io.Writer
 }
 
 // Outcome is what a finished (or stopped) sweep reports.
@@ -108,6 +111,7 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	}
 	s := &Sweep{opts: opts, m: m, dir: dir, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
 		noted: map[string]bool{}, ledger: newLedger(dir, opts.FailLimit), started: time.Now()}
+	s.fleet.slurmJob = opts.SlurmJob
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}
@@ -172,13 +176,14 @@ func (s *Sweep) hostPath(hostName string, parts ...string) string {
 func (s *Sweep) runtime() matrices.Runtime {
 	return matrices.Runtime{
 		Self: func(h string) string {
-			if p, ok := s.fleet.selfPath[h]; ok {
+			if p, ok := s.selfOn(h); ok {
 				return p
 			}
 			return s.opts.Self
 		},
 		StepLog: func(h string, i int) string { return s.hostPath(h, "steps", fmt.Sprintf("engine_step.%d.jsonl", i)) },
 		Bind:    s.bind(),
+		Node:    s.nodeOf,
 	}
 }
 
