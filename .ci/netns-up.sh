@@ -26,7 +26,9 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
-version="mbench netns bed v1"
+# The version names this script's content: any edit rebuilds what it writes
+# (daemons restart only when their configuration changed).
+version="mbench netns bed $(sha256sum "$0" | cut -c1-12)"
 bed=/var/lib/mbench-netns
 logs=/var/log/mbench-netns
 conf_dir=/etc/slurm-mbn
@@ -142,7 +144,7 @@ for i in 0 1; do
   [ -c /dev/mbn-fakegpu$i ] || mknod -m 666 /dev/mbn-fakegpu$i c 1 3
 done
 cat >$conf.tmp <<EOF
-# $version: written by .ci/netns-up.sh; three nodes in network namespaces.
+# mbench netns bed: written by .ci/netns-up.sh; three nodes in network namespaces.
 SlurmdParameters=config_overrides
 ClusterName=mbn
 SlurmctldHost=localhost($login_addr)
@@ -228,8 +230,8 @@ hostpub=$(cut -d' ' -f1,2 $bed/ssh/host_ed25519.pub)
 : >$bed/ssh/ssh_config.tmp
 for ns in "${nodes[@]}" "${hosts[@]}"; do
   echo "$ns,${addr[$ns]} $hostpub" >>$bed/ssh/known_hosts.tmp
-  printf 'Host %s\n  HostName %s\n  Port 22\n  User root\n  IdentityFile %s\n' \
-    "$ns" "${addr[$ns]}" "$bed/ssh/id_ed25519" >>$bed/ssh/ssh_config.tmp
+  printf 'Host %s %s\n  HostName %s\n  Port 22\n  User root\n  IdentityFile %s\n' \
+    "$ns" "${addr[$ns]}" "${addr[$ns]}" "$bed/ssh/id_ed25519" >>$bed/ssh/ssh_config.tmp
 done
 mv $bed/ssh/known_hosts.tmp $bed/ssh/known_hosts
 mv $bed/ssh/ssh_config.tmp $bed/ssh/ssh_config

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"path"
+	"maps"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -186,14 +188,19 @@ func nodeRun(ctx context.Context, h hosts.Host, i int, cmd string) ([]byte, []by
 }
 
 // slurmNodes says where the slurm hosts of the sweep run, for the journal:
-// "host: slurm job J node N" for each connected slurm host.
+// "host: slurm job J node N (cluster C)" (nodes N1,N2 for several) for each
+// connected slurm host.
 func (s *Sweep) slurmNodes() []string {
 	var out []string
 	for _, name := range s.m.HostOrder {
 		if h, ok := s.fleet.connected(name); ok {
 			if nh, ok := nodeHost(h); ok {
 				a := nh.Allocation()
-				out = append(out, fmt.Sprintf("%s: slurm job %s %s %s", name, a.JobID, plural(len(a.Nodes), "node"), strings.Join(a.Nodes, ",")))
+				line := fmt.Sprintf("%s: slurm job %s %s %s", name, a.JobID, plural(len(a.Nodes), "node"), strings.Join(a.Nodes, ","))
+				if a.Cluster != "" {
+					line += " (cluster " + a.Cluster + ")"
+				}
+				out = append(out, line)
 			}
 		}
 	}
@@ -329,4 +336,45 @@ func (s *Sweep) completeAllocations(ctx context.Context) {
 			s.logf("warning: host %s: complete slurm job %s: %v (it is cancelled instead)", nh.Name(), nh.Allocation().JobID, err)
 		}
 	}
+}
+
+// journalNodeRE parses a journal line's slurm placement (slurmNodes).
+var journalNodeRE = regexp.MustCompile(`^(\S+): slurm job (\S+) nodes? (\S+)(?: \(cluster (\S+)\))?$`)
+
+// slurmEnv is env (the sweep's fingerprint) with, for the report's
+// environment section, one row per slurm allocation the runs used: its
+// cluster, job and nodes, and the runs (cell/block) it held.
+func slurmEnv(env map[string]string, entries []JournalEntry) map[string]string {
+	type alloc struct{ host, job, nodes, cluster string }
+	runs := map[alloc][]string{}
+	var order []alloc
+	for _, e := range entries {
+		for _, n := range e.Nodes {
+			m := journalNodeRE.FindStringSubmatch(n)
+			if m == nil {
+				continue
+			}
+			a := alloc{m[1], m[2], m[3], m[4]}
+			if _, ok := runs[a]; !ok {
+				order = append(order, a)
+			}
+			runs[a] = append(runs[a], fmt.Sprintf("%s/b%d", e.Cell, e.Block))
+		}
+	}
+	if len(order) == 0 {
+		return env
+	}
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for _, a := range order {
+		cluster := a.cluster
+		if cluster == "" {
+			cluster = "unnamed"
+		}
+		out["slurm "+a.host+" job "+a.job] = fmt.Sprintf("cluster %s, %s %s, %d run(s): %s",
+			cluster, plural(strings.Count(a.nodes, ",")+1, "node"), a.nodes, len(runs[a]), strings.Join(runs[a], " "))
+	}
+	return out
 }

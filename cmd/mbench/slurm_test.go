@@ -140,7 +140,7 @@ func watchSteps(t *testing.T, job func() string) (most func() int, stop func()) 
 
 var allocatedRE = regexp.MustCompile(`host cluster: allocated slurm job ([0-9]+) `)
 
-var journalNodeRE = regexp.MustCompile(`^cluster: slurm job ([0-9]+) node \S+$`)
+var journalNodeRE = regexp.MustCompile(`^cluster: slurm job ([0-9]+) node \S+ \(cluster mbench\)$`)
 
 // journalJobs returns the slurm job each journaled run names.
 func journalJobs(t *testing.T, out string) []string {
@@ -362,7 +362,7 @@ func TestSlurmDryRun(t *testing.T) {
 	m := writeSlurmMatrix(t, dir, "slurm-dry", "2")
 	out := filepath.Join(dir, "out")
 	stdout := slurmDryRun(t, m, out,
-		"#   $ sbatch --parsable --job-name=mbench-slurm-dry-",
+		"#   $ sbatch --parsable --no-requeue --job-name=mbench-slurm-dry-",
 		" --nodes=1 --time=0:10:00 --ntasks=2 --cpus-per-task=1 --gres=gpu:2 --output=/dev/null '--wrap=trap ",
 		"recorded in "+filepath.Join(out, "slurm-cluster.json"),
 		"srun '--jobid=<job id>' --job-name=engine-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 sh -c ",

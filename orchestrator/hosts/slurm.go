@@ -46,10 +46,12 @@ type SlurmConfig struct {
 const holderScript = `trap 'kill $! 2>/dev/null; exit 0' TERM; while :; do sleep 3600 & wait $!; done`
 
 // SbatchArgs is the sbatch command line that asks for the allocation: a job
-// whose batch script only holds it (holderScript), its output discarded;
+// whose batch script only holds it (holderScript), its output discarded,
+// never requeued (after a node failure Slurm would otherwise run the same
+// job id again on other nodes, and the recorded nodes would be wrong);
 // engines run in it as steps.
 func (c SlurmConfig) SbatchArgs() []string {
-	a := []string{"sbatch", "--parsable", "--job-name=" + c.JobName, "--nodes=" + strconv.Itoa(max(c.Nodes, 1)), "--time=" + c.TimeLimit}
+	a := []string{"sbatch", "--parsable", "--no-requeue", "--job-name=" + c.JobName, "--nodes=" + strconv.Itoa(max(c.Nodes, 1)), "--time=" + c.TimeLimit}
 	if c.Nodes > 1 {
 		a = append(a, "--ntasks-per-node="+strconv.Itoa(max(c.Steps, 1)))
 	} else {

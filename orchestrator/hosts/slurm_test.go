@@ -24,12 +24,12 @@ func TestSlurmArgs(t *testing.T) {
 	c := SlurmConfig{JobName: "mbench-x", TimeLimit: "1:00:00", Partition: "gpu", Account: "acc", Constraint: "h100",
 		GPUsPerNode: 8, CPUsPerStep: 4, Steps: 2, Options: []string{"--qos=high"}, StepOptions: []string{"--mem=0"}}
 	for _, tc := range []struct{ got, want string }{
-		{c.SbatchCommand(), "sbatch --parsable --job-name=mbench-x --nodes=1 --time=1:00:00 --ntasks=2 --cpus-per-task=4 --partition=gpu --account=acc --constraint=h100 --gres=gpu:8 --output=/dev/null --qos=high " + quote("--wrap="+holderScript)},
+		{c.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=mbench-x --nodes=1 --time=1:00:00 --ntasks=2 --cpus-per-task=4 --partition=gpu --account=acc --constraint=h100 --gres=gpu:8 --output=/dev/null --qos=high " + quote("--wrap="+holderScript)},
 		{c.StepCommand("12", "n1", "engine-c-0", 4, "serve 'a b'"), `srun --jobid=12 --job-name=engine-c-0 --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=gpu:4 --mem=0 sh -c 'serve '\''a b'\'''`},
 		{c.StepCommand("12", "n1", "router-c", 0, "r"), "srun --jobid=12 --job-name=router-c --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=none --overlap --mem=0 sh -c r"},
-		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SbatchCommand(), "sbatch --parsable --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1 --output=/dev/null " + quote("--wrap="+holderScript)},
+		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1 --output=/dev/null " + quote("--wrap="+holderScript)},
 		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00", Nodes: 3, Steps: 2, GPUsPerNode: 8, Mem: "0", Exclusive: true}.SbatchCommand(),
-			"sbatch --parsable --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --mem=0 --exclusive --gres=gpu:8 --output=/dev/null " + quote("--wrap="+holderScript)},
+			"sbatch --parsable --no-requeue --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --mem=0 --exclusive --gres=gpu:8 --output=/dev/null " + quote("--wrap="+holderScript)},
 		{shellJoin(SlurmConfig{GPUsPerNode: 8}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
 	} {
 		if tc.got != tc.want {
