@@ -193,6 +193,6 @@ func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool)
 	// The load generator's own parser: a bad line is refused before
 	// anything launches.
 	if _, err := openloop.LoadDataset(openloop.Dataset{Path: ds.Path, Format: ds.Format}, s.Output); err != nil {
-		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see README, Prompts from files)", "bad dataset: %v", err)
+		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see docs/loadgen.md, Prompts from files)", "bad dataset: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/orchestrator/internal/plan"
 	"github.com/mbench/mbench/results"
 )
 
@@ -147,9 +148,9 @@ func (s *Sweep) reconcile(old *SweepState, matrixAbs string) error {
 		// the journal keep their results.
 		ids := cellIDs(now)
 		for i := range old.Blocks {
-			old.Blocks[i].Order = BlockOrder(old.Seed, old.Blocks[i].Block, ids, old.Randomize)
+			old.Blocks[i].Order = plan.BlockOrder(old.Seed, old.Blocks[i].Block, ids, old.Randomize)
 		}
-		old.Design = designRecord(old)
+		old.Design = plan.DesignOf(len(old.Cells), old.Randomize, old.Blocks)
 		if old.Stage1 == 0 {
 			old.Stage1 = s.m.Repeat.Min // the stopping rule from here on is the two-stage one
 		}

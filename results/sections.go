@@ -9,13 +9,13 @@ import (
 
 // renderSteps writes the seed-000 "Per-Step Latency" table and says in words
 // where the timers do not decompose the step (seed 001).
-func renderSteps(b *strings.Builder, ordered []*cellData) {
-	b.WriteString("## Per-Step Latency (from engine_step.jsonl)\n\n")
-	any := anyCellHas(ordered, "step_duration_us_p50")
-	if !any {
-		b.WriteString("No run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.\n\n")
+func renderSteps(b *strings.Builder, v *reportView) {
+	ordered := v.ordered
+	if !anyCellHas(ordered, "step_duration_us_p50") {
+		collapsed(b, "Per-step latency", "no run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.")
 		return
 	}
+	b.WriteString("## Per-Step Latency (from engine_step.jsonl)\n\n")
 	b.WriteString("Mean over runs of each run's per-step quantiles, in µs. \"not timed\" means the engine did not log that timer (it is never shown as 0). The GPU-time column says where, if anywhere, a step's GPU time was measured.\n\n")
 	b.WriteString("| Config | Shape | Rate | step_duration p50 | step_duration p90 | build_meta p50 | build_meta p90 | get_finished p50 | wait p50 | GPU time | unaccounted share | n_steps per run |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var noUnacc, noGetFin, bqCfgs, noGPU, unhooked []string
@@ -121,9 +121,11 @@ func appendOnce(list []string, s string) []string {
 	return append(list, s)
 }
 
-// renderComparisons writes the method, the comparison and the A/A tables.
-func renderComparisons(b *strings.Builder, s *ExportInput, rep *Report) {
-	renderMethod(b, s, rep)
+// renderComparisons writes the comparison tables of every compared metric
+// (the primary one first, as in the headline, with the Mann–Whitney p) and
+// the A/A table.
+func renderComparisons(b *strings.Builder, v *reportView) {
+	s, rep := v.s, v.rep
 	fmt.Fprintf(b, "## Comparisons with %s\n\n", orDefault(s.Baseline, "the baseline"))
 	switch {
 	case s.Baseline == "":
@@ -169,55 +171,66 @@ func renderComparisons(b *strings.Builder, s *ExportInput, rep *Report) {
 
 // renderClientLimited says in words which runs the load generator could not
 // drive at their schedule.
-func renderClientLimited(b *strings.Builder, ordered []*cellData) {
-	b.WriteString("## Client-limited runs\n\n")
+func renderClientLimited(b *strings.Builder, v *reportView) {
 	n := 0
-	for _, c := range ordered {
+	for _, c := range v.ordered {
 		for _, r := range c.Sum.Runs {
 			if r.Used && r.ClientLimited {
 				n++
-				fmt.Fprintf(b, "- %s b%d (%s, rate=%g, %s): %s. Its latencies include time the request spent waiting in the client.\n", c.Info.ID, r.Block, c.Info.Config, c.Info.Rate, c.Info.Shape, orDefault(r.ClientLimitedReason, "marked client-limited"))
 			}
 		}
 	}
 	if n == 0 {
-		fmt.Fprintf(b, "None: in every run the load generator kept to its schedule (no more than %.0f%% of sends over %.0f ms late, ≥ %.2f of the requests sent within the schedule's window and, for Poisson and gamma arrivals, the KS distance of the sent gaps within %.2f of its critical value at α = %.2g).\n",
+		collapsed(b, "Client-limited runs", "none: in every run the load generator kept to its schedule (no more than %.0f%% of sends over %.0f ms late, ≥ %.2f of the requests sent within the schedule's window and, for Poisson and gamma arrivals, the KS distance of the sent gaps within %.2f of its critical value at α = %.2g).",
 			100*openloop.ClientLateShare, openloop.ClientLateMs, openloop.ClientLimitedRatio, openloop.ClientLimitedKSMaxD, openloop.ClientLimitedKSAlpha)
+		return
+	}
+	b.WriteString("## Client-limited runs\n\n")
+	for _, c := range v.ordered {
+		for _, r := range c.Sum.Runs {
+			if r.Used && r.ClientLimited {
+				fmt.Fprintf(b, "- %s b%d (%s, rate=%g, %s): %s. Its latencies include time the request spent waiting in the client.\n", c.Info.ID, r.Block, c.Info.Config, c.Info.Rate, c.Info.Shape, orDefault(r.ClientLimitedReason, "marked client-limited"))
+			}
+		}
 	}
 	b.WriteString("\n")
 }
 
 // renderProblems lists missing cells, missing blocks, failed runs and
 // warnings.
-func renderProblems(b *strings.Builder, ordered []*cellData, rep *Report) {
-	b.WriteString("## Runs that are not results, and missing cells\n\n")
+func renderProblems(b *strings.Builder, v *reportView) {
+	lines := problemLines(v)
+	if len(lines) == 0 {
+		collapsed(b, "Runs that are not results, and missing cells", "none: every cell has a usable run in every block.")
+		return
+	}
+	b.WriteString("## Runs that are not results, and missing cells\n\n- ")
+	b.WriteString(strings.Join(lines, "\n- ") + "\n\n")
+}
+
+// problemLines are the missing cells and blocks, every run that is not a
+// result with its reason, and the export's warnings, one line each.
+func problemLines(v *reportView) []string {
 	var lines []string
-	for _, c := range ordered {
+	for _, c := range v.ordered {
 		id := fmt.Sprintf("%s (%s, rate=%g, %s)", c.Info.ID, c.Info.Config, c.Info.Rate, c.Info.Shape)
 		switch {
 		case c.Sum.NRuns == 0:
-			lines = append(lines, fmt.Sprintf("- cell %s: **missing** — no usable run", id))
+			lines = append(lines, fmt.Sprintf("cell %s: **missing** — no usable run", id))
 		case len(c.Sum.MissingBlocks) > 0:
 			bs := make([]string, len(c.Sum.MissingBlocks))
 			for i, x := range c.Sum.MissingBlocks {
 				bs[i] = fmt.Sprint(x)
 			}
-			lines = append(lines, fmt.Sprintf("- cell %s: no usable run in block %s", id, strings.Join(bs, ", ")))
+			lines = append(lines, fmt.Sprintf("cell %s: no usable run in block %s", id, strings.Join(bs, ", ")))
 		}
 		for _, r := range c.Sum.Runs {
 			if !r.Used {
-				lines = append(lines, fmt.Sprintf("- run %s b%d: **%s** — %s", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded")))
+				lines = append(lines, fmt.Sprintf("run %s b%d: **%s** — %s", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded")))
 			}
 		}
 	}
-	for _, w := range rep.Warnings {
-		lines = append(lines, "- "+w)
-	}
-	if len(lines) == 0 {
-		b.WriteString("None: every cell has a usable run in every block.\n\n")
-		return
-	}
-	b.WriteString(strings.Join(lines, "\n") + "\n\n")
+	return append(lines, v.rep.Warnings...)
 }
 
 // anyCellHas reports whether some cell's summary has the metric key.
