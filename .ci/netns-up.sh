@@ -98,7 +98,7 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-mkdir -p $bed/ssh $bed/ctld $bed/slurmd $logs $conf_dir /run/sshd /etc/netns
+mkdir -p $bed/ssh $bed/ctld $bed/slurmd $logs $conf_dir /run/sshd /etc/netns /etc/slurm
 
 # --- network: one bridge, a veth pair per namespace -------------------------
 if ! ip link show $br >/dev/null 2>&1; then
