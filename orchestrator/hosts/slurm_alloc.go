@@ -102,7 +102,7 @@ func (s *Slurm) submit(ctx context.Context) error {
 	if _, err := strconv.Atoi(id); err != nil {
 		return fmt.Errorf("host %s: %s: no job id in its output: %q", s.cfg.Name, cmd, out)
 	}
-	s.rec = slurmRecord{JobID: id, JobName: s.cfg.JobName, Submitted: time.Now().UTC()}
+	s.rec, s.ended = slurmRecord{JobID: id, JobName: s.cfg.JobName, Submitted: time.Now().UTC()}, false
 	// Recorded before the wait: a resumed mbench finds the job, pending or
 	// not, instead of asking for a second one.
 	if err := s.writeRecord(); err != nil {
@@ -147,6 +147,25 @@ func pending(state string) bool {
 	return state == "PENDING" || state == "CONFIGURING" || state == "REQUEUED" || state == "RESIZING"
 }
 
+// neverRuns reports whether a pending job's reason says it cannot run
+// until an administrator changes a limit: the request exceeds what its
+// partition, account or QOS allows for one job (a cluster without
+// EnforcePartLimits accepts such a job and keeps it pending for ever).
+// Reasons that pass by themselves (Resources, Priority, a node down, a
+// group's running limits) are waited for.
+func neverRuns(reason string) bool {
+	switch reason {
+	case "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS":
+		return true
+	}
+	for _, p := range []string{"QOSMax", "AssocMax"} {
+		if strings.HasPrefix(reason, p) && strings.Contains(reason, "PerJob") {
+			return true
+		}
+	}
+	return false
+}
+
 // pendingNote is how often at most waitRunning repeats that a job is still
 // pending for the same reason; a new reason is said at once.
 const pendingNote = 15 * time.Second
@@ -172,6 +191,9 @@ func (s *Slurm) waitRunning(ctx context.Context) error {
 				s.warnf("host %s: slurm job %s running after %s pending", s.cfg.Name, s.rec.JobID, waited.Round(time.Second))
 			}
 			return nil
+		case pending(j.state) && neverRuns(j.reason):
+			return fmt.Errorf("host %s: slurm job %s can never run as asked: it is %s (reason: %s, a limit of the partition, account or QOS it exceeds); mbench cancels it",
+				s.cfg.Name, s.rec.JobID, j.state, j.reason)
 		case !pending(j.state):
 			why := ""
 			if j.reason != "" && j.reason != "None" {

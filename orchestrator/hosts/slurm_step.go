@@ -219,24 +219,37 @@ func (p *slurmProc) NodePid(ctx context.Context) (int, error) {
 
 // Stop stops the step through Slurm as a cluster stops a job: SIGTERM to
 // its tasks (scancel --signal=TERM), up to grace for them to end (srun
-// exits with its step), then a plain scancel, which kills at once. It then
-// stops srun itself if it has not ended, checks with squeue that the step
-// is gone, and sweeps the node for processes the step left there
-// (reapScript: children that escaped Slurm's tracking, as setsid'd ones do
-// under proctrack/linuxproc), verifying that none survives. grace is cut
-// so that the kill and the checks fit before ctx's deadline.
+// exits with its step), then a plain scancel, which kills at once. It
+// sweeps the node for processes the step left there (reapScript: children
+// that escaped Slurm's tracking, as setsid'd ones do under
+// proctrack/linuxproc), verifying that none survives, checks with squeue
+// that the step is gone, and stops srun itself if it has not ended. grace
+// is cut so that the kill and the checks fit before ctx's deadline.
 func (p *slurmProc) Stop(ctx context.Context, grace time.Duration) error {
-	// A step may end between squeue listing it and scancel (its engine
-	// obeyed the SIGTERM): scancel then fails with "Invalid job id", and
-	// what counts is that squeue no longer lists it (cancelSteps).
+	// scancel's exit status says little here: a step may end between
+	// squeue listing it and scancel (its engine obeyed the SIGTERM), and on
+	// Slurm 22.05 `scancel --signal=TERM J.S` of a step of a multi-node job
+	// fails with "Kill job error on job step id J: Invalid job id
+	// specified" although the step's tasks got the signal. What counts is
+	// that the step ends, or squeue stops listing it (cancelSteps).
 	if ids, err := p.s.steps(ctx, p.name); err == nil && len(ids) > 0 && grace > 0 {
-		if _, _, err := p.s.Host.Run(ctx, "scancel --signal=TERM "+strings.Join(ids, " ")); err == nil {
-			p.waitEnded(ctx, grace)
-		}
+		_, _, _ = p.s.Host.Run(ctx, "scancel --signal=TERM "+strings.Join(ids, " "))
+		p.waitEnded(ctx, grace)
 	}
-	cerr := p.s.cancelSteps(ctx, p.name) // what outlived the grace: scancel kills at once
+	// What outlived the grace: scancel kills at once. The node is swept
+	// before waiting for squeue to drop the step: Slurm keeps a step
+	// listed while a process it lost track of lives (for up to a minute:
+	// UnkillableStepTimeout), and the sweep kills it.
+	ids, err := p.s.steps(ctx, p.name)
+	if err == nil && len(ids) > 0 {
+		_, _, _ = p.s.Host.Run(ctx, "scancel "+strings.Join(ids, " "))
+	}
+	rerr := p.s.reap(ctx, p.node, procTag(p.marker, p.name), grace)
+	if err == nil {
+		err = p.s.waitStepsGone(ctx, p.name, ids)
+	}
 	serr := p.Process.Stop(ctx, min(grace, time.Second))
-	return errors.Join(cerr, serr, p.s.reap(ctx, p.node, procTag(p.marker, p.name), grace))
+	return errors.Join(err, rerr, serr)
 }
 
 // waitEnded waits until srun has ended (its step has), grace has passed,

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,12 +52,21 @@ type Bed struct {
 	Hosts []Machine `json:"hosts"` // SSH hosts
 }
 
+// lockFile serializes the tests that use the bed, across test packages
+// (go test runs packages at once): one fails a node, another counts the
+// steps of its job, and none may see another's.
+const lockFile = "/var/lib/mbench-netns/tests.lock"
+
 // Require returns the bed, after checking that its cluster answers with
-// every node up. Without it the test is skipped, or fails under
+// every node up, and holds it for the test (other tests that Require it
+// wait). Without it the test is skipped, or fails under
 // MBENCH_REQUIRE_NETNS=1.
 func Require(t testing.TB) *Bed {
 	t.Helper()
 	b, err := load()
+	if err == nil {
+		err = hold(t)
+	}
 	if err == nil {
 		err = b.check()
 	}
@@ -67,6 +77,20 @@ func Require(t testing.TB) *Bed {
 		t.Skipf("netnstest: no namespace test bed here (.ci/netns-up.sh builds it; MBENCH_REQUIRE_NETNS=1 fails instead): %v", err)
 	}
 	return b
+}
+
+// hold takes the bed's lock until the test ends.
+func hold(t testing.TB) error {
+	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return fmt.Errorf("lock %s: %w", lockFile, err)
+	}
+	t.Cleanup(func() { f.Close() }) // releases the lock
+	return nil
 }
 
 func load() (*Bed, error) {
@@ -97,7 +121,7 @@ func (b *Bed) check() error {
 		return fmt.Errorf("sinfo: %v: %s", err, out)
 	}
 	for _, n := range b.Nodes {
-		if !strings.Contains(out, n.Name+" idle") && !strings.Contains(out, n.Name+" mix") && !strings.Contains(out, n.Name+" alloc") {
+		if up := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(n.Name) + ` (idle|mix|alloc|comp)`); !up.MatchString(out) {
 			return fmt.Errorf("node %s is not up: %s", n.Name, out)
 		}
 	}
