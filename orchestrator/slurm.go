@@ -327,10 +327,9 @@ func (s *Sweep) completeAllocations(ctx context.Context) {
 	if len(done) == 0 {
 		return
 	}
-	if err := s.stopSet(ctx, s.cur); err != nil {
+	if err := s.engines.stop(ctx); err != nil {
 		s.logf("warning: stop the engines before completing the slurm allocation: %v", err)
 	}
-	s.cur = nil
 	for _, nh := range done {
 		if err := nh.Complete(ctx); err != nil {
 			s.logf("warning: host %s: complete slurm job %s: %v (it is cancelled instead)", nh.Name(), nh.Allocation().JobID, err)
