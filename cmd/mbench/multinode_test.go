@@ -564,3 +564,28 @@ func TestBedBatch(t *testing.T) {
 
 // shellQuoteTest quotes s for sh.
 func shellQuoteTest(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// TestBedMbenchPath: a slurm host without an address may name the mbench
+// binary its nodes run (hosts.X.mbench_path, a copy on a filesystem they
+// share): the engines' {{.Self}} is that copy, not the one mbench runs from.
+func TestBedMbenchPath(t *testing.T) {
+	bed := netnstest.Require(t)
+	bin := filepath.Join(t.TempDir(), "node-bin", "mbench")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, bin, data)
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, _, out := bedSweep(t, bed, "bed-mbench-path", map[string]string{"%BLOCKS%": "1", "%ROUTER%": "",
+		"%HOST%": "    mbench_path: '" + bin + "'\n"})
+	mustFinish(t, c, 120*time.Second)
+	log, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
+	if n := strings.Count(string(log), "' "+bin+" sim --addr 0.0.0.0:"); n != 2 {
+		t.Errorf("%d engine launches of the nodes' copy %s, want 2:\n%s", n, bin, log)
+	}
+	jobs, _ := bedJournal(t, out, 1)
+	bedTeardown(t, bed, out, jobs[0], "COMPLETED")
+}

@@ -456,8 +456,8 @@ func atoi(t *testing.T, s string) int {
 // nodes with the steps of the busiest node per node, places each instance
 // on the node of its GPUs (one srun per node, GPUs numbered within it) and
 // probes every node; validate refuses an instance that would span nodes.
-// (One machine cannot run a real two-node Slurm: the runtime path is the
-// one-node one with a node index, tested here only as printed.)
+// (The runtime path runs on the namespace test bed's two-node cluster:
+// multinode_test.go.)
 func TestSlurmMultiNodeDryRun(t *testing.T) {
 	dir := t.TempDir()
 	m := writeSlurmMatrix(t, dir, "slurm-multi", "2")
