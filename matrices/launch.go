@@ -95,7 +95,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	l := &Launch{Kind: m.Engine.Kind, Config: config, ReadyTimeout: m.Engine.ReadyTimeout,
 		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
 	routerHost := routerHostOf(c, hosts)
-	var eps []endpoint // every instance, for {{.Targets}} and {{.Producers}}
+	var eps []endpoint // every instance, for {{.Targets}}, {{.Producers}} and {{.BootstrapPorts}}
 	for _, hn := range hosts {
 		h, ok := m.Hosts[hn]
 		if !ok {
@@ -110,16 +110,16 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 				}
 				in.GPUs = append([]int(nil), h.GPUs[i*gpi:(i+1)*gpi]...)
 			}
-			if c.BootstrapPort > 0 {
+			in.Role, _ = roleOf(c, len(l.Instances))
+			if c.BootstrapPort > 0 && in.Role != RoleConsumer { // a kv_consumer runs no bootstrap server
 				in.BootstrapPort = c.BootstrapPort + i
 			}
 			in.StepLog = placeholderStepLog(h, i)
 			if rt.StepLog != nil {
 				in.StepLog = rt.StepLog(hn, i)
 			}
-			in.Role, _ = roleOf(c, len(l.Instances))
 			l.Instances = append(l.Instances, in)
-			eps = append(eps, endpoint{place{hn, h.SlurmNode(i, in.GPUs)}, in.Port, in.Role == RoleProducer})
+			eps = append(eps, endpoint{place{hn, h.SlurmNode(i, in.GPUs)}, in.Port, in.BootstrapPort, in.Role == RoleProducer})
 		}
 	}
 	// urls are the instances' URLs as a process at from reaches them.
@@ -147,6 +147,26 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if c.Router != nil {
 		routerPort = c.Router.Port
 	}
+	var targetBoot, producerBoot []int // bootstrap ports, aligned with the targets and producers
+	for _, e := range eps {
+		if e.producer {
+			producerBoot = append(producerBoot, e.bootstrap)
+		} else {
+			targetBoot = append(targetBoot, e.bootstrap)
+		}
+	}
+	prefillBoot := targetBoot // who the router sends prefills to: the producers, or every target
+	if c.PD != nil {
+		prefillBoot = producerBoot
+	}
+	bootstrapPorts := ""
+	if c.BootstrapPort > 0 {
+		bootstrapPorts = joinInts(prefillBoot)
+	}
+	bounds := m.ClassBounds
+	if bounds == [3]int{} {
+		bounds = defaultClassBounds
+	}
 	vars := func(at place, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
 		targets, producers := urls(at)
 		q, qp, tg := ShellQuote, shellPath, shellJoin(targets)
@@ -160,6 +180,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 			"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": configArgs,
 			"Config": q(root), "Self": qp(self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
 			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(strings.Join(producers, ",")),
+			"BootstrapPorts": q(bootstrapPorts), "ClassBounds": q(joinInts(bounds[:])),
 			"NodeName": q(nodeName), "NodeAddress": q(nodeAddr)}
 	}
 	var errs Errors
@@ -243,9 +264,10 @@ type place struct {
 
 // endpoint is an instance as {{.Targets}} and {{.Producers}} list it.
 type endpoint struct {
-	at       place
-	port     int
-	producer bool
+	at        place
+	port      int
+	bootstrap int // its bootstrap server's port (0: none)
+	producer  bool
 }
 
 // reach is the address at which a process at from reaches a port at to:

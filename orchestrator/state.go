@@ -68,6 +68,9 @@ type CellRecord struct {
 	Rate   float64 `json:"rate"`
 	Shape  string  `json:"shape"`
 	SameAs string  `json:"same_as,omitempty"`
+	// Attempt > 0: a capacity probe's re-run of its blocks without a
+	// usable run.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // StopRecord says why the sweep stopped and how close each cell came to the

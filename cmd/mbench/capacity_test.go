@@ -168,7 +168,7 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	}
 	shots := chromiumtest.Screenshot(ctx, t, browser, filepath.Join(out, "report.html"), t.ArtifactDir(), "capacity", 1280, 1400)
 	t.Logf("report.html screenshots (go test -artifacts keeps them): %s", strings.Join(shots, " "))
-	for _, want := range []string{`<table id="capacity-searches">`, `<svg class="plot capacity"`, `<g class="interval" data-name="plain">`, "sustains "} {
+	for _, want := range []string{`<table id="capacity-searches">`, `<svg class="plot capacity"`, `<g class="interval" data-name="plain">`, `<table id="capacity-comparisons">`} {
 		if page.Count(regexp.QuoteMeta(want)) == 0 {
 			t.Errorf("report.html lacks %s", want)
 		}
@@ -276,6 +276,8 @@ type capacityRounds struct {
 		Probes []struct {
 			Cell, Config string
 			Rate         float64
+			Attempt      int
+			Blocks       []int // a re-run's blocks (nil: all)
 		}
 		Blocks []struct {
 			Block int
@@ -303,14 +305,24 @@ func checkCapacityRounds(t *testing.T, out string, ran []string) capacityRounds 
 	seeds := map[int]int64{}
 	var planned []string
 	for i, r := range st.Rounds {
-		var cells []string
+		// A re-run of a probe's blocks without a usable run runs in
+		// those blocks only; every other probe in all three.
+		inBlock := map[int][]string{}
 		for _, p := range r.Probes {
-			cells = append(cells, p.Cell)
+			for b := 1; b <= 3; b++ {
+				if p.Blocks == nil || slices.Contains(p.Blocks, b) {
+					inBlock[b] = append(inBlock[b], p.Cell)
+				}
+			}
+			if (p.Attempt > 0) != (p.Blocks != nil) {
+				t.Errorf("round %d: probe %s attempt %d blocks %v: a re-run names its blocks, a first run none", r.Round, p.Cell, p.Attempt, p.Blocks)
+			}
 		}
-		if r.Round != i+1 || len(r.Probes) == 0 || len(r.Blocks) != 3 {
-			t.Errorf("round %d (#%d): %d probes, %d blocks", r.Round, i+1, len(r.Probes), len(r.Blocks))
+		if r.Round != i+1 || len(r.Probes) == 0 || len(r.Blocks) != len(inBlock) {
+			t.Errorf("round %d (#%d): %d probes, %d blocks, want %d", r.Round, i+1, len(r.Probes), len(r.Blocks), len(inBlock))
 		}
 		for _, b := range r.Blocks {
+			cells := inBlock[b.Block]
 			if old, ok := seeds[b.Block]; ok && old != b.Seed {
 				t.Errorf("round %d block %d: seed %d, earlier rounds %d", r.Round, b.Block, b.Seed, old)
 			}
