@@ -570,7 +570,7 @@ func shellQuoteTest(s string) string { return "'" + strings.ReplaceAll(s, "'", `
 // share): the engines' {{.Self}} is that copy, not the one mbench runs from.
 func TestBedMbenchPath(t *testing.T) {
 	bed := netnstest.Require(t)
-	bin := filepath.Join(t.TempDir(), "node-bin", "mbench")
+	bin := filepath.Join(t.TempDir(), "mbench-for-nodes")
 	data, err := os.ReadFile(os.Args[0])
 	if err != nil {
 		t.Fatal(err)
