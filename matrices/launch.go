@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mbench/mbench/shquote"
 	"maps"
 	"slices"
 	"strconv"
@@ -90,7 +91,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	configArgs := shellJoin(argv)
+	configArgs := shquote.Join(argv)
 
 	l := &Launch{Kind: m.Engine.Kind, Config: config, ReadyTimeout: m.Engine.ReadyTimeout,
 		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
@@ -169,7 +170,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	}
 	vars := func(at place, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
 		targets, producers := urls(at)
-		q, qp, tg := ShellQuote, shellPath, shellJoin(targets)
+		q, qp, tg := shquote.Quote, shellPath, shquote.Join(targets)
 		if !quote {
 			q = func(s string) string { return s }
 			qp, tg = q, strings.Join(targets, " ")
@@ -195,7 +196,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 			if err != nil {
 				return nil, err
 			}
-			cmdVars["ConfigArgs"] = shellJoin(argv)
+			cmdVars["ConfigArgs"] = shquote.Join(argv)
 			configEnv = maps.Clone(c.Env)
 			if configEnv == nil {
 				configEnv = map[string]EnvValue{}
@@ -341,15 +342,6 @@ func bracket(h string) string {
 
 func placeholderStepLog(h Host, i int) string {
 	return fmt.Sprintf("%s/engine_step-%s-%d.jsonl", strings.TrimSuffix(h.Workdir, "/"), h.Name, i)
-}
-
-// shellJoin quotes each word with ShellQuote and joins them with spaces.
-func shellJoin(words []string) string {
-	quoted := make([]string, len(words))
-	for i, w := range words {
-		quoted[i] = ShellQuote(w)
-	}
-	return strings.Join(quoted, " ")
 }
 
 func joinInts(xs []int) string {

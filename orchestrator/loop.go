@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/shquote"
 )
 
 // execute runs blocks until the stopping rule says stop, then exports.
@@ -107,7 +107,7 @@ func (s *Sweep) resumeHint() string {
 	if s.opts.ResumeHint != "" {
 		return s.opts.ResumeHint
 	}
-	return "mbench resume " + matrices.ShellQuote(s.store.dir)
+	return "mbench resume " + shquote.Quote(s.store.dir)
 }
 
 func engineVersion(ctx context.Context, base string) string {

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/shquote"
 )
 
 // onThisMachine reports whether a host's engines run on the machine mbench
@@ -108,12 +108,12 @@ func (s *Sweep) slurmGPURead(ctx context.Context, name string, nh hosts.NodeHost
 		// not secret, so it may go on the command line of a Run.
 		env := ""
 		for _, kv := range s.opts.SelfEnv {
-			env += matrices.ShellQuote(kv) + " "
+			env += shquote.Quote(kv) + " "
 		}
 		if env != "" {
 			env = "env " + env
 		}
-		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), matrices.ShellQuote(probeLabel(name, nh, i)))
+		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), shquote.Quote(probeLabel(name, nh, i)))
 		read := func(ctx context.Context) ([]probes.GPUSample, error) {
 			out, stderr, err := nh.RunOnNodeGPUs(ctx, i, "gate-"+name, cmd)
 			if err != nil {

@@ -91,7 +91,8 @@ type GPUSummary struct {
 	Available bool      `json:"available"`
 	Reason    string    `json:"reason,omitempty"` // why not available
 	PerGPU    []GPUStat `json:"per_gpu,omitempty"`
-	// Imbalance is max/min of the GPUs' mean util_gpu (seed 003 §3.3); 1
+	// Imbalance is max/min of the GPUs' mean util_gpu (the load imbalance
+	// across GPUs of the agentic experiments, docs/routing.md); 1
 	// with one GPU, 0 when undefined (a GPU with zero mean utilization:
 	// see ImbalanceNote).
 	Imbalance     float64 `json:"imbalance"`

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// renderClasses writes the request-class table (seed 003 §3.5) from the
+// renderClasses writes the request-class table (DefaultClassBounds) from the
 // cells' means over runs: per class its completed requests, share, input
 // p50 and latencies. Cells without the figures are left out; a sweep with
 // none, or whose every request is of one class, gets one line.
@@ -50,8 +50,8 @@ func renderClasses(b *strings.Builder, v *reportView) {
 	b.WriteString("\n")
 }
 
-// renderClassFailures writes failures by request class (seed 003 §3.4:
-// the elastic config's failures were Mooncake transfer timeouts on
+// renderClassFailures writes failures by request class (in the agentic
+// experiments the elastic config's failures were Mooncake transfer timeouts on
 // > 60k-token requests): per cell and class the measured requests, the
 // failed ones, their rate and error classes, and the input p50 of the
 // failed. One line when no measured request failed.

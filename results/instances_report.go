@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// renderPrefixCache writes the prefix cache by instance (seed 003 §3.2):
+// renderPrefixCache writes the prefix cache by instance (InstanceCaches):
 // per cell the pooled rate and the spread across instances, then per
 // instance its prefix, external (KV connector) and effective hit rates. One
 // line when no run has /metrics figures or every hit rate is zero.
@@ -45,7 +45,7 @@ func renderPrefixCache(b *strings.Builder, v *reportView) {
 	b.WriteString("\n")
 }
 
-// renderGPUUtil writes GPU utilization by GPU (seed 003 §3.3): per cell
+// renderGPUUtil writes GPU utilization by GPU: per cell
 // the mean over GPUs of each GPU's mean util, the lowest and highest GPU,
 // and the imbalance max/min; then each GPU. One line without GPU samples.
 func renderGPUUtil(b *strings.Builder, v *reportView) {
@@ -56,7 +56,7 @@ func renderGPUUtil(b *strings.Builder, v *reportView) {
 	}
 	b.WriteString("## GPU utilization by GPU\n\n")
 	b.WriteString("Each GPU's mean util_gpu over the run's window (NVML); mean, min and max are across the run's GPUs, imbalance = max/min " +
-		"(seed 003 §3.3: lower utilization can mean faster requests, not waste). Means over runs, in %.\n\n")
+		"(lower utilization can mean faster requests, not waste). Means over runs, in %.\n\n")
 	b.WriteString("| Config | Shape | Rate | Mean | Min | Max | Imbalance |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range ordered {
 		m := c.Sum.Metrics

@@ -8,8 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/mbench/mbench/shquote"
 )
 
 // SlurmConfig is one Slurm host of a sweep: what to ask Slurm for, and
@@ -82,7 +83,7 @@ func (c SlurmConfig) SbatchArgs() []string {
 }
 
 // SbatchCommand is SbatchArgs as one sh command line.
-func (c SlurmConfig) SbatchCommand() string { return shellJoin(c.SbatchArgs()) }
+func (c SlurmConfig) SbatchCommand() string { return shquote.Join(c.SbatchArgs()) }
 
 // StepArgs is the srun command line of an engine step: one task on the
 // node, with gpus GPUs of the allocation bound to it by Slurm (--exact, so
@@ -103,7 +104,7 @@ func (c SlurmConfig) StepArgs(jobID, node, name string, gpus int) []string {
 // StepCommand is the sh command line that runs command as an engine step
 // (see StepArgs).
 func (c SlurmConfig) StepCommand(jobID, node, name string, gpus int, command string) string {
-	return shellJoin(c.StepArgs(jobID, node, name, gpus)) + " sh -c " + quote(command)
+	return shquote.Join(c.StepArgs(jobID, node, name, gpus)) + " sh -c " + quote(command)
 }
 
 // nodeTag is the tag (MBENCH_PROC) of a step's processes on its node: the
@@ -208,15 +209,6 @@ func (s *Slurm) node(i int) (string, error) {
 
 // Name is the host's name in the matrix.
 func (s *Slurm) Name() string { return s.cfg.Name }
-
-// shellJoin quotes each argument for sh.
-func shellJoin(args []string) string {
-	q := make([]string, len(args))
-	for i, a := range args {
-		q[i] = quote(a)
-	}
-	return strings.Join(q, " ")
-}
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

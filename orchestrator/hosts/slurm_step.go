@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mbench/mbench/shquote"
 )
 
 // slurmOwnSteps are the steps of a job that are not mbench's to cancel:
@@ -127,7 +129,7 @@ func (s *Slurm) RunOnNode(ctx context.Context, i int, cmd string) ([]byte, []byt
 	}
 	a := []string{"srun", "--jobid=" + s.rec.JobID, "--job-name=mbench-run", "--nodes=1", "--ntasks=1",
 		"--nodelist=" + node, "--overlap", "--gres=none", "sh", "-c", cmd}
-	return s.Host.Run(ctx, shellJoin(a))
+	return s.Host.Run(ctx, shquote.Join(a))
 }
 
 // RunOnNodeGPUs implements NodeHost (OverlapArgs).
@@ -137,7 +139,7 @@ func (s *Slurm) RunOnNodeGPUs(ctx context.Context, i int, name, cmd string) ([]b
 		return nil, nil, err
 	}
 	a := append(s.cfg.OverlapArgs(s.rec.JobID, node, name), "sh", "-c", cmd)
-	return s.Host.Run(ctx, shellJoin(a))
+	return s.Host.Run(ctx, shquote.Join(a))
 }
 
 // StartOnNode implements NodeHost: a long-lived step that sees every GPU
@@ -151,7 +153,7 @@ func (s *Slurm) StartOnNode(ctx context.Context, spec ProcSpec) (Process, error)
 		return nil, err
 	}
 	inner := spec
-	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + shellJoin(s.cfg.OverlapArgs(s.rec.JobID, node, spec.Name)) +
+	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + shquote.Join(s.cfg.OverlapArgs(s.rec.JobID, node, spec.Name)) +
 		" sh -c " + quote(nodeTask(spec.Command, nodePid))
 	p, err := s.Host.Start(ctx, inner)
 	if err != nil {

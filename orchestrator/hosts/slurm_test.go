@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+
+	"github.com/mbench/mbench/shquote"
 )
 
 // TestSlurmArgs: the sbatch and srun lines carry the matrix's request, and
@@ -30,7 +32,7 @@ func TestSlurmArgs(t *testing.T) {
 		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1 --output=/dev/null " + quote("--wrap="+holderScript)},
 		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00", Nodes: 3, Steps: 2, GPUsPerNode: 8, Mem: "0", Exclusive: true}.SbatchCommand(),
 			"sbatch --parsable --no-requeue --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --mem=0 --exclusive --gres=gpu:8 --output=/dev/null " + quote("--wrap="+holderScript)},
-		{shellJoin(SlurmConfig{GPUsPerNode: 8}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
+		{shquote.Join(SlurmConfig{GPUsPerNode: 8}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got  %s\nwant %s", tc.got, tc.want)
