@@ -10,8 +10,15 @@ from .common import Timings, VllmConfig, KVTransferConfig, build_modules, instal
 VERSIONS = {"0.10": v0_10, "0.18": v0_18, "main": main}
 
 
-def fake_vllm(mod, omit: tuple[str, ...] = ()):
-    """Fresh stand-in classes of ``mod`` installed as ``vllm``; returns them."""
+def fake_vllm(mod, omit: tuple[str, ...] = (), gpu: bool = False):
+    """Fresh stand-in classes of ``mod`` installed as ``vllm``; returns them.
+    With ``gpu`` a fake ``torch`` with CUDA events and a fresh fake device
+    (fakegpu.py) is installed too; without, there is no torch at all."""
+    from . import fakegpu
+
+    fakegpu.uninstall()
+    if gpu:
+        fakegpu.install()
     ns = mod.make()
     install_modules(build_modules(ns, mod.VERSION, omit))
     return ns
