@@ -180,6 +180,7 @@ MODULES = (
     "vllm.v1.core.sched.scheduler",
     "vllm.v1.worker",
     "vllm.v1.worker.kv_connector_model_runner_mixin",
+    "vllm.v1.worker.gpu_model_runner",
     "vllm.distributed",
     "vllm.distributed.kv_transfer",
     "vllm.distributed.kv_transfer.kv_connector",
@@ -216,6 +217,8 @@ def build_modules(ns, version: str, omit: tuple[str, ...] = ()) -> dict:
     }
     if hasattr(ns, "SchedulerConfig"):
         put["vllm.config"] = {"SchedulerConfig": ns.SchedulerConfig}
+    if hasattr(ns, "GPUModelRunner"):
+        put["vllm.v1.worker.gpu_model_runner"] = {"GPUModelRunner": ns.GPUModelRunner}
     for mod, attrs in put.items():
         if mod in mods:
             for k, v in attrs.items():

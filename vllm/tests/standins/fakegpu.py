@@ -93,6 +93,7 @@ _STREAM = Stream()
 def install() -> types.ModuleType:
     """A fresh fake device, and the fake torch in sys.modules."""
     global DEVICE
+    _set_aside()
     DEVICE = Device()
     torch = make_torch()
     sys.modules["torch"] = torch
@@ -100,10 +101,32 @@ def install() -> types.ModuleType:
     return torch
 
 
+_REAL: dict = {}  # a real torch's modules, set aside while blocked or faked
+
+
+def _set_aside() -> None:
+    for name in ("torch", "torch.cuda"):
+        m = sys.modules.get(name)
+        if m is not None and not getattr(sys.modules.get("torch"), "__mbench_fake__", False):
+            _REAL.setdefault(name, m)
+
+
+def block_torch() -> None:
+    """Make ``import torch`` fail (as on a host without it), even where a
+    real torch is installed (the GPU machine)."""
+    _set_aside()
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    sys.modules.pop("torch.cuda", None)
+
+
 def uninstall() -> None:
-    if getattr(sys.modules.get("torch"), "__mbench_fake__", False):
+    """Undo install() and block_torch(): back to whatever torch was there."""
+    t = sys.modules.get("torch", False)
+    if t is None or getattr(t, "__mbench_fake__", False):
         for name in ("torch", "torch.cuda"):
             sys.modules.pop(name, None)
+    sys.modules.update(_REAL)
+    _REAL.clear()
 
 
 def device() -> Device:

@@ -135,10 +135,15 @@ class Worker:
         return self.model_runner.sample_tokens(grammar_output)
 
 
+# The runner a stand-in set builds on: this fake-GPU one, or a subclass
+# that runs a real model (gpu/steptimer/h200_proof.py).
+RUNNER_BASE = None
+
+
 def fresh_runner_class():
     """A GPUModelRunner class of its own for one stand-in set (the plugin
     patches the class an engine uses; nothing leaks between sets)."""
-    return type("GPUModelRunner", (GPUModelRunner,), {})
+    return type("GPUModelRunner", (RUNNER_BASE or GPUModelRunner,), {})
 
 
 class WorkerWrapperBase:
