@@ -41,6 +41,12 @@ func (m *Matrix) loadgenSpec(spec map[string]any) {
 	if m.Measure.IncludeRamp {
 		spec["measure"].(map[string]any)["include_ramp"] = true
 	}
+	if n := m.Arrival.MaxInFlight; n > 0 {
+		spec["arrival"].(map[string]any)["max_in_flight"] = n
+	}
+	if m.Request != nil {
+		spec["request"] = m.Request.spec()
+	}
 }
 
 // ramp decodes arrival.ramp: {kind: linear | exponential, from: r0,

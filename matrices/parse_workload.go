@@ -5,6 +5,7 @@ import (
 	"github.com/mbench/mbench/openloop"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +20,7 @@ var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration
 func Metrics() []string {
 	var out []string
 	for _, m := range []string{"ttft", "tpot", "itl", "e2el"} {
-		for _, s := range []string{"mean", "p50", "p90", "p99"} {
+		for _, s := range []string{"mean", "p50", "p90", "p95", "p99"} {
 			out = append(out, m+"_"+s)
 		}
 	}
@@ -225,7 +226,11 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 		{"burstiness", false, func(v *yaml.Node, p string) { m.Arrival.Burstiness, _ = d.number(v, p, true) }},
 		{"in_flight", false, func(v *yaml.Node, p string) { d.inFlight(v, p, m) }},
 		{"ramp", false, func(v *yaml.Node, p string) { m.Arrival.Ramp = d.ramp(v, p) }},
+		{"max_in_flight", false, func(v *yaml.Node, p string) { m.Arrival.MaxInFlight = d.intField(v, p, 1, 1<<20) }},
 	})
+	if l := d.lines["arrival.max_in_flight"]; l > 0 && m.Arrival.Process == openloop.ArrivalConcurrency {
+		d.add(l, "arrival.max_in_flight", "a rate process (poisson, gamma, constant), or remove max_in_flight", "a closed loop keeps in_flight requests in flight; it takes no cap")
+	}
 	if l := d.lines["arrival.burstiness"]; l > 0 && m.Arrival.Process != openloop.ArrivalGamma && m.Arrival.Process != "" {
 		d.add(l, "arrival.burstiness", "process: gamma, or remove burstiness", "burstiness applies to process gamma only")
 	}
@@ -248,6 +253,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 		}},
 		{"request_timeout", false, func(v *yaml.Node, p string) { mm.RequestTimeout = d.duration(v, p) }},
 		{"include_ramp", false, func(v *yaml.Node, p string) { mm.IncludeRamp = d.boolean(v, p) }},
+		{"percentiles", false, func(v *yaml.Node, p string) { mm.Percentiles = d.percentiles(v, p) }},
 		{"abort_if", false, func(v *yaml.Node, p string) {
 			d.object(v, p, v.Line, []field{
 				{"max_inflight", false, func(v *yaml.Node, p string) { mm.AbortIf.MaxInflight = d.intField(v, p, 0, 1<<31-1) }},
@@ -339,4 +345,24 @@ func (d *decoder) baseline(v *yaml.Node, m *Matrix, configsOK bool) {
 		return
 	}
 	m.Baseline = s
+}
+
+// percentiles decodes measure.percentiles: distinct numbers in (0, 100).
+func (d *decoder) percentiles(v *yaml.Node, path string) []float64 {
+	es, ps, _ := d.list(v, path)
+	var out []float64
+	for i, e := range es {
+		x, ok := d.number(e, ps[i], true)
+		switch {
+		case !ok:
+		case x >= 100:
+			d.add(e.Line, ps[i], "a percentile between 0 and 100, such as 99.9", "%s is out of range", e.Value)
+		case slices.Contains(out, x):
+			d.add(e.Line, ps[i], "distinct percentiles", "%s is listed twice", e.Value)
+		default:
+			out = append(out, x)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -28,19 +28,20 @@ const (
 // monotonic nanoseconds since the run's start (Result.Start); a time that was
 // never reached is 0.
 type Record struct {
-	ID           int        `json:"id"`             // unique in the run: fill first, then warmup and measure in schedule order
-	Cell         string     `json:"cell"`           // Config.Cell
-	Block        int        `json:"block"`          // Config.Block
-	Phase        string     `json:"phase"`          // PhaseFill, PhaseWarmup, PhaseRamp or PhaseMeasure
-	ScheduledNs  int64      `json:"scheduled_ns"`   // intended send time
-	SentNs       int64      `json:"sent_ns"`        // actual send time: when the request had been written (0: never written, e.g. connection refused)
-	FirstTokenNs int64      `json:"first_token_ns"` // first content chunk
-	LastTokenNs  int64      `json:"last_token_ns"`  // last content chunk
-	DoneNs       int64      `json:"done_ns"`        // end of the stream, or the failure
-	InputTokens  int        `json:"input_tokens"`   // prompt token ids sent; for a text prompt (chat, dataset) the engine's usage.prompt_tokens, or the words sent without it
-	OutputTokens int        `json:"output_tokens"`  // from the usage chunk (see UsageMissing)
-	ITLMs        []float64  `json:"itl_ms"`         // gaps between consecutive content chunks, ms
-	Status       string     `json:"status"`         // StatusOK or StatusError
+	ID           int        `json:"id"`                // unique in the run: fill first, then warmup and measure in schedule order
+	Cell         string     `json:"cell"`              // Config.Cell
+	Block        int        `json:"block"`             // Config.Block
+	Phase        string     `json:"phase"`             // PhaseFill, PhaseWarmup, PhaseRamp or PhaseMeasure
+	ScheduledNs  int64      `json:"scheduled_ns"`      // intended send time
+	SentNs       int64      `json:"sent_ns"`           // actual send time: when the request had been written (0: never written, e.g. connection refused)
+	HeadNs       int64      `json:"head_ns,omitempty"` // the response head (status line and headers) received: the server acknowledged the request (0: no response)
+	FirstTokenNs int64      `json:"first_token_ns"`    // first content chunk
+	LastTokenNs  int64      `json:"last_token_ns"`     // last content chunk
+	DoneNs       int64      `json:"done_ns"`           // end of the stream, or the failure
+	InputTokens  int        `json:"input_tokens"`      // prompt token ids sent; for a text prompt (chat, dataset) the engine's usage.prompt_tokens, or the words sent without it
+	OutputTokens int        `json:"output_tokens"`     // from the usage chunk (see UsageMissing)
+	ITLMs        []float64  `json:"itl_ms"`            // gaps between consecutive content chunks, ms
+	Status       string     `json:"status"`            // StatusOK or StatusError
 	Error        string     `json:"error,omitempty"`
 	ErrorClass   ErrorClass `json:"error_class,omitempty"` // what kind of failure (see ErrorClasses); empty when ok
 	HTTPStatus   int        `json:"http_status,omitempty"`
@@ -51,7 +52,9 @@ type Record struct {
 	PrefixGroup  int        `json:"prefix_group,omitempty"` // shared-prefix shape: group number, 1-based (0 = none)
 	TraceNs      int64      `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
 	Ramp         bool       `json:"ramp,omitempty"`         // sent while the rate ramped up (phase ramp, or measure with include_ramp)
-	UsageMissing bool       `json:"usage_missing,omitempty"`
+	// UsageMissing is set when the stream had no usage chunk and
+	// OutputTokens counts content chunks instead.
+	UsageMissing bool `json:"usage_missing,omitempty"`
 	// QueuedNs is how long the request waited, once due, for a slot under
 	// Arrival.MaxInFlight (vllm bench serve's --max-concurrency): part of
 	// SentNs − ScheduledNs that is the cap's, not the generator's lag.
@@ -59,9 +62,8 @@ type Record struct {
 	// Resent: the request was written on a reused connection that the
 	// server had closed, nothing of a response came back, and it was sent
 	// again on a new connection (SentNs is the second send).
-	Resent bool `json:"resent,omitempty"`
-	// UsageMissing is set when the stream had no usage chunk and
-	// OutputTokens counts content chunks instead.
+	Resent    bool `json:"resent,omitempty"`
+	MaxTokens int  `json:"max_tokens,omitempty"` // the max_tokens (= min_tokens, with ignore_eos) the request asked for
 }
 
 // OK reports whether the request completed successfully.
@@ -108,6 +110,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = appendStringField(b, "phase", r.Phase)
 	b = appendIntField(b, "scheduled_ns", r.ScheduledNs)
 	b = appendIntField(b, "sent_ns", r.SentNs)
+	if r.HeadNs != 0 {
+		b = appendIntField(b, "head_ns", r.HeadNs)
+	}
 	b = appendIntField(b, "first_token_ns", r.FirstTokenNs)
 	b = appendIntField(b, "last_token_ns", r.LastTokenNs)
 	b = appendIntField(b, "done_ns", r.DoneNs)
@@ -155,8 +160,14 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	if r.UsageMissing {
 		b = append(b, `,"usage_missing":true`...)
 	}
+	if r.MaxTokens != 0 {
+		b = appendIntField(b, "max_tokens", int64(r.MaxTokens))
+	}
 	if r.QueuedNs != 0 {
 		b = appendIntField(b, "queued_ns", r.QueuedNs)
+	}
+	if r.Resent {
+		b = append(b, `,"resent":true`...)
 	}
 	return append(b, '}')
 }
@@ -275,11 +286,14 @@ func (r *Record) validate() error {
 	times := [...]struct {
 		name string
 		v    int64
-	}{{"scheduled_ns", r.ScheduledNs}, {"sent_ns", r.SentNs}, {"first_token_ns", r.FirstTokenNs}, {"last_token_ns", r.LastTokenNs}, {"done_ns", r.DoneNs}}
+	}{{"scheduled_ns", r.ScheduledNs}, {"sent_ns", r.SentNs}, {"head_ns", r.HeadNs}, {"first_token_ns", r.FirstTokenNs}, {"last_token_ns", r.LastTokenNs}, {"done_ns", r.DoneNs}}
 	for _, t := range times {
 		if t.v < 0 {
 			return fmt.Errorf("%s: must be ≥ 0, got %d", t.name, t.v)
 		}
+	}
+	if r.HeadNs != 0 && r.HeadNs < r.SentNs {
+		return fmt.Errorf("head_ns: %d is before sent_ns %d", r.HeadNs, r.SentNs)
 	}
 	if r.FirstTokenNs != 0 && r.FirstTokenNs < r.SentNs {
 		return fmt.Errorf("first_token_ns: %d is before sent_ns %d", r.FirstTokenNs, r.SentNs)
@@ -287,8 +301,8 @@ func (r *Record) validate() error {
 	if r.LastTokenNs != 0 && r.LastTokenNs < r.FirstTokenNs {
 		return fmt.Errorf("last_token_ns: %d is before first_token_ns %d", r.LastTokenNs, r.FirstTokenNs)
 	}
-	if r.InputTokens < 0 || r.OutputTokens < 0 {
-		return fmt.Errorf("input_tokens/output_tokens: must be ≥ 0, got %d/%d", r.InputTokens, r.OutputTokens)
+	if r.InputTokens < 0 || r.OutputTokens < 0 || r.MaxTokens < 0 {
+		return fmt.Errorf("input_tokens/output_tokens/max_tokens: must be ≥ 0, got %d/%d/%d", r.InputTokens, r.OutputTokens, r.MaxTokens)
 	}
 	if r.ErrorClass != "" && !r.ErrorClass.Valid() {
 		_, err := ParseErrorClass(string(r.ErrorClass))

@@ -13,7 +13,7 @@ func sampleRecord() Record {
 	return Record{ID: 7, Cell: "c\"1\\\n\x01é\xff", Block: 2, Phase: PhaseMeasure, ScheduledNs: 100, SentNs: 120,
 		FirstTokenNs: 5000, LastTokenNs: 9000, DoneNs: 9100, InputTokens: 4096, OutputTokens: 3,
 		ITLMs: []float64{1.5, 2.000123, 1e-6}, Status: StatusError, Error: "HTTP 503: <busy>", HTTPStatus: 503,
-		Target: "http://127.0.0.1:1", Session: "s1", Turn: 2, PrefixGroup: 3, TraceNs: 77, UsageMissing: true}
+		Target: "http://127.0.0.1:1", Session: "s1", Turn: 2, PrefixGroup: 3, TraceNs: 77, UsageMissing: true, MaxTokens: 9}
 }
 
 func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
@@ -34,6 +34,38 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("AppendJSON\n%s\nencoding/json\n%s", mine, std)
 		}
+	}
+}
+
+// TestAppendJSONEveryField: a record with every field set (by reflection,
+// so that a field added later is covered too) is written as encoding/json
+// writes it.
+func TestAppendJSONEveryField(t *testing.T) {
+	var r Record
+	v := reflect.ValueOf(&r).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x" + strconv.Itoa(i))
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(i + 1))
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]float64{float64(i) + 0.5}))
+		default:
+			t.Fatalf("field %s: kind %s not covered by this test", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	std, _ := json.Marshal(&r)
+	var a, b map[string]any
+	if err := json.Unmarshal(r.AppendJSON(nil), &a); err != nil {
+		t.Fatal(err)
+	}
+	_ = json.Unmarshal(std, &b)
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("AppendJSON\n%s\nencoding/json\n%s", r.AppendJSON(nil), std)
 	}
 }
 

@@ -35,10 +35,20 @@ func TestLoadRequestOptions(t *testing.T) {
 	}
 
 	out, stdout, stderr, err := load("--rate", "100", "--requests", "12", "--api-key-env", "MBENCH_TEST_API_KEY",
+		"--percentiles", "50,99.9", "--label", "lab", "--metadata", "tp=2",
 		"--header", "X-Tenant=team-a", "--header", "X-Trace: t1", "--temperature", "0.6", "--top-k", "8",
 		"--extra-body", `{"chat_template_kwargs":{"enable_thinking":false}}`, "--ignore-eos=false", "--served-model-name", "stub-model")
 	if err != nil && exitStatus(err) != exitNoResult { // the verdict is not what this test is about
 		t.Fatalf("load: %v\n%s", err, stderr)
+	}
+	var sum map[string]any
+	if err := json.Unmarshal([]byte(stdout), &sum); err != nil {
+		t.Fatal(err)
+	}
+	pc, _ := sum["percentiles"].(map[string]any)
+	if sum["p95_ttft_ms"] == nil || pc["p99.9_ttft_ms"] == nil || sum["label"] != "lab" || sum["metadata"].(map[string]any)["tp"] != "2" ||
+		sum["natural_length"] != true || sum["output_lengths"] == nil {
+		t.Errorf("summary lacks p95, p99.9, the label, the metadata or the output lengths:\n%s", stdout)
 	}
 	es := s.Entries()
 	if len(es) != 12 {
@@ -95,6 +105,79 @@ func TestLoadRequestOptions(t *testing.T) {
 		{"--rate", "10", "--requests", "2", "--model", "a", "--served-model-name", "b"}, {"--rate", "10", "--requests", "2", "--top-p", "0"}} {
 		if _, _, _, err := load(bad...); exitStatus(err) != exitUsage {
 			t.Errorf("load %v: %v, want a usage error", bad, err)
+		}
+	}
+}
+
+// TestSweepRequestOptions: a sim sweep whose engine, like vllm serve
+// --api-key, refuses requests without the key gets it from the environment
+// variable the matrix names (request.api_key_env) — with natural lengths
+// (the sim's outputs end before max_tokens), a sampling parameter, a header
+// and a concurrency cap — and no file of the sweep holds the key. Without
+// api_key_env the same engine fails every request with 401: the check
+// above could fail.
+func TestSweepRequestOptions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sim sweep")
+	}
+	const key = "sk-planted-sweep-key-5678"
+	t.Setenv("MBENCH_SWEEP_KEY", key)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	body := strings.NewReplacer("%ENV%", "  env: {VLLM_API_KEY: "+key+"}\n", "%CONFIGS%", "  plain: {}", "%RATES%", "20", "%BLOCKS%", "1",
+		"%NAME%", "req", "%PORT%", "%PORT%", "output: 8}", "output: 32}").Replace(simMatrix)
+	m := writeMatrix(t, dir, body+"request: {api_key_env: MBENCH_SWEEP_KEY, ignore_eos: false, sampling: {temperature: 0.5}, headers: {X-Tenant: a}}\narrival: {max_in_flight: 4}\n")
+	out := filepath.Join(dir, "out")
+	if _, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	recs, _ := filepath.Glob(filepath.Join(out, "runs", "*", "*", "requests.jsonl"))
+	if len(recs) == 0 {
+		t.Fatal("no requests.jsonl")
+	}
+	short, ok := 0, 0
+	for _, r := range readJSONL(t, recs[0]) {
+		if r["phase"] != "measure" {
+			continue
+		}
+		if r["status"] == "ok" {
+			ok++
+		}
+		if n, _ := r["output_tokens"].(float64); n < 32 {
+			short++
+		}
+	}
+	if ok < 20 || short == 0 {
+		t.Errorf("%d measured requests ok, %d shorter than max_tokens: want the key accepted and natural lengths", ok, short)
+	}
+	if rep, _ := os.ReadFile(filepath.Join(out, "report.md")); !strings.Contains(string(rep), "## Output lengths (natural: the engine ended each output)\n") ||
+		!strings.Contains(string(rep), "| plain | 64x8 | 20 |") {
+		t.Errorf("report.md lacks the output-length distribution of natural lengths:\n%s", rep)
+	}
+	_ = filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), key) {
+				t.Errorf("%s contains the API key", p)
+			}
+		}
+		return err
+	})
+
+	m2 := writeMatrix(t, t.TempDir(), body)
+	out2 := filepath.Join(dir, "out2")
+	_, _, err := runCLI(t, ctx, "run", m2, "--out", out2, "--quiet")
+	if exitStatus(err) != exitNoResult {
+		t.Fatalf("without api_key_env: %v, want no result (every request refused)", err)
+	}
+	recs2, _ := filepath.Glob(filepath.Join(out2, "runs", "*", "*", "requests.jsonl"))
+	if len(recs2) == 0 {
+		return // the run failed before its requests: still no result
+	}
+	for _, r := range readJSONL(t, recs2[0]) {
+		if r["http_status"] != float64(401) {
+			t.Errorf("without the key a request got %v, want 401: %v", r["http_status"], r)
+			break
 		}
 	}
 }
