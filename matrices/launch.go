@@ -96,6 +96,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
 	routerHost := routerHostOf(c, hosts)
 	var targets, producers []string
+	var targetBoot, producerBoot []int // bootstrap ports, aligned with targets and producers
 	for _, hn := range hosts {
 		h, ok := m.Hosts[hn]
 		if !ok {
@@ -110,20 +111,22 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 				}
 				in.GPUs = append([]int(nil), h.GPUs[i*gpi:(i+1)*gpi]...)
 			}
-			if c.BootstrapPort > 0 {
+			in.Role, _ = roleOf(c, len(l.Instances))
+			if c.BootstrapPort > 0 && in.Role != RoleConsumer { // a kv_consumer runs no bootstrap server
 				in.BootstrapPort = c.BootstrapPort + i
 			}
 			in.StepLog = placeholderStepLog(h, i)
 			if rt.StepLog != nil {
 				in.StepLog = rt.StepLog(hn, i)
 			}
-			in.Role, _ = roleOf(c, len(l.Instances))
 			l.Instances = append(l.Instances, in)
 			u := "http://" + m.reach(hn, routerHost, bind) + ":" + strconv.Itoa(in.Port)
 			if in.Role == RoleProducer {
 				producers = append(producers, u)
+				producerBoot = append(producerBoot, in.BootstrapPort)
 			} else {
 				targets = append(targets, u)
+				targetBoot = append(targetBoot, in.BootstrapPort)
 			}
 		}
 	}
@@ -141,6 +144,18 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		routerPort = c.Router.Port
 	}
 	rawTargets, shTargets := strings.Join(targets, " "), shellJoin(targets)
+	prefillBoot := targetBoot // who the router sends prefills to: the producers, or every target
+	if c.PD != nil {
+		prefillBoot = producerBoot
+	}
+	bootstrapPorts := ""
+	if c.BootstrapPort > 0 {
+		bootstrapPorts = joinInts(prefillBoot)
+	}
+	bounds := m.ClassBounds
+	if bounds == [3]int{} {
+		bounds = defaultClassBounds
+	}
 	vars := func(hn string, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
 		q, qp, tg := ShellQuote, shellPath, shTargets
 		if !quote {
@@ -150,7 +165,8 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(m.Hosts[hn].nodeGPUs(gpus)),
 			"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": configArgs,
 			"Config": q(root), "Self": qp(self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
-			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(strings.Join(producers, ","))}
+			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(strings.Join(producers, ",")),
+			"BootstrapPorts": q(bootstrapPorts), "ClassBounds": q(joinInts(bounds[:]))}
 	}
 	var errs Errors
 	for k := range l.Instances {

@@ -27,6 +27,7 @@ type Matrix struct {
 	Gate        Gate
 	Probe       Probe
 	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = seed 003's 5k/20k/50k
+	ClassBasis  string // what a request's class is measured on (class_basis): ClassBasisAuto or a results.ClassBasis
 	SLO         *SLO   // per-request objective of goodput (slo.go); nil = none
 	// Endpoint is the API the load drives: completions (default) or chat
 	// (parse_loadgen.go).

@@ -120,7 +120,7 @@ type cellData struct {
 
 // Export reads every run's summary_A.json and writes, under s.Dir, the cell
 // summaries (cells/<id>/summary_A.json), report.md, report.html (html.go),
-// tables.csv and plots/.
+// tables.csv, instances.csv and plots/.
 // Every file is written atomically. It works on partial sweeps: missing
 // cells, blocks and unreadable summaries are reported in the files and in
 // Report.Warnings; only bad arguments and write failures are errors.
@@ -176,6 +176,13 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 		return nil, err
 	}
 	if err := w.write("tables.csv", csvText); err != nil {
+		return nil, err
+	}
+	instText, err := renderInstancesCSV(&s, cells)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.write("instances.csv", instText); err != nil {
 		return nil, err
 	}
 	if err := writePlots(ctx, &s, cells, w); err != nil {

@@ -63,7 +63,8 @@ func mdSections(v *reportView) []mdSection {
 	} else {
 		out = append(out, renderComparisons, renderTTFT)
 	}
-	return append(out, renderSLO, renderOutputLengths, renderSteps, renderClasses, renderPrefixCache, renderNoise,
+	return append(out, renderSLO, renderOutputLengths, renderSteps, renderClasses, renderClassComparisons, renderClassFailures,
+		renderPrefixCache, renderGPUUtil, renderNoise,
 		renderClientLimited, renderVerdicts, renderProblems, renderEnv, renderMethod, renderRuns)
 }
 

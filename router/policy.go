@@ -68,8 +68,16 @@ type Options struct {
 	// 16, vLLM's block size.
 	BlockTokens int
 	// CacheBlocks bounds each instance's prefix index (LRU); 0 = unbounded.
-	// Set it to an instance's KV capacity in blocks for a closer estimate.
+	// Set it to an instance's KV capacity in blocks for a closer estimate,
+	// or set CacheFromEngine.
 	CacheBlocks int
+	// CacheFromEngine bounds each instance's index to the KV capacity its
+	// engine reports (vllm:cache_config_info: num_gpu_blocks × block_size
+	// tokens) once its /metrics answers; unbounded until then.
+	CacheFromEngine bool
+	// Load is what counts as an instance's load: LoadShadow (default) or
+	// LoadEngine.
+	Load LoadSource
 	// Offload sends the prefill of a HEAVY request (more than HeavyTokens
 	// new tokens on its sticky instance) to another instance, and decodes
 	// on the sticky one, with at most MaxOffload offloads in flight.
@@ -86,6 +94,15 @@ type Options struct {
 func (o Options) withDefaults() (Options, error) {
 	if o.Policy == "" {
 		o.Policy = RoundRobin
+	}
+	if o.Load == "" {
+		o.Load = LoadShadow
+	}
+	if _, err := ParseLoadSource(string(o.Load)); err != nil {
+		return o, err
+	}
+	if o.CacheFromEngine && o.CacheBlocks > 0 {
+		return o, fmt.Errorf("cache blocks: give a size or take it from the engines, not both")
 	}
 	if _, err := ParsePolicy(string(o.Policy)); err != nil {
 		return o, err
