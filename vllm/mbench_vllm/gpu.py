@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 
-MARK = "__mbench_wrapped__"
+from .hooks import MARK, _mark
 MAX_PENDING = 4096  # event pairs kept unread before the oldest are dropped
 
 
@@ -175,15 +175,6 @@ def _patch(cls, name: str, wrapper) -> None:
     if getattr(f, MARK, False):
         return
     setattr(cls, name, wrapper(f))
-
-
-def _mark(f, orig):
-    setattr(f, MARK, True)
-    f.__wrapped__ = orig
-    f.__name__ = getattr(orig, "__name__", f.__name__)
-    f.__qualname__ = getattr(orig, "__qualname__", f.__qualname__)
-    f.__doc__ = getattr(orig, "__doc__", None)
-    return f
 
 
 def _wrap_execute(orig):

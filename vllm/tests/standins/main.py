@@ -64,7 +64,7 @@ from types import SimpleNamespace
 
 from . import runner as rn
 from . import v0_18
-from .common import KVConnectorOutput, make_plugins_module, make_scheduler_output, perf, spin
+from .common import KVConnectorOutput, make_plugins_module
 
 VERSION = "0.19.0.dev0+g6adad087"
 COMMIT = "6adad08767583f52eb4d2122111af0bf638ed5e6"
@@ -262,52 +262,7 @@ def make():
             for p in self.procs:
                 p.join(timeout=10)
 
-    class Scheduler:
-        def __init__(self, vllm_config, kv_cache_config=None, **kwargs):
-            self.vllm_config = vllm_config
-            self.connector = None
-            if vllm_config.kv_transfer_config is not None:
-                self.connector = KVConnectorFactory.create_connector(
-                    config=vllm_config, role=Role.SCHEDULER, kv_cache_config=kv_cache_config)
-            self.running = [object()] * vllm_config.decode
-            self.waiting = deque([object()])
-            self.steps = 0
-
-        def has_requests(self):
-            return True
-
-        def get_kv_connector(self):
-            return self.connector
-
-        def _build_kv_connector_meta(self, connector, scheduler_output):
-            return connector.build_connector_meta(scheduler_output)
-
-        def schedule(self, throttle_prefills=False):
-            t = self.vllm_config.timings
-            t0 = perf()
-            spin(t.schedule)
-            scheduler_output = make_scheduler_output(self.vllm_config, self.steps)
-            k = self.vllm_config.deferred_every
-            scheduler_output.pending_structured_output_tokens = bool(k) and self.steps % k == k - 1
-            self.steps += 1
-            if self.connector is not None:
-                meta = self._build_kv_connector_meta(self.connector, scheduler_output)
-                scheduler_output.kv_connector_metadata = meta
-            t.note("schedule", perf() - t0)
-            return scheduler_output
-
-        def get_grammar_bitmask(self, scheduler_output):
-            return None
-
-        def update_from_output(self, scheduler_output, model_runner_output):
-            t = self.vllm_config.timings
-            t0 = perf()
-            spin(t.update)
-            t.note("update", perf() - t0)
-            return {0: model_runner_output}
-
-        def update_draft_token_ids_in_output(self, draft_token_ids, scheduler_output):
-            pass
+    Scheduler = v0_18.make_scheduler(KVConnectorFactory, Role, meta_via_method=True)
 
     @dataclasses.dataclass
     class SchedulerConfig:

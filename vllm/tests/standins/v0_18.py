@@ -328,50 +328,7 @@ def make():
             if self.async_output_thread is not None:
                 self.async_output_thread.shutdown(wait=True)
 
-    class Scheduler:
-        def __init__(self, vllm_config, kv_cache_config=None, structured_output_manager=None,
-                     include_finished_set=False, log_stats=False, block_size=16, **kwargs):
-            self.vllm_config = vllm_config
-            self.connector = None
-            if vllm_config.kv_transfer_config is not None:
-                self.connector = KVConnectorFactory.create_connector(
-                    config=vllm_config, role=Role.SCHEDULER, kv_cache_config=kv_cache_config)
-            self.running = [object()] * vllm_config.decode
-            self.waiting = deque([object()])
-            self.steps = 0
-
-        def has_requests(self):
-            return True
-
-        def get_kv_connector(self):
-            return self.connector
-
-        def schedule(self):
-            t = self.vllm_config.timings
-            t0 = perf()
-            spin(t.schedule)
-            scheduler_output = make_scheduler_output(self.vllm_config, self.steps)
-            k = self.vllm_config.deferred_every
-            scheduler_output.pending_structured_output_tokens = bool(k) and self.steps % k == k - 1
-            self.steps += 1
-            if self.connector is not None:
-                meta = self.connector.build_connector_meta(scheduler_output)
-                scheduler_output.kv_connector_metadata = meta
-            t.note("schedule", perf() - t0)
-            return scheduler_output
-
-        def get_grammar_bitmask(self, scheduler_output):
-            return None
-
-        def update_from_output(self, scheduler_output, model_runner_output):
-            t = self.vllm_config.timings
-            t0 = perf()
-            spin(t.update)
-            t.note("update", perf() - t0)
-            return {0: model_runner_output}
-
-        def update_draft_token_ids_in_output(self, draft_token_ids, scheduler_output):
-            pass
+    Scheduler = make_scheduler(KVConnectorFactory, Role, meta_via_method=False)
 
     import dataclasses
 
@@ -389,6 +346,67 @@ def make():
         EngineCore=EngineCore, SchedulerConfig=SchedulerConfig,
         ensure_kv_transfer_initialized=ensure_kv_transfer_initialized, supports_kw=supports_kw,
     )
+
+
+def make_scheduler(factory, Role, meta_via_method: bool):
+    """Scheduler: the connector from the factory (scheduler.py@35bdca54
+    L120-L131), schedule() building the metadata inline (0.18.1, L912-L913)
+    or through _build_kv_connector_meta (main @f80b66f5 L1297-L1298,
+    L1317-L1320; schedule(throttle_prefills) L476), update_from_output."""
+
+    class Scheduler:
+        def __init__(self, vllm_config, kv_cache_config=None, **kwargs):
+            self.vllm_config = vllm_config
+            self.connector = None
+            if vllm_config.kv_transfer_config is not None:
+                self.connector = factory.create_connector(
+                    config=vllm_config, role=Role.SCHEDULER, kv_cache_config=kv_cache_config)
+            self.running = [object()] * vllm_config.decode
+            self.waiting = deque([object()])
+            self.steps = 0
+
+        def has_requests(self):
+            return True
+
+        def get_kv_connector(self):
+            return self.connector
+
+        def schedule(self, *throttle_prefills):
+            t = self.vllm_config.timings
+            t0 = perf()
+            spin(t.schedule)
+            scheduler_output = make_scheduler_output(self.vllm_config, self.steps)
+            k = self.vllm_config.deferred_every
+            scheduler_output.pending_structured_output_tokens = bool(k) and self.steps % k == k - 1
+            self.steps += 1
+            if self.connector is not None:
+                if meta_via_method:
+                    meta = self._build_kv_connector_meta(self.connector, scheduler_output)
+                else:
+                    meta = self.connector.build_connector_meta(scheduler_output)
+                scheduler_output.kv_connector_metadata = meta
+            t.note("schedule", perf() - t0)
+            return scheduler_output
+
+        def get_grammar_bitmask(self, scheduler_output):
+            return None
+
+        def update_from_output(self, scheduler_output, model_runner_output):
+            t = self.vllm_config.timings
+            t0 = perf()
+            spin(t.update)
+            t.note("update", perf() - t0)
+            return {0: model_runner_output}
+
+        def update_draft_token_ids_in_output(self, draft_token_ids, scheduler_output):
+            pass
+
+    if meta_via_method:
+        def _build_kv_connector_meta(self, connector, scheduler_output):
+            return connector.build_connector_meta(scheduler_output)
+
+        Scheduler._build_kv_connector_meta = _build_kv_connector_meta
+    return Scheduler
 
 
 def make_engine_core(plugins, default_scheduler, early_return_checks_done: bool,
