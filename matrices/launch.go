@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mbench/mbench/shquote"
 	"maps"
 	"slices"
 	"strconv"
@@ -90,7 +91,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	configArgs := shellJoin(argv)
+	configArgs := shquote.Join(argv)
 
 	l := &Launch{Kind: m.Engine.Kind, Config: config, ReadyTimeout: m.Engine.ReadyTimeout,
 		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
@@ -143,7 +144,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if c.Router != nil {
 		routerPort = c.Router.Port
 	}
-	rawTargets, shTargets := strings.Join(targets, " "), shellJoin(targets)
+	rawTargets, shTargets := strings.Join(targets, " "), shquote.Join(targets)
 	prefillBoot := targetBoot // who the router sends prefills to: the producers, or every target
 	if c.PD != nil {
 		prefillBoot = producerBoot
@@ -157,7 +158,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		bounds = defaultClassBounds
 	}
 	vars := func(hn string, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
-		q, qp, tg := ShellQuote, shellPath, shTargets
+		q, qp, tg := shquote.Quote, shellPath, shTargets
 		if !quote {
 			q = func(s string) string { return s }
 			qp, tg = q, rawTargets
@@ -179,7 +180,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 			if err != nil {
 				return nil, err
 			}
-			cmdVars["ConfigArgs"] = shellJoin(argv)
+			cmdVars["ConfigArgs"] = shquote.Join(argv)
 			configEnv = maps.Clone(c.Env)
 			if configEnv == nil {
 				configEnv = map[string]EnvValue{}
@@ -270,15 +271,6 @@ func bracket(h string) string {
 
 func placeholderStepLog(h Host, i int) string {
 	return fmt.Sprintf("%s/engine_step-%s-%d.jsonl", strings.TrimSuffix(h.Workdir, "/"), h.Name, i)
-}
-
-// shellJoin quotes each word with ShellQuote and joins them with spaces.
-func shellJoin(words []string) string {
-	quoted := make([]string, len(words))
-	for i, w := range words {
-		quoted[i] = ShellQuote(w)
-	}
-	return strings.Join(quoted, " ")
 }
 
 func joinInts(xs []int) string {

@@ -154,20 +154,17 @@ func (b *limitedBuilder) Write(p []byte) (int, error) {
 	return b.Builder.Write(p)
 }
 
-// ShellQuote quotes s for a POSIX shell (shquote.Quote).
-func ShellQuote(s string) string { return shquote.Quote(s) }
-
-// shellPath quotes a path like ShellQuote but leaves a leading ~/ bare so
+// shellPath quotes a path like shquote.Quote but leaves a leading ~/ bare so
 // the shell on the host expands the home directory.
 func shellPath(s string) string {
 	if rest, ok := strings.CutPrefix(s, "~/"); ok {
 		if rest == "" {
 			return "~/"
 		}
-		return "~/" + ShellQuote(rest)
+		return "~/" + shquote.Quote(rest)
 	}
 	if s == "~" {
 		return s
 	}
-	return ShellQuote(s)
+	return shquote.Quote(s)
 }

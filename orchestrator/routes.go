@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
@@ -49,11 +50,11 @@ func (s *Sweep) saveRoutes(ctx context.Context, es *engineSet, dir string) (map[
 	if !ok {
 		return nil, nil
 	}
-	if err := results.WriteFileAtomic(filepath.Join(dir, "routing.jsonl"), routes, 0o644); err != nil {
+	if err := durable.WriteFile(filepath.Join(dir, "routing.jsonl"), routes, 0o644); err != nil {
 		return nil, fmt.Errorf("write routing.jsonl: %w", err)
 	}
 	if bd, ok := getRouter(ctx, es.router.url+"/breakdown"); ok {
-		if err := results.WriteFileAtomic(filepath.Join(dir, "breakdown.json"), bd, 0o644); err != nil {
+		if err := durable.WriteFile(filepath.Join(dir, "breakdown.json"), bd, 0o644); err != nil {
 			return nil, fmt.Errorf("write breakdown.json: %w", err)
 		}
 	}

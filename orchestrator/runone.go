@@ -122,11 +122,11 @@ func (s *Sweep) measure(ctx context.Context, r run) (*results.RunSummary, error)
 	if err != nil {
 		return nil, err
 	}
-	gate := s.gate(ctx, r.key())
+	gate := s.instr.gate(ctx, es, r.key())
 	s.prog.setPhase("ready")
 
 	offsets := stepLogOffsets(ctx, es)
-	probeStop, probeDone := s.startProbes(ctx, dir)
+	probeStop, probeDone := s.instr.startProbes(ctx, dir, es)
 	reqFile, err := os.Create(filepath.Join(dir, "requests.jsonl"))
 	if err != nil {
 		probeStop()
@@ -158,7 +158,7 @@ func (s *Sweep) measure(ctx context.Context, r run) (*results.RunSummary, error)
 	if err != nil {
 		return nil, err
 	}
-	gpu := s.gpuSummary(dir)
+	gpu := s.instr.gpuSummary(dir, es)
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape.Name, Rate: cell.Rate, Block: block,
 		Engine: string(s.m.Engine.Kind), Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
@@ -282,7 +282,7 @@ func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell, run string
 		if err := s.engines.stop(context.WithoutCancel(ctx)); err != nil {
 			s.logf("warning: %v", err)
 		}
-		s.waitGateAfterTeardown(ctx)
+		s.instr.waitGateAfterTeardown(ctx)
 	}
 	s.prog.setPhase("launch")
 	es, err := s.engines.start(ctx, l, run)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mbench/mbench/internal/durable"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -219,7 +220,7 @@ func (w *writer) write(rel string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	if err := WriteFileAtomic(path, data, 0o644); err != nil {
+	if err := durable.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	w.rep.Files = append(w.rep.Files, filepath.ToSlash(rel))
