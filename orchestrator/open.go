@@ -128,7 +128,7 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 		return nil, err
 	}
 	if len(redo) > 0 {
-		s.logf("redoing %d runs whose files are missing or unreadable: %s", len(redo), strings.Join(redo, "; "))
+		s.logf("redoing %d runs whose files are missing, unreadable or not that run's: %s", len(redo), strings.Join(redo, "; "))
 	}
 	return s.execute(ctx)
 }

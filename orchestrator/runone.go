@@ -220,7 +220,7 @@ func (s *Sweep) loadOutcome(ctx context.Context, es *engineSet, sinkErr, loadErr
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if dead := es.dead(); dead != nil {
+	if dead := es.deadAfterLoad(ctx); dead != nil {
 		tail := dead.proc.LogTail(context.WithoutCancel(ctx), 20)
 		s.engines.stop(context.WithoutCancel(ctx)) // es is the running set
 		return fmt.Errorf("%s on host %s exited during the run (%v); last lines of its log:\n%s", dead.name, dead.hostName, dead.proc.Err(), s.redact(tail))
