@@ -58,7 +58,7 @@ func (s *Sweep) renewAllocations(ctx context.Context) error {
 		return fmt.Errorf("new slurm allocation for the block: %w", err)
 	}
 	s.allocationsEnded = false
-	s.gpu.close()
-	s.openGPU(ctx)
+	s.instr.close()
+	s.instr.open(ctx)
 	return nil
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/matrices"
-	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/shquote"
@@ -93,15 +92,12 @@ type Sweep struct {
 	*sweepLog
 	fleet    *fleet
 	engines  *launcher
-	measurer measurer // the sweep itself outside tests
-	probeSeq int
-	gpu      *gpuProbe
+	instr    *instruments
+	runner   *runner
+	measurer measurer // the runner outside tests
 	// allocationsEnded: a block ended the allocations of per-block slurm
 	// hosts (slurm_block.go); the next block renews them.
 	allocationsEnded bool
-	// request is what every request carries (matrix request section), its
-	// API key read from the environment when the sweep started.
-	request openloop.Request
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
@@ -118,7 +114,9 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
 	s.fleet.slurmJob = opts.SlurmJob
 	s.engines = &launcher{sweepLog: s.sweepLog, m: m, fleet: s.fleet, selfEnv: opts.SelfEnv}
-	s.measurer = s
+	s.instr = &instruments{sweepLog: s.sweepLog, m: m, fleet: s.fleet, hosts: s, engines: s.engines, selfEnv: opts.SelfEnv}
+	s.runner = &runner{sweepLog: s.sweepLog, m: m, store: s.store, engines: s.engines, instr: s.instr, runtime: s.runtime, force: opts.Force}
+	s.measurer = s.runner
 	if opts.measurer != nil {
 		s.measurer = opts.measurer
 	}
