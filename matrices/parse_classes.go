@@ -34,8 +34,8 @@ func (d *decoder) classBounds(v *yaml.Node, m *Matrix) {
 	m.ClassBounds = b
 }
 
-// defaultClassBounds are the bounds without class_bounds: seed 003's 5k,
-// 20k and 50k tokens (as results.DefaultClassBounds and the router's default).
+// defaultClassBounds are the bounds without class_bounds: 5k, 20k and 50k
+// tokens (as results.DefaultClassBounds and the router's default).
 var defaultClassBounds = [3]int{5000, 20000, 50000}
 
 // Class bases of class_basis (results.ClassBasis names the same ones).

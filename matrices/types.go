@@ -26,7 +26,7 @@ type Matrix struct {
 	Compare     []string // metrics compared against the baseline
 	Gate        Gate
 	Probe       Probe
-	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = seed 003's 5k/20k/50k
+	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = 5k/20k/50k (results.DefaultClassBounds)
 	ClassBasis  string // what a request's class is measured on (class_basis): ClassBasisAuto or a results.ClassBasis
 	SLO         *SLO   // per-request objective of goodput (slo.go); nil = none
 	// Endpoint is the API the load drives: completions (default) or chat
@@ -262,6 +262,9 @@ type Runtime struct {
 	Self    func(host string) string               // mbench binary on the host
 	StepLog func(host string, instance int) string // engine_step.jsonl path on the host
 	Bind    string                                 // address engines bind (default 127.0.0.1)
+	// Node is the name and routable address of node i of a slurm host's
+	// allocation (ok false while it has none: placeholders are rendered).
+	Node func(host string, i int) (name, addr string, ok bool)
 }
 
 // Launch is a config rendered into concrete processes.

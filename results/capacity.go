@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/stats"
 )
 
@@ -488,5 +489,5 @@ func WriteCapacity(path string, rep *CapacityReport) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", CapacityFile, err)
 	}
-	return WriteFileAtomic(path, append(data, '\n'), 0o644)
+	return durable.WriteFile(path, append(data, '\n'), 0o644)
 }

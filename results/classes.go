@@ -9,8 +9,8 @@ import (
 	"github.com/mbench/mbench/stats"
 )
 
-// DefaultClassBounds are seed 003's request classes by new (uncached) prompt
-// tokens (§3.5): WARM below 5k, MEDIUM below 20k, HEAVY below 50k, HEAVY+
+// DefaultClassBounds are the agentic experiments' request classes by new
+// (uncached) prompt tokens (docs/routing.md): WARM below 5k, MEDIUM below 20k, HEAVY below 50k, HEAVY+
 // above.
 var DefaultClassBounds = [3]int{5000, 20000, 50000}
 
@@ -31,7 +31,7 @@ const (
 	ClassByInputTokens ClassBasis = "input_tokens"
 	// ClassByRouterNewTokens: the router's estimate of the request's
 	// uncached tokens on the instance its policy chose (routing.jsonl's
-	// new_tokens_est), as seed 003's proxy classified. It depends on the
+	// new_tokens_est), as the agentic experiments' proxy classified. It depends on the
 	// routing: one request can be HEAVY under one policy and WARM under
 	// another, so per-class rows of different configs compare different
 	// requests.

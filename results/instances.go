@@ -12,8 +12,9 @@ import (
 )
 
 // InstanceCaches is a run's prefix cache per instance, and how much the
-// instances differ (seed 003 §3.2: the spread of APC across instances, std
-// 7 pp with elastic offload vs 33 pp without, was a key finding).
+// instances differ (the spread of the prefix cache hit rate across
+// instances, std 7 pp with elastic offload vs 33 pp without, was a key
+// finding of the agentic experiments; docs/routing.md).
 type InstanceCaches struct {
 	Instances []InstanceCache `json:"per_instance"`
 	// Across the instances with a defined rate: mean, population standard
@@ -114,7 +115,7 @@ func gpuKey(k int) string               { return "gpu" + strconv.Itoa(k) + "_uti
 // addInstanceMetrics flattens a run's per-instance caches and per-GPU
 // utilization: the aggregates of instanceCSVMetrics, and per instance k
 // inst<k>_{prefix,external,effective}_hit_rate, per GPU k gpu<k>_util_mean
-// (seed 003 §3.2, §3.3).
+// (the per-instance cache and per-GPU load of docs/routing.md).
 func addInstanceMetrics(s *RunSummary, put func(string, *float64)) {
 	if ic := s.Instances; ic != nil {
 		put("prefix_cache_hit_rate_mean_inst", ic.HitRateMean)
@@ -154,7 +155,7 @@ var instancesHeader = []string{"level", "cell", "config", "shape", "rate", "bloc
 // renderInstancesCSV writes instances.csv: per cell (level "cell": means
 // over its used runs) and per run (level "run"), a row per instance (kind
 // "instance": its hit rates) and per GPU (kind "gpu": its mean util), in the
-// order the run scraped and sampled them — seed 003 §3.2 and §3.3 as rows.
+// order the run scraped and sampled them.
 func renderInstancesCSV(s *ExportInput, cells []*cellData) ([]byte, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)

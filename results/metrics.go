@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/mbench/mbench/internal/durable"
 	"os"
 	"reflect"
 	"regexp"
@@ -11,7 +12,7 @@ import (
 )
 
 // DefaultCompare are the metrics compared with the baseline when a sweep
-// names none (issue 5).
+// names none.
 var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration_p50"}
 
 // DefaultStopMetric is the metric of the stopping rule and of the
@@ -166,7 +167,7 @@ func WriteRunSummaryBytes(path string, s *RunSummary) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode run summary %s: %w", path, err)
 	}
-	return b, WriteFileAtomic(path, b, 0o644)
+	return b, durable.WriteFile(path, b, 0o644)
 }
 
 // encodeJSON encodes v indented by two spaces, without HTML escaping, with a
@@ -180,4 +181,32 @@ func encodeJSON(v any) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// proportionTrials is the number of trials behind a run's proportion metric
+// key: the requests slo_attainment divides by (completed + failed by the
+// engine), the completed requests a class's share is of, the prompt tokens
+// the prefix cache was queried for. false for any other metric.
+func proportionTrials(s *RunSummary, key string) (float64, bool) {
+	if s == nil {
+		return 0, false
+	}
+	switch {
+	case key == MetricSLOAttainment:
+		n := s.Completed
+		for class, k := range s.Errors {
+			if !harnessCut(class) {
+				n += k
+			}
+		}
+		return float64(n), n > 0
+	case strings.HasPrefix(key, "class_") && strings.HasSuffix(key, "_share"):
+		return float64(s.Completed), s.Completed > 0
+	case key == "prefix_cache_hit_rate":
+		if s.PrefixCache == nil || !(s.PrefixCache.Queries > 0) {
+			return 0, false
+		}
+		return s.PrefixCache.Queries, true
+	}
+	return 0, false
 }

@@ -32,9 +32,13 @@ type reportView struct {
 // newReportView reads what the sections share.
 func newReportView(s *ExportInput, cells []*cellData, rep *Report) *reportView {
 	v := &reportView{s: s, ordered: cellOrder(s, cells), rep: rep}
-	v.capacity, v.capErr = ReadCapacity(s.Dir)
-	if errors.Is(v.capErr, fs.ErrNotExist) {
-		v.capacity, v.capErr = nil, nil
+	if s.InMemory {
+		v.capacity = s.Capacity // computed by the caller; the directory's may be stale
+	} else {
+		v.capacity, v.capErr = ReadCapacity(s.Dir)
+		if errors.Is(v.capErr, fs.ErrNotExist) {
+			v.capacity, v.capErr = nil, nil
+		}
 	}
 	if v.capacity != nil || v.capErr != nil {
 		v.rep = probedComparisons(s, v.ordered, rep)
@@ -154,7 +158,7 @@ func configsOf(ordered []*cellData, s *ExportInput) []string {
 	return out
 }
 
-// renderTTFT writes the seed-000 "TTFT p90 Comparison" table with CIs.
+// renderTTFT writes the "TTFT p90 Comparison" table with CIs.
 func renderTTFT(b *strings.Builder, v *reportView) {
 	s, ordered := v.s, v.ordered
 	fmt.Fprintf(b, "## TTFT p90 Comparison\n\nMean over blocks of each run's p90 TTFT, ± the %.0f%% Student-t CI half-width.\n\n", 100*s.Confidence)

@@ -214,8 +214,8 @@ type RunSummary struct {
 	PrefixCache        *CacheSummary `json:"prefix_cache,omitempty"`
 	Gate               *GateRecord   `json:"gate,omitempty"`
 
-	// Classes is latency by request class (seed 003 §3.5), Instances the
-	// prefix cache per instance and its spread (§3.2); see classes.go.
+	// Classes is latency by request class, Instances the prefix cache per
+	// instance and its spread; see classes.go.
 	Classes   *ClassSummary   `json:"classes,omitempty"`
 	Instances *InstanceCaches `json:"instances,omitempty"`
 

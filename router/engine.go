@@ -22,7 +22,7 @@ const (
 	LoadShadow LoadSource = "shadow"
 	// LoadEngine is the engine's own, from its /metrics:
 	// vllm:num_requests_waiting + vllm:num_requests_running, polled every
-	// EnginePoll (seed 003's open problem 5: router state vs the engine's).
+	// EnginePoll (router state against the engine's, docs/routing.md).
 	// It lags by up to the poll interval and counts requests other clients
 	// sent; until an instance has answered once, its shadow load is used.
 	LoadEngine LoadSource = "engine"

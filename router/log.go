@@ -118,8 +118,8 @@ func (l *Log) WriteEntries(w io.Writer) {
 	bw.Flush()
 }
 
-// Breakdown is the router's account of the requests since the last reset:
-// seed 003's /breakdown.
+// Breakdown is the router's account of the requests since the last reset,
+// as GET /breakdown serves it.
 type Breakdown struct {
 	Policy     Policy                   `json:"policy"`
 	Requests   int                      `json:"requests"`
@@ -141,8 +141,8 @@ type Breakdown struct {
 // CacheEstimateCheck compares, over the served requests that one instance
 // both prefilled and decoded and whose engine reported its cached tokens,
 // the router's estimate (cached_tokens_est) with the engine's count — the
-// router's shadow prefix index against the engine's own cache (seed 003's
-// open problem 5). A split request is left out: its decode instance
+// router's shadow prefix index against the engine's own cache (router
+// state against the engine's: an open problem of the agentic experiments). A split request is left out: its decode instance
 // counts the KV it received as cached.
 type CacheEstimateCheck struct {
 	Requests       int     `json:"requests"`

@@ -17,7 +17,7 @@ func init() {
 	register(func() *cli.Command {
 		return &cli.Command{
 			Name: "router",
-			Usage: "seed 003's global scheduler: routes OpenAI completions over the given instances by a policy " +
+			Usage: "a cache-aware global scheduler: routes OpenAI completions over the given instances by a policy " +
 				"(round_robin, sticky, linear, lmetric), optionally offloading HEAVY prefills or splitting prefill and decode (PD)",
 			ArgsUsage: "TARGET_URL...",
 			Flags: []cli.Flag{

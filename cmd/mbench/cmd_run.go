@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator"
+	"github.com/mbench/mbench/shquote"
 	"github.com/urfave/cli/v2"
 )
 
@@ -77,12 +77,14 @@ func sweepOptions(c *cli.Context) (orchestrator.Options, error) {
 		Version: version,
 		Stdout:  c.App.Writer,
 		Stderr:  c.App.ErrWriter,
+		// Inside a Slurm job (sbatch), its allocation is the slurm host's.
+		SlurmJob: os.Getenv("SLURM_JOB_ID"),
 	}
 	if c.Command.Name == "resume" {
 		o.MatrixOverride = c.String("matrix")
-		o.ResumeHint = "mbench resume " + matrices.ShellQuote(c.Args().First())
+		o.ResumeHint = "mbench resume " + shquote.Quote(c.Args().First())
 	} else if o.Out != "" {
-		o.ResumeHint = "mbench resume " + matrices.ShellQuote(o.Out)
+		o.ResumeHint = "mbench resume " + shquote.Quote(o.Out)
 	}
 	return o, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+	"github.com/mbench/mbench/shquote"
 )
 
 // seedServe is the engine command of seeds 000/003 for instance i.
@@ -286,7 +287,7 @@ func TestSSHLaunchQuoting(t *testing.T) {
 		t.Fatal(err)
 	}
 	cwd, argv := t.TempDir(), filepath.Join(t.TempDir(), "argv")
-	cmd := "PATH=" + matrices.ShellQuote(stubVllm(t)) + ":$PATH; " + l.Instances[0].Command
+	cmd := "PATH=" + shquote.Quote(stubVllm(t)) + ":$PATH; " + l.Instances[0].Command
 	proc, err := h.Start(ctx, hosts.ProcSpec{Name: "quoting", Command: cmd, Dir: cwd, StateDir: filepath.Join(dir, "pids"),
 		Marker: "quoting-test", Env: []hosts.Env{{Name: "ARGV_OUT", Value: argv}}})
 	if err != nil {
