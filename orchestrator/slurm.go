@@ -243,7 +243,7 @@ func dryRunSlurm(w io.Writer, m *matrices.Matrix, dir, sweepID string) {
 			via := slurmVia(m.Hosts[name])
 			scope := "one allocation for the sweep, recorded in %s, completed when the sweep is, cancelled if mbench stops first"
 			if m.Hosts[name].Slurm.Allocation == matrices.AllocationBlock {
-				scope = "a new allocation for every block (allocation: block), recorded in %s, cancelled when the block ends"
+				scope = "a new allocation for every block (allocation: block), recorded in %s, completed when the block ends"
 			}
 			fmt.Fprintf(w, "# [%s %s] "+scope+" (inside an allocation, SLURM_JOB_ID, that one instead):\n#   $ %s\n", name, via, cfg.JobFile, cfg.SbatchCommand())
 			fmt.Fprintf(w, "# [%s %s] engines are job steps; they bind 0.0.0.0 unless the node's address is loopback; a stop is scancel --signal=TERM, engine.grace, scancel\n", name, via)

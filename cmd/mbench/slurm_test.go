@@ -514,8 +514,13 @@ func TestSlurmAllocationPerBlock(t *testing.T) {
 		checkSlurmTeardown(t, out, job)
 	}
 	log, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
-	if n := strings.Count(string(log), "slurm allocation of cluster cancelled (allocation: block)"); n != 3 {
-		t.Errorf("mbench.log says %d times that a block's allocation was cancelled, want 3", n)
+	if n := strings.Count(string(log), "slurm allocation of cluster ended (allocation: block)"); n != 3 {
+		t.Errorf("mbench.log says %d times that a block's allocation ended, want 3", n)
+	}
+	for _, job := range jobs {
+		if st := jobState(t, job); st != "COMPLETED" && st != "" {
+			t.Errorf("block job %s is %s, want COMPLETED (its block finished)", job, st)
+		}
 	}
 }
 

@@ -1,7 +1,12 @@
 // Package hosts owns how mbench runs things on a machine: the Host seam with a
 // local implementation (NewLocal) and an SSH implementation (DialSSH, built on
 // golang.org/x/crypto/ssh), and the lifecycle of the long-lived engine
-// processes started there.
+// processes started there. A Slurm host (AllocateSlurm: slurm.go for the
+// sbatch and srun lines, slurm_alloc.go for the allocation's life, from
+// pending to COMPLETED, slurm_step.go for its job steps) runs its commands
+// on a login machine (a local or SSH Host) and its processes as job steps
+// on the allocation's nodes; callers reach the nodes through the NodeHost
+// capability (node.go), never through the Slurm type.
 //
 // Both implementations share one code path: every operation is a POSIX sh
 // script executed through a small transport (a local `sh` child, or an SSH
@@ -43,5 +48,7 @@
 // (util-linux), dd, tail, tr, awk and GNU grep.
 //
 // Subpackage sshdtest starts a real OpenSSH sshd, or an in-process SSH server,
-// on loopback for tests.
+// on loopback for tests; netnstest gives tests the multi-host test bed of
+// .ci/netns-up.sh (network namespaces with their own sshd, and a Slurm
+// cluster whose nodes are namespaces).
 package hosts
