@@ -92,7 +92,7 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 		Name:       st.Name,
 		Confidence: 0.95,
 		Blocks:     len(st.Blocks),
-		Env:        st.Fingerprint,
+		Env:        slurmEnv(st.Fingerprint, entries), // with the slurm job and nodes of the runs
 		Simulated:  st.Simulated,
 	}
 	// Everything written into the sweep directory was redacted when it was

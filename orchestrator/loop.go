@@ -46,6 +46,9 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	} else {
 		err = s.blocks(ctx)
 	}
+	if err == nil {
+		s.completeAllocations(ctx) // a finished sweep's Slurm jobs end COMPLETED
+	}
 	cerr := s.teardown(ctx)
 	if err != nil {
 		if errors.Is(err, ErrInterrupted) || ctx.Err() != nil {

@@ -47,8 +47,11 @@ type Options struct {
 	// sweep recorded (moved, or holding secrets the directory's copy lacks);
 	// it must resolve to the recorded matrix.
 	MatrixOverride string
-	Stdout         io.Writer
-	Stderr         io.Writer
+	// SlurmJob is the Slurm job mbench runs inside (SLURM_JOB_ID of a batch
+	// job), which a slurm host without an address then uses ("" = none).
+	SlurmJob string
+	Stdout   io.Writer
+	Stderr   io.Writer
 
 	// measurer, set by tests, measures every run in place of the sweep's
 	// engines, gate, probes and load.
@@ -109,6 +112,7 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	}
 	s := &Sweep{opts: opts, m: m, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
 		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
+	s.fleet.slurmJob = opts.SlurmJob
 	s.engines = &launcher{sweepLog: s.sweepLog, m: m, fleet: s.fleet, selfEnv: opts.SelfEnv}
 	s.instr = &instruments{sweepLog: s.sweepLog, m: m, fleet: s.fleet, hosts: s, engines: s.engines, selfEnv: opts.SelfEnv}
 	s.runner = &runner{sweepLog: s.sweepLog, m: m, store: s.store, engines: s.engines, instr: s.instr, runtime: s.runtime, force: opts.Force}
@@ -148,13 +152,14 @@ func (s *Sweep) hostPath(hostName string, parts ...string) string {
 func (s *Sweep) runtime() matrices.Runtime {
 	return matrices.Runtime{
 		Self: func(h string) string {
-			if p, ok := s.fleet.selfPath[h]; ok {
+			if p, ok := s.selfOn(h); ok {
 				return p
 			}
 			return s.opts.Self
 		},
 		StepLog: func(h string, i int) string { return s.hostPath(h, "steps", fmt.Sprintf("engine_step.%d.jsonl", i)) },
 		Bind:    s.bind(),
+		Node:    s.nodeOf,
 	}
 }
 
