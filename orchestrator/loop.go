@@ -29,7 +29,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	}
 	defer s.prog.close()
 	var err error
-	if err = s.prepareHosts(ctx); err != nil {
+	if err = s.fleet.prepare(ctx); err != nil {
 		s.teardown(ctx)
 		if ctx.Err() != nil {
 			return nil, s.interrupted()
