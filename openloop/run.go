@@ -24,12 +24,14 @@ const (
 
 // runner is the state of one Run.
 type runner struct {
-	cfg       Config
-	clk       clock
-	cl        *client
-	bases     []string // base URLs, per target
-	model     string
-	reqPrefix string // of X-Request-Id
+	cfg         Config
+	clk         clock
+	cl          *client
+	bases       []string // base URLs, per target
+	model       string
+	tokens      TokenRange  // prompt token ids (first contact)
+	tokenSource TokenSource // where tokens came from
+	reqPrefix   string      // of X-Request-Id
 
 	beforeWrite func() // tests: see client.beforeWrite
 	// re runs the raw client's requests as coroutines over one epoll set
@@ -128,13 +130,24 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if r.reqPrefix == "" {
 		r.reqPrefix = newRequestIDPrefix()
 	}
+	// First contact, when the model is not configured: the served model's
+	// id and, where the engine says it, its vocabulary size, which the
+	// prompt token ids must fit.
 	r.model = cfg.Model
+	vocab := cfg.Vocab
 	if r.model == "" {
-		m, err := fetchModel(ctx, hc, r.bases[0])
+		served, err := FetchServedModel(ctx, hc, r.bases[0])
 		if err != nil {
 			return nil, fmt.Errorf("openloop: %w: %w", ErrModelLookup, err)
 		}
-		r.model = m
+		r.model = served.ID
+		if vocab == 0 {
+			vocab = served.Vocab
+		}
+	}
+	r.tokens, r.tokenSource, err = ChooseTokens(cfg.TokenIDs, vocab, "the model "+r.model+" at "+r.bases[0])
+	if err != nil {
+		return nil, fmt.Errorf("openloop: %w", err)
 	}
 	var plan *tracePlan
 	if tr := cfg.Shape.Trace; tr != nil {
@@ -146,7 +159,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("openloop: trace %s: %w", tr.Path, err)
 		}
 	}
-	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape}
+	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape, tokens: r.tokens}
 	if d := cfg.Shape.Dataset; d != nil {
 		if r.gen.items, err = LoadDataset(*d, cfg.Shape.Output); err != nil {
 			return nil, fmt.Errorf("openloop: %w", err)
@@ -417,7 +430,7 @@ func (r *runner) progress() Progress {
 // result assembles the Result from the collected records.
 func (r *runner) result(plan *tracePlan) *Result {
 	sort.Slice(r.records, func(i, j int) bool { return r.records[i].ID < r.records[j].ID })
-	res := &Result{Records: r.records, Start: r.clk.start, Model: r.model}
+	res := &Result{Records: r.records, Start: r.clk.start, Model: r.model, TokenIDs: r.tokens, TokenSource: r.tokenSource}
 	r.mu.Lock()
 	res.Aborted, res.AbortReason, res.AbortCause, res.StopReason = r.aborted, r.abortWhy, r.abortCause, r.reason
 	r.mu.Unlock()
