@@ -324,7 +324,7 @@ func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 	e := Engine{ReadyTimeout: 5 * time.Minute, Grace: 10 * time.Second, Port: 8000, Restart: "on_change"}
 	d.object(n, "engine", n.Line, []field{
 		{"kind", true, func(v *yaml.Node, p string) {
-			k, _ := d.enum(v, p, string(EngineVLLM), string(EngineSim))
+			k, _ := d.enum(v, p, string(EngineVLLM), string(EngineLlamaCpp), string(EngineSim))
 			e.Kind = EngineKind(k)
 		}},
 		{"command", false, func(v *yaml.Node, p string) { e.Command = d.command(v, p) }},
@@ -337,6 +337,7 @@ func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 		{"instrument", false, func(v *yaml.Node, p string) { e.Instrument = d.boolean(v, p) }},
 		{"restart", false, func(v *yaml.Node, p string) { e.Restart, _ = d.enum(v, p, "on_change", "every_run") }},
 		{"sim", false, func(v *yaml.Node, p string) { e.Sim = d.simFlags(v, p) }},
+		{"token_ids", false, func(v *yaml.Node, p string) { e.TokenIDs = d.tokenIDs(v, p) }},
 	})
 	line := d.deref(n).Line
 	switch e.Kind {
@@ -349,6 +350,19 @@ func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 		}
 		if l := d.lines["engine.sim"]; l > 0 {
 			d.add(l, "engine.sim", "remove it (sim flags apply to kind sim)", "sim flags are not allowed for kind vllm")
+		}
+	case EngineLlamaCpp:
+		if e.Command == "" && d.lines["engine.command"] == 0 {
+			d.add(line, "engine.command", "a template such as \"llama-server -m {{.Model}} --host {{.Bind}} --port {{.Port}} --metrics {{.ConfigArgs}}\"", "missing required key (kind llamacpp)")
+		}
+		if e.Model == "" && d.lines["engine.model"] == 0 {
+			d.add(line, "engine.model", "a GGUF model path", "missing required key (kind llamacpp)")
+		}
+		if l := d.lines["engine.sim"]; l > 0 {
+			d.add(l, "engine.sim", "remove it (sim flags apply to kind sim)", "sim flags are not allowed for kind llamacpp")
+		}
+		if l := d.lines["engine.instrument"]; l > 0 && e.Instrument {
+			d.add(l, "engine.instrument", "false (instrument applies to kind vllm)", "llama-server has no step-timing plugin: it writes no engine_step.jsonl")
 		}
 	case EngineSim:
 		if e.Command == "" {

@@ -2,11 +2,9 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -315,25 +313,6 @@ func (s *Sweep) resumeHint() string {
 	return "mbench resume " + matrices.ShellQuote(s.dir)
 }
 
-func engineVersion(ctx context.Context, base string) string {
-	c := &http.Client{Timeout: 2 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/version", nil)
-	if err != nil {
-		return ""
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Version string `json:"version"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&v) != nil {
-		return ""
-	}
-	return v.Version
-}
 
 // unusableCells names the cells of rep with no usable run, with the
 // verdicts of the runs they had.

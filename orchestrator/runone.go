@@ -118,8 +118,9 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		probeStop()
 		return nil, fmt.Errorf("create metrics.jsonl: %w", err)
 	}
-	win := newMetricsWindow(ctx, instanceURLs(es), metricsFile, time.Second)
+	win := newMetricsWindow(ctx, instanceURLs(es), metricsFile, time.Second, s.profile().Metrics)
 	cfg := s.loadConfig(cell, block, seed, es.targets)
+	cfg.Vocab = es.vocab
 	sink := &sinkWriter{w: reqFile}
 	cfg.Sink = sink
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
@@ -154,7 +155,7 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		return nil, err
 	}
 	sum.Classes = results.SummarizeClasses(res.Records, newTok, s.m.ClassBounds)
-	sum.Instances = results.SummarizeInstances(before, after)
+	sum.Instances = results.SummarizeInstances(s.profile().Metrics, before, after)
 	if err := results.WriteRunSummary(filepath.Join(dir, "summary_A.json"), sum); err != nil {
 		return nil, fmt.Errorf("write summary_A.json: %w", err)
 	}
@@ -272,6 +273,9 @@ func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell) (*engineSe
 	if err := s.checkEngineVersion(ctx, es); err != nil {
 		return nil, err
 	}
+	if err := s.learnVocab(ctx, es); err != nil {
+		return nil, err
+	}
 	return es, nil
 }
 
@@ -281,6 +285,7 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 	return openloop.Config{
 		Targets:      targets,
 		Model:        s.m.Engine.Model,
+		TokenIDs:     s.m.Engine.TokenIDs,
 		Endpoint:     s.m.Endpoint,
 		Rate:         cell.Rate,
 		Arrival:      loadArrival(s.m.Arrival, cell.Rate),

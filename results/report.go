@@ -67,7 +67,7 @@ func renderEnv(b *strings.Builder, s *ExportInput, cells []*cellData) {
 	engines := map[string]bool{}
 	for _, c := range cells {
 		if c.Sum.Engine != "" {
-			engines[c.Sum.Engine] = true
+			engines[engineLabel(c.Sum.Engine)] = true
 		}
 	}
 	if len(s.Env) == 0 && len(engines) == 0 {

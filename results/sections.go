@@ -13,6 +13,10 @@ func renderSteps(b *strings.Builder, ordered []*cellData) {
 	b.WriteString("## Per-Step Latency (from engine_step.jsonl)\n\n")
 	any := anyCellHas(ordered, "step_duration_us_p50")
 	if !any {
+		if name := stepless(ordered); name != "" {
+			fmt.Fprintf(b, "%s writes no per-step log (engine_step.jsonl): per-step latency is not measured for this engine.\n\n", name)
+			return
+		}
 		b.WriteString("No run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.\n\n")
 		return
 	}

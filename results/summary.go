@@ -169,6 +169,7 @@ type RunSummary struct {
 	EngineStep    *StepStats        `json:"engine_step,omitempty"`
 	GPU           *GPUSummary       `json:"gpu,omitempty"`
 	PrefixCache   *CacheSummary     `json:"prefix_cache,omitempty"`
+	ResponseCache *ResponseCache    `json:"response_cache,omitempty"` // the prefix cache as the responses' usage tells it
 	Gate          *GateRecord       `json:"gate,omitempty"`
 
 	// Classes is latency by request class (seed 003 §3.5), Instances the
@@ -253,6 +254,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		Rate: in.Rate, Block: in.Block, Arrival: in.Arrival, OfferedRate: in.Offered,
 		Aborted: in.Aborted, AbortReason: in.AbortReason, AbortCause: in.AbortCause, ClientCPUPct: in.ClientCPUPct,
 		Errors: map[string]int{}, ErrorExamples: map[string]string{}, EngineStep: in.Steps, GPU: in.GPU, PrefixCache: in.Cache, Gate: in.Gate,
+		ResponseCache: summarizeResponseCache(in.Records),
 	}
 	if !in.WindowStart.IsZero() {
 		s.WindowStart = in.WindowStart.UTC().Format(time.RFC3339Nano)
