@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -41,6 +43,18 @@ func (t TokenRange) Validate() error {
 }
 
 func (t TokenRange) String() string { return fmt.Sprintf("[%d, %d)", t.Min, t.Max) }
+
+// ParseTokenRange parses "MIN:MAX", the half-open range [MIN, MAX).
+func ParseTokenRange(s string) (TokenRange, error) {
+	lo, hi, ok := strings.Cut(s, ":")
+	a, errA := strconv.Atoi(strings.TrimSpace(lo))
+	b, errB := strconv.Atoi(strings.TrimSpace(hi))
+	if !ok || errA != nil || errB != nil {
+		return TokenRange{}, fmt.Errorf("%q: want MIN:MAX, such as 1000:20000", s)
+	}
+	t := TokenRange{Min: a, Max: b}
+	return t, t.Validate()
+}
 
 // orDefault is t, or DefaultTokenRange when t is unset.
 func (t TokenRange) orDefault() TokenRange {

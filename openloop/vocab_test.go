@@ -140,3 +140,28 @@ func TestRunLearnsVocab(t *testing.T) {
 		t.Errorf("known vocab 3000: %v %v, want [1000, 3000)", res.TokenIDs, err)
 	}
 }
+
+func TestParseTokenRange(t *testing.T) {
+	for in, want := range map[string]TokenRange{"1000:20000": {1000, 20000}, " 0 : 5 ": {0, 5}} {
+		if got, err := ParseTokenRange(in); err != nil || got != want {
+			t.Errorf("%q: %v %v, want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "5", "5:", ":5", "a:b", "5:5", "9:3", "-1:4", "1:99999999999"} {
+		if _, err := ParseTokenRange(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+}
+
+func FuzzParseTokenRange(f *testing.F) {
+	for _, s := range []string{"1000:20000", "0:1", "5:5", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseTokenRange(s)
+		if err == nil && (r.Validate() != nil || r.Min < 0 || r.Max <= r.Min) {
+			t.Fatalf("%q parsed to an invalid %v", s, r)
+		}
+	})
+}
