@@ -313,7 +313,6 @@ func (s *Sweep) resumeHint() string {
 	return "mbench resume " + matrices.ShellQuote(s.dir)
 }
 
-
 // unusableCells names the cells of rep with no usable run, with the
 // verdicts of the runs they had.
 func unusableCells(rep *results.Report, journal map[runKey]JournalEntry) []string {

@@ -192,7 +192,9 @@ func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 func TestSummarizeMissesAndKVUsage(t *testing.T) {
 	names := MetricNames{Running: []string{"run"}, Waiting: []string{"wait"}, KVUsage: []string{"kv_new", "kv_old"},
 		Hits: []string{"cached_total"}, Misses: []string{"computed_total"}}
-	sc := func(tgt string, ts int64, v map[string]float64) Scrape { return Scrape{Target: tgt, TsUs: ts, Values: v} }
+	sc := func(tgt string, ts int64, v map[string]float64) Scrape {
+		return Scrape{Target: tgt, TsUs: ts, Values: v}
+	}
 	before := []Scrape{sc("a", 0, map[string]float64{"cached_total": 10, "computed_total": 90}), sc("b", 0, map[string]float64{"cached_total": 0, "computed_total": 0})}
 	after := []Scrape{sc("a", 9, map[string]float64{"cached_total": 70, "computed_total": 130}), sc("b", 9, map[string]float64{"cached_total": 20, "computed_total": 80})}
 	during := []Scrape{
