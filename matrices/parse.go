@@ -128,7 +128,7 @@ func parserProblem(msg string) bool {
 
 // topKeys lists the top-level keys in documentation order.
 var topKeys = []string{"name", "seed", "hosts", "engine", "configs", "rates", "shapes",
-	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "capacity", "slo", "endpoint"}
+	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "capacity", "slo", "endpoint", "request"}
 
 // matrix decodes the whole document; sections are decoded in dependency
 // order whatever their order in the file, and cross-field checks run only on
@@ -178,6 +178,7 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 	d.classBounds(nodes["class_bounds"], m)
 	d.slo(nodes["slo"], m)
 	d.endpoint(nodes["endpoint"], m)
+	d.request(nodes["request"], m)
 	if hostsOK && engineOK && configsOK {
 		d.placement(m)
 	}

@@ -42,6 +42,12 @@ func (m *Matrix) loadgenSpec(spec map[string]any) {
 	if m.Measure.IncludeRamp {
 		spec["measure"].(map[string]any)["include_ramp"] = true
 	}
+	if n := m.Arrival.MaxInFlight; n > 0 {
+		spec["arrival"].(map[string]any)["max_in_flight"] = n
+	}
+	if m.Request != nil {
+		spec["request"] = m.Request.spec()
+	}
 }
 
 // ramp decodes arrival.ramp: {kind: linear | exponential, from: r0,
@@ -194,7 +200,7 @@ func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool)
 	// The load generator's own parser: a bad line is refused before
 	// anything launches.
 	if _, err := openloop.LoadDataset(openloop.Dataset{Path: ds.Path, Format: ds.Format}, s.Output); err != nil {
-		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see README, Prompts from files)", "bad dataset: %v", err)
+		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see docs/loadgen.md, Prompts from files)", "bad dataset: %v", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package matrices
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"os"
 	"sort"
 	"strings"
 )
@@ -22,6 +23,11 @@ func (m *Matrix) Secrets() []string {
 		}
 	}
 	collect(m.Engine.Env)
+	if m.Request != nil && m.Request.APIKeyEnv != "" { // the API key, read from the environment at run time
+		if k := os.Getenv(m.Request.APIKeyEnv); k != "" {
+			set[k] = true
+		}
+	}
 	for _, c := range m.Configs {
 		collect(c.Env)
 		if c.Router != nil {

@@ -36,6 +36,9 @@ type Matrix struct {
 	// Capacity makes the sweep a capacity search instead of fixed rates
 	// (parse_capacity.go); nil for a fixed-rate sweep.
 	Capacity *Capacity
+	// Request is what every request carries beyond its prompt and length
+	// (parse_request.go); nil: the defaults.
+	Request *Request
 
 	lines map[string]int // field path → line, for errors found after Parse
 }
@@ -179,6 +182,9 @@ type Arrival struct {
 	// With process concurrency (a closed loop), the in-flight levels
 	// (in_flight) are the matrix's Rates: a cell's Rate is its level.
 	Ramp *openloop.Ramp // ramp-up of the rate inside each run (nil: none)
+	// MaxInFlight caps a rate process at this many requests in flight
+	// (max_in_flight, vllm bench serve's --max-concurrency); 0: none.
+	MaxInFlight int
 }
 
 // Measure bounds one run.

@@ -2,7 +2,6 @@ package openloop
 
 import (
 	"fmt"
-	"strconv"
 )
 
 // Endpoint is the OpenAI API a run drives.
@@ -86,33 +85,25 @@ func appendPromptText(b []byte, tokens []int32) []byte {
 //	 "min_tokens":O,"ignore_eos":true,"stream":true,
 //	 "stream_options":{"include_usage":true}}
 //
-// max_tokens (not max_completion_tokens) because vLLM and older servers
-// accept it; vLLM honours min_tokens and ignore_eos on chat as on
-// completions.
-func appendChatBody(b []byte, model, text string, output int) []byte {
+// (with t's options in place of min_tokens and ignore_eos, see
+// appendLengthTail). max_tokens (not max_completion_tokens) because vLLM
+// and older servers accept it; vLLM honours min_tokens and ignore_eos on
+// chat as on completions.
+func appendChatBody(b []byte, model, text string, output int, t *bodyTail) []byte {
 	b = append(b, `{"model":`...)
 	b = appendJSONString(b, model)
 	b = append(b, `,"messages":[{"role":"user","content":`...)
 	b = appendJSONString(b, text)
 	b = append(b, `}],"max_tokens":`...)
-	return appendLengthTail(b, output)
+	return appendLengthTail(b, output, t)
 }
 
 // appendCompletionTextBody is appendCompletionBody for a text prompt.
-func appendCompletionTextBody(b []byte, model, text string, output int) []byte {
+func appendCompletionTextBody(b []byte, model, text string, output int, t *bodyTail) []byte {
 	b = append(b, `{"model":`...)
 	b = appendJSONString(b, model)
 	b = append(b, `,"prompt":`...)
 	b = appendJSONString(b, text)
 	b = append(b, `,"max_tokens":`...)
-	return appendLengthTail(b, output)
-}
-
-// appendLengthTail appends O,"min_tokens":O and the streaming options that
-// close every request body.
-func appendLengthTail(b []byte, output int) []byte {
-	b = strconv.AppendInt(b, int64(output), 10)
-	b = append(b, `,"min_tokens":`...)
-	b = strconv.AppendInt(b, int64(output), 10)
-	return append(b, `,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`...)
+	return appendLengthTail(b, output, t)
 }

@@ -58,7 +58,7 @@ func TestChatTTFTAgainstStub(t *testing.T) {
 // TestChatBody: the chat request carries the prompt as one user message of
 // one word per token id, and the stream options of the completion body.
 func TestChatBody(t *testing.T) {
-	b := string(appendChatBody(nil, "m\"x", string(appendPromptText(nil, []int32{0, 1, 256, 1000})), 7))
+	b := string(appendChatBody(nil, "m\"x", string(appendPromptText(nil, []int32{0, 1, 256, 1000})), 7, &defaultTail))
 	want := `{"model":"m\"x","messages":[{"role":"user","content":"` + promptWords[0] + " " + promptWords[1] + " " + promptWords[0] + " " + promptWords[1000%len(promptWords)] +
 		`"}],"max_tokens":7,"min_tokens":7,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`
 	if b != want {

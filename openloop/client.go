@@ -50,14 +50,18 @@ type job struct {
 	preErr  error       // that write's error
 	preOff  int         // the bytes of prefix+wire it wrote
 	preSent int64       // when that write ended (0: it did not write all)
-	reqID   string      // X-Request-Id
-	input   int
-	output  int
-	group   int
-	session string
-	turn    int
-	traceNs int64
-	ramp    bool // sent while the rate ramped up
+	// closeConn: the request's headers say Connection: close, so its
+	// connection is not reused after the response.
+	closeConn bool
+	reqID     string // X-Request-Id
+	input     int
+	output    int
+	group     int
+	session   string
+	turn      int
+	traceNs   int64
+	ramp      bool  // sent while the rate ramped up
+	queued    int64 // ns it waited for a slot under Arrival.MaxInFlight
 	// textPrompt: the prompt went as text, so its token count is the
 	// engine's usage.prompt_tokens (input is a word count until then).
 	textPrompt bool
@@ -71,20 +75,20 @@ func (r *runner) prepare(j *job, toks []int32) *job {
 	if r.cfg.Endpoint == EndpointChat {
 		text := string(appendPromptText(make([]byte, 0, 8*len(toks)), toks))
 		j.textPrompt = true
-		return r.encode(j, appendChatBody(make([]byte, 0, bodySize(r.model, 0)+len(text)), r.model, text, j.output))
+		return r.encode(j, appendChatBody(make([]byte, 0, bodySize(r.model, 0)+len(text)+len(r.tail.fixed)), r.model, text, j.output, &r.tail))
 	}
-	return r.encode(j, appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))), r.model, toks, j.output))
+	return r.encode(j, appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))+len(r.tail.fixed)), r.model, toks, j.output, &r.tail))
 }
 
 // prepareText is prepare for a text prompt (a dataset's): its input is a
 // word count until the engine's usage.prompt_tokens replaces it.
 func (r *runner) prepareText(j *job, prompt string) *job {
 	j.input, j.textPrompt = len(strings.Fields(prompt)), true
-	size := bodySize(r.model, 0) + len(prompt) + len(prompt)/8
+	size := bodySize(r.model, 0) + len(prompt) + len(prompt)/8 + len(r.tail.fixed)
 	if r.cfg.Endpoint == EndpointChat {
-		return r.encode(j, appendChatBody(make([]byte, 0, size), r.model, prompt, j.output))
+		return r.encode(j, appendChatBody(make([]byte, 0, size), r.model, prompt, j.output, &r.tail))
 	}
-	return r.encode(j, appendCompletionTextBody(make([]byte, 0, size), r.model, prompt, j.output))
+	return r.encode(j, appendCompletionTextBody(make([]byte, 0, size), r.model, prompt, j.output, &r.tail))
 }
 
 // encode sets j's headers for body, for the client in use, and returns j.
@@ -101,9 +105,12 @@ func (r *runner) encode(j *job, body []byte) *job {
 		if session != "" {
 			j.header["X-Mbench-Session"] = []string{session}
 		}
+		for _, h := range r.headers {
+			j.header[h[0]] = []string{h[1]}
+		}
 		return j
 	}
-	w := make([]byte, 0, 200+len(j.reqID)+len(session)+len(body))
+	w := make([]byte, 0, 200+len(j.reqID)+len(session)+len(r.headerWire)+len(body))
 	w = append(w, "User-Agent: mbench\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nX-Request-Id: "...)
 	w = append(w, j.reqID...)
 	w = append(w, "\r\nX-Mbench-Id: "...)
@@ -112,9 +119,11 @@ func (r *runner) encode(j *job, body []byte) *job {
 		w = append(w, "\r\nX-Mbench-Session: "...)
 		w = append(w, session...)
 	}
+	w = append(w, r.headerWire...)
 	w = append(w, "\r\nContent-Length: "...)
 	w = strconv.AppendInt(w, int64(len(body)), 10)
 	w = append(w, "\r\n\r\n"...)
+	j.closeConn = headCloses(w)
 	j.wire = append(w, body...)
 	return j
 }
@@ -268,7 +277,6 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		scratchPool.Put(sc)
 		cancel()
 	}
-	sent := func() { rec.SentNs = c.clk.now() }
 	var (
 		status int
 		body   io.Reader
@@ -284,11 +292,16 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		if j.preSent != 0 { // the dispatcher wrote it all
 			rec.SentNs = j.preSent
 		}
-		if err = x.roundTrip(ctx, j, sent); err == nil {
+		err = x.roundTrip(ctx, j, c.clk.now)
+		if x.sentNs != 0 {
+			rec.SentNs = x.sentNs
+		}
+		rec.Resent = x.resent
+		if err == nil {
 			status, body, finish = x.status, &x.conn.body, x.release
 		}
 	} else {
-		status, body, finish, err = c.doHTTP(ctx, c.urls[t], j, sent)
+		status, body, finish, err = c.doHTTP(ctx, c.urls[t], j, func() { rec.SentNs = c.clk.now() })
 	}
 	if err != nil {
 		fail(ClassifyErr(ctx, err), errText(ctx, err))

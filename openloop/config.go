@@ -25,6 +25,11 @@ type Config struct {
 	// Endpoint is the API driven: completions (the default when empty) or
 	// chat (see EndpointChat). The metrics are defined alike for both.
 	Endpoint Endpoint
+	// Request is what every request carries beyond its prompt and length:
+	// headers, an API key, sampling parameters, extra body fields, natural
+	// output lengths (request.go). The zero value is fixed lengths and
+	// the engine's sampling defaults.
+	Request Request
 	// Rate is the offered load in req/s. With Shape.Trace it is a rate
 	// multiplier on top of Trace.TimeScale (0 = 1). A closed loop
 	// (Arrival.Process concurrency) does not use it.
@@ -134,6 +139,9 @@ func (c *Config) validate() error {
 	if err := c.Endpoint.Validate(); err != nil {
 		return err
 	}
+	if err := c.Request.Validate(); err != nil {
+		return err
+	}
 	if err := c.Shape.Validate(); err != nil {
 		return fmt.Errorf("shape %q: %w", c.Shape.Name, err)
 	}
@@ -147,6 +155,9 @@ func (c *Config) validate() error {
 		}
 		if c.MinCompleted <= 0 && c.Requests <= 0 && c.Duration <= 0 {
 			return errors.New("stop condition: set min_completed, requests or duration")
+		}
+		if math.IsInf(c.Rate, 1) && c.Requests <= 0 {
+			return errors.New("rate: an infinite rate (a burst) sends every request at once: give the number of requests (requests), not min_completed or duration")
 		}
 	}
 	if err := c.Arrival.Validate(); err != nil {

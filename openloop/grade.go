@@ -79,7 +79,8 @@ type Grade struct {
 // the given arrival process. It is the one grading of the load generator:
 // Run puts it in Result.Grade, and results.SummarizeRun copies it into
 // summary_A.json (or calls SelfGrade on the records, which gives the same).
-// The KS test is skipped when rate ≤ 0 or +Inf, for constant arrivals, for a
+// A burst (rate +Inf) is not graded: every request is due at once, so
+// none can be late. The KS test is skipped when rate ≤ 0, for constant arrivals, for a
 // gamma process without a burstiness > 0, with fewer than 20 measured sends,
 // and for trace replay (records with TraceNs set), whose gaps follow the
 // trace rather than a parametric law.
@@ -99,14 +100,20 @@ func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
 			continue
 		}
 		trace = trace || r.TraceNs != 0 || r.Ramp // no parametric gap law: no KS test
-		sent = append(sent, float64(r.SentNs))
-		lags = append(lags, float64(r.SentNs-r.ScheduledNs)/1e6)
+		// A wait for a slot under a concurrency cap is the cap's, not the
+		// generator's: the request is graded as sent when it got its slot.
+		sent = append(sent, float64(r.SentNs-r.QueuedNs))
+		lags = append(lags, float64(r.SentNs-r.ScheduledNs-r.QueuedNs)/1e6)
 		if r.OK() {
 			ok++
 		}
 	}
 	g := Grade{Sent: len(sent)}
 	if scheduled == 0 {
+		return g
+	}
+	if math.IsInf(rate, 1) { // a burst: all due at once, sent as fast as they go; nothing can be late
+		g.AchievedRatio, g.OKRatio = float64(len(sent))/float64(scheduled), float64(ok)/math.Max(1, float64(len(sent)))
 		return g
 	}
 	end := float64(last) + ClientLateMs*1e6

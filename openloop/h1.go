@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -55,6 +56,7 @@ type h1Conn struct {
 	nc      net.Conn
 	br      *bufio.Reader
 	idleAt  time.Time
+	idleMax time.Duration // how long it may idle: h1IdleMax, or less when the server's Keep-Alive says so
 	pending bool
 	body    h1Body
 }
@@ -73,20 +75,28 @@ func (p *h1Pool) get(ctx context.Context) (c *h1Conn, reused bool, err error) {
 	return c, false, err
 }
 
-// idleConn returns an idle connection, or nil.
+// idleConn returns an idle connection, or nil. Connections that idled past
+// their time, or that the server has closed (see peerClosed), are closed
+// instead: llama.cpp's server, for one, closes the connection after every
+// streamed response although its headers offer Keep-Alive.
 func (p *h1Pool) idleConn() *h1Conn {
 	now := time.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.idle) > 0 {
-		c := p.idle[len(p.idle)-1]
-		p.idle = p.idle[:len(p.idle)-1]
-		if now.Sub(c.idleAt) < h1IdleMax {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		if now.Sub(c.idleAt) < c.idleMax && !peerClosed(c.nc) {
 			return c
 		}
 		_ = c.nc.Close()
 	}
-	return nil
 }
 
 func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
@@ -96,6 +106,9 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 		nc, err = p.re.dial(ctx, p.ap)
 	} else {
 		nc, err = p.dialer.DialContext(ctx, "tcp", p.addr)
+		if err == nil {
+			nc = stampable(nc)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -103,8 +116,13 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 	return &h1Conn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10)}, nil
 }
 
-// put returns c to the pool (or closes it once the pool is closed).
+// put returns c to the pool (or closes it once the pool is closed, or when
+// its reactor already saw the server close it).
 func (p *h1Pool) put(c *h1Conn) {
+	if pc, ok := c.nc.(peerCloser); ok && pc.peerClosed() {
+		_ = c.nc.Close()
+		return
+	}
 	c.idleAt = time.Now()
 	p.mu.Lock()
 	if !p.closed {
@@ -134,20 +152,47 @@ type h1Exchange struct {
 	pool   *h1Pool
 	conn   *h1Conn
 	status int
-	keep   bool // the connection may be reused after the body
+	keep   bool  // the connection may be reused after the body
+	resent bool  // the request went again on a new connection (see roundTrip)
+	sentNs int64 // when the request's last byte went to the kernel (0: not written here)
 	stop   func() bool
 }
 
-// errNoResponse marks a reused connection that the server had closed: the
-// request is sent again on a new connection.
+// errNoResponse marks an exchange in which the server closed the connection
+// (FIN or reset) before a single byte of the response: on a reused
+// connection, the request is sent again on a new one.
 var errNoResponse = errors.New("connection closed before the response")
 
+// noResponse wraps err in errNoResponse when it says the server closed the
+// connection; any other failure (a timeout, a cancellation) stays as it is.
+func noResponse(err error) error {
+	if peerClosedErr(err) {
+		return fmt.Errorf("%w: %w", errNoResponse, err)
+	}
+	return err
+}
+
+// peerClosedErr reports whether err is the server closing the connection:
+// end of file, a reset, or a write to a connection it had closed.
+func peerClosedErr(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED)
+}
+
 // roundTrip writes the prepared request j.wire (headers after Host, blank
-// line, body) and reads the response head. sent is called right after the
-// request has been written. When the dispatcher already wrote j on an idle
-// connection (j.pre, see preWrite), that is the first attempt. The body is
-// then x.conn.body.
-func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
+// line, body) and reads the response head; x.sentNs is the send time on
+// now's clock (see writeRequest). When the dispatcher already wrote j on an
+// idle connection (j.pre, see preWrite), that is the first attempt. The
+// body is then x.conn.body.
+//
+// A request is sent a second time only when it provably never reached the
+// server: it went on a reused connection, the server closed that connection
+// (errNoResponse), and nothing of a response was read. HTTP lets a server
+// close an idle persistent connection at any moment (RFC 9112 §9.6), so a
+// request can cross the server's FIN on the wire; the server, which had
+// finished with the connection, never handles it. The second attempt always
+// dials a new connection: the other idle ones may be just as dead.
+func (x *h1Exchange) roundTrip(ctx context.Context, j *job, now func() int64) error {
 	for attempt := 0; ; attempt++ {
 		var (
 			c      *h1Conn
@@ -155,20 +200,27 @@ func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
 			off    int // bytes of the request already written
 			err    error
 		)
-		if attempt == 0 && j.pre != nil {
+		switch {
+		case attempt == 0 && j.pre != nil:
 			c, reused, off, err = j.pre, true, j.preOff, j.preErr
 			j.pre = nil
-		} else if c, reused, err = x.pool.get(ctx); err != nil {
+		case attempt == 0:
+			c, reused, err = x.pool.get(ctx)
+		default:
+			c, err = x.pool.dial(ctx)
+		}
+		if c == nil {
 			return err
 		}
 		x.conn = c
 		x.stop = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 		if err == nil {
-			err = x.exchange(j.wire, sent, off)
+			err = x.exchange(j.wire, now, off)
 		} else {
-			err = fmt.Errorf("%w: %w", errNoResponse, err)
+			err = noResponse(err)
 		}
 		if err == nil {
+			x.keep = x.keep && !j.closeConn
 			return nil
 		}
 		x.stop()
@@ -177,40 +229,64 @@ func (x *h1Exchange) roundTrip(ctx context.Context, j *job, sent func()) error {
 		if !reused || attempt > 0 || ctx.Err() != nil || !errors.Is(err, errNoResponse) {
 			return err
 		}
+		x.resent = true
 	}
 }
 
 // preWrite writes j on an idle connection of p, if there is one, from the
 // dispatcher's goroutine: the send then happens when its time comes rather
 // than when the request's goroutine (or coroutine) first runs. It returns
-// the time the write ended, or 0 when there was no idle connection or the
-// request did not fit in the socket at once (a reactor connection does not
-// wait; the request's coroutine writes the rest and stamps the send).
+// the send time (see writeRequest), or 0 when there was no idle connection
+// or the request did not fit in the socket at once (the connection does not
+// wait; the request's goroutine or coroutine writes the rest and stamps the
+// send).
 func (p *h1Pool) preWrite(j *job, now func() int64) int64 {
 	c := p.idleConn()
 	if c == nil {
 		return 0
 	}
 	j.pre = c
-	j.preOff, j.preErr = writeRequest(c.nc, p.prefix, j.wire, 0, false)
-	if j.preErr != nil || j.preOff < len(p.prefix)+len(j.wire) {
+	var sent int64
+	j.preOff, sent, j.preErr = writeRequest(c.nc, p.prefix, j.wire, 0, false, now)
+	if j.preErr != nil {
 		return 0
 	}
-	return now()
+	return sent
 }
 
-// vectorWriter is a connection that writes a request's two parts itself,
-// from a byte offset, waiting for room or not (the reactor's connections).
+// peerCloser is a connection that knows without a system call whether the
+// server has closed it (the reactor's, from epoll's RDHUP).
+type peerCloser interface{ peerClosed() bool }
+
+// peerClosed reports whether the server has closed the idle connection nc
+// (a FIN or a reset arrived).
+func peerClosed(nc net.Conn) bool {
+	if pc, ok := nc.(peerCloser); ok {
+		return pc.peerClosed()
+	}
+	return peekClosed(nc)
+}
+
+// vectorWriter is a connection that writes a request's two parts itself
+// with writev(2), from a byte offset, waiting for room or not, and stamps
+// the send (the reactor's connections; on Linux the goroutine path's too).
 type vectorWriter interface {
-	writeFrom(a, b []byte, off int, wait bool) (int, error)
+	writeFrom(a, b []byte, off int, wait bool, now func() int64) (off2 int, sent int64, err error)
 }
 
 // writeRequest writes prefix+wire on nc from byte off on and returns how
-// far it got. Only a vectorWriter can stop early (wait false); any other
-// connection writes everything, with one writev.
-func writeRequest(nc net.Conn, prefix, wire []byte, off int, wait bool) (int, error) {
+// far it got and, once the request is all written, its send time: now()
+// read immediately before the writev(2) that handed the kernel its last
+// byte. Nothing runs between that clock read and the system call, and
+// nothing the server does can precede it, so a send time is never later
+// than the server's receipt, whatever the scheduler does after the write
+// (a write that wakes the server can preempt the writer before it reads a
+// clock again: stamped after the write, sends then read up to milliseconds
+// late and TTFT short). Only a vectorWriter can stop early (wait false);
+// any other connection writes everything and is stamped before it starts.
+func writeRequest(nc net.Conn, prefix, wire []byte, off int, wait bool, now func() int64) (int, int64, error) {
 	if vw, ok := nc.(vectorWriter); ok {
-		return vw.writeFrom(prefix, wire, off, wait)
+		return vw.writeFrom(prefix, wire, off, wait, now)
 	}
 	bufs := net.Buffers{prefix, wire}
 	if off >= len(prefix) {
@@ -218,19 +294,24 @@ func writeRequest(nc net.Conn, prefix, wire []byte, off int, wait bool) (int, er
 	} else {
 		bufs[0] = prefix[off:]
 	}
+	t := now()
 	n, err := bufs.WriteTo(nc)
-	return off + int(n), err
+	if err != nil {
+		return off + int(n), 0, err
+	}
+	return off + int(n), t, nil
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (x *h1Exchange) exchange(wire []byte, sent func(), off int) error {
+func (x *h1Exchange) exchange(wire []byte, now func() int64, off int) error {
 	c := x.conn
 	if off < len(x.pool.prefix)+len(wire) {
-		if _, err := writeRequest(c.nc, x.pool.prefix, wire, off, true); err != nil {
-			return fmt.Errorf("%w: %w", errNoResponse, err)
+		_, sent, err := writeRequest(c.nc, x.pool.prefix, wire, off, true, now)
+		if err != nil {
+			return noResponse(err)
 		}
-		sent()
+		x.sentNs = sent
 	}
 	if c.pending {
 		n, err := io.Copy(io.Discard, io.LimitReader(&c.body, h1DrainMax))
@@ -238,15 +319,20 @@ func (x *h1Exchange) exchange(wire []byte, sent func(), off int) error {
 			err = errors.New("more than 64 KiB after [DONE]")
 		}
 		if err != nil {
-			return fmt.Errorf("%w: reading the end of the previous response: %w", errNoResponse, err)
+			err = fmt.Errorf("reading the end of the previous response: %w", err)
+			if errors.Is(err, io.ErrUnexpectedEOF) { // closed after [DONE], before the terminator
+				return fmt.Errorf("%w: %w", errNoResponse, err)
+			}
+			return noResponse(err)
 		}
 		c.pending = false
 	}
-	status, keep, err := readResponseHead(c.br, &c.body)
+	h, err := readResponseHead(c.br, &c.body)
 	if err != nil {
 		return err
 	}
-	x.status, x.keep = status, keep
+	x.status, x.keep = h.status, h.keep
+	c.idleMax = h.idleMax
 	return nil
 }
 
@@ -271,58 +357,68 @@ func (x *h1Exchange) release(done bool) {
 // errMalformedHTTP marks a response that is not valid HTTP/1.1.
 var errMalformedHTTP = errors.New("malformed HTTP response")
 
+// h1Head is what the raw client keeps of a response head.
+type h1Head struct {
+	status  int
+	keep    bool          // the connection may be reused after the body
+	idleMax time.Duration // how long it may then idle (h1IdleMax, or less: see keepAliveIdle)
+}
+
 // readResponseHead reads the status line and headers into body's framing.
-// It skips 1xx responses. keep reports whether the connection may be reused.
-func readResponseHead(br *bufio.Reader, body *h1Body) (status int, keep bool, err error) {
-	for first := true; ; first = false {
+// It skips 1xx responses. A server that closes the connection before the
+// first byte of the response gives errNoResponse.
+func readResponseHead(br *bufio.Reader, body *h1Body) (h1Head, error) {
+	if _, err := br.Peek(1); err != nil {
+		return h1Head{}, noResponse(err)
+	}
+	for {
 		line, err := readHeadLine(br)
 		if err != nil {
-			if first && errors.Is(err, io.EOF) {
-				return 0, false, fmt.Errorf("%w: %w", errNoResponse, io.EOF)
-			}
-			return 0, false, err
+			return h1Head{}, unexpectedEOF(err)
 		}
 		// HTTP/1.x SSS reason
 		if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
-			return 0, false, fmt.Errorf("%w: status line %.80q", errMalformedHTTP, line)
+			return h1Head{}, fmt.Errorf("%w: status line %.80q", errMalformedHTTP, line)
 		}
-		status, err = strconv.Atoi(string(line[9:12]))
+		status, err := strconv.Atoi(string(line[9:12]))
 		if err != nil || status < 100 {
-			return 0, false, fmt.Errorf("%w: status line %.80q", errMalformedHTTP, line)
+			return h1Head{}, fmt.Errorf("%w: status line %.80q", errMalformedHTTP, line)
 		}
 		http11 := line[7] == '1'
-		keep = http11
+		keep, idleMax := http11, time.Duration(h1IdleMax)
 		*body = h1Body{br: br, rem: -1}
 		haveLen := false
 		for n := 0; ; n++ {
 			h, err := readHeadLine(br)
 			if err != nil {
-				return 0, false, unexpectedEOF(err)
+				return h1Head{}, unexpectedEOF(err)
 			}
 			if len(h) == 0 {
 				break
 			}
 			if n > 200 {
-				return 0, false, fmt.Errorf("%w: more than 200 header lines", errMalformedHTTP)
+				return h1Head{}, fmt.Errorf("%w: more than 200 header lines", errMalformedHTTP)
 			}
 			name, value, ok := bytes.Cut(h, []byte(":"))
 			if !ok {
-				return 0, false, fmt.Errorf("%w: header line %.80q", errMalformedHTTP, h)
+				return h1Head{}, fmt.Errorf("%w: header line %.80q", errMalformedHTTP, h)
 			}
 			value = bytes.TrimSpace(value)
 			switch {
 			case bytes.EqualFold(name, []byte("Content-Length")):
 				v, err := strconv.ParseInt(string(value), 10, 64)
 				if err != nil || v < 0 {
-					return 0, false, fmt.Errorf("%w: Content-Length %.40q", errMalformedHTTP, value)
+					return h1Head{}, fmt.Errorf("%w: Content-Length %.40q", errMalformedHTTP, value)
 				}
 				body.rem, haveLen = v, true
 			case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 				body.chunked = http11 && bytes.EqualFold(value, []byte("chunked")) // as net/http: not in HTTP/1.0
 			case bytes.EqualFold(name, []byte("Connection")):
-				if bytes.EqualFold(value, []byte("close")) {
+				if hasToken(value, "close") {
 					keep = false
 				}
+			case bytes.EqualFold(name, []byte("Keep-Alive")):
+				idleMax = keepAliveIdle(value)
 			}
 		}
 		if status >= 100 && status < 200 && status != 101 {
@@ -337,8 +433,60 @@ func readResponseHead(br *bufio.Reader, body *h1Body) (status int, keep bool, er
 			keep = false // read to the connection's end
 		}
 		body.eof = !body.chunked && body.rem == 0
-		return status, keep, nil
+		return h1Head{status: status, keep: keep && idleMax > 0, idleMax: idleMax}, nil
 	}
+}
+
+// hasToken reports whether the comma-separated header value v lists tok
+// (case-insensitive), as Connection: keep-alive, close does "close".
+func hasToken(v []byte, tok string) bool {
+	for len(v) > 0 {
+		var t []byte
+		t, v, _ = bytes.Cut(v, []byte(","))
+		if bytes.EqualFold(bytes.TrimSpace(t), []byte(tok)) {
+			return true
+		}
+	}
+	return false
+}
+
+// keepAliveIdle is how long a connection may idle under the Keep-Alive
+// header value v ("timeout=5, max=100"): a second less than the server's
+// timeout, at most h1IdleMax; 0 (do not reuse) under a timeout of a second
+// or less.
+func keepAliveIdle(v []byte) time.Duration {
+	for len(v) > 0 {
+		var t []byte
+		t, v, _ = bytes.Cut(v, []byte(","))
+		k, val, ok := bytes.Cut(bytes.TrimSpace(t), []byte("="))
+		if !ok || !bytes.EqualFold(bytes.TrimSpace(k), []byte("timeout")) {
+			continue
+		}
+		sec, err := strconv.Atoi(string(bytes.TrimSpace(val)))
+		if err != nil || sec < 0 {
+			return h1IdleMax // unreadable: as if absent
+		}
+		return min(time.Duration(max(sec-1, 0))*time.Second, h1IdleMax)
+	}
+	return h1IdleMax
+}
+
+// headCloses reports whether the request head h (header lines, CRLF each,
+// up to the blank line) asks the server to close the connection after the
+// response (Connection: close).
+func headCloses(h []byte) bool {
+	for len(h) > 0 {
+		var line []byte
+		line, h, _ = bytes.Cut(h, []byte("\r\n"))
+		if len(line) == 0 {
+			return false
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if ok && bytes.EqualFold(bytes.TrimSpace(name), []byte("Connection")) && hasToken(value, "close") {
+			return true
+		}
+	}
+	return false
 }
 
 // readHeadLine reads one line of a response head without its CRLF; lines

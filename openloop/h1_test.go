@@ -27,12 +27,12 @@ var h1Responses = []string{
 func readH1(b []byte) (int, []byte, bool, error) {
 	var body h1Body
 	br := bufio.NewReaderSize(bytes.NewReader(b), 4096)
-	status, keep, err := readResponseHead(br, &body)
+	h, err := readResponseHead(br, &body)
 	if err != nil {
 		return 0, nil, false, err
 	}
 	data, err := io.ReadAll(io.LimitReader(&body, 1<<20))
-	return status, data, keep, err
+	return h.status, data, h.keep, err
 }
 
 // TestH1MatchesNetHTTP: status and body as http.ReadResponse reads them.

@@ -8,7 +8,9 @@ import (
 // requests in schedule order, waits for each one's send time with the pacer
 // and launches it. A request whose time has passed is launched at once; its
 // lateness shows as SentNs − ScheduledNs. Nothing waits for responses, so
-// there is no cap on the requests in flight.
+// there is no cap on the requests in flight, unless Arrival.MaxInFlight
+// sets one: then a request due while the cap is reached waits for a slot
+// (in schedule order), and the wait is its QueuedNs, not lateness.
 func (r *runner) runOpen() {
 	sch, err := NewSchedule(r.cfg.Arrival, r.cfg.Rate, r.cfg.Seed)
 	if err != nil { // validated before; keep the run honest anyway
@@ -18,12 +20,17 @@ func (r *runner) runOpen() {
 	jobs := make(chan []*job, 512/jobBatch)
 	base := r.clk.now() + int64(openLead)
 	go r.buildOpen(sch, base, jobs)
-	if r.re != nil && r.mode == defaultWaitMode {
+	var slots chan struct{}
+	if n := r.cfg.Arrival.MaxInFlight; n > 0 {
+		slots = make(chan struct{}, n)
+	}
+	if r.re != nil && r.mode == defaultWaitMode && slots == nil {
 		if r.runOpenReactor(jobs) {
 			r.stop(r.endReason)
 		}
 		return
 	}
+	capLate := false // the dispatcher is behind because of a wait for a slot
 	p := newPacer(&r.clk, r.stopCh, &r.stopped, r.mode)
 	defer p.close()
 	defer p.lockThread()()
@@ -32,10 +39,17 @@ func (r *runner) runOpen() {
 			if !p.wait(j.sched) {
 				return
 			}
+			var release func()
+			if slots != nil {
+				if !r.takeSlot(slots, j, &capLate) {
+					return
+				}
+				release = func() { <-slots }
+			}
 			if j.phase == PhaseMeasure {
 				r.enterMeasure()
 			}
-			r.launch(j, nil)
+			r.launch(j, release)
 			if r.overInflight() {
 				return
 			}
@@ -47,6 +61,34 @@ func (r *runner) runOpen() {
 		}
 	}
 	r.stop(r.endReason)
+}
+
+// takeSlot takes one of slots for j, waiting while all are in flight, and
+// sets j.queued: the time past its send time that j waited because of the
+// cap — its own wait for a slot, or the dispatcher's for an earlier
+// request's that it has not caught up on (*capLate) — so that lag counts
+// only the generator's own delay. False: the run stopped sending.
+func (r *runner) takeSlot(slots chan struct{}, j *job, capLate *bool) bool {
+	late := r.clk.now() > j.sched
+	select {
+	case slots <- struct{}{}:
+		*capLate = *capLate && late
+	default:
+		select {
+		case slots <- struct{}{}:
+		case <-r.stopCh:
+			return false
+		}
+		*capLate = true
+	}
+	if r.stopped.Load() {
+		<-slots
+		return false
+	}
+	if *capLate {
+		j.queued = max(0, r.clk.now()-j.sched)
+	}
+	return true
 }
 
 // buildOpen prepares the open-loop requests ahead of their send times: the

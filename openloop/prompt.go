@@ -3,7 +3,6 @@ package openloop
 import (
 	"math/rand/v2"
 	"slices"
-	"strconv"
 )
 
 // TraceBlockTokens is the number of tokens behind one Mooncake hash id.
@@ -98,17 +97,16 @@ func (g *promptGen) appendRandomTokens(dst []int32, r *rand.Rand, n int) []int32
 //
 //	{"model":M,"prompt":[ids],"max_tokens":O,"min_tokens":O,"ignore_eos":true,
 //	 "stream":true,"stream_options":{"include_usage":true}}
-func appendCompletionBody(b []byte, model string, tokens []int32, output int) []byte {
+//
+// (with t's options in place of min_tokens and ignore_eos, see
+// appendLengthTail).
+func appendCompletionBody(b []byte, model string, tokens []int32, output int, t *bodyTail) []byte {
 	b = append(b, `{"model":`...)
 	b = appendJSONString(b, model)
 	b = append(b, `,"prompt":[`...)
 	b = appendTokenList(b, tokens)
 	b = append(b, `],"max_tokens":`...)
-	b = strconv.AppendInt(b, int64(output), 10)
-	b = append(b, `,"min_tokens":`...)
-	b = strconv.AppendInt(b, int64(output), 10)
-	b = append(b, `,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`...)
-	return b
+	return appendLengthTail(b, output, t)
 }
 
 // appendTokenList appends the ids comma-separated, as strconv.AppendInt

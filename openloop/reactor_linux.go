@@ -34,7 +34,7 @@ import (
 // that reported the data reported it too (EPOLLRDHUP, EPOLLHUP, EPOLLERR),
 // and from then on the connection is read to its end without waiting. (That
 // is why this cannot be done with Go's own netpoller, which does not pass
-// the event mask on: see the README's note on the dropped RawConn attempt.)
+// the event mask on: see docs/loadgen.md's note on the dropped RawConn attempt.)
 
 // reactor owns the epoll set, the connections in it and the coroutines.
 type reactor struct {
@@ -217,6 +217,7 @@ func (re *reactor) loop() {
 			}
 			if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				c.hup = true
+				c.finned.Store(true)
 			}
 			if ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				c.writable = true
@@ -382,7 +383,14 @@ type rconn struct {
 
 	canceled atomic.Bool // a deadline passed (SetDeadline in the past)
 	closed   atomic.Bool
+	// finned: the server closed its side (an event said RDHUP, HUP or ERR,
+	// or a read met the end or a reset); set by the reactor, read by the
+	// pool (peerClosed), which may be on another goroutine.
+	finned atomic.Bool
 }
+
+// peerClosed reports whether the server has closed c.
+func (c *rconn) peerClosed() bool { return c.finned.Load() }
 
 // wait yields the running coroutine until an event or a cancellation on c.
 func (c *rconn) wait() error {
@@ -436,8 +444,10 @@ func (c *rconn) Read(p []byte) (int, error) {
 				c.readable, c.hup = false, false // (hup with nothing to read: not seen, but do not spin)
 				continue
 			case err != nil:
+				c.finned.Store(true)
 				return 0, c.opErr("read", err)
 			case n == 0:
+				c.finned.Store(true)
 				return 0, io.EOF
 			}
 			if n < len(p) && !c.hup {
@@ -452,43 +462,42 @@ func (c *rconn) Read(p []byte) (int, error) {
 }
 
 // writeFrom writes a+b from byte off on; with wait false it writes what
-// the socket takes now and returns. It returns the new offset.
-func (c *rconn) writeFrom(a, b []byte, off int, wait bool) (int, error) {
+// the socket takes now and returns. It returns the new offset and, once all
+// is written, the clock read just before the last writev (see
+// writeRequest).
+func (c *rconn) writeFrom(a, b []byte, off int, wait bool, now func() int64) (int, int64, error) {
 	total := len(a) + len(b)
 	for off < total {
 		if c.canceled.Load() {
-			return off, c.opErr("write", os.ErrDeadlineExceeded)
+			return off, 0, c.opErr("write", os.ErrDeadlineExceeded)
 		}
-		var iov [][]byte
-		if off < len(a) {
-			iov = [][]byte{a[off:], b}
-		} else {
-			iov = [][]byte{b[off-len(a):]}
-		}
-		n, err := unix.Writev(c.fd, iov)
+		t := now()
+		n, err := writeIOV(c.fd, a, b, off)
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN: // (writable is left alone: only dial reads it, and a
 			// dispatcher that is not the reactor's may be the one writing)
 			if !wait {
-				return off, nil
+				return off, 0, nil
 			}
 			if werr := c.wait(); werr != nil {
-				return off, c.opErr("write", werr)
+				return off, 0, c.opErr("write", werr)
 			}
 			continue
 		case err != nil:
-			return off, c.opErr("write", err)
+			return off, 0, c.opErr("write", err)
 		}
-		off += n
+		if off += n; off == total {
+			return off, t, nil
+		}
 	}
-	return off, nil
+	return off, 0, nil
 }
 
 // Write writes p, waiting for room as needed.
 func (c *rconn) Write(p []byte) (int, error) {
-	n, err := c.writeFrom(nil, p, 0, true)
+	n, _, err := c.writeFrom(nil, p, 0, true, func() int64 { return 0 })
 	return n, err
 }
 

@@ -56,6 +56,14 @@ type Record struct {
 	TraceNs      int64      `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
 	Ramp         bool       `json:"ramp,omitempty"`         // sent while the rate ramped up (phase ramp, or measure with include_ramp)
 	UsageMissing bool       `json:"usage_missing,omitempty"`
+	// QueuedNs is how long the request waited, once due, for a slot under
+	// Arrival.MaxInFlight (vllm bench serve's --max-concurrency): part of
+	// SentNs − ScheduledNs that is the cap's, not the generator's lag.
+	QueuedNs int64 `json:"queued_ns,omitempty"`
+	// Resent: the request was written on a reused connection that the
+	// server had closed, nothing of a response came back, and it was sent
+	// again on a new connection (SentNs is the second send).
+	Resent bool `json:"resent,omitempty"`
 	// UsageMissing is set when the stream had no usage chunk and
 	// OutputTokens counts content chunks instead.
 }
@@ -89,8 +97,9 @@ func (r *Record) E2EL() time.Duration {
 	return time.Duration(r.LastTokenNs - r.SentNs)
 }
 
-// Lag is the send lag: actual minus intended send time.
-func (r *Record) Lag() time.Duration { return time.Duration(r.SentNs - r.ScheduledNs) }
+// Lag is the send lag: actual minus intended send time, less any wait for
+// a slot under a concurrency cap (QueuedNs), which is the cap's doing.
+func (r *Record) Lag() time.Duration { return time.Duration(r.SentNs - r.ScheduledNs - r.QueuedNs) }
 
 // AppendJSON appends r as one JSON object (no newline) to b, without
 // reflection and without allocating when b has room. The output decodes with
@@ -152,6 +161,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	if r.UsageMissing {
 		b = append(b, `,"usage_missing":true`...)
+	}
+	if r.QueuedNs != 0 {
+		b = appendIntField(b, "queued_ns", r.QueuedNs)
 	}
 	return append(b, '}')
 }

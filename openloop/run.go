@@ -32,6 +32,12 @@ type runner struct {
 	tokens      TokenRange  // prompt token ids (first contact)
 	tokenSource TokenSource // where tokens came from
 	reqPrefix   string      // of X-Request-Id
+	// headers are Config.Request's extra headers (the API key as
+	// Authorization); headerWire the same as raw header lines, each
+	// "\r\nName: value"; tail the end of every body. Encoded once.
+	headers    [][2]string
+	headerWire []byte
+	tail       bodyTail
 
 	beforeWrite func() // tests: see client.beforeWrite
 	// re runs the raw client's requests as coroutines over one epoll set
@@ -130,13 +136,18 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if r.reqPrefix == "" {
 		r.reqPrefix = newRequestIDPrefix()
 	}
+	r.headers, r.tail = cfg.Request.header(), newBodyTail(&cfg.Request)
+	r.headerWire = nil
+	for _, h := range r.headers {
+		r.headerWire = append(append(append(append(r.headerWire, "\r\n"...), h[0]...), ": "...), h[1]...)
+	}
 	// First contact, when the model is not configured: the served model's
 	// id and, where the engine says it, its vocabulary size, which the
 	// prompt token ids must fit.
 	r.model = cfg.Model
 	vocab := cfg.Vocab
 	if r.model == "" {
-		served, err := FetchServedModel(ctx, hc, r.bases[0])
+		served, err := FetchServedModel(ctx, hc, r.bases[0], r.headers)
 		if err != nil {
 			return nil, fmt.Errorf("openloop: %w: %w", ErrModelLookup, err)
 		}
@@ -322,7 +333,7 @@ func (r *runner) pickTarget() int { return int((r.rr.Add(1) - 1) % uint64(len(r.
 // execute sends j, waits for its stream to end and records it.
 func (r *runner) execute(j *job) *Record {
 	rec := Record{ID: j.id, Cell: r.cfg.Cell, Block: r.cfg.Block, Phase: j.phase, ScheduledNs: j.sched,
-		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs, RequestID: j.reqID, Ramp: j.ramp}
+		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs, RequestID: j.reqID, Ramp: j.ramp, QueuedNs: j.queued}
 	t := j.target
 	if t < 0 {
 		t = r.pickTarget()
@@ -450,6 +461,8 @@ func (r *runner) result(plan *tracePlan) *Result {
 	res.Offered = r.cfg.Rate
 	gradeRate := res.Offered
 	switch {
+	case math.IsInf(r.cfg.Rate, 1):
+		res.Offered = 0 // a burst: every request at once, no rate to offer
 	case plan != nil:
 		res.Offered = plan.offered(r.cfg.Warmup)
 		gradeRate = 0 // a trace's gaps follow no parametric law: no KS test

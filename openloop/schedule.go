@@ -34,6 +34,11 @@ type Arrival struct {
 	// InFlight is the number of requests the closed loop keeps in flight;
 	// used only by "concurrency" (≥ 1 there).
 	InFlight int
+	// MaxInFlight caps a rate process (poisson, gamma, constant, or an
+	// infinite rate): a request whose send time comes while MaxInFlight
+	// are in flight waits for one to finish, as vllm bench serve's
+	// --max-concurrency does; Record.QueuedNs is that wait. 0: no cap.
+	MaxInFlight int
 	// Ramp, when set, raises the rate to the run's over its first
 	// Ramp.Duration (ramp.go); not for a closed loop.
 	Ramp *Ramp
@@ -51,6 +56,12 @@ func (a Arrival) Validate() error {
 		if err := a.Ramp.Validate(); err != nil {
 			return fmt.Errorf("arrival: %w", err)
 		}
+	}
+	if a.MaxInFlight < 0 {
+		return fmt.Errorf("arrival: max_in_flight: must be ≥ 0, got %d", a.MaxInFlight)
+	}
+	if a.MaxInFlight > 0 && a.Process == ArrivalConcurrency {
+		return errors.New("arrival: max_in_flight: a closed loop keeps in_flight requests in flight; it takes no cap")
 	}
 	switch a.Process {
 	case ArrivalConcurrency:

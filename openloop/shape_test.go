@@ -129,7 +129,7 @@ func TestPromptsDeterministic(t *testing.T) {
 }
 
 func TestCompletionBody(t *testing.T) {
-	b := appendCompletionBody(nil, `m"x`, []int32{1001, 2002, 3003}, 7)
+	b := appendCompletionBody(nil, `m"x`, []int32{1001, 2002, 3003}, 7, &defaultTail)
 	var got map[string]any
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatalf("%s: %v", b, err)

@@ -84,17 +84,20 @@ type ServedModel struct {
 	Vocab int // vocabulary size (llama.cpp: data[0].meta.n_vocab); 0 = not said
 }
 
-// FetchServedModel asks base/v1/models for the served models and returns
-// the first one: its id and, where the engine says it (llama.cpp's
+// FetchServedModel asks base/v1/models for the served models (sending
+// headers, the API key among them) and returns the first one: its id and, where the engine says it (llama.cpp's
 // llama-server, tools/server/server-context.cpp get_res_model_info at
 // 80fb11a: "meta": {"n_vocab": …}), its vocabulary size. vLLM, SGLang and
 // TGI list no vocabulary size there.
-func FetchServedModel(ctx context.Context, hc *http.Client, base string) (ServedModel, error) {
+func FetchServedModel(ctx context.Context, hc *http.Client, base string, headers [][2]string) (ServedModel, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
 	if err != nil {
 		return ServedModel{}, fmt.Errorf("model lookup: %w", err)
+	}
+	for _, h := range headers {
+		req.Header.Set(h[0], h[1])
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

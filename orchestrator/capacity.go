@@ -1,17 +1,15 @@
 package orchestrator
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/orchestrator/internal/plan"
 	"github.com/mbench/mbench/results"
 )
 
@@ -32,15 +30,14 @@ func (s *Sweep) capacity(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cache := map[runKey]float64{}
 	for k := 1; ; k++ {
 		if ctx.Err() != nil {
 			return ErrInterrupted
 		}
-		rep := results.AnalyzeCapacity(rc.spec(), s.capacityRuns(rc, true, cache))
+		rep := results.AnalyzeCapacity(rc.spec(), s.capacityRuns(rc, true))
 		var round []matrices.Cell
 		for _, sr := range rep.Searches {
-			rates, _ := planSearch(rc.Capacity, &sr)
+			rates, _ := plan.Search(rc.Capacity, &sr)
 			for _, r := range rates {
 				cell, err := s.capacityCell(sr.Config, sr.Shape, r)
 				if err != nil {
@@ -70,7 +67,7 @@ func (s *Sweep) capacity(ctx context.Context) error {
 
 // capacityRound runs every probe of a round once in each block, in the
 // order its record gives.
-func (s *Sweep) capacityRound(ctx context.Context, rec CapacityRound) error {
+func (s *Sweep) capacityRound(ctx context.Context, rec plan.Round) error {
 	missing := 0
 	for _, blk := range rec.Blocks {
 		for _, id := range blk.Order {
@@ -94,42 +91,6 @@ func (s *Sweep) capacityRound(ctx context.Context, rec CapacityRound) error {
 		}
 	}
 	return nil
-}
-
-// capacityOrder is the order of a round's probes in block b: a permutation
-// seeded by the sweep seed, the block and the round's cells (so a resumed
-// sweep runs a round's remaining probes in the order it planned).
-func capacityOrder(seed int64, b int, round []matrices.Cell, randomize bool) []matrices.Cell {
-	out := slices.Clone(round)
-	slices.SortFunc(out, func(x, y matrices.Cell) int { return cmp.Compare(x.ID, y.ID) })
-	if !randomize {
-		return out
-	}
-	ids := make([]string, len(out))
-	for i, c := range out {
-		ids[i] = c.ID
-	}
-	h := mustHashStrings(append([]string{"mbench/capacity-order", strconv.Itoa(b)}, ids...))
-	perm := seededRand(derive("mbench/capacity-order/", seed, h)).Perm(len(out))
-	shuffled := make([]matrices.Cell, len(out))
-	for i, j := range perm {
-		shuffled[i] = out[j]
-	}
-	return shuffled
-}
-
-// mustHashStrings hashes parts into a non-negative int64.
-func mustHashStrings(parts []string) int64 {
-	var h uint64 = 14695981039346656037 // FNV-1a
-	for _, p := range parts {
-		for i := 0; i < len(p); i++ {
-			h ^= uint64(p[i])
-			h *= 1099511628211
-		}
-		h ^= 0xff
-		h *= 1099511628211
-	}
-	return int64(h >> 1)
 }
 
 // capacityCell is the cell of config at rate with the named shape,
@@ -169,19 +130,19 @@ func (s *Sweep) addCapacityCells(round []matrices.Cell) bool {
 // capacityRuns reads the journaled runs of the capacity cells in s.cells;
 // with completeOnly, only probes that have every block journaled (what the
 // plan may depend on).
-func (s *Sweep) capacityRuns(rc *recordedCapacity, completeOnly bool, cache map[runKey]float64) []results.CapacityRun {
+func (s *Sweep) capacityRuns(rc *recordedCapacity, completeOnly bool) []results.CapacityRun {
 	var cells []CellRecord
 	for _, c := range s.state.Cells {
 		if _, ok := s.cells[c.ID]; ok {
 			cells = append(cells, c)
 		}
 	}
-	return capacityRuns(s.dir, cells, s.ledger.runs, rc.Metric, rc.Blocks, completeOnly, cache)
+	return capacityRuns(s.dir, cells, s.ledger.runs, rc.Metric, rc.Blocks, completeOnly, s.values)
 }
 
 // capacityRuns lists the journaled runs of cells with their verdicts and,
 // for ok runs, the metric (NaN when its summary cannot be read).
-func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntry, metric string, blocks int, completeOnly bool, cache map[runKey]float64) []results.CapacityRun {
+func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntry, metric string, blocks int, completeOnly bool, values runValues) []results.CapacityRun {
 	var out []results.CapacityRun
 	for _, c := range cells {
 		var mine []JournalEntry
@@ -196,7 +157,7 @@ func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntr
 		for _, e := range mine {
 			r := results.CapacityRun{Config: c.Config, Shape: c.Shape, Cell: c.ID, Rate: c.Rate, Block: e.Block, Status: e.Status, Value: math.NaN()}
 			if e.Status.Usable() {
-				r.Value = runMetric(dir, e, metric, cache)
+				r.Value, _ = values.get(dir, e, metric)
 			}
 			out = append(out, r)
 		}
@@ -204,29 +165,11 @@ func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntr
 	return out
 }
 
-// runMetric is the metric of a journaled run from its summary_A.json.
-func runMetric(dir string, e JournalEntry, metric string, cache map[runKey]float64) float64 {
-	k := runKey{e.Cell, e.Block}
-	if v, ok := cache[k]; ok {
-		return v
-	}
-	v := math.NaN()
-	if sum, err := results.ReadRunSummary(filepath.Join(dir, e.Dir, "summary_A.json")); err == nil {
-		if x, ok := results.RunMetric(sum, metric); ok {
-			v = x
-		}
-	}
-	if cache != nil {
-		cache[k] = v
-	}
-	return v
-}
-
 // recordStop-like end of a capacity search: the stop reason in sweep.json.
 func (s *Sweep) recordCapacityStop(rc *recordedCapacity, rep results.CapacityReport) error {
 	var parts []string
 	for _, sr := range rep.Searches {
-		_, note := planSearch(rc.Capacity, &sr)
+		_, note := plan.Search(rc.Capacity, &sr)
 		parts = append(parts, fmt.Sprintf("%s %s: %s %s", sr.Config, sr.Shape, results.IntervalText(sr.Lo, sr.Hi), note))
 	}
 	reason := "capacity search finished: " + strings.Join(parts, "; ")
@@ -264,7 +207,7 @@ func writeCapacityExport(dir string, st *SweepState, entries []JournalEntry) err
 	rep.Simulated = st.Simulated
 	for i := range rep.Searches {
 		sr := &rep.Searches[i]
-		next, note := planSearch(rc.Capacity, sr)
+		next, note := plan.Search(rc.Capacity, sr)
 		if len(next) > 0 {
 			note = fmt.Sprintf("not finished: next rate %g (resume the sweep)", next[0])
 		}

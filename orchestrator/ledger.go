@@ -2,6 +2,8 @@ package orchestrator
 
 import (
 	"fmt"
+	"math"
+	"path/filepath"
 	"sort"
 
 	"github.com/mbench/mbench/results"
@@ -76,4 +78,34 @@ func (l *ledger) count(e JournalEntry) {
 	if l.fails[e.Cell] >= l.failLimit && l.dead[e.Cell] == "" {
 		l.dead[e.Cell] = e.Reason
 	}
+}
+
+// runValues keeps the metric values read from journaled runs' summaries:
+// a run's summary_A.json is read once, not at every stopping check. A nil
+// runValues reads every time.
+type runValues map[valueKey]float64
+
+type valueKey struct {
+	run    runKey
+	metric string
+}
+
+// get is the metric of the journaled run e, read from its summary_A.json
+// under dir; ok is false (and the value NaN) when the summary cannot be
+// read or lacks the metric.
+func (rv runValues) get(dir string, e JournalEntry, metric string) (float64, bool) {
+	k := valueKey{runKey{e.Cell, e.Block}, metric}
+	if v, ok := rv[k]; ok {
+		return v, !math.IsNaN(v)
+	}
+	v := math.NaN()
+	if sum, err := results.ReadRunSummary(filepath.Join(dir, e.Dir, "summary_A.json")); err == nil {
+		if x, ok := results.RunMetric(sum, metric); ok {
+			v = x
+		}
+	}
+	if rv != nil {
+		rv[k] = v
+	}
+	return v, !math.IsNaN(v)
 }

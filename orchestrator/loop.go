@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/orchestrator/internal/plan"
 	"github.com/mbench/mbench/results"
 )
 
@@ -37,6 +38,9 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 	}
 	matrixAbs, _ := filepath.Abs(matrixPath)
 	s := newSweep(m, abs, opts)
+	if s.request, err = m.LoadRequest(); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("create results directory: %w", err)
 	}
@@ -103,6 +107,9 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 		return nil, fmt.Errorf("resume %s: %w", dir, err)
 	}
 	s := newSweep(m, abs, opts)
+	if s.request, err = m.LoadRequest(); err != nil {
+		return nil, err
+	}
 	s.state = st
 	if err := s.checkFingerprint(); err != nil {
 		return nil, err
@@ -145,9 +152,9 @@ func (s *Sweep) reconcile(old *SweepState, matrixAbs string) error {
 		// the journal keep their results.
 		ids := cellIDs(now)
 		for i := range old.Blocks {
-			old.Blocks[i].Order = BlockOrder(old.Seed, old.Blocks[i].Block, ids, old.Randomize)
+			old.Blocks[i].Order = plan.BlockOrder(old.Seed, old.Blocks[i].Block, ids, old.Randomize)
 		}
-		old.Design = designRecord(old)
+		old.Design = plan.DesignOf(len(old.Cells), old.Randomize, old.Blocks)
 		if old.Stage1 == 0 {
 			old.Stage1 = s.m.Repeat.Min // the stopping rule from here on is the two-stage one
 		}

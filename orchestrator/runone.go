@@ -284,9 +284,10 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 	ms := s.m.Measure
 	return openloop.Config{
 		Targets:      targets,
-		Model:        s.m.Engine.Model,
+		Model:        s.m.RequestModel(),
 		TokenIDs:     s.m.Engine.TokenIDs,
 		Endpoint:     s.m.Endpoint,
+		Request:      s.request,
 		Rate:         cell.Rate,
 		Arrival:      loadArrival(s.m.Arrival, cell.Rate),
 		Shape:        toLoadShape(cell.Shape),
@@ -305,7 +306,7 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 // loadArrival is the matrix's arrival for a cell at rate: in a closed loop
 // the cell's rate is its in-flight level.
 func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
-	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness, Ramp: a.Ramp}
+	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness, Ramp: a.Ramp, MaxInFlight: a.MaxInFlight}
 	if a.Process == openloop.ArrivalConcurrency {
 		out.InFlight = int(rate)
 	}

@@ -10,11 +10,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mbench/mbench/orchestrator/internal/plan"
 	"github.com/mbench/mbench/results"
 )
 
 // SweepFile is the name of the sweep record inside a results directory.
 const SweepFile = "sweep.json"
+
+// DesignWilliams is sweep.json's design kind (design.kind) of a randomized
+// sweep: Williams squares taken as mirror-image pairs of blocks.
+const DesignWilliams = plan.DesignWilliams
 
 // JournalFile is the name of the append-only journal of finished runs.
 const JournalFile = "journal.jsonl"
@@ -38,7 +43,7 @@ type SweepState struct {
 	Randomize     bool              `json:"randomize"`
 	Cells         []CellRecord      `json:"cells"`
 	Removed       []CellRecord      `json:"removed_cells,omitempty"`
-	Blocks        []BlockRecord     `json:"blocks"`
+	Blocks        []plan.Block      `json:"blocks"`
 	Fingerprint   map[string]string `json:"fingerprint"`
 	Created       time.Time         `json:"created"`
 	Updated       time.Time         `json:"updated"`
@@ -46,14 +51,14 @@ type SweepState struct {
 	Simulated     bool              `json:"simulated"`
 	// Design is how the block orders were made and how balanced the
 	// planned blocks are (rewritten with every planned block).
-	Design *DesignRecord `json:"design,omitempty"`
+	Design *plan.Design `json:"design,omitempty"`
 	// Stage1 is the number of first-stage blocks (repeat.min when the sweep
 	// was planned): the stopping rule projects the comparisons' CIs from
 	// their spread. 0 in sweeps recorded before the two-stage rule.
 	Stage1 int `json:"stage1_blocks,omitempty"`
 	// CapacityRounds are a capacity search's rounds as planned, each
-	// recorded before its runs start (capacity_rounds.go).
-	CapacityRounds []CapacityRound `json:"capacity_rounds,omitempty"`
+	// recorded before its runs start (plan.Round).
+	CapacityRounds []plan.Round `json:"capacity_rounds,omitempty"`
 }
 
 // CellRecord names one cell of the sweep.
@@ -63,14 +68,6 @@ type CellRecord struct {
 	Rate   float64 `json:"rate"`
 	Shape  string  `json:"shape"`
 	SameAs string  `json:"same_as,omitempty"`
-}
-
-// BlockRecord is one planned block: its workload seed and the order its
-// cells run in.
-type BlockRecord struct {
-	Block int      `json:"block"`
-	Seed  int64    `json:"seed"`
-	Order []string `json:"order"`
 }
 
 // StopRecord says why the sweep stopped and how close each cell came to the

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/results"
 )
@@ -90,10 +91,13 @@ type Sweep struct {
 	prog     *progress
 	gpu      *gpuProbe
 	started  time.Time
-	ruleStop bool // shouldStop ended the sweep by the stopping rule
+	values   runValues // the metric values of journaled runs, read once
 	// allocationsEnded: a block ended the allocations of per-block slurm
 	// hosts (slurm_block.go); the next block renews them.
 	allocationsEnded bool
+	// request is what every request carries (matrix request section), its
+	// API key read from the environment when the sweep started.
+	request openloop.Request
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
@@ -107,7 +111,7 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 		opts.FailLimit = 3
 	}
 	s := &Sweep{opts: opts, m: m, dir: dir, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
-		noted: map[string]bool{}, ledger: newLedger(dir, opts.FailLimit), started: time.Now()}
+		noted: map[string]bool{}, values: runValues{}, ledger: newLedger(dir, opts.FailLimit), started: time.Now()}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}

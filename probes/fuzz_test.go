@@ -3,6 +3,7 @@ package probes
 import (
 	"bytes"
 	"context"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -27,6 +28,13 @@ func FuzzParseStepLine(f *testing.F) {
 	typical := bytes.TrimSpace(genBlock(1))
 	typicalFrac := bytes.TrimSpace(genBlockFrac(1))
 	f.Add(typicalFrac)
+	// Both paths, wait_us on some lines: a parser warmed on these has a
+	// widened template with optional keys.
+	fresh, _ := io.ReadAll(newFreshLogReader(8, 6, -1))
+	freshLines := bytes.Split(bytes.TrimSpace(fresh), []byte("\n"))
+	for _, l := range freshLines {
+		f.Add(l)
+	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var slow StepRecord
 		var slowTs bool
@@ -58,9 +66,11 @@ func FuzzParseStepLine(f *testing.F) {
 				check("scanFast", rec, ts, skip)
 			}
 			// scanTemplate, with the template of a typical line, then of the line.
-			for _, warm := range [][]byte{typical, typicalFrac, line} {
+			for _, warm := range [][][]byte{{typical}, {typicalFrac}, {line}, freshLines, append(freshLines[:3:3], line)} {
 				sp := stepParser{skip: skip}
-				sp.parse(warm, &tmp)
+				for _, w := range warm {
+					sp.parse(w, &tmp)
+				}
 				rec, ts = StepRecord{}, false
 				if sp.scanTemplate(line, &rec, &ts) {
 					check("scanTemplate", rec, ts, skip)

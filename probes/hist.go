@@ -197,7 +197,12 @@ func (c *counter) walk(f func(v float64, n int64) bool) {
 			}
 		}
 	}
-	lists := [3][]valueCount{densePages(c.pages[:], 1), densePages(c.nsPgs[:], nsScale), others}
+	mergeWalk([][]valueCount{densePages(c.pages[:], 1), densePages(c.nsPgs[:], nsScale), others}, f)
+}
+
+// mergeWalk calls f for the values of the ascending lists in ascending
+// order, until f returns false.
+func mergeWalk(lists [][]valueCount, f func(v float64, n int64) bool) {
 	for {
 		best := -1
 		for i, l := range lists {
@@ -217,7 +222,11 @@ func (c *counter) walk(f func(v float64, n int64) bool) {
 }
 
 // quantiles computes the summary in one ordered pass.
-func (c *counter) quantiles() Quantiles {
+func (c *counter) quantiles() Quantiles { return c.quantilesOf(c.walk) }
+
+// quantilesOf is quantiles over the values walk yields in ascending order
+// (c's own, or a merge of several counters whose totals c holds).
+func (c *counter) quantilesOf(walk func(func(v float64, n int64) bool)) Quantiles {
 	q := Quantiles{N: c.n, Approx: c.binned}
 	if c.n == 0 {
 		return q
@@ -234,7 +243,7 @@ func (c *counter) quantiles() Quantiles {
 	}
 	var vals [6]float64
 	var seen int64 // values before the current one
-	c.walk(func(v float64, n int64) bool {
+	walk(func(v float64, n int64) bool {
 		done := true
 		for i, r := range ranks {
 			if r >= seen && r < seen+n {
@@ -263,4 +272,32 @@ func lerp(a, b, t float64) float64 {
 		return b - d*(1-t)
 	}
 	return a + d*t
+}
+
+// mergedQuantiles summarizes the union of the values counted by cs (the
+// per-path counters of one timer). One counter is summarized directly; for
+// more, each one's ordered values are merged in one pass.
+func mergedQuantiles(cs []*counter) Quantiles {
+	if len(cs) == 1 {
+		return cs[0].quantiles()
+	}
+	var m counter
+	lists := make([][]valueCount, len(cs))
+	for i, c := range cs {
+		c.walk(func(v float64, n int64) bool {
+			lists[i] = append(lists[i], valueCount{v, n})
+			return true
+		})
+		if m.n == 0 || c.lo < m.lo {
+			m.lo = c.lo
+		}
+		if m.n == 0 || c.hi > m.hi {
+			m.hi = c.hi
+		}
+		m.n += c.n
+		m.sum += c.sum
+		m.binned = m.binned || c.binned
+	}
+	// m holds no values itself: walk the merged lists in its place.
+	return m.quantilesOf(func(f func(v float64, n int64) bool) { mergeWalk(lists, f) })
 }

@@ -19,20 +19,49 @@ type StepStats struct {
 	FirstTsUs int64 `json:"first_ts_us,omitempty"`
 	LastTsUs  int64 `json:"last_ts_us,omitempty"`
 	// Timers holds one entry per timer present on at least one kept step,
-	// keyed by TimerNames. A timer never measured is absent, not zero.
+	// keyed by TimerNames, over the steps of both paths. A timer never
+	// measured is absent, not zero.
 	Timers map[string]Quantiles `json:"timers"`
+	// Paths splits Timers by the path of the step (StepPathStep,
+	// StepPathBatchQueue): on the batch-queue path update_us, wait_us and
+	// gpu_us belong to the batch collected in the step, schedule_us and
+	// launch_us to the batch launched in it.
+	Paths map[string]PathStats `json:"paths,omitempty"`
 	// BatchQueueSteps counts kept lines written by step_with_batch_queue
 	// (batch_queue:1): there launch_us and wait_us replace execute_us, and
 	// update_us belongs to an earlier batch than the token counts.
 	BatchQueueSteps int64 `json:"batch_queue_steps,omitempty"`
+	// GPU says whether GPU time was measured (gpu_us), and how or why not.
+	GPU GPUTiming `json:"gpu"`
+	// Engines are the status lines, the last one per engine process; they
+	// are kept whatever the window (they describe the engine, not a step).
+	Engines []EngineStatus `json:"engines,omitempty"`
+	// Incomplete lists "<hook>: <reason>" for each hook some engine could
+	// not apply: its timer is absent and its time is in unaccounted_us.
+	Incomplete []string `json:"incomplete,omitempty"`
 	// Workers counts the worker get_finished lines merged into the log
 	// before it was summarized (multiproc executor, TP > 1): matched or
 	// not, every line is counted. Nil when there were no worker files.
 	Workers *MergeStats `json:"workers,omitempty"`
 }
 
+// PathStats is the part of a summary that ran on one step path.
+type PathStats struct {
+	NSteps int64                `json:"n_steps"`
+	Timers map[string]Quantiles `json:"timers"`
+}
+
 // stepSkip marks the fields SummarizeSteps does not read.
 const stepSkip = ^uint32(0) &^ (1<<NumTimers - 1) &^ (1 << FieldBatchQueue)
+
+// Path indexes of the per-path counters.
+const (
+	pathStep = iota
+	pathBatchQueue
+	numPaths
+)
+
+var pathNames = [numPaths]string{StepPathStep, StepPathBatchQueue}
 
 const (
 	readBufSize = 1 << 20
@@ -92,15 +121,20 @@ func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
 // steps with fromUs ≤ ts_us ≤ toUs (0 leaves that side unbounded). It never
 // holds more than one line: memory is bounded whatever the length. Unknown
 // fields are ignored; malformed lines (anywhere in the stream) are counted
-// and skipped. Blank lines are skipped silently. If w is not nil, every kept
-// line is copied to it verbatim (newline-terminated).
+// and skipped. Blank lines are skipped silently. Status lines are kept
+// whatever their ts_us; a GPU line (gpu_us of a batch, written after its
+// step) counts on the path of the step line before it. If w is not nil,
+// every kept line is copied to it verbatim (newline-terminated).
 func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.Writer) (StepStats, error) {
 	var (
-		st     StepStats
-		timers [NumTimers]counter
-		rec    StepRecord
-		sp     = stepParser{skip: stepSkip} // only timers and the path are read
-		bw     *bufio.Writer
+		st       StepStats
+		timers   [numPaths][NumTimers]counter
+		nPath    [numPaths]int64
+		rec      StepRecord
+		sp       = stepParser{skip: stepSkip} // only timers and the path are read
+		bw       *bufio.Writer
+		statuses statusSet
+		lastPath = pathStep
 	)
 	if w != nil {
 		bw = bufio.NewWriterSize(w, 1<<16)
@@ -126,26 +160,55 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 		if len(line) == 0 || (isWS(line[0]) && skipWS(line, 0) == len(line)) {
 			continue
 		}
+		path := lastPath
 		if err := sp.parse(line, &rec); err != nil {
-			st.malformed(lineNo, err)
-			continue
-		}
-		if (fromUs != 0 && rec.TsUs < fromUs) || (toUs != 0 && rec.TsUs > toUs) {
-			continue
-		}
-		if st.NSteps == 0 || rec.TsUs < st.FirstTsUs {
-			st.FirstTsUs = rec.TsUs
-		}
-		if rec.TsUs > st.LastTsUs {
-			st.LastTsUs = rec.TsUs
-		}
-		st.NSteps++
-		if v, ok := rec.Get(FieldBatchQueue); ok && v == 1 {
-			st.BatchQueueSteps++
-		}
-		for h := rec.Has & (1<<NumTimers - 1); h != 0; h &= h - 1 {
-			i := bits.TrailingZeros32(h)
-			timers[i].add(rec.Values[i])
+			if !errors.Is(err, errNoStepDuration) {
+				st.malformed(lineNo, err)
+				continue
+			}
+			if es, ok := parseStatus(line); ok { // kept whatever the window
+				statuses.add(es)
+				if bw != nil {
+					bw.Write(line)
+					bw.WriteByte('\n')
+				}
+				continue
+			}
+			if rec.Has&(1<<FieldGPU) == 0 || rec.Has&^(1<<FieldGPU|1<<FieldGPUBatch|1<<FieldPID|1<<FieldBatchQueue) != 0 {
+				st.malformed(lineNo, err)
+				continue
+			}
+			if (fromUs != 0 && rec.TsUs < fromUs) || (toUs != 0 && rec.TsUs > toUs) {
+				continue
+			}
+			timers[path][FieldGPU].add(rec.Values[FieldGPU])
+			st.GPU.Late++
+		} else {
+			if (fromUs != 0 && rec.TsUs < fromUs) || (toUs != 0 && rec.TsUs > toUs) {
+				continue
+			}
+			if st.NSteps == 0 || rec.TsUs < st.FirstTsUs {
+				st.FirstTsUs = rec.TsUs
+			}
+			if rec.TsUs > st.LastTsUs {
+				st.LastTsUs = rec.TsUs
+			}
+			st.NSteps++
+			path = pathStep
+			if v, ok := rec.Get(FieldBatchQueue); ok && v == 1 {
+				st.BatchQueueSteps++
+				path = pathBatchQueue
+			}
+			lastPath = path
+			nPath[path]++
+			if rec.Has&(1<<FieldGPU) != 0 {
+				st.GPU.Steps++
+			}
+			tp := &timers[path]
+			for h := rec.Has & (1<<NumTimers - 1); h != 0; h &= h - 1 {
+				i := bits.TrailingZeros32(h)
+				tp[i].add(rec.Values[i])
+			}
 		}
 		if bw != nil {
 			bw.Write(line)
@@ -160,11 +223,33 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 		}
 	}
 	st.Timers = make(map[string]Quantiles)
-	for i := range timers {
-		if timers[i].n > 0 {
-			st.Timers[TimerNames[i]] = timers[i].quantiles()
+	for i := range NumTimers {
+		var cs []*counter
+		for p := range numPaths {
+			if timers[p][i].n > 0 {
+				cs = append(cs, &timers[p][i])
+			}
+		}
+		if len(cs) > 0 {
+			st.Timers[TimerNames[i]] = mergedQuantiles(cs)
 		}
 	}
+	for p := range numPaths {
+		if nPath[p] == 0 && timers[p][FieldGPU].n == 0 {
+			continue
+		}
+		ps := PathStats{NSteps: nPath[p], Timers: map[string]Quantiles{}}
+		for i := range NumTimers {
+			if timers[p][i].n > 0 {
+				ps.Timers[TimerNames[i]] = timers[p][i].quantiles()
+			}
+		}
+		if st.Paths == nil {
+			st.Paths = map[string]PathStats{}
+		}
+		st.Paths[pathNames[p]] = ps
+	}
+	statuses.finish(&st)
 	return st, nil
 }
 

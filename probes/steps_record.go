@@ -19,23 +19,34 @@ const (
 	FieldLaunch // batch-queue path: executor execute_model/sample_tokens calls
 	FieldWait   // batch-queue path: the engine thread blocked on a batch's result
 	FieldUnaccounted
+	// FieldGPU is the GPU time of the line's batch, measured with CUDA events
+	// around the model forward: absent where it was not measured.
+	FieldGPU
 	FieldNumRunning
 	FieldNumWaiting
 	FieldNumPrefillTokens
 	FieldNumDecodeTokens
 	FieldPID
 	FieldBatchQueue // 1 on lines of step_with_batch_queue (async scheduling, PP)
+	// FieldBatch identifies the batch a line's update_us, wait_us and gpu_us
+	// belong to (the batch collected in that step).
+	FieldBatch
+	// FieldGPUBatch names the batch of a GPU record written on a line of
+	// its own (a "gpu line": gpu_us without step_duration_us), when the
+	// batch's events completed after its step line was written.
+	FieldGPUBatch
 	numFields
 )
 
 // NumTimers is the number of step timers (the first fields).
-const NumTimers = FieldUnaccounted + 1
+const NumTimers = FieldGPU + 1
 
 // FieldNames are the JSON names of the fields, indexed by the Field* constants.
 var FieldNames = [numFields]string{
 	"step_duration_us", "schedule_us", "build_meta_us", "execute_us", "update_us",
-	"get_finished_us", "launch_us", "wait_us", "unaccounted_us", "num_running", "num_waiting",
-	"num_prefill_tokens", "num_decode_tokens", "pid", "batch_queue",
+	"get_finished_us", "launch_us", "wait_us", "unaccounted_us", "gpu_us", "num_running",
+	"num_waiting", "num_prefill_tokens", "num_decode_tokens", "pid", "batch_queue", "batch",
+	"gpu_batch",
 }
 
 // TimerNames are the timers summarized per step, in a stable order.
@@ -81,6 +92,12 @@ func fieldIndex(key []byte) int {
 		return FieldBatchQueue
 	case "unaccounted_us":
 		return FieldUnaccounted
+	case "gpu_us":
+		return FieldGPU
+	case "batch":
+		return FieldBatch
+	case "gpu_batch":
+		return FieldGPUBatch
 	case "num_running":
 		return FieldNumRunning
 	case "num_waiting":
@@ -95,7 +112,12 @@ func fieldIndex(key []byte) int {
 	return -2
 }
 
-var errNotObject = errors.New("not a JSON object")
+var (
+	errNotObject = errors.New("not a JSON object")
+	// errNoStepDuration marks a valid line without step_duration_us: a
+	// status or GPU line where SummarizeSteps accepts those, else malformed.
+	errNoStepDuration = errors.New("missing step_duration_us")
+)
 
 // ParseStepLine parses one engine_step.jsonl line (without its newline) into
 // rec. Unknown fields are ignored. It returns an error naming the problem
@@ -112,12 +134,13 @@ func ParseStepLine(line []byte, rec *StepRecord) error {
 // comparison instead of a scan and a lookup. A nil *stepParser learns
 // nothing; the result never depends on the guesses.
 type stepParser struct {
-	order [24]uint8 // key k of the last line: field index + 2; 0 = unknown
+	order [28]uint8 // key k of the last line: field index + 2; 0 = unknown
 	// skip marks fields whose values the caller does not read: they are
 	// validated (the line must still be valid) but not converted.
 	skip uint32
 	// The template of scanTemplate: the last line's keys, all known.
-	pats  [16]tmplKey
+	pats  [maxTemplateKeys]tmplKey
+	slots [maxTemplateKeys]tmplSlot // the template's key order, for widening
 	nkeys int
 }
 
@@ -127,7 +150,7 @@ func (p *stepParser) parse(line []byte, rec *StepRecord) error {
 		return err
 	}
 	if rec.Has&(1<<FieldStepDuration) == 0 {
-		return errors.New("missing step_duration_us")
+		return errNoStepDuration
 	}
 	return nil
 }

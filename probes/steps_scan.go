@@ -212,7 +212,7 @@ func scanFast(p *stepParser, b []byte, rec *StepRecord, tsSet *bool) bool {
 	if i < len(b) && b[i] == '}' {
 		return skipWS(b, i+1) == len(b)
 	}
-	var keys [17]int8 // for the template; one more than it holds
+	var keys [25]int8 // for the template; one more than it holds
 	for k := 0; ; k++ {
 		if i >= len(b) || b[i] != '"' {
 			return false

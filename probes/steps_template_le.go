@@ -27,18 +27,28 @@ func (p *stepParser) scanTemplate(b []byte, rec *StepRecord, tsSet *bool) bool {
 	i := 1
 	for k := 0; k < p.nkeys && k < len(p.pats); k++ {
 		kp := &p.pats[k]
-		// `"name":`: the quote, then up to three masked word compares.
+		// `"name":`: the quote, then up to three masked word compares. A
+		// key that does not match is skipped if optional.
+		at := i + 1
 		if n-i < 1+kp.n || b[i] != '"' {
+			if kp.opt {
+				continue
+			}
 			return false
 		}
-		at := i + 1
 		if n-at < 8*kp.nw { // too near the end for word loads
 			if string(b[at:at+kp.n]) != kp.s {
+				if kp.opt {
+					continue
+				}
 				return false
 			}
 		} else if load(at)&kp.m[0] != kp.w[0] ||
 			(kp.nw > 1 && load(at+8)&kp.m[1] != kp.w[1]) ||
 			(kp.nw > 2 && load(at+16)&kp.m[2] != kp.w[2]) {
+			if kp.opt {
+				continue
+			}
 			return false
 		}
 		i = at + kp.n
@@ -104,7 +114,8 @@ func (p *stepParser) scanTemplate(b []byte, rec *StepRecord, tsSet *bool) bool {
 			}
 		}
 		if c := b[i]; c != ',' {
-			if c != '}' || k != p.nkeys-1 || i != n-1 {
+			// The line ends: only optional keys may remain.
+			if c != '}' || kp.reqAfter || i != n-1 {
 				return false
 			}
 		} else if k == p.nkeys-1 {
@@ -121,8 +132,11 @@ func (p *stepParser) scanTemplate(b []byte, rec *StepRecord, tsSet *bool) bool {
 			}
 			rec.TsUs, *tsSet = int64(u), true
 		}
+		if i == n { // the closing brace was consumed
+			return true
+		}
 	}
-	return true
+	return false // keys left over that the template does not hold
 }
 
 // Powers of ten for a fraction of up to 15 digits (and the 8-digit chunks).

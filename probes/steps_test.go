@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -343,6 +344,22 @@ func TestParserPathsAgree(t *testing.T) {
 			return bytes.Replace(l, []byte(`"step_duration_us":`), []byte(`"step_duration_us":99999999999999999999,"s":`), 1)
 		},
 		func(l []byte) []byte { i := bytes.LastIndexByte(l, ','); return append(l[:i:i], '}') }, // last key gone
+		// Keys left out or added, as the plugin's optional fields are: the
+		// template widens and must still agree.
+		dropKey("schedule_us"), dropKey("update_us"), dropKey("ts_us"), dropKey("step_duration_us"),
+		func(l []byte) []byte { return bytes.Replace(l, []byte(`,"pid":`), []byte(`,"wait_us":12.5,"pid":`), 1) },
+		func(l []byte) []byte {
+			return bytes.Replace(l, []byte(`,"pid":`), []byte(`,"batch_queue":1,"pid":`), 1)
+		},
+		func(l []byte) []byte {
+			return bytes.Replace(l, []byte(`{"ts_us":`), []byte(`{"gpu_us":3.25,"ts_us":`), 1)
+		},
+		func(l []byte) []byte { // two keys swapped: an order the template contradicts
+			return bytes.Replace(l, []byte(`{"ts_us":`), []byte(`{"pid":1,"ts_us":`), 1)
+		},
+		func(l []byte) []byte {
+			return bytes.Replace(l, []byte(`,"pid":31337`), []byte(`,"pid":31337,"pid":2`), 1)
+		}, // duplicate
 	}
 	sp := stepParser{}
 	templated := 0
@@ -363,6 +380,15 @@ func TestParserPathsAgree(t *testing.T) {
 	}
 	if templated < len(lines)/2 {
 		t.Errorf("template path taken for %d of %d lines; want most", templated, len(lines))
+	}
+}
+
+// dropKey removes key (and its value) from a line.
+func dropKey(key string) func([]byte) []byte {
+	re := regexp.MustCompile(`"` + key + `":[^,}]*,?`)
+	return func(l []byte) []byte {
+		out := re.ReplaceAll(l, nil)
+		return bytes.Replace(out, []byte(",}"), []byte("}"), 1)
 	}
 }
 
@@ -402,5 +428,122 @@ func TestSummarizeStepsBatchQueue(t *testing.T) {
 	}
 	if q := st.Timers["execute_us"]; q.N != 1 {
 		t.Errorf("execute_us %+v", q)
+	}
+}
+
+// Lines of both paths, wait_us on some, through one parser: after the
+// template has widened to hold every key (optional ones marked), nearly
+// every line takes the template path and agrees with a fresh parse.
+func TestTemplateOptionalKeys(t *testing.T) {
+	data, _ := io.ReadAll(newFreshLogReader(3, 5000, -1))
+	sp := stepParser{}
+	templated := 0
+	for n, l := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		var got, want, scratch StepRecord
+		var ts bool
+		if sp.scanTemplate(l, &scratch, &ts) {
+			templated++
+			if err := ParseStepLine(l, &want); err != nil || scratch.TsUs != want.TsUs {
+				t.Fatalf("line %d: template accepted %q: %+v vs %+v %v", n, l, scratch, want, err)
+			}
+		}
+		gotErr := sp.parse(l, &got)
+		wantErr := ParseStepLine(l, &want)
+		if gotErr != nil || wantErr != nil || got != want {
+			t.Fatalf("line %d %q:\n parser %+v %v\n fresh  %+v %v", n, l, got, gotErr, want, wantErr)
+		}
+	}
+	if templated < 4900 {
+		t.Errorf("template path for %d of 5000 lines; want ≥ 4900", templated)
+	}
+}
+
+// Status lines are kept whatever the window and say which hooks are
+// missing and whether GPU time is measured; GPU lines (gpu_us of a batch
+// written after its step) count into gpu_us on the path before them; per
+// path timers split the steps; the all-paths timers are the union.
+func TestSummarizeStepsStatusGPUAndPaths(t *testing.T) {
+	log := `{"ts_us":5,"status":"engine","pid":7,"plugin":"0.2.0","vllm":"0.18.1","path":"batch_queue","gpu_time":"measured","gpu_hook":"cuda events around GPUModelRunner._model_forward","incomplete":[{"hook":"Scheduler.update_from_output","reason":"not a patchable method"}]}
+{"ts_us":10,"step_duration_us":600.5,"schedule_us":100.25,"launch_us":150.0,"wait_us":300.125,"update_us":40.0,"unaccounted_us":10.125,"gpu_us":250.5,"batch":1,"batch_queue":1,"pid":7}
+{"ts_us":20,"step_duration_us":300.5,"schedule_us":100.25,"launch_us":150.0,"unaccounted_us":50.25,"batch_queue":1,"pid":7}
+{"ts_us":25,"gpu_us":251.5,"gpu_batch":2,"pid":7}
+{"ts_us":30,"step_duration_us":900.0,"schedule_us":100.0,"execute_us":700.0,"update_us":50.0,"unaccounted_us":50.0,"gpu_us":600.0,"batch":3,"pid":8}
+{"ts_us":40,"gpu_batch":3,"pid":8}
+{"ts_us":50,"status":"engine","pid":8,"gpu_time":"not_measured","gpu_reason":"torch is not importable"}
+{"ts_us":55,"status":"other","pid":9}
+`
+	var cp bytes.Buffer
+	st, err := SummarizeSteps(context.Background(), strings.NewReader(log), 10, 30, &cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NSteps != 3 || st.Malformed != 2 {
+		t.Fatalf("n_steps %d malformed %d (%s), want 3 and 2", st.NSteps, st.Malformed, st.FirstMalformed)
+	}
+	if len(st.Engines) != 2 || st.Engines[0].VLLM != "0.18.1" || st.Engines[1].GPUReason != "torch is not importable" {
+		t.Errorf("engines %+v", st.Engines)
+	}
+	if want := []string{"Scheduler.update_from_output: not a patchable method"}; fmt.Sprint(st.Incomplete) != fmt.Sprint(want) {
+		t.Errorf("incomplete %q, want %q", st.Incomplete, want)
+	}
+	g := st.GPU
+	if !g.Measured || g.Steps != 2 || g.Late != 1 || !strings.Contains(g.Source, "_model_forward") {
+		t.Errorf("gpu %+v", g)
+	}
+	bq, step := st.Paths[StepPathBatchQueue], st.Paths[StepPathStep]
+	if bq.NSteps != 2 || step.NSteps != 1 {
+		t.Fatalf("paths %+v", st.Paths)
+	}
+	checkQuantiles(t, "bq gpu", bq.Timers["gpu_us"], refQuantiles([]float64{250.5, 251.5}), 1e-12)
+	checkQuantiles(t, "step gpu", step.Timers["gpu_us"], refQuantiles([]float64{600}), 1e-12)
+	checkQuantiles(t, "all gpu", st.Timers["gpu_us"], refQuantiles([]float64{250.5, 251.5, 600}), 1e-12)
+	checkQuantiles(t, "all schedule", st.Timers["schedule_us"], refQuantiles([]float64{100.25, 100.25, 100}), 1e-12)
+	if _, ok := bq.Timers["execute_us"]; ok {
+		t.Error("execute_us on the batch-queue path")
+	}
+	// The copy keeps both status lines (outside the window too), the steps
+	// and the GPU line in the window.
+	if got := strings.Count(cp.String(), "\n"); got != 6 {
+		t.Errorf("copy has %d lines, want 6:\n%s", got, cp.String())
+	}
+}
+
+// A log without gpu_us and without status lines says GPU time was not
+// measured, with the reason; a status line's reason wins.
+func TestSummarizeStepsGPUNotMeasured(t *testing.T) {
+	st, _ := SummarizeSteps(context.Background(), strings.NewReader(`{"ts_us":1,"step_duration_us":5,"wait_us":3,"batch_queue":1}`), 0, 0, nil)
+	if st.GPU.Measured || st.GPU.Reason != NoGPUReason {
+		t.Errorf("%+v", st.GPU)
+	}
+	st, _ = SummarizeSteps(context.Background(), strings.NewReader(`{"ts_us":1,"status":"engine","pid":1,"gpu_time":"not_measured","gpu_reason":"CUDA is not available"}`+"\n"+`{"ts_us":1,"step_duration_us":5}`), 0, 0, nil)
+	if st.GPU.Measured || st.GPU.Reason != "CUDA is not available" {
+		t.Errorf("%+v", st.GPU)
+	}
+}
+
+// mergedQuantiles over several counters equals the reference over the
+// union, for values of every tier (dense, ns, table, binned).
+func TestMergedQuantiles(t *testing.T) {
+	for seed := uint64(0); seed < 5; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 77))
+		var cs [3]counter
+		var all []float64
+		for i := 0; i < 20000; i++ {
+			var v float64
+			switch rng.IntN(4) {
+			case 0:
+				v = float64(rng.IntN(5000))
+			case 1:
+				v = float64(rng.IntN(60000)) / 1000
+			case 2:
+				v = math.Round(rng.Float64()*1e6) / 1000
+			default:
+				v = -rng.Float64() * 100
+			}
+			cs[rng.IntN(3)].add(v)
+			all = append(all, v)
+		}
+		got := mergedQuantiles([]*counter{&cs[0], &cs[1], &cs[2]})
+		checkQuantiles(t, fmt.Sprint("seed ", seed), got, refQuantiles(all), 1e-12)
 	}
 }

@@ -125,11 +125,16 @@ func MergeWorkerTimings(ctx context.Context, main io.Reader, workers []io.Reader
 		if err != nil {
 			return st, fmt.Errorf("main step log: read after line %d: %w", lineNo-1, err)
 		}
-		if tooLong || ParseStepLine(line, &rec) != nil {
-			if len(bytes.TrimSpace(line)) > 0 {
+		if perr := ParseStepLine(line, &rec); tooLong || perr != nil {
+			switch {
+			case !tooLong && errors.Is(perr, errNoStepDuration):
+				// A status or GPU line: not a step, passed through.
+			case len(bytes.TrimSpace(line)) > 0:
 				st.MainMalformed++
+				st.Steps++
+			default:
+				st.Steps++
 			}
-			st.Steps++
 			bw.Write(line)
 			bw.WriteByte('\n')
 			continue

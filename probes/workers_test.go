@@ -67,3 +67,22 @@ func TestMergeWorkerTimings(t *testing.T) {
 		t.Errorf("glob %s", g)
 	}
 }
+
+// Status and GPU lines of the main log pass through the merge unchanged
+// and are not counted as malformed steps.
+func TestMergeWorkerTimingsKeepsStatusAndGPULines(t *testing.T) {
+	main := `{"ts_us":5,"status":"engine","pid":7,"gpu_time":"measured"}
+{"ts_us":100,"step_duration_us":50,"pid":7}
+{"ts_us":110,"gpu_us":12.5,"gpu_batch":1,"pid":7}
+`
+	worker := `{"ts_us":90,"get_finished_us":3,"pid":9}` + "\n"
+	var out bytes.Buffer
+	st, err := MergeWorkerTimings(context.Background(), strings.NewReader(main), []io.Reader{strings.NewReader(worker)}, &out)
+	if err != nil || st.MainMalformed != 0 || st.Steps != 1 || st.WorkerMerged != 1 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	ss, _ := SummarizeSteps(context.Background(), &out, 0, 0, nil)
+	if ss.NSteps != 1 || ss.Malformed != 0 || len(ss.Engines) != 1 || ss.GPU.Late != 1 || ss.Timers["get_finished_us"].N != 1 {
+		t.Fatalf("%+v", ss)
+	}
+}

@@ -2,9 +2,7 @@ package results
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -25,88 +23,135 @@ func ReadCapacity(dir string) (*CapacityReport, error) {
 	return &rep, nil
 }
 
-// renderCapacity writes report.md's capacity section from dir/capacity.json,
-// and nothing for a fixed-rate sweep; it reports whether the sweep is a
-// capacity search.
-func renderCapacity(b *strings.Builder, dir string) bool {
-	rep, err := ReadCapacity(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false
-	}
-	if err != nil {
-		fmt.Fprintf(b, "## Capacity at the SLO\n\n%s could not be read: %v\n\n", CapacityFile, err)
-		return true
-	}
-	sp := rep.Spec
+// renderCapacityHeadline opens a capacity search's report.md: per config
+// the capacity interval and the per-block estimate, and each config's
+// capacity against the baseline's, paired by block.
+func renderCapacityHeadline(b *strings.Builder, v *reportView) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	if v.capErr != nil {
+		p("## Capacity at the SLO\n\n%s could not be read: %v\n\n", CapacityFile, v.capErr)
+		return
+	}
+	rep := v.capacity
+	sp := rep.Spec
 	p("## Capacity at the SLO (%s ≤ %g ms)\n\n", sp.Metric, sp.MaxMs)
-	p("The highest offered rate at which %s holds, per config: each probed rate ran once in each of %d blocks "+
-		"(every config in the same blocks with the same seeds, in a random order within each); a rate **holds** when the %.0f%% t-CI "+
-		"of the metric's mean over its blocks lies at or below %g ms, **fails** when it lies above (or the engine saturated), and is "+
-		"**uncertain** when it straddles. The capacity lies in [highest rate that held, lowest rate that failed]; the uncertain "+
-		"band is where more blocks, not more probes, would narrow it. Only ok runs give the metric; saturated runs count as "+
-		"failing; runs with any other verdict are left out.\n\n", sp.Metric, sp.Blocks, 100*sp.Confidence, sp.MaxMs)
+	p("The highest offered rate at which %s holds, per config (the probes and how they were judged are under \"The search\" below).\n\n", sp.Metric)
 	p("| Config | Shape | Capacity interval (req/s) | Uncertain band | Per-block estimate [%.0f%% CI] | Probes | Note |\n|---|---|---|---|---|---|---|\n", 100*sp.Confidence)
-	for _, s := range rep.Searches {
-		est := "—"
-		if s.Estimate != nil {
-			est = fmt.Sprintf("%s [%s, %s] (%d blocks)", fmtNum(*s.Estimate), fmtNum(*s.EstLo), fmtNum(*s.EstHi), len(s.PerBlock))
-		}
-		band := "—"
-		if s.BandLo != nil {
-			band = fmt.Sprintf("%s–%s", fmtNum(*s.BandLo), fmtNum(*s.BandHi))
-		}
-		p("| %s | %s | %s | %s | %s | %d | %s |\n", s.Config, s.Shape, IntervalText(s.Lo, s.Hi), band, est, len(s.Probes), mdCell(s.Note))
+	for _, r := range capacitySearchRows(rep) {
+		p("| %s | %s | %s | %s | %s | %d | %s |\n", r.Config, r.Shape, r.Interval, r.Band, r.Estimate, r.Probes, mdCell(r.Note))
 	}
 	p("\n")
 	if len(rep.Comparisons) > 0 {
 		p("Capacity against the baseline (%s), paired by block: per block the log ratio of the two interpolated capacities, a t-CI on its mean.\n\n", sp.Baseline)
 		p("| Config | Shape | Capacity vs %s [%.0f%% CI] | Blocks | p |\n|---|---|---|---|---|\n", sp.Baseline, 100*sp.Confidence)
 		for _, c := range rep.Comparisons {
-			txt := c.Comparison.String() // "within noise (±x%)" unless significant
-			if c.Significant() {
-				txt = CapacityChange(c.Comparison)
-			}
-			if c.Note != "" {
-				txt = "n/a (" + c.Note + ")"
-			}
-			p("| %s | %s | %s | %d | %s |\n", c.Config, c.Shape, txt, c.N, fmtP(c.P, c.N))
+			p("| %s | %s | %s | %d | %s |\n", c.Config, c.Shape, capacityComparisonText(c), c.N, fmtP(c.P, c.N))
 		}
 		p("\n")
 	}
-	p("Probed rates:\n\n| Config | Shape | Rate | Verdict | %s mean [CI] (ms) | Blocks: ok / saturated / other |\n|---|---|---|---|---|---|\n", sp.Metric)
+}
+
+// capacitySearchRow is one search in words: its interval, uncertain band
+// and per-block estimate.
+type capacitySearchRow struct {
+	Config, Shape, Interval, Band, Estimate, Note string
+	Probes                                        int
+}
+
+// capacitySearchRows is every search of rep in words.
+func capacitySearchRows(rep *CapacityReport) []capacitySearchRow {
+	var out []capacitySearchRow
+	for _, s := range rep.Searches {
+		r := capacitySearchRow{Config: s.Config, Shape: s.Shape, Interval: IntervalText(s.Lo, s.Hi), Band: "—", Estimate: "—", Note: s.Note, Probes: len(s.Probes)}
+		if s.Estimate != nil {
+			r.Estimate = fmt.Sprintf("%s [%s, %s] (%d blocks)", fmtNum(*s.Estimate), fmtNum(*s.EstLo), fmtNum(*s.EstHi), len(s.PerBlock))
+		}
+		if s.BandLo != nil {
+			r.Band = fmt.Sprintf("%s–%s", fmtNum(*s.BandLo), fmtNum(*s.BandHi))
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// capacityProbeRow is one probed rate of a search: its verdict, the
+// metric's mean with its CI, and its blocks by verdict.
+type capacityProbeRow struct {
+	Config, Shape        string
+	Rate                 float64
+	Verdict              ProbeVerdict
+	Mean                 string
+	OK, Saturated, Other int
+}
+
+// capacityProbeRows is every probe of every search of rep.
+func capacityProbeRows(rep *CapacityReport) []capacityProbeRow {
+	var out []capacityProbeRow
 	for _, s := range rep.Searches {
 		for _, pr := range s.Probes {
-			ok, sat := 0, 0
-			for _, r := range pr.Runs {
-				switch r.Status {
+			r := capacityProbeRow{Config: s.Config, Shape: s.Shape, Rate: pr.Rate, Verdict: pr.Verdict, Mean: "—"}
+			for _, run := range pr.Runs {
+				switch run.Status {
 				case VerdictOK:
-					ok++
+					r.OK++
 				case VerdictSaturated:
-					sat++
+					r.Saturated++
+				default:
+					r.Other++
 				}
 			}
-			mean := "—"
 			if pr.Mean != nil {
-				mean = fmtNum(*pr.Mean)
+				r.Mean = fmtNum(*pr.Mean)
 				if pr.CILo != nil {
-					mean += fmt.Sprintf(" [%s, %s]", fmtNum(*pr.CILo), fmtNum(*pr.CIHi))
+					r.Mean += fmt.Sprintf(" [%s, %s]", fmtNum(*pr.CILo), fmtNum(*pr.CIHi))
 				}
 			}
-			p("| %s | %s | %g | %s | %s | %d / %d / %d |\n", s.Config, s.Shape, pr.Rate, pr.Verdict, mean, ok, sat, len(pr.Runs)-ok-sat)
+			out = append(out, r)
 		}
 	}
+	return out
+}
+
+// capacityComparisonText is a capacity comparison in words.
+func capacityComparisonText(c CapacityComparison) string {
+	switch {
+	case c.Note != "":
+		return "n/a (" + c.Note + ")"
+	case c.Significant():
+		return CapacityChange(c.Comparison)
+	}
+	return c.Comparison.String() // "within noise (±x%)"
+}
+
+// renderCapacityDetails writes how the search judged its probes, and every
+// probed rate with its verdict.
+func renderCapacityDetails(b *strings.Builder, v *reportView) {
+	if v.capacity == nil {
+		return
+	}
+	sp := v.capacity.Spec
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## The search\n\n")
+	p("Each probed rate ran once in each of %d blocks "+
+		"(every config in the same blocks with the same seeds, in a random order within each); a rate **holds** when the %.0f%% t-CI "+
+		"of the metric's mean over its blocks lies at or below %g ms, **fails** when it lies above (or the engine saturated), and is "+
+		"**uncertain** when it straddles. The capacity lies in [highest rate that held, lowest rate that failed]; the uncertain "+
+		"band is where more blocks, not more probes, would narrow it. Only ok runs give the metric; saturated runs count as "+
+		"failing; runs with any other verdict are left out.\n\n", sp.Blocks, 100*sp.Confidence, sp.MaxMs)
+	p("Probed rates:\n\n| Config | Shape | Rate | Verdict | %s mean [CI] (ms) | Blocks: ok / saturated / other |\n|---|---|---|---|---|---|\n", sp.Metric)
+	for _, r := range capacityProbeRows(v.capacity) {
+		p("| %s | %s | %g | %s | %s | %d / %d / %d |\n", r.Config, r.Shape, r.Rate, r.Verdict, r.Mean, r.OK, r.Saturated, r.Other)
+	}
 	p("\n")
-	return true
 }
 
 // renderProbes opens the per-run part of a capacity search's report: a
 // heading that says the sections below are the probes of the search, and
 // the TTFT p90 of every probe as one row per probed cell (the configs probe
 // different rates: the fixed-rate table's rate columns would be mostly
-// empty). It returns rep with the comparisons that have a baseline probe at
-// the same shape and rate (the others say only that it was not probed).
-func renderProbes(b *strings.Builder, s *ExportInput, ordered []*cellData, rep *Report) *Report {
+// empty).
+func renderProbes(b *strings.Builder, v *reportView) {
+	s, ordered := v.s, v.ordered
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## The probes of the search\n\n")
 	p("The sections below are per probe: each rate a search probed is a cell (config, shape, rate) whose runs are its blocks. " +
@@ -122,6 +167,19 @@ func renderProbes(b *strings.Builder, s *ExportInput, ordered []*cellData, rep *
 		}
 	}
 	p("\n")
+	if v.rep.dropped > 0 {
+		p("The per-probe comparisons with %s leave out %d rows (config × metric) at rates %s did not probe.\n\n", s.Baseline, v.rep.dropped, s.Baseline)
+	}
+	if len(v.rep.Comparisons) > 0 {
+		renderComparisons(b, v)
+	}
+}
+
+// probedComparisons is rep with only the comparisons that have a baseline
+// probe at the same shape and rate (in a capacity search the configs probe
+// different rates; the others would only say that the baseline did not
+// probe there).
+func probedComparisons(s *ExportInput, ordered []*cellData, rep *Report) *Report {
 	probed := map[string]bool{}
 	for _, c := range ordered {
 		if c.Info.Config == s.Baseline {
@@ -130,16 +188,12 @@ func renderProbes(b *strings.Builder, s *ExportInput, ordered []*cellData, rep *
 	}
 	out := *rep
 	out.Comparisons = nil
-	dropped := 0
 	for _, r := range rep.Comparisons {
 		if probed[fmt.Sprintf("%s@%g", r.Shape, r.Rate)] {
 			out.Comparisons = append(out.Comparisons, r)
 		} else {
-			dropped++
+			out.dropped++
 		}
-	}
-	if dropped > 0 {
-		p("The comparisons with %s below leave out %d rows (config × metric) at rates %s did not probe.\n\n", s.Baseline, dropped, s.Baseline)
 	}
 	return &out
 }

@@ -151,24 +151,29 @@ func TestCapacityReportSection(t *testing.T) {
 	if err := WriteCapacity(filepath.Join(dir, CapacityFile), &rep); err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	renderCapacity(&b, dir)
+	section := func(dir string) (string, bool) {
+		v := newReportView(&ExportInput{Dir: dir, Confidence: 0.95}, nil, &Report{})
+		var b strings.Builder
+		renderHeadline(&b, v)
+		renderCapacityDetails(&b, v)
+		return b.String(), v.searched()
+	}
+	got, searched := section(dir)
 	for _, want := range []string{"## Capacity at the SLO (ttft_p90 ≤ 100 ms)", "| plain | s | [10.0, 80.0] |", "| taxed | s | none probed |", "| plain | s | 80 | fails |"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("section lacks %q:\n%s", want, b.String())
+		if !strings.Contains(got, want) {
+			t.Errorf("section lacks %q:\n%s", want, got)
 		}
 	}
-	var none strings.Builder
-	renderCapacity(&none, t.TempDir())
-	if none.Len() != 0 {
-		t.Errorf("a fixed-rate sweep got a capacity section: %q", none.String())
+	if !searched {
+		t.Errorf("a sweep with %s is not read as a capacity search", CapacityFile)
+	}
+	if none, searched := section(t.TempDir()); searched || strings.Contains(none, "Capacity") {
+		t.Errorf("a fixed-rate sweep got a capacity section: %q", none)
 	}
 	if err := os.WriteFile(filepath.Join(dir, CapacityFile), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var bad strings.Builder
-	renderCapacity(&bad, dir)
-	if !strings.Contains(bad.String(), "could not be read") {
-		t.Errorf("a corrupt capacity.json is not reported: %q", bad.String())
+	if bad, _ := section(dir); !strings.Contains(bad, "could not be read") {
+		t.Errorf("a corrupt capacity.json is not reported: %q", bad)
 	}
 }

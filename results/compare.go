@@ -105,6 +105,8 @@ func (c Comparison) String() string {
 		s = fmt.Sprintf("n/a (%d %s)", c.N, unit)
 	case c.Significant():
 		s = fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", 100*c.Effect, 100*c.Lo, 100*c.Hi)
+	case c.HalfWidthPct() >= 1000: // a CI over a few wild blocks: its size, not digits of it
+		s = fmt.Sprintf("within noise (±%.3g%%)", c.HalfWidthPct())
 	default:
 		s = fmt.Sprintf("within noise (±%.1f%%)", c.HalfWidthPct())
 	}

@@ -8,7 +8,7 @@
 //     generator's self-grading (send lag, achieved/scheduled send rate, a
 //     Kolmogorov–Smirnov test of the sent gaps, client limitation), which is
 //     openloop.SelfGrade's, copied and never recomputed differently;
-//   - the statistics of the method in DESIGN.md ("Noise floor and
+//   - the statistics of the method in docs/design.md ("Noise floor and
 //     comparisons"): Student-t confidence intervals, coefficient of variation,
 //     the stopping-rule check, paired log-ratio comparisons with Holm
 //     correction and their wording ("+12.3% [+8.1, +16.6]", "within noise

@@ -76,6 +76,7 @@ type Report struct {
 	NoiseFloor  []ComparisonRow // A/A control vs its original
 	Nuisance    []Nuisance      // the position-in-block effect per compared metric
 	Warnings    []string        // problems that did not stop the export
+	dropped     int             // comparisons a capacity search's report leaves out (no baseline probe at their rate)
 }
 
 // ComparisonRow is one comparison of a table: Config's cell against the

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/stats"
@@ -45,13 +46,50 @@ const htmlGPUMaxPoints = 400
 
 // htmlData is what the page's script draws from.
 type htmlData struct {
-	Simulated  bool        `json:"simulated"`
-	Confidence float64     `json:"confidence"`
-	Configs    []string    `json:"configs"`
-	Shapes     []string    `json:"shapes"`
-	TTFT       []htmlPoint `json:"ttft"`
-	StepCDFs   []htmlCDF   `json:"step_cdfs"`
-	GPU        []htmlGPU   `json:"gpu"`
+	Simulated  bool              `json:"simulated"`
+	Confidence float64           `json:"confidence"`
+	Configs    []string          `json:"configs"`
+	Shapes     []string          `json:"shapes"`
+	SameAs     map[string]string `json:"same_as"` // A/A control → its original
+	TTFT       []htmlPoint       `json:"ttft"`
+	SLO        []htmlLimit       `json:"slo"` // lines drawn on the TTFT p90 plot
+	StepCDFs   []htmlCDF         `json:"step_cdfs"`
+	GPU        []htmlGPU         `json:"gpu"`
+	Capacity   *htmlCapacityData `json:"capacity,omitempty"`
+}
+
+// htmlLimit is a horizontal line on a plot: a bound in the metric's unit.
+type htmlLimit struct {
+	Label string  `json:"label"`
+	Value float64 `json:"value"`
+}
+
+// htmlCapacityData is what the capacity plot draws: every probe's metric
+// with its CI and verdict, and each search's interval.
+type htmlCapacityData struct {
+	Metric    string              `json:"metric"`
+	Limit     float64             `json:"limit"`
+	Probes    []htmlCapacityProbe `json:"probes"`
+	Intervals []htmlInterval      `json:"intervals"`
+}
+
+// htmlCapacityProbe is one probed rate of one search.
+type htmlCapacityProbe struct {
+	Config  string   `json:"config"`
+	Shape   string   `json:"shape"`
+	Rate    float64  `json:"rate"`
+	Mean    *float64 `json:"mean"`
+	Lo      *float64 `json:"lo"`
+	Hi      *float64 `json:"hi"`
+	Verdict string   `json:"verdict"`
+}
+
+// htmlInterval is a search's capacity interval (nil: open at that end).
+type htmlInterval struct {
+	Config string   `json:"config"`
+	Shape  string   `json:"shape"`
+	Lo     *float64 `json:"lo"`
+	Hi     *float64 `json:"hi"`
 }
 
 // htmlCellKey names the cell a datum belongs to.
@@ -67,14 +105,19 @@ func keyOf(c *cellData) htmlCellKey {
 	return htmlCellKey{Cell: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: c.Info.Rate}
 }
 
-// htmlPoint is one cell's TTFT p90 mean and CI.
+// htmlPoint is one cell's TTFT p90 mean and CI; the CI's low end is
+// clipped at 0 (a latency is never negative), Clipped says when it was.
 type htmlPoint struct {
 	htmlCellKey
 	Mean      float64  `json:"mean"`
 	Lo        *float64 `json:"lo"`
 	Hi        *float64 `json:"hi"`
+	Clipped   bool     `json:"clipped"`
 	N         int      `json:"n"`
 	Saturated bool     `json:"saturated"`
+	// Unused: the cell has no usable run; the point is the mean of its
+	// saturated runs (not a result: drawn apart from the line).
+	Unused bool `json:"unused,omitempty"`
 }
 
 // htmlCDF is one cell's step-duration distribution as quantiles (µs).
@@ -142,24 +185,39 @@ type htmlRunRow struct {
 
 // htmlPage is the template's input.
 type htmlPage struct {
-	Title, Banner, StopReason, CSP string
-	Overrides                      []string
-	CSS                            template.CSS
-	JS                             template.JS
-	Data                           template.JS
-	CellMetrics, RunMetrics        []htmlMetric
-	Cells                          []htmlCellRow
-	Runs                           []htmlRunRow
-	Comparisons, NoiseFloor        []ComparisonRow
-	Warnings                       []string
+	Title, Banner, CSP      string
+	Overrides               []string
+	CSS                     template.CSS
+	JS                      template.JS
+	Data                    template.JS
+	Head                    htmlHead
+	Capacity                *htmlCapacity
+	CellMetrics, RunMetrics []htmlMetric
+	Cells                   []htmlCellRow
+	Runs                    []htmlRunRow
+	Comparisons, NoiseFloor []htmlComparison
+	Problems                []string
+	Errors                  htmlErrors
+	GPUNote                 string // the runs without GPU samples, in one line
+	HasSLO                  bool   // some cell's runs had an SLO (the cell table's SLO column)
 }
 
 // renderHTML writes report.html.
 func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Report) ([]byte, error) {
-	ordered := cellOrder(s, cells)
-	pg := htmlPage{Title: "mbench report: " + orDefault(s.Name, "sweep"), StopReason: s.StopReason, CSP: htmlCSP,
+	v := newReportView(s, cells, rep)
+	ordered := v.ordered
+	pg := htmlPage{Title: "mbench report: " + orDefault(s.Name, "sweep"), CSP: htmlCSP,
 		Overrides: s.Overrides, CSS: template.CSS(htmlCSS), JS: template.JS(htmlJS),
-		Comparisons: rep.Comparisons, NoiseFloor: rep.NoiseFloor, Warnings: rep.Warnings}
+		Head: newHTMLHead(v), Capacity: newHTMLCapacity(v), Errors: newHTMLErrors(ordered)}
+	for _, r := range v.rep.Comparisons {
+		pg.Comparisons = append(pg.Comparisons, htmlComparisonOf(r))
+	}
+	for _, r := range v.rep.NoiseFloor {
+		pg.NoiseFloor = append(pg.NoiseFloor, htmlComparisonOf(r))
+	}
+	for _, l := range problemLines(v) {
+		pg.Problems = append(pg.Problems, plainText(l))
+	}
 	if s.Simulated {
 		pg.Banner = "SIMULATED ENGINE — numbers model an engine, not vLLM"
 	}
@@ -173,23 +231,33 @@ func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Rep
 			pg.RunMetrics = append(pg.RunMetrics, m)
 		}
 	}
-	data := htmlData{Simulated: s.Simulated, Confidence: s.Confidence, Configs: configsOf(ordered, s), StepCDFs: []htmlCDF{}, GPU: []htmlGPU{}, TTFT: []htmlPoint{}}
+	data := htmlData{Simulated: s.Simulated, Confidence: s.Confidence, Configs: configsOf(ordered, s), StepCDFs: []htmlCDF{}, GPU: []htmlGPU{},
+		TTFT: []htmlPoint{}, SameAs: map[string]string{}, SLO: ttftLimits(v), Capacity: capacityData(v)}
 	data.Shapes, _ = shapesOf(ordered)
+	var bare []string
 	for i, c := range ordered {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("export: %w", err)
 		}
 		row := htmlCellRow{ID: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: fmtFloat(c.Info.Rate), N: c.Sum.NRuns}
-		for _, x := range cellSLOs(c) {
-			row.SLO = x
+		if slos := cellSLOs(c); len(slos) > 0 {
+			row.SLO, pg.HasSLO = strings.Join(slos, "; "), true
 		}
 		for _, m := range pg.CellMetrics {
 			row.Values = append(row.Values, cellValue(c.Sum.Metrics[m.Key], m))
 		}
 		pg.Cells = append(pg.Cells, row)
+		if c.Info.SameAs != "" {
+			data.SameAs[c.Info.Config] = c.Info.SameAs
+		}
 		if m, ok := c.Sum.Metrics["p90_ttft_ms"]; ok && m.Mean != nil {
-			data.TTFT = append(data.TTFT, htmlPoint{htmlCellKey: keyOf(c),
-				Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.saturated()})
+			pt := htmlPoint{htmlCellKey: keyOf(c), Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.saturated()}
+			if pt.Lo != nil && *pt.Lo < 0 {
+				pt.Lo, pt.Clipped = ptr(0), true
+			}
+			data.TTFT = append(data.TTFT, pt)
+		} else if pt, ok := saturatedPoint(c); ok {
+			data.TTFT = append(data.TTFT, pt)
 		}
 		if cdf, ok := cellStepCDF(s, c, i, rep); ok {
 			data.StepCDFs = append(data.StepCDFs, cdf)
@@ -203,9 +271,19 @@ func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Rep
 			}
 			pg.Runs = append(pg.Runs, rr)
 			if r.Sum != nil && filepath.IsLocal(r.Ref.Dir) {
-				data.GPU = append(data.GPU, runGPU(s, c, r, rep))
+				if g := runGPU(s, c, r, rep); len(g.Series) > 0 {
+					data.GPU = append(data.GPU, g)
+				} else {
+					bare = append(bare, fmt.Sprintf("%s b%d", c.Info.ID, r.Ref.Block))
+				}
 			}
 		}
+	}
+	switch {
+	case len(bare) > 0 && len(data.GPU) == 0:
+		pg.GPUNote = fmt.Sprintf("No run has GPU samples (gpu.jsonl missing or empty in all %d runs): no GPU plots.", len(bare))
+	case len(bare) > 0:
+		pg.GPUNote = fmt.Sprintf("No GPU samples in %d runs: %s.", len(bare), strings.Join(bare, ", "))
 	}
 	js, err := json.Marshal(data) // escapes <, > and &: safe inside <script>
 	if err != nil {
@@ -223,9 +301,78 @@ func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Rep
 	return []byte(s.redact(buf.String())), nil
 }
 
+// saturatedPoint is the TTFT p90 of a cell without a usable run whose runs
+// saturated: the mean of those runs' values, marked as not a result, so that
+// the plot shows where the engine stopped keeping up instead of dropping
+// the cell.
+func saturatedPoint(c *cellData) (htmlPoint, bool) {
+	var xs []float64
+	for _, r := range c.Runs {
+		if r.Ref.Status == VerdictSaturated && r.Sum != nil && r.Sum.P90TTFTMs != nil {
+			xs = append(xs, *r.Sum.P90TTFTMs)
+		}
+	}
+	if len(xs) == 0 {
+		return htmlPoint{}, false
+	}
+	m := 0.0
+	for _, x := range xs {
+		m += x / float64(len(xs))
+	}
+	return htmlPoint{htmlCellKey: keyOf(c), Mean: m, N: len(xs), Saturated: true, Unused: true}, true
+}
+
+// ttftLimits are the lines the TTFT p90 plot draws: every TTFT bound the
+// runs' SLOs set, and a capacity search's limit when its metric is ttft_p90.
+func ttftLimits(v *reportView) []htmlLimit {
+	out := []htmlLimit{}
+	seen := map[float64]bool{}
+	add := func(label string, ms float64) {
+		if ms > 0 && !seen[ms] {
+			seen[ms] = true
+			out = append(out, htmlLimit{Label: label, Value: ms})
+		}
+	}
+	if c := v.capacity; c != nil && ResolveMetric(c.Spec.Metric) == "p90_ttft_ms" {
+		add(fmt.Sprintf("capacity limit: %s ≤ %g ms", c.Spec.Metric, c.Spec.MaxMs), c.Spec.MaxMs)
+	}
+	for _, c := range v.ordered {
+		for _, r := range c.Used {
+			if r.Sum != nil && r.Sum.SLO != nil {
+				add(fmt.Sprintf("SLO: TTFT ≤ %g ms", r.Sum.SLO.TTFTMs), r.Sum.SLO.TTFTMs)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Value < out[j].Value })
+	return out
+}
+
+// capacityData is what the capacity plot draws, nil without a search.
+func capacityData(v *reportView) *htmlCapacityData {
+	rep := v.capacity
+	if rep == nil {
+		return nil
+	}
+	d := &htmlCapacityData{Metric: rep.Spec.Metric, Limit: rep.Spec.MaxMs, Probes: []htmlCapacityProbe{}, Intervals: []htmlInterval{}}
+	for _, sr := range rep.Searches {
+		d.Intervals = append(d.Intervals, htmlInterval{Config: sr.Config, Shape: sr.Shape, Lo: sr.Lo, Hi: sr.Hi})
+		for _, p := range sr.Probes {
+			hp := htmlCapacityProbe{Config: sr.Config, Shape: sr.Shape, Rate: p.Rate, Mean: p.Mean, Lo: p.CILo, Hi: p.CIHi, Verdict: string(p.Verdict)}
+			if hp.Lo != nil && *hp.Lo < 0 {
+				hp.Lo = ptr(0)
+			}
+			d.Probes = append(d.Probes, hp)
+		}
+	}
+	return d
+}
+
 // cellValue formats a cell metric: "mean ±half" (or "(n=1)"), "—" without data.
 func cellValue(m MetricStats, hm htmlMetric) htmlValue {
 	v := htmlValue{Metric: hm.Key, Text: meanCI(m, hm.Scale, hm.Unit)}
+	if isProportion(hm.Key) {
+		v.Text = proportionCI(m)
+	}
 	if m.Mean != nil {
 		v.Value = strconv.FormatFloat(*m.Mean, 'g', -1, 64)
 	}

@@ -9,7 +9,8 @@ import (
 // renderMethod writes report.md's method section: the design, the primary
 // metric, the stopping rule, the comparisons and the nuisance effect, in
 // plain words, with this sweep's figures.
-func renderMethod(b *strings.Builder, s *ExportInput, rep *Report) {
+func renderMethod(b *strings.Builder, v *reportView) {
+	s, rep := v.s, v.rep
 	conf, alpha := 100*s.Confidence, 1-s.Confidence
 	b.WriteString("## Method\n\n")
 	b.WriteString("- **Design.** Every block runs every cell once. The orders come from a Williams design (a balanced Latin square), seeded and recorded in sweep.json, taken as pairs of mirror-image blocks: after an even number of blocks every cell has, on average, run in the middle of the block and every pair of cells has run in both orders equally often, so a machine that warms or drifts during a block cannot favour one config; after a whole square every cell has been in every position and after every other cell equally often.")

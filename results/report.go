@@ -1,7 +1,9 @@
 package results
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"slices"
@@ -15,57 +17,93 @@ const SimulatedBanner = "**SIMULATED ENGINE — numbers model an engine, not vLL
 // out as an incomplete decomposition.
 const unaccountedLarge = 0.10
 
-// renderReport writes report.md.
+// reportView is what every section of report.md reads: the sweep, its
+// cells in table order, the export's findings (for a capacity search, the
+// comparisons at rates both sides probed) and the headline drawn from them.
+type reportView struct {
+	s        *ExportInput
+	ordered  []*cellData
+	rep      *Report
+	capacity *CapacityReport // capacity.json; nil for a fixed-rate sweep
+	capErr   error           // capacity.json exists but could not be read
+	headline headline
+}
+
+// newReportView reads what the sections share.
+func newReportView(s *ExportInput, cells []*cellData, rep *Report) *reportView {
+	v := &reportView{s: s, ordered: cellOrder(s, cells), rep: rep}
+	v.capacity, v.capErr = ReadCapacity(s.Dir)
+	if errors.Is(v.capErr, fs.ErrNotExist) {
+		v.capacity, v.capErr = nil, nil
+	}
+	if v.capacity != nil || v.capErr != nil {
+		v.rep = probedComparisons(s, v.ordered, rep)
+	}
+	v.headline = newHeadline(v)
+	return v
+}
+
+// searched reports whether the sweep is a capacity search.
+func (v *reportView) searched() bool { return v.capacity != nil || v.capErr != nil }
+
+// mdSection is one section of report.md after the headline: it writes
+// itself into b from v. A section that carries no information for this
+// sweep (every request one class, no cache figures, nothing failed) writes
+// one line saying so, never an empty table. A new section is a function of
+// this type added to mdSections.
+type mdSection func(b *strings.Builder, v *reportView)
+
+// mdSections are report.md's sections after the headline, in order: the
+// details of the headline first, then the absolute tables, what went wrong,
+// the environment, the method and every run.
+func mdSections(v *reportView) []mdSection {
+	var out []mdSection
+	if v.searched() {
+		out = append(out, renderCapacityDetails, renderProbes)
+	} else {
+		out = append(out, renderComparisons, renderTTFT)
+	}
+	return append(out, renderSLO, renderSteps, renderClasses, renderPrefixCache, renderNoise,
+		renderClientLimited, renderVerdicts, renderProblems, renderEnv, renderMethod, renderRuns)
+}
+
+// renderReport writes report.md: the title, the headline, then every
+// section of mdSections.
 func renderReport(s *ExportInput, cells []*cellData, rep *Report) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	name := s.Name
-	if name == "" {
-		name = "sweep"
-	}
-	p("# mbench report: %s\n\n", name)
+	p("# mbench report: %s\n\n", orDefault(s.Name, "sweep"))
 	if s.Simulated {
 		p("%s\n\n", SimulatedBanner)
 	}
 	for _, o := range s.Overrides {
 		p("**Analysed with an override at export**: %s.\n\n", o)
 	}
-	ordered := cellOrder(s, cells)
-	search := renderCapacity(&b, s.Dir) // a capacity search leads with its section (capacity_report.go)
-	renderEnv(&b, s, cells)
-	p("## Why the sweep stopped\n\n")
-	if s.StopReason != "" {
-		p("%s\n\n", s.StopReason)
-	} else {
-		p("No stop reason recorded: the sweep has not finished, and this export is partial.\n\n")
-	}
-	if search {
-		rep = renderProbes(&b, s, ordered, rep) // per-probe tables, compact, and comparisons where both probed
-	} else {
-		renderTTFT(&b, s, ordered)
-	}
-	renderSLO(&b, s, ordered)
-	renderSteps(&b, ordered)
-	renderClasses(&b, ordered)
-	renderNoise(&b, s, ordered)
-	renderComparisons(&b, s, rep)
-	renderClientLimited(&b, ordered)
-	renderVerdicts(&b, ordered)
-	renderProblems(&b, ordered, rep)
-	p("## Runs\n\n| Cell | Config | Shape | Rate | Block | Verdict | Dir |\n|---|---|---|---|---|---|---|\n")
-	for _, c := range ordered {
-		for _, r := range c.Runs {
-			p("| %s | %s | %s | %g | %d | %s | %s |\n", c.Info.ID, c.Info.Config, c.Info.Shape, c.Info.Rate, r.Ref.Block, r.Ref.Status, r.Ref.Dir)
-		}
+	v := newReportView(s, cells, rep)
+	renderHeadline(&b, v)
+	for _, sec := range mdSections(v) {
+		sec(&b, v)
 	}
 	return b.String()
 }
 
+// renderRuns lists every journaled run.
+func renderRuns(b *strings.Builder, v *reportView) {
+	b.WriteString("## Runs\n\n| Cell | Config | Shape | Rate | Block | Verdict | Dir |\n|---|---|---|---|---|---|---|\n")
+	for _, c := range v.ordered {
+		for _, r := range c.Runs {
+			fmt.Fprintf(b, "| %s | %s | %s | %g | %d | %s | %s |\n", c.Info.ID, c.Info.Config, c.Info.Shape, c.Info.Rate, r.Ref.Block, r.Ref.Status, r.Ref.Dir)
+		}
+	}
+	b.WriteString("\n")
+}
+
 // renderEnv writes the environment section.
-func renderEnv(b *strings.Builder, s *ExportInput, cells []*cellData) {
+func renderEnv(b *strings.Builder, v *reportView) {
+	s := v.s
 	b.WriteString("## Environment\n\n")
 	engines := map[string]bool{}
-	for _, c := range cells {
+	for _, c := range v.ordered {
 		if c.Sum.Engine != "" {
 			engines[engineLabel(c.Sum.Engine)] = true
 		}
@@ -116,7 +154,8 @@ func configsOf(ordered []*cellData, s *ExportInput) []string {
 }
 
 // renderTTFT writes the seed-000 "TTFT p90 Comparison" table with CIs.
-func renderTTFT(b *strings.Builder, s *ExportInput, ordered []*cellData) {
+func renderTTFT(b *strings.Builder, v *reportView) {
+	s, ordered := v.s, v.ordered
 	fmt.Fprintf(b, "## TTFT p90 Comparison\n\nMean over blocks of each run's p90 TTFT, ± the %.0f%% Student-t CI half-width.\n\n", 100*s.Confidence)
 	shapes, rates := shapesOf(ordered)
 	var notes []string
@@ -258,7 +297,8 @@ func fmtP(p float64, n int) string {
 }
 
 // renderNoise writes the per-cell noise-floor table of the stopping metric.
-func renderNoise(b *strings.Builder, s *ExportInput, ordered []*cellData) {
+func renderNoise(b *strings.Builder, v *reportView) {
+	s, ordered := v.s, v.ordered
 	key := ResolveMetric(s.Metric)
 	fmt.Fprintf(b, "## Noise floor (%s)\n\nPer cell, across blocks: CV of the per-run %s and the relative half-width of the %.0f%% CI of its mean (for context: the stopping rule targets the comparisons' CIs, see Method; only sweeps recorded before it show a per-cell target).\n\n", s.Metric, key, 100*s.Confidence)
 	b.WriteString("| Config | Shape | Rate | n | mean | CV | rel. half-width | target |\n|---|---|---|---|---|---|---|---|\n")

@@ -10,9 +10,11 @@ import (
 // renderSLO writes the goodput section of report.md: per cell the SLO, the
 // goodput and the SLO attainment with their CIs. It says so when the runs
 // were held to different SLOs (a matrix edited between runs kept by
-// `mbench run --out`), and writes nothing when no run had an SLO.
-func renderSLO(b *strings.Builder, s *ExportInput, ordered []*cellData) {
+// `mbench run --out`), and collapses to one line when no run had an SLO.
+func renderSLO(b *strings.Builder, v *reportView) {
+	s, ordered := v.s, v.ordered
 	if !anyCellHas(ordered, MetricGoodput) {
+		collapsed(b, "Goodput under an SLO", "no run was held to an SLO (slo: in the matrix, --slo of mbench load), so there is no goodput or SLO attainment.")
 		return
 	}
 	fmt.Fprintf(b, "## Goodput under the SLO\n\n"+
@@ -29,7 +31,7 @@ func renderSLO(b *strings.Builder, s *ExportInput, ordered []*cellData) {
 		}
 		g, a := c.Sum.Metrics[MetricGoodput], c.Sum.Metrics[MetricSLOAttainment]
 		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %d |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
-			orDefault(strings.Join(slos, "; "), "none"), meanCI(g, 1, ""), meanCI(a, 100, "%"), g.N)
+			orDefault(strings.Join(slos, "; "), "none"), meanCI(g, 1, ""), proportionCI(a), g.N)
 	}
 	b.WriteString("\n")
 	if len(all) > 1 {
@@ -60,4 +62,26 @@ func meanCI(m MetricStats, k float64, unit string) string {
 		return fmt.Sprintf("%s%s (n=%d)", fmtNum(mean), unit, m.N)
 	}
 	return fmt.Sprintf("%s%s ±%s", fmtNum(mean), unit, fmtNumLike(k**m.HalfWidth, mean))
+}
+
+// isProportion reports whether metric key is a share in [0, 1] (SLO
+// attainment, a class's share, a cache hit rate), whose interval is shown
+// within [0, 100%].
+func isProportion(key string) bool {
+	return key == MetricSLOAttainment || strings.HasSuffix(key, "_share") || strings.Contains(key, "hit_rate")
+}
+
+// proportionCI formats a proportion's mean and CI in percent as
+// "67.0% [45.2, 88.8]", the interval clipped to [0, 100%] (a t-interval on
+// a few runs' shares can leave it; a share cannot), "x% (n=1)" without
+// one, "—" without a value.
+func proportionCI(m MetricStats) string {
+	if m.Mean == nil {
+		return "—"
+	}
+	if m.CILo == nil || m.CIHi == nil || m.HalfWidth == nil {
+		return fmt.Sprintf("%.1f%% (n=%d)", 100**m.Mean, m.N)
+	}
+	clip := func(x float64) float64 { return 100 * min(1, max(0, x)) }
+	return fmt.Sprintf("%.1f%% [%.1f, %.1f]", 100**m.Mean, clip(*m.CILo), clip(*m.CIHi))
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/mbench/mbench/openloop"
 )
 
-// Thresholds of the run self-grading (DESIGN.md, issues 5 and 8).
+// Thresholds of the run self-grading (docs/design.md, "Run self-grading").
 const (
 	// SaturationThrRatio: a run whose thr_ratio is below it is saturated.
 	SaturationThrRatio = 0.9

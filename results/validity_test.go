@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// The method of DESIGN.md checked against known truth (issue 5): synthetic
+// The method of docs/design.md checked against known truth: synthetic
 // per-run metrics with known distributions, seeded, pure statistics.
 
 // runValue is a per-run metric: true value · exp(shared block effect + run

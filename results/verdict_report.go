@@ -51,40 +51,27 @@ func (vc VerdictCounts) Total() int {
 	return n
 }
 
-// renderVerdicts writes the verdict section: counts, the rule, and the
-// failed requests of every run by class.
-func renderVerdicts(b *strings.Builder, ordered []*cellData) {
-	b.WriteString("## Run verdicts\n\n")
+// renderVerdicts writes the verdict section: counts, and the failed
+// requests of every run by class; one line when every run is ok and no
+// measured request failed.
+func renderVerdicts(b *strings.Builder, v *reportView) {
 	counts := VerdictCounts{}
-	for _, c := range ordered {
+	for _, c := range v.ordered {
 		for _, r := range c.Runs {
 			counts[r.Ref.Status]++
 		}
 	}
+	rows, classes := errorRows(v.ordered)
+	if len(rows) == 0 && counts[VerdictOK] == counts.Total() {
+		collapsed(b, "Run verdicts", "%d runs: %s; no measured request failed.", counts.Total(), counts)
+		return
+	}
+	b.WriteString("## Run verdicts\n\n")
 	fmt.Fprintf(b, "%d runs: %s. (The rule is in the Method section.)\n\n", counts.Total(), counts)
-	byClass := map[string]int{}
-	type row struct {
-		cell  *cellData
-		run   *runData
-		count map[string]int
-	}
-	var rows []row
-	for _, c := range ordered {
-		for _, r := range c.Runs {
-			if r.Sum == nil || len(r.Sum.Errors) == 0 {
-				continue
-			}
-			rows = append(rows, row{c, r, r.Sum.Errors})
-			for k, n := range r.Sum.Errors {
-				byClass[k] += n
-			}
-		}
-	}
 	if len(rows) == 0 {
 		b.WriteString("No measured request failed.\n\n")
 		return
 	}
-	classes := classOrder(byClass)
 	b.WriteString("### Failed requests by class\n\n| Cell | Config | Rate | Block | Verdict |")
 	for _, k := range classes {
 		fmt.Fprintf(b, " %s |", k)
@@ -93,11 +80,36 @@ func renderVerdicts(b *strings.Builder, ordered []*cellData) {
 	for _, r := range rows {
 		fmt.Fprintf(b, "| %s | %s | %g | %d | %s |", r.cell.Info.ID, r.cell.Info.Config, r.cell.Info.Rate, r.run.Ref.Block, r.run.Ref.Status)
 		for _, k := range classes {
-			fmt.Fprintf(b, " %d |", r.count[k])
+			fmt.Fprintf(b, " %d |", r.run.Sum.Errors[k])
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
+}
+
+// errorRow is a run with failed measured requests.
+type errorRow struct {
+	cell *cellData
+	run  *runData
+}
+
+// errorRows lists the runs with failed measured requests, in table order,
+// and the error classes present among them.
+func errorRows(ordered []*cellData) ([]errorRow, []string) {
+	byClass := map[string]int{}
+	var rows []errorRow
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if r.Sum == nil || len(r.Sum.Errors) == 0 {
+				continue
+			}
+			rows = append(rows, errorRow{c, r})
+			for k, n := range r.Sum.Errors {
+				byClass[k] += n
+			}
+		}
+	}
+	return rows, classOrder(byClass)
 }
 
 // classOrder is the classes present, in openloop.ErrorClasses order, then
@@ -161,6 +173,6 @@ func blockMismatch(ordered []*cellData, configs []string, shape string, rate flo
 	if same {
 		return ""
 	}
-	return fmt.Sprintf("‡ rate=%g (%s): the configs' usable runs come from different blocks (%s); each mean is over its own blocks, and each comparison below uses only the blocks both sides have.",
+	return fmt.Sprintf("‡ rate=%g (%s): the configs' usable runs come from different blocks (%s); each mean is over its own blocks, and each comparison uses only the blocks both sides have.",
 		rate, shape, strings.Join(parts, "; "))
 }

@@ -55,6 +55,10 @@ type Config struct {
 	// CrashAfterSteps makes the process exit with code 3 after this many
 	// steps (fault injection); 0 = never.
 	CrashAfterSteps int
+	// APIKey, when set, makes every /v1 request carry "Authorization:
+	// Bearer APIKey" or be refused 401, as vllm serve --api-key (or
+	// VLLM_API_KEY) does; /health, /metrics and /version stay open.
+	APIKey string
 	// Fault makes every completion request fail one way (FaultHTTP500, …);
 	// "" serves normally.
 	Fault string

@@ -2,12 +2,14 @@ package simengine
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -168,8 +170,26 @@ func (e *Engine) Handler() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Mbench-Simulated", "true")
+		if !e.authorized(r) {
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
+			return
+		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// authorized is vLLM's AuthenticationMiddleware
+// (vllm/entrypoints/openai/server_utils.py:32-77 at commit 387dcddc): with
+// an API key, a request to a /v1 path other than OPTIONS needs
+// "Authorization: Bearer <key>" (the scheme case-insensitive); every other
+// path is open.
+func (e *Engine) authorized(r *http.Request) bool {
+	if e.cfg.APIKey == "" || r.Method == http.MethodOptions || !strings.HasPrefix(r.URL.Path, "/v1") {
+		return true
+	}
+	scheme, param, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	return strings.EqualFold(scheme, "bearer") &&
+		subtle.ConstantTimeCompare([]byte(param), []byte(e.cfg.APIKey)) == 1
 }
 
 // allow answers 405 unless r uses one of the methods.

@@ -133,7 +133,8 @@ func Holm(ps []float64) []float64 {
 
 // Converged reports whether the relative half-width of the Student-t CI of
 // the mean of values (half-width / |mean|) is at most relCI — the stopping
-// rule of DESIGN.md. relHalf is that relative half-width; it is NaN, and ok
+// rule of docs/design.md ("Stopping rule") for a sweep without
+// comparisons. relHalf is that relative half-width; it is NaN, and ok
 // false, with fewer than two values or a zero mean.
 func Converged(values []float64, relCI, confidence float64) (ok bool, relHalf float64) {
 	m, half := MeanCI(values, confidence)

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mbench/mbench/results/chromiumtest"
 )
 
 // capacitySim is the simulated engine of the capacity tests: constant
@@ -154,6 +157,24 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	}
 	if !strings.Contains(string(report), "## The probes of the search") {
 		t.Errorf("report.md does not label the per-probe sections")
+	}
+	// report.html in a browser opens with the same search: its intervals,
+	// the paired result and the probes' plot; no comparison row names a
+	// rate the baseline did not probe.
+	browser := chromiumtest.Find(t)
+	page := chromiumtest.Load(ctx, t, browser, filepath.Join(out, "report.html"))
+	if len(page.Problems) > 0 || page.Count(`<body[^>]* data-rendered="ok"`) != 1 {
+		t.Fatalf("report.html did not render cleanly: %v", page)
+	}
+	shots := chromiumtest.Screenshot(ctx, t, browser, filepath.Join(out, "report.html"), t.ArtifactDir(), "capacity", 1280, 1400)
+	t.Logf("report.html screenshots (go test -artifacts keeps them): %s", strings.Join(shots, " "))
+	for _, want := range []string{`<table id="capacity-searches">`, `<svg class="plot capacity"`, `<g class="interval" data-name="plain">`, "sustains "} {
+		if page.Count(regexp.QuoteMeta(want)) == 0 {
+			t.Errorf("report.html lacks %s", want)
+		}
+	}
+	if page.Count(`no plain cell at this`) > 0 {
+		t.Error("report.html lists comparisons at rates the baseline did not probe")
 	}
 
 	// A record that the replay does not reproduce stops a resume.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,9 +21,9 @@ func init() {
 		return &cli.Command{
 			Name:  "load",
 			Usage: "one open-loop run against any OpenAI-compatible endpoint; writes requests.jsonl and summary_A.json",
-			Flags: []cli.Flag{
+			Flags: append([]cli.Flag{
 				&cli.StringSliceFlag{Name: "url", Usage: "base URL of the endpoint (repeat to round-robin)", Required: true},
-				&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s); required unless --concurrency"},
+				&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s), or inf: every request at once (a burst; needs --requests); required unless --concurrency"},
 				&cli.IntFlag{Name: "concurrency", Usage: "closed loop: keep N requests in flight, a new one sent as one finishes (instead of --rate)"},
 				&cli.IntFlag{Name: "input", Usage: "prompt length in tokens"},
 				&cli.IntFlag{Name: "output", Usage: "output tokens per request (max_tokens = min_tokens, ignore_eos)"},
@@ -53,7 +54,7 @@ func init() {
 				&cli.Float64Flag{Name: "max-failed", Value: results.DefaultMaxErrorRate, Usage: "exit 3 when more than this share of the measured requests failed"},
 				&cli.StringFlag{Name: "slo", Usage: "per-request SLO for goodput and SLO attainment in summary_A.json: ttft_ms=MS,tpot_ms=MS,e2el_ms=MS (any subset; vllm's ttft:MS form too)"},
 				&cli.StringFlag{Name: "out", Usage: "directory for requests.jsonl and summary_A.json", Required: true},
-			},
+			}, requestFlags()...),
 			Action: loadAction,
 		}
 	})
@@ -83,10 +84,26 @@ func loadAction(c *cli.Context) error {
 		return usageError{errors.New("load: --rate or --concurrency, not both (a closed loop has no rate)")}
 	case c.IsSet("concurrency") && inFlight < 1:
 		return usageError{fmt.Errorf("load: --concurrency %d: must be ≥ 1", inFlight)}
+	case c.IsSet("concurrency") && c.IsSet("max-concurrency"):
+		return usageError{errors.New("load: --max-concurrency caps a rate; a closed loop (--concurrency) already keeps its N in flight")}
+	case c.IsSet("max-concurrency") && c.Int("max-concurrency") < 1:
+		return usageError{fmt.Errorf("load: --max-concurrency %d: must be ≥ 1", c.Int("max-concurrency"))}
+	case math.IsInf(c.Float64("rate"), 1):
+		if c.Int("requests") <= 0 || c.IsSet("duration") || c.IsSet("min-completed") {
+			return usageError{errors.New("load: --rate inf sends every request at once: give --requests N (not --duration or --min-completed)")}
+		}
 	case !c.IsSet("concurrency"):
 		if err := checkRate("load", "--rate", c.Float64("rate")); err != nil {
 			return err
 		}
+	}
+	req, err := requestFromFlags(c)
+	if err != nil {
+		return err
+	}
+	model, err := modelFlag(c)
+	if err != nil {
+		return err
 	}
 	if mf := c.Float64("max-failed"); !(mf >= 0 && mf <= 1) {
 		return usageError{fmt.Errorf("load: --max-failed %v: must be a share between 0 and 1", mf)}
@@ -114,6 +131,7 @@ func loadAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	arr.MaxInFlight = c.Int("max-concurrency")
 	var tokens openloop.TokenRange
 	if s := c.String("token-ids"); s != "" {
 		if tokens, err = openloop.ParseTokenRange(s); err != nil {
@@ -130,15 +148,18 @@ func loadAction(c *cli.Context) error {
 	}
 	defer f.Close()
 	cfg := openloop.Config{
-		Targets: c.StringSlice("url"), Model: c.String("model"), TokenIDs: tokens, Rate: c.Float64("rate"), Endpoint: openloop.Endpoint(c.String("endpoint")),
+		Targets: c.StringSlice("url"), Model: model, TokenIDs: tokens, Rate: c.Float64("rate"), Endpoint: openloop.Endpoint(c.String("endpoint")), Request: req,
 		Arrival: arr, IncludeRamp: c.Bool("include-ramp"),
 		Shape: shape, Seed: c.Int64("seed"), Warmup: c.Int("warmup"), MinCompleted: mc, Requests: n, Duration: d,
 		Timeout: c.Duration("timeout"), DrainTimeout: c.Duration("drain-timeout"), Cell: "load", Sink: f,
 		RequestTimeout: c.Duration("request-timeout"), RequestIDPrefix: c.String("request-id-prefix"),
 	}
 	arrival := cfg.Arrival.Process
-	if shape.Trace != nil {
+	switch {
+	case shape.Trace != nil:
 		arrival = "trace"
+	case math.IsInf(cfg.Rate, 1):
+		arrival = "burst"
 	}
 	res, runErr := openloop.Run(c.Context, cfg)
 	if res == nil {
@@ -188,11 +209,15 @@ func loadOutcome(sum *results.RunSummary, runErr error) error {
 	return noResultError{fmt.Errorf("load: the run is not a result: %s", strings.Join(sum.VerdictReasons, "; "))}
 }
 
-// rateLabel is the run's rate as a summary names it: the offered rate, or a
-// closed loop's in-flight level (as a sweep's cells name it).
+// rateLabel is the run's rate as a summary names it: the offered rate, a
+// closed loop's in-flight level (as a sweep's cells name it), or 0 for a
+// burst (arrival "burst": every request at once; JSON has no infinity).
 func rateLabel(cfg openloop.Config) float64 {
-	if cfg.Arrival.Process == openloop.ArrivalConcurrency {
+	switch {
+	case cfg.Arrival.Process == openloop.ArrivalConcurrency:
 		return float64(cfg.Arrival.InFlight)
+	case math.IsInf(cfg.Rate, 1):
+		return 0
 	}
 	return cfg.Rate
 }

@@ -40,6 +40,7 @@ func init() {
 				&cli.Float64Flag{Name: "drift-per-s", Usage: "thermal drift: step time grows by this fraction per second since --drift-epoch (models a GPU warming over a sweep)"},
 				&cli.Int64Flag{Name: "drift-epoch", Usage: "start of the drift, Unix seconds"},
 				&cli.IntFlag{Name: "crash-after-steps", Usage: "fault injection: exit with code 3 after N steps"},
+				&cli.StringFlag{Name: "api-key", EnvVars: []string{"VLLM_API_KEY"}, Usage: "refuse /v1 requests without Authorization: Bearer KEY (401), as vllm serve --api-key; the flag, else VLLM_API_KEY"},
 				&cli.StringFlag{Name: "fault", Usage: "fault injection: fail every completion request: http500, http429, malformed, truncate or hang"},
 				&cli.Int64Flag{Name: "seed", Usage: "seed of the launch factor, jitter and generated text"},
 				&cli.StringFlag{Name: "kv-role", Usage: "a modelled KV connector for disaggregated prefill: kv_producer, kv_consumer or kv_both (takes vLLM's kv_transfer_params)"},
@@ -59,7 +60,7 @@ func init() {
 					ConnectorUs: c.Float64("connector-us"), WalkNsPerBlock: c.Float64("walk-ns-per-block"),
 					Async: c.Bool("async"), Noise: c.Float64("noise"), Jitter: explicit(c.Float64("jitter")),
 					ColdSteps: c.Int("cold-steps"), ColdFactor: c.Float64("cold-factor"),
-					CrashAfterSteps: c.Int("crash-after-steps"), Fault: c.String("fault"), Seed: c.Int64("seed"),
+					CrashAfterSteps: c.Int("crash-after-steps"), Fault: c.String("fault"), Seed: c.Int64("seed"), APIKey: c.String("api-key"),
 					DriftPerS: c.Float64("drift-per-s"), KVRole: c.String("kv-role"),
 					KVTransferUsPerToken: c.Float64("kv-transfer-us-per-token"),
 				}

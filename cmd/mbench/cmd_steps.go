@@ -21,11 +21,14 @@ func init() {
 	register(func() *cli.Command {
 		return &cli.Command{
 			Name:      "steps",
-			Usage:     "summarize engine_step.jsonl files: n_steps and percentiles of every timer",
+			Usage:     "summarize engine_step.jsonl files: n_steps and percentiles of every timer, per path",
 			ArgsUsage: "FILE...",
-			Description: "Prints one row per step log (seed-000 style). A timer the log never measured is\n" +
-				"shown as — (absent), never as 0. Worker files <log>.worker.<pid>.jsonl next to a\n" +
-				"log are merged in for get_finished_us unless --no-workers. FILE may be gzipped (.gz).",
+			Description: "Prints one row per step log and engine path (step() or the batch queue), with the\n" +
+				"p50 of every timed part and gpu_us, then says which batch each part belongs to,\n" +
+				"whether GPU time was measured (and why not), and every hook the engine could not\n" +
+				"apply (decomposition incomplete). A timer the log never measured is shown as —\n" +
+				"(absent), never as 0. Worker files <log>.worker.<pid>.jsonl next to a log are\n" +
+				"merged in for get_finished_us unless --no-workers. FILE may be gzipped (.gz).",
 			Flags: []cli.Flag{
 				&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 				&cli.BoolFlag{Name: "markdown", Usage: "print the table as Markdown"},
@@ -137,8 +140,8 @@ func summarizeStepFile(ctx context.Context, path string, from, to int64, workers
 }
 
 // cell formats one timer percentile: — when the timer was never measured.
-func cell(st probes.StepStats, timer string, pick func(probes.Quantiles) float64) string {
-	q, ok := st.Timers[timer]
+func cell(timers map[string]probes.Quantiles, timer string, pick func(probes.Quantiles) float64) string {
+	q, ok := timers[timer]
 	if !ok {
 		return "—"
 	}
@@ -149,33 +152,92 @@ func cell(st probes.StepStats, timer string, pick func(probes.Quantiles) float64
 	return s
 }
 
+// stepsColumns are the p50 columns of the per-path table after the step
+// duration: timer, header.
+var stepsColumns = []struct{ timer, head string }{
+	{"schedule_us", "schedule"}, {"build_meta_us", "build_meta"}, {"launch_us", "launch"},
+	{"execute_us", "execute"}, {"wait_us", "wait"}, {"update_us", "update"},
+	{"get_finished_us", "get_finished"}, {"gpu_us", "gpu"}, {"unaccounted_us", "unaccounted"},
+}
+
+// pathWords names a path and says which batch its timers belong to.
+var pathWords = map[string][2]string{
+	probes.StepPathStep: {"step()", "step(): every timer is of the step's one batch; execute = launch + wait for its result + sampling"},
+	probes.StepPathBatchQueue: {"batch queue", "batch queue: schedule, build_meta, launch = the NEW batch launched in the step; " +
+		"wait, update, gpu = the EARLIER batch it collected (wait is the engine thread blocked on it, not its GPU time)"},
+}
+
 func renderStepsTable(w io.Writer, files []stepsFile, markdown bool) {
 	p50 := func(q probes.Quantiles) float64 { return q.P50 }
 	p90 := func(q probes.Quantiles) float64 { return q.P90 }
 	p99 := func(q probes.Quantiles) float64 { return q.P99 }
 	t := table.NewWriter()
 	t.SetOutputMirror(w)
-	t.AppendHeader(table.Row{"file", "n_steps", "step p50 µs", "step p90 µs", "step p99 µs",
-		"build_meta p50", "build_meta p90", "get_finished p50", "unaccounted p50", "malformed"})
+	head := table.Row{"file", "path", "n_steps", "step p50 µs", "step p90", "step p99"}
+	for _, c := range stepsColumns {
+		head = append(head, c.head+" p50")
+	}
+	t.AppendHeader(append(head, "malformed"))
+	used := map[string]bool{}
 	for _, f := range files {
 		st := f.Steps
-		t.AppendRow(table.Row{f.File, st.NSteps,
-			cell(st, "step_duration_us", p50), cell(st, "step_duration_us", p90), cell(st, "step_duration_us", p99),
-			cell(st, "build_meta_us", p50), cell(st, "build_meta_us", p90),
-			cell(st, "get_finished_us", p50), cell(st, "unaccounted_us", p50), st.Malformed})
+		paths := []string{probes.StepPathStep, probes.StepPathBatchQueue}
+		if len(st.Paths) == 0 { // no step at all: one row says so
+			t.AppendRow(table.Row{f.File, "—", st.NSteps, "—", "—", "—", "—", "—", "—", "—", "—", "—", "—", "—", "—", st.Malformed})
+			continue
+		}
+		for _, name := range paths {
+			ps, ok := st.Paths[name]
+			if !ok {
+				continue
+			}
+			used[name] = true
+			row := table.Row{f.File, pathWords[name][0], ps.NSteps,
+				cell(ps.Timers, "step_duration_us", p50), cell(ps.Timers, "step_duration_us", p90), cell(ps.Timers, "step_duration_us", p99)}
+			for _, c := range stepsColumns {
+				row = append(row, cell(ps.Timers, c.timer, p50))
+			}
+			t.AppendRow(append(row, st.Malformed))
+		}
 	}
 	var cols []table.ColumnConfig
-	for i := 2; i <= 10; i++ {
+	for i := 3; i <= len(head)+1; i++ {
 		cols = append(cols, table.ColumnConfig{Number: i, Align: text.AlignRight})
 	}
 	t.SetColumnConfigs(cols)
 	t.SetCaption("— = timer not measured in this log (absent, not zero); ~ = binned (±0.05%%)")
 	if markdown {
 		t.RenderMarkdown()
-		return
+	} else {
+		style := table.StyleLight
+		style.Format.Header = text.FormatDefault // keep "µs" and the timer names as written
+		t.SetStyle(style)
+		t.Render()
 	}
-	style := table.StyleLight
-	style.Format.Header = text.FormatDefault // keep "µs" and the timer names as written
-	t.SetStyle(style)
-	t.Render()
+	for _, name := range []string{probes.StepPathStep, probes.StepPathBatchQueue} {
+		if used[name] {
+			fmt.Fprintf(w, "%s\n", pathWords[name][1])
+		}
+	}
+	for _, f := range files {
+		fmt.Fprintf(w, "%s: %s\n", f.File, gpuWords(f.Steps.GPU))
+		for _, s := range f.Steps.Incomplete {
+			fmt.Fprintf(w, "%s: decomposition incomplete: %s\n", f.File, s)
+		}
+	}
+}
+
+// gpuWords says whether a log measured GPU time, and how or why not.
+func gpuWords(g probes.GPUTiming) string {
+	if g.Measured {
+		s := fmt.Sprintf("GPU time measured (gpu_us on %d steps", g.Steps)
+		if g.Late > 0 {
+			s += fmt.Sprintf(", %d in GPU lines after their step", g.Late)
+		}
+		if g.Source != "" {
+			s += "; " + g.Source
+		}
+		return s + ")"
+	}
+	return "GPU time not measured: " + g.Reason
 }

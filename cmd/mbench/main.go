@@ -58,7 +58,7 @@ func main() {
 	}
 }
 
-// The exit statuses of mbench (README: "Exit status").
+// The exit statuses of mbench (README.md: "Exit status").
 const (
 	// 0: what was asked for was done, and every result is usable.
 	exitError = 1 // the command failed (a host, a disk, an engine port, …): it says why

@@ -39,6 +39,13 @@ type Options struct {
 	Burst bool
 	// RecordPrompts keeps every request's prompt token ids in its Entry.
 	RecordPrompts bool
+	// RecordRequests keeps every request's body and headers in its Entry.
+	RecordRequests bool
+	// APIKey, when set, refuses /v1 requests without "Authorization: Bearer
+	// APIKey" with 401 {"error":"Unauthorized"}, as vLLM's
+	// AuthenticationMiddleware does (vllm/entrypoints/openai/server_utils.py:32-77
+	// at commit 387dcddc).
+	APIKey string
 	// Fault, when set, picks the fault for each request; n counts requests
 	// from 0 in arrival order and id is the X-Mbench-Id header.
 	Fault func(n int64, id string) Fault `json:"-"`
@@ -63,13 +70,15 @@ type Entry struct {
 	ID, Session string    // X-Mbench-Id and X-Mbench-Session headers
 	RequestID   string    // X-Request-Id header, which vLLM takes as the request's id
 	Arrival     time.Time // handler entry
-	FirstFlush  time.Time // first content chunk flushed (zero if none)
+	FirstFlush  time.Time // just before the first content chunk was flushed (zero if none)
 	Done        time.Time // just before [DONE] is written, or handler exit
 	Model       string    // model named in the request
 	MaxTokens   int
 	Chunks      int     // content chunks sent
 	Status      int     // HTTP status sent
 	Prompt      []int32 // with Options.RecordPrompts
+	Body        string  // with Options.RecordRequests: the request body as sent
+	Header      http.Header
 }
 
 // TTFT is the server's own time to first token: first flush minus arrival.
@@ -124,7 +133,20 @@ func Start(opts Options) (*Server, error) {
 	}
 	// Accept errors (e.g. out of file descriptors when a client floods it)
 	// are the client's story, told by its records; keep them off stderr.
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	var h http.Handler = mux
+	if opts.APIKey != "" {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			if strings.HasPrefix(r.URL.Path, "/v1") && r.Method != http.MethodOptions && (!strings.EqualFold(scheme, "bearer") || key != opts.APIKey) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"error":"Unauthorized"}`))
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})
+	}
+	s.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }
@@ -214,7 +236,14 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	var req completionRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+	body, err := io.ReadAll(r.Body)
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if s.opts.RecordRequests {
+		e.Body, e.Header = string(body), r.Header.Clone()
+	}
+	if err != nil {
 		e.Status = http.StatusBadRequest
 		http.Error(w, `{"object":"error","message":"bad request: `+err.Error()+`"}`, e.Status)
 		return
@@ -283,11 +312,13 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		if _, err := w.Write(buf); err != nil {
 			return
 		}
+		if k == 0 {
+			// Stamped before the flush hands the chunk to the kernel: no
+			// client can see the first token before this time.
+			e.FirstFlush = time.Now()
+		}
 		if k == 0 || !s.opts.Burst || s.opts.Gap > 0 {
 			fl.Flush()
-		}
-		if k == 0 {
-			e.FirstFlush = time.Now()
 		}
 		e.Chunks++
 	}

@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"image"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,4 +107,83 @@ func Load(ctx context.Context, t testing.TB, browser, file string) *Page {
 // String summarises a page for a failure message.
 func (p *Page) String() string {
 	return fmt.Sprintf("%d bytes of DOM, problems %q", len(p.DOM), p.Problems)
+}
+
+// Screenshot renders file (an absolute path) in a fresh headless browser
+// window width pixels wide, as a person would see the page scrolled from
+// top to bottom, and writes it under dir as name-01.png, name-02.png, …:
+// tiles at most tileHeight pixels tall (a screen each), the blank space
+// below the page trimmed. It returns the tiles' paths.
+func Screenshot(ctx context.Context, t testing.TB, browser, file, dir, name string, width, tileHeight int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	profile := t.TempDir()
+	full := filepath.Join(profile, "full.png")
+	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps",
+		"--hide-scrollbars", "--force-device-scale-factor=1", fmt.Sprintf("--window-size=%d,%d", width, maxPageHeight),
+		"--user-data-dir="+profile, "--screenshot="+full, "file://"+filepath.ToSlash(file))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Env = append(os.Environ(), "HOME="+profile)
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromiumtest: screenshot of %s: %v\nstderr:\n%s", file, err, stderr.String())
+	}
+	f, err := os.Open(full)
+	if err != nil {
+		t.Fatalf("chromiumtest: screenshot of %s: %v\nstderr:\n%s", file, err, stderr.String())
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("chromiumtest: screenshot of %s: %v", file, err)
+	}
+	b := img.Bounds()
+	bottom := b.Min.Y + 1
+	for y := b.Max.Y - 1; y > b.Min.Y; y-- { // the last row that is not all background
+		if !blankRow(img, y) {
+			bottom = y + 1
+			break
+		}
+	}
+	if bottom >= b.Max.Y-1 {
+		t.Logf("chromiumtest: %s fills the whole %d-pixel window: the screenshot may be cut", file, maxPageHeight)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i, y := 1, b.Min.Y; y < bottom; i, y = i+1, y+tileHeight {
+		tile := img.(interface {
+			SubImage(image.Rectangle) image.Image
+		}).SubImage(image.Rect(b.Min.X, y, b.Max.X, min(y+tileHeight, bottom)))
+		path := filepath.Join(dir, fmt.Sprintf("%s-%02d.png", name, i))
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, tile); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, path)
+	}
+	return out
+}
+
+// maxPageHeight is the window height a screenshot is taken at: taller than
+// any report page, whose blank remainder is trimmed.
+const maxPageHeight = 16000
+
+// blankRow reports whether row y of img is one colour (the page's
+// background below its content).
+func blankRow(img image.Image, y int) bool {
+	b := img.Bounds()
+	r0, g0, b0, _ := img.At(b.Min.X, y).RGBA()
+	for x := b.Min.X; x < b.Max.X; x++ {
+		if r, g, bl, _ := img.At(x, y).RGBA(); r != r0 || g != g0 || bl != b0 {
+			return false
+		}
+	}
+	return true
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package plan
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"github.com/mbench/mbench/stats"
 )
 
-// The method of issue 16 checked over many seeds at the statistics level:
+// The method checked over many seeds at the statistics level:
 // synthetic per-run values with a block effect, a drift through each block,
 // a cold first run, run noise and a known tax, run in the orders BlockOrder
 // plans, stopped by the stopping rule's own test (pairComplete,

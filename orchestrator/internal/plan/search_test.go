@@ -1,4 +1,4 @@
-package orchestrator
+package plan
 
 import (
 	"math"
@@ -38,7 +38,7 @@ func searchModel(t *testing.T, c *matrices.Capacity, q queueModel, rng *rand.Ran
 		}
 		rep := results.AnalyzeCapacity(spec, runs)
 		s := rep.Searches[0]
-		rates, note := planSearch(c, &s)
+		rates, note := Search(c, &s)
 		if len(rates) == 0 {
 			s.Note = note
 			return s
@@ -120,7 +120,7 @@ func TestPlanSearchSteps(t *testing.T) {
 		{"no data anywhere", results.CapacitySearch{Probes: []results.CapacityProbe{probe(1, results.ProbeNoData), probe(64, results.ProbeNoData)}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, note := planSearch(c, &tc.s)
+			got, note := Search(c, &tc.s)
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %v (%s), want %v", got, note, tc.want)
 			}

@@ -1,10 +1,18 @@
-package orchestrator
+package plan
 
 import (
 	"crypto/sha256"
 	"encoding/binary"
 	"math/rand/v2"
 )
+
+// Block is one planned block, recorded in sweep.json before any of its runs
+// starts: its workload seed and the order its cells run in.
+type Block struct {
+	Block int      `json:"block"`
+	Seed  int64    `json:"seed"`
+	Order []string `json:"order"`
+}
 
 // BlockSeed derives the workload seed of block b from the sweep seed. Every
 // cell of a block runs with this seed, so within a block every config sees
@@ -102,7 +110,8 @@ func reverse(xs []int) {
 // the square (fixed for the sweep), the order of the pairs within each cycle
 // and which of a pair comes first are drawn from the sweep seed. With
 // randomize false the cells run in the given order (a test-only switch that
-// reproduces seed 000's ordering effect).
+// reproduces the ordering effect of a fixed order: the first cell on a cold
+// GPU, the next on a warm one).
 func BlockOrder(sweepSeed int64, block int, cells []string, randomize bool) []string {
 	out := append([]string(nil), cells...)
 	if !randomize || len(cells) < 2 {

@@ -1,4 +1,4 @@
-package orchestrator
+package plan
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"github.com/mbench/mbench/results"
 )
 
-// planSearch is one step of the bracketing search of one config and shape,
+// Search is one step of the bracketing search of one config and shape,
 // decided from its finished probes alone: the rates to probe next, or none
 // and how the search ended.
 //
@@ -27,7 +27,7 @@ import (
 // the others failed for reasons that say nothing about the SLO) is treated
 // as uncertain (results.AnalyzeCapacity puts it in the band); when no probe
 // has usable data the search stops: more probes would not fix the harness.
-func planSearch(c *matrices.Capacity, s *results.CapacitySearch) ([]float64, string) {
+func Search(c *matrices.Capacity, s *results.CapacitySearch) ([]float64, string) {
 	if len(s.Probes) == 0 {
 		return []float64{c.Lo, c.Hi}, ""
 	}

@@ -1,13 +1,13 @@
-package orchestrator
+package plan
 
 import (
 	"fmt"
 	"math"
 )
 
-// DesignRecord is sweep.json's account of how the block orders were made
+// Design is sweep.json's account of how the block orders were made
 // and how close the blocks planned so far come to balance.
-type DesignRecord struct {
+type Design struct {
 	Kind    string  `json:"kind"`   // DesignWilliams, or "fixed" (randomize: false)
 	Cells   int     `json:"cells"`  // cells of a full block
 	Period  int     `json:"period"` // blocks of one whole Williams square
@@ -88,15 +88,15 @@ func abs(x int) int {
 	return x
 }
 
-// designRecord describes the design of a sweep with the given blocks.
-func designRecord(st *SweepState) *DesignRecord {
-	n := len(st.Cells)
-	d := &DesignRecord{Kind: DesignWilliams, Cells: n, Period: WilliamsPeriod(n)}
-	if !st.Randomize {
+// DesignOf describes the design of a sweep of n cells with the given
+// blocks.
+func DesignOf(n int, randomize bool, blocks []Block) *Design {
+	d := &Design{Kind: DesignWilliams, Cells: n, Period: WilliamsPeriod(n)}
+	if !randomize {
 		d.Kind, d.Period = "fixed", 1
 	}
-	orders := make([][]string, len(st.Blocks))
-	for i, b := range st.Blocks {
+	orders := make([][]string, len(blocks))
+	for i, b := range blocks {
 		orders[i] = b.Order
 	}
 	d.Balance = MeasureBalance(orders, n)
