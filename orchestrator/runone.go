@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -183,9 +182,12 @@ func stepLogOffsets(ctx context.Context, es *engineSet) []int64 {
 // connection from the one before. An engine that dies mid-run ends the load
 // at once rather than after measure.timeout of requests to a dead port.
 func driveLoad(ctx context.Context, es *engineSet, cfg openloop.Config) (*openloop.Result, error) {
-	tr := openloop.NewTransport()
-	defer tr.CloseIdleConnections()
-	cfg.Client = &http.Client{Transport: tr}
+	// No Config.Client: plain-http targets go over the load generator's own
+	// HTTP/1.1 client, which never loses a request to a server that closes
+	// its connections after a response (llama-server does after every
+	// stream); net/http does not resend a POST that met a closed idle
+	// connection. Either client closes the run's connections when it ends.
+	cfg.Client = nil
 	loadCtx, loadCancel := context.WithCancel(ctx)
 	defer loadCancel()
 	stopWatch := watchEngines(loadCtx, es, loadCancel)
