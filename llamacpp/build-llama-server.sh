@@ -19,19 +19,25 @@
 # On success the path of llama-server is the only line on stdout; progress
 # goes to stderr. Nothing of llama.cpp is written into the repository.
 #
-# Usage: llamacpp/build-llama-server.sh [--version V] [--jobs N] [--force]
+# With --source DIR the server's sources come from DIR (a llama.cpp tree of
+# the same commit, such as the one gpu/realengine/pack.sh packs) and the
+# result goes to DIR/build-prebuilt/bin, not to the cache.
+#
+# Usage: llamacpp/build-llama-server.sh [--version V] [--jobs N] [--force] [--source DIR]
 set -euo pipefail
 
 version=3.21.1
 jobs=$(nproc)
 force=0
+source=
 while [ $# -gt 0 ]; do
   case "$1" in
     --version) version=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --force) force=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "build-llama-server: unknown argument $1 (want --version V, --jobs N, --force)" >&2; exit 2 ;;
+    --source) source=$(cd "$2" && pwd); shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build-llama-server: unknown argument $1 (want --version V, --jobs N, --force, --source DIR)" >&2; exit 2 ;;
   esac
 done
 case "$version" in
@@ -40,6 +46,7 @@ esac
 
 root=${MBENCH_LLAMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mbench/llama-server}
 dir=$root/$version
+[ -n "$source" ] && dir=$source/build-prebuilt
 mkdir -p "$root"
 log() { echo "build-llama-server: $*" >&2; }
 
@@ -71,8 +78,13 @@ fi
 mkdir -p "$work/pkg" "$work/libpkg"
 tar -xzf "$work/npm/node-llama-cpp-$version.tgz" -C "$work/pkg" package/llama/gitRelease.bundle
 tar -xzf "$work/npm/node-llama-cpp-linux-x64-$version.tgz" -C "$work/libpkg"
-git clone -q "$work/pkg/package/llama/gitRelease.bundle" "$work/src" 2>/dev/null
-commit=$(git -C "$work/src" rev-parse HEAD)
+if [ -n "$source" ]; then
+  ln -s "$source" "$work/src"
+  commit=$(cat "$source/.commit" 2>/dev/null || echo "the tree at $source")
+else
+  git clone -q "$work/pkg/package/llama/gitRelease.bundle" "$work/src" 2>/dev/null
+  commit=$(git -C "$work/src" rev-parse HEAD)
+fi
 log "llama.cpp source $commit"
 lib=$(echo "$work"/libpkg/package/bins/linux-x64)
 [ -f "$lib/libllama-common.so" ] || { log "no libllama-common.so in @node-llama-cpp/linux-x64@$version"; exit 1; }
