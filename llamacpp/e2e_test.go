@@ -160,14 +160,20 @@ func readSummary(t *testing.T, dir string) summary {
 // output.
 func mbench(t *testing.T, ctx context.Context, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, mbenchBin(t), args...)
+	return run(t, ctx, append([]string{mbenchBin(t)}, args...)...)
+}
+
+// run runs argv to its end and returns its exit status and output.
+func run(t *testing.T, ctx context.Context, argv ...string) (int, string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), out.String()
 	} else if err != nil {
-		t.Fatalf("mbench %v: %v\n%s", args, err, out.String())
+		t.Fatalf("%v: %v\n%s", argv, err, out.String())
 	}
 	return 0, out.String()
 }
@@ -182,31 +188,16 @@ func median(xs []float64) float64 {
 }
 
 // TestLoadAgainstLlamaServer: `mbench load` against llama-server with 4
-// slots at 2, 8 and 40 req/s loses no request; every request streams its 16
-// tokens and says how much of its prompt was cached; and TTFT is the
-// engine's own prompt evaluation plus the little it takes to send the first
-// token: per request never less than the prompt evaluation time llama-server
-// logs, in the median within 2 ms of it.
+// slots at 2, 8 and 40 req/s loses no request, and every request streams
+// its 16 tokens, one per chunk, and says how much of its prompt was cached.
 func TestLoadAgainstLlamaServer(t *testing.T) {
 	bin := llamacpptest.Find(t)
-	m := model(t)
-	srv := llamacpptest.Start(t, bin, m, "--parallel", "4", "-c", "8192", "-t", "1")
-	ctx := context.Background()
+	srv := llamacpptest.Start(t, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
 	for _, tc := range []struct {
 		rate     float64
 		requests int
 	}{{2, 30}, {8, 80}, {40, 200}} {
-		dir := t.TempDir()
-		logBefore, _ := os.ReadFile(srv.LogPath)
-		code, out := mbench(t, ctx, "load", "--url", srv.URL, "--rate", fmt.Sprint(tc.rate), "--input", "64", "--output", "16",
-			"--requests", strconv.Itoa(tc.requests), "--warmup", "2", "--seed", "3", "--out", dir)
-		if code != 0 && code != 3 { // 3: a verdict other than ok (a busy machine's client_limited); the records are judged below
-			t.Fatalf("rate %g: mbench load exit %d:\n%s", tc.rate, code, out)
-		}
-		recs := readRecords(t, dir)
-		if len(recs) != tc.requests+2 {
-			t.Fatalf("rate %g: %d records, want %d", tc.rate, len(recs), tc.requests+2)
-		}
+		recs := load(t, nil, srv.URL, tc.rate, tc.requests)
 		if f := failures(recs); f != "" {
 			t.Errorf("rate %g: %s", tc.rate, f)
 		}
@@ -216,36 +207,64 @@ func TestLoadAgainstLlamaServer(t *testing.T) {
 				break
 			}
 		}
-		if tc.rate != 2 {
-			continue
+	}
+}
+
+// load runs `mbench load` (under prefix, such as nice) against url with
+// 2 warmup and n measured requests of 64 → 16 tokens and returns its
+// records.
+func load(t *testing.T, prefix []string, url string, rate float64, n int) []openloop.Record {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"load", "--url", url, "--rate", fmt.Sprint(rate), "--input", "64", "--output", "16",
+		"--requests", strconv.Itoa(n), "--warmup", "2", "--seed", "3", "--out", dir}
+	code, out := run(t, context.Background(), append(append(prefix, mbenchBin(t)), args...)...)
+	if code != 0 && code != 3 { // 3: a verdict other than ok (a busy machine's client_limited); the records are judged by the caller
+		t.Fatalf("rate %g: mbench load exit %d:\n%s", rate, code, out)
+	}
+	recs := readRecords(t, dir)
+	if len(recs) != n+2 {
+		t.Fatalf("rate %g: %d records, want %d", rate, len(recs), n+2)
+	}
+	return recs
+}
+
+// TestTTFTAgainstEngineTimings: TTFT is the engine's own prompt evaluation
+// plus the little it takes to send the first token: at 2 req/s (each
+// request has the server to itself, so its log's timings in order are the
+// requests' in the order they were sent), no request's TTFT is below the
+// prompt evaluation time llama-server logs for it, and the median is
+// within 2 ms above it. The server and mbench run at nice −20 (as root):
+// on a shared 2-core machine other tenants' scheduling delays otherwise
+// add milliseconds that are neither mbench's nor the engine's.
+func TestTTFTAgainstEngineTimings(t *testing.T) {
+	bin := llamacpptest.Find(t)
+	srv := llamacpptest.StartWith(t, llamacpptest.Options{Nice: -20}, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
+	logBefore, _ := os.ReadFile(srv.LogPath)
+	recs := load(t, []string{"nice", "-n", "-20"}, srv.URL, 2, 40)
+	logAll, _ := os.ReadFile(srv.LogPath)
+	timings := llamacpptest.Timings(logAll[len(logBefore):])
+	recs = slices.DeleteFunc(recs, func(r openloop.Record) bool { return !r.OK() })
+	slices.SortFunc(recs, func(a, b openloop.Record) int { return int(a.SentNs - b.SentNs) })
+	if len(timings) != len(recs) {
+		t.Fatalf("the log has %d requests' timings, %d requests completed", len(timings), len(recs))
+	}
+	var gaps []float64
+	for i, r := range recs {
+		ttft := float64(r.FirstTokenNs-r.SentNs) / 1e6
+		tm := timings[i]
+		if tm.PromptTokens+*r.CachedTokens != r.InputTokens || tm.Evals != 16 {
+			t.Fatalf("request %d (sent %d-th): log says %d prompt tokens evaluated and %d generated, the response %d+%d cached of %d and 16",
+				r.ID, i, tm.PromptTokens, tm.Evals, r.InputTokens-*r.CachedTokens, *r.CachedTokens, r.InputTokens)
 		}
-		// At 2 req/s each request has the server to itself: its log's
-		// timings, in order, are the served requests', in the order they
-		// were sent.
-		logAll, _ := os.ReadFile(srv.LogPath)
-		timings := llamacpptest.Timings(logAll[len(logBefore):])
-		recs = slices.DeleteFunc(recs, func(r openloop.Record) bool { return !r.OK() })
-		slices.SortFunc(recs, func(a, b openloop.Record) int { return int(a.SentNs - b.SentNs) })
-		if len(timings) != len(recs) {
-			t.Fatalf("the log has %d requests' timings, %d requests completed", len(timings), len(recs))
+		if ttft <= tm.PromptMs {
+			t.Errorf("request %d: TTFT %.3f ms, but the engine took %.3f ms to evaluate its prompt", r.ID, ttft, tm.PromptMs)
 		}
-		var gaps []float64
-		for i, r := range recs {
-			ttft := float64(r.FirstTokenNs-r.SentNs) / 1e6
-			tm := timings[i]
-			if tm.PromptTokens+int(*r.CachedTokens) != r.InputTokens || tm.Evals != 16 {
-				t.Fatalf("request %d (sent %d-th): log says %d prompt tokens evaluated and %d generated, the response %d+%d cached of %d and 16",
-					r.ID, i, tm.PromptTokens, tm.Evals, r.InputTokens-int(*r.CachedTokens), *r.CachedTokens, r.InputTokens)
-			}
-			if ttft <= tm.PromptMs {
-				t.Errorf("request %d: TTFT %.3f ms, but the engine took %.3f ms to evaluate its prompt", r.ID, ttft, tm.PromptMs)
-			}
-			gaps = append(gaps, ttft-tm.PromptMs)
-		}
-		med := median(gaps)
-		t.Logf("rate 2: TTFT − engine prompt eval over %d requests: median %.3f ms, min %.3f, max %.3f", len(gaps), med, slices.Min(gaps), slices.Max(gaps))
-		if med > 2 {
-			t.Errorf("median TTFT %.3f ms above the engine's prompt evaluation time, more than 2 ms", med)
-		}
+		gaps = append(gaps, ttft-tm.PromptMs)
+	}
+	med := median(gaps)
+	t.Logf("TTFT − engine prompt eval over %d requests at 2 req/s: median %.3f ms, min %.3f, max %.3f", len(gaps), med, slices.Min(gaps), slices.Max(gaps))
+	if med > 2 {
+		t.Errorf("median TTFT %.3f ms above the engine's prompt evaluation time, more than 2 ms", med)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,6 +115,22 @@ var listenRE = regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
 // and stops it (SIGTERM, then SIGKILL) when the test ends.
 func Start(t testing.TB, bin, model string, args ...string) *Server {
 	t.Helper()
+	return StartWith(t, Options{}, bin, model, args...)
+}
+
+// Options change how Start runs the server.
+type Options struct {
+	// Nice runs the server under nice -n Nice: a negative value (as root)
+	// favours it over the other processes of a shared machine, for checks
+	// of its timings against a client's that other tenants' scheduling
+	// delays would blur. Without the privilege it runs at the usual
+	// priority.
+	Nice int
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options, bin, model string, args ...string) *Server {
+	t.Helper()
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "llama-server.log")
 	logf, err := os.Create(logPath)
@@ -122,6 +139,9 @@ func Start(t testing.TB, bin, model string, args ...string) *Server {
 	}
 	argv := append([]string{"-m", model, "--host", "127.0.0.1", "--port", "0", "--metrics", "--no-webui"}, args...)
 	cmd := exec.Command(bin, argv...)
+	if o.Nice != 0 {
+		cmd = exec.Command("nice", append([]string{"-n", strconv.Itoa(o.Nice), bin}, argv...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary
 	if err := cmd.Start(); err != nil {
