@@ -194,6 +194,9 @@ func (m *Matrix) Resolved() ([]byte, error) {
 	if m.SLO != nil { // only when set: matrices without it keep their hash
 		doc["slo"] = sloSpec(m.SLO)
 	}
+	if len(m.Measure.Percentiles) > 0 { // the analysis, not the load: in the hash, not the cell ids
+		doc["measure"].(map[string]any)["percentiles"] = m.Measure.Percentiles
+	}
 	m.loadgenSpec(doc)
 	js, err := compactJSON(doc)
 	if err != nil {

@@ -79,3 +79,23 @@ func TestRequestSection(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasurePercentiles: measure.percentiles are sorted distinct numbers
+// in (0, 100); they shape the analysis, not the load, so they enter the
+// matrix hash but not the cell ids; others are refused at their line.
+func TestMeasurePercentiles(t *testing.T) {
+	const base = "name: t\nseed: 1\nengine: {kind: sim}\nconfigs: {plain: {}}\nrates: [1]\nshapes: [{input: 16, output: 4}]\n"
+	plain, _ := Parse("m.yaml", []byte(base+"measure: {min_completed: 10}\n"))
+	m, err := Parse("m.yaml", []byte(base+"measure: {min_completed: 10, percentiles: [99.9, 75]}\n"))
+	if err != nil || len(m.Measure.Percentiles) != 2 || m.Measure.Percentiles[0] != 75 || m.Measure.Percentiles[1] != 99.9 {
+		t.Fatalf("percentiles: %v, %v", m, err)
+	}
+	if m.Cells()[0].ID != plain.Cells()[0].ID || m.Hash == plain.Hash {
+		t.Error("percentiles changed the cell id, or not the matrix hash")
+	}
+	for _, bad := range []string{"[100]", "[95, 95]", "[0]", "[x]", "5"} {
+		if _, err := Parse("m.yaml", []byte(base+"measure: {min_completed: 10, percentiles: "+bad+"}\n")); err == nil || !strings.Contains(err.Error(), "m.yaml:7: measure.percentiles") {
+			t.Errorf("percentiles %s: %v, want an error at m.yaml:7", bad, err)
+		}
+	}
+}

@@ -22,7 +22,7 @@ func TestDefaults(t *testing.T) {
 	if !reflect.DeepEqual(m.Configs["b"].Topology, Topology{InstancesPerHost: 1, GPUsPerInstance: 1}) {
 		t.Errorf("topology %+v", m.Configs["b"].Topology)
 	}
-	if m.Measure != (Measure{MinCompleted: 3, Timeout: 10 * time.Minute, DrainTimeout: time.Minute}) {
+	if !reflect.DeepEqual(m.Measure, Measure{MinCompleted: 3, Timeout: 10 * time.Minute, DrainTimeout: time.Minute}) {
 		t.Errorf("measure %+v", m.Measure)
 	}
 	if m.Repeat != (Repeat{Min: 3, Max: 3, Metric: "ttft_p90", RelCI: 0.05, Confidence: 0.95, Randomize: true}) {

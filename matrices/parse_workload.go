@@ -5,6 +5,7 @@ import (
 	"github.com/mbench/mbench/openloop"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +20,7 @@ var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration
 func Metrics() []string {
 	var out []string
 	for _, m := range []string{"ttft", "tpot", "itl", "e2el"} {
-		for _, s := range []string{"mean", "p50", "p90", "p99"} {
+		for _, s := range []string{"mean", "p50", "p90", "p95", "p99"} {
 			out = append(out, m+"_"+s)
 		}
 	}
@@ -252,6 +253,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 		}},
 		{"request_timeout", false, func(v *yaml.Node, p string) { mm.RequestTimeout = d.duration(v, p) }},
 		{"include_ramp", false, func(v *yaml.Node, p string) { mm.IncludeRamp = d.boolean(v, p) }},
+		{"percentiles", false, func(v *yaml.Node, p string) { mm.Percentiles = d.percentiles(v, p) }},
 		{"abort_if", false, func(v *yaml.Node, p string) {
 			d.object(v, p, v.Line, []field{
 				{"max_inflight", false, func(v *yaml.Node, p string) { mm.AbortIf.MaxInflight = d.intField(v, p, 0, 1<<31-1) }},
@@ -343,4 +345,24 @@ func (d *decoder) baseline(v *yaml.Node, m *Matrix, configsOK bool) {
 		return
 	}
 	m.Baseline = s
+}
+
+// percentiles decodes measure.percentiles: distinct numbers in (0, 100).
+func (d *decoder) percentiles(v *yaml.Node, path string) []float64 {
+	es, ps, _ := d.list(v, path)
+	var out []float64
+	for i, e := range es {
+		x, ok := d.number(e, ps[i], true)
+		switch {
+		case !ok:
+		case x >= 100:
+			d.add(e.Line, ps[i], "a percentile between 0 and 100, such as 99.9", "%s is out of range", e.Value)
+		case slices.Contains(out, x):
+			d.add(e.Line, ps[i], "distinct percentiles", "%s is listed twice", e.Value)
+		default:
+			out = append(out, x)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

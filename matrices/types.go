@@ -204,6 +204,9 @@ type Measure struct {
 	MaxErrorRateSet bool
 	// IncludeRamp measures the requests sent during arrival.ramp.
 	IncludeRamp bool
+	// Percentiles are the percentiles of TTFT, TPOT, ITL and E2EL each
+	// summary reports beyond p50, p90, p95 and p99 (measure.percentiles).
+	Percentiles []float64
 }
 
 // AbortIf stops a run early and marks it saturated; zero values are off.

@@ -346,6 +346,8 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 	rec.Status = StatusOK
 	if err != nil {
 		rec.Status, rec.Error, rec.ErrorClass = StatusError, errText(ctx, err), ClassifyErr(ctx, err)
+	} else if class, why := st.check(j.output); class != "" {
+		rec.Status, rec.Error, rec.ErrorClass = StatusError, why, class
 	}
 	return func() {
 		if err == nil && !c.raw { // after [DONE]: read to the end so the connection is reused

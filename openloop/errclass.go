@@ -29,6 +29,8 @@ const (
 	ErrClassMalformedStream  ErrorClass = "malformed_stream"   // an SSE chunk that is not a completion chunk, or a response that is not HTTP/1.x
 	ErrClassIncompleteStream ErrorClass = "incomplete_stream"  // the stream ended before [DONE]
 	ErrClassStreamError      ErrorClass = "stream_error"       // the server reported an error inside the stream
+	ErrClassEmptyStream      ErrorClass = "empty_stream"       // the stream ended with [DONE] and no content token
+	ErrClassUsageMismatch    ErrorClass = "usage_mismatch"     // usage.completion_tokens below the content chunks streamed, or above the max_tokens asked for
 	ErrClassDrained          ErrorClass = "drained"            // still in flight when the run's drain timeout ended it (a symptom, not an engine error)
 	ErrClassStreamTooLarge   ErrorClass = "stream_too_large"   // a stream line over 16 MiB, or the run's buffer budget (Config.StreamMemory) spent
 	ErrClassCanceled         ErrorClass = "canceled"           // the run stopped (interrupt, abort) while the request was in flight
@@ -39,7 +41,7 @@ const (
 var ErrorClasses = []ErrorClass{
 	ErrClassHTTP5xx, ErrClassHTTP429, ErrClassContextLength, ErrClassHTTP4xx, ErrClassHTTPOther,
 	ErrClassTimeout, ErrClassConnRefused, ErrClassConnReset,
-	ErrClassMalformedStream, ErrClassIncompleteStream, ErrClassStreamError, ErrClassStreamTooLarge,
+	ErrClassMalformedStream, ErrClassIncompleteStream, ErrClassStreamError, ErrClassEmptyStream, ErrClassUsageMismatch, ErrClassStreamTooLarge,
 	ErrClassDrained, ErrClassCanceled, ErrClassOther,
 }
 

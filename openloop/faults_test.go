@@ -33,6 +33,10 @@ func TestErrorClasses(t *testing.T) {
 		{stub.Fault{Break: true, BreakAfter: 2}, ErrClassConnReset},
 		{stub.Fault{StreamError: "engine died"}, ErrClassStreamError},
 		{stub.Fault{Hang: true}, ErrClassTimeout},
+		{stub.Fault{Empty: true}, ErrClassEmptyStream},                               // 200, usage, [DONE], no content token
+		{stub.Fault{Usage: func(int) int { return 400 }}, ErrClassUsageMismatch},     // more than max_tokens 4
+		{stub.Fault{Usage: func(c int) int { return c - 1 }}, ErrClassUsageMismatch}, // fewer than the chunks
+		{stub.Fault{NoUsage: true}, ""},                                              // marked, not failed
 		{stub.Fault{}, ""},
 	}
 	s := startStub(t, stub.Options{Tokens: 4, Fault: func(_ int64, id string) stub.Fault {
@@ -59,6 +63,9 @@ func TestErrorClasses(t *testing.T) {
 		want := faults[r.ID%len(faults)].want
 		if r.ErrorClass != want || (want == "") != r.OK() {
 			t.Errorf("record %d: status %s class %q (%s), want class %q", r.ID, r.Status, r.ErrorClass, r.Error, want)
+		}
+		if r.MaxTokens != 4 || r.UsageMissing != faults[r.ID%len(faults)].f.NoUsage && r.OK() {
+			t.Errorf("record %d: max_tokens %d usage_missing %v", r.ID, r.MaxTokens, r.UsageMissing)
 		}
 		if r.RequestID != "t-"+strconv.Itoa(r.ID) || !logged[r.RequestID] {
 			t.Errorf("record %d: request id %q, logged by the stub: %v", r.ID, r.RequestID, logged[r.RequestID])

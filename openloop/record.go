@@ -55,7 +55,9 @@ type Record struct {
 	PrefixGroup  int        `json:"prefix_group,omitempty"` // shared-prefix shape: group number, 1-based (0 = none)
 	TraceNs      int64      `json:"trace_ns,omitempty"`     // trace replay: the trace's own (scaled) send time
 	Ramp         bool       `json:"ramp,omitempty"`         // sent while the rate ramped up (phase ramp, or measure with include_ramp)
-	UsageMissing bool       `json:"usage_missing,omitempty"`
+	// UsageMissing is set when the stream had no usage chunk and
+	// OutputTokens counts content chunks instead.
+	UsageMissing bool `json:"usage_missing,omitempty"`
 	// QueuedNs is how long the request waited, once due, for a slot under
 	// Arrival.MaxInFlight (vllm bench serve's --max-concurrency): part of
 	// SentNs − ScheduledNs that is the cap's, not the generator's lag.
@@ -63,9 +65,8 @@ type Record struct {
 	// Resent: the request was written on a reused connection that the
 	// server had closed, nothing of a response came back, and it was sent
 	// again on a new connection (SentNs is the second send).
-	Resent bool `json:"resent,omitempty"`
-	// UsageMissing is set when the stream had no usage chunk and
-	// OutputTokens counts content chunks instead.
+	Resent    bool `json:"resent,omitempty"`
+	MaxTokens int  `json:"max_tokens,omitempty"` // the max_tokens (= min_tokens, with ignore_eos) the request asked for
 }
 
 // OK reports whether the request completed successfully.
@@ -161,6 +162,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	if r.UsageMissing {
 		b = append(b, `,"usage_missing":true`...)
+	}
+	if r.MaxTokens != 0 {
+		b = appendIntField(b, "max_tokens", int64(r.MaxTokens))
 	}
 	if r.QueuedNs != 0 {
 		b = appendIntField(b, "queued_ns", r.QueuedNs)
@@ -294,8 +298,8 @@ func (r *Record) validate() error {
 	if r.LastTokenNs != 0 && r.LastTokenNs < r.FirstTokenNs {
 		return fmt.Errorf("last_token_ns: %d is before first_token_ns %d", r.LastTokenNs, r.FirstTokenNs)
 	}
-	if r.InputTokens < 0 || r.OutputTokens < 0 {
-		return fmt.Errorf("input_tokens/output_tokens: must be ≥ 0, got %d/%d", r.InputTokens, r.OutputTokens)
+	if r.InputTokens < 0 || r.OutputTokens < 0 || r.MaxTokens < 0 {
+		return fmt.Errorf("input_tokens/output_tokens/max_tokens: must be ≥ 0, got %d/%d/%d", r.InputTokens, r.OutputTokens, r.MaxTokens)
 	}
 	if r.ErrorClass != "" && !r.ErrorClass.Valid() {
 		_, err := ParseErrorClass(string(r.ErrorClass))

@@ -13,7 +13,7 @@ func sampleRecord() Record {
 	return Record{ID: 7, Cell: "c\"1\\\n\x01é\xff", Block: 2, Phase: PhaseMeasure, ScheduledNs: 100, SentNs: 120,
 		FirstTokenNs: 5000, LastTokenNs: 9000, DoneNs: 9100, InputTokens: 4096, OutputTokens: 3,
 		ITLMs: []float64{1.5, 2.000123, 1e-6}, Status: StatusError, Error: "HTTP 503: <busy>", HTTPStatus: 503,
-		Target: "http://127.0.0.1:1", Session: "s1", Turn: 2, PrefixGroup: 3, TraceNs: 77, UsageMissing: true,
+		Target: "http://127.0.0.1:1", Session: "s1", Turn: 2, PrefixGroup: 3, TraceNs: 77, UsageMissing: true, MaxTokens: 9,
 		CachedTokens: new(int)}
 }
 

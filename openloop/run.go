@@ -333,7 +333,8 @@ func (r *runner) pickTarget() int { return int((r.rr.Add(1) - 1) % uint64(len(r.
 // execute sends j, waits for its stream to end and records it.
 func (r *runner) execute(j *job) *Record {
 	rec := Record{ID: j.id, Cell: r.cfg.Cell, Block: r.cfg.Block, Phase: j.phase, ScheduledNs: j.sched,
-		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs, RequestID: j.reqID, Ramp: j.ramp, QueuedNs: j.queued}
+		InputTokens: j.input, Session: j.session, Turn: j.turn, PrefixGroup: j.group, TraceNs: j.traceNs, RequestID: j.reqID, Ramp: j.ramp, MaxTokens: j.output,
+		QueuedNs: j.queued}
 	t := j.target
 	if t < 0 {
 		t = r.pickTarget()

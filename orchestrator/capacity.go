@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -16,7 +17,7 @@ import (
 // A capacity search (the matrix's capacity: section) replaces the fixed-rate
 // blocks. It proceeds in rounds: each round plans, for every config and
 // shape whose search is not finished, the rate(s) to probe next from the
-// probes finished so far (planSearch), then runs each of them once in every
+// probes finished so far (plan.Search), then runs each of them once in every
 // block 1..capacity.blocks, the round's probes in a random order within each
 // block, every block with its own workload seed shared by all configs. Each
 // probe run is an ordinary run of a cell (config, rate, shape) with its
@@ -26,7 +27,7 @@ import (
 
 // capacity runs the capacity search to its end.
 func (s *Sweep) capacity(ctx context.Context) error {
-	rc, err := recordedCapacityOf(s.state)
+	rc, err := recordedCapacityOf(s.store.state)
 	if err != nil {
 		return err
 	}
@@ -47,12 +48,15 @@ func (s *Sweep) capacity(ctx context.Context) error {
 			}
 		}
 		rec := s.capacityRoundRecord(k, round, rc.Blocks)
-		changed, err := s.recordCapacityRound(rec)
+		changed, replaced, err := s.store.recordRound(rec, s.opts.Force)
 		if err != nil {
 			return err
 		}
-		if s.addCapacityCells(round) || changed {
-			if err := writeSweep(s.dir, s.state); err != nil {
+		if replaced != "" {
+			s.logf("warning: capacity round %d differs from its record (%s); --force: the recorded rounds from %d on are replaced", rec.Round, replaced, rec.Round)
+		}
+		if s.store.addCells(round) || changed {
+			if err := s.store.save(); err != nil {
 				return err
 			}
 		}
@@ -71,7 +75,7 @@ func (s *Sweep) capacityRound(ctx context.Context, rec plan.Round) error {
 	missing := 0
 	for _, blk := range rec.Blocks {
 		for _, id := range blk.Order {
-			if !s.ledger.done(id, blk.Block) {
+			if !s.store.ledger.done(id, blk.Block) {
 				missing++
 			}
 		}
@@ -109,35 +113,17 @@ func (s *Sweep) capacityCell(config, shape string, rate float64) (matrices.Cell,
 	return matrices.Cell{}, fmt.Errorf("capacity search: shape %q is not in the matrix", shape)
 }
 
-// addCapacityCells adds a round's new cells to sweep.json's cells (the
-// caller writes it before any of their runs starts, so that export and
-// resume know them); it reports whether any was new.
-func (s *Sweep) addCapacityCells(round []matrices.Cell) bool {
-	known := map[string]bool{}
-	for _, c := range s.state.Cells {
-		known[c.ID] = true
-	}
-	added := false
-	for _, c := range round {
-		if !known[c.ID] {
-			s.state.Cells = append(s.state.Cells, CellRecord{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape.Name, SameAs: c.SameAs})
-			known[c.ID], added = true, true
-		}
-	}
-	return added
-}
-
 // capacityRuns reads the journaled runs of the capacity cells in s.cells;
 // with completeOnly, only probes that have every block journaled (what the
 // plan may depend on).
 func (s *Sweep) capacityRuns(rc *recordedCapacity, completeOnly bool) []results.CapacityRun {
 	var cells []CellRecord
-	for _, c := range s.state.Cells {
+	for _, c := range s.store.state.Cells {
 		if _, ok := s.cells[c.ID]; ok {
 			cells = append(cells, c)
 		}
 	}
-	return capacityRuns(s.dir, cells, s.ledger.runs, rc.Metric, rc.Blocks, completeOnly, s.values)
+	return capacityRuns(s.store.dir, cells, s.store.ledger.runs, rc.Metric, rc.Blocks, completeOnly, s.store.values)
 }
 
 // capacityRuns lists the journaled runs of cells with their verdicts and,
@@ -173,9 +159,8 @@ func (s *Sweep) recordCapacityStop(rc *recordedCapacity, rep results.CapacityRep
 		parts = append(parts, fmt.Sprintf("%s %s: %s %s", sr.Config, sr.Shape, results.IntervalText(sr.Lo, sr.Hi), note))
 	}
 	reason := "capacity search finished: " + strings.Join(parts, "; ")
-	s.state.Stop = &StopRecord{Reason: reason, Blocks: rc.Blocks, Metric: rc.Metric, Primary: rc.Metric, Converged: true}
 	s.logf("sweep stopped: %s", reason)
-	return writeSweep(s.dir, s.state)
+	return s.store.recordStop(&StopRecord{Reason: reason, Blocks: rc.Blocks, Metric: rc.Metric, Primary: rc.Metric, Converged: true})
 }
 
 // capacityUnusable names the searches that bracketed nothing (no rate held
@@ -263,4 +248,18 @@ func recordedCapacityOf(st *SweepState) (*recordedCapacity, error) {
 func (rc *recordedCapacity) spec() results.CapacitySpec {
 	return results.CapacitySpec{Metric: rc.Metric, MaxMs: rc.MaxMs, Lo: rc.Lo, Hi: rc.Hi, Tolerance: rc.Tolerance,
 		Blocks: rc.Blocks, Confidence: rc.confidence, Baseline: rc.baseline, Configs: rc.configs, Shapes: rc.shapes}
+}
+
+// errCapacityReplay: a resumed capacity search planned a round other than
+// the one recorded.
+var errCapacityReplay = errors.New("the resumed capacity search does not replay the recorded rounds")
+
+// capacityRoundRecord is round k (from 1) of round's cells, with the orders
+// capacityRound will run them in.
+func (s *Sweep) capacityRoundRecord(k int, round []matrices.Cell, blocks int) plan.Round {
+	probes := make([]plan.Probe, len(round))
+	for i, c := range round {
+		probes[i] = plan.Probe{Cell: c.ID, Config: c.Config, Shape: c.Shape.Name, Rate: c.Rate}
+	}
+	return plan.RoundOf(k, probes, blocks, s.store.state.Seed, s.store.state.Randomize)
 }

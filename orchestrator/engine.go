@@ -61,12 +61,37 @@ func (es *engineSet) all() []*engineProc {
 	return out
 }
 
-// launchEngines starts every instance of l (staggered), then the router, and
-// waits until all are ready. On any failure it stops what it started and
-// returns an error that names the command and quotes its log tail.
-func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineSet, error) {
+// launcher starts the engine sets a sweep's runs need, keeps the one that
+// runs, and stops it. What each host is and how it is reached is the
+// fleet's.
+type launcher struct {
+	*sweepLog
+	m       *matrices.Matrix
+	fleet   *fleet
+	marker  string   // the sweep id: every process's pidfile and environment carry it
+	seed    int64    // the sweep seed: a sim launch's seed derives from it and the run
+	selfEnv []string // environment of processes started from the mbench binary (tests)
+
+	cur      *engineSet // the running set, nil when none runs
+	launches int        // engine sets launched so far: names their logs
+}
+
+// stop stops the running set, if any.
+func (e *launcher) stop(ctx context.Context) error {
+	err := stopSet(ctx, e.cur)
+	e.cur = nil
+	return err
+}
+
+// start starts every instance of l (staggered), then the router, and waits
+// until all are ready; the set is then the running one. run names the run
+// it is launched for (a sim draws its launch noise from it, so a resumed
+// sweep launches with the same seeds). On any failure it stops what it
+// started and returns an error that names the command and quotes its log
+// tail.
+func (e *launcher) start(ctx context.Context, l *matrices.Launch, run string) (*engineSet, error) {
 	es := &engineSet{launch: l, started: time.Now()}
-	s.launches++
+	e.launches++
 	fail := func(err error) (*engineSet, error) {
 		sctx := context.WithoutCancel(ctx)
 		if ctx.Err() != nil { // interrupted: the teardown is bounded as after a run
@@ -74,7 +99,7 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 			sctx, cancel = context.WithTimeout(sctx, interruptTeardown)
 			defer cancel()
 		}
-		s.stopSet(sctx, es)
+		stopSet(sctx, es)
 		return nil, err
 	}
 	for i, inst := range l.Instances {
@@ -84,49 +109,49 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 			}
 		}
 		command := inst.Command
-		if dir, ok := s.fleet.pluginDir[inst.Host]; ok && l.Instrument {
+		if dir, ok := e.fleet.pluginDir[inst.Host]; ok && l.Instrument {
 			command = instrumentCommand(dir, command)
 		}
-		if s.isSim() {
+		if e.m.Engine.Kind == matrices.EngineSim {
 			// Each launch of the simulated engine draws its own launch
 			// noise, from the sweep seed and the run it is launched for, so
 			// a resumed sweep launches with the same seeds.
-			command += fmt.Sprintf(" --seed=%d", runSeed(s.state.Seed, s.runKey, i))
+			command += fmt.Sprintf(" --seed=%d", runSeed(e.seed, run, i))
 		}
-		node := s.m.Hosts[inst.Host].SlurmNode(inst.Index, inst.GPUs)
-		p, err := s.startProc(ctx, inst.Host, node, fmt.Sprintf("engine-%s-%d", inst.Host, inst.Index), command, inst.Env, inst.Port, len(inst.GPUs))
+		node := e.m.Hosts[inst.Host].SlurmNode(inst.Index, inst.GPUs)
+		p, err := e.startProc(ctx, inst.Host, node, fmt.Sprintf("engine-%s-%d", inst.Host, inst.Index), command, inst.Env, inst.Port, len(inst.GPUs))
 		if err != nil {
 			return fail(err)
 		}
 		p.index = inst.Index
-		if s.profile().WritesSteps(l.Instrument) {
+		if profileOf(e.m).WritesSteps(l.Instrument) {
 			p.stepLog = inst.StepLog
 		}
 		es.procs = append(es.procs, p)
 	}
 	for i, p := range es.procs {
 		inst := l.Instances[i]
-		if err := s.waitReady(ctx, p, s.profile().ReadyPath, l.ReadyTimeout); err != nil {
+		if err := e.waitReady(ctx, p, profileOf(e.m).ReadyPath, l.ReadyTimeout); err != nil {
 			return fail(err)
 		}
 		if inst.BootstrapPort > 0 {
-			u, err := s.fleet.reachNode(ctx, p.hostName, p.node, inst.BootstrapPort)
+			u, err := e.fleet.reachNode(ctx, p.hostName, p.node, inst.BootstrapPort)
 			if err != nil {
 				return fail(err)
 			}
 			bp := &engineProc{name: p.name + " bootstrap", hostName: p.hostName, host: p.host, proc: p.proc, url: u, logPath: p.logPath}
-			if err := s.waitReady(ctx, bp, "/query", l.ReadyTimeout); err != nil {
+			if err := e.waitReady(ctx, bp, "/query", l.ReadyTimeout); err != nil {
 				return fail(err)
 			}
 		}
 	}
 	if r := l.Router; r != nil {
-		p, err := s.startProc(ctx, r.Host, 0, "router-"+r.Host, r.Command, r.Env, r.Port, 0)
+		p, err := e.startProc(ctx, r.Host, 0, "router-"+r.Host, r.Command, r.Env, r.Port, 0)
 		if err != nil {
 			return fail(err)
 		}
 		es.router = p
-		if err := s.waitReady(ctx, p, r.ReadyPath, l.ReadyTimeout); err != nil {
+		if err := e.waitReady(ctx, p, r.ReadyPath, l.ReadyTimeout); err != nil {
 			return fail(err)
 		}
 		es.targets = []string{p.url}
@@ -135,40 +160,41 @@ func (s *Sweep) launchEngines(ctx context.Context, l *matrices.Launch) (*engineS
 			es.targets = append(es.targets, p.url)
 		}
 	}
+	e.cur = es
 	return es, nil
 }
 
 // startProc checks that the port is free, then starts one process (on node
 // node of a slurm host's allocation).
-func (s *Sweep) startProc(ctx context.Context, hostName string, node int, name, command string, env []matrices.EnvVar, port, gpus int) (*engineProc, error) {
-	h, err := s.host(ctx, hostName)
+func (e *launcher) startProc(ctx context.Context, hostName string, node int, name, command string, env []matrices.EnvVar, port, gpus int) (*engineProc, error) {
+	h, err := e.fleet.host(ctx, hostName)
 	if err != nil {
 		return nil, err
 	}
-	u, err := s.fleet.reachNode(ctx, hostName, node, port)
+	u, err := e.fleet.reachNode(ctx, hostName, node, port)
 	if err != nil {
 		return nil, err
 	}
-	if busy, use := s.portInUse(ctx, hostName, node, h, u, port); busy {
+	if busy, use := e.portInUse(ctx, hostName, node, h, u, port); busy {
 		return nil, fmt.Errorf("host %s: port %d: %w by another process (%s); stop it or change engine.port in the matrix (below the host's ephemeral port range, /proc/sys/net/ipv4/ip_local_port_range)",
 			hostName, port, errPortInUse, use)
 	}
-	logPath := s.hostPath(hostName, "logs", fmt.Sprintf("%s.%d.log", name, s.launches))
+	logPath := e.fleet.path(hostName, "logs", fmt.Sprintf("%s.%d.log", name, e.launches))
 	spec := hosts.ProcSpec{
 		Name:     name,
 		Command:  command,
-		Env:      toHostEnv(env, s.opts.SelfEnv),
+		Env:      toHostEnv(env, e.selfEnv),
 		LogPath:  logPath,
-		StateDir: s.hostPath(hostName, "pids"),
-		Marker:   s.state.SweepID,
+		StateDir: e.fleet.path(hostName, "pids"),
+		Marker:   e.marker,
 		Tether:   true,
 		GPUs:     gpus,
 		Node:     node,
 	}
-	s.tracef("start %s on %s: %s", name, hostName, command)
+	e.tracef("start %s on %s: %s", name, hostName, command)
 	proc, err := h.Start(ctx, spec)
 	if err != nil {
-		return nil, fmt.Errorf("start %s on host %s (%s): %w", name, hostName, s.redact(command), err)
+		return nil, fmt.Errorf("start %s on host %s (%s): %w", name, hostName, e.redact(command), err)
 	}
 	return &engineProc{name: name, hostName: hostName, host: h, proc: proc, url: u, logPath: logPath, command: command, node: node}, nil
 }
@@ -199,7 +225,7 @@ const (
 
 // waitReady polls url+path until it answers 200, the process exits, or the
 // timeout passes.
-func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeout time.Duration) error {
+func (e *launcher) waitReady(ctx context.Context, p *engineProc, path string, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
 	}
@@ -210,7 +236,7 @@ func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeo
 		select {
 		case <-p.proc.Done():
 			return fmt.Errorf("%s on host %s exited before it was ready (%v); command: %s; last lines of %s:\n%s",
-				p.name, p.hostName, p.proc.Err(), s.redact(p.command), p.logPath, s.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
+				p.name, p.hostName, p.proc.Err(), e.redact(p.command), p.logPath, e.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+path, nil)
@@ -222,7 +248,7 @@ func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeo
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s on host %s: not ready after %s (GET %s%s never answered 200); command: %s; last lines of %s:\n%s",
-				p.name, p.hostName, timeout, p.url, path, s.redact(p.command), p.logPath, s.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
+				p.name, p.hostName, timeout, p.url, path, e.redact(p.command), p.logPath, e.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -239,7 +265,7 @@ func (s *Sweep) waitReady(ctx context.Context, p *engineProc, path string, timeo
 
 // stopSet tears down every process of the set: SIGTERM, then SIGKILL to the
 // group after the grace period; the host verifies the group is gone.
-func (s *Sweep) stopSet(ctx context.Context, es *engineSet) error {
+func stopSet(ctx context.Context, es *engineSet) error {
 	if es == nil {
 		return nil
 	}
@@ -268,12 +294,6 @@ func (s *Sweep) stopSet(ctx context.Context, es *engineSet) error {
 		errs = append(errs, <-ch)
 	}
 	return errors.Join(errs...)
-}
-
-// reach returns the base URL at which mbench reaches port on a host
-// (fleet.reach).
-func (s *Sweep) reach(ctx context.Context, hostName string, port int) (string, error) {
-	return s.fleet.reach(ctx, hostName, port)
 }
 
 func isLocal(addr string) bool { return addr == "" || addr == "local" }
@@ -322,9 +342,9 @@ func dialHost(addr string) string {
 // (locally from Go, remotely with one command; a dial through a tunnel would
 // always succeed locally), and where they cannot be read it falls back to a
 // dial locally and assumes free remotely. The reason names what holds it.
-func (s *Sweep) portInUse(ctx context.Context, hostName string, node int, h hosts.Host, baseURL string, port int) (bool, string) {
+func (e *launcher) portInUse(ctx context.Context, hostName string, node int, h hosts.Host, baseURL string, port int) (bool, string) {
 	var tables string
-	if hc, ok := s.m.Hosts[hostName]; ok && (!isLocal(hc.Address) || hc.IsSlurm()) {
+	if hc, ok := e.m.Hosts[hostName]; ok && (!isLocal(hc.Address) || hc.IsSlurm()) {
 		out, _, err := nodeRun(ctx, h, node, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true")
 		if err != nil {
 			return false, ""

@@ -42,7 +42,7 @@ func TestPortUseSynthetic(t *testing.T) {
 // test holds: a listener (IPv4 and IPv6), the local port of an outgoing
 // connection, and a port nothing holds.
 func TestPortInUseRealSockets(t *testing.T) {
-	s := &Sweep{m: &matrices.Matrix{}}
+	s := &launcher{m: &matrices.Matrix{}}
 	ctx := context.Background()
 	h := hosts.NewLocal()
 	check := func(what string, port int, want bool, wantUse string) {

@@ -7,14 +7,18 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/engines"
+	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/openloop"
 )
 
 // What differs between engine kinds (package engines) where the sweep
 // needs it: readiness, metric names, version, vocabulary, step log.
 
-// profile is the matrix's engine kind's profile.
-func (s *Sweep) profile() engines.Profile { return engines.Of(engines.Kind(s.m.Engine.Kind)) }
+// profileOf is the profile of m's engine kind.
+func profileOf(m *matrices.Matrix) engines.Profile { return engines.Of(engines.Kind(m.Engine.Kind)) }
+
+// profile is the sweep's engine kind's profile.
+func (s *Sweep) profile() engines.Profile { return profileOf(s.m) }
 
 // learnVocab asks the first instance of a freshly launched set its
 // vocabulary size, where the kind says it, and checks the matrix's prompt

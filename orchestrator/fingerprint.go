@@ -41,7 +41,7 @@ func localGPUFingerprint() map[string]string {
 // earlier runs of the sweep, unless forced: results from two kinds of GPU
 // must not mix. Remote hosts are covered here; this machine's GPUs are in
 // the fingerprint from the start.
-func (s *Sweep) checkRunGPUs(dir string) error {
+func (st *store) checkRunGPUs(dir string, force bool) error {
 	f, err := os.Open(filepath.Join(dir, "gpu.jsonl"))
 	if err != nil {
 		return nil // no GPU samples: nothing to compare
@@ -65,16 +65,16 @@ func (s *Sweep) checkRunGPUs(dir string) error {
 			names = append(names, gpus[i])
 		}
 		key, now := "gpus@"+host, strings.Join(names, ",")
-		old, had := s.state.Fingerprint[key]
-		if had && old != now && !s.opts.Force {
+		old, had := st.state.Fingerprint[key]
+		if had && old != now && !force {
 			return fmt.Errorf("%w: host %s had GPUs %q, now %q; refusing to mix results (use --force to accept)", errFingerprint, host, old, now)
 		}
 		if old != now {
-			s.state.Fingerprint[key], changed = now, true
+			st.state.Fingerprint[key], changed = now, true
 		}
 	}
 	if changed {
-		return writeSweep(s.dir, s.state)
+		return st.save()
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ func TestRunGPUsFingerprint(t *testing.T) {
 	run := t.TempDir()
 
 	writeGPUs(t, run, "gpu0", "NVIDIA H200", "NVIDIA H200")
-	if err := s.checkRunGPUs(run); err != nil {
+	if err := s.store.checkRunGPUs(run, s.opts.Force); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.state.Fingerprint["gpus@gpu0"]; got != "NVIDIA H200,NVIDIA H200" {
@@ -42,13 +42,13 @@ func TestRunGPUsFingerprint(t *testing.T) {
 	}
 
 	writeGPUs(t, run, "gpu0", "NVIDIA H20", "NVIDIA H20")
-	err := s.checkRunGPUs(run)
+	err := s.store.checkRunGPUs(run, s.opts.Force)
 	if !errors.Is(err, errFingerprint) || !strings.Contains(err.Error(), `"NVIDIA H20,NVIDIA H20"`) {
 		t.Fatalf("other GPUs: err %v, want a fingerprint error naming them", err)
 	}
 
 	s.opts.Force = true
-	if err := s.checkRunGPUs(run); err != nil {
+	if err := s.store.checkRunGPUs(run, s.opts.Force); err != nil {
 		t.Fatalf("forced: %v", err)
 	}
 	if got := s.state.Fingerprint["gpus@gpu0"]; got != "NVIDIA H20,NVIDIA H20" {

@@ -46,7 +46,7 @@ func TestPlanViewUsableRuns(t *testing.T) {
 	s := viewSweep(t, results.VerdictOK, results.VerdictSaturated, results.VerdictOK, results.VerdictFailed)
 	id := s.state.Cells[0].ID
 	s.ledger.dead[id] = "three failures"
-	v := s.planView(4)
+	v := s.store.planView(s.m.Repeat, s.m.Baseline, 3, 4)
 	if v.Done != 4 || len(v.Cells) != 4 || !v.Dead[id] || len(v.Dead) != 1 {
 		t.Fatalf("view: done %d, %d cells, dead %v", v.Done, len(v.Cells), v.Dead)
 	}
@@ -59,7 +59,7 @@ func TestPlanViewUsableRuns(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(s.dir, "runs")); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.planView(4).Values[id]; len(got) != 2 {
+	if got := s.store.planView(s.m.Repeat, s.m.Baseline, 3, 4).Values[id]; len(got) != 2 {
 		t.Errorf("after the summaries were removed: %v; want the values read before", got)
 	}
 	// An unreadable summary gives no value (and no error).
@@ -67,7 +67,7 @@ func TestPlanViewUsableRuns(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(fresh.dir, fresh.ledger.runs[runKey{id, 1}].Dir, "summary_A.json"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := fresh.planView(1).Values[id]; len(got) != 0 {
+	if got := fresh.store.planView(fresh.m.Repeat, fresh.m.Baseline, 3, 1).Values[id]; len(got) != 0 {
 		t.Errorf("corrupt summary: values %v, want none", got)
 	}
 }

@@ -45,7 +45,7 @@ type gpuProbe struct {
 type runningEngine struct{ s *Sweep }
 
 func (r runningEngine) Owns(host string, p probes.GPUProc) bool {
-	return r.s.engineGroups(r.s.cur).Owns(host, p)
+	return r.s.engineGroups(r.s.engines.cur).Owns(host, p)
 }
 
 // engineGroups maps each host of es, named as its GPU samples name it
@@ -173,10 +173,11 @@ func (s *Sweep) startProbes(ctx context.Context, dir string) (stop func(), done 
 // runIsLocal reports whether a process of the running engine set is on this
 // machine (or no engine set is known): only then are local GPUs sampled.
 func (s *Sweep) runIsLocal() bool {
-	if s.cur == nil || len(s.cur.all()) == 0 {
+	cur := s.engines.cur
+	if cur == nil || len(cur.all()) == 0 {
 		return true
 	}
-	for _, p := range s.cur.all() {
+	for _, p := range cur.all() {
 		if s.onThisMachine(p.hostName) {
 			return true
 		}
@@ -187,10 +188,11 @@ func (s *Sweep) runIsLocal() bool {
 // runIsGated reports whether the gate reads the GPUs of a process of the
 // running engine set (or no engine set is known).
 func (s *Sweep) runIsGated() bool {
-	if s.cur == nil || len(s.cur.all()) == 0 {
+	cur := s.engines.cur
+	if cur == nil || len(cur.all()) == 0 {
 		return true
 	}
-	for _, p := range s.cur.all() {
+	for _, p := range cur.all() {
 		if (s.gpu.localGate && s.onThisMachine(p.hostName)) || s.gpu.gated[p.hostName] {
 			return true
 		}
@@ -210,7 +212,8 @@ type remoteProbe struct {
 // startRemoteProbes starts `mbench probe` on every remote host of the
 // running engine set; a host without an mbench binary is skipped (said once).
 func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
-	if s.cur == nil {
+	cur := s.engines.cur
+	if cur == nil {
 		return nil
 	}
 	interval := s.m.Probe.Interval
@@ -219,7 +222,7 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 	}
 	seen := map[string]bool{}
 	var out []*remoteProbe
-	for _, p := range s.cur.all() {
+	for _, p := range cur.all() {
 		name := p.hostName
 		label := s.sampleHost(p)
 		if seen[label] || s.onThisMachine(name) {
@@ -304,15 +307,6 @@ func (s *Sweep) waitFirstSample(ctx context.Context, rp *remoteProbe) {
 	}
 }
 
-// noteOnce logs a message the first time key is seen in this sweep.
-func (s *Sweep) noteOnce(key, format string, args ...any) {
-	if s.noted[key] {
-		return
-	}
-	s.noted[key] = true
-	s.logf(format, args...)
-}
-
 // gpuSummary summarizes the run's gpu.jsonl: processes of the running
 // engine set are its own, any other makes the run contended.
 func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
@@ -326,7 +320,7 @@ func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
 		return &probes.GPUSummary{Available: false, Reason: fmt.Sprintf("gpu.jsonl unreadable: %v", err)}
 	}
 	g := probes.SummarizeGPUWith(samples, probes.GPUSummaryOptions{
-		Owner: s.engineGroups(s.cur), ThrottleMaxFraction: s.m.Probe.ThrottleMaxFraction,
+		Owner: s.engineGroups(s.engines.cur), ThrottleMaxFraction: s.m.Probe.ThrottleMaxFraction,
 	})
 	return &g
 }
@@ -335,8 +329,9 @@ func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
 // band of the sweep's idle baseline, their memory back at the level the
 // running engine held when it was ready, and no foreign process is on them:
 // a warm GPU after a heavy run is the ordering effect of seed 000, and a
-// foreign process shares the GPU. The record goes into the run's summary.
-func (s *Sweep) gate(ctx context.Context) *probes.GateRecord {
+// foreign process shares the GPU. The record goes into the run's summary;
+// run names the run in messages.
+func (s *Sweep) gate(ctx context.Context, run string) *probes.GateRecord {
 	if s.gpu == nil || s.gpu.gate == nil {
 		return &probes.GateRecord{Note: "gpu unavailable or gate disabled"}
 	}
@@ -347,7 +342,8 @@ func (s *Sweep) gate(ctx context.Context) *probes.GateRecord {
 	g := s.gpu
 	rec := &probes.GateRecord{Enabled: true, IdleBaseline: g.idleRec, IdleBeforeLaunch: g.beforeLaunch}
 	g.beforeLaunch = nil
-	if s.cur != nil && g.loadedFor != s.cur {
+	cur := s.engines.cur
+	if cur != nil && g.loadedFor != cur {
 		base, brec, err := g.gate.MeasureLoaded(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -356,11 +352,11 @@ func (s *Sweep) gate(ctx context.Context) *probes.GateRecord {
 		case err != nil:
 			s.logf("warning: %v: the gate compares memory with the idle baseline", err)
 		default:
-			g.loaded, g.loadedRec, g.loadedFor = base, &brec, s.cur
+			g.loaded, g.loadedRec, g.loadedFor = base, &brec, cur
 		}
 	}
 	gt := *g.gate
-	if s.cur != nil && g.loadedFor == s.cur {
+	if cur != nil && g.loadedFor == cur {
 		gt.Baseline, gt.Kind, rec.EngineLoadedBaseline = g.loaded, probes.BaselineEngineLoaded, g.loadedRec
 	}
 	r, err := gt.Wait(ctx)
@@ -369,7 +365,7 @@ func (s *Sweep) gate(ctx context.Context) *probes.GateRecord {
 		return rec
 	}
 	if r.TimedOut {
-		s.logf("warning: gate timed out after %s before run %s: %s", gt.Timeout, s.runKey, r.Reason)
+		s.logf("warning: gate timed out after %s before run %s: %s", gt.Timeout, run, r.Reason)
 	}
 	rec.BeforeLoad = &r
 	return rec

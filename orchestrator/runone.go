@@ -16,6 +16,26 @@ import (
 	"github.com/mbench/mbench/results"
 )
 
+// run is one run to measure: a cell in a block, with the block's workload
+// seed, into its run directory.
+type run struct {
+	cell  matrices.Cell
+	block int
+	seed  int64
+	dir   string
+}
+
+// key names the run (cell/b<block>): in messages, and for the sim's launch
+// seeds.
+func (r run) key() string { return fmt.Sprintf("%s/b%d", r.cell.ID, r.block) }
+
+// measurer measures one run into its directory: the engine, the gate, the
+// probes, the load, the step log, the summary and its verdict. An error is
+// a run that failed.
+type measurer interface {
+	measure(ctx context.Context, r run) (*results.RunSummary, error)
+}
+
 // runOutcome is what one run produced.
 type runOutcome struct {
 	entry   JournalEntry
@@ -28,7 +48,7 @@ type runOutcome struct {
 // outcome with status "failed".
 func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64) (*runOutcome, error) {
 	rel := filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
-	dir := filepath.Join(s.dir, rel)
+	dir := filepath.Join(s.store.dir, rel)
 	if err := moveAside(dir); err != nil {
 		return nil, err
 	}
@@ -38,10 +58,9 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.slurmNodes()}
 	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
 
-	s.runKey = fmt.Sprintf("%s/b%d", cell.ID, block)
-	sum, runErr := s.measure(ctx, cell, block, seed, dir)
+	sum, runErr := s.measurer.measure(ctx, run{cell: cell, block: block, seed: seed, dir: dir})
 	if runErr == nil {
-		if err := s.checkRunGPUs(dir); err != nil {
+		if err := s.store.checkRunGPUs(dir, s.opts.Force); err != nil {
 			return nil, err // no journal line: the run is redone if the user forces
 		}
 	}
@@ -72,7 +91,7 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
 	}
 	entry.Self = selfUsage()
-	gaveUp, err := s.ledger.record(entry)
+	gaveUp, err := s.store.ledger.record(entry)
 	if err != nil {
 		return nil, err
 	}
@@ -95,13 +114,14 @@ func fmtPtr(v *float64, prec int) string {
 }
 
 // measure is the body of a run: engine, gate, probes, load, step log,
-// summary. Everything it writes lands in dir.
-func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed int64, dir string) (*results.RunSummary, error) {
-	es, err := s.ensureEngine(ctx, cell)
+// summary. Everything it writes lands in r.dir.
+func (s *Sweep) measure(ctx context.Context, r run) (*results.RunSummary, error) {
+	cell, block, seed, dir := r.cell, r.block, r.seed, r.dir
+	es, err := s.ensureEngine(ctx, cell, r.key())
 	if err != nil {
 		return nil, err
 	}
-	gate := s.gate(ctx)
+	gate := s.gate(ctx, r.key())
 	s.prog.setPhase("ready")
 
 	offsets := stepLogOffsets(ctx, es)
@@ -144,7 +164,7 @@ func (s *Sweep) measure(ctx context.Context, cell matrices.Cell, block int, seed
 		Engine: string(s.m.Engine.Kind), Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
 		Burstiness: s.m.Arrival.Burstiness,
 		Steps:      steps, GPU: gpu, Cache: &cache, Gate: gate,
-		Policy: s.policy(cell),
+		Policy: s.policy(cell), Percentiles: s.m.Measure.Percentiles, NaturalLength: s.request.NaturalLength,
 	}.WithLoad(res))
 	if err != nil {
 		return nil, fmt.Errorf("summarize run: %w", err)
@@ -204,8 +224,7 @@ func (s *Sweep) loadOutcome(ctx context.Context, es *engineSet, sinkErr, loadErr
 	}
 	if dead := es.dead(); dead != nil {
 		tail := dead.proc.LogTail(context.WithoutCancel(ctx), 20)
-		s.stopSet(context.WithoutCancel(ctx), es)
-		s.cur = nil
+		s.engines.stop(context.WithoutCancel(ctx)) // es is the running set
 		return fmt.Errorf("%s on host %s exited during the run (%v); last lines of its log:\n%s", dead.name, dead.hostName, dead.proc.Err(), s.redact(tail))
 	}
 	switch {
@@ -249,29 +268,29 @@ func arrivalName(p string, sh matrices.Shape) string {
 }
 
 // ensureEngine reuses the running engine when the next run has the same
-// launch spec, else tears it down and launches the one the cell needs.
-func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell) (*engineSet, error) {
+// launch spec, else tears it down and launches the one the cell needs for
+// the run named run.
+func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell, run string) (*engineSet, error) {
 	l, err := s.m.Launch(cell.Config, s.runtime())
 	if err != nil {
 		return nil, fmt.Errorf("render launch of config %s: %w", cell.Config, err)
 	}
-	reuse := s.cur != nil && s.cur.launch.Key == l.Key && s.cur.dead() == nil && s.m.Engine.Restart != "every_run"
+	cur := s.engines.cur
+	reuse := cur != nil && cur.launch.Key == l.Key && cur.dead() == nil && s.m.Engine.Restart != "every_run"
 	if reuse {
-		return s.cur, nil
+		return cur, nil
 	}
-	if s.cur != nil {
-		if err := s.stopSet(context.WithoutCancel(ctx), s.cur); err != nil {
+	if cur != nil {
+		if err := s.engines.stop(context.WithoutCancel(ctx)); err != nil {
 			s.logf("warning: %v", err)
 		}
-		s.cur = nil
 		s.waitGateAfterTeardown(ctx)
 	}
 	s.prog.setPhase("launch")
-	es, err := s.launchEngines(ctx, l)
+	es, err := s.engines.start(ctx, l, run)
 	if err != nil {
 		return nil, err
 	}
-	s.cur = es
 	if err := s.checkEngineVersion(ctx, es); err != nil {
 		return nil, err
 	}

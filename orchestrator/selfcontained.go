@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
@@ -21,16 +20,16 @@ const matrixCopyName = "matrix.yaml"
 
 // keepMatrixCopy writes the matrix file, secrets redacted, into the results
 // directory and records it in the sweep state.
-func (s *Sweep) keepMatrixCopy(matrixPath string) error {
+func (st *store) keepMatrixCopy(matrixPath string, redact func(string) string) error {
 	data, err := os.ReadFile(matrixPath)
 	if err != nil {
 		return fmt.Errorf("copy the matrix into the results directory: %w", err)
 	}
-	redacted := s.m.Redact(string(data))
-	if err := results.WriteFileAtomic(filepath.Join(s.dir, matrixCopyName), []byte(redacted), 0o644); err != nil {
+	redacted := redact(string(data))
+	if err := results.WriteFileAtomic(filepath.Join(st.dir, matrixCopyName), []byte(redacted), 0o644); err != nil {
 		return fmt.Errorf("copy the matrix into the results directory: %w", err)
 	}
-	s.state.MatrixCopy, s.state.MatrixSecrets = matrixCopyName, redacted != string(data)
+	st.state.MatrixCopy, st.state.MatrixSecrets = matrixCopyName, redacted != string(data)
 	return nil
 }
 
@@ -67,24 +66,24 @@ func resumeMatrix(dir string, st *SweepState, override string) (*matrices.Matrix
 // verifyRuns checks the files of every journaled run that should have them
 // (every verdict but failed): a run whose directory or summary_A.json is
 // missing or unreadable loses its journal line, and its directory (if any)
-// is moved aside, so the sweep redoes it.
-func (s *Sweep) verifyRuns() error {
-	entries, torn, err := ReadJournal(s.dir)
+// is moved aside, so the sweep redoes it. redo names those runs, each with
+// what was wrong.
+func (st *store) verifyRuns() (redo []string, err error) {
+	entries, torn, err := ReadJournal(st.dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var keep []JournalEntry
-	var redo []string
 	for _, e := range entries {
 		if e.Status == results.VerdictFailed {
 			keep = append(keep, e)
 			continue
 		}
-		if problem := runFilesProblem(s.dir, e); problem != "" {
+		if problem := runFilesProblem(st.dir, e); problem != "" {
 			redo = append(redo, fmt.Sprintf("%s b%d (%s)", e.Cell, e.Block, problem))
 			if filepath.IsLocal(e.Dir) {
-				if err := moveAside(filepath.Join(s.dir, e.Dir)); err != nil {
-					return err
+				if err := moveAside(filepath.Join(st.dir, e.Dir)); err != nil {
+					return nil, err
 				}
 			}
 			continue
@@ -92,16 +91,13 @@ func (s *Sweep) verifyRuns() error {
 		keep = append(keep, e)
 	}
 	if len(redo) == 0 && !torn {
-		return nil
+		return nil, nil
 	}
-	if err := repairJournal(s.dir, keep); err != nil {
-		return fmt.Errorf("rewrite the journal: %w", err)
+	if err := repairJournal(st.dir, keep); err != nil {
+		return nil, fmt.Errorf("rewrite the journal: %w", err)
 	}
-	if len(redo) > 0 {
-		sort.Strings(redo)
-		s.logf("redoing %d runs whose files are missing or unreadable: %s", len(redo), strings.Join(redo, "; "))
-	}
-	return nil
+	sort.Strings(redo)
+	return redo, nil
 }
 
 // runFilesProblem says what is wrong with a journaled run's files, "" when

@@ -38,8 +38,7 @@ func (s *Sweep) endBlockAllocations(ctx context.Context, block int) error {
 	if len(ended) == 0 {
 		return nil
 	}
-	err := s.stopSet(ctx, s.cur)
-	s.cur = nil
+	err := s.engines.stop(ctx)
 	for _, name := range ended {
 		s.fleet.drop(name)
 	}

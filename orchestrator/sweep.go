@@ -75,23 +75,19 @@ var ErrInterrupted = errors.New("sweep interrupted")
 
 // Sweep is one sweep in progress.
 type Sweep struct {
-	opts     Options
-	m        *matrices.Matrix
-	dir      string
-	state    *SweepState
-	cells    map[string]matrices.Cell
-	ledger   *ledger
+	opts  Options
+	m     *matrices.Matrix
+	cells map[string]matrices.Cell
+	// store is the results directory: sweep.json, the journal, the ledger.
+	*store
+	// sweepLog is where the sweep says what it does (mbench.log, the
+	// terminal) and its progress display.
+	*sweepLog
 	fleet    *fleet
-	cur      *engineSet
-	launches int
-	logFile  *os.File
-	runKey   string // the run being measured (cell/b<block>), for the sim's launch seeds
+	engines  *launcher
+	measurer measurer // the sweep itself outside tests
 	probeSeq int
-	noted    map[string]bool // messages said once per sweep (noteOnce)
-	prog     *progress
 	gpu      *gpuProbe
-	started  time.Time
-	values   runValues // the metric values of journaled runs, read once
 	// allocationsEnded: a block ended the allocations of per-block slurm
 	// hosts (slurm_block.go); the next block renews them.
 	allocationsEnded bool
@@ -110,8 +106,10 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	if opts.FailLimit <= 0 {
 		opts.FailLimit = 3
 	}
-	s := &Sweep{opts: opts, m: m, dir: dir, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
-		noted: map[string]bool{}, values: runValues{}, ledger: newLedger(dir, opts.FailLimit), started: time.Now()}
+	s := &Sweep{opts: opts, m: m, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
+		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
+	s.engines = &launcher{sweepLog: s.sweepLog, m: m, fleet: s.fleet, selfEnv: opts.SelfEnv}
+	s.measurer = s
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}
@@ -129,38 +127,6 @@ func sweepID(name, absDir string) string {
 }
 
 func (s *Sweep) isSim() bool { return s.m.Engine.Kind == matrices.EngineSim }
-
-func (s *Sweep) redact(str string) string { return s.m.Redact(str) }
-
-func (s *Sweep) logf(format string, args ...any) {
-	msg := s.redact(fmt.Sprintf(format, args...))
-	s.toLog(msg)
-	if s.prog != nil {
-		s.prog.log(msg)
-		return
-	}
-	if !s.opts.Quiet {
-		fmt.Fprintln(s.opts.Stderr, msg)
-	}
-}
-
-// tracef records a detail (the exact command of every launch, say) in the
-// sweep's mbench.log only, keeping the terminal for progress.
-func (s *Sweep) tracef(format string, args ...any) {
-	s.toLog(s.redact(fmt.Sprintf(format, args...)))
-}
-
-// toLog appends a timestamped line to <out>/mbench.log.
-func (s *Sweep) toLog(msg string) {
-	if s.logFile == nil {
-		f, err := os.OpenFile(filepath.Join(s.dir, "mbench.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return
-		}
-		s.logFile = f
-	}
-	fmt.Fprintf(s.logFile, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), msg)
-}
 
 // host returns the connection to a host of the matrix, dialling on first use.
 func (s *Sweep) host(ctx context.Context, name string) (hosts.Host, error) {
@@ -316,12 +282,8 @@ func lastLine(out []byte) string {
 
 // closeAll tears down the running engines and closes every host connection.
 func (s *Sweep) closeAll(ctx context.Context) error {
-	err := s.stopSet(ctx, s.cur)
-	s.cur = nil
+	err := s.engines.stop(ctx)
 	s.fleet.close()
-	if s.logFile != nil {
-		s.logFile.Close()
-		s.logFile = nil
-	}
+	s.sweepLog.close()
 	return err
 }

@@ -8,17 +8,21 @@ import (
 
 // CellSummary is cells/<id>/summary_A.json: a cell across its runs.
 type CellSummary struct {
-	Cell              string                 `json:"cell"`
-	Config            string                 `json:"config"`
-	Shape             string                 `json:"shape"`
-	Rate              float64                `json:"rate"`
-	SameAs            string                 `json:"same_as,omitempty"`
-	Simulated         bool                   `json:"simulated"`
-	Engine            string                 `json:"engine,omitempty"`
-	Confidence        float64                `json:"confidence"`
-	NRuns             int                    `json:"n_runs"` // usable (ok or saturated) runs
+	Cell       string  `json:"cell"`
+	Config     string  `json:"config"`
+	Shape      string  `json:"shape"`
+	Rate       float64 `json:"rate"`
+	SameAs     string  `json:"same_as,omitempty"`
+	Simulated  bool    `json:"simulated"`
+	Engine     string  `json:"engine,omitempty"`
+	Confidence float64 `json:"confidence"`
+	NRuns      int     `json:"n_runs"` // usable (ok) runs, the ones the statistics are over
+	// SaturatedRuns and ClientLimitedRuns count every run of the cell that
+	// was graded so (whatever its verdict: a saturated run is never used),
+	// Verdicts every run by its verdict.
 	SaturatedRuns     int                    `json:"saturated_runs"`
 	ClientLimitedRuns int                    `json:"client_limited_runs"`
+	Verdicts          VerdictCounts          `json:"verdicts"`
 	Metrics           map[string]MetricStats `json:"metrics"`
 	Runs              []CellRun              `json:"runs"`
 	MissingBlocks     []int                  `json:"missing_blocks"`
@@ -57,7 +61,7 @@ func summarizeCell(c *cellData, s *ExportInput, blocks int) CellSummary {
 	cs := CellSummary{
 		Cell: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: c.Info.Rate,
 		SameAs: c.Info.SameAs, Simulated: s.Simulated, Confidence: s.Confidence,
-		Metrics: map[string]MetricStats{}, Runs: []CellRun{}, MissingBlocks: []int{},
+		Metrics: map[string]MetricStats{}, Runs: []CellRun{}, MissingBlocks: []int{}, Verdicts: VerdictCounts{},
 	}
 	for _, r := range c.Runs {
 		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: r.Ref.Reason, Dir: r.Ref.Dir, Used: r.Problem == "" && r.Sum != nil && r.Ref.Status.Usable()}
@@ -77,13 +81,14 @@ func summarizeCell(c *cellData, s *ExportInput, blocks int) CellSummary {
 		}
 		if cr.Used {
 			cs.NRuns++
-			if cr.Saturated {
-				cs.SaturatedRuns++
-			}
-			if cr.ClientLimited {
-				cs.ClientLimitedRuns++
-			}
 		}
+		if cr.Saturated {
+			cs.SaturatedRuns++
+		}
+		if cr.ClientLimited || r.Ref.Status == VerdictClientLimited {
+			cs.ClientLimitedRuns++
+		}
+		cs.Verdicts[r.Ref.Status]++
 		cs.Runs = append(cs.Runs, cr)
 	}
 	for b := 1; b <= blocks; b++ {
@@ -114,8 +119,36 @@ func (c *cellData) metricByBlock(key string) map[int]float64 {
 	return out
 }
 
-// saturated reports whether any used run of the cell was saturated.
+// saturated reports whether any run of the cell was graded saturated.
 func (c *cellData) saturated() bool { return c.Sum.SaturatedRuns > 0 }
+
+// plotted is metric key of the cell as the plots draw it: its statistics
+// over the usable runs, or, for a cell with none but with saturated runs,
+// the mean of those (no CI), so that a plot shows where saturation set in
+// (marked so) rather than leave the cell out.
+func (c *cellData) plotted(key string) (MetricStats, bool) {
+	if m, ok := c.Sum.Metrics[key]; ok && m.Mean != nil {
+		return m, true
+	}
+	if v, ok := c.saturatedMean(key); ok && c.saturated() {
+		return MetricStats{Mean: &v}, true
+	}
+	return MetricStats{}, false
+}
+
+// saturatedMean is the mean of metric key over the cell's saturated runs.
+func (c *cellData) saturatedMean(key string) (float64, bool) {
+	var xs []float64
+	for _, r := range c.Runs {
+		if v, ok := r.Metrics[key]; ok && r.Sum != nil && (r.Sum.Saturated || r.Ref.Status == VerdictSaturated) {
+			xs = append(xs, v)
+		}
+	}
+	if len(xs) == 0 {
+		return 0, false
+	}
+	return stats.Mean(xs), true
+}
 
 // metricStats computes mean, CI and CV of per-block values.
 func metricStats(byBlock map[int]float64, confidence float64) MetricStats {

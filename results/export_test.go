@@ -165,6 +165,19 @@ func TestExportCellSummary(t *testing.T) {
 	if err := json.Unmarshal(b, &cs); err != nil || cs.NRuns != 0 || len(cs.MissingBlocks) != 3 {
 		t.Errorf("missing cell: %v %+v", err, cs)
 	}
+	// A cell whose every run was saturated: none is used, and all three are
+	// counted as saturated (they were counted only among the used runs, so
+	// saturated_runs was always 0).
+	cs = CellSummary{}
+	b, _ = os.ReadFile(filepath.Join(dir, "cells", "noop-r2", "summary_A.json"))
+	if err := json.Unmarshal(b, &cs); err != nil || cs.NRuns != 0 || cs.SaturatedRuns != 3 || cs.Verdicts[VerdictSaturated] != 3 || cs.Verdicts.Total() != 3 {
+		t.Errorf("saturated cell: %v n_runs %d saturated_runs %d verdicts %v", err, cs.NRuns, cs.SaturatedRuns, cs.Verdicts)
+	}
+	cs = CellSummary{}
+	b, _ = os.ReadFile(filepath.Join(dir, "cells", "mc_both-r0.5", "summary_A.json"))
+	if err := json.Unmarshal(b, &cs); err != nil || cs.ClientLimitedRuns != 1 || cs.Verdicts.Total() != len(cs.Runs) {
+		t.Errorf("client-limited cell: %v client_limited_runs %d verdicts %v", err, cs.ClientLimitedRuns, cs.Verdicts)
+	}
 }
 
 func TestExportPartialAndRedacted(t *testing.T) {

@@ -52,29 +52,22 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 		}
 		why = append(why, "run aborted early ("+r+")")
 	}
-	// thr_ratio judges only a window in which enough requests were offered
-	// to be judged: at rate 1e-9 nothing is offered, nothing completes, and
-	// the run is incomplete, not saturated. Nor is an engine that completes
-	// nothing at all (it hangs): a saturated engine still completes requests,
-	// fewer than were offered.
-	offeredInWindow := 0.0
-	if s.ThrRatio != nil && s.Duration > 0 {
-		r := s.OfferedRate
-		if s.OfferedRealized != nil {
-			r = *s.OfferedRealized
-		}
-		offeredInWindow = r * s.Duration
-	}
-	if s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && offeredInWindow >= SaturationMinOffered && s.Completed > 0 {
-		why = append(why, fmt.Sprintf("thr_ratio %.3f < %.1f: the engine completed fewer requests than were offered", *s.ThrRatio, SaturationThrRatio))
+	// thr_ratio judges only a run with enough requests to judge: at rate
+	// 1e-9 nothing is offered, nothing completes, and the run is
+	// incomplete, not saturated. Nor is an engine that completes nothing at
+	// all (it hangs): a saturated engine still completes requests, fewer
+	// than were offered.
+	if n := s.Completed + s.CutWaiting; s.ThrRatio != nil && *s.ThrRatio < SaturationThrRatio && n >= SaturationMinOffered && s.Completed > 0 {
+		why = append(why, fmt.Sprintf("thr_ratio %.3f < %.1f: %d measured requests were still waiting for their first token when the run ended, against %d completed",
+			*s.ThrRatio, SaturationThrRatio, s.CutWaiting, s.Completed))
 	}
 	if tr, ok := stats.FitTrend(x, y); ok {
 		s.TTFTSlopeMsPerS, s.TTFTSlopeP = ptr(tr.Slope), ptr(tr.P)
 		med := stats.PercentileSorted(ttftSorted, 50)
 		rise := tr.Slope * tr.Span
 		first, last := quarterMedians(x, y)
-		if tr.P < TrendAlpha && rise > TrendMinRise*med && last-first > TrendMinRise*med {
-			why = append(why, fmt.Sprintf("TTFT rises through the window: +%.0f ms over %.0f s (slope %.3g ms/s, p=%.2g), more than half the median TTFT %.0f ms, and the last quarter's median TTFT %.0f ms is that far above the first quarter's %.0f ms", rise, tr.Span, tr.Slope, tr.P, med, last, first))
+		if floor := max(TrendMinRise*med, TrendMinRiseMs); tr.P < TrendAlpha && rise > floor && last-first > floor {
+			why = append(why, fmt.Sprintf("TTFT rises through the window: +%.3g ms over %.0f s (slope %.3g ms/s, p=%.2g), more than half the median TTFT %.3g ms (and %g ms), and the last quarter's median TTFT %.3g ms is that far above the first quarter's %.3g ms", rise, tr.Span, tr.Slope, tr.P, med, TrendMinRiseMs, last, first))
 		}
 	}
 	if len(why) > 0 {

@@ -53,6 +53,9 @@ func RunMetrics(s *RunSummary) map[string]float64 {
 			out[name] = float64(f.Int())
 		}
 	}
+	for k, v := range s.Percentiles {
+		out[k] = v
+	}
 	if st := s.EngineStep; st != nil {
 		out["n_steps"] = float64(st.NSteps)
 		out["batch_queue_steps"] = float64(st.BatchQueueSteps)
@@ -82,7 +85,7 @@ func RunMetrics(s *RunSummary) map[string]float64 {
 }
 
 var (
-	latencyAlias = regexp.MustCompile(`^(ttft|tpot|itl|e2el)_(mean|median|std|p50|p90|p99)$`)
+	latencyAlias = regexp.MustCompile(`^(ttft|tpot|itl|e2el)_(mean|median|std|p50|p[0-9]+(?:\.[0-9]+)?)$`)
 	timerAlias   = regexp.MustCompile(`^([a-z_]+?)(_us)?_(mean|p50|p90|p99|min|max)$`)
 )
 

@@ -130,33 +130,11 @@ func (e errPoints) YError(i int) (float64, float64) { return e.lo[i], e.hi[i] }
 func ttftPlot(s *ExportInput, ordered []*cellData, shape string) *plot.Plot {
 	p := newPlot(s, "TTFT p90 vs rate ("+shape+")", "offered rate (req/s)", "TTFT p90 (ms), mean ± CI")
 	minY, maxY := math.Inf(1), math.Inf(-1)
+	all := ttftSeries(s, ordered, shape)
 	minMean, maxMean := math.Inf(1), math.Inf(-1)
-	type series struct {
-		cfg string
-		pts errPoints
-		sat plotter.XYs
-	}
-	var all []series
-	for _, cfg := range configsOf(ordered, s) {
-		se := series{cfg: cfg}
-		for _, c := range ordered {
-			m, ok := c.Sum.Metrics["p90_ttft_ms"]
-			if c.Info.Config != cfg || c.Info.Shape != shape || !ok || m.Mean == nil || !(*m.Mean > 0) {
-				continue
-			}
-			half := 0.0
-			if m.HalfWidth != nil {
-				half = *m.HalfWidth
-			}
-			se.pts.XYs = append(se.pts.XYs, plotter.XY{X: c.Info.Rate, Y: *m.Mean})
-			se.pts.lo, se.pts.hi = append(se.pts.lo, half), append(se.pts.hi, half)
-			if c.saturated() {
-				se.sat = append(se.sat, plotter.XY{X: c.Info.Rate, Y: *m.Mean})
-			}
-			minMean, maxMean = math.Min(minMean, *m.Mean), math.Max(maxMean, *m.Mean)
-		}
-		if len(se.pts.XYs) > 0 {
-			all = append(all, se)
+	for _, se := range all {
+		for _, xy := range se.pts.XYs {
+			minMean, maxMean = math.Min(minMean, xy.Y), math.Max(maxMean, xy.Y)
 		}
 	}
 	// The axis follows the means; a CI wider than the axis is clipped at it
@@ -243,6 +221,46 @@ func ttftPlot(s *ExportInput, ordered []*cellData, shape string) *plot.Plot {
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.Add("× saturated")
 	return p
+}
+
+// ttftSeries is one series of TTFT p90 means per config at shape, with the
+// cells graded saturated also in sat; a cell with no usable run but
+// saturated runs is drawn at the mean of those (no CI), so that where
+// saturation set in shows.
+func ttftSeries(s *ExportInput, ordered []*cellData, shape string) []ttftSeriesData {
+	var all []ttftSeriesData
+	for _, cfg := range configsOf(ordered, s) {
+		se := ttftSeriesData{cfg: cfg}
+		for _, c := range ordered {
+			if c.Info.Config != cfg || c.Info.Shape != shape {
+				continue
+			}
+			m, ok := c.plotted("p90_ttft_ms")
+			if !ok || !(*m.Mean > 0) {
+				continue
+			}
+			half := 0.0
+			if m.HalfWidth != nil {
+				half = *m.HalfWidth
+			}
+			se.pts.XYs = append(se.pts.XYs, plotter.XY{X: c.Info.Rate, Y: *m.Mean})
+			se.pts.lo, se.pts.hi = append(se.pts.lo, half), append(se.pts.hi, half)
+			if c.saturated() {
+				se.sat = append(se.sat, plotter.XY{X: c.Info.Rate, Y: *m.Mean})
+			}
+		}
+		if len(se.pts.XYs) > 0 {
+			all = append(all, se)
+		}
+	}
+	return all
+}
+
+// ttftSeriesData is one config's points on the TTFT plot.
+type ttftSeriesData struct {
+	cfg string
+	pts errPoints
+	sat plotter.XYs
 }
 
 // logTicks marks a log axis at 1, 2 and 5 per decade (labelled) and the

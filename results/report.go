@@ -63,7 +63,7 @@ func mdSections(v *reportView) []mdSection {
 	} else {
 		out = append(out, renderComparisons, renderTTFT)
 	}
-	return append(out, renderSLO, renderSteps, renderClasses, renderPrefixCache, renderNoise,
+	return append(out, renderSLO, renderOutputLengths, renderSteps, renderClasses, renderPrefixCache, renderNoise,
 		renderClientLimited, renderVerdicts, renderProblems, renderEnv, renderMethod, renderRuns)
 }
 
@@ -186,10 +186,10 @@ func renderTTFT(b *strings.Builder, v *reportView) {
 				}
 				fmt.Fprintf(b, " %s |", text)
 				if c != nil && c.Sum.SaturatedRuns > 0 {
-					notes = append(notes, fmt.Sprintf("\\* %s at rate=%g (%s): saturated in %d of %d runs — %s.", cfg, r, sh, c.Sum.SaturatedRuns, c.Sum.NRuns, firstReason(c, true)))
+					notes = append(notes, fmt.Sprintf("\\* %s at rate=%g (%s): saturated in %d of %d runs — %s.", cfg, r, sh, c.Sum.SaturatedRuns, len(c.Sum.Runs), firstReason(c, true)))
 				}
 				if c != nil && c.Sum.ClientLimitedRuns > 0 {
-					notes = append(notes, fmt.Sprintf("† %s at rate=%g (%s): client-limited in %d of %d runs — %s.", cfg, r, sh, c.Sum.ClientLimitedRuns, c.Sum.NRuns, firstReason(c, false)))
+					notes = append(notes, fmt.Sprintf("† %s at rate=%g (%s): client-limited in %d of %d runs — %s.", cfg, r, sh, c.Sum.ClientLimitedRuns, len(c.Sum.Runs), firstReason(c, false)))
 				}
 			}
 			b.WriteString("\n")
@@ -238,10 +238,10 @@ func ttftCell(c *cellData) string {
 // firstReason returns the first saturation (or client-limit) reason of a cell.
 func firstReason(c *cellData, saturation bool) string {
 	for _, r := range c.Sum.Runs {
-		if saturation && r.Used && r.Saturated {
+		if saturation && r.Saturated {
 			return fmt.Sprintf("b%d: %s", r.Block, orDefault(r.SaturationReason, "marked saturated"))
 		}
-		if !saturation && r.Used && r.ClientLimited {
+		if !saturation && r.ClientLimited {
 			return fmt.Sprintf("b%d: %s", r.Block, orDefault(r.ClientLimitedReason, "marked client-limited"))
 		}
 	}

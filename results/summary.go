@@ -22,6 +22,11 @@ const (
 	// TrendMinRise: ...and the fitted rise over the window must exceed this
 	// fraction of the median TTFT, for a run to count as saturated by trend.
 	TrendMinRise = 0.5
+	// TrendMinRiseMs: ...and by at least this many ms: a rise below the
+	// load generator's own send precision (openloop.ClientLateMs) is the
+	// host's noise, not a queue (TTFTs of a fraction of a millisecond on a
+	// loaded host rise by "half the median" on scheduling alone).
+	TrendMinRiseMs = openloop.ClientLateMs
 )
 
 // The thresholds of client_limited are the load generator's own
@@ -46,7 +51,11 @@ type RunInput struct {
 	Aborted                       bool
 	AbortReason                   string
 	AbortCause                    openloop.AbortCause
-	ClientCPUPct                  float64
+	// StopReason is why sending stopped (openloop.Result.StopReason:
+	// min_completed, requests, duration, timeout, trace_end, aborted,
+	// canceled); "" when not known.
+	StopReason   string
+	ClientCPUPct float64
 	// Grade is the load generator's self-grading of the run
 	// (openloop.Result.Grade). When nil, SummarizeRun computes it with
 	// openloop.SelfGrade(Records, Offered, {Arrival, Burstiness}), the
@@ -56,6 +65,13 @@ type RunInput struct {
 
 	// Policy is what the run is held to (min_completed, max_error_rate).
 	Policy Policy
+	// Percentiles are percentiles to report beyond DefaultPercentiles;
+	// NaturalLength says the requests let the engine end at end-of-sequence;
+	// Label and Metadata are copied into the summary.
+	Percentiles   []float64
+	NaturalLength bool
+	Label         string
+	Metadata      map[string]string
 
 	Steps *StepStats
 	GPU   *GPUSummary
@@ -69,6 +85,7 @@ type RunInput struct {
 func (in RunInput) WithLoad(res *openloop.Result) RunInput {
 	in.Records, in.Start, in.WindowStart, in.WindowEnd = res.Records, res.Start, res.WindowStart, res.WindowEnd
 	in.Offered, in.Aborted, in.AbortReason, in.AbortCause, in.ClientCPUPct = res.Offered, res.Aborted, res.AbortReason, res.AbortCause, res.ClientCPUPct
+	in.StopReason = res.StopReason
 	in.Grade = &res.Grade
 	return in
 }
@@ -125,19 +142,33 @@ type RunSummary struct {
 	OfferedRate float64 `json:"offered_rate"`
 	// OfferedRealized is the rate the arrival schedule actually offered in
 	// this run, (n−1)/(last − first scheduled send): a Poisson sample of
-	// 200 requests is ±7% off its nominal rate, and thr_ratio is measured
-	// against this, not against the nominal rate.
-	OfferedRealized  *float64 `json:"offered_rate_realized"`
-	AchievedRate     *float64 `json:"achieved_rate"`
+	// 200 requests is ±7% off its nominal rate.
+	OfferedRealized *float64 `json:"offered_rate_realized"`
+	AchievedRate    *float64 `json:"achieved_rate"`
+	// ThrRatio is the share of the measured requests, all sent in the
+	// measured window, that the engine saw through: completed / (completed
+	// + requests still waiting for their first token when the harness cut
+	// them off at the drain timeout or the stop). A request the engine
+	// failed counts in neither (it is an error), nor does one cut off while
+	// it streamed (the engine was serving it: CutStreaming); one that
+	// completed after the last send counts as completed, so a long output
+	// is not load left undone.
 	ThrRatio         *float64 `json:"thr_ratio"`
 	Saturated        bool     `json:"saturated"`
 	SaturationReason string   `json:"saturation_reason,omitempty"`
 	Aborted          bool     `json:"aborted"`
 	AbortReason      string   `json:"abort_reason,omitempty"`
 	// AbortCause is why the run was aborted (overload, failures, harness).
-	AbortCause      openloop.AbortCause `json:"abort_cause,omitempty"`
-	TTFTSlopeMsPerS *float64            `json:"ttft_slope_ms_per_s"`
-	TTFTSlopeP      *float64            `json:"ttft_slope_p"`
+	AbortCause openloop.AbortCause `json:"abort_cause,omitempty"`
+	// CutWaiting and CutStreaming count the measured requests the harness
+	// cut off (drained at the drain timeout, or cancelled by a stop) before
+	// their first token and while they streamed.
+	CutWaiting   int `json:"cut_waiting"`
+	CutStreaming int `json:"cut_streaming"`
+	// StopReason is why sending stopped (RunInput.StopReason).
+	StopReason      string   `json:"stop_reason,omitempty"`
+	TTFTSlopeMsPerS *float64 `json:"ttft_slope_ms_per_s"`
+	TTFTSlopeP      *float64 `json:"ttft_slope_p"`
 
 	// The load generator's self-grading (openloop.Grade): send lag = sent −
 	// scheduled; achieved_send_ratio = the achieved send rate over the
@@ -166,11 +197,20 @@ type RunSummary struct {
 	// ErrorExamples keeps the first error text of each class.
 	Errors        map[string]int    `json:"errors"`
 	ErrorExamples map[string]string `json:"error_examples,omitempty"`
-	EngineStep    *StepStats        `json:"engine_step,omitempty"`
-	GPU           *GPUSummary       `json:"gpu,omitempty"`
-	PrefixCache   *CacheSummary     `json:"prefix_cache,omitempty"`
-	ResponseCache *ResponseCache    `json:"response_cache,omitempty"` // the prefix cache as the responses' usage tells it
-	Gate          *GateRecord       `json:"gate,omitempty"`
+	// UsageMissing counts the completed measured requests whose stream had
+	// no usage chunk (their output tokens are content chunks, an undercount
+	// where a chunk carries several tokens); ShortOutputs those whose usage
+	// reports fewer tokens than the max_tokens = min_tokens asked for (the
+	// engine stopped early), ShortOutputExample the first of them in words.
+	// They mark the run; they do not change its verdict.
+	UsageMissing       int            `json:"usage_missing_requests"`
+	ShortOutputs       int            `json:"short_output_requests"`
+	ShortOutputExample string         `json:"short_output_example,omitempty"`
+	EngineStep         *StepStats     `json:"engine_step,omitempty"`
+	GPU                *GPUSummary    `json:"gpu,omitempty"`
+	PrefixCache        *CacheSummary  `json:"prefix_cache,omitempty"`
+	ResponseCache      *ResponseCache `json:"response_cache,omitempty"` // the prefix cache as the responses' usage tells it
+	Gate               *GateRecord    `json:"gate,omitempty"`
 
 	// Classes is latency by request class (seed 003 §3.5), Instances the
 	// prefix cache per instance and its spread (§3.2); see classes.go.
@@ -184,6 +224,22 @@ type RunSummary struct {
 	SLOMet        *int     `json:"slo_met,omitempty"`
 	Goodput       *float64 `json:"request_goodput,omitempty"`
 	SLOAttainment *float64 `json:"slo_attainment,omitempty"`
+
+	// The percentiles beyond the median, p90 and p99 (percentiles.go):
+	// p95 always, others as the run asked for them, keyed p<p>_<metric>_ms.
+	P95TTFTMs   *float64           `json:"p95_ttft_ms"`
+	P95TPOTMs   *float64           `json:"p95_tpot_ms"`
+	P95ITLMs    *float64           `json:"p95_itl_ms"`
+	P95E2ELMs   *float64           `json:"p95_e2el_ms"`
+	Percentiles map[string]float64 `json:"percentiles,omitempty"`
+	// NaturalLength: the requests let the engine end at end-of-sequence
+	// (ignore_eos off); OutputLengths is the output tokens' distribution.
+	NaturalLength bool         `json:"natural_length,omitempty"`
+	OutputLengths *LengthStats `json:"output_lengths,omitempty"`
+	// Label and Metadata are the user's record of the run (mbench load
+	// --label and --metadata, as vllm bench serve writes them).
+	Label    string            `json:"label,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // latStats holds pointers to the five statistics of one latency metric.
@@ -216,15 +272,17 @@ func ptr(v float64) *float64 {
 // first_token − sent, E2EL = last_token − sent, TPOT = (E2EL − TTFT) /
 // (output_tokens − 1) for output_tokens > 1, ITL = every itl_ms pooled;
 // percentiles by linear interpolation. duration = WindowEnd − WindowStart (the
-// measured window); request_throughput = completed / duration; achieved_rate =
+// first measured send to the last measured request's end); request_throughput = completed / duration; achieved_rate =
 // the measured requests written within the schedule's window (first to last
 // scheduled send + 5 ms) over that window (openloop.Grade.AchievedRate), or,
 // without scheduled times, (sends − 1) / (last send − first send);
-// thr_ratio = completions inside the window / requests offered in the window,
-// the latter being (the schedule's realized rate, or Offered when there are no
-// scheduled times) × duration. Using the realized rate keeps a Poisson
-// sample that happened to be sparse from looking saturated: with the nominal
-// rate, 200 healthy requests fall below 0.9 about one run in twelve.
+// thr_ratio = completed / (completed + requests the harness cut off before
+// their first token), over the measured requests, which are the requests
+// sent in the measured window: each counts by its own outcome, whenever it
+// ended, so the latency of the last requests is not load left undone, a
+// request the engine failed is an error, not an uncompleted one, and one the
+// harness cut off while it streamed was being served (a drain timeout
+// shorter than the outputs: incomplete, not saturated).
 //
 // It grades the run: saturated when thr_ratio < 0.9, when the run was
 // aborted, or when TTFT rises through the window (least-squares slope of TTFT
@@ -252,7 +310,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	s := &RunSummary{
 		Simulated: in.Simulated, Engine: in.Engine, Cell: in.Cell, Config: in.Config, Shape: in.Shape,
 		Rate: in.Rate, Block: in.Block, Arrival: in.Arrival, OfferedRate: in.Offered,
-		Aborted: in.Aborted, AbortReason: in.AbortReason, AbortCause: in.AbortCause, ClientCPUPct: in.ClientCPUPct,
+		Aborted: in.Aborted, AbortReason: in.AbortReason, AbortCause: in.AbortCause, StopReason: in.StopReason, ClientCPUPct: in.ClientCPUPct,
 		Errors: map[string]int{}, ErrorExamples: map[string]string{}, EngineStep: in.Steps, GPU: in.GPU, PrefixCache: in.Cache, Gate: in.Gate,
 		ResponseCache: summarizeResponseCache(in.Records),
 	}
@@ -261,14 +319,8 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		s.WindowEnd = in.WindowEnd.UTC().Format(time.RFC3339Nano)
 		s.Duration = in.WindowEnd.Sub(in.WindowStart).Seconds()
 	}
-	windowEndNs := int64(math.MaxInt64)
-	if !in.WindowEnd.IsZero() && !in.Start.IsZero() {
-		windowEndNs = in.WindowEnd.Sub(in.Start).Nanoseconds()
-	}
-
 	var ttft, tpot, itl, e2el, intended, sends, sched []float64
 	var trendX, trendY []float64
-	inWindow := 0
 	for i := range in.Records {
 		r := &in.Records[i]
 		if r.Phase != openloop.PhaseMeasure {
@@ -288,18 +340,19 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 			if _, ok := s.ErrorExamples[class]; !ok {
 				s.ErrorExamples[class] = errorExample(r)
 			}
+			switch {
+			case !harnessCut(class):
+			case r.FirstTokenNs > 0:
+				s.CutStreaming++
+			default:
+				s.CutWaiting++
+			}
 			continue
 		}
 		s.Completed++
 		s.TotalInputTokens += int64(r.InputTokens)
 		s.TotalOutputTokens += int64(r.OutputTokens)
-		end := r.DoneNs
-		if end == 0 {
-			end = r.LastTokenNs
-		}
-		if end <= windowEndNs {
-			inWindow++
-		}
+		markUsage(s, r, in.NaturalLength)
 		itl = append(itl, r.ITLMs...)
 		if r.FirstTokenNs <= 0 || r.SentNs <= 0 {
 			continue
@@ -323,18 +376,19 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	if s.Duration > 0 {
 		s.RequestThroughput = float64(s.Completed) / s.Duration
 		s.OutputThroughput = float64(s.TotalOutputTokens) / s.Duration
-		offered := in.Offered
-		if r, ok := spanRate(sched); ok {
-			s.OfferedRealized, offered = ptr(r), r
-		}
-		if offered > 0 {
-			s.ThrRatio = ptr(float64(inWindow) / (offered * s.Duration))
-		}
+	}
+	if r, ok := spanRate(sched); ok {
+		s.OfferedRealized = ptr(r)
+	}
+	if n := s.Completed + s.CutWaiting; n > 0 {
+		s.ThrRatio = ptr(float64(s.Completed) / float64(n))
 	}
 	latStats{&s.MeanTTFTMs, &s.MedianTTFTMs, &s.StdTTFTMs, &s.P90TTFTMs, &s.P99TTFTMs}.fill(ttft)
 	latStats{&s.MeanTPOTMs, &s.MedianTPOTMs, &s.StdTPOTMs, &s.P90TPOTMs, &s.P99TPOTMs}.fill(tpot)
 	latStats{&s.MeanITLMs, &s.MedianITLMs, &s.StdITLMs, &s.P90ITLMs, &s.P99ITLMs}.fill(itl)
 	latStats{&s.MeanE2ELMs, &s.MedianE2ELMs, &s.StdE2ELMs, &s.P90E2ELMs, &s.P99E2ELMs}.fill(e2el)
+	fillPercentiles(s, in.Percentiles, map[string][]float64{"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el})
+	s.NaturalLength, s.OutputLengths, s.Label, s.Metadata = in.NaturalLength, outputLengths(in.Records), in.Label, in.Metadata
 	if len(intended) > 0 {
 		sort.Float64s(intended)
 		s.P90TTFTIntendedMs = ptr(stats.PercentileSorted(intended, 90))
@@ -345,4 +399,19 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	gradeSaturation(s, trendX, trendY, ttft)
 	Decide(s, in.Policy)
 	return s, nil
+}
+
+// markUsage counts a completed request whose token count is not what the
+// stream should have said: no usage chunk, or, for fixed lengths (natural
+// false), fewer tokens than asked for.
+func markUsage(s *RunSummary, r *Record, natural bool) {
+	switch {
+	case r.UsageMissing:
+		s.UsageMissing++
+	case !natural && r.MaxTokens > 0 && r.OutputTokens < r.MaxTokens:
+		s.ShortOutputs++
+		if s.ShortOutputExample == "" {
+			s.ShortOutputExample = fmt.Sprintf("request %d: %d of the %d tokens asked for", r.ID, r.OutputTokens, r.MaxTokens)
+		}
+	}
 }

@@ -81,14 +81,15 @@ func TestSummarizeRunKnownValues(t *testing.T) {
 	// schedule's window (to 1899.1 + 5 ms).
 	eq("achieved_send_ratio", s.AchievedSendRatio, 1)
 	// Scheduled sends span 1000..1899.1 ms (11 of them) ⇒ realized offered
-	// rate 10/0.8991 s; 10 completions in the 1 s window ⇒ thr_ratio 0.8991:
-	// in so short a run the 0.1 s drain is 10% of the window.
+	// rate 10/0.8991 s. All 10 requests the engine did not fail completed
+	// ⇒ thr_ratio 1: neither the 500 nor the time after the last send
+	// counts as load left undone.
 	eq("offered_rate_realized", s.OfferedRealized, 10/0.8991)
-	eq("thr_ratio", s.ThrRatio, 0.8991)
+	eq("thr_ratio", s.ThrRatio, 1)
 	if s.KSStat != nil || s.KSP != nil {
 		t.Error("KS computed for constant arrivals")
 	}
-	if !s.Saturated || !strings.Contains(s.SaturationReason, "thr_ratio 0.899 < 0.9") || s.ClientLimited {
+	if s.Saturated || s.ClientLimited {
 		t.Errorf("saturated=%v (%s) client_limited=%v (%s)", s.Saturated, s.SaturationReason, s.ClientLimited, s.ClientLimitedReason)
 	}
 	if len(s.Errors) != 1 || s.Errors["http_5xx"] != 1 || s.ErrorExamples["http_5xx"] != "HTTP 500: internal error" {
@@ -164,8 +165,19 @@ func TestSummarizeRunSaturation(t *testing.T) {
 		// A healthy run whose Poisson sample came out 13% sparse: against
 		// the nominal rate its thr_ratio would be 0.87.
 		{"sparse sample", func() RunInput { in := poissonRun(1, 300, 10, flat, false); in.Offered = 10 * 1.15; return in }(), false, ""},
-		// Completions at half the offered rate: the engine serves 5 req/s.
+		// A third of the requests still in flight when the drain timeout
+		// ended the run.
 		{"thr_ratio", func() RunInput {
+			in := poissonRun(1, 300, 10, flat, false)
+			for i := 200; i < 300; i++ {
+				r := &in.Records[i]
+				r.Status, r.ErrorClass, r.Error, r.FirstTokenNs, r.LastTokenNs, r.ITLMs = "error", "drained", "drain timeout", 0, 0, nil
+			}
+			return in
+		}(), true, "thr_ratio 0.667 < 0.9: 100 measured requests were still waiting for their first token when the run ended, against 200 completed"},
+		// Completions at half the offered rate: the engine serves 5 req/s,
+		// and the queue shows in TTFT.
+		{"served at half the rate", func() RunInput {
 			in := poissonRun(1, 300, 10, flat, false)
 			for i := range in.Records {
 				r := &in.Records[i]
@@ -175,7 +187,7 @@ func TestSummarizeRunSaturation(t *testing.T) {
 			}
 			in.WindowEnd = t0.Add(time.Duration(in.Records[len(in.Records)-1].DoneNs))
 			return in
-		}(), true, "thr_ratio"},
+		}(), true, "TTFT rises"},
 		{"aborted", func() RunInput {
 			in := poissonRun(1, 300, 10, flat, false)
 			in.Aborted, in.AbortReason = true, "in-flight 512 > 256"
@@ -196,7 +208,7 @@ func TestSummarizeRunSaturation(t *testing.T) {
 				s.SaturationReason, c.sat, c.because, deref(s.ThrRatio), deref(s.TTFTSlopeMsPerS), deref(s.TTFTSlopeP))
 		}
 	}
-	s, _ := SummarizeRun(cases[4].in)
+	s, _ := SummarizeRun(cases[6].in)
 	if s.TTFTSlopeP == nil || *s.TTFTSlopeP > 0.01 {
 		t.Errorf("small rise should still be significant: p = %v", deref(s.TTFTSlopeP))
 	}

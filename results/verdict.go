@@ -96,6 +96,11 @@ type Policy struct {
 	// MinCompleted is the number of measured requests that must complete
 	// (0: no minimum, as for a trace replayed to its end).
 	MinCompleted int
+	// Requests is the number of measured requests that must finish on their
+	// own merits, completed or failed by the engine (0: no such count): a
+	// run of a fixed number of requests is incomplete when one was cut off
+	// by the harness or never sent, not when the engine failed one.
+	Requests int
 	// MaxErrorRate is the largest share of failed measured requests (engine
 	// failures; requests the harness cut off at the end are not counted)
 	// that still makes a result, when MaxErrorRateSet (0 then allows none);
@@ -125,33 +130,26 @@ func Decide(s *RunSummary, p Policy) {
 	}
 	var cs []cond
 	engineFailed, cut := 0, 0
+	byEngine := map[string]int{}
 	for class, n := range s.Errors {
 		if harnessCut(class) {
 			cut += n
 		} else {
 			engineFailed += n
+			byEngine[class] = n
 		}
 	}
+	erred := false
 	if n := s.Completed + engineFailed; engineFailed > 0 && float64(engineFailed) > p.maxErrorRate()*float64(n) {
+		erred = true
 		cs = append(cs, cond{VerdictErrors, fmt.Sprintf("%d of %d measured requests failed (%s), more than max_error_rate %g allows",
-			engineFailed, n, errorBreakdown(s.Errors), p.maxErrorRate())})
+			engineFailed, n, errorBreakdown(byEngine), p.maxErrorRate())})
 	}
 	if s.Saturated {
 		cs = append(cs, cond{VerdictSaturated, s.SaturationReason})
 	}
-	if p.MinCompleted > 0 && s.Completed < p.MinCompleted {
-		why := fmt.Sprintf("%d of the %d measured requests required completed", s.Completed, p.MinCompleted)
-		if s.Aborted {
-			why += " (aborted: " + s.AbortReason + ")"
-		} else {
-			why += " before measure.timeout"
-		}
-		if cut > 0 {
-			why += fmt.Sprintf("; %d were still in flight when the run ended", cut)
-		}
+	if why := incompleteReason(s, p, engineFailed, cut, erred); why != "" {
 		cs = append(cs, cond{VerdictIncomplete, why})
-	} else if s.Completed == 0 {
-		cs = append(cs, cond{VerdictIncomplete, "no measured request completed"})
 	}
 	if s.ClientLimited {
 		cs = append(cs, cond{VerdictClientLimited, s.ClientLimitedReason})
@@ -171,6 +169,67 @@ func Decide(s *RunSummary, p Policy) {
 	for _, c := range cs {
 		s.VerdictReasons = append(s.VerdictReasons, string(c.v)+": "+c.why)
 	}
+}
+
+// incompleteReason says why the run has too few requests to be a result, or
+// "" when it has enough. Failed requests are errors, said by the errors
+// verdict: they count as finished here, and a shortfall that the failures
+// themselves caused (the run aborted for failures, or every request failed)
+// is not said twice. Requests the harness cut off while they streamed (a
+// drain timeout shorter than the outputs) leave the window's last requests
+// unmeasured: incomplete, unless an abort already explains them.
+func incompleteReason(s *RunSummary, p Policy, engineFailed, cut int, erred bool) string {
+	if erred && (s.Completed == 0 || (s.Aborted && s.AbortCause == openloop.AbortFailures)) {
+		return ""
+	}
+	var parts []string
+	finished := s.Completed + engineFailed
+	switch {
+	case p.MinCompleted > 0 && s.Completed < p.MinCompleted:
+		why := fmt.Sprintf("%d of the %d measured requests required completed", s.Completed, p.MinCompleted)
+		if engineFailed > 0 {
+			why += fmt.Sprintf(" (%d others failed)", engineFailed)
+		}
+		parts = append(parts, why+stopPhrase(s))
+	case p.Requests > 0 && finished < p.Requests:
+		parts = append(parts, fmt.Sprintf("%d of the %d measured requests asked for finished (completed or failed)", finished, p.Requests)+stopPhrase(s))
+	case s.NumPrompts == 0:
+		return "no measured request was sent"
+	case s.Completed == 0:
+		parts = append(parts, "no measured request completed"+stopPhrase(s))
+	}
+	if s.CutStreaming > 0 && !s.Aborted {
+		why := fmt.Sprintf("%d measured requests were still streaming when the harness ended the run (measure.drain_timeout, or a stop): the engine was serving them, and the window's last requests are unmeasured", s.CutStreaming)
+		if s.P99E2ELMs != nil {
+			why += fmt.Sprintf(" (raise measure.drain_timeout above the requests' E2EL; the completed ones' p99 was %.3g s)", *s.P99E2ELMs/1e3)
+		}
+		parts = append(parts, why)
+	} else if len(parts) > 0 && cut > 0 {
+		parts[len(parts)-1] += fmt.Sprintf("; %d were still in flight when the run ended", cut)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// stopPhrase says when sending stopped, for the incomplete reason.
+func stopPhrase(s *RunSummary) string {
+	if s.Aborted {
+		return " (aborted: " + s.AbortReason + ")"
+	}
+	switch s.StopReason {
+	case "timeout", "":
+		// A summary without a stop reason was written before they were
+		// recorded, when only the timeout could stop a run short.
+		return " before measure.timeout"
+	case "canceled":
+		return " before the run was interrupted"
+	case "duration":
+		return " within the measured duration"
+	case "trace_end":
+		return " by the end of the trace"
+	case "requests":
+		return " when the last request had been sent"
+	}
+	return " (sending stopped: " + s.StopReason + ")"
 }
 
 // harnessCut reports whether a failure class means the harness ended the

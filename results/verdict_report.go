@@ -14,14 +14,19 @@ const VerdictRule = "Each run gets one verdict, decided in one place from its su
 	"**failed** when the engine or the harness failed (no summary); " +
 	"**errors** when more of its measured requests failed than measure.max_error_rate allows (default 1%; " +
 	"requests cut off by the drain timeout or an interrupt are not engine errors); " +
-	"**saturated** when the engine completed fewer than 90% of the requests offered in the window " +
-	"(judged only when at least 10 were offered), the run was aborted by abort_if, or TTFT rose through the window " +
+	"**saturated** when thr_ratio, the share of the measured requests the engine did not fail that completed " +
+	"(whenever they ended: the rest were still in flight when the drain timeout or a stop cut them off), is below 0.9 " +
+	"(judged only when at least 10 such requests were sent), the run was aborted by abort_if, or TTFT rose through the window " +
 	"(a significant slope, and the last quarter's median TTFT above the first quarter's by half the median); " +
-	"**incomplete** when fewer than measure.min_completed measured requests completed before measure.timeout; " +
+	"**incomplete** when fewer than measure.min_completed measured requests completed (the reason says when sending stopped; " +
+	"a run the failures themselves cut short is errors only); " +
 	"**client_limited** when the load generator did not send on schedule; " +
 	"**gpu_contended** when a process other than the engine used one of the run's GPUs during the window; " +
 	"**throttled** when a GPU was power or thermally throttled for more of the window than allowed; " +
 	"else **ok**. The first that applies is the verdict; every one that applied is recorded. " +
+	"A request counts as completed only when its stream ended with [DONE], carried a content token (else empty_stream) " +
+	"and a usage no lower than the content chunks and no higher than max_tokens (else usage_mismatch); " +
+	"requests with no usage chunk or fewer tokens than asked for are counted per run, not failed. " +
 	"Only ok runs count in the tables, the comparisons and the stopping rule."
 
 // VerdictCounts counts runs by verdict.
@@ -62,12 +67,14 @@ func renderVerdicts(b *strings.Builder, v *reportView) {
 		}
 	}
 	rows, classes := errorRows(v.ordered)
-	if len(rows) == 0 && counts[VerdictOK] == counts.Total() {
+	marks := usageMarks(v.ordered)
+	if len(rows) == 0 && len(marks) == 0 && counts[VerdictOK] == counts.Total() {
 		collapsed(b, "Run verdicts", "%d runs: %s; no measured request failed.", counts.Total(), counts)
 		return
 	}
 	b.WriteString("## Run verdicts\n\n")
 	fmt.Fprintf(b, "%d runs: %s. (The rule is in the Method section.)\n\n", counts.Total(), counts)
+	renderUsageMarks(b, marks)
 	if len(rows) == 0 {
 		b.WriteString("No measured request failed.\n\n")
 		return
@@ -175,4 +182,37 @@ func blockMismatch(ordered []*cellData, configs []string, shape string, rate flo
 	}
 	return fmt.Sprintf("‡ rate=%g (%s): the configs' usable runs come from different blocks (%s); each mean is over its own blocks, and each comparison uses only the blocks both sides have.",
 		rate, shape, strings.Join(parts, "; "))
+}
+
+// usageMarks are the lines for the runs whose completed requests' token
+// counts the streams did not vouch for (RunSummary.UsageMissing,
+// ShortOutputs): their verdicts stand, and what rests on the counts is said.
+func usageMarks(ordered []*cellData) []string {
+	var lines []string
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if r.Sum == nil {
+				continue
+			}
+			where := fmt.Sprintf("%s (%s rate=%g) b%d", c.Info.ID, c.Info.Config, c.Info.Rate, r.Ref.Block)
+			if n := r.Sum.UsageMissing; n > 0 {
+				lines = append(lines, fmt.Sprintf("- %s: %d of %d completed requests had no usage chunk; their output tokens are the content chunks counted (fewer where a chunk carries several tokens), and TPOT and output throughput rest on that count.",
+					where, n, r.Sum.Completed))
+			}
+			if n := r.Sum.ShortOutputs; n > 0 {
+				lines = append(lines, fmt.Sprintf("- %s: %d of %d completed requests got fewer output tokens than the max_tokens = min_tokens asked for (%s): the engine stopped early (does it honour ignore_eos and min_tokens?), so the runs measured shorter outputs than the shape says.",
+					where, n, r.Sum.Completed, r.Sum.ShortOutputExample))
+			}
+		}
+	}
+	return lines
+}
+
+// renderUsageMarks writes the lines of usageMarks under their heading.
+func renderUsageMarks(b *strings.Builder, lines []string) {
+	if len(lines) == 0 {
+		return
+	}
+	b.WriteString("### Token counts the streams did not vouch for\n\n")
+	b.WriteString(strings.Join(lines, "\n") + "\n\n")
 }

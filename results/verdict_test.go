@@ -63,7 +63,7 @@ func TestDecide(t *testing.T) {
 		{"nothing completed", func(in *RunInput) {
 			in.Records = nil
 			in.Policy.MinCompleted = 0
-		}, VerdictIncomplete, "no measured request completed"},
+		}, VerdictIncomplete, "no measured request was sent"},
 		{"rate 1e-9: nothing offered, nothing completed", func(in *RunInput) {
 			in.Records, in.Offered, in.Rate = nil, 1e-9, 1e-9
 			in.WindowEnd = in.WindowStart.Add(30 * time.Second)
@@ -170,4 +170,35 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// TTFTs of a fraction of a millisecond that creep up by a fraction of a
+// millisecond (a loaded host's scheduling, no queue) rise by "half the
+// median" and significantly, but by less than the generator's own send
+// precision: not saturation. The same creep on top of a real queue is.
+func TestTrendRuleHasAnAbsoluteFloor(t *testing.T) {
+	creep := func(base, perReqMs float64) RunInput {
+		in := verdictRun(200)
+		for i := range in.Records {
+			r := &in.Records[i]
+			ttft := int64((base + perReqMs*float64(i)) * float64(time.Millisecond))
+			d := ttft - (r.FirstTokenNs - r.SentNs)
+			r.FirstTokenNs += d
+			r.LastTokenNs += d
+			r.DoneNs += d
+		}
+		in.WindowEnd = t0.Add(time.Duration(in.Records[199].DoneNs))
+		return in
+	}
+	s, err := SummarizeRun(creep(0.2, 0.002)) // 0.2 → 0.6 ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Saturated || s.TTFTSlopeP == nil || *s.TTFTSlopeP > TrendAlpha {
+		t.Errorf("a 0.4 ms creep: saturated %v (%s), slope p %v; want a significant slope and no saturation", s.Saturated, s.SaturationReason, deref(s.TTFTSlopeP))
+	}
+	s, _ = SummarizeRun(creep(0.2, 0.05)) // 0.2 → 10 ms
+	if !s.Saturated || !strings.Contains(s.SaturationReason, "(and 5 ms)") {
+		t.Errorf("a 10 ms rise: saturated %v (%s)", s.Saturated, s.SaturationReason)
+	}
 }

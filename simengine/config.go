@@ -60,9 +60,11 @@ type Config struct {
 	// VLLM_API_KEY) does; /health, /metrics and /version stay open.
 	APIKey string
 	// Fault makes every completion request fail one way (FaultHTTP500, …);
-	// "" serves normally.
-	Fault string
-	Seed  int64 // seeds the launch factor, jitter, generated text and pseudo-EOS
+	// "" serves normally. With FaultEvery > 1 only every FaultEvery-th
+	// request does (in arrival order), for partial failure rates.
+	Fault      string
+	FaultEvery int
+	Seed       int64 // seeds the launch factor, jitter, generated text and pseudo-EOS
 	// KVRole gives the sim a modelled KV connector (kv_producer, kv_consumer
 	// or kv_both): it takes vLLM's kv_transfer_params for disaggregated
 	// prefill and reports vllm:external_prefix_cache_* metrics. "" = none.
@@ -184,6 +186,9 @@ func (c Config) Validate() error {
 	}
 	if c.ColdFactor == 0 {
 		return fmt.Errorf("cold-factor: must be > 0")
+	}
+	if c.FaultEvery < 0 || (c.FaultEvery > 0 && c.Fault == FaultNone) {
+		return fmt.Errorf("fault-every: must be ≥ 0, and needs a fault, got %d with fault %q", c.FaultEvery, c.Fault)
 	}
 	if err := validFault(c.Fault); err != nil {
 		return err

@@ -39,6 +39,7 @@ type Engine struct {
 	log        *stepLog // nil without a step log
 
 	lateResets atomic.Int64 // steps that started more than maxLag behind the timeline
+	faultSeq   atomic.Int64 // completion requests counted for Config.FaultEvery
 }
 
 // New validates cfg, applies its defaults and opens the step log. The step

@@ -26,7 +26,8 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 	if !allow(w, r, http.MethodPost) {
 		return
 	}
-	if e.injectFault(w, r) {
+	fault := e.pickFault()
+	if e.injectFault(w, r, fault) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
@@ -89,6 +90,7 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 		created: time.Now().Unix(),
 		model:   e.cfg.Model,
 		prompt:  p,
+		fault:   fault,
 	}
 	if chat {
 		rs.id = "chat" + rs.id
@@ -146,6 +148,7 @@ type response struct {
 	created int64
 	model   string
 	prompt  int
+	fault   string // FaultNoUsage or FaultBadUsage change the usage chunk
 }
 
 func (rs response) head() string {
@@ -220,8 +223,12 @@ func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, 
 		}
 		switch {
 		case done:
-			if includeUsage {
-				buf = append(buf, "data: "+head+`,"choices":[],"usage":`+usageJSON(rs.prompt, sent)+"}\n\n"...)
+			if includeUsage && rs.fault != FaultNoUsage {
+				n := sent
+				if rs.fault == FaultBadUsage {
+					n = 50 * sent
+				}
+				buf = append(buf, "data: "+head+`,"choices":[],"usage":`+usageJSON(rs.prompt, n)+"}\n\n"...)
 			}
 			buf = append(buf, "data: [DONE]\n\n"...)
 		case err != nil:

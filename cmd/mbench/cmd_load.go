@@ -101,6 +101,10 @@ func loadAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	pcts, meta, err := recordFlags(c)
+	if err != nil {
+		return err
+	}
 	model, err := modelFlag(c)
 	if err != nil {
 		return err
@@ -174,12 +178,14 @@ func loadAction(c *cli.Context) error {
 	if shape.Trace != nil || shape.Dataset == nil {
 		fmt.Fprintf(c.App.ErrWriter, "load: prompt token ids %v (%s)\n", res.TokenIDs, res.TokenSource)
 	}
-	// Every request of a --requests N run must complete; a --min-completed
-	// run must reach its minimum; the verdict is the sweep's (results.Decide).
-	policy := results.Policy{MinCompleted: max(mc, n), MaxErrorRate: c.Float64("max-failed"), MaxErrorRateSet: true, SLO: slo}
+	// Every request of a --requests N run must finish on its own merits
+	// (completed, or failed within --max-failed); a --min-completed run must
+	// reach its minimum; the verdict is the sweep's (results.Decide).
+	policy := results.Policy{MinCompleted: mc, Requests: n, MaxErrorRate: c.Float64("max-failed"), MaxErrorRateSet: true, SLO: slo}
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: "load", Config: "load", Shape: shape.Name, Rate: rateLabel(cfg), Engine: "external",
 		Arrival: arrival, Burstiness: cfg.Arrival.Burstiness, Policy: policy,
+		Percentiles: pcts, NaturalLength: req.NaturalLength, Label: c.String("label"), Metadata: meta,
 	}.WithLoad(res))
 	if err != nil {
 		return fmt.Errorf("load: summarize: %w", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/results"
 	"github.com/urfave/cli/v2"
 )
 
@@ -28,7 +29,30 @@ func requestFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "repetition-penalty", Usage: "repetition_penalty sampling parameter"},
 		&cli.StringFlag{Name: "served-model-name", Usage: "the model name requests carry (vllm's --served-model-name); the same as --model"},
 		&cli.IntFlag{Name: "max-concurrency", Usage: "with --rate: at most N requests in flight; one due while N are in flight waits for a slot (vllm's --max-concurrency)"},
+		&cli.StringFlag{Name: "percentiles", Value: "50,90,95,99", Usage: "percentiles of TTFT, TPOT, ITL and E2EL in summary_A.json (vllm's --metric-percentiles); p50, p90, p95 and p99 are always there"},
+		&cli.StringFlag{Name: "label", Usage: "a label recorded in summary_A.json (vllm's --label)"},
+		&cli.StringSliceFlag{Name: "metadata", Usage: "KEY=VALUE recorded in summary_A.json's metadata (repeat; vllm's --metadata)"},
 	}
+}
+
+// recordFlags are the percentiles to report and the metadata to record.
+func recordFlags(c *cli.Context) ([]float64, map[string]string, error) {
+	pcts, err := results.ParsePercentiles(c.String("percentiles"))
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("load: --percentiles: %w", err)}
+	}
+	var meta map[string]string
+	for _, kv := range c.StringSlice("metadata") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, nil, usageError{fmt.Errorf("load: --metadata %q: want KEY=VALUE", kv)}
+		}
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return pcts, meta, nil
 }
 
 // requestFromFlags is the openloop.Request the flags ask for, the API key

@@ -35,10 +35,20 @@ func TestLoadRequestOptions(t *testing.T) {
 	}
 
 	out, stdout, stderr, err := load("--rate", "100", "--requests", "12", "--api-key-env", "MBENCH_TEST_API_KEY",
+		"--percentiles", "50,99.9", "--label", "lab", "--metadata", "tp=2",
 		"--header", "X-Tenant=team-a", "--header", "X-Trace: t1", "--temperature", "0.6", "--top-k", "8",
 		"--extra-body", `{"chat_template_kwargs":{"enable_thinking":false}}`, "--ignore-eos=false", "--served-model-name", "stub-model")
 	if err != nil && exitStatus(err) != exitNoResult { // the verdict is not what this test is about
 		t.Fatalf("load: %v\n%s", err, stderr)
+	}
+	var sum map[string]any
+	if err := json.Unmarshal([]byte(stdout), &sum); err != nil {
+		t.Fatal(err)
+	}
+	pc, _ := sum["percentiles"].(map[string]any)
+	if sum["p95_ttft_ms"] == nil || pc["p99.9_ttft_ms"] == nil || sum["label"] != "lab" || sum["metadata"].(map[string]any)["tp"] != "2" ||
+		sum["natural_length"] != true || sum["output_lengths"] == nil {
+		t.Errorf("summary lacks p95, p99.9, the label, the metadata or the output lengths:\n%s", stdout)
 	}
 	es := s.Entries()
 	if len(es) != 12 {
@@ -140,6 +150,10 @@ func TestSweepRequestOptions(t *testing.T) {
 	}
 	if ok < 20 || short == 0 {
 		t.Errorf("%d measured requests ok, %d shorter than max_tokens: want the key accepted and natural lengths", ok, short)
+	}
+	if rep, _ := os.ReadFile(filepath.Join(out, "report.md")); !strings.Contains(string(rep), "## Output lengths (natural: the engine ended each output)\n") ||
+		!strings.Contains(string(rep), "| plain | 64x8 | 20 |") {
+		t.Errorf("report.md lacks the output-length distribution of natural lengths:\n%s", rep)
 	}
 	_ = filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {

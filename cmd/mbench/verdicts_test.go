@@ -32,6 +32,8 @@ func TestVerdictsOfMisbehavingEngines(t *testing.T) {
 		{"context length", "{max_model_len: 32}", "", "errors", "context_length", "measured requests failed"},
 		{"malformed SSE", "{fault: malformed}", "", "errors", "malformed_stream", "measured requests failed"},
 		{"closed mid-stream", "{fault: truncate}", "", "errors", "incomplete_stream", "measured requests failed"},
+		{"empty stream", "{fault: empty}", "", "errors", "empty_stream", "measured requests failed"},
+		{"usage 50x the tokens", "{fault: bad_usage}", "", "errors", "usage_mismatch", "measured requests failed"},
 		{"hang", "{fault: hang}", "measure: {min_completed: 20, timeout: 2s, drain_timeout: 1s}", "incomplete", "drained",
 			"0 of the 20 measured requests required completed before measure.timeout"},
 		{"cut short by the timeout", "{}", "measure: {min_completed: 400, timeout: 2s, drain_timeout: 1s}", "incomplete", "",

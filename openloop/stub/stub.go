@@ -63,6 +63,12 @@ type Fault struct {
 	NoUsage     bool   // omit the usage chunk
 	Malformed   bool   // after the content chunks, send a chunk that is not JSON
 	Hang        bool   // send nothing (not even headers) until the client goes away
+	// Empty makes every chunk carry empty text (delta.content ""), so the
+	// stream has no content token; usage still counts the chunks.
+	Empty bool
+	// Usage, when set, is the usage chunk's completion_tokens given the
+	// chunks sent (nil: the chunks sent).
+	Usage func(chunks int) int `json:"-"`
 }
 
 // Entry is the server-side ground truth of one request.
@@ -280,9 +286,13 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	// content, sent with the first token, then delta.content chunks.
 	chat := r.URL.Path == "/v1/chat/completions"
 	id, object, tail := `"cmpl-stub-`+strconv.FormatInt(n, 10)+`"`, "text_completion", ",\"stop_reason\":null}],\"usage\":null}\n\n"
-	token := `"text":" tok"`
+	text := `" tok"`
+	if f.Empty {
+		text = `""`
+	}
+	token := `"text":` + text
 	if chat {
-		id, object, tail, token = `"chatcmpl-stub-`+strconv.FormatInt(n, 10)+`"`, "chat.completion.chunk", "}]}\n\n", `"delta":{"content":" tok"}`
+		id, object, tail, token = `"chatcmpl-stub-`+strconv.FormatInt(n, 10)+`"`, "chat.completion.chunk", "}]}\n\n", `"delta":{"content":`+text+`}`
 	}
 	prefix := `data: {"id":` + id + `,"object":"` + object + `","created":0,"model":` + strconv.Quote(s.opts.Model) + `,"choices":[{"index":0,`
 	head := []byte(prefix + token + `,"logprobs":null,"finish_reason":`)
@@ -341,8 +351,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			}
 			p = strconv.Itoa(words)
 		}
+		out := e.Chunks
+		if f.Usage != nil {
+			out = f.Usage(e.Chunks)
+		}
 		_, _ = w.Write([]byte(`data: {"id":` + id + `,"object":"` + object + `","created":0,"model":` + strconv.Quote(s.opts.Model) +
-			`,"choices":[],"usage":{"prompt_tokens":` + p + `,"total_tokens":0,"completion_tokens":` + strconv.Itoa(e.Chunks) + `}}` + "\n\n"))
+			`,"choices":[],"usage":{"prompt_tokens":` + p + `,"total_tokens":0,"completion_tokens":` + strconv.Itoa(out) + `}}` + "\n\n"))
 	}
 	// Logged before [DONE] goes out: a client may finish, and read the
 	// log, as soon as it sees [DONE].
