@@ -167,6 +167,9 @@ func loadAction(c *cli.Context) error {
 	}
 	res, runErr := openloop.Run(c.Context, cfg)
 	if res == nil {
+		if errors.Is(runErr, openloop.ErrTokenRange) { // --token-ids (or the default) does not fit the engine's vocabulary
+			return usageError{fmt.Errorf("load: %w", runErr)}
+		}
 		if errors.Is(runErr, openloop.ErrModelLookup) {
 			return noResultError{fmt.Errorf("load: %w", runErr)}
 		}
