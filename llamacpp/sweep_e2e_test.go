@@ -37,8 +37,10 @@ func testMatrix(t *testing.T, server, model string, edit func(m map[string]any))
 	e["command"] = server + strings.TrimPrefix(cmd, "llama-server")
 	e["model"] = model
 	e["port"], _ = strconv.Atoi(porttest.Base(t))
-	m["measure"] = map[string]any{"warmup_requests": 0, "min_completed": 40, "timeout": "60s", "drain_timeout": "30s"}
-	m["rates"] = []any{8, 24}
+	// A drain long enough that a run on an overloaded machine finishes
+	// late rather than cutting off the requests the engine still serves.
+	m["measure"] = map[string]any{"warmup_requests": 0, "min_completed": 40, "timeout": "60s", "drain_timeout": "2m"}
+	m["rates"] = []any{6, 16}
 	m["repeat"] = map[string]any{"min": 2, "max": 2, "metric": "ttft_p90"}
 	if edit != nil {
 		edit(m)
@@ -55,7 +57,7 @@ func testMatrix(t *testing.T, server, model string, edit func(m map[string]any))
 }
 
 // TestSweepAgainstLlamaServer runs matrices/llamacpp.yaml's three configs
-// at 8 and 24 req/s for two blocks against real llama-servers and holds
+// at 6 and 16 req/s for two blocks against real llama-servers and holds
 // every run to what the engine says: no request lost; the prefix cache's
 // hits and lookups from its /metrics equal the sum of the responses'
 // usage (cached_tokens over prompt tokens), recounted here from
