@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/jedib0t/go-pretty/v6/table"
-
 	"github.com/mbench/mbench/engines"
+	"github.com/mbench/mbench/shquote"
 )
 
 // Describe writes what `mbench validate` prints: the cells as a table, the
@@ -92,7 +92,7 @@ func writeEnv(b *strings.Builder, env []EnvVar) {
 	}
 	parts := make([]string, len(env))
 	for i, e := range env {
-		v := ShellQuote(e.Value)
+		v := shquote.Quote(e.Value)
 		if e.Secret {
 			v = redacted
 		}

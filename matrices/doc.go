@@ -14,14 +14,14 @@
 //
 // Commands and env values are text/template templates (missingkey=error)
 // over the variables listed in TemplateVars plus the function add. Values
-// that reach a shell command line are POSIX-quoted (see ShellQuote); env
+// that reach a shell command line are POSIX-quoted (shquote.Quote); env
 // values are rendered raw because they are passed as environment, not as
 // shell text.
 //
 // The example matrices users copy live beside this package: sim.yaml (the
 // embedded default, run against the simulated engine), microbench3.yaml
-// (seed 000's Phase A for vLLM), pd8.yaml (seed 001's 8×TP1 behind a
-// router), agentic.yaml (trace replay on the sim), agentic8.yaml (seed 003's
-// routing policies, elastic offload and 4P+4D on vLLM) and agentic_sim.yaml
-// (the same on simulated engines).
+// (the Phase-A connector microbench for vLLM), pd8.yaml (8×TP1 behind a
+// router), agentic.yaml (trace replay on the sim), agentic8.yaml (the
+// agentic routing policies, elastic offload and 4P+4D on vLLM) and
+// agentic_sim.yaml (the same on simulated engines).
 package matrices

@@ -145,12 +145,15 @@ func TestPD8Matrix(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// TestAgentic8PD: seed 003's 4P+4D renders producers and consumers with
-// their own kv_role and bootstrap env, and the router gets the producers as
-// --prefill and the consumers as targets.
-func TestAgentic8PD(t *testing.T) {
-	m := mustLoad(t, "agentic8.yaml")
-	l, err := m.Launch("pd_sep", Runtime{})
+// TestPD8Bootstrap: pd8's 4P+4D renders producers and consumers with their
+// own kv_role, only the producers get a bootstrap port (readiness polled,
+// VLLM_MOONCAKE_BOOTSTRAP_PORT set), and the router gets the producers as
+// --prefill with their bootstrap ports, the consumers as targets, and the
+// Mooncake protocol; agentic8's elastic config passes every instance's
+// bootstrap port to its offloading router.
+func TestPD8Bootstrap(t *testing.T) {
+	m := mustLoad(t, "pd8.yaml")
+	l, err := m.Launch("pd_4p4d", Runtime{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,27 +163,32 @@ func TestAgentic8PD(t *testing.T) {
 		u := "http://127.0.0.1:" + itoa(8000+i)
 		switch {
 		case i < 4:
-			if in.Role != RoleProducer || !strings.Contains(in.Command, `"kv_role":"kv_producer"`) || env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] != itoa(8998+i) {
-				t.Errorf("instance %d: role %q env %v command %s", i, in.Role, env, in.Command)
+			if in.Role != RoleProducer || !strings.Contains(in.Command, `"kv_role":"kv_producer"`) ||
+				env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] != itoa(8998+i) || in.BootstrapPort != 8998+i {
+				t.Errorf("instance %d: role %q bootstrap %d env %v command %s", i, in.Role, in.BootstrapPort, env, in.Command)
 			}
 			prod = append(prod, u)
 		default:
-			if in.Role != RoleConsumer || !strings.Contains(in.Command, `"kv_role":"kv_consumer"`) || env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] != "" {
-				t.Errorf("instance %d: role %q env %v command %s", i, in.Role, env, in.Command)
+			if in.Role != RoleConsumer || !strings.Contains(in.Command, `"kv_role":"kv_consumer"`) ||
+				env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] != "" || in.BootstrapPort != 0 {
+				t.Errorf("instance %d: role %q bootstrap %d env %v command %s", i, in.Role, in.BootstrapPort, env, in.Command)
 			}
 			cons = append(cons, u)
 		}
 	}
-	want := "mbench router --addr 127.0.0.1:9090 --policy linear --prefill " + strings.Join(prod, ",") + " " + strings.Join(cons, " ")
+	want := "mbench router --addr 127.0.0.1:9090 --policy round_robin --kv-protocol mooncake --bootstrap-ports 8998,8999,9000,9001 --prefill " +
+		strings.Join(prod, ",") + " " + strings.Join(cons, " ")
 	if l.Router == nil || l.Router.Command != want {
 		t.Errorf("router %+v\nwant %s", l.Router, want)
 	}
-	el, err := m.Launch("elastic", Runtime{})
-	if err != nil || !strings.Contains(el.Router.Command, "--offload --heavy-threshold 20000 --max-offload 4") {
+	a8 := mustLoad(t, "agentic8.yaml")
+	el, err := a8.Launch("elastic", Runtime{})
+	if err != nil || !strings.Contains(el.Router.Command, "--offload --heavy-threshold 20000 --max-offload 4 --kv-protocol mooncake --bootstrap-ports 8998,8999,9000,9001,9002,9003,9004,9005 ") ||
+		!strings.Contains(el.Router.Command, "--class-bounds 5000,20000,50000") {
 		t.Errorf("elastic router %v %v", el, err)
 	}
-	if el.Key == l.Key {
-		t.Error("elastic and pd_sep share a launch key")
+	if ws := a8.Warnings(); len(ws) > 0 {
+		t.Errorf("agentic8.yaml warnings: %v", ws)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mbench/mbench/shquote"
 	"maps"
 	"slices"
 	"strconv"
@@ -92,12 +93,13 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	configArgs := shellJoin(argv)
+	configArgs := shquote.Join(argv)
 
 	l := &Launch{Kind: m.Engine.Kind, Config: config, ReadyTimeout: m.Engine.ReadyTimeout,
 		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
 	routerHost := routerHostOf(c, hosts)
 	var targets, producers []string
+	var targetBoot, producerBoot []int // bootstrap ports, aligned with targets and producers
 	for _, hn := range hosts {
 		h, ok := m.Hosts[hn]
 		if !ok {
@@ -112,20 +114,22 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 				}
 				in.GPUs = append([]int(nil), h.GPUs[i*gpi:(i+1)*gpi]...)
 			}
-			if c.BootstrapPort > 0 {
+			in.Role, _ = roleOf(c, len(l.Instances))
+			if c.BootstrapPort > 0 && in.Role != RoleConsumer { // a kv_consumer runs no bootstrap server
 				in.BootstrapPort = c.BootstrapPort + i
 			}
 			in.StepLog = placeholderStepLog(h, i)
 			if rt.StepLog != nil {
 				in.StepLog = rt.StepLog(hn, i)
 			}
-			in.Role, _ = roleOf(c, len(l.Instances))
 			l.Instances = append(l.Instances, in)
 			u := "http://" + m.reach(hn, routerHost, bind) + ":" + strconv.Itoa(in.Port)
 			if in.Role == RoleProducer {
 				producers = append(producers, u)
+				producerBoot = append(producerBoot, in.BootstrapPort)
 			} else {
 				targets = append(targets, u)
+				targetBoot = append(targetBoot, in.BootstrapPort)
 			}
 		}
 	}
@@ -142,9 +146,21 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if c.Router != nil {
 		routerPort = c.Router.Port
 	}
-	rawTargets, shTargets := strings.Join(targets, " "), shellJoin(targets)
+	rawTargets, shTargets := strings.Join(targets, " "), shquote.Join(targets)
+	prefillBoot := targetBoot // who the router sends prefills to: the producers, or every target
+	if c.PD != nil {
+		prefillBoot = producerBoot
+	}
+	bootstrapPorts := ""
+	if c.BootstrapPort > 0 {
+		bootstrapPorts = joinInts(prefillBoot)
+	}
+	bounds := m.ClassBounds
+	if bounds == [3]int{} {
+		bounds = defaultClassBounds
+	}
 	vars := func(hn string, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
-		q, qp, tg := ShellQuote, shellPath, shTargets
+		q, qp, tg := shquote.Quote, shellPath, shTargets
 		if !quote {
 			q = func(s string) string { return s }
 			qp, tg = q, rawTargets
@@ -152,7 +168,8 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(m.Hosts[hn].nodeGPUs(gpus)),
 			"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": configArgs,
 			"Config": q(root), "Self": qp(self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
-			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(strings.Join(producers, ","))}
+			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(strings.Join(producers, ",")),
+			"BootstrapPorts": q(bootstrapPorts), "ClassBounds": q(joinInts(bounds[:]))}
 	}
 	var errs Errors
 	for k := range l.Instances {
@@ -165,7 +182,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 			if err != nil {
 				return nil, err
 			}
-			cmdVars["ConfigArgs"] = shellJoin(argv)
+			cmdVars["ConfigArgs"] = shquote.Join(argv)
 			configEnv = maps.Clone(c.Env)
 			if configEnv == nil {
 				configEnv = map[string]EnvValue{}
@@ -256,15 +273,6 @@ func bracket(h string) string {
 
 func placeholderStepLog(h Host, i int) string {
 	return fmt.Sprintf("%s/engine_step-%s-%d.jsonl", strings.TrimSuffix(h.Workdir, "/"), h.Name, i)
-}
-
-// shellJoin quotes each word with ShellQuote and joins them with spaces.
-func shellJoin(words []string) string {
-	quoted := make([]string, len(words))
-	for i, w := range words {
-		quoted[i] = ShellQuote(w)
-	}
-	return strings.Join(quoted, " ")
 }
 
 func joinInts(xs []int) string {

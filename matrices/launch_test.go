@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"bytes"
+	"github.com/mbench/mbench/shquote"
 	"os/exec"
 	"strings"
 	"testing"
@@ -23,25 +24,25 @@ func sh(t *testing.T, script string, args ...string) string {
 	return out.String()
 }
 
-// TestShellQuoteRoundTrip evaluates ShellQuote(s) in a real shell and checks
+// TestShellQuoteRoundTrip evaluates shquote.Quote(s) in a real shell and checks
 // the shell hands back exactly s.
 func TestShellQuoteRoundTrip(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh")
 	}
 	for _, s := range nasty {
-		q := ShellQuote(s)
+		q := shquote.Quote(s)
 		if got := sh(t, "printf %s "+q); got != s {
-			t.Errorf("ShellQuote(%q) = %s; the shell gave back %q", s, q, got)
+			t.Errorf("shquote.Quote(%q) = %s; the shell gave back %q", s, q, got)
 		}
 		// And through one more level, as a command string given to sh -c.
 		if got := sh(t, `eval "printf %s $1"`, q); got != s {
-			t.Errorf("ShellQuote(%q) = %s; eval gave back %q", s, q, got)
+			t.Errorf("shquote.Quote(%q) = %s; eval gave back %q", s, q, got)
 		}
 	}
 	for s, want := range map[string]string{"--port": "--port", "a b": "'a b'", "it's": `'it'\''s'`, "": "''", "=x": "'=x'"} {
-		if got := ShellQuote(s); got != want {
-			t.Errorf("ShellQuote(%q) = %s, want %s", s, got, want)
+		if got := shquote.Quote(s); got != want {
+			t.Errorf("shquote.Quote(%q) = %s, want %s", s, got, want)
 		}
 	}
 }
@@ -202,7 +203,7 @@ measure: {min_completed: 1}
 func quoteEnv(env []EnvVar) []string {
 	var out []string
 	for _, e := range env {
-		out = append(out, e.Name+"="+ShellQuote(e.Value))
+		out = append(out, e.Name+"="+shquote.Quote(e.Value))
 	}
 	return out
 }

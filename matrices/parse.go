@@ -128,7 +128,7 @@ func parserProblem(msg string) bool {
 
 // topKeys lists the top-level keys in documentation order.
 var topKeys = []string{"name", "seed", "hosts", "engine", "configs", "rates", "shapes",
-	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "capacity", "slo", "endpoint", "request"}
+	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "class_basis", "capacity", "slo", "endpoint", "request"}
 
 // matrix decodes the whole document; sections are decoded in dependency
 // order whatever their order in the file, and cross-field checks run only on
@@ -176,6 +176,7 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 	d.rampChecks(m)
 	d.baseline(nodes["baseline"], m, configsOK)
 	d.classBounds(nodes["class_bounds"], m)
+	d.classBasis(nodes["class_basis"], m)
 	d.slo(nodes["slo"], m)
 	d.endpoint(nodes["endpoint"], m)
 	d.request(nodes["request"], m)

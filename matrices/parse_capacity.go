@@ -23,6 +23,10 @@ type Capacity struct {
 	Blocks    int     `json:"blocks"`     // runs per probed rate, one per block (default 3, at least 2: a CI needs two)
 	MaxProbes int     `json:"max_probes"` // probed rates per config and shape at most (default 12)
 	Expand    int     `json:"expand"`     // doublings above hi (halvings below lo) the search may try (default 4)
+	// Retries is how often a probe's block that gave no usable run (a run
+	// failed, errored, client-limited…: it says nothing about the SLO) is
+	// run again before the planner goes on without it (default 2).
+	Retries int `json:"retries"`
 }
 
 // Capacity defaults.
@@ -31,6 +35,7 @@ const (
 	DefaultCapacityBlocks    = 3
 	DefaultCapacityMaxProbes = 12
 	DefaultCapacityExpand    = 4
+	DefaultCapacityRetries   = 2
 )
 
 // CapacityMetrics lists the metrics a capacity search can hold to a limit
@@ -56,7 +61,7 @@ func (d *decoder) capacity(nodes map[string]*yaml.Node, m *Matrix) {
 		return // rates are then required (closedLoop, parse_loadgen.go)
 	}
 	c := &Capacity{Tolerance: DefaultCapacityTolerance, Blocks: DefaultCapacityBlocks,
-		MaxProbes: DefaultCapacityMaxProbes, Expand: DefaultCapacityExpand}
+		MaxProbes: DefaultCapacityMaxProbes, Expand: DefaultCapacityExpand, Retries: DefaultCapacityRetries}
 	n := len(d.errs)
 	d.object(v, "capacity", v.Line, []field{
 		{"metric", true, func(v *yaml.Node, p string) { c.Metric, _ = d.enum(v, p, CapacityMetrics()...) }},
@@ -71,6 +76,7 @@ func (d *decoder) capacity(nodes map[string]*yaml.Node, m *Matrix) {
 		{"blocks", false, func(v *yaml.Node, p string) { c.Blocks = d.intField(v, p, 2, 1000) }},
 		{"max_probes", false, func(v *yaml.Node, p string) { c.MaxProbes = d.intField(v, p, 2, 1000) }},
 		{"expand", false, func(v *yaml.Node, p string) { c.Expand = d.intField(v, p, 0, 20) }},
+		{"retries", false, func(v *yaml.Node, p string) { c.Retries = d.intField(v, p, 0, 10) }},
 	})
 	if c.Lo > 0 && c.Hi > 0 && c.Hi <= c.Lo {
 		d.add(d.lines["capacity.hi"], "capacity.hi", fmt.Sprintf("a rate above lo (%v)", c.Lo), "hi %v is not above lo", c.Hi)
@@ -93,15 +99,22 @@ func (d *decoder) capacity(nodes map[string]*yaml.Node, m *Matrix) {
 // capacitySpec is the resolved capacity section (part of the matrix hash).
 func (c *Capacity) spec() map[string]any {
 	return map[string]any{"metric": c.Metric, "max_ms": c.MaxMs, "lo": c.Lo, "hi": c.Hi,
-		"tolerance": c.Tolerance, "blocks": c.Blocks, "max_probes": c.MaxProbes, "expand": c.Expand}
+		"tolerance": c.Tolerance, "blocks": c.Blocks, "max_probes": c.MaxProbes, "expand": c.Expand, "retries": c.Retries}
 }
 
 // CapacityCell is the cell a capacity search probes: config at rate with
-// shape, with the id a fixed-rate sweep would give the same cell.
-func (m *Matrix) CapacityCell(config string, rate float64, shape Shape) (Cell, error) {
+// shape, with the id a fixed-rate sweep would give the same cell. An
+// attempt > 0 re-runs the blocks of that probe that gave no usable run: a
+// cell of its own (the id salted with the attempt), the same config, rate
+// and shape.
+func (m *Matrix) CapacityCell(config string, rate float64, shape Shape, attempt int) (Cell, error) {
 	c, ok := m.Configs[config]
 	if !ok {
 		return Cell{}, fmt.Errorf("capacity cell: unknown config %q", config)
 	}
-	return Cell{ID: m.cellID(c, rate, shape), Config: config, Rate: rate, Shape: shape, SameAs: c.SameAs}, nil
+	id := m.cellID(c, rate, shape)
+	if attempt > 0 {
+		id = mustHash(map[string]any{"cell": id, "attempt": attempt}, 12)
+	}
+	return Cell{ID: id, Config: config, Rate: rate, Shape: shape, SameAs: c.SameAs, Attempt: attempt}, nil
 }

@@ -12,23 +12,24 @@ const capacityBase = "name: x\nseed: 1\nengine: {kind: sim}\nconfigs: {a: {}, b:
 func TestCapacityParse(t *testing.T) {
 	m := mustParse(t, "x.yaml", capacityBase+"capacity: {metric: ttft_p90, max_ms: 500, lo: 1, hi: 64}\n")
 	want := Capacity{Metric: "ttft_p90", MaxMs: 500, Lo: 1, Hi: 64, Tolerance: DefaultCapacityTolerance,
-		Blocks: DefaultCapacityBlocks, MaxProbes: DefaultCapacityMaxProbes, Expand: DefaultCapacityExpand}
+		Blocks: DefaultCapacityBlocks, MaxProbes: DefaultCapacityMaxProbes, Expand: DefaultCapacityExpand, Retries: DefaultCapacityRetries}
 	if m.Capacity == nil || *m.Capacity != want {
 		t.Fatalf("capacity %+v, want %+v", m.Capacity, want)
 	}
 	if len(m.Cells()) != 0 || len(m.Rates) != 0 {
 		t.Errorf("a capacity search has cells %v before it probes", m.Cells())
 	}
-	c, err := m.CapacityCell("b", 12.5, m.Shapes[0])
+	c, err := m.CapacityCell("b", 12.5, m.Shapes[0], 0)
 	if err != nil || c.Rate != 12.5 || c.Config != "b" || c.ID == "" {
 		t.Fatalf("CapacityCell: %+v, %v", c, err)
 	}
-	c2, _ := m.CapacityCell("b", 12.5, m.Shapes[0])
-	c3, _ := m.CapacityCell("b", 13, m.Shapes[0])
-	if c2.ID != c.ID || c3.ID == c.ID {
-		t.Errorf("cell ids: same rate %s/%s, other rate %s", c.ID, c2.ID, c3.ID)
+	c2, _ := m.CapacityCell("b", 12.5, m.Shapes[0], 0)
+	c3, _ := m.CapacityCell("b", 13, m.Shapes[0], 0)
+	r1, _ := m.CapacityCell("b", 12.5, m.Shapes[0], 1)
+	if c2.ID != c.ID || c3.ID == c.ID || r1.ID == c.ID || r1.Rate != c.Rate || r1.Attempt != 1 {
+		t.Errorf("cell ids: same rate %s/%s, other rate %s, a re-run %s (attempt %d)", c.ID, c2.ID, c3.ID, r1.ID, r1.Attempt)
 	}
-	if _, err := m.CapacityCell("nope", 1, m.Shapes[0]); err == nil {
+	if _, err := m.CapacityCell("nope", 1, m.Shapes[0], 0); err == nil {
 		t.Error("unknown config accepted")
 	}
 	// The capacity section is part of the hash: another limit is another sweep.

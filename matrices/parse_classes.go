@@ -33,3 +33,27 @@ func (d *decoder) classBounds(v *yaml.Node, m *Matrix) {
 	}
 	m.ClassBounds = b
 }
+
+// defaultClassBounds are the bounds without class_bounds: 5k, 20k and 50k
+// tokens (as results.DefaultClassBounds and the router's default).
+var defaultClassBounds = [3]int{5000, 20000, 50000}
+
+// Class bases of class_basis (results.ClassBasis names the same ones).
+const (
+	// ClassBasisAuto: ideal_new_tokens for a trace shape (its hash ids
+	// say what an ideal cache holds), input_tokens otherwise.
+	ClassBasisAuto         = "auto"
+	ClassBasisIdeal        = "ideal_new_tokens"
+	ClassBasisInput        = "input_tokens"
+	ClassBasisRouterTokens = "router_new_tokens"
+)
+
+// classBasis decodes class_basis; like class_bounds it shapes the analysis
+// only and is not part of the hash.
+func (d *decoder) classBasis(v *yaml.Node, m *Matrix) {
+	m.ClassBasis = ClassBasisAuto
+	if v == nil {
+		return
+	}
+	m.ClassBasis, _ = d.enum(v, "class_basis", ClassBasisAuto, ClassBasisIdeal, ClassBasisInput, ClassBasisRouterTokens)
+}

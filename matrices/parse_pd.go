@@ -7,8 +7,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// PD splits a config's instances into a PD-separated topology (seed 003's
-// 4P + 4D): the first Producers instances of the topology, in order,
+// PD splits a config's instances into a PD-separated topology (4P + 4D,
+// say): the first Producers instances of the topology, in order,
 // prefill; the rest decode. Each group gets its own kv_transfer_config
 // (vllm) or sim flags (sim), args and env on top of the config's. The
 // router gets the consumers as {{.Targets}} and the producers as

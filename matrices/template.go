@@ -27,12 +27,17 @@ import (
 //	               (in a PD topology: the consumers only)
 //	Producers      comma-separated http://host:port of a PD topology's producers ("" without pd)
 //	Bind           the address engines bind (Runtime.Bind, default 127.0.0.1)
+//	BootstrapPorts comma-separated bootstrap ports of the instances the router sends prefills to:
+//	               the producers of a PD topology, else every target, in the order of
+//	               Producers / Targets ("" without bootstrap_port); for `mbench router --bootstrap-ports`
+//	ClassBounds    class_bounds as a comma list (default 5000,20000,50000), for `mbench router --class-bounds`
 //
 // Functions: add (e.g. {{add 29500 .Instance}}), eq, ne, lt, le, gt, ge,
 // and, or, not. In commands, string values are shell-quoted; in env values
 // they are raw.
 var TemplateVars = []string{"Model", "Port", "GPUs", "Instance", "Host", "Address", "ConfigArgs",
-	"Config", "Self", "StepLog", "BootstrapPort", "RouterPort", "Targets", "Bind", "Producers"}
+	"Config", "Self", "StepLog", "BootstrapPort", "RouterPort", "Targets", "Bind", "Producers",
+	"BootstrapPorts", "ClassBounds"}
 
 // allowedFuncs are the functions templates may call. Everything else
 // (printf, range, template, ...) is refused so that rendering stays cheap
@@ -149,20 +154,17 @@ func (b *limitedBuilder) Write(p []byte) (int, error) {
 	return b.Builder.Write(p)
 }
 
-// ShellQuote quotes s for a POSIX shell (shquote.Quote).
-func ShellQuote(s string) string { return shquote.Quote(s) }
-
-// shellPath quotes a path like ShellQuote but leaves a leading ~/ bare so
+// shellPath quotes a path like shquote.Quote but leaves a leading ~/ bare so
 // the shell on the host expands the home directory.
 func shellPath(s string) string {
 	if rest, ok := strings.CutPrefix(s, "~/"); ok {
 		if rest == "" {
 			return "~/"
 		}
-		return "~/" + ShellQuote(rest)
+		return "~/" + shquote.Quote(rest)
 	}
 	if s == "~" {
 		return s
 	}
-	return ShellQuote(s)
+	return shquote.Quote(s)
 }

@@ -26,7 +26,8 @@ type Matrix struct {
 	Compare     []string // metrics compared against the baseline
 	Gate        Gate
 	Probe       Probe
-	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = seed 003's 5k/20k/50k
+	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = 5k/20k/50k (results.DefaultClassBounds)
+	ClassBasis  string // what a request's class is measured on (class_basis): ClassBasisAuto or a results.ClassBasis
 	SLO         *SLO   // per-request objective of goodput (slo.go); nil = none
 	// Endpoint is the API the load drives: completions (default) or chat
 	// (parse_loadgen.go).
@@ -256,6 +257,9 @@ type Cell struct {
 	Rate   float64
 	Shape  Shape
 	SameAs string // the config this A/A twin copies
+	// Attempt > 0: a capacity probe's re-run of its blocks without a
+	// usable run (CapacityCell).
+	Attempt int
 }
 
 // Runtime supplies what only the orchestrator knows when rendering launches.

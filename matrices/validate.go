@@ -106,7 +106,7 @@ func (d *decoder) placeConfig(m *Matrix, c *Config) {
 func (d *decoder) portClashes(m *Matrix, c *Config, hosts []string) {
 	path := "configs." + c.Name
 	routerHost := routerHostOf(c, hosts)
-	for _, hn := range hosts {
+	for h, hn := range hosts {
 		used := map[int]string{}
 		claim := func(port int, who, field string) {
 			if prev, ok := used[port]; ok {
@@ -120,7 +120,9 @@ func (d *decoder) portClashes(m *Matrix, c *Config, hosts []string) {
 		}
 		if c.BootstrapPort > 0 {
 			for i := 0; i < c.Topology.InstancesPerHost; i++ {
-				claim(c.BootstrapPort+i, fmt.Sprintf("bootstrap server %d", i), path+".bootstrap_port")
+				if role, _ := roleOf(c, h*c.Topology.InstancesPerHost+i); role != RoleConsumer { // a consumer serves none
+					claim(c.BootstrapPort+i, fmt.Sprintf("bootstrap server %d", i), path+".bootstrap_port")
+				}
 			}
 		}
 		if c.Router != nil && hn == routerHost {

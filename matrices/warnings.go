@@ -62,7 +62,7 @@ func (m *Matrix) Warnings() []Warning {
 			}
 		}
 	}
-	return ws
+	return append(ws, m.routerWarnings()...)
 }
 
 func roundUpSeconds(s float64) string {

@@ -63,3 +63,31 @@ measure: {min_completed: 4, timeout: 30s}
 		})
 	}
 }
+
+// TestMooncakeRouterWarnings: a splitting router in front of
+// MooncakeConnector instances is warned about unless it speaks the bootstrap
+// protocol, with bootstrap ports and a bootstrap_port to wait on.
+func TestMooncakeRouterWarnings(t *testing.T) {
+	const head = "name: w\nseed: 1\nengine: {kind: vllm, command: \"vllm serve {{.Model}} --port {{.Port}} {{.ConfigArgs}}\", model: m}\n" +
+		"hosts: {h: {address: local, gpus: [0, 1]}}\nrates: [1]\nshapes: [{input: 16, output: 4}]\nmeasure: {min_completed: 10}\nconfigs:\n  c:\n" +
+		"    topology: {instances_per_host: 2, gpus_per_instance: 1}\n    kv_transfer_config: {kv_connector: MooncakeConnector, kv_role: kv_both}\n"
+	for _, tc := range []struct{ extra, want string }{
+		{"    router: {command: \"{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --offload {{.Targets}}\", port: 9090}\n", "every split request will fail with 502"},
+		{"    router: {command: \"{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --offload --kv-protocol mooncake {{.Targets}}\", port: 9090}\n", "no bootstrap_port"},
+		{"    bootstrap_port: 8998\n    router: {command: \"{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --offload --kv-protocol mooncake {{.Targets}}\", port: 9090}\n", "without --bootstrap-ports"},
+		{"    bootstrap_port: 8998\n    router: {command: \"{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --offload --kv-protocol mooncake --bootstrap-ports {{.BootstrapPorts}} {{.Targets}}\", port: 9090}\n", ""},
+		{"    router: {command: \"{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} {{.Targets}}\", port: 9090}\n", ""}, // nothing split
+	} {
+		m, err := Parse("w.yaml", []byte(head+tc.extra))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.extra, err)
+		}
+		var got []string
+		for _, w := range m.Warnings() {
+			got = append(got, w.Msg)
+		}
+		if tc.want == "" && len(got) > 0 || tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)) {
+			t.Errorf("%s: warnings %q, want one with %q", tc.extra, got, tc.want)
+		}
+	}
+}

@@ -308,6 +308,7 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		done()
 		return nil
 	}
+	rec.HeadNs = c.clk.now()
 	rec.HTTPStatus = status
 	if status != http.StatusOK {
 		excerpt, _ := io.ReadAll(io.LimitReader(body, 200))

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -426,6 +427,75 @@ func TestIdleCloseNoticed(t *testing.T) {
 				if n != 1 {
 					t.Errorf("%s handled %d times", id, n)
 				}
+			}
+		})
+	}
+}
+
+// TestAchievedRateCountsAcknowledged: a server that takes one request at a
+// time, 5 ms each (at most 200 req/s), offered 600 req/s. The kernel
+// completes every connect and buffers every request, so the client's sends
+// keep up with the schedule; achieved_rate must count what the server
+// acknowledged (response heads) in the window, which matches the server's
+// own count of heads it wrote in that window, far below the sends beside it.
+func TestAchievedRateCountsAcknowledged(t *testing.T) {
+	for _, path := range []string{"reactor", "goroutines"} {
+		t.Run(path, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var heads []time.Time
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					req, err := http.ReadRequest(bufio.NewReader(c))
+					if err == nil {
+						_, _ = io.Copy(io.Discard, req.Body)
+						time.Sleep(5 * time.Millisecond)
+						mu.Lock()
+						heads = append(heads, time.Now())
+						mu.Unlock()
+						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"+
+							sseChunk(`{"choices":[{"text":" a"}]}`)+sseChunk(`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)+
+							sseChunk("[DONE]")+"0\r\n\r\n")
+					}
+					_ = c.Close()
+				}
+			}()
+			defer func() { ln.Close(); <-done }()
+			_, res := runIO(t, Config{Targets: []string{"http://" + ln.Addr().String()}, Model: "m", Rate: 600, Shape: Shape{Input: 8, Output: 1},
+				Duration: 500 * time.Millisecond, Seed: 5, DrainTimeout: 30 * time.Second}, path)
+			g := res.Grade
+			first, last := int64(1<<62), int64(0)
+			for _, r := range res.Records {
+				if r.Phase == PhaseMeasure {
+					first, last = min(first, r.ScheduledNs), max(last, r.ScheduledNs)
+				}
+			}
+			lo, hi := res.Start.Add(time.Duration(first)), res.Start.Add(time.Duration(last)+time.Duration(ClientLateMs*1e6))
+			mu.Lock()
+			seen := 0
+			for _, h := range heads {
+				if !h.Before(lo) && !h.After(hi) {
+					seen++
+				}
+			}
+			mu.Unlock()
+			span := hi.Sub(lo).Seconds()
+			server := float64(seen) / span
+			t.Logf("offered 600 req/s: sent %.0f req/s, acknowledged %.0f req/s; the server wrote %.0f heads/s in the window", g.SentRate, g.AchievedRate, server)
+			if math.Abs(g.AchievedRate-server)*span > 3+0.05*float64(seen) {
+				t.Errorf("achieved_rate %.0f req/s, the server's heads %.0f req/s", g.AchievedRate, server)
+			}
+			if g.SentRate < 2*g.AchievedRate || server > 220 {
+				t.Errorf("sent %.0f req/s, acknowledged %.0f, server %.0f: the server's limit does not show", g.SentRate, g.AchievedRate, server)
 			}
 		})
 	}

@@ -56,9 +56,10 @@ func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
 }
 
 // BenchmarkStreamedRequestCPU is the client's CPU per streamed request: the
-// stub runs in a child process (16 tokens, one flush each, first after 20 ms,
-// then every ms), the client sends 256-token prompts, Poisson at MBENCH_RATE
-// (default 2000 req/s) for MBENCH_DURATION (default 3 s), and the process's
+// stub runs in a child process (MBENCH_TOKENS tokens, default 16, one flush
+// each, first after 20 ms, then every MBENCH_GAP, default 1 ms), the client
+// sends 256-token prompts, Poisson at MBENCH_RATE (default 2000 req/s) for
+// MBENCH_DURATION (default 3 s), and the process's
 // CPU time, which is now the client's alone, is divided by the requests
 // sent. Two sub-benchmarks, run one after the other in each round: io=reactor
 // (the default on Linux: requests as coroutines over one epoll set) and
@@ -68,7 +69,10 @@ func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
 func BenchmarkStreamedRequestCPU(b *testing.B) {
 	rate := envFloats("MBENCH_RATE", []float64{2000})[0]
 	dur := envDuration("MBENCH_DURATION", 3*time.Second)
-	p := startStubProcess(b, RealisticStub)
+	opts := RealisticStub
+	opts.Tokens = int(envFloats("MBENCH_TOKENS", []float64{float64(opts.Tokens)})[0])
+	opts.Gap = envDuration("MBENCH_GAP", opts.Gap)
+	p := startStubProcess(b, opts)
 	for _, io := range []string{"reactor", "goroutines"} {
 		b.Run("io="+io, func(b *testing.B) {
 			for b.Loop() {
@@ -80,7 +84,7 @@ func BenchmarkStreamedRequestCPU(b *testing.B) {
 				var ru0, ru1 syscall.Rusage
 				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 				cfg := Config{Targets: []string{p.URL}, Model: "stub-model", Rate: rate,
-					Shape: Shape{Input: 256, Output: 16}, Seed: 1, Warmup: int(rate / 4), Duration: dur, DrainTimeout: 10 * time.Second}
+					Shape: Shape{Input: 256, Output: opts.Tokens}, Seed: 1, Warmup: int(rate / 4), Duration: dur, DrainTimeout: 10 * time.Second}
 				_, res := runIO(b, cfg, io)
 				c1, _ := cpuSeconds()
 				s1, _ := p.CPUSeconds()

@@ -15,7 +15,7 @@ import (
 	"github.com/mbench/mbench/openloop/stub"
 )
 
-// Precision criteria of issue 8: a rate "holds" when the achieved/scheduled
+// The load generator's precision criteria: a rate "holds" when the achieved/scheduled
 // send ratio is at least PrecisionMinRatio and send lag p99 at most
 // PrecisionMaxLagP99Ms.
 const (

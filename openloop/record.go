@@ -28,17 +28,18 @@ const (
 // monotonic nanoseconds since the run's start (Result.Start); a time that was
 // never reached is 0.
 type Record struct {
-	ID           int    `json:"id"`             // unique in the run: fill first, then warmup and measure in schedule order
-	Cell         string `json:"cell"`           // Config.Cell
-	Block        int    `json:"block"`          // Config.Block
-	Phase        string `json:"phase"`          // PhaseFill, PhaseWarmup, PhaseRamp or PhaseMeasure
-	ScheduledNs  int64  `json:"scheduled_ns"`   // intended send time
-	SentNs       int64  `json:"sent_ns"`        // actual send time: when the request had been written (0: never written, e.g. connection refused)
-	FirstTokenNs int64  `json:"first_token_ns"` // first content chunk
-	LastTokenNs  int64  `json:"last_token_ns"`  // last content chunk
-	DoneNs       int64  `json:"done_ns"`        // end of the stream, or the failure
-	InputTokens  int    `json:"input_tokens"`   // prompt token ids sent; for a text prompt (chat, dataset) the engine's usage.prompt_tokens, or the words sent without it
-	OutputTokens int    `json:"output_tokens"`  // from the usage chunk (see UsageMissing)
+	ID           int    `json:"id"`                // unique in the run: fill first, then warmup and measure in schedule order
+	Cell         string `json:"cell"`              // Config.Cell
+	Block        int    `json:"block"`             // Config.Block
+	Phase        string `json:"phase"`             // PhaseFill, PhaseWarmup, PhaseRamp or PhaseMeasure
+	ScheduledNs  int64  `json:"scheduled_ns"`      // intended send time
+	SentNs       int64  `json:"sent_ns"`           // actual send time: when the request had been written (0: never written, e.g. connection refused)
+	HeadNs       int64  `json:"head_ns,omitempty"` // the response head (status line and headers) received: the server acknowledged the request (0: no response)
+	FirstTokenNs int64  `json:"first_token_ns"`    // first content chunk
+	LastTokenNs  int64  `json:"last_token_ns"`     // last content chunk
+	DoneNs       int64  `json:"done_ns"`           // end of the stream, or the failure
+	InputTokens  int    `json:"input_tokens"`      // prompt token ids sent; for a text prompt (chat, dataset) the engine's usage.prompt_tokens, or the words sent without it
+	OutputTokens int    `json:"output_tokens"`     // from the usage chunk (see UsageMissing)
 	// CachedTokens is the usage chunk's prompt_tokens_details.cached_tokens:
 	// the prompt tokens the engine's prefix cache held; nil when the engine
 	// did not say.
@@ -113,6 +114,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = appendStringField(b, "phase", r.Phase)
 	b = appendIntField(b, "scheduled_ns", r.ScheduledNs)
 	b = appendIntField(b, "sent_ns", r.SentNs)
+	if r.HeadNs != 0 {
+		b = appendIntField(b, "head_ns", r.HeadNs)
+	}
 	b = appendIntField(b, "first_token_ns", r.FirstTokenNs)
 	b = appendIntField(b, "last_token_ns", r.LastTokenNs)
 	b = appendIntField(b, "done_ns", r.DoneNs)
@@ -168,6 +172,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	if r.QueuedNs != 0 {
 		b = appendIntField(b, "queued_ns", r.QueuedNs)
+	}
+	if r.Resent {
+		b = append(b, `,"resent":true`...)
 	}
 	return append(b, '}')
 }
@@ -286,11 +293,14 @@ func (r *Record) validate() error {
 	times := [...]struct {
 		name string
 		v    int64
-	}{{"scheduled_ns", r.ScheduledNs}, {"sent_ns", r.SentNs}, {"first_token_ns", r.FirstTokenNs}, {"last_token_ns", r.LastTokenNs}, {"done_ns", r.DoneNs}}
+	}{{"scheduled_ns", r.ScheduledNs}, {"sent_ns", r.SentNs}, {"head_ns", r.HeadNs}, {"first_token_ns", r.FirstTokenNs}, {"last_token_ns", r.LastTokenNs}, {"done_ns", r.DoneNs}}
 	for _, t := range times {
 		if t.v < 0 {
 			return fmt.Errorf("%s: must be ≥ 0, got %d", t.name, t.v)
 		}
+	}
+	if r.HeadNs != 0 && r.HeadNs < r.SentNs {
+		return fmt.Errorf("head_ns: %d is before sent_ns %d", r.HeadNs, r.SentNs)
 	}
 	if r.FirstTokenNs != 0 && r.FirstTokenNs < r.SentNs {
 		return fmt.Errorf("first_token_ns: %d is before sent_ns %d", r.FirstTokenNs, r.SentNs)

@@ -38,6 +38,38 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// TestAppendJSONEveryField: a record with every field set (by reflection,
+// so that a field added later is covered too) is written as encoding/json
+// writes it.
+func TestAppendJSONEveryField(t *testing.T) {
+	var r Record
+	v := reflect.ValueOf(&r).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x" + strconv.Itoa(i))
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(i + 1))
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]float64{float64(i) + 0.5}))
+		default:
+			t.Fatalf("field %s: kind %s not covered by this test", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	std, _ := json.Marshal(&r)
+	var a, b map[string]any
+	if err := json.Unmarshal(r.AppendJSON(nil), &a); err != nil {
+		t.Fatal(err)
+	}
+	_ = json.Unmarshal(std, &b)
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("AppendJSON\n%s\nencoding/json\n%s", r.AppendJSON(nil), std)
+	}
+}
+
 func TestReadRecordsRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
 	cached := 17

@@ -41,8 +41,9 @@ func SampleTrace(ctx context.Context, in io.Reader, out io.Writer, requests int,
 }
 
 // SampleTraceWith writes to out a sample of whole sessions of the Mooncake
-// trace read from in — the way seed 003's sample_trace.py cuts a cluster
-// trace down to one machine, so the sample keeps the trace's prefix reuse.
+// trace read from in — the way the agentic experiments' trace sampler cuts a
+// cluster trace down to one machine, so the sample keeps the trace's prefix
+// reuse (docs/routing.md).
 // Sessions are drawn in a seeded random order and taken until the total
 // reaches o.Requests; the last one is dropped again if that lands closer to
 // the target. Selected lines keep their original order. Every input line is

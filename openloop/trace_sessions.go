@@ -231,3 +231,26 @@ func (c *idealCache) rate() float64 {
 	}
 	return float64(c.hits) / float64(c.blocks)
 }
+
+// IdealNewTokens returns, for each request a replay of reqs under t sends
+// (indexed by request id: timestamp order, the first RequestLimit, as the
+// replay numbers them), the prompt tokens an ideal prefix cache would not
+// hold: one of infinite size that has seen every earlier request of the
+// replay, hitting a request's leading hash-id blocks seen before (never its
+// last token). It is a property of the trace, the same under every
+// config, whatever instance a request went to.
+func IdealNewTokens(reqs []TraceRequest, t Trace) ([]int, error) {
+	p, err := newTracePlan(reqs, t, 1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(p.items))
+	c := &idealCache{}
+	for i, it := range p.items {
+		before := c.hits
+		c.add(it.req)
+		cached := min(int(c.hits-before)*TraceBlockTokens, it.req.InputLength-1)
+		out[i] = it.req.InputLength - max(cached, 0)
+	}
+	return out, nil
+}

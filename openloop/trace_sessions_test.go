@@ -334,3 +334,28 @@ func TestLeadCounterBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestIdealNewTokens: against an ideal cache a request's new tokens are its
+// prompt less the leading blocks any earlier request (in trace order, not
+// file order) sent, never its last token; the request limit cuts the replay
+// as the replay does.
+func TestIdealNewTokens(t *testing.T) {
+	reqs := []TraceRequest{
+		{TimestampMs: 30, InputLength: 1536, HashIDs: []int64{1, 2, 9}}, // id 2: 1, 2 seen → 512 new
+		{TimestampMs: 10, InputLength: 1000, HashIDs: []int64{1, 2}},    // id 0: all new
+		{TimestampMs: 20, InputLength: 600, HashIDs: []int64{1, 5}},     // id 1: 1 seen → 88 new
+		{TimestampMs: 40, InputLength: 1024, HashIDs: []int64{1, 2}},    // id 3: all seen → 1 new (the last token)
+		{TimestampMs: 50, InputLength: 700, HashIDs: []int64{7, 1}},     // id 4: 7 unseen: a miss stops the prefix
+	}
+	got, err := IdealNewTokens(reqs, Trace{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1000, 88, 512, 1, 700}; !slices.Equal(got, want) {
+		t.Errorf("IdealNewTokens = %v, want %v", got, want)
+	}
+	got, _ = IdealNewTokens(reqs, Trace{RequestLimit: 2})
+	if want := []int{1000, 88}; !slices.Equal(got, want) {
+		t.Errorf("with request_limit 2: %v, want %v", got, want)
+	}
+}

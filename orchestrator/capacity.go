@@ -37,17 +37,25 @@ func (s *Sweep) capacity(ctx context.Context) error {
 		}
 		rep := results.AnalyzeCapacity(rc.spec(), s.capacityRuns(rc, true))
 		var round []matrices.Cell
+		var probes []plan.Probe
 		for _, sr := range rep.Searches {
-			rates, _ := plan.Search(rc.Capacity, &sr)
-			for _, r := range rates {
-				cell, err := s.capacityCell(sr.Config, sr.Shape, r)
+			next := plan.Retries(&sr, rc.Retries) // the probes first give usable runs, then the planner goes on
+			if len(next) == 0 {
+				rates, _ := plan.Search(rc.Capacity, &sr)
+				for _, r := range rates {
+					next = append(next, plan.Retry{Rate: r})
+				}
+			}
+			for _, r := range next {
+				cell, err := s.capacityCell(sr.Config, sr.Shape, r.Rate, r.Attempt)
 				if err != nil {
 					return err
 				}
 				round = append(round, cell)
+				probes = append(probes, plan.Probe{Cell: cell.ID, Config: cell.Config, Shape: sr.Shape, Rate: r.Rate, Attempt: r.Attempt, Blocks: r.Blocks})
 			}
 		}
-		rec := s.capacityRoundRecord(k, round, rc.Blocks)
+		rec := plan.RoundOf(k, probes, rc.Blocks, s.store.state.Seed, s.store.state.Randomize)
 		changed, replaced, err := s.store.recordRound(rec, s.opts.Force)
 		if err != nil {
 			return err
@@ -99,10 +107,10 @@ func (s *Sweep) capacityRound(ctx context.Context, rec plan.Round) error {
 
 // capacityCell is the cell of config at rate with the named shape,
 // registered in s.cells.
-func (s *Sweep) capacityCell(config, shape string, rate float64) (matrices.Cell, error) {
+func (s *Sweep) capacityCell(config, shape string, rate float64, attempt int) (matrices.Cell, error) {
 	for _, sh := range s.m.Shapes {
 		if sh.Name == shape {
-			c, err := s.m.CapacityCell(config, rate, sh)
+			c, err := s.m.CapacityCell(config, rate, sh, attempt)
 			if err != nil {
 				return c, err
 			}
@@ -123,12 +131,33 @@ func (s *Sweep) capacityRuns(rc *recordedCapacity, completeOnly bool) []results.
 			cells = append(cells, c)
 		}
 	}
-	return capacityRuns(s.store.dir, cells, s.store.ledger.runs, rc.Metric, rc.Blocks, completeOnly, s.store.values)
+	var blocks map[string]int
+	if completeOnly {
+		blocks = plannedBlocks(s.store.state.CapacityRounds, rc.Blocks)
+	}
+	return capacityRuns(s.store.dir, cells, s.store.ledger.runs, rc.Metric, blocks, s.store.values)
+}
+
+// plannedBlocks is, per cell of the recorded rounds, how many blocks it runs
+// in: every one of the search's, or a re-run's own.
+func plannedBlocks(rounds []plan.Round, all int) map[string]int {
+	out := map[string]int{}
+	for _, r := range rounds {
+		for _, p := range r.Probes {
+			out[p.Cell] = all
+			if p.Blocks != nil {
+				out[p.Cell] = len(p.Blocks)
+			}
+		}
+	}
+	return out
 }
 
 // capacityRuns lists the journaled runs of cells with their verdicts and,
-// for ok runs, the metric (NaN when its summary cannot be read).
-func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntry, metric string, blocks int, completeOnly bool, values runValues) []results.CapacityRun {
+// for ok runs, the metric (NaN when its summary cannot be read); with
+// complete set, only those of cells that have all their planned blocks
+// journaled (what the plan may depend on).
+func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntry, metric string, complete map[string]int, values runValues) []results.CapacityRun {
 	var out []results.CapacityRun
 	for _, c := range cells {
 		var mine []JournalEntry
@@ -137,11 +166,11 @@ func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntr
 				mine = append(mine, e)
 			}
 		}
-		if completeOnly && len(mine) < blocks {
+		if n, ok := complete[c.ID]; complete != nil && (!ok || len(mine) < n) {
 			continue
 		}
 		for _, e := range mine {
-			r := results.CapacityRun{Config: c.Config, Shape: c.Shape, Cell: c.ID, Rate: c.Rate, Block: e.Block, Status: e.Status, Value: math.NaN()}
+			r := results.CapacityRun{Config: c.Config, Shape: c.Shape, Cell: c.ID, Rate: c.Rate, Block: e.Block, Attempt: c.Attempt, Status: e.Status, Value: math.NaN()}
 			if e.Status.Usable() {
 				r.Value, _ = values.get(dir, e, metric)
 			}
@@ -187,7 +216,7 @@ func writeCapacityExport(dir string, st *SweepState, entries []JournalEntry) err
 	if err != nil || rc == nil {
 		return err
 	}
-	runs := capacityRuns(dir, st.Cells, journalIndex(entries), rc.Metric, rc.Blocks, false, nil)
+	runs := capacityRuns(dir, st.Cells, journalIndex(entries), rc.Metric, nil, nil)
 	rep := results.AnalyzeCapacity(rc.spec(), runs)
 	rep.Simulated = st.Simulated
 	for i := range rep.Searches {
@@ -253,13 +282,3 @@ func (rc *recordedCapacity) spec() results.CapacitySpec {
 // errCapacityReplay: a resumed capacity search planned a round other than
 // the one recorded.
 var errCapacityReplay = errors.New("the resumed capacity search does not replay the recorded rounds")
-
-// capacityRoundRecord is round k (from 1) of round's cells, with the orders
-// capacityRound will run them in.
-func (s *Sweep) capacityRoundRecord(k int, round []matrices.Cell, blocks int) plan.Round {
-	probes := make([]plan.Probe, len(round))
-	for i, c := range round {
-		probes[i] = plan.Probe{Cell: c.ID, Config: c.Config, Shape: c.Shape.Name, Rate: c.Rate}
-	}
-	return plan.RoundOf(k, probes, blocks, s.store.state.Seed, s.store.state.Randomize)
-}

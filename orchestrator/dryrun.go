@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/shquote"
 )
 
 // DryRun prints, per config and host, the exact command lines a sweep of m
@@ -153,7 +154,7 @@ func envPrefix(env []matrices.EnvVar) string {
 // shellWordPath quotes s as one shell word, keeping a leading ~/ unquoted.
 func shellWordPath(s string) string {
 	if rest, ok := strings.CutPrefix(s, "~/"); ok && rest != "" {
-		return "~/" + matrices.ShellQuote(rest)
+		return "~/" + shquote.Quote(rest)
 	}
-	return matrices.ShellQuote(s)
+	return shquote.Quote(s)
 }

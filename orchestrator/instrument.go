@@ -8,8 +8,8 @@ import (
 	"path"
 	"strings"
 
-	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
+	"github.com/mbench/mbench/shquote"
 	"github.com/mbench/mbench/vllm"
 )
 
@@ -32,7 +32,7 @@ func (s *Sweep) installPlugin(ctx context.Context, hostName string, h hosts.Host
 		return fmt.Errorf("host %s: install mbench_vllm in %s: %w", hostName, dir, err)
 	}
 	s.fleet.pluginDir[hostName] = dir
-	out, _, err := h.Run(ctx, "PYTHONPATH="+matrices.ShellQuote(dir)+"${PYTHONPATH:+:$PYTHONPATH} python3 -m mbench_vllm.check 2>&1")
+	out, _, err := h.Run(ctx, "PYTHONPATH="+shquote.Quote(dir)+"${PYTHONPATH:+:$PYTHONPATH} python3 -m mbench_vllm.check 2>&1")
 	if err != nil {
 		s.logf("host %s: mbench_vllm self-check says some step timers will be absent:\n%s", hostName, strings.TrimSpace(string(out)))
 	} else {
@@ -45,7 +45,7 @@ func (s *Sweep) installPlugin(ctx context.Context, hostName string, h hosts.Host
 // PYTHONPATH gains the package, and an existing VLLM_PLUGINS filter gains
 // mbench_steps (setting it outright would drop the user's other plugins).
 func instrumentCommand(pluginDir, command string) string {
-	return "export PYTHONPATH=" + matrices.ShellQuote(pluginDir) + "${PYTHONPATH:+:$PYTHONPATH}; " +
+	return "export PYTHONPATH=" + shquote.Quote(pluginDir) + "${PYTHONPATH:+:$PYTHONPATH}; " +
 		`if [ -n "${VLLM_PLUGINS+x}" ]; then export VLLM_PLUGINS="${VLLM_PLUGINS:+$VLLM_PLUGINS,}mbench_steps"; fi; ` +
 		command
 }
@@ -53,7 +53,7 @@ func instrumentCommand(pluginDir, command string) string {
 // workerLogs lists the per-pid worker step files next to a step log.
 func workerLogs(ctx context.Context, h hosts.Host, stepLog string) []string {
 	base := strings.TrimSuffix(stepLog, ".jsonl")
-	out, _, err := h.Run(ctx, "ls -1 "+matrices.ShellQuote(base)+".worker.*.jsonl 2>/dev/null || true")
+	out, _, err := h.Run(ctx, "ls -1 "+shquote.Quote(base)+".worker.*.jsonl 2>/dev/null || true")
 	if err != nil {
 		return nil
 	}

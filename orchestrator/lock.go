@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mbench/mbench/internal/durable"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,8 +101,7 @@ func (l *DirLock) Unlock() {
 }
 
 // cleanTemps removes the temporary files that an atomic write interrupted by
-// kill -9 leaves (.<name>.tmp-<random>, results.WriteFileAtomic's pattern)
-// anywhere in the results directory. Only a lock holder may call it: a live
+// kill -9 leaves (durable.IsTemp) anywhere in the results directory. Only a lock holder may call it: a live
 // writer's temporary file would otherwise vanish under it.
 func cleanTemps(dir string) []string {
 	var removed []string
@@ -113,7 +113,7 @@ func cleanTemps(dir string) []string {
 			return filepath.SkipDir // engines' own files
 		}
 		name := d.Name()
-		if !d.IsDir() && strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-") {
+		if !d.IsDir() && durable.IsTemp(name) {
 			if os.Remove(path) == nil {
 				removed = append(removed, path)
 			}

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/shquote"
 )
 
 // execute runs blocks until the stopping rule says stop, then exports.
@@ -102,7 +102,7 @@ func (s *Sweep) resumeHint() string {
 	if s.opts.ResumeHint != "" {
 		return s.opts.ResumeHint
 	}
-	return "mbench resume " + matrices.ShellQuote(s.store.dir)
+	return "mbench resume " + shquote.Quote(s.store.dir)
 }
 
 // unusableCells names the cells of rep with no usable run, with the

@@ -16,6 +16,7 @@ import (
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/shquote"
 )
 
 // gpuProbe holds the sweep's NVML handle and gate. A machine without a GPU
@@ -237,7 +238,7 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 		s.probeSeq++
 		base := s.hostPath(name, "probes", fmt.Sprintf("probe.%d", s.probeSeq))
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
-		q := matrices.ShellQuote
+		q := shquote.Quote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
 			shellWordPath(self), interval, q(label), q(rp.gpuF), q(rp.hostF))
 		pname := "probe-" + name
@@ -290,7 +291,7 @@ func (s *Sweep) finishRemoteProbes(ctx context.Context, rps []*remoteProbe, gf, 
 func (s *Sweep) waitFirstSample(ctx context.Context, rp *remoteProbe) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	check := "test -s " + matrices.ShellQuote(rp.hostF)
+	check := "test -s " + shquote.Quote(rp.hostF)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		if _, _, err := rp.h.Run(ctx, check); err == nil {
 			return
@@ -328,8 +329,8 @@ func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
 // gate waits, before a run, until the GPUs' temperature is back within the
 // band of the sweep's idle baseline, their memory back at the level the
 // running engine held when it was ready, and no foreign process is on them:
-// a warm GPU after a heavy run is the ordering effect of seed 000, and a
-// foreign process shares the GPU. The record goes into the run's summary;
+// a warm GPU after a heavy run is the cold/warm ordering effect
+// (docs/design.md), and a foreign process shares the GPU. The record goes into the run's summary;
 // run names the run in messages.
 func (s *Sweep) gate(ctx context.Context, run string) *probes.GateRecord {
 	if s.gpu == nil || s.gpu.gate == nil {

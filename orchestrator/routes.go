@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mbench/mbench/internal/durable"
+	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
 )
 
@@ -47,11 +50,11 @@ func (s *Sweep) saveRoutes(ctx context.Context, es *engineSet, dir string) (map[
 	if !ok {
 		return nil, nil
 	}
-	if err := results.WriteFileAtomic(filepath.Join(dir, "routing.jsonl"), routes, 0o644); err != nil {
+	if err := durable.WriteFile(filepath.Join(dir, "routing.jsonl"), routes, 0o644); err != nil {
 		return nil, fmt.Errorf("write routing.jsonl: %w", err)
 	}
 	if bd, ok := getRouter(ctx, es.router.url+"/breakdown"); ok {
-		if err := results.WriteFileAtomic(filepath.Join(dir, "breakdown.json"), bd, 0o644); err != nil {
+		if err := durable.WriteFile(filepath.Join(dir, "breakdown.json"), bd, 0o644); err != nil {
 			return nil, fmt.Errorf("write breakdown.json: %w", err)
 		}
 	}
@@ -72,6 +75,44 @@ func (s *Sweep) saveRoutes(ctx context.Context, es *engineSet, dir string) (map[
 		}
 	}
 	return newTok, nil
+}
+
+// classTokens says what a run's request classes are measured on
+// (class_basis) and each request's figure by id: the ideal cache's new
+// tokens of a trace shape (config-independent: the default), the router's
+// estimate (routing-dependent, asked for), or the input tokens (nil).
+func (s *Sweep) classTokens(cell matrices.Cell, routerNewTok map[int]int) (results.ClassBasis, map[int]int) {
+	basis := s.m.ClassBasis
+	if basis == matrices.ClassBasisAuto || basis == "" {
+		basis = matrices.ClassBasisInput
+		if cell.Shape.Trace != nil {
+			basis = matrices.ClassBasisIdeal
+		}
+	}
+	switch basis {
+	case matrices.ClassBasisRouterTokens:
+		return results.ClassByRouterNewTokens, routerNewTok
+	case matrices.ClassBasisIdeal:
+		t := cell.Shape.Trace
+		if t == nil {
+			return results.ClassByIdealNewTokens, nil // every request falls back to its input tokens
+		}
+		reqs, err := openloop.LoadTrace(t.Path)
+		if err == nil {
+			var ideal []int
+			if ideal, err = openloop.IdealNewTokens(reqs, openloop.Trace{Path: t.Path, TimeScale: t.TimeScale,
+				RequestLimit: t.RequestLimit, MaxInflightSessions: t.MaxInflightSessions}); err == nil {
+				out := make(map[int]int, len(ideal))
+				for id, n := range ideal {
+					out[id] = n
+				}
+				return results.ClassByIdealNewTokens, out
+			}
+		}
+		s.logf("warning: request classes by ideal new tokens: %v (classed by input tokens)", err)
+		return results.ClassByIdealNewTokens, nil
+	}
+	return results.ClassByInputTokens, nil
 }
 
 // getRouter GETs url and returns the body when it answers 200.

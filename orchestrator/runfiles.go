@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/probes"
 )
@@ -205,7 +206,7 @@ func syncTree(dir string) error {
 		}
 	}
 	for _, d := range []string{dir, filepath.Dir(dir), filepath.Dir(filepath.Dir(dir))} {
-		if err := syncDir(d); err != nil {
+		if err := durable.SyncDir(d); err != nil {
 			return err
 		}
 	}

@@ -173,7 +173,8 @@ func (s *Sweep) measure(ctx context.Context, r run) (*results.RunSummary, error)
 	if err != nil {
 		return nil, err
 	}
-	sum.Classes = results.SummarizeClasses(res.Records, newTok, s.m.ClassBounds)
+	basis, classTok := s.classTokens(cell, newTok)
+	sum.Classes = results.SummarizeClasses(res.Records, basis, classTok, s.m.ClassBounds)
 	sum.Instances = results.SummarizeInstances(s.profile().Metrics, before, after)
 	if err := results.WriteRunSummary(filepath.Join(dir, "summary_A.json"), sum); err != nil {
 		return nil, fmt.Errorf("write summary_A.json: %w", err)

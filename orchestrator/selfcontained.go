@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
 )
@@ -26,7 +27,7 @@ func (st *store) keepMatrixCopy(matrixPath string, redact func(string) string) e
 		return fmt.Errorf("copy the matrix into the results directory: %w", err)
 	}
 	redacted := redact(string(data))
-	if err := results.WriteFileAtomic(filepath.Join(st.dir, matrixCopyName), []byte(redacted), 0o644); err != nil {
+	if err := durable.WriteFile(filepath.Join(st.dir, matrixCopyName), []byte(redacted), 0o644); err != nil {
 		return fmt.Errorf("copy the matrix into the results directory: %w", err)
 	}
 	st.state.MatrixCopy, st.state.MatrixSecrets = matrixCopyName, redacted != string(data)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
+	"github.com/mbench/mbench/shquote"
 )
 
 // slurmConfig is what hosts.AllocateSlurm needs for the slurm host name of
@@ -215,7 +216,7 @@ func dryRunSlurm(w io.Writer, m *matrices.Matrix, dir, sweepID string) {
 				if cfg.Nodes > 1 {
 					pname = fmt.Sprintf("probe-%s-%d", name, i)
 				}
-				fmt.Fprintf(w, "#   $ %s sh -c '<mbench probe …>'\n", shellJoin(cfg.OverlapArgs("<job id>", dryRunNode(m, name, i), pname)))
+				fmt.Fprintf(w, "#   $ %s sh -c '<mbench probe …>'\n", shquote.Join(cfg.OverlapArgs("<job id>", dryRunNode(m, name, i), pname)))
 			}
 		}
 	}
@@ -228,15 +229,6 @@ func slurmVia(hc matrices.Host) string {
 		return "slurm"
 	}
 	return "slurm via " + hc.Address
-}
-
-// shellJoin quotes each word for sh.
-func shellJoin(words []string) string {
-	q := make([]string, len(words))
-	for i, w := range words {
-		q[i] = matrices.ShellQuote(w)
-	}
-	return strings.Join(q, " ")
 }
 
 // slurmStep is command as a slurm host runs it, a job step of the

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/shquote"
 )
 
 // onThisMachine reports whether a host's engines run on the machine mbench
@@ -104,12 +104,12 @@ func (s *Sweep) slurmGPURead(ctx context.Context, sl *hosts.Slurm, i int, self s
 		// not secret, so it may go on the command line of a Run.
 		env := ""
 		for _, kv := range s.opts.SelfEnv {
-			env += matrices.ShellQuote(kv) + " "
+			env += shquote.Quote(kv) + " "
 		}
 		if env != "" {
 			env = "env " + env
 		}
-		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), matrices.ShellQuote(probeLabel(sl, i)))
+		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), shquote.Quote(probeLabel(sl, i)))
 		read := func(ctx context.Context) ([]probes.GPUSample, error) {
 			out, stderr, err := sl.RunOnNodeGPUs(ctx, i, "gate-"+name, cmd)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/orchestrator/internal/plan"
 	"github.com/mbench/mbench/results"
 )
@@ -68,6 +69,9 @@ type CellRecord struct {
 	Rate   float64 `json:"rate"`
 	Shape  string  `json:"shape"`
 	SameAs string  `json:"same_as,omitempty"`
+	// Attempt > 0: a capacity probe's re-run of its blocks without a
+	// usable run.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // StopRecord says why the sweep stopped and how close each cell came to the
@@ -124,7 +128,7 @@ func writeSweep(dir string, st *SweepState) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", SweepFile, err)
 	}
-	return results.WriteFileAtomic(filepath.Join(dir, SweepFile), append(data, '\n'), 0o644)
+	return durable.WriteFile(filepath.Join(dir, SweepFile), append(data, '\n'), 0o644)
 }
 
 // ReadSweep reads dir/sweep.json.
@@ -211,60 +215,8 @@ func appendJournal(dir string, e JournalEntry) error {
 		return fmt.Errorf("encode journal line: %w", err)
 	}
 	path := filepath.Join(dir, JournalFile)
-	if err := appendWhole(path, append(data, '\n')); err != nil {
+	if err := durable.AppendLine(path, data); err != nil {
 		return fmt.Errorf("append journal %s: %w", path, err)
-	}
-	return nil
-}
-
-// appendWhole appends one line to path and fsyncs it. A write that fails
-// part way (a full disk) is cut back to the file's old length, so a failed
-// append never leaves a torn line behind for later appends to build on.
-func appendWhole(path string, line []byte) error {
-	_, statErr := os.Stat(path)
-	created := errors.Is(statErr, fs.ErrNotExist)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return err
-	}
-	n, err := f.Write(line)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err != nil {
-		if n > 0 {
-			if terr := f.Truncate(st.Size()); terr != nil {
-				err = fmt.Errorf("%w (and cutting the partial line back failed: %v)", err, terr)
-			} else {
-				_ = f.Sync()
-			}
-		}
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if created {
-		return syncDir(filepath.Dir(path))
-	}
-	return nil
-}
-
-// syncDir fsyncs a directory, making the entries created in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
 	}
 	return nil
 }
@@ -280,5 +232,5 @@ func repairJournal(dir string, entries []JournalEntry) error {
 		}
 		out = append(append(out, b...), '\n')
 	}
-	return results.WriteFileAtomic(filepath.Join(dir, JournalFile), out, 0o644)
+	return durable.WriteFile(filepath.Join(dir, JournalFile), out, 0o644)
 }

@@ -119,7 +119,7 @@ func (st *store) addCells(cells []matrices.Cell) bool {
 	added := false
 	for _, c := range cells {
 		if !known[c.ID] {
-			st.state.Cells = append(st.state.Cells, CellRecord{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape.Name, SameAs: c.SameAs})
+			st.state.Cells = append(st.state.Cells, CellRecord{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape.Name, SameAs: c.SameAs, Attempt: c.Attempt})
 			known[c.ID], added = true, true
 		}
 	}

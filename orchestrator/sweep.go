@@ -17,6 +17,7 @@ import (
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/shquote"
 )
 
 // Options configure a sweep.
@@ -49,6 +50,10 @@ type Options struct {
 	MatrixOverride string
 	Stdout         io.Writer
 	Stderr         io.Writer
+
+	// measurer, set by tests, measures every run in place of the sweep's
+	// engines, gate, probes and load.
+	measurer measurer
 }
 
 // Outcome is what a finished (or stopped) sweep reports.
@@ -110,6 +115,9 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
 	s.engines = &launcher{sweepLog: s.sweepLog, m: m, fleet: s.fleet, selfEnv: opts.SelfEnv}
 	s.measurer = s
+	if opts.measurer != nil {
+		s.measurer = opts.measurer
+	}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}
@@ -164,7 +172,7 @@ func (s *Sweep) prepareHosts(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, _, err := h.Run(ctx, "mkdir -p "+matrices.ShellQuote(s.hostPath(name, "steps"))+" "+matrices.ShellQuote(s.hostPath(name, "logs"))); err != nil {
+		if _, _, err := h.Run(ctx, "mkdir -p "+shquote.Quote(s.hostPath(name, "steps"))+" "+shquote.Quote(s.hostPath(name, "logs"))); err != nil {
 			return fmt.Errorf("host %s: create the sweep's state directory: %w", name, err)
 		}
 		left, err := hosts.StopLeftovers(ctx, h, s.hostPath(name, "pids"), s.state.SweepID, 5*time.Second)
@@ -242,7 +250,7 @@ func (s *Sweep) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 	}
 	digest := hex.EncodeToString(sum.Sum(nil))
 	dst := s.hostPath(name, "bin", "mbench")
-	q := matrices.ShellQuote(dst)
+	q := shquote.Quote(dst)
 	if out, _, err := h.Run(ctx, "[ -x "+q+" ] && sha256sum -- "+q+" 2>/dev/null"); err == nil && strings.HasPrefix(lastLine(out), digest) {
 		s.fleet.selfPath[name] = dst
 		return nil

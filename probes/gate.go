@@ -21,7 +21,7 @@ const (
 // memory used back at its idle level (within MemToleranceMiB above it),
 // temperature within ±TempBandC of the baseline, and no foreign process
 // (one Owner does not own) on them. This cures the cold/warm ordering
-// effect of seed 000 (the first config ran on a cold GPU), and keeps a run
+// effect (the first config ran on a cold GPU; docs/design.md), and keeps a run
 // from starting while another program shares the GPU.
 // Zero fields take the Default* values; a nil Clock is the system clock.
 type Gate struct {

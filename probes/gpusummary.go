@@ -31,8 +31,17 @@ type GPUStat struct {
 	PowerW    Stat    `json:"power_w"`
 	SMClock   Stat    `json:"sm_clock_mhz"`
 	TempC     Stat    `json:"temp_c"`
-	// EnergyJ integrates power over time (trapezoids between samples).
-	EnergyJ float64 `json:"energy_j"`
+	// EnergyJ is the energy the GPU used from its first sample to its last:
+	// the rise of NVML's total-energy counter (EnergySource
+	// EnergyFromCounter) where both samples carry it and it did not go
+	// back (a driver reload), else power integrated over time
+	// (EnergyFromPower, trapezoids between samples): a fallback, since
+	// NVML's power reading is an average over up to a second (on Hopper)
+	// and under a load step the integral read 3.7% low on an H200.
+	// EnergyIntegratedJ is the integral, always, for comparison.
+	EnergyJ           float64 `json:"energy_j"`
+	EnergySource      string  `json:"energy_source"`
+	EnergyIntegratedJ float64 `json:"energy_integrated_j"`
 	// ThrottleReasons ORs the bitmask over all samples.
 	ThrottleReasons uint64 `json:"throttle_reasons"`
 	// Throttle is the fraction of the window under each reason.
@@ -71,12 +80,19 @@ func (p ProcSeen) String() string {
 	return fmt.Sprintf("pid %d (%s, up to %.0f MiB)", p.Pid, name, p.MaxUsedMiB)
 }
 
+// Where GPUStat.EnergyJ came from.
+const (
+	EnergyFromCounter = "nvml_energy_counter"
+	EnergyFromPower   = "power_integration"
+)
+
 // GPUSummary is the gpu object of a run summary.
 type GPUSummary struct {
 	Available bool      `json:"available"`
 	Reason    string    `json:"reason,omitempty"` // why not available
 	PerGPU    []GPUStat `json:"per_gpu,omitempty"`
-	// Imbalance is max/min of the GPUs' mean util_gpu (seed 003 §3.3); 1
+	// Imbalance is max/min of the GPUs' mean util_gpu (the load imbalance
+	// across GPUs of the agentic experiments, docs/routing.md); 1
 	// with one GPU, 0 when undefined (a GPU with zero mean utilization:
 	// see ImbalanceNote).
 	Imbalance     float64 `json:"imbalance"`
@@ -168,8 +184,12 @@ func SummarizeGPUWith(samples []GPUSample, opt GPUSummaryOptions) GPUSummary {
 			g.ThrottleReasons |= ss[i].ThrottleReasons
 			if i > 0 {
 				dt := float64(ss[i].TsUs-ss[i-1].TsUs) / 1e6
-				g.EnergyJ += dt * (ss[i].PowerW + ss[i-1].PowerW) / 2
+				g.EnergyIntegratedJ += dt * (ss[i].PowerW + ss[i-1].PowerW) / 2
 			}
+		}
+		g.EnergyJ, g.EnergySource = g.EnergyIntegratedJ, EnergyFromPower
+		if a, z := ss[0].EnergyMJ, ss[len(ss)-1].EnergyMJ; a != nil && z != nil && *z >= *a {
+			g.EnergyJ, g.EnergySource = float64(*z-*a)/1e3, EnergyFromCounter
 		}
 		g.Throttle = throttleFractions(ss)
 		g.OwnProcs, g.ForeignProcs = procsSeen(ss, opt.Owner)

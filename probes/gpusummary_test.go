@@ -117,3 +117,27 @@ func TestSortedGPUKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestEnergySource: the counter's rise when the window's first and last
+// samples carry it; power integration, marked, when one lacks it or the
+// counter went back (the driver reloaded).
+func TestEnergySource(t *testing.T) {
+	mj := func(v uint64) *uint64 { return &v }
+	for _, c := range []struct {
+		name   string
+		e0, e1 *uint64
+		want   float64
+		source string
+	}{
+		{"counter", mj(1_000_000), mj(1_450_000), 450, EnergyFromCounter},
+		{"no counter", nil, nil, 300, EnergyFromPower},
+		{"counter missing at the end", mj(5), nil, 300, EnergyFromPower},
+		{"counter went back", mj(9_000_000), mj(1_000), 300, EnergyFromPower},
+	} {
+		ss := []GPUSample{{TsUs: 0, PowerW: 100, EnergyMJ: c.e0}, {TsUs: 1_000_000, PowerW: 200}, {TsUs: 2_000_000, PowerW: 100, EnergyMJ: c.e1}}
+		g := SummarizeGPU(ss).PerGPU[0]
+		if g.EnergyJ != c.want || g.EnergySource != c.source || g.EnergyIntegratedJ != 300 {
+			t.Errorf("%s: %v J from %s (integrated %v), want %v from %s", c.name, g.EnergyJ, g.EnergySource, g.EnergyIntegratedJ, c.want, c.source)
+		}
+	}
+}

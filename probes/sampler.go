@@ -18,16 +18,19 @@ import (
 
 // GPUSample is one gpu.jsonl line: one GPU at one instant.
 type GPUSample struct {
-	TsUs            int64   `json:"ts_us"` // wall clock µs since the Unix epoch
-	Host            string  `json:"host"`
-	GPU             int     `json:"gpu"` // NVML index
-	UUID            string  `json:"uuid"`
-	Name            string  `json:"name"`
-	UtilGPU         float64 `json:"util_gpu"` // %
-	UtilMem         float64 `json:"util_mem"` // % (memory controller busy)
-	MemUsedMiB      float64 `json:"mem_used_mib"`
-	MemTotalMiB     float64 `json:"mem_total_mib"`
-	PowerW          float64 `json:"power_w"`
+	TsUs        int64   `json:"ts_us"` // wall clock µs since the Unix epoch
+	Host        string  `json:"host"`
+	GPU         int     `json:"gpu"` // NVML index
+	UUID        string  `json:"uuid"`
+	Name        string  `json:"name"`
+	UtilGPU     float64 `json:"util_gpu"` // %
+	UtilMem     float64 `json:"util_mem"` // % (memory controller busy)
+	MemUsedMiB  float64 `json:"mem_used_mib"`
+	MemTotalMiB float64 `json:"mem_total_mib"`
+	PowerW      float64 `json:"power_w"`
+	// EnergyMJ is NVML's total-energy counter, mJ since the driver loaded
+	// (Volta and later); absent where the GPU has none.
+	EnergyMJ        *uint64 `json:"energy_mj,omitempty"`
 	SMClockMHz      float64 `json:"sm_clock_mhz"`
 	TempC           float64 `json:"temp_c"`
 	ThrottleReasons uint64  `json:"throttle_reasons"` // NVML clocks-throttle bitmask
@@ -87,6 +90,7 @@ type gpuDev struct {
 	dev        nvml.Device
 	uuid, name string
 	ecc        bool // volatile ECC counters readable
+	energy     bool // the total-energy counter readable
 }
 
 // NewSampler returns a sampler; interval ≤ 0 means DefaultInterval and a
@@ -118,6 +122,8 @@ func (s *Sampler) discover() error {
 		g.name, _ = d.GetName()
 		_, ret = d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
 		g.ecc = ret == nvml.SUCCESS
+		_, ret = d.GetTotalEnergyConsumption()
+		g.energy = ret == nvml.SUCCESS
 		s.devs = append(s.devs, g)
 	}
 	return nil
@@ -155,6 +161,13 @@ func (s *Sampler) sampleGPU(g gpuDev) GPUSample {
 		x.PowerW = float64(p) / 1000
 	} else {
 		fail("power", ret)
+	}
+	if g.energy {
+		if e, ret := g.dev.GetTotalEnergyConsumption(); ret == nvml.SUCCESS {
+			x.EnergyMJ = &e
+		} else {
+			fail("energy", ret)
+		}
 	}
 	if c, ret := g.dev.GetClockInfo(nvml.CLOCK_SM); ret == nvml.SUCCESS {
 		x.SMClockMHz = float64(c)

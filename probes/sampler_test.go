@@ -18,8 +18,11 @@ import (
 
 // mockH200 is go-nvml's 8×H200 mock with the readings the sampler uses
 // filled in: GPU i at tick k reports util 10i+k %, memory used (1+i) GiB,
-// power (100+10i) W, SM clock 1980 MHz, temperature 30+i °C. GPU 7 does not
-// support power readings.
+// power (100+10i) W, SM clock 1980 MHz, temperature 30+i °C, and a
+// total-energy counter of k·250·(120+10i) mJ — 20 W more than its power
+// reading, for 250 ms a tick: the counter and the power disagree, as an
+// averaged power reading and the true energy do under a load step. GPU 7
+// does not support power readings, GPU 6 has no energy counter.
 func mockH200(tick *int) *server.Server {
 	s := dgxh200.New()
 	for i, d := range s.Devices {
@@ -33,6 +36,12 @@ func mockH200(tick *int) *server.Server {
 				return 0, nvml.ERROR_NOT_SUPPORTED
 			}
 			return uint32(100+10*i) * 1000, nvml.SUCCESS
+		}
+		dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
+			if i == 6 {
+				return 0, nvml.ERROR_NOT_SUPPORTED
+			}
+			return uint64(*tick) * 250 * uint64(120+10*i), nvml.SUCCESS
 		}
 		dev.GetClockInfoFunc = func(c nvml.ClockType) (uint32, nvml.Return) {
 			if c != nvml.CLOCK_SM {
@@ -124,8 +133,28 @@ func TestSamplerAgainstMock(t *testing.T) {
 		if i == 7 {
 			want.PowerW, want.Err = 0, "power: ERROR_NOT_SUPPORTED"
 		}
+		if i != 6 {
+			e := uint64(k) * 250 * uint64(120+10*i)
+			want.EnergyMJ = &e
+		}
 		if !reflect.DeepEqual(g, want) {
 			t.Fatalf("sample %d:\n got %+v\nwant %+v", n, g, want)
+		}
+	}
+	// Energy over the 0.75 s the samples span: the counter's rise where the
+	// GPU has one, marked so; power integrated (marked as the fallback)
+	// on GPU 6; the integral beside it always.
+	for i, g := range SummarizeGPU(gpus).PerGPU {
+		integrated := float64(100+10*i) * 0.75
+		if i == 7 {
+			integrated = 0
+		}
+		want, src := float64(120+10*i)*0.75, EnergyFromCounter
+		if i == 6 {
+			want, src = integrated, EnergyFromPower
+		}
+		if !closeTo(g.EnergyJ, want, 1e-9) || g.EnergySource != src || !closeTo(g.EnergyIntegratedJ, integrated, 1e-9) {
+			t.Errorf("GPU %d: energy %v J from %s (integrated %v); want %v from %s (integrated %v)", i, g.EnergyJ, g.EnergySource, g.EnergyIntegratedJ, want, src, integrated)
 		}
 	}
 	for _, h := range hosts {

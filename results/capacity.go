@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
+	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/stats"
 )
 
@@ -30,13 +32,21 @@ type CapacitySpec struct {
 }
 
 // CapacityRun is one journaled run of a probed rate. Value is the metric
-// when the run's verdict is ok.
+// when the run's verdict is ok. Attempt > 0 is a re-run of a block that
+// gave no usable run before.
 type CapacityRun struct {
 	Config, Shape, Cell string
 	Rate                float64
 	Block               int
+	Attempt             int
 	Status              Verdict
 	Value               float64
+}
+
+// counts reports whether the run says something about the SLO: ok with a
+// value, or saturated.
+func (r CapacityRun) counts() bool {
+	return r.Status == VerdictOK && !math.IsNaN(r.Value) || r.Status == VerdictSaturated
 }
 
 // ProbeVerdict is what the blocks of one probed rate say about the SLO.
@@ -76,12 +86,19 @@ type CapacityProbe struct {
 	Blocks  int            `json:"blocks,omitempty"` // blocks journaled
 }
 
-// CapacityCell is one block of a probe: its verdict and, when ok, the metric.
+// CapacityCell is one block of a probe: its verdict and, when ok, the
+// metric; of its attempts (runs of the block, Attempts in all), the first
+// that counts (ok or saturated), else the last.
 type CapacityCell struct {
-	Block  int      `json:"block"`
-	Status Verdict  `json:"status"`
-	Value  *float64 `json:"value,omitempty"`
+	Block    int      `json:"block"`
+	Status   Verdict  `json:"status"`
+	Value    *float64 `json:"value,omitempty"`
+	Attempts int      `json:"attempts,omitempty"`
 }
+
+// Counts reports whether the block says something about the SLO: ok with a
+// value, or saturated.
+func (c CapacityCell) Counts() bool { return c.Value != nil || c.Status == VerdictSaturated }
 
 // CapacitySearch is the result of one config's (and shape's) search. The
 // capacity lies in [Lo, Hi]: Lo is the highest rate that held below every
@@ -98,13 +115,19 @@ type CapacitySearch struct {
 	Hi     *float64        `json:"hi"`
 	BandLo *float64        `json:"band_lo,omitempty"`
 	BandHi *float64        `json:"band_hi,omitempty"`
-	// PerBlock is each block's own crossing of the limit, interpolated
-	// between its highest rate at or under the limit and the lowest rate
-	// above it (blocks whose crossing is outside the probed rates are left
-	// out): the paired comparisons use it.
+	// PerBlockCrossing is what each block's runs say of its own crossing
+	// of the limit: between the block's highest rate at or under the limit
+	// and its lowest rate above it; interpolated between the two probes'
+	// values where both were measured, and otherwise (the failing probe
+	// saturated: no value to interpolate) only known to lie in that
+	// bracket — interval-censored. Blocks whose crossing is outside the
+	// probed rates are left out. The CIs and the paired comparisons use it.
+	PerBlockCrossing map[int]Crossing `json:"per_block_crossing"`
+	// PerBlock is each block's point: the interpolation, or a censored
+	// bracket's geometric midpoint (for display; the CIs use the bracket).
 	PerBlock map[int]float64 `json:"per_block"`
-	// Estimate is the geometric mean of PerBlock, with a t-CI on the log
-	// scale (EstLo, EstHi); nil with fewer than two blocks.
+	// Estimate is the geometric mean of PerBlock; EstLo..EstHi its CI from
+	// the crossings (CensoredCI); nil with fewer than two blocks.
 	Estimate *float64 `json:"estimate,omitempty"`
 	EstLo    *float64 `json:"estimate_ci_lo,omitempty"`
 	EstHi    *float64 `json:"estimate_ci_hi,omitempty"`
@@ -114,9 +137,29 @@ type CapacitySearch struct {
 	Note        string    `json:"note,omitempty"` // how the search ended
 }
 
+// Crossing is one block's crossing of the limit (req/s): between the
+// probes Lo and Hi, at Point; Censored when only the bracket is known (the
+// probe above the limit saturated), so that the crossing may lie anywhere
+// in [Lo, Hi].
+type Crossing struct {
+	Lo       float64 `json:"lo"`
+	Hi       float64 `json:"hi"`
+	Point    float64 `json:"point"`
+	Censored bool    `json:"censored"`
+}
+
+// bounds is the interval the crossing is taken to lie in: the bracket when
+// censored, else the interpolated point.
+func (c Crossing) bounds() (float64, float64) {
+	if c.Censored {
+		return c.Lo, c.Hi
+	}
+	return c.Point, c.Point
+}
+
 // CapacityComparison is one config's capacity against the baseline's at
-// the same shape: per block the log ratio of the interpolated capacities,
-// a t-CI on its mean ("sustains 12% less load [−15, −9]").
+// the same shape, paired by block from the two searches' brackets
+// (CompareBrackets): "sustains 12% less load [−15, −9]".
 type CapacityComparison struct {
 	Config   string `json:"config"`
 	Baseline string `json:"baseline"`
@@ -169,7 +212,7 @@ func AnalyzeCapacity(spec CapacitySpec, runs []CapacityRun) CapacityReport {
 				continue
 			}
 			c := CapacityComparison{Config: cfg, Baseline: spec.Baseline, Shape: sh,
-				Comparison: Compare(base.PerBlock, rep.Search(cfg, sh).PerBlock, spec.Confidence)}
+				Comparison: CompareBrackets(base, rep.Search(cfg, sh), spec.Confidence)}
 			if c.N < 2 {
 				c.Note = "fewer than two blocks where both capacities were bracketed"
 			}
@@ -180,7 +223,7 @@ func AnalyzeCapacity(spec CapacitySpec, runs []CapacityRun) CapacityReport {
 }
 
 func analyzeSearch(spec CapacitySpec, cfg, shape string, runs []CapacityRun) CapacitySearch {
-	s := CapacitySearch{Config: cfg, Shape: shape, PerBlock: map[int]float64{}}
+	s := CapacitySearch{Config: cfg, Shape: shape, PerBlock: map[int]float64{}, PerBlockCrossing: map[int]Crossing{}}
 	byRate := map[float64][]CapacityRun{}
 	for _, r := range runs {
 		byRate[r.Rate] = append(byRate[r.Rate], r)
@@ -198,15 +241,31 @@ func analyzeSearch(spec CapacitySpec, cfg, shape string, runs []CapacityRun) Cap
 	return s
 }
 
-// judgeProbe decides what the blocks of one rate say.
+// judgeProbe decides what the blocks of one rate say, each block by the
+// first of its attempts that counts (else its last).
 func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityProbe {
-	slices.SortFunc(runs, func(a, b CapacityRun) int { return cmp.Compare(a.Block, b.Block) })
-	p := CapacityProbe{Rate: rate, Blocks: len(runs)}
+	slices.SortFunc(runs, func(a, b CapacityRun) int {
+		return cmp.Or(cmp.Compare(a.Block, b.Block), cmp.Compare(a.Attempt, b.Attempt))
+	})
+	var used []CapacityRun
+	attempts := map[int]int{}
+	for _, r := range runs {
+		attempts[r.Block]++
+		switch last := len(used) - 1; {
+		case last < 0 || used[last].Block != r.Block:
+			used = append(used, r)
+		case !used[last].counts():
+			used[last] = r
+		}
+	}
+	p := CapacityProbe{Rate: rate, Blocks: len(used)}
 	var vals []float64
 	sat := 0
-	for _, r := range runs {
-		p.Cell = r.Cell
-		c := CapacityCell{Block: r.Block, Status: r.Status}
+	for _, r := range used {
+		if r.Attempt == 0 || p.Cell == "" {
+			p.Cell = r.Cell
+		}
+		c := CapacityCell{Block: r.Block, Status: r.Status, Attempts: attempts[r.Block]}
 		switch {
 		case r.Status == VerdictOK && !math.IsNaN(r.Value):
 			v := r.Value
@@ -285,8 +344,8 @@ func bracket(s *CapacitySearch) {
 	}
 }
 
-// perBlock interpolates each block's crossing of the limit and their
-// geometric mean with a t-CI.
+// perBlock brackets each block's crossing of the limit, places a point in
+// each bracket, and estimates the capacity with its censored CI.
 func perBlock(spec CapacitySpec, s *CapacitySearch) {
 	type pt struct{ rate, v float64 }
 	blocks := map[int][]pt{}
@@ -300,27 +359,111 @@ func perBlock(spec CapacitySpec, s *CapacitySearch) {
 			}
 		}
 	}
-	var logs []float64
 	for b, pts := range blocks { // pts are by rate: probes are
 		fail := slices.IndexFunc(pts, func(q pt) bool { return q.v > spec.MaxMs })
-		if fail <= 0 { // none above the limit, or the lowest already is: censored
+		if fail <= 0 { // none above the limit, or the lowest already is: censored on one side
 			continue
 		}
 		lo, hi := pts[fail-1], pts[fail]
-		c := math.Sqrt(lo.rate * hi.rate)
+		x := Crossing{Lo: lo.rate, Hi: hi.rate, Point: math.Sqrt(lo.rate * hi.rate), Censored: true}
 		if !math.IsInf(hi.v, 1) && hi.v > lo.v {
-			c = lo.rate + (spec.MaxMs-lo.v)/(hi.v-lo.v)*(hi.rate-lo.rate)
+			x.Point, x.Censored = lo.rate+(spec.MaxMs-lo.v)/(hi.v-lo.v)*(hi.rate-lo.rate), false
 		}
-		s.PerBlock[b] = c
-		logs = append(logs, math.Log(c))
+		s.PerBlock[b], s.PerBlockCrossing[b] = x.Point, x
 	}
-	if len(logs) < 2 {
+	if len(s.PerBlockCrossing) < 2 {
 		return
 	}
-	slices.Sort(logs) // a map's order must not change the sum's rounding
-	m, half := stats.MeanCI(logs, spec.Confidence)
-	e, lo, hi := math.Exp(m), math.Exp(m-half), math.Exp(m+half)
-	s.Estimate, s.EstLo, s.EstHi = &e, &lo, &hi
+	var points, los, his []float64
+	for _, b := range slices.Sorted(maps.Keys(s.PerBlockCrossing)) { // a map's order must not change the sums' rounding
+		x := s.PerBlockCrossing[b]
+		lo, hi := x.bounds()
+		points, los, his = append(points, math.Log(x.Point)), append(los, math.Log(lo)), append(his, math.Log(hi))
+	}
+	lo, hi := CensoredCI(los, his, spec.Confidence)
+	e, elo, ehi := math.Exp(stats.Mean(points)), math.Exp(lo), math.Exp(hi)
+	s.Estimate, s.EstLo, s.EstHi = &e, &elo, &ehi
+}
+
+// CensoredCI is a confidence interval for the mean of values each known
+// only to lie in [los[i], his[i]] (interval-censored; los[i] = his[i] for a
+// value known exactly): from the mean of the lower ends less t·se to the
+// mean of the upper ends plus t·se, t Student's at (1+confidence)/2 with
+// n−1 degrees of freedom. The standard error counts both the spread of
+// the intervals' midpoints and the spread a value may have inside its
+// interval (width²/12, a uniform's variance): blocks that share one
+// bracket show no spread of their own, yet their values differ inside it.
+// With exact values it is the ordinary t-interval.
+func CensoredCI(los, his []float64, confidence float64) (lo, hi float64) {
+	ml, mh, se := censoredStats(los, his)
+	t := stats.TQuantile((1+confidence)/2, float64(len(los)-1))
+	return ml - t*se, mh + t*se
+}
+
+// censoredStats are the means of the lower and upper ends and the standard
+// error of CensoredCI.
+func censoredStats(los, his []float64) (ml, mh, se float64) {
+	mids := make([]float64, len(los))
+	within := 0.0
+	for i := range los {
+		mids[i] = (los[i] + his[i]) / 2
+		within += (his[i] - los[i]) * (his[i] - los[i]) / 12 / float64(len(los))
+	}
+	v := within
+	if len(mids) > 1 {
+		sd := stats.SampleStd(mids)
+		v += sd * sd
+	}
+	return stats.Mean(los), stats.Mean(his), math.Sqrt(v / float64(len(los)))
+}
+
+// CompareBrackets compares treat's capacity with base's, paired by the
+// blocks both bracketed: per block the log ratio lies in [log(treat.lo /
+// base.hi), log(treat.hi / base.lo)] of the two crossings' bounds (a point
+// where both were interpolated); its mean gets CensoredCI, the effect is
+// the mean log ratio of the blocks' points. P is the two-sided
+// p-value of the one-sided t-test on the bound that is farther from 0 on
+// the side of the effect (the upper ends when the capacity is lower), so
+// that P < 1 − confidence exactly when the CI excludes 0.
+func CompareBrackets(base, treat *CapacitySearch, confidence float64) Comparison {
+	c := Comparison{Confidence: confidence, P: 1, PAdj: 1, PMW: 1, Method: MethodPairedT}
+	var points, los, his []float64
+	for _, b := range slices.Sorted(maps.Keys(treat.PerBlockCrossing)) {
+		bx, ok := base.PerBlockCrossing[b]
+		if !ok {
+			continue
+		}
+		tx := treat.PerBlockCrossing[b]
+		blo, bhi := bx.bounds()
+		tlo, thi := tx.bounds()
+		c.Blocks = append(c.Blocks, b)
+		points = append(points, math.Log(tx.Point/bx.Point))
+		los, his = append(los, math.Log(tlo/bhi)), append(his, math.Log(thi/blo))
+	}
+	c.N = len(c.Blocks)
+	if c.N < 2 {
+		return c
+	}
+	lo, hi := CensoredCI(los, his, confidence)
+	c.MeanLog = stats.Mean(points)
+	c.HalfLog = (hi - lo) / 2
+	c.Effect, c.Lo, c.Hi = math.Expm1(c.MeanLog), math.Expm1(lo), math.Expm1(hi)
+	ml, mh, se := censoredStats(los, his)
+	switch m := math.NaN(); {
+	case mh < 0:
+		m = mh
+		fallthrough
+	case ml > 0:
+		if math.IsNaN(m) {
+			m = ml
+		}
+		c.P = 0
+		if se > 0 {
+			c.P = math.Min(1, stats.TTwoSidedP(m/se, float64(c.N-1)))
+		}
+	}
+	c.PAdj = c.P
+	return c
 }
 
 // WriteCapacity writes rep as dir/capacity.json, atomically.
@@ -329,5 +472,5 @@ func WriteCapacity(path string, rep *CapacityReport) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", CapacityFile, err)
 	}
-	return WriteFileAtomic(path, append(data, '\n'), 0o644)
+	return durable.WriteFile(path, append(data, '\n'), 0o644)
 }

@@ -42,7 +42,7 @@ func renderCapacityHeadline(b *strings.Builder, v *reportView) {
 	}
 	p("\n")
 	if len(rep.Comparisons) > 0 {
-		p("Capacity against the baseline (%s), paired by block: per block the log ratio of the two interpolated capacities, a t-CI on its mean.\n\n", sp.Baseline)
+		p("Capacity against the baseline (%s), paired by block: per block the log ratio of the two configs' crossings of the limit, a %.0f%% t-CI on its mean; a crossing whose probe above the limit saturated is known only to lie between its two probes and enters as that whole bracket (interval-censored), so the CI is at least as wide as the brackets allow.\n\n", sp.Baseline, 100*sp.Confidence)
 		p("| Config | Shape | Capacity vs %s [%.0f%% CI] | Blocks | p |\n|---|---|---|---|---|\n", sp.Baseline, 100*sp.Confidence)
 		for _, c := range rep.Comparisons {
 			p("| %s | %s | %s | %d | %s |\n", c.Config, c.Shape, capacityComparisonText(c), c.N, fmtP(c.P, c.N))
@@ -137,7 +137,10 @@ func renderCapacityDetails(b *strings.Builder, v *reportView) {
 		"of the metric's mean over its blocks lies at or below %g ms, **fails** when it lies above (or the engine saturated), and is "+
 		"**uncertain** when it straddles. The capacity lies in [highest rate that held, lowest rate that failed]; the uncertain "+
 		"band is where more blocks, not more probes, would narrow it. Only ok runs give the metric; saturated runs count as "+
-		"failing; runs with any other verdict are left out.\n\n", sp.Blocks, 100*sp.Confidence, sp.MaxMs)
+		"failing; runs with any other verdict are left out. Per block the crossing of the limit is interpolated between the block's last "+
+		"rate at or under it and its first rate above it where both were measured; where the one above saturated, the crossing is known "+
+		"only to lie in that bracket, and the estimate's CI takes the bracket's ends (widened by the spread a crossing may have inside it), "+
+		"not its midpoint.\n\n", sp.Blocks, 100*sp.Confidence, sp.MaxMs)
 	p("Probed rates:\n\n| Config | Shape | Rate | Verdict | %s mean [CI] (ms) | Blocks: ok / saturated / other |\n|---|---|---|---|---|---|\n", sp.Metric)
 	for _, r := range capacityProbeRows(v.capacity) {
 		p("| %s | %s | %g | %s | %s | %d / %d / %d |\n", r.Config, r.Shape, r.Rate, r.Verdict, r.Mean, r.OK, r.Saturated, r.Other)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mbench/mbench/stats"
 )
 
 func TestProbeVerdict(t *testing.T) {
@@ -107,10 +109,12 @@ func TestAnalyzeCapacityBrackets(t *testing.T) {
 }
 
 // TestAnalyzeCapacityPairedRatio: a config whose metric is 25% higher at
-// every rate sustains 20% less load at the SLO; the paired CI over blocks
-// says so and excludes 0, while an identical twin's is within noise.
+// every rate sustains 20% less load at the SLO; with probes 2% apart near
+// both crossings (as a search within tolerance leaves them) the paired CI
+// from the brackets says so and excludes 0, while an identical twin's is
+// within noise.
 func TestAnalyzeCapacityPairedRatio(t *testing.T) {
-	rates := []float64{20, 30, 35, 40, 45, 50, 55, 60}
+	rates := []float64{20, 30, 37, 38, 39, 39.8, 40.6, 41.4, 42.2, 45, 48, 49, 49.8, 50.8, 51.8, 52.8, 55, 60}
 	rng := rand.New(rand.NewPCG(1, 2))
 	blockNoise := []float64{1, 1.03, 0.98, 1.01}
 	noise := map[[2]float64]float64{}
@@ -175,5 +179,51 @@ func TestCapacityReportSection(t *testing.T) {
 	}
 	if bad, _ := section(dir); !strings.Contains(bad, "could not be read") {
 		t.Errorf("a corrupt capacity.json is not reported: %q", bad)
+	}
+}
+
+// TestCapacitySharedSaturatedBrackets: when every block holds at the same
+// rate and saturates at the next, each block's crossing is known only to
+// lie in that bracket: the estimate's CI and the paired comparison's
+// contain the brackets, widened by the spread a crossing may have inside
+// its bracket (width/√12 per block, t on n−1 degrees of freedom), never
+// the zero-width interval the probes' midpoint gave ("sustains 29.4% less
+// load [-29.4, -29.4]").
+func TestCapacitySharedSaturatedBrackets(t *testing.T) {
+	sp := testSpec()
+	sp.MaxMs = 100
+	step := func(knee float64) func(float64, int) float64 {
+		return func(r float64, b int) float64 {
+			if r >= knee {
+				return math.Inf(1)
+			}
+			return 20 + float64(b)
+		}
+	}
+	runs := append(capRuns("plain", []float64{50, 100, 110, 200}, 4, step(105)), capRuns("taxed", []float64{50, 72, 80, 200}, 4, step(76))...)
+	rep := AnalyzeCapacity(sp, runs)
+	tq := stats.TQuantile(0.975, 3)
+	widen := func(lo, hi float64) (float64, float64) { // n = 4 blocks, all in one bracket
+		se := (math.Log(hi) - math.Log(lo)) / math.Sqrt(12) / 2
+		return lo * math.Exp(-tq*se), hi * math.Exp(tq*se)
+	}
+	eq := func(a *float64, b float64) bool { return a != nil && math.Abs(*a-b) < 1e-9 }
+	for _, c := range []struct {
+		cfg    string
+		lo, hi float64
+	}{{"plain", 100, 110}, {"taxed", 72, 80}} {
+		s := rep.Search(c.cfg, "s")
+		wl, wh := widen(c.lo, c.hi)
+		if !eq(s.EstLo, wl) || !eq(s.EstHi, wh) {
+			t.Errorf("%s: estimate CI [%v, %v], want the bracket [%v, %v] widened to [%v, %v]", c.cfg, deref(s.EstLo), deref(s.EstHi), c.lo, c.hi, wl, wh)
+		}
+	}
+	c := rep.Comparisons[0].Comparison
+	lo, hi := math.Log(72.0/110), math.Log(80.0/100)
+	if !(c.Lo < math.Expm1(lo) && c.Hi > math.Expm1(hi)) || c.Hi-c.Lo > 0.5 || !c.Significant() {
+		t.Errorf("paired CI [%+.4f, %+.4f] (significant %v), want one that contains the brackets' [%+.4f, %+.4f] and excludes 0", c.Lo, c.Hi, c.Significant(), math.Expm1(lo), math.Expm1(hi))
+	}
+	if w := CapacityChange(c); !strings.Contains(w, "less load [-") {
+		t.Errorf("in words: %q", w)
 	}
 }

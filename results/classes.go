@@ -1,52 +1,83 @@
 package results
 
 import (
-	"github.com/mbench/mbench/stats"
 	"math"
 	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/openloop"
-	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/stats"
 )
 
-// DefaultClassBounds are seed 003's request classes by new (uncached) prompt
-// tokens (§3.5): WARM below 5k, MEDIUM below 20k, HEAVY below 50k, HEAVY+
+// DefaultClassBounds are the agentic experiments' request classes by new
+// (uncached) prompt tokens (docs/routing.md): WARM below 5k, MEDIUM below 20k, HEAVY below 50k, HEAVY+
 // above.
 var DefaultClassBounds = [3]int{5000, 20000, 50000}
 
 // ClassNames are the classes in order, as reports print them.
 var ClassNames = [4]string{"WARM", "MEDIUM", "HEAVY", "HEAVY+"}
 
-// Class bases: what a request's class is measured on.
+// ClassBasis is what a request's class is measured on.
+type ClassBasis string
+
+// Class bases.
 const (
+	// ClassByIdealNewTokens: the request's prompt tokens an ideal
+	// (infinite) prefix cache fed the whole replay would not hold, from the
+	// trace's hash ids (openloop.IdealNewTokens). A property of the
+	// workload: the same requests are in the same class under every config.
+	ClassByIdealNewTokens ClassBasis = "ideal_new_tokens"
+	// ClassByInputTokens: the whole prompt. Also config-independent.
+	ClassByInputTokens ClassBasis = "input_tokens"
 	// ClassByRouterNewTokens: the router's estimate of the request's
-	// uncached tokens on the instance that prefilled it (routing.jsonl's
-	// new_tokens_est), as seed 003's proxy classifies.
-	ClassByRouterNewTokens = "router_new_tokens"
-	// ClassByInputTokens: the whole prompt, when no router estimated more.
-	ClassByInputTokens = "input_tokens"
+	// uncached tokens on the instance its policy chose (routing.jsonl's
+	// new_tokens_est), as the agentic experiments' proxy classified. It depends on the
+	// routing: one request can be HEAVY under one policy and WARM under
+	// another, so per-class rows of different configs compare different
+	// requests.
+	ClassByRouterNewTokens ClassBasis = "router_new_tokens"
 )
 
-// ClassSummary is a run's latency by request class.
+// ClassBases lists the bases.
+var ClassBases = []ClassBasis{ClassByIdealNewTokens, ClassByInputTokens, ClassByRouterNewTokens}
+
+// DependsOnRouting reports whether a request's class under b can change
+// with the config.
+func (b ClassBasis) DependsOnRouting() bool { return b == ClassByRouterNewTokens }
+
+// ClassSummary is a run's latency and failures by request class.
 type ClassSummary struct {
-	Basis   string       `json:"basis"`
-	Bounds  [3]int       `json:"bounds"`
-	Classes []ClassStats `json:"by_class"`
+	Basis ClassBasis `json:"basis"`
+	// DependsOnRouting: the classes are the router's estimate, so they
+	// differ between configs (see ClassByRouterNewTokens).
+	DependsOnRouting bool   `json:"depends_on_routing"`
+	Bounds           [3]int `json:"bounds"`
+	// Fallback counts measured requests the basis had no figure for,
+	// classed by their input tokens instead.
+	Fallback int          `json:"fallback,omitempty"`
+	Classes  []ClassStats `json:"by_class"`
 }
 
-// ClassStats is one class of a run's completed measured requests.
+// ClassStats is one class of a run's measured requests.
 type ClassStats struct {
-	Class        string   `json:"class"`
-	Completed    int      `json:"completed"`
-	Share        float64  `json:"share"` // of the run's completed requests
-	InputP50     *float64 `json:"input_tokens_p50"`
-	MedianTTFTMs *float64 `json:"median_ttft_ms"`
-	P90TTFTMs    *float64 `json:"p90_ttft_ms"`
-	MedianTPOTMs *float64 `json:"median_tpot_ms"`
-	P90TPOTMs    *float64 `json:"p90_tpot_ms"`
-	MedianE2ELMs *float64 `json:"median_e2el_ms"`
-	P90E2ELMs    *float64 `json:"p90_e2el_ms"`
+	Class     string  `json:"class"`
+	Requests  int     `json:"requests"` // measured requests in the class, whatever their outcome
+	Completed int     `json:"completed"`
+	Share     float64 `json:"share"` // of the run's completed requests
+	Failed    int     `json:"failed"`
+	// FailedBy counts the failures by error class (openloop.ErrorClass).
+	FailedBy       map[string]int `json:"failed_by,omitempty"`
+	FailedInputP50 *float64       `json:"failed_input_tokens_p50"`
+	InputP50       *float64       `json:"input_tokens_p50"` // of the completed requests
+	MedianTTFTMs   *float64       `json:"median_ttft_ms"`
+	P90TTFTMs      *float64       `json:"p90_ttft_ms"`
+	MedianTPOTMs   *float64       `json:"median_tpot_ms"`
+	P90TPOTMs      *float64       `json:"p90_tpot_ms"`
+	MedianE2ELMs   *float64       `json:"median_e2el_ms"`
+	P90E2ELMs      *float64       `json:"p90_e2el_ms"`
+	// IDs are the measured requests of the class (request ids, ascending):
+	// what per-class comparisons pair across configs.
+	IDs []int `json:"ids"`
 }
 
 // classIndex returns the class of n tokens under bounds.
@@ -59,33 +90,47 @@ func classIndex(n int, b [3]int) int {
 	return 3
 }
 
-// SummarizeClasses splits the completed measured records into classes by
-// their new tokens — newTokens[id] where given (the router's estimate), else
-// their input tokens — and gives each class its TTFT, TPOT and E2EL
-// (defined as SummarizeRun defines them). Zero bounds are
-// DefaultClassBounds.
-func SummarizeClasses(recs []Record, newTokens map[int]int, bounds [3]int) *ClassSummary {
+// SummarizeClasses splits the measured records into classes by basis —
+// tokens[id] (ideal or router new tokens) where given, else the input
+// tokens — and gives each class its requests, failures, and the TTFT, TPOT
+// and E2EL of its completed requests (defined as SummarizeRun defines
+// them). Zero bounds are DefaultClassBounds.
+func SummarizeClasses(recs []Record, basis ClassBasis, tokens map[int]int, bounds [3]int) *ClassSummary {
 	if bounds == [3]int{} {
 		bounds = DefaultClassBounds
 	}
-	cs := &ClassSummary{Basis: ClassByInputTokens, Bounds: bounds}
-	if len(newTokens) > 0 {
-		cs.Basis = ClassByRouterNewTokens
+	if basis == "" {
+		basis = ClassByInputTokens
 	}
-	var in, ttft, tpot, e2el [4][]float64
-	var n [4]int
+	cs := &ClassSummary{Basis: basis, DependsOnRouting: basis.DependsOnRouting(), Bounds: bounds}
+	var in, failedIn, ttft, tpot, e2el [4][]float64
+	var st [4]ClassStats
 	total := 0
 	for i := range recs {
 		r := &recs[i]
-		if r.Phase != openloop.PhaseMeasure || r.Status != openloop.StatusOK {
+		if r.Phase != openloop.PhaseMeasure {
 			continue
 		}
-		tok, ok := newTokens[r.ID]
+		tok, ok := tokens[r.ID]
 		if !ok {
 			tok = r.InputTokens
+			if basis != ClassByInputTokens {
+				cs.Fallback++
+			}
 		}
 		c := classIndex(tok, bounds)
-		n[c]++
+		st[c].Requests++
+		st[c].IDs = append(st[c].IDs, r.ID)
+		if r.Status != openloop.StatusOK {
+			st[c].Failed++
+			if st[c].FailedBy == nil {
+				st[c].FailedBy = map[string]int{}
+			}
+			st[c].FailedBy[string(r.ErrorClass)]++
+			failedIn[c] = append(failedIn[c], float64(r.InputTokens))
+			continue
+		}
+		st[c].Completed++
 		total++
 		in[c] = append(in[c], float64(r.InputTokens))
 		if r.FirstTokenNs <= 0 || r.SentNs <= 0 {
@@ -103,15 +148,18 @@ func SummarizeClasses(recs []Record, newTokens map[int]int, bounds [3]int) *Clas
 		}
 	}
 	for c := range 4 {
-		st := ClassStats{Class: ClassNames[c], Completed: n[c]}
+		s := st[c]
+		s.Class = ClassNames[c]
 		if total > 0 {
-			st.Share = float64(n[c]) / float64(total)
+			s.Share = float64(s.Completed) / float64(total)
 		}
-		st.InputP50, _ = pct50and90(in[c])
-		st.MedianTTFTMs, st.P90TTFTMs = pct50and90(ttft[c])
-		st.MedianTPOTMs, st.P90TPOTMs = pct50and90(tpot[c])
-		st.MedianE2ELMs, st.P90E2ELMs = pct50and90(e2el[c])
-		cs.Classes = append(cs.Classes, st)
+		slices.Sort(s.IDs)
+		s.InputP50, _ = pct50and90(in[c])
+		s.FailedInputP50, _ = pct50and90(failedIn[c])
+		s.MedianTTFTMs, s.P90TTFTMs = pct50and90(ttft[c])
+		s.MedianTPOTMs, s.P90TPOTMs = pct50and90(tpot[c])
+		s.MedianE2ELMs, s.P90E2ELMs = pct50and90(e2el[c])
+		cs.Classes = append(cs.Classes, s)
 	}
 	return cs
 }
@@ -126,75 +174,6 @@ func pct50and90(xs []float64) (*float64, *float64) {
 	return ptr(stats.PercentileSorted(xs, 50)), ptr(stats.PercentileSorted(xs, 90))
 }
 
-// InstanceCaches is a run's prefix cache per instance, and how much the
-// instances differ (seed 003 §3.2: the spread of APC across instances, std
-// 7 pp with elastic offload vs 33 pp without, was a key finding).
-type InstanceCaches struct {
-	Instances []InstanceCache `json:"per_instance"`
-	// Across the instances with a defined rate: mean, population standard
-	// deviation, min and max of the prefix-cache hit rate (fractions).
-	HitRateMean *float64 `json:"hit_rate_mean"`
-	HitRateStd  *float64 `json:"hit_rate_std"`
-	HitRateMin  *float64 `json:"hit_rate_min"`
-	HitRateMax  *float64 `json:"hit_rate_max"`
-	// The same for the external (KV connector) hit rate.
-	ExternalHitRateMean *float64 `json:"external_hit_rate_mean"`
-	ExternalHitRateStd  *float64 `json:"external_hit_rate_std"`
-}
-
-// InstanceCache is one instance's /metrics deltas over the window.
-type InstanceCache struct {
-	Target          string   `json:"target"`
-	Queries         float64  `json:"queries"`
-	Hits            float64  `json:"hits"`
-	HitRate         *float64 `json:"hit_rate"`
-	ExternalQueries float64  `json:"external_queries"`
-	ExternalHits    float64  `json:"external_hits"`
-	ExternalHitRate *float64 `json:"external_hit_rate"`
-}
-
-// SummarizeInstances gives each scraped target its own prefix-cache
-// summary (names.Summarize over its scrapes alone) and the spread of the
-// hit rates across targets. Targets are in order of first appearance.
-func SummarizeInstances(names probes.MetricNames, before, after []probes.Scrape) *InstanceCaches {
-	var targets []string
-	for _, s := range append(slices.Clone(before), after...) {
-		if !slices.Contains(targets, s.Target) {
-			targets = append(targets, s.Target)
-		}
-	}
-	if len(targets) == 0 {
-		return nil
-	}
-	of := func(list []probes.Scrape, t string) []probes.Scrape {
-		return slices.DeleteFunc(slices.Clone(list), func(s probes.Scrape) bool { return s.Target != t })
-	}
-	ic := &InstanceCaches{}
-	var hit, ext []float64
-	for _, t := range targets {
-		c := names.Summarize(of(before, t), of(after, t), nil)
-		in := InstanceCache{Target: t, Queries: c.Queries, Hits: c.Hits,
-			ExternalQueries: c.ExternalQueries, ExternalHits: c.ExternalHits}
-		if c.HitRateValid {
-			in.HitRate = ptr(c.HitRate)
-			hit = append(hit, c.HitRate)
-		}
-		if c.ExternalValid {
-			in.ExternalHitRate = ptr(c.ExternalHitRate)
-			ext = append(ext, c.ExternalHitRate)
-		}
-		ic.Instances = append(ic.Instances, in)
-	}
-	if len(hit) > 0 {
-		ic.HitRateMean, ic.HitRateStd = ptr(stats.Mean(hit)), ptr(stats.PopStd(hit))
-		ic.HitRateMin, ic.HitRateMax = ptr(slices.Min(hit)), ptr(slices.Max(hit))
-	}
-	if len(ext) > 0 {
-		ic.ExternalHitRateMean, ic.ExternalHitRateStd = ptr(stats.Mean(ext)), ptr(stats.PopStd(ext))
-	}
-	return ic
-}
-
 // classKey is a class name as a metric key part: WARM → warm, HEAVY+ →
 // heavy_plus.
 func classKey(name string) string {
@@ -202,9 +181,9 @@ func classKey(name string) string {
 }
 
 // addClassMetrics flattens a run's class and per-instance figures into its
-// metrics: class_<c>_{median,p90}_{ttft,tpot,e2el}_ms, class_<c>_share, and
-// prefix_cache_hit_rate_{mean,std,min,max}_inst,
-// external_hit_rate_{mean,std}_inst.
+// metrics: class_<c>_{median,p90}_{ttft,tpot,e2el}_ms, class_<c>_share,
+// class_<c>_{requests,failed,fail_rate,input_p50}, and the per-instance ones
+// of addInstanceMetrics.
 func addClassMetrics(s *RunSummary, out map[string]float64) {
 	put := func(k string, v *float64) {
 		if v != nil && !math.IsNaN(*v) {
@@ -215,6 +194,14 @@ func addClassMetrics(s *RunSummary, out map[string]float64) {
 		for _, st := range c.Classes {
 			p := "class_" + classKey(st.Class) + "_"
 			out[p+"share"] = st.Share
+			out[p+"requests"] = float64(st.Requests)
+			out[p+"completed"] = float64(st.Completed)
+			out[p+"failed"] = float64(st.Failed)
+			put(p+"failed_input_p50", st.FailedInputP50)
+			if st.Requests > 0 {
+				out[p+"fail_rate"] = float64(st.Failed) / float64(st.Requests)
+			}
+			put(p+"input_p50", st.InputP50)
 			put(p+"median_ttft_ms", st.MedianTTFTMs)
 			put(p+"p90_ttft_ms", st.P90TTFTMs)
 			put(p+"median_tpot_ms", st.MedianTPOTMs)
@@ -223,14 +210,7 @@ func addClassMetrics(s *RunSummary, out map[string]float64) {
 			put(p+"p90_e2el_ms", st.P90E2ELMs)
 		}
 	}
-	if ic := s.Instances; ic != nil {
-		put("prefix_cache_hit_rate_mean_inst", ic.HitRateMean)
-		put("prefix_cache_hit_rate_std_inst", ic.HitRateStd)
-		put("prefix_cache_hit_rate_min_inst", ic.HitRateMin)
-		put("prefix_cache_hit_rate_max_inst", ic.HitRateMax)
-		put("external_hit_rate_mean_inst", ic.ExternalHitRateMean)
-		put("external_hit_rate_std_inst", ic.ExternalHitRateStd)
-	}
+	addInstanceMetrics(s, put)
 }
 
 // classCSVMetrics are the class and per-instance columns of tables.csv.
@@ -238,9 +218,7 @@ func classCSVMetrics() []string {
 	var out []string
 	for _, n := range ClassNames {
 		p := "class_" + classKey(n) + "_"
-		out = append(out, p+"share", p+"median_ttft_ms", p+"p90_ttft_ms", p+"p90_tpot_ms", p+"median_e2el_ms")
+		out = append(out, p+"requests", p+"completed", p+"share", p+"input_p50", p+"failed", p+"fail_rate", p+"failed_input_p50", p+"median_ttft_ms", p+"p90_ttft_ms", p+"p90_tpot_ms", p+"median_e2el_ms")
 	}
-	return append(out, "prefix_cache_hit_rate_mean_inst", "prefix_cache_hit_rate_std_inst",
-		"prefix_cache_hit_rate_min_inst", "prefix_cache_hit_rate_max_inst",
-		"external_hit_rate_mean_inst", "external_hit_rate_std_inst")
+	return append(out, instanceCSVMetrics...)
 }

@@ -1,13 +1,18 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"strings"
 )
 
-// renderClasses writes the request-class table (seed 003 §3.5) from the
-// cells' means over runs. Cells without the figures are left out; a sweep
-// with none, or whose every request is of one class, gets one line.
+// renderClasses writes the request-class table (DefaultClassBounds) from the
+// cells' means over runs: per class its completed requests, share, input
+// p50 and latencies. Cells without the figures are left out; a sweep with
+// none, or whose every request is of one class, gets one line.
 func renderClasses(b *strings.Builder, v *reportView) {
 	ordered := v.ordered
 	if !anyCellHas(ordered, "class_warm_share") {
@@ -15,14 +20,20 @@ func renderClasses(b *strings.Builder, v *reportView) {
 		return
 	}
 	bd := classBoundsOf(ordered)
+	basis := classBasisOf(ordered)
 	if only, ok := singleClass(ordered); ok {
-		collapsed(b, "Request classes", "every measured request of every cell is %s (by new prompt tokens; WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above): one class, whose figures are the cells' own.", only, bd[0], bd[1], bd[2])
+		collapsed(b, "Request classes", "every measured request of every cell is %s (by %s; WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above): one class, whose figures are the cells' own.", only, basisWords(basis), bd[0], bd[1], bd[2])
 		return
 	}
 	b.WriteString("## Request classes\n\n")
-	fmt.Fprintf(b, "By new (uncached) prompt tokens: the router's estimate where a router logged one (routing.jsonl), else the whole prompt. "+
-		"WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above. Means over runs, in ms.\n\n", bd[0], bd[1], bd[2])
-	b.WriteString("| Config | Shape | Rate | Class | Share | TTFT p50 | TTFT p90 | TPOT p90 | E2EL p50 |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "By %s: WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above. Count = completed requests, share = of the run's completed, "+
+		"input p50 in tokens; latencies in ms. Means over runs.\n\n", basisWords(basis), bd[0], bd[1], bd[2])
+	if basis.DependsOnRouting() {
+		b.WriteString("**These classes depend on the routing**: a request's class is the router's estimate of its uncached tokens on the instance its policy chose, " +
+			"so the same request can be HEAVY under one config and WARM under another, and rows of different configs describe different requests. " +
+			"For comparisons between configs use class_basis: ideal_new_tokens (the default for traces) or input_tokens.\n\n")
+	}
+	b.WriteString("| Config | Shape | Rate | Class | Count | Share | Input p50 | TTFT p50 | TTFT p90 | TPOT p90 | E2EL p50 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range ordered {
 		m := c.Sum.Metrics
 		for _, n := range ClassNames {
@@ -31,12 +42,104 @@ func renderClasses(b *strings.Builder, v *reportView) {
 			if !ok || share.Mean == nil || *share.Mean == 0 {
 				continue
 			}
-			fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate, n,
-				fmtPct(share.Mean), meanOrDash(m, p+"median_ttft_ms"), meanOrDash(m, p+"p90_ttft_ms"),
-				meanOrDash(m, p+"p90_tpot_ms"), meanOrDash(m, p+"median_e2el_ms"))
+			fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate, n,
+				countOf(m, p+"completed"), fmtPct(share.Mean), meanOrDash(m, p+"input_p50"), meanOrDash(m, p+"median_ttft_ms"),
+				meanOrDash(m, p+"p90_ttft_ms"), meanOrDash(m, p+"p90_tpot_ms"), meanOrDash(m, p+"median_e2el_ms"))
 		}
 	}
 	b.WriteString("\n")
+}
+
+// renderClassFailures writes failures by request class (in the agentic
+// experiments the elastic config's failures were Mooncake transfer timeouts on
+// > 60k-token requests): per cell and class the measured requests, the
+// failed ones, their rate and error classes, and the input p50 of the
+// failed. One line when no measured request failed.
+func renderClassFailures(b *strings.Builder, v *reportView) {
+	ordered := v.ordered
+	if !anyCellHas(ordered, "class_warm_failed") || allZero(ordered, "class_warm_failed", "class_medium_failed", "class_heavy_failed", "class_heavy_plus_failed") {
+		collapsed(b, "Failures by request class", "no measured request failed in any run.")
+		return
+	}
+	b.WriteString("## Failures by request class\n\n")
+	fmt.Fprintf(b, "Measured requests and failures per class (by %s), means over runs; how = error classes over all runs. "+
+		"Configs whose failure rates differ cannot be compared on the survivors' latency alone: see the method's note on failures.\n\n", basisWords(classBasisOf(ordered)))
+	b.WriteString("| Config | Shape | Rate | Class | Requests | Failed | Fail rate | Failed input p50 | How |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range ordered {
+		m := c.Sum.Metrics
+		for ci, n := range ClassNames {
+			p := "class_" + classKey(n) + "_"
+			if !hasMetric(m, p+"failed") || *m[p+"failed"].Mean == 0 {
+				continue
+			}
+			fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate, n,
+				countOf(m, p+"requests"), countOf(m, p+"failed"), pctOf(m, p+"fail_rate"), meanOrDash(m, p+"failed_input_p50"),
+				failureModes(c, ci))
+		}
+	}
+	b.WriteString("\n")
+}
+
+// failureModes lists a class's error classes over the cell's runs with
+// their counts, most frequent first.
+func failureModes(c *cellData, class int) string {
+	counts := map[string]int{}
+	for _, r := range c.Runs {
+		if r.Sum == nil || r.Sum.Classes == nil || class >= len(r.Sum.Classes.Classes) {
+			continue
+		}
+		for k, n := range r.Sum.Classes.Classes[class].FailedBy {
+			counts[k] += n
+		}
+	}
+	keys := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s ×%d", orDefault(k, "unclassified"), counts[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// countOf is a count's mean over runs: whole when it is, else to one
+// decimal; "—" when absent.
+func countOf(m map[string]MetricStats, k string) string {
+	v, ok := m[k]
+	if !ok || v.Mean == nil {
+		return "—"
+	}
+	return fmtCount(*v.Mean)
+}
+
+func fmtCount(x float64) string {
+	if x == math.Trunc(x) {
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("%.1f", x)
+}
+
+// classBasisOf is the class basis the runs used (the first run that
+// recorded one).
+func classBasisOf(ordered []*cellData) ClassBasis {
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if r.Sum != nil && r.Sum.Classes != nil {
+				return r.Sum.Classes.Basis
+			}
+		}
+	}
+	return ClassByInputTokens
+}
+
+// basisWords says in words what requests are classed by.
+func basisWords(b ClassBasis) string {
+	switch b {
+	case ClassByIdealNewTokens:
+		return "new prompt tokens against an ideal cache, from the trace's hash ids — the same requests are in the same class under every config"
+	case ClassByRouterNewTokens:
+		return "the router's estimate of new prompt tokens on the instance it chose"
+	}
+	return "prompt tokens"
 }
 
 // singleClass reports the one class every cell with class figures falls
@@ -61,44 +164,6 @@ func singleClass(ordered []*cellData) (string, bool) {
 		}
 	}
 	return only, only != ""
-}
-
-// renderPrefixCache writes the prefix cache per instance (seed 003 §3.2);
-// one line when no run has /metrics figures or every hit rate is zero.
-func renderPrefixCache(b *strings.Builder, v *reportView) {
-	ordered := v.ordered
-	if !anyCellHas(ordered, "prefix_cache_hit_rate") {
-		collapsed(b, "Prefix cache by instance", "no run has prefix-cache figures from /metrics.")
-		return
-	}
-	if allZero(ordered, "prefix_cache_hit_rate", "prefix_cache_hit_rate_max_inst", "external_hit_rate_mean_inst") {
-		collapsed(b, "Prefix cache by instance", "the hit rate is 0.0%% in every run of every cell and on every instance (engine cache and any KV connector's): no measured prompt reused a cached prefix.")
-		return
-	}
-	b.WriteString("## Prefix cache by instance\n\n")
-	b.WriteString("Hit rates from each instance's /metrics deltas over the measured window (prefix = the engine's own cache, external = a KV connector's). " +
-		"Pooled = all instances' hits over all their queries; mean, std (population) and range are across instances. Means over runs.\n\n")
-	b.WriteString("| Config | Shape | Rate | Pooled | Mean | Std | Min | Max | External mean | External std |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, c := range ordered {
-		m := c.Sum.Metrics
-		pct := func(k string) string {
-			if v, ok := m[k]; ok && v.Mean != nil {
-				return fmtPct(v.Mean)
-			}
-			return "—"
-		}
-		pp := func(k string) string {
-			if v, ok := m[k]; ok && v.Mean != nil {
-				return fmt.Sprintf("%.1f pp", 100**v.Mean)
-			}
-			return "—"
-		}
-		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
-			pct("prefix_cache_hit_rate"), pct("prefix_cache_hit_rate_mean_inst"), pp("prefix_cache_hit_rate_std_inst"),
-			pct("prefix_cache_hit_rate_min_inst"), pct("prefix_cache_hit_rate_max_inst"),
-			pct("external_hit_rate_mean_inst"), pp("external_hit_rate_std_inst"))
-	}
-	b.WriteString("\n")
 }
 
 // classBoundsOf returns the class bounds the runs used (the first run that

@@ -10,14 +10,16 @@ import (
 	"github.com/mbench/mbench/probes"
 )
 
-// TestSummarizeClasses: requests land in the class of their new tokens (the
-// router's estimate when given, else the prompt), and each class's TTFT
-// quantiles are those of its own requests, computed here by sorting.
+// TestSummarizeClasses: requests land in the class of their figure under
+// the basis (given per id, else the prompt), each class's TTFT quantiles are
+// those of its own completed requests, computed here by sorting, and its
+// failures are counted in it, by error class.
 func TestSummarizeClasses(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var recs []Record
 	newTok := map[int]int{}
 	want := map[int][]float64{}
+	wantFailed := map[int]int{}
 	for i := range 400 {
 		in := 100 + r.IntN(90000)
 		ttftMs := 1 + r.Float64()*100
@@ -28,32 +30,35 @@ func TestSummarizeClasses(t *testing.T) {
 			cls = in / 3
 			newTok[i] = cls
 		}
+		c := 3
+		switch {
+		case cls < 5000:
+			c = 0
+		case cls < 20000:
+			c = 1
+		case cls < 50000:
+			c = 2
+		}
 		if i%10 == 9 {
-			rec.Status = "error" // failed requests are in no class
+			rec.Status, rec.ErrorClass = "error", openloop.ErrClassTimeout // failed: counted in its class, not in its latency
+			wantFailed[c]++
 		} else {
-			c := 3
-			switch {
-			case cls < 5000:
-				c = 0
-			case cls < 20000:
-				c = 1
-			case cls < 50000:
-				c = 2
-			}
 			want[c] = append(want[c], float64(rec.FirstTokenNs-rec.SentNs)/1e6)
 		}
 		recs = append(recs, rec)
 	}
-	cs := SummarizeClasses(recs, newTok, [3]int{})
-	if cs.Basis != ClassByRouterNewTokens || cs.Bounds != DefaultClassBounds || len(cs.Classes) != 4 {
+	cs := SummarizeClasses(recs, ClassByIdealNewTokens, newTok, [3]int{})
+	if cs.Basis != ClassByIdealNewTokens || cs.DependsOnRouting || cs.Fallback != 200 || cs.Bounds != DefaultClassBounds || len(cs.Classes) != 4 {
 		t.Fatalf("summary %+v", cs)
 	}
-	total := 0
+	total, ids := 0, 0
 	for c, st := range cs.Classes {
 		total += st.Completed
+		ids += len(st.IDs)
 		xs := want[c]
-		if st.Completed != len(xs) {
-			t.Fatalf("%s: %d requests, want %d", st.Class, st.Completed, len(xs))
+		if st.Completed != len(xs) || st.Failed != wantFailed[c] || st.Requests != len(xs)+wantFailed[c] ||
+			st.Failed > 0 && st.FailedBy[string(openloop.ErrClassTimeout)] != st.Failed {
+			t.Fatalf("%s: %+v, want %d completed, %d failed", st.Class, st, len(xs), wantFailed[c])
 		}
 		sort.Float64s(xs)
 		// Linear interpolation between closest ranks.
@@ -69,11 +74,14 @@ func TestSummarizeClasses(t *testing.T) {
 			t.Errorf("%s: TPOT p90 %v, want 1 ms (4 ms over 4 tokens)", st.Class, st.P90TPOTMs)
 		}
 	}
-	if total != 360 {
-		t.Errorf("%d requests classed, want the 360 completed", total)
+	if total != 360 || ids != 400 {
+		t.Errorf("%d requests completed in classes, %d ids: want the 360 completed of 400", total, ids)
 	}
-	if got := SummarizeClasses(recs, nil, [3]int{10, 20, 30}); got.Basis != ClassByInputTokens || got.Classes[3].Completed != 360 {
+	if got := SummarizeClasses(recs, ClassByInputTokens, nil, [3]int{10, 20, 30}); got.Basis != ClassByInputTokens || got.Fallback != 0 || got.Classes[3].Completed != 360 {
 		t.Errorf("by input with tiny bounds: %+v", got.Classes)
+	}
+	if got := SummarizeClasses(recs, ClassByRouterNewTokens, newTok, [3]int{}); !got.DependsOnRouting {
+		t.Error("router-estimated classes not marked as depending on routing")
 	}
 	m := RunMetrics(&RunSummary{Classes: cs})
 	if v, ok := m["class_heavy_plus_p90_ttft_ms"]; !ok || v != *cs.Classes[3].P90TTFTMs {

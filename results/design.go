@@ -6,7 +6,7 @@ import (
 	"sort"
 )
 
-// The method's second version (issue 16). The stopping rule plans the sweep
+// The two-stage method (docs/design.md, "Stopping rule"). The stopping rule plans the sweep
 // from its first stage: it stops once every comparison's Stein two-stage
 // half-width — the first stage's spread over all blocks — is within target,
 // and never before the second stage has blocks of its own. Because the stop

@@ -14,9 +14,7 @@
 //     correction and their wording ("+12.3% [+8.1, +16.6]", "within noise
 //     (±4.2%)", "n/a (1 block)");
 //   - the export of a sweep: cells/<id>/summary_A.json, report.md, tables.csv
-//     and the plots under plots/;
-//   - the crash-safe file writes everyone uses (WriteFileAtomic,
-//     AppendLineSync).
+//     and the plots under plots/.
 //
 // It reads request records through package openloop and engine-step, GPU and
 // cache summaries through package probes; it imports nothing else of mbench.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mbench/mbench/internal/durable"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -120,7 +121,7 @@ type cellData struct {
 
 // Export reads every run's summary_A.json and writes, under s.Dir, the cell
 // summaries (cells/<id>/summary_A.json), report.md, report.html (html.go),
-// tables.csv and plots/.
+// tables.csv, instances.csv and plots/.
 // Every file is written atomically. It works on partial sweeps: missing
 // cells, blocks and unreadable summaries are reported in the files and in
 // Report.Warnings; only bad arguments and write failures are errors.
@@ -178,6 +179,13 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 	if err := w.write("tables.csv", csvText); err != nil {
 		return nil, err
 	}
+	instText, err := renderInstancesCSV(&s, cells)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.write("instances.csv", instText); err != nil {
+		return nil, err
+	}
 	if err := writePlots(ctx, &s, cells, w); err != nil {
 		return nil, err
 	}
@@ -212,7 +220,7 @@ func (w *writer) write(rel string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	if err := WriteFileAtomic(path, data, 0o644); err != nil {
+	if err := durable.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	w.rep.Files = append(w.rep.Files, filepath.ToSlash(rel))

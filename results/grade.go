@@ -29,8 +29,8 @@ func gradeSends(s *RunSummary, sends []float64, in RunInput) {
 	if g.Sent > 0 {
 		s.SendLagP50Ms, s.SendLagP99Ms, s.SendLagMaxMs = ptr(g.LagP50Ms), ptr(g.LagP99Ms), ptr(g.LagMaxMs)
 		s.AchievedSendRatio = ptr(g.AchievedRatio)
-		if g.AchievedRate > 0 { // the sends inside the schedule's window, not first to last
-			s.AchievedRate = ptr(g.AchievedRate)
+		if g.AchievedRate > 0 { // acknowledged inside the schedule's window, not first to last
+			s.AchievedRate, s.SentRate = ptr(g.AchievedRate), ptr(g.SentRate)
 		}
 	}
 	if g.KSApplicable {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/mbench/mbench/probes"
 )
 
 // renderMethod writes report.md's method section: the design, the primary
@@ -36,6 +38,9 @@ func renderMethod(b *strings.Builder, v *reportView) {
 	}
 	fmt.Fprintf(b, "- **Comparisons.** Per block the log ratio config/baseline; its mean gets a %.0f%% Student-t CI, shown as a percent change [low, high]. A change is printed only when the Holm-corrected p < %.2g and the CI excludes 0; otherwise it is \"within noise (±half-width)\", never a number of its own. Only runs whose verdict is ok count. The Mann–Whitney U p (unpaired, uncorrected) is shown for reference.\n", conf, alpha)
 	b.WriteString("- **What counts as a result.** " + VerdictRule + "\n")
+	if note := energyNote(v.ordered); note != "" {
+		b.WriteString("- **GPU energy** (`gpu_energy_j`). " + note + "\n")
+	}
 	b.WriteString("- **Position in the block (nuisance effect).** Fitted across the whole sweep, per metric: log(value) = cell + block + γ·position. When γ is significant it is taken out of every comparison (each block's log ratio is corrected by γ times the two cells' distance in the block, and γ's uncertainty is added to the CI).\n\n")
 	if len(rep.Nuisance) == 0 {
 		return
@@ -53,4 +58,37 @@ func renderMethod(b *strings.Builder, v *reportView) {
 		fmt.Fprintf(b, "| %s | %+.2f%% [%+.2f, %+.2f] | %s | %d | %s |\n", n.Metric, 100*math.Expm1(n.PerPosition), 100*n.Lo, 100*n.Hi, fmtP(n.P, n.Runs), n.Runs, used)
 	}
 	b.WriteString("\n")
+}
+
+// energyNote says where the runs' GPU energy came from: NVML's total-energy
+// counter, or power integrated over the samples (the fallback, marked);
+// "" when no run has GPU samples.
+func energyNote(ordered []*cellData) string {
+	var counter, power int
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if r.Sum == nil || r.Sum.GPU == nil {
+				continue
+			}
+			for _, g := range r.Sum.GPU.PerGPU {
+				switch g.EnergySource {
+				case probes.EnergyFromCounter:
+					counter++
+				default: // power integration, or a summary from before energy_source
+					power++
+				}
+			}
+		}
+	}
+	switch {
+	case counter+power == 0:
+		return ""
+	case power == 0:
+		return fmt.Sprintf("From NVML's total-energy counter: its rise from the first to the last sample of each run (%d GPU-runs).", counter)
+	}
+	const why = "a fallback, where the GPU has no energy counter or it was unreadable: NVML's power is an average over up to a second, and under a load step the integral read 3.7% low on an H200"
+	if counter == 0 {
+		return fmt.Sprintf("**Integrated from power readings** on all %d GPU-runs (%s).", power, why)
+	}
+	return fmt.Sprintf("From NVML's total-energy counter on %d GPU-runs; **integrated from power readings on %d** (%s). Each GPU's `energy_source` in summary_A.json says which.", counter, power, why)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/mbench/mbench/internal/durable"
 	"os"
 	"reflect"
 	"regexp"
@@ -11,7 +12,7 @@ import (
 )
 
 // DefaultCompare are the metrics compared with the baseline when a sweep
-// names none (issue 5).
+// names none.
 var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration_p50"}
 
 // DefaultStopMetric is the metric of the stopping rule and of the
@@ -166,7 +167,7 @@ func WriteRunSummaryBytes(path string, s *RunSummary) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode run summary %s: %w", path, err)
 	}
-	return b, WriteFileAtomic(path, b, 0o644)
+	return b, durable.WriteFile(path, b, 0o644)
 }
 
 // encodeJSON encodes v indented by two spaces, without HTML escaping, with a

@@ -63,7 +63,8 @@ func mdSections(v *reportView) []mdSection {
 	} else {
 		out = append(out, renderComparisons, renderTTFT)
 	}
-	return append(out, renderSLO, renderOutputLengths, renderSteps, renderClasses, renderPrefixCache, renderNoise,
+	return append(out, renderSLO, renderOutputLengths, renderSteps, renderClasses, renderClassComparisons, renderClassFailures,
+		renderPrefixCache, renderGPUUtil, renderNoise,
 		renderClientLimited, renderVerdicts, renderProblems, renderEnv, renderMethod, renderRuns)
 }
 
@@ -153,7 +154,7 @@ func configsOf(ordered []*cellData, s *ExportInput) []string {
 	return out
 }
 
-// renderTTFT writes the seed-000 "TTFT p90 Comparison" table with CIs.
+// renderTTFT writes the "TTFT p90 Comparison" table with CIs.
 func renderTTFT(b *strings.Builder, v *reportView) {
 	s, ordered := v.s, v.ordered
 	fmt.Fprintf(b, "## TTFT p90 Comparison\n\nMean over blocks of each run's p90 TTFT, ± the %.0f%% Student-t CI half-width.\n\n", 100*s.Confidence)

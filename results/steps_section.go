@@ -76,9 +76,10 @@ func stepFacts(c *cellData) cellStepFacts {
 	return f
 }
 
-// renderSteps writes the seed-000 "Per-Step Latency" table and says in words
+// renderSteps writes the "Per-Step Latency" table and says in words
 // which batch each timer belongs to, whether GPU time was measured, and
-// where the timers do not decompose the step (seed 001).
+// where the timers do not decompose the step (a decomposition claimed
+// from timers that did not cover it: docs/design.md).
 func renderSteps(b *strings.Builder, v *reportView) {
 	renderStepTable(b, v.ordered)
 }

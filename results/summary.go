@@ -145,6 +145,9 @@ type RunSummary struct {
 	// 200 requests is ±7% off its nominal rate.
 	OfferedRealized *float64 `json:"offered_rate_realized"`
 	AchievedRate    *float64 `json:"achieved_rate"`
+	// SentRate is the measured requests written within the schedule's
+	// window over that window, beside achieved_rate's acknowledged ones.
+	SentRate *float64 `json:"sent_rate"`
 	// ThrRatio is the share of the measured requests, all sent in the
 	// measured window, that the engine saw through: completed / (completed
 	// + requests still waiting for their first token when the harness cut
@@ -212,8 +215,8 @@ type RunSummary struct {
 	ResponseCache      *ResponseCache `json:"response_cache,omitempty"` // the prefix cache as the responses' usage tells it
 	Gate               *GateRecord    `json:"gate,omitempty"`
 
-	// Classes is latency by request class (seed 003 §3.5), Instances the
-	// prefix cache per instance and its spread (§3.2); see classes.go.
+	// Classes is latency by request class, Instances the prefix cache per
+	// instance and its spread; see classes.go.
 	Classes   *ClassSummary   `json:"classes,omitempty"`
 	Instances *InstanceCaches `json:"instances,omitempty"`
 
@@ -273,9 +276,11 @@ func ptr(v float64) *float64 {
 // (output_tokens − 1) for output_tokens > 1, ITL = every itl_ms pooled;
 // percentiles by linear interpolation. duration = WindowEnd − WindowStart (the
 // first measured send to the last measured request's end); request_throughput = completed / duration; achieved_rate =
-// the measured requests written within the schedule's window (first to last
-// scheduled send + 5 ms) over that window (openloop.Grade.AchievedRate), or,
-// without scheduled times, (sends − 1) / (last send − first send);
+// the measured requests the server acknowledged (response head received)
+// within the schedule's window (first to last scheduled send + 5 ms) over
+// that window (openloop.Grade.AchievedRate; the sends, for records without
+// head_ns), or, without scheduled times, (sends − 1) / (last send − first
+// send); sent_rate = the requests written within that window over it;
 // thr_ratio = completed / (completed + requests the harness cut off before
 // their first token), over the measured requests, which are the requests
 // sent in the measured window: each counts by its own outcome, whenever it

@@ -1,5 +1,5 @@
 // Package router is mbench's global scheduler in front of several engine
-// instances: seed 003's cache-aware proxy. It routes OpenAI completion
+// instances: a cache-aware proxy (docs/routing.md). It routes OpenAI completion
 // requests by a Policy — round-robin, session-sticky with a load-aware
 // override, or cache-aware scoring (linear or LMetric) on top of stickiness —
 // can offload HEAVY prefills to another instance (elastic P2P) or split every
@@ -29,10 +29,11 @@ const (
 	// instance is overloaded.
 	Sticky Policy = "sticky"
 	// Linear is Sticky, with new and overridden sessions placed by the
-	// lowest score = load − α·cache_hit (seed 003's default policy).
+	// lowest score = load − α·cache_hit (the default of the agentic
+	// experiments).
 	Linear Policy = "linear"
 	// LMetric is Sticky, with placement by the lowest score =
-	// P_tokens × BS (Zhang et al., OSDI'26, as seed 003 §3.6 defines it).
+	// P_tokens × BS (Zhang et al., OSDI'26; docs/routing.md).
 	LMetric Policy = "lmetric"
 )
 
@@ -53,7 +54,8 @@ func ParsePolicy(s string) (Policy, error) {
 	return "", fmt.Errorf("policy %q is not one of %s", s, strings.Join(names, ", "))
 }
 
-// Options configures a Router. Zero values take seed 003's defaults.
+// Options configures a Router. Zero values take the defaults below (those
+// of the agentic experiments, docs/routing.md).
 type Options struct {
 	Policy Policy
 	// Alpha weighs the cache hit (the share of the prompt the instance is
@@ -62,14 +64,22 @@ type Options struct {
 	Alpha float64
 	// OverrideFactor: a session's pinned instance whose load exceeds this
 	// many times the mean load (and at least 2 requests) is overridden.
-	// Default 2 (seed 003: "pinned instance > 2× avg load → redirect").
+	// Default 2: "pinned instance > 2× avg load → redirect".
 	OverrideFactor float64
 	// BlockTokens is the block size of the router's prefix index. Default
 	// 16, vLLM's block size.
 	BlockTokens int
 	// CacheBlocks bounds each instance's prefix index (LRU); 0 = unbounded.
-	// Set it to an instance's KV capacity in blocks for a closer estimate.
+	// Set it to an instance's KV capacity in blocks for a closer estimate,
+	// or set CacheFromEngine.
 	CacheBlocks int
+	// CacheFromEngine bounds each instance's index to the KV capacity its
+	// engine reports (vllm:cache_config_info: num_gpu_blocks × block_size
+	// tokens) once its /metrics answers; unbounded until then.
+	CacheFromEngine bool
+	// Load is what counts as an instance's load: LoadShadow (default) or
+	// LoadEngine.
+	Load LoadSource
 	// Offload sends the prefill of a HEAVY request (more than HeavyTokens
 	// new tokens on its sticky instance) to another instance, and decodes
 	// on the sticky one, with at most MaxOffload offloads in flight.
@@ -78,7 +88,7 @@ type Options struct {
 	MaxOffload  int // default 4
 	// Classes are the request-class bounds in new tokens: WARM below
 	// Classes[0], MEDIUM below Classes[1], HEAVY below Classes[2], HEAVY+
-	// above. Default 5000, 20000, 50000 (seed 003 §3.5).
+	// above. Default 5000, 20000, 50000 (results.DefaultClassBounds).
 	Classes [3]int
 }
 
@@ -86,6 +96,15 @@ type Options struct {
 func (o Options) withDefaults() (Options, error) {
 	if o.Policy == "" {
 		o.Policy = RoundRobin
+	}
+	if o.Load == "" {
+		o.Load = LoadShadow
+	}
+	if _, err := ParseLoadSource(string(o.Load)); err != nil {
+		return o, err
+	}
+	if o.CacheFromEngine && o.CacheBlocks > 0 {
+		return o, fmt.Errorf("cache blocks: give a size or take it from the engines, not both")
 	}
 	if _, err := ParsePolicy(string(o.Policy)); err != nil {
 		return o, err
@@ -128,7 +147,7 @@ func (o Options) withDefaults() (Options, error) {
 // Class is a request class by new (uncached) prompt tokens.
 type Class string
 
-// Request classes (seed 003 §3.5).
+// Request classes by new (uncached) prompt tokens.
 const (
 	Warm       Class = "WARM"
 	Medium     Class = "MEDIUM"

@@ -10,8 +10,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -19,24 +19,40 @@ import (
 // token ids is about 1.4 MB).
 const maxBody = 64 << 20
 
-// Server is the router's HTTP front: OpenAI completion requests are routed,
-// everything else goes to the first serving instance.
+// Server is the router's HTTP front: OpenAI completion and chat-completion
+// requests are routed, everything else goes to the first serving instance.
 type Server struct {
 	r      *Router
+	opt    ServerOptions
 	client *http.Client
 	log    *Log
+	boot   map[int]*bootstrap // Mooncake: bootstrap servers by instance
 }
 
-// NewServer serves r's decisions, logging each request to log.
-func NewServer(r *Router, log *Log) *Server {
-	return &Server{r: r, log: log, client: &http.Client{Transport: &http.Transport{
+// NewServer serves r's decisions, logging each request to log, splitting
+// requests between instances by o.Protocol.
+func NewServer(r *Router, log *Log, o ServerOptions) (*Server, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{r: r, opt: o, log: log, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}}
+	if err := s.setupBootstrap(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Handler returns the router's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/completions", s.handleCompletion)
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, req *http.Request) {
+		s.handleCompletion(w, req, endpointCompletions)
+	})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, req *http.Request) {
+		s.handleCompletion(w, req, endpointChat)
+	})
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /breakdown", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, s.log.Breakdown(s.r))
@@ -57,8 +73,13 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v) // the client went away: nothing to do
 }
 
-// handleHealth is 200 only when every instance's /health is.
+// handleHealth is 200 only when every instance's /health is (and, with
+// the Mooncake protocol, every producer's bootstrap server answered).
 func (s *Server) handleHealth(w http.ResponseWriter, req *http.Request) {
+	if err := s.bootstrapReady(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
 	defer cancel()
 	for _, in := range s.r.inst {
@@ -89,11 +110,20 @@ func (s *Server) passThrough(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	copyResponse(w, resp, nil)
+	if err := copyResponse(w, resp, nil); err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+	}
 }
 
-// handleCompletion routes one /v1/completions request.
-func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request) {
+// Routed endpoints: a request's prefill leg goes to the same path as the
+// request.
+const (
+	endpointCompletions = "/v1/completions"
+	endpointChat        = "/v1/chat/completions"
+)
+
+// handleCompletion routes one request to a routed endpoint.
+func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endpoint string) {
 	start := time.Now()
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBody))
 	if err != nil {
@@ -105,9 +135,20 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "router: body is not a JSON object: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	prompt, err := promptTokens(fields["prompt"])
+	var prompt []int64
+	if endpoint == endpointChat {
+		prompt, err = chatTokens(fields["messages"])
+		err = prefixErr("messages", err)
+	} else {
+		prompt, err = promptTokens(fields["prompt"])
+		err = prefixErr("prompt", err)
+	}
 	if err != nil {
-		http.Error(w, "router: prompt: "+err.Error(), http.StatusBadRequest)
+		http.Error(w, "router: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := s.bootstrapReady(); err != nil { // as vLLM's Mooncake proxy, 503 until every producer is known
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	d := s.r.Decide(req.Header.Get("X-Mbench-Session"), prompt)
@@ -118,10 +159,14 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request) {
 		s.log.finish(e)
 	}()
 	ctx := req.Context()
+	if d.Prefill != d.Decode && s.opt.Protocol == ProtocolMooncake {
+		s.serveMooncake(w, req, d, e, endpoint, fields, start)
+		return
+	}
 	if d.Prefill != d.Decode {
-		params, status, err := s.remotePrefill(ctx, s.r.URL(d.Prefill), req.Header, fields)
+		params, status, err := s.nixlPrefill(ctx, s.r.URL(d.Prefill)+endpoint, req.Header, fields)
 		s.r.PrefillDone(d)
-		e.PrefillMs = msSince(start)
+		e.PrefillMs, e.PrefillStatus = msSince(start), status
 		if err != nil {
 			e.Status, e.Error = status, err.Error()
 			http.Error(w, err.Error(), status)
@@ -134,7 +179,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	resp, err := s.forward(ctx, s.r.URL(d.Decode)+"/v1/completions", http.MethodPost, req.Header, body)
+	e.DecodeSentMs = msSince(start)
+	resp, err := s.forward(ctx, s.r.URL(d.Decode)+endpoint, http.MethodPost, req.Header, body)
 	if err != nil {
 		e.Status, e.Error = http.StatusBadGateway, err.Error()
 		http.Error(w, err.Error(), http.StatusBadGateway)
@@ -142,60 +188,62 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request) {
 	}
 	defer resp.Body.Close()
 	e.Status = resp.StatusCode
-	copyResponse(w, resp, func() {
+	tail := &tailBuffer{max: 64 << 10}
+	resp.Body = readCloser{io.TeeReader(resp.Body, tail), resp.Body}
+	if err := copyResponse(w, resp, func() {
 		s.r.PrefillDone(d) // the first bytes of the answer: the prefill is over
 		e.FirstByteMs = msSince(start)
-	})
+	}); err != nil {
+		e.Status, e.Error = http.StatusBadGateway, "router: decode on "+s.r.URL(d.Decode)+": "+err.Error()
+		http.Error(w, e.Error, http.StatusBadGateway)
+		return
+	}
+	e.EngineCachedTokens = tail.cachedTokens()
+}
+
+// readCloser reads from one reader and closes another.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// tailBuffer keeps the last max bytes written to it: the end of an answer,
+// where its usage is.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+// cachedTokens is the engine's usage.prompt_tokens_details.cached_tokens in
+// the answer's tail (vLLM reports it with --enable-prompt-tokens-details),
+// or nil.
+func (t *tailBuffer) cachedTokens() *int {
+	const key = `"cached_tokens":`
+	i := bytes.LastIndex(t.b, []byte(key))
+	if i < 0 {
+		return nil
+	}
+	rest := bytes.TrimLeft(t.b[i+len(key):], " ")
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	v, err := strconv.Atoi(string(rest[:n]))
+	if err != nil {
+		return nil
+	}
+	return &v
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
-
-// remotePrefill runs the prefill half of vLLM's disaggregated-prefill
-// protocol on url: the request with max_tokens 1, no streaming, no
-// min_tokens, and kv_transfer_params asking for a remote decode; the answer's
-// kv_transfer_params tell the decode instance where the KV is. As vLLM's
-// tests/v1/kv_connector/nixl_integration/toy_proxy_server.py
-// (send_request_to_service, vLLM commit 030ea52e) does.
-func (s *Server) remotePrefill(ctx context.Context, url string, h http.Header, fields map[string]json.RawMessage) (json.RawMessage, int, error) {
-	p := make(map[string]json.RawMessage, len(fields)+1)
-	for k, v := range fields {
-		p[k] = v
-	}
-	p["kv_transfer_params"] = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
-	p["stream"] = json.RawMessage("false")
-	p["max_tokens"] = json.RawMessage("1")
-	if _, ok := p["max_completion_tokens"]; ok {
-		p["max_completion_tokens"] = json.RawMessage("1")
-	}
-	delete(p, "stream_options")
-	delete(p, "min_tokens")
-	delete(p, "min_completion_tokens")
-	body, err := json.Marshal(p)
-	if err != nil {
-		return nil, http.StatusInternalServerError, err
-	}
-	hh := h.Clone()
-	hh.Set("Accept", "application/json")
-	resp, err := s.forward(ctx, url+"/v1/completions", http.MethodPost, hh, body)
-	if err != nil {
-		return nil, http.StatusBadGateway, fmt.Errorf("router: prefill on %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return nil, http.StatusBadGateway, fmt.Errorf("router: prefill on %s: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, resp.StatusCode, fmt.Errorf("router: prefill on %s: status %d: %s", url, resp.StatusCode, bytes.TrimSpace(out))
-	}
-	var ans struct {
-		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
-	}
-	if err := json.Unmarshal(out, &ans); err != nil || len(ans.KVTransferParams) == 0 || string(ans.KVTransferParams) == "null" {
-		return nil, http.StatusBadGateway, fmt.Errorf("router: prefill on %s: no kv_transfer_params in its answer (is a KV connector configured?)", url)
-	}
-	return ans.KVTransferParams, http.StatusOK, nil
-}
 
 // forward sends one request upstream with the client's relevant headers.
 func (s *Server) forward(ctx context.Context, url, method string, h http.Header, body []byte) (*http.Response, error) {
@@ -213,9 +261,24 @@ func (s *Server) forward(ctx context.Context, url, method string, h http.Header,
 	return s.client.Do(req)
 }
 
+// errNoBytes is copyResponse's error when the body failed before its first
+// bytes: nothing was written, so the caller can still answer an error.
+var errNoBytes = errors.New("the answer ended before its first bytes")
+
 // copyResponse streams resp to w, flushing each read (SSE chunks pass as
-// they come), and calls first once when the first body bytes arrive.
-func copyResponse(w http.ResponseWriter, resp *http.Response, first func()) {
+// they come), and calls first once when the first body bytes arrive. The
+// status and headers go out with the first bytes (or the body's clean end),
+// so a body that fails before any byte returns errNoBytes (wrapping the
+// read error) with nothing written.
+func copyResponse(w http.ResponseWriter, resp *http.Response, first func()) error {
+	buf := make([]byte, 32<<10)
+	n, err := resp.Body.Read(buf)
+	for n == 0 && err == nil {
+		n, err = resp.Body.Read(buf)
+	}
+	if n == 0 && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: %w", errNoBytes, err)
+	}
 	for k, v := range resp.Header {
 		if k != "Content-Length" {
 			w.Header()[k] = v
@@ -223,24 +286,22 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, first func()) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	fl, _ := w.(http.Flusher)
-	buf := make([]byte, 32<<10)
-	var once sync.Once
+	if n > 0 && first != nil {
+		first()
+	}
 	for {
-		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			if first != nil {
-				once.Do(first)
-			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
+				return nil // the client went away
 			}
 			if fl != nil {
 				fl.Flush()
 			}
 		}
 		if err != nil {
-			return
+			return nil
 		}
+		n, err = resp.Body.Read(buf)
 	}
 }
 
@@ -277,9 +338,59 @@ func promptTokens(raw json.RawMessage) ([]int64, error) {
 	return out, nil
 }
 
+// prefixErr names the field an error is about (nil stays nil).
+func prefixErr(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", field, err)
+}
+
+// chatTokens reads a chat request's messages as one text, each message's
+// role then its content (a string, or the text parts of a list of parts),
+// tokenized as promptTokens tokenizes text: equal conversations give equal
+// tokens, and a conversation that grows by a turn extends its prefix.
+func chatTokens(raw json.RawMessage) ([]int64, error) {
+	var msgs []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &msgs); err != nil || len(msgs) == 0 {
+		return nil, errors.New("must be a non-empty list of {role, content}")
+	}
+	var b strings.Builder
+	for i, m := range msgs {
+		b.WriteString(m.Role)
+		b.WriteByte(' ')
+		var text string
+		if err := json.Unmarshal(m.Content, &text); err == nil {
+			b.WriteString(text)
+		} else {
+			var parts []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			}
+			if err := json.Unmarshal(m.Content, &parts); err != nil {
+				return nil, fmt.Errorf("[%d].content: must be a string or a list of parts", i)
+			}
+			for _, p := range parts {
+				b.WriteString(p.Text)
+				b.WriteByte(' ')
+			}
+		}
+		b.WriteByte('\n')
+	}
+	text, _ := json.Marshal(b.String())
+	return promptTokens(text)
+}
+
 // Serve serves the router on ln until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: s.Handler()}
+	dctx, stop := context.WithCancel(ctx)
+	defer stop()
+	s.discoverBootstrap(dctx)
+	s.pollEngines(dctx)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)

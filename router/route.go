@@ -12,13 +12,16 @@ type instance struct {
 	inflight int // requests on it: prefilling here, or being served from here
 	pending  int // prefill tokens sent here and not yet done
 	index    *prefixIndex
+	// engineLoad is the engine's own waiting + running count (LoadEngine).
+	engineLoad      int
+	engineLoadKnown bool
 }
 
 // Decision is where one request goes. Prefill == Decode unless the prefill
 // was offloaded (elastic) or the topology is PD-separated.
 type Decision struct {
 	Decode, Prefill int
-	Reason          string // round_robin | new | sticky | override | pd (+offload, +offload_capped)
+	Reason          string // round_robin | new | sticky | override, +pd; +offload, +offload_capped, +offload_no_target
 	Pinned          int    // the session's instance before this request; -1 none
 	Class           Class
 	PromptTokens    int
@@ -27,10 +30,25 @@ type Decision struct {
 	// PrefillNewTokens are the tokens the prefill instance computes: NewTokens,
 	// or, for an offloaded prefill, the prompt less what the other instance holds.
 	PrefillNewTokens int
-	Loads            []int
+	Loads            []int     // shadow: requests in flight per instance
+	EngineLoads      []int     // LoadEngine: the engines' waiting + running (-1: not known yet)
 	Scores           []float64 // the policy's scores, when it scored
-	offload          bool
+	offload          bool      // an elastic offload (counted against MaxOffload)
+	pd               bool      // a PD-separated topology's split
 	prefillDone      bool
+}
+
+// Split names how d's request was split between instances: "offload" (an
+// elastic offload of its prefill), "pd" (prefill on a producer, decode on a
+// consumer) or "" (one instance did both).
+func (d *Decision) Split() string {
+	switch {
+	case d.offload:
+		return "offload"
+	case d.pd:
+		return "pd"
+	}
+	return ""
 }
 
 // Router decides where requests go and keeps the shadow state.
@@ -38,13 +56,18 @@ type Router struct {
 	opt  Options
 	seed maphash.Seed
 
-	mu       sync.Mutex
-	inst     []*instance
-	serve    []int // instances that serve responses (all, or the consumers)
-	prefill  []int // producers of a PD-separated topology; nil = combined
-	pins     map[string]int
-	rr, prr  int
-	offloads int // offloaded prefills in flight
+	mu      sync.Mutex
+	inst    []*instance
+	serve   []int // instances that serve responses (all, or the consumers)
+	prefill []int // producers of a PD-separated topology; nil = combined
+	pins    map[string]int
+	// Rotation pointers, each advanced once per use: rr for placing a
+	// request (round robin, and where ties start), drr for a PD decode
+	// instance, prr for an offload target. One pointer for two choices of a
+	// request would advance twice and, with an even count, visit every other
+	// instance only.
+	rr, drr, prr int
+	offloads     int // offloaded prefills in flight
 }
 
 // New returns a router over targets (base URLs). With producers, the
@@ -81,7 +104,7 @@ func (r *Router) cached(i int, hashes []uint64, promptTokens int) int {
 func (r *Router) meanLoad(cands []int) float64 {
 	sum := 0
 	for _, i := range cands {
-		sum += r.inst[i].inflight
+		sum += r.load(i)
 	}
 	return float64(sum) / float64(len(cands))
 }
@@ -90,7 +113,7 @@ func (r *Router) meanLoad(cands []int) float64 {
 // times the mean load of cands (and at least 2 requests, so one request on
 // an idle cluster does not count).
 func (r *Router) overloaded(i int, cands []int) bool {
-	l := r.inst[i].inflight
+	l := r.load(i)
 	return l >= 2 && float64(l) > r.opt.OverrideFactor*r.meanLoad(cands)
 }
 
@@ -103,24 +126,24 @@ func (r *Router) score(i int, hashes []uint64, promptTokens int) float64 {
 		if promptTokens > 0 {
 			hit = float64(r.cached(i, hashes, promptTokens)) / float64(promptTokens)
 		}
-		return float64(in.inflight) - r.opt.Alpha*hit
+		return float64(r.load(i)) - r.opt.Alpha*hit
 	case LMetric:
 		newTok := promptTokens - r.cached(i, hashes, promptTokens)
-		return float64(in.pending+newTok) * float64(in.inflight+1)
+		return float64(in.pending+newTok) * float64(r.load(i)+1)
 	}
-	return float64(in.inflight) // least loaded
+	return float64(r.load(i)) // least loaded
 }
 
 // argmin returns the candidate with the lowest score (ties to the first
-// after a rotating start, so equal instances share the work) and the scores
-// by candidate.
-func (r *Router) argmin(cands []int, score func(i int) float64) (int, []float64) {
+// after the rotating start *rot, which it advances, so equal instances share
+// the work) and the scores by candidate.
+func (r *Router) argmin(cands []int, rot *int, score func(i int) float64) (int, []float64) {
 	scores := make([]float64, len(cands))
 	for k, i := range cands {
 		scores[k] = score(i)
 	}
-	start := r.rr % len(cands)
-	r.rr++
+	start := *rot % len(cands)
+	*rot++
 	bk := start
 	for j := range cands {
 		k := (start + j) % len(cands)
@@ -155,7 +178,7 @@ func (r *Router) place(d *Decision, session string, cands []int, hashes []uint64
 	} else {
 		d.Reason = "new"
 	}
-	i, scores := r.argmin(cands, func(i int) float64 { return r.score(i, hashes, promptTokens) })
+	i, scores := r.argmin(cands, &r.rr, func(i int) float64 { return r.score(i, hashes, promptTokens) })
 	d.Scores = scores
 	if session != "" {
 		r.pins[session] = i
@@ -175,10 +198,20 @@ func (r *Router) Decide(session string, prompt []int64) *Decision {
 	for i, in := range r.inst {
 		d.Loads[i] = in.inflight
 	}
+	if r.opt.Load == LoadEngine {
+		d.EngineLoads = make([]int, len(r.inst))
+		for i, in := range r.inst {
+			d.EngineLoads[i] = -1
+			if in.engineLoadKnown {
+				d.EngineLoads[i] = in.engineLoad
+			}
+		}
+	}
 	if r.prefill != nil { // PD-separated: prefill placed by the policy, decode on the least loaded consumer
 		d.Prefill = r.place(d, session, r.prefill, hashes, n)
-		d.Decode, _ = r.argmin(r.serve, func(i int) float64 { return float64(r.inst[i].inflight) })
+		d.Decode, _ = r.argmin(r.serve, &r.drr, func(i int) float64 { return float64(r.load(i)) })
 		d.Reason += "+pd"
+		d.pd = true
 	} else {
 		d.Decode = r.place(d, session, r.serve, hashes, n)
 		d.Prefill = d.Decode
@@ -187,12 +220,16 @@ func (r *Router) Decide(session string, prompt []int64) *Decision {
 	d.NewTokens = n - d.CachedTokens
 	d.Class = classOf(d.NewTokens, r.opt.Classes)
 	if r.prefill == nil && r.opt.Offload && d.NewTokens > r.opt.HeavyTokens {
-		if p, ok := r.offloadTarget(d.Decode); ok && r.offloads < r.opt.MaxOffload {
+		// The cap is checked first: a capped offload picks no target, so it
+		// leaves the target rotation where it was.
+		if r.offloads >= r.opt.MaxOffload {
+			d.Reason += "+offload_capped"
+		} else if p, ok := r.offloadTarget(d.Decode); ok {
 			d.Prefill, d.offload = p, true
 			r.offloads++
 			d.Reason += "+offload"
 		} else {
-			d.Reason += "+offload_capped"
+			d.Reason += "+offload_no_target" // every other instance overloaded
 		}
 	}
 	r.inst[d.Decode].inflight++

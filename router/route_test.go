@@ -194,3 +194,74 @@ func TestPrefixIndexLRU(t *testing.T) {
 		t.Errorf("match of the newest = %d, want 2", got)
 	}
 }
+
+// TestPDRoundRobinAlternates: with round_robin placement over producers and
+// the decode choice over consumers, each pointer advances once per request,
+// so with an even number of producers every producer gets its share (the
+// bug this guards: one shared pointer advanced twice per request sent every
+// prefill to the even-indexed producers).
+func TestPDRoundRobinAlternates(t *testing.T) {
+	for _, np := range []int{2, 3, 4} {
+		targets := []string{"http://c0", "http://c1"}
+		var producers []string
+		for i := range np {
+			producers = append(producers, "http://p"+itoa(i))
+		}
+		r, err := New(targets, producers, Options{Policy: RoundRobin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pre, dec := map[int]int{}, map[int]int{}
+		const n = 120
+		for k := range n {
+			d := r.Decide("", prompt(uint64(k), 0, 64))
+			if want := len(targets) + k%np; d.Prefill != want {
+				t.Fatalf("%d producers, request %d: prefill on %d, want %d", np, k, d.Prefill, want)
+			}
+			pre[d.Prefill]++
+			dec[d.Decode]++
+			r.Finish(d)
+		}
+		for i := range np {
+			if pre[len(targets)+i] != n/np {
+				t.Errorf("%d producers: prefills per producer %v, want %d each", np, pre, n/np)
+			}
+		}
+		if dec[0] != n/2 || dec[1] != n/2 {
+			t.Errorf("%d producers: decodes per consumer %v, want %d each", np, dec, n/2)
+		}
+	}
+}
+
+// TestCappedOffloadKeepsRotation: an offload refused by the cap picks no
+// target, so the next offload goes to the target after the last one used,
+// not one further on.
+func TestCappedOffloadKeepsRotation(t *testing.T) {
+	r := newRouter(t, 4, Options{Policy: Sticky, Offload: true, HeavyTokens: 1000, MaxOffload: 1, OverrideFactor: 100})
+	first := r.Decide("s", prompt(1, 0, 3000))
+	if !first.offload {
+		t.Fatalf("first HEAVY request not offloaded: %s", first.Reason)
+	}
+	home := first.Decode
+	for k := range 5 { // all capped: one offload in flight
+		d := r.Decide("s", prompt(uint64(10+k), 0, 3000))
+		if d.offload || d.Reason != "sticky+offload_capped" {
+			t.Fatalf("capped request %d: %+v", k, d)
+		}
+		r.Finish(d)
+	}
+	r.Finish(first)
+	second := r.Decide("s", prompt(30, 0, 3000))
+	// The rotation over the other instances resumes after first.Prefill.
+	want := first.Prefill
+	for {
+		want = (want + 1) % 4
+		if want != home {
+			break
+		}
+	}
+	if !second.offload || second.Prefill != want {
+		t.Errorf("offload after 5 capped ones went to %d (%s), want %d (the one after %d, skipping home %d)",
+			second.Prefill, second.Reason, want, first.Prefill, home)
+	}
+}

@@ -46,6 +46,17 @@ func newPrefixIndex(capacity int) *prefixIndex {
 	return &prefixIndex{capacity: capacity, order: list.New(), at: map[uint64]*list.Element{}}
 }
 
+// resize sets the index's bound (0: unbounded), forgetting the least
+// recently used blocks beyond it.
+func (p *prefixIndex) resize(capacity int) {
+	p.capacity = capacity
+	for capacity > 0 && p.order.Len() > capacity {
+		e := p.order.Front()
+		delete(p.at, e.Value.(uint64))
+		p.order.Remove(e)
+	}
+}
+
 // match returns how many leading blocks of hashes the index holds.
 func (p *prefixIndex) match(hashes []uint64) int {
 	n := 0

@@ -116,18 +116,28 @@ func idealTokens(lines []traceLine) float64 {
 
 func startRouter(t *testing.T, targets, producers []string, o Options) (string, *Log) {
 	t.Helper()
+	return startRouterWith(t, targets, producers, o, ServerOptions{})
+}
+
+// startRouterWith is startRouter with server options (a protocol).
+func startRouterWith(t *testing.T, targets, producers []string, o Options, so ServerOptions) (string, *Log) {
+	t.Helper()
 	r, err := New(targets, producers, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := NewLog(nil)
+	srv, err := NewServer(r, log, so)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- NewServer(r, log).Serve(ctx, ln) }()
+	go func() { done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

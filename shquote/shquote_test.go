@@ -36,3 +36,20 @@ func FuzzQuote(f *testing.F) {
 		}
 	})
 }
+
+// TestJoinRoundTrip: sh splits a joined command line back into exactly its
+// words.
+func TestJoinRoundTrip(t *testing.T) {
+	words := []string{"srun", "--job-name=it's", "", "a b", "$(id)", "new\nline"}
+	out, err := exec.Command("sh", "-c", `for w in `+Join(words)+`; do printf '[%s]' "$w"; done`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ""
+	for _, w := range words {
+		want += "[" + w + "]"
+	}
+	if string(out) != want {
+		t.Errorf("Join(%q) = %s, the shell reads %s", words, Join(words), out)
+	}
+}

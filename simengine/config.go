@@ -3,6 +3,8 @@ package simengine
 import (
 	"fmt"
 	"math"
+	"net"
+	"strconv"
 	"time"
 )
 
@@ -72,6 +74,21 @@ type Config struct {
 	// KVTransferUsPerToken is the modelled cost of receiving one token's KV
 	// from a prefill instance (µs), paid before the request is queued.
 	KVTransferUsPerToken float64
+	// KVConnector is the protocol of the modelled connector:
+	// KVConnectorNixl ("" too: the prefill answers kv_transfer_params, pd.go)
+	// or KVConnectorMooncake (vLLM's bootstrap protocol, mooncake.go).
+	KVConnector string
+	// BootstrapAddr is where a MooncakeConnector producer (kv_producer,
+	// kv_both) serves its bootstrap server; "" = Addr's host and
+	// DefaultBootstrapPort.
+	BootstrapAddr string
+	// MooncakeAbortTimeout bounds how long a MooncakeConnector producer
+	// waits for a request's two legs to meet (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT;
+	// default DefaultMooncakeAbortTimeout).
+	MooncakeAbortTimeout time.Duration
+	// PromptTokensDetails adds usage.prompt_tokens_details.cached_tokens to
+	// every answer, as vLLM's --enable-prompt-tokens-details does.
+	PromptTokensDetails bool
 }
 
 // DefaultConfig returns the defaults that New applies to zero fields.
@@ -137,6 +154,15 @@ func (c Config) withDefaults() Config {
 	if c.ColdFactor == 0 {
 		c.ColdFactor = d.ColdFactor
 	}
+	if c.KVConnector == KVConnectorMooncake {
+		if c.BootstrapAddr == "" {
+			host, _, _ := net.SplitHostPort(c.Addr)
+			c.BootstrapAddr = net.JoinHostPort(host, strconv.Itoa(DefaultBootstrapPort))
+		}
+		if c.MooncakeAbortTimeout == 0 {
+			c.MooncakeAbortTimeout = DefaultMooncakeAbortTimeout
+		}
+	}
 	return c
 }
 
@@ -198,6 +224,18 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("kv-role: unknown %q, want kv_producer, kv_consumer or kv_both", c.KVRole)
 	}
+	switch c.KVConnector {
+	case "", KVConnectorNixl:
+	case KVConnectorMooncake:
+		if c.KVRole == KVRoleNone {
+			return fmt.Errorf("kv-connector: %s needs a kv-role (kv_producer, kv_consumer or kv_both)", c.KVConnector)
+		}
+		if c.MooncakeAbortTimeout < 0 {
+			return fmt.Errorf("mooncake-abort-timeout: must be > 0, got %s", c.MooncakeAbortTimeout)
+		}
+	default:
+		return fmt.Errorf("kv-connector: unknown %q, want %s or %s", c.KVConnector, KVConnectorNixl, KVConnectorMooncake)
+	}
 	switch c.Connector {
 	case ConnectorNone:
 		if c.ConnectorUs > 0 || c.WalkNsPerBlock > 0 {
@@ -218,8 +256,8 @@ func (c Config) Validate() error {
 func (c Config) describe() string {
 	return fmt.Sprintf("step_base_us=%g prefill_token_us=%g decode_seq_us=%g token_budget=%d max_seqs=%d "+
 		"kv_blocks=%d block_size=%d max_model_len=%d connector=%s connector_us=%g walk_ns_per_block=%g async=%t "+
-		"noise=%g jitter=%g cold_steps=%d cold_factor=%g crash_after_steps=%d seed=%d kv_role=%q kv_transfer_us_per_token=%g",
+		"noise=%g jitter=%g cold_steps=%d cold_factor=%g crash_after_steps=%d seed=%d kv_role=%q kv_transfer_us_per_token=%g kv_connector=%q",
 		c.StepBaseUs, c.PrefillTokenUs, c.DecodeSeqUs, c.TokenBudget, c.MaxSeqs, c.KVBlocks, c.BlockSize, c.MaxModelLen,
 		c.Connector, c.ConnectorUs, c.WalkNsPerBlock, c.Async, c.Noise, c.Jitter, c.ColdSteps, c.ColdFactor,
-		c.CrashAfterSteps, c.Seed, c.KVRole, c.KVTransferUsPerToken)
+		c.CrashAfterSteps, c.Seed, c.KVRole, c.KVTransferUsPerToken, c.KVConnector)
 }

@@ -28,13 +28,23 @@ func (e *Engine) snapshotMetrics() []metric {
 	e.mu.Unlock()
 	one := func(v float64) []sample { return []sample{{value: v}} }
 	var ext []metric
+	if e.moon != nil {
+		ext = append(ext, metric{"mbench_sim_waiting_remote_kv", "gauge",
+			"Requests waiting for KV from a MooncakeConnector producer (a failed pull leaves them waiting, as vLLM does).",
+			one(float64(e.moon.waitingRemote()))})
+	}
 	if e.cfg.KVRole != KVRoleNone {
-		ext = []metric{
+		ext = append(ext, []metric{
 			{"vllm:external_prefix_cache_queries_total", "counter", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.", one(float64(c.extQueries))},
 			{"vllm:external_prefix_cache_hits_total", "counter", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.", one(float64(c.extHits))},
-		}
+		}...)
 	}
 	return append([]metric{
+		// vLLM's info gauge of its CacheConfig (one label per field; the sim
+		// gives the fields it models), from which a router learns the KV
+		// capacity: num_gpu_blocks × block_size tokens.
+		{"vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", []sample{{labels: fmt.Sprintf(
+			`block_size="%d",num_gpu_blocks="%d",enable_prefix_caching="True"`, e.cfg.BlockSize, e.cfg.KVBlocks), value: 1}}},
 		{"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", one(float64(running))},
 		{"vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", one(float64(waiting))},
 		{"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", one(usage)},

@@ -20,12 +20,19 @@ const (
 )
 
 // kvTransferParams is the part of vLLM's kv_transfer_params the sim reads.
-// vLLM's disaggregated prefill (tests/v1/kv_connector/nixl_integration/
-// toy_proxy_server.py, commit 030ea52e) sends the prefill instance
-// {"do_remote_decode": true, ...} with max_tokens 1; the prefill's answer
-// carries {"do_remote_prefill": true, "remote_engine_id", "remote_block_ids",
-// "remote_host", "remote_port"}, which the proxy passes to the decode
-// instance with the original request.
+//
+// NixlConnector (the default protocol): vLLM's toy proxy
+// (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py at commit
+// 030ea52effcb05071543c8c42b8f0145e94cee43) sends the prefill instance
+// {"do_remote_decode": true, ...} with max_tokens 1 (:158-167) and waits for
+// its answer (:222); the answer's kv_transfer_params {"do_remote_prefill":
+// true, "remote_engine_id", "remote_block_ids", "remote_host",
+// "remote_port"} go to the decode instance with the original request
+// (:229-231).
+//
+// MooncakeConnector: the decode leg names the producer's bootstrap server
+// and engine instead (remote_bootstrap_addr, remote_engine_id,
+// remote_dp_rank; mooncake.go), and the prefill's answer carries none.
 type kvTransferParams struct {
 	DoRemoteDecode  bool    `json:"do_remote_decode"`
 	DoRemotePrefill bool    `json:"do_remote_prefill"`
@@ -33,11 +40,16 @@ type kvTransferParams struct {
 	RemoteBlockIDs  []int32 `json:"remote_block_ids"`
 	RemoteHost      *string `json:"remote_host"`
 	RemotePort      *int    `json:"remote_port"`
+	// MooncakeConnector's decode leg.
+	RemoteBootstrapAddr *string `json:"remote_bootstrap_addr"`
+	RemoteDPRank        *int    `json:"remote_dp_rank"`
 }
 
 // decodeKVTransfer validates a request's kv_transfer_params against the
-// sim's role. Absent or null params are no transfer.
-func decodeKVTransfer(raw json.RawMessage, role string) (*kvTransferParams, error) {
+// sim's role and connector. Absent or null params are no transfer. A
+// MooncakeConnector decode leg without its fields is accepted here: vLLM
+// takes it and never serves it (mooncake.go).
+func decodeKVTransfer(raw json.RawMessage, role, connector string) (*kvTransferParams, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
@@ -55,7 +67,7 @@ func decodeKVTransfer(raw json.RawMessage, role string) (*kvTransferParams, erro
 		return nil, badRequest("kv_transfer_params: do_remote_decode on a kv_consumer (it cannot send KV)")
 	case p.DoRemotePrefill && role == KVRoleProducer:
 		return nil, badRequest("kv_transfer_params: do_remote_prefill on a kv_producer (it cannot receive KV)")
-	case p.DoRemotePrefill && (p.RemoteEngineID == nil || p.RemoteHost == nil || p.RemotePort == nil):
+	case connector != KVConnectorMooncake && p.DoRemotePrefill && (p.RemoteEngineID == nil || p.RemoteHost == nil || p.RemotePort == nil):
 		return nil, badRequest("kv_transfer_params: do_remote_prefill needs remote_engine_id, remote_host and remote_port (from the prefill instance's answer)")
 	}
 	return &p, nil
@@ -88,21 +100,33 @@ func remoteDecodeParams(addr string, blocks []int32) string {
 // queue. It returns the tokens transferred (the connector's external hits).
 // The transfer waits outside the engine's lock, so other requests run.
 func (e *Engine) pullKV(ctx context.Context, req *completionRequest) (int, error) {
+	ext := e.missingBlocks(req.Prompt) * e.cfg.BlockSize
+	return ext, e.transfer(ctx, ext)
+}
+
+// missingBlocks is the number of a prompt's full blocks (never the last
+// token's) this engine's prefix cache does not hold.
+func (e *Engine) missingBlocks(prompt []int64) int {
 	bs := e.cfg.BlockSize
-	full := (len(req.Prompt) - 1) / bs
-	hashes := chainHashes(req.Prompt, bs)
+	full := (len(prompt) - 1) / bs
+	hashes := chainHashes(prompt, bs)
 	e.mu.Lock()
-	local := len(e.sch.kv.lookup(hashes, full))
-	e.mu.Unlock()
-	ext := (full - local) * bs
-	if d := time.Duration(float64(ext) * e.cfg.KVTransferUsPerToken * float64(time.Microsecond)); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return 0, fmt.Errorf("kv transfer: %w", ctx.Err())
-		}
+	defer e.mu.Unlock()
+	return full - len(e.sch.kv.lookup(hashes, full))
+}
+
+// transfer waits the modelled time to receive tokens tokens' KV.
+func (e *Engine) transfer(ctx context.Context, tokens int) error {
+	d := time.Duration(float64(tokens) * e.cfg.KVTransferUsPerToken * float64(time.Microsecond))
+	if d <= 0 {
+		return nil
 	}
-	return ext, nil
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("kv transfer: %w", ctx.Err())
+	}
 }

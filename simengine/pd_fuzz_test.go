@@ -14,7 +14,7 @@ func FuzzKVTransferParams(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		for _, role := range []string{KVRoleNone, KVRoleProducer, KVRoleConsumer, KVRoleBoth} {
-			p, err := decodeKVTransfer(raw, role)
+			p, err := decodeKVTransfer(raw, role, "")
 			var ae *apiError
 			if err != nil && (!errors.As(err, &ae) || ae.status != 400) {
 				t.Fatalf("%s (%q): %v is not a 400", raw, role, err)

@@ -28,6 +28,7 @@ type completionRequest struct {
 	IncludeUsage bool
 	KVTransfer   *kvTransferParams // nil = none (see pd.go)
 	kvRaw        json.RawMessage
+	xferKey      string // MooncakeConnector: the transfer key of a leg (mooncake.go)
 }
 
 // apiError is an OpenAI/vLLM-style error response.
@@ -68,21 +69,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 type rawRequest struct {
-	Model            *string         `json:"model"`
-	Prompt           json.RawMessage `json:"prompt"`
-	MaxTokens        *int            `json:"max_tokens"`
-	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	Model     *string         `json:"model"`
+	Prompt    json.RawMessage `json:"prompt"`
+	MaxTokens *int            `json:"max_tokens"`
 	rawCommon
 }
 
 // rawCommon holds the request fields /v1/completions and
 // /v1/chat/completions share beyond the prompt and max_tokens.
 type rawCommon struct {
-	MinTokens     *int  `json:"min_tokens"`
-	IgnoreEOS     *bool `json:"ignore_eos"`
-	Stream        *bool `json:"stream"`
-	N             *int  `json:"n"`
-	StreamOptions *struct {
+	// KVTransferParams is vLLM's field of both endpoints for disaggregated
+	// prefill (see pd.go).
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	MinTokens        *int            `json:"min_tokens"`
+	IgnoreEOS        *bool           `json:"ignore_eos"`
+	Stream           *bool           `json:"stream"`
+	N                *int            `json:"n"`
+	StreamOptions    *struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
 }
@@ -110,6 +113,7 @@ func (c *rawCommon) apply(req *completionRequest) error {
 		}
 		req.IncludeUsage = c.StreamOptions.IncludeUsage != nil && *c.StreamOptions.IncludeUsage
 	}
+	req.kvRaw = c.KVTransferParams
 	return nil
 }
 
@@ -148,7 +152,6 @@ func decodeCompletionRequest(body []byte) (*completionRequest, error) {
 	if err := raw.apply(req); err != nil {
 		return nil, err
 	}
-	req.kvRaw = raw.KVTransferParams
 	return req, nil
 }
 

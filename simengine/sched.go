@@ -30,6 +30,10 @@ type seq struct {
 	remoteKV    bool    // the prompt's full blocks arrive from a prefill instance
 	keepBlocks  bool    // a prefill for a remote decode: remember the blocks
 	sentBlocks  []int32 // the blocks a remote decode would pull
+	xferKey     string  // a MooncakeConnector prefill for a remote decode: its transfer key
+	// cachedTokens are the prompt tokens it did not compute: prefix-cache
+	// hits and KV received, at its first admission (vLLM's num_cached_tokens).
+	cachedTokens int
 }
 
 // counters are the engine's Prometheus counters.
@@ -75,6 +79,10 @@ type scheduler struct {
 	running         []*seq
 	abortsPending   int
 	c               counters
+	// kvDone, when set, is told that a sequence with an xferKey finished
+	// (capped: by length) or was aborted; true means the connector now
+	// holds its blocks, so they are not freed here.
+	kvDone func(s *seq, capped bool) bool
 }
 
 func newScheduler(cfg Config) *scheduler {
@@ -102,6 +110,9 @@ func (sc *scheduler) purgeAborted() {
 		out := list[:0]
 		for _, s := range list {
 			if s.aborted {
+				if s.xferKey != "" && sc.kvDone != nil {
+					sc.kvDone(s, false)
+				}
 				sc.free(s)
 				s.done = true
 				sc.c.aborted++
@@ -228,6 +239,7 @@ func (sc *scheduler) admit(s *seq, budget int) (int, bool) {
 	}
 	if !s.queried {
 		s.queried = true
+		s.cachedTokens = computed
 		sc.c.queries += int64(s.promptLen)
 		sc.c.hits += int64(len(hits) * bs)
 		sc.c.extQueries += int64(s.promptLen)
@@ -268,7 +280,9 @@ func (sc *scheduler) complete(p *stepPlan) {
 			if s.keepBlocks {
 				s.sentBlocks = append([]int32(nil), s.blocks...)
 			}
-			sc.free(s)
+			if s.xferKey == "" || sc.kvDone == nil || !sc.kvDone(s, ev.finish == "length") {
+				sc.free(s)
+			}
 			if ev.finish == "stop" {
 				sc.c.successStop++
 			} else {

@@ -36,7 +36,8 @@ type Engine struct {
 	startOnce  sync.Once
 	stopOnce   sync.Once
 	logOnce    sync.Once
-	log        *stepLog // nil without a step log
+	log        *stepLog  // nil without a step log
+	moon       *mooncake // a MooncakeConnector (KVConnector), else nil
 
 	lateResets atomic.Int64 // steps that started more than maxLag behind the timeline
 	faultSeq   atomic.Int64 // completion requests counted for Config.FaultEvery
@@ -60,6 +61,10 @@ func New(cfg Config) (*Engine, error) {
 		loopDone: make(chan struct{}),
 		crashed:  make(chan struct{}),
 	}
+	if cfg.KVConnector == KVConnectorMooncake {
+		e.moon = newMooncake(e)
+		e.sch.kvDone = func(s *seq, capped bool) bool { return e.moon.finished(s.xferKey, s, capped) }
+	}
 	if cfg.StepLog != "" {
 		l, err := openStepLog(cfg.StepLog)
 		if err != nil {
@@ -68,6 +73,17 @@ func New(cfg Config) (*Engine, error) {
 		e.log = l
 	}
 	return e, nil
+}
+
+// BootstrapAddr is the host:port of a MooncakeConnector producer's
+// bootstrap server once Serve listens there, else "".
+func (e *Engine) BootstrapAddr() string {
+	if e.moon == nil {
+		return ""
+	}
+	e.moon.mu.Lock()
+	defer e.moon.mu.Unlock()
+	return e.moon.addr
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -102,6 +118,16 @@ func (e *Engine) Close() error {
 // ctx. Serve may be called once per Engine.
 func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	if e.moon != nil && e.moon.producer() {
+		bln, err := net.Listen("tcp", e.cfg.BootstrapAddr)
+		if err != nil {
+			cerr := e.Close()
+			return errors.Join(fmt.Errorf("sim: MooncakeConnector bootstrap server on %s: %w", e.cfg.BootstrapAddr, err), cerr)
+		}
+		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer bcancel()
+		e.moon.serveBootstrap(bctx, bln)
+	}
 	e.start()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -153,6 +179,9 @@ func ListenAndServe(ctx context.Context, cfg Config, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "%s: serving model %q on http://%s (pid %d, connector %s, async %t, launch factor %.4f, step log %s)\n",
 		Banner, e.cfg.Model, ln.Addr(), os.Getpid(), e.cfg.Connector, e.cfg.Async, e.LaunchFactor(), stepLog)
 	fmt.Fprintf(stdout, "sim: model %s\n", e.cfg.describe())
+	if e.moon != nil && e.moon.producer() {
+		fmt.Fprintf(stdout, "sim: MooncakeConnector bootstrap server on http://%s (engine_id %s)\n", e.cfg.BootstrapAddr, e.moon.engineID)
+	}
 	return e.Serve(ctx, ln)
 }
 

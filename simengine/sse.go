@@ -1,6 +1,7 @@
 package simengine
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,13 +71,22 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 			maxLen, p+req.MaxTokens, p, req.MaxTokens).write(w)
 		return
 	}
-	if req.KVTransfer, err = decodeKVTransfer(req.kvRaw, e.cfg.KVRole); err != nil {
+	if req.KVTransfer, err = decodeKVTransfer(req.kvRaw, e.cfg.KVRole, e.cfg.KVConnector); err != nil {
 		err.(*apiError).write(w)
 		return
 	}
+	if kt := req.KVTransfer; kt != nil && e.moon != nil && (kt.DoRemoteDecode || kt.DoRemotePrefill) {
+		req.xferKey = transferKey(r, chat)
+	}
 	if req.KVTransfer != nil && req.KVTransfer.DoRemotePrefill {
-		if _, err := e.pullKV(r.Context(), req); err != nil {
-			return // the client went away during the transfer
+		pull := e.pullKV
+		if e.moon != nil {
+			pull = func(ctx context.Context, req *completionRequest) (int, error) {
+				return e.moon.pull(ctx, req.xferKey, req)
+			}
+		}
+		if _, err := pull(r.Context(), req); err != nil {
+			return // the client went away during the transfer (or, Mooncake, before KV that never came)
 		}
 	}
 	s, err := e.submit(req)
@@ -118,6 +128,10 @@ func (e *Engine) submit(req *completionRequest) (*seq, error) {
 	}
 	if kt := req.KVTransfer; kt != nil {
 		s.remoteKV, s.keepBlocks = kt.DoRemotePrefill, kt.DoRemoteDecode
+		if e.moon != nil && kt.DoRemoteDecode {
+			s.keepBlocks, s.xferKey = false, req.xferKey
+			e.moon.register(s.xferKey)
+		}
 	}
 	e.sch.add(s)
 	e.mu.Unlock()
@@ -163,6 +177,21 @@ func (rs response) head() string {
 
 func usageJSON(prompt, completion int) string {
 	return fmt.Sprintf(`{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}`, prompt, prompt+completion, completion)
+}
+
+// usageOf is usageJSON, with vLLM's prompt_tokens_details.cached_tokens (the
+// prompt tokens the request did not compute: prefix-cache hits and KV
+// received from another instance) when the engine runs with
+// --enable-prompt-tokens-details.
+func (e *Engine) usageOf(s *seq, prompt, completion int) string {
+	u := usageJSON(prompt, completion)
+	if !e.cfg.PromptTokensDetails {
+		return u
+	}
+	e.mu.Lock()
+	cached := s.cachedTokens
+	e.mu.Unlock()
+	return strings.TrimSuffix(u, "}") + fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}}`, cached)
 }
 
 // streamResponse writes vLLM's SSE stream: one chunk per token, flushed as
@@ -228,7 +257,7 @@ func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, 
 				if rs.fault == FaultBadUsage {
 					n = 50 * sent
 				}
-				buf = append(buf, "data: "+head+`,"choices":[],"usage":`+usageJSON(rs.prompt, n)+"}\n\n"...)
+				buf = append(buf, "data: "+head+`,"choices":[],"usage":`+e.usageOf(s, rs.prompt, n)+"}\n\n"...)
 			}
 			buf = append(buf, "data: [DONE]\n\n"...)
 		case err != nil:
@@ -292,13 +321,13 @@ func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, r
 	txt, _ := json.Marshal(text.String())
 	fin, _ := json.Marshal(finish)
 	body := rs.head() + `,"choices":[{"index":0,"text":` + string(txt) + `,"logprobs":null,"finish_reason":` + string(fin) +
-		`,"stop_reason":null,"prompt_logprobs":null}],"usage":` + usageJSON(rs.prompt, n)
+		`,"stop_reason":null,"prompt_logprobs":null}],"usage":` + e.usageOf(s, rs.prompt, n)
 	if rs.chat {
 		body = strings.Replace(rs.head(), `"chat.completion.chunk"`, `"chat.completion"`, 1) +
 			`,"choices":[{"index":0,"message":{"role":"assistant","content":` + string(txt) + `},"logprobs":null,"finish_reason":` + string(fin) +
-			`,"stop_reason":null}],"usage":` + usageJSON(rs.prompt, n)
+			`,"stop_reason":null}],"usage":` + e.usageOf(s, rs.prompt, n)
 	}
-	if s.keepBlocks {
+	if s.keepBlocks { // NixlConnector; a MooncakeConnector answers none (mooncake.go)
 		e.mu.Lock()
 		blocks := s.sentBlocks
 		e.mu.Unlock()

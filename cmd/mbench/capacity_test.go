@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results/chromiumtest"
 )
 
@@ -48,6 +49,7 @@ baseline: plain
 // taxed config's capacity lower with a paired CI that excludes 0.
 func TestCapacitySearchOnSim(t *testing.T) {
 	t.Parallel()
+	longTest(t)
 	if testing.Short() {
 		t.Skip("end-to-end capacity search")
 	}
@@ -115,7 +117,7 @@ func TestCapacitySearchOnSim(t *testing.T) {
 		ran = append(ran, k)
 	}
 	rounds := checkCapacityRounds(t, out, ran)
-	checkCapacityPlanText(t, ctx, m, rounds)
+	checkCapacityPlanText(t, ctx, m, rounds.Rounds[0].Probes)
 	for _, s := range rep.Searches {
 		t.Logf("%s: [%v, %v] after %d probes: %s", s.Config, deref(s.Lo), deref(s.Hi), len(s.Probes), s.Note)
 		for _, p := range s.Probes {
@@ -168,7 +170,7 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	}
 	shots := chromiumtest.Screenshot(ctx, t, browser, filepath.Join(out, "report.html"), t.ArtifactDir(), "capacity", 1280, 1400)
 	t.Logf("report.html screenshots (go test -artifacts keeps them): %s", strings.Join(shots, " "))
-	for _, want := range []string{`<table id="capacity-searches">`, `<svg class="plot capacity"`, `<g class="interval" data-name="plain">`, "sustains "} {
+	for _, want := range []string{`<table id="capacity-searches">`, `<svg class="plot capacity"`, `<g class="interval" data-name="plain">`, `<table id="capacity-comparisons">`} {
 		if page.Count(regexp.QuoteMeta(want)) == 0 {
 			t.Errorf("report.html lacks %s", want)
 		}
@@ -190,6 +192,32 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	if lo > b || hi < a {
 		t.Errorf("the search's interval [%g, %g] misses the scan's crossing between %g and %g", lo, hi, a, b)
 	}
+}
+
+// TestCapacityPlanText: validate and run --dry-run of a capacity matrix
+// describe the search (its SLO, bounds, tolerance, blocks and estimate) and
+// name the cells of its first round, lo and hi of each config. (The search
+// itself, interrupted and resumed, is orchestrator's TestLoopCapacityReplay
+// in-process and TestCapacitySearchOnSim on the simulated engine.)
+func TestCapacityPlanText(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := writeMatrix(t, dir, capacitySim+"capacity: {metric: ttft_p90, max_ms: 30, lo: 60, hi: 240, tolerance: 0.15, blocks: 3}\n")
+	mx, err := matrices.Load(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var round1 []capacityProbe
+	for _, config := range mx.ConfigOrder {
+		for _, rate := range []float64{mx.Capacity.Lo, mx.Capacity.Hi} {
+			c, err := mx.CapacityCell(config, rate, mx.Shapes[0], 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			round1 = append(round1, capacityProbe{Cell: c.ID, Config: config, Rate: rate})
+		}
+	}
+	checkCapacityPlanText(t, context.Background(), m, round1)
 }
 
 // scanCrossing runs plain at a grid of fixed rates (2 blocks each) and
@@ -269,14 +297,19 @@ func deref(p *float64) any {
 	return *p
 }
 
+// capacityProbe is a probe of a round in sweep.json.
+type capacityProbe struct {
+	Cell, Config string
+	Rate         float64
+	Attempt      int
+	Blocks       []int // a re-run's blocks (nil: all)
+}
+
 // capacityRounds is sweep.json's record of a capacity search's rounds.
 type capacityRounds struct {
 	Rounds []struct {
 		Round  int
-		Probes []struct {
-			Cell, Config string
-			Rate         float64
-		}
+		Probes []capacityProbe
 		Blocks []struct {
 			Block int
 			Seed  int64
@@ -303,14 +336,24 @@ func checkCapacityRounds(t *testing.T, out string, ran []string) capacityRounds 
 	seeds := map[int]int64{}
 	var planned []string
 	for i, r := range st.Rounds {
-		var cells []string
+		// A re-run of a probe's blocks without a usable run runs in
+		// those blocks only; every other probe in all three.
+		inBlock := map[int][]string{}
 		for _, p := range r.Probes {
-			cells = append(cells, p.Cell)
+			for b := 1; b <= 3; b++ {
+				if p.Blocks == nil || slices.Contains(p.Blocks, b) {
+					inBlock[b] = append(inBlock[b], p.Cell)
+				}
+			}
+			if (p.Attempt > 0) != (p.Blocks != nil) {
+				t.Errorf("round %d: probe %s attempt %d blocks %v: a re-run names its blocks, a first run none", r.Round, p.Cell, p.Attempt, p.Blocks)
+			}
 		}
-		if r.Round != i+1 || len(r.Probes) == 0 || len(r.Blocks) != 3 {
-			t.Errorf("round %d (#%d): %d probes, %d blocks", r.Round, i+1, len(r.Probes), len(r.Blocks))
+		if r.Round != i+1 || len(r.Probes) == 0 || len(r.Blocks) != len(inBlock) {
+			t.Errorf("round %d (#%d): %d probes, %d blocks, want %d", r.Round, i+1, len(r.Probes), len(r.Blocks), len(inBlock))
 		}
 		for _, b := range r.Blocks {
+			cells := inBlock[b.Block]
 			if old, ok := seeds[b.Block]; ok && old != b.Seed {
 				t.Errorf("round %d block %d: seed %d, earlier rounds %d", r.Round, b.Block, b.Seed, old)
 			}
@@ -331,8 +374,8 @@ func checkCapacityRounds(t *testing.T, out string, ran []string) capacityRounds 
 
 // checkCapacityPlanText: validate and run --dry-run of the matrix describe
 // the search (SLO, bounds, estimate) and name the cells that round 1
-// actually probed.
-func checkCapacityPlanText(t *testing.T, ctx context.Context, m string, st capacityRounds) {
+// probes.
+func checkCapacityPlanText(t *testing.T, ctx context.Context, m string, round1 []capacityProbe) {
 	t.Helper()
 	for _, args := range [][]string{{"validate", m}, {"run", m, "--dry-run"}} {
 		stdout, stderr, err := runCLI(t, ctx, args...)
@@ -345,7 +388,7 @@ func checkCapacityPlanText(t *testing.T, ctx context.Context, m string, st capac
 				t.Errorf("%v: output lacks %q:\n%s", args, want, stdout)
 			}
 		}
-		for _, p := range st.Rounds[0].Probes {
+		for _, p := range round1 {
 			if !strings.Contains(stdout, p.Cell) {
 				t.Errorf("%v: output lacks cell %s (%s@%g), which round 1 probed", args, p.Cell, p.Config, p.Rate)
 			}

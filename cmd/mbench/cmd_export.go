@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/orchestrator"
 	"github.com/mbench/mbench/results"
 	"github.com/urfave/cli/v2"
@@ -72,7 +73,7 @@ func init() {
 					_, err := c.App.Writer.Write(data)
 					return err
 				}
-				if err := results.WriteFileAtomic(c.String("out"), append(data, '\n'), 0o644); err != nil {
+				if err := durable.WriteFile(c.String("out"), append(data, '\n'), 0o644); err != nil {
 					return fmt.Errorf("export: %w", err)
 				}
 				fmt.Fprintf(c.App.ErrWriter, "wrote %s (%s)\n", c.String("out"), format)

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator"
+	"github.com/mbench/mbench/shquote"
 	"github.com/urfave/cli/v2"
 )
 
@@ -80,9 +80,9 @@ func sweepOptions(c *cli.Context) (orchestrator.Options, error) {
 	}
 	if c.Command.Name == "resume" {
 		o.MatrixOverride = c.String("matrix")
-		o.ResumeHint = "mbench resume " + matrices.ShellQuote(c.Args().First())
+		o.ResumeHint = "mbench resume " + shquote.Quote(c.Args().First())
 	} else if o.Out != "" {
-		o.ResumeHint = "mbench resume " + matrices.ShellQuote(o.Out)
+		o.ResumeHint = "mbench resume " + shquote.Quote(o.Out)
 	}
 	return o, nil
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
-	"time"
-
 	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
 
 	"github.com/mbench/mbench/simengine"
 	"github.com/urfave/cli/v2"
@@ -46,6 +48,10 @@ func init() {
 				&cli.Int64Flag{Name: "seed", Usage: "seed of the launch factor, jitter and generated text"},
 				&cli.StringFlag{Name: "kv-role", Usage: "a modelled KV connector for disaggregated prefill: kv_producer, kv_consumer or kv_both (takes vLLM's kv_transfer_params)"},
 				&cli.Float64Flag{Name: "kv-transfer-us-per-token", Usage: "modelled cost of receiving one token's KV from a prefill instance (µs)"},
+				&cli.StringFlag{Name: "kv-connector", Value: simengine.KVConnectorNixl, Usage: "protocol of the modelled KV connector: NixlConnector (the prefill answers kv_transfer_params) or MooncakeConnector (vLLM's bootstrap protocol: a bootstrap server on producers, concurrent legs paired by X-Request-Id)"},
+				&cli.BoolFlag{Name: "enable-prompt-tokens-details", Usage: "report usage.prompt_tokens_details.cached_tokens, as vLLM's flag of the same name"},
+				&cli.IntFlag{Name: "bootstrap-port", Value: envInt("VLLM_MOONCAKE_BOOTSTRAP_PORT", simengine.DefaultBootstrapPort), Usage: "MooncakeConnector producer: the bootstrap server's port on --addr's host (default $VLLM_MOONCAKE_BOOTSTRAP_PORT, else 8998, as vLLM)"},
+				&cli.DurationFlag{Name: "mooncake-abort-timeout", Value: time.Duration(envInt("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", int(simengine.DefaultMooncakeAbortTimeout/time.Second))) * time.Second, Usage: "MooncakeConnector: how long a producer waits for a request's two legs to meet (default $VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT seconds, else 480 s, as vLLM)"},
 			},
 			OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
 			Action: func(c *cli.Context) error {
@@ -65,6 +71,14 @@ func init() {
 					APIKey:    c.String("api-key"),
 					DriftPerS: c.Float64("drift-per-s"), KVRole: c.String("kv-role"),
 					KVTransferUsPerToken: c.Float64("kv-transfer-us-per-token"),
+					KVConnector:          c.String("kv-connector"), MooncakeAbortTimeout: c.Duration("mooncake-abort-timeout"),
+				}
+				if cfg.KVConnector == simengine.KVConnectorMooncake {
+					host, _, err := net.SplitHostPort(cfg.Addr)
+					if err != nil {
+						return usageError{fmt.Errorf("sim: --addr: %w", err)}
+					}
+					cfg.BootstrapAddr = net.JoinHostPort(host, strconv.Itoa(c.Int("bootstrap-port")))
 				}
 				if c.IsSet("drift-epoch") {
 					cfg.DriftEpoch = time.Unix(c.Int64("drift-epoch"), 0)
@@ -85,6 +99,15 @@ func init() {
 			},
 		}
 	})
+}
+
+// envInt is the integer value of env var name, or def when it is unset or
+// not an integer.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
 }
 
 // explicit maps a flag value of 0 to simengine's "explicit zero" (a negative

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/openloop"
-	"github.com/mbench/mbench/results"
 	"github.com/urfave/cli/v2"
 )
 
@@ -63,7 +63,7 @@ func traceSampleCommand() *cli.Command {
 			if err != nil {
 				return err // SampleTraceWith's errors already say "trace sample"
 			}
-			if err := results.WriteFileAtomic(c.String("out"), out.Bytes(), 0o644); err != nil {
+			if err := durable.WriteFile(c.String("out"), out.Bytes(), 0o644); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.App.ErrWriter, "trace sample: %d of %d requests, %d of %d sessions (%s); %d lines given an inferred session_id\n"+

@@ -17,6 +17,7 @@ import (
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+	"github.com/mbench/mbench/shquote"
 )
 
 // seedServe is the engine command of seeds 000/003 for instance i.
@@ -109,8 +110,15 @@ func TestDryRunPD8(t *testing.T) {
 	stdout, out := dryRun(t, "../../matrices/pd8.yaml")
 	state := "~/.mbench/" + sweepIDOfDir("pd8", out)
 	sections := strings.Split(stdout, "\n## config ")
-	if len(sections) != 3 {
-		t.Fatalf("want 2 config sections:\n%s", stdout)
+	if len(sections) != 4 {
+		t.Fatalf("want 3 config sections (plain, mooncake_both, pd_4p4d):\n%s", stdout)
+	}
+	targets := func(from, to int) string {
+		var u []string
+		for i := from; i < to; i++ {
+			u = append(u, fmt.Sprintf("http://127.0.0.1:%d", 8000+i))
+		}
+		return strings.Join(u, " ")
 	}
 	for k, sec := range sections[1:] {
 		got := dryLines(sec, "vllm serve")
@@ -120,18 +128,27 @@ func TestDryRunPD8(t *testing.T) {
 		for i, l := range got {
 			env := fmt.Sprintf("CUDA_VISIBLE_DEVICES=%d MBENCH_STEP_LOG=%s/steps/engine_step.%d.jsonl MASTER_PORT=%d ", i, state, i, 29500+i)
 			cmd := seedServe(i)
-			if k == 1 {
+			switch {
+			case k == 1:
 				env += fmt.Sprintf("VLLM_MOONCAKE_BOOTSTRAP_PORT=%d ", 8998+i)
 				cmd += ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"mooncake_protocol":"rdma"},"kv_role":"kv_both"}'`
+			case k == 2 && i < 4:
+				env += fmt.Sprintf("VLLM_MOONCAKE_BOOTSTRAP_PORT=%d ", 8998+i)
+				cmd += ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"mooncake_protocol":"rdma"},"kv_role":"kv_producer"}'`
+			case k == 2:
+				cmd += ` --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"mooncake_protocol":"rdma"},"kv_role":"kv_consumer"}'`
 			}
 			if l != env+cmd {
-				t.Errorf("instance %d:\n%s\nwant\n%s%s", i, l, env, cmd)
+				t.Errorf("config %d instance %d:\n%s\nwant\n%s%s", k, i, l, env, cmd)
 			}
 		}
 		// The router binds where the engines do ({{.Bind}}: 127.0.0.1 or
 		// 0.0.0.0, depending on how the host is reached).
-		router := state + "/bin/mbench router --addr BIND:9090 --policy round_robin http://127.0.0.1:8000 http://127.0.0.1:8001 http://127.0.0.1:8002 " +
-			"http://127.0.0.1:8003 http://127.0.0.1:8004 http://127.0.0.1:8005 http://127.0.0.1:8006 http://127.0.0.1:8007"
+		router := state + "/bin/mbench router --addr BIND:9090 --policy round_robin " + targets(0, 8)
+		if k == 2 {
+			router = state + "/bin/mbench router --addr BIND:9090 --policy round_robin --kv-protocol mooncake --bootstrap-ports 8998,8999,9000,9001 --prefill " +
+				strings.ReplaceAll(targets(0, 4), " ", ",") + " " + targets(4, 8)
+		}
 		r := dryLines(sec, "mbench router")
 		if len(r) == 1 {
 			r[0] = strings.Replace(strings.Replace(r[0], "--addr 0.0.0.0:", "--addr BIND:", 1), "--addr 127.0.0.1:", "--addr BIND:", 1)
@@ -145,6 +162,9 @@ func TestDryRunPD8(t *testing.T) {
 	}
 	if !strings.Contains(sections[2], "bootstrap ports 8998,8999,9000,9001,9002,9003,9004,9005") {
 		t.Errorf("mooncake_both: bootstrap readiness not said:\n%s", sections[2])
+	}
+	if !strings.Contains(sections[3], "bootstrap ports 8998,8999,9000,9001") || strings.Contains(sections[3], "9002") {
+		t.Errorf("pd_4p4d: bootstrap readiness of the producers only not said:\n%s", sections[3])
 	}
 }
 
@@ -267,7 +287,7 @@ func TestSSHLaunchQuoting(t *testing.T) {
 		t.Fatal(err)
 	}
 	cwd, argv := t.TempDir(), filepath.Join(t.TempDir(), "argv")
-	cmd := "PATH=" + matrices.ShellQuote(stubVllm(t)) + ":$PATH; " + l.Instances[0].Command
+	cmd := "PATH=" + shquote.Quote(stubVllm(t)) + ":$PATH; " + l.Instances[0].Command
 	proc, err := h.Start(ctx, hosts.ProcSpec{Name: "quoting", Command: cmd, Dir: cwd, StateDir: filepath.Join(dir, "pids"),
 		Marker: "quoting-test", Env: []hosts.Env{{Name: "ARGV_OUT", Value: argv}}})
 	if err != nil {

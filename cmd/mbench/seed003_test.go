@@ -1,9 +1,10 @@
 package main
 
 // Seed 003's experiments through the CLI on the sim: a sweep whose configs
-// route through `mbench router` (cache-aware, and PD-separated 2P+2D) keeps
-// each run's routing log and breakdown, and its summaries and report carry
-// latency by request class and the prefix cache per instance.
+// route through `mbench router` (cache-aware, and PD-separated 2P+2D over
+// MooncakeConnector sims with the bootstrap protocol) keeps each run's
+// routing log and breakdown, and its summaries and report carry latency by
+// request class and the prefix cache per instance.
 
 import (
 	"encoding/json"
@@ -26,15 +27,16 @@ engine:
 configs:
   linear:
     topology: {instances_per_host: 4}
-    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --policy linear {{.Targets}}", port: %RPORT%}
+    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --class-bounds {{.ClassBounds}} --policy linear {{.Targets}}", port: %RPORT%}
   pd_sep:
     topology: {instances_per_host: 4}
-    sim: {kv_transfer_us_per_token: 0.1}
+    sim: {kv_transfer_us_per_token: 0.1, kv_connector: MooncakeConnector}
+    bootstrap_port: %BPORT%
     pd:
       producers: 2
-      producer: {sim: {kv_role: kv_producer}}
+      producer: {sim: {kv_role: kv_producer}, env: {VLLM_MOONCAKE_BOOTSTRAP_PORT: "{{.BootstrapPort}}"}}
       consumer: {sim: {kv_role: kv_consumer}}
-    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --policy linear --prefill {{.Producers}} {{.Targets}}", port: %RPORT%}
+    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --class-bounds {{.ClassBounds}} --policy linear --kv-protocol mooncake --bootstrap-ports {{.BootstrapPorts}} --prefill {{.Producers}} {{.Targets}}", port: %RPORT%}
 rates: [1]
 shapes:
   - name: agentic
@@ -52,7 +54,7 @@ func TestSeed003RoutedSweep(t *testing.T) {
 	}
 	base := freePortBase(t)
 	p, _ := strconv.Atoi(base)
-	body := strings.NewReplacer("%PORT%", base, "%RPORT%", strconv.Itoa(p+7)).Replace(routedSweep)
+	body := strings.NewReplacer("%PORT%", base, "%RPORT%", strconv.Itoa(p+7), "%BPORT%", strconv.Itoa(p+4)).Replace(routedSweep)
 	// A run graded saturated or client_limited (a starved machine) still
 	// has every file this test is about.
 	runs := runWorkloadSweepAllowing(t, body, 2, "ok", "saturated", "client_limited")
@@ -82,14 +84,23 @@ func TestSeed003RoutedSweep(t *testing.T) {
 		if err != nil || json.Unmarshal(data, &bd) != nil || bd.Requests != len(r.recs) {
 			t.Errorf("%s: breakdown.json %s (%v): want %d requests", r.key, data, err, len(r.recs))
 		}
-		// Classes: every completed measured request in exactly one class.
+		// Classes: every completed measured request in exactly one class,
+		// by its ideal-cache new tokens (the same class under both configs).
 		cls := r.summary["classes"].(map[string]any)
 		n := 0.0
 		for _, c := range cls["by_class"].([]any) {
 			n += c.(map[string]any)["completed"].(float64)
 		}
-		if cls["basis"] != "router_new_tokens" || n != r.summary["completed"].(float64) {
+		if cls["basis"] != "ideal_new_tokens" || cls["depends_on_routing"] != false || n != r.summary["completed"].(float64) {
 			t.Errorf("%s: classes %v (%v completed in classes of %v)", r.key, cls, n, r.summary["completed"])
+		}
+		if config == "pd_sep" {
+			for _, e := range routes {
+				if e["transfer_id"] == nil || e["split"] != "pd" || !(e["decode_sent_ms"].(float64) < e["prefill_ms"].(float64)) {
+					t.Errorf("%s: PD request %v not split by the bootstrap protocol with concurrent legs", r.key, e["id"])
+					break
+				}
+			}
 		}
 		per := r.summary["instances"].(map[string]any)["per_instance"].([]any)
 		if len(per) != 4 {
@@ -118,7 +129,7 @@ func TestSeed003RoutedSweep(t *testing.T) {
 	}
 	for _, want := range []struct{ config, row string }{{"", "## Request classes"}, {"linear", "| linear | agentic | 1 | WARM |"},
 		{"", "## Prefix cache by instance"}, {"pd_sep", "| pd_sep | agentic | 1 |"}} {
-		if want.config != "" && !usable[want.config] {
+		if want.config == "" && len(usable) == 0 || want.config != "" && !usable[want.config] {
 			t.Logf("busy machine: %s has no usable run; its report row %q is not checked", want.config, want.row)
 			continue
 		}

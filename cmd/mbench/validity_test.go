@@ -92,6 +92,7 @@ func aaHolds(r results.ComparisonRow) bool {
 
 func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
 	t.Parallel()
+	longTest(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}
@@ -141,6 +142,7 @@ func busyRuns(rep *results.Report) int {
 // blocks, whatever the seed) it is within noise.
 func TestValidityOrderingEffect(t *testing.T) {
 	t.Parallel()
+	longTest(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}

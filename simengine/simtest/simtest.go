@@ -5,7 +5,9 @@ package simtest
 import (
 	"context"
 	"net"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/mbench/mbench/simengine"
 )
@@ -13,6 +15,38 @@ import (
 // Start serves a sim with cfg (its Addr is replaced) until t ends and
 // returns its base URL.
 func Start(t testing.TB, cfg simengine.Config) string {
+	t.Helper()
+	u, _ := StartEngine(t, cfg)
+	return u
+}
+
+// StartMooncake is Start for a MooncakeConnector sim (cfg.KVConnector is
+// set to it): a producer's bootstrap server listens on a port the kernel
+// picks, returned with the URL (0 for a kv_consumer, which serves none).
+func StartMooncake(t testing.TB, cfg simengine.Config) (string, int) {
+	t.Helper()
+	cfg.KVConnector = simengine.KVConnectorMooncake
+	if cfg.KVRole != simengine.KVRoleConsumer {
+		cfg.BootstrapAddr = "127.0.0.1:0"
+	}
+	u, e := StartEngine(t, cfg)
+	if cfg.KVRole == simengine.KVRoleConsumer {
+		return u, 0
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.BootstrapAddr() == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("sim: the bootstrap server did not listen within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_, port, _ := net.SplitHostPort(e.BootstrapAddr())
+	p, _ := strconv.Atoi(port)
+	return u, p
+}
+
+// StartEngine is Start that also returns the engine.
+func StartEngine(t testing.TB, cfg simengine.Config) (string, *simengine.Engine) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,5 +66,5 @@ func Start(t testing.TB, cfg simengine.Config) string {
 			t.Errorf("sim: %v", err)
 		}
 	})
-	return "http://" + cfg.Addr
+	return "http://" + cfg.Addr, e
 }

@@ -3,7 +3,7 @@
 The minimal ``KVConnectorBase_V1`` subclass: every method does nothing or
 returns the neutral value, so a run with it measures what vLLM's connector
 plumbing costs (mixin hooks, metadata build and transport) with no transfer
-work at all (seed 000's ``noop_connector``). Use it with::
+work at all (the framework-cost baseline, ``noop_connector``). Use it with::
 
     --kv-transfer-config '{"kv_connector": "MbenchNoopConnector",
       "kv_connector_module_path": "mbench_vllm.noop", "kv_role": "kv_both"}'

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mbench/mbench/results"
 )
 
 // Round is one round of a capacity search as planned, recorded in
@@ -20,16 +22,23 @@ type Round struct {
 }
 
 // Probe is one probed rate of a round: the cell that runs config at rate
-// with shape.
+// with shape, in every block, or, for a re-run (Attempt > 0), in Blocks
+// only: those of an earlier attempt that gave no usable run.
 type Probe struct {
-	Cell   string  `json:"cell"`
-	Config string  `json:"config"`
-	Shape  string  `json:"shape"`
-	Rate   float64 `json:"rate"`
+	Cell    string  `json:"cell"`
+	Config  string  `json:"config"`
+	Shape   string  `json:"shape"`
+	Rate    float64 `json:"rate"`
+	Attempt int     `json:"attempt,omitempty"`
+	Blocks  []int   `json:"blocks,omitempty"`
 }
 
+// runsIn reports whether p runs in block b.
+func (p Probe) runsIn(b int) bool { return p.Blocks == nil || slices.Contains(p.Blocks, b) }
+
 // RoundOf is round k (from 1) of the given probes, each run once in blocks
-// 1..blocks in the orders CapacityOrder gives.
+// 1..blocks (a re-run in its Blocks) in the orders CapacityOrder gives; a
+// block none of the probes runs in is left out.
 func RoundOf(k int, probes []Probe, blocks int, seed int64, randomize bool) Round {
 	rec := Round{Round: k}
 	sorted := slices.Clone(probes)
@@ -40,14 +49,50 @@ func RoundOf(k int, probes []Probe, blocks int, seed int64, randomize bool) Roun
 	if len(probes) == 0 {
 		return rec
 	}
-	ids := make([]string, len(probes))
-	for i, p := range probes {
-		ids[i] = p.Cell
-	}
 	for b := 1; b <= blocks; b++ {
-		rec.Blocks = append(rec.Blocks, Block{Block: b, Seed: BlockSeed(seed, b), Order: CapacityOrder(seed, b, ids, randomize)})
+		var ids []string
+		for _, p := range probes {
+			if p.runsIn(b) {
+				ids = append(ids, p.Cell)
+			}
+		}
+		if len(ids) > 0 {
+			rec.Blocks = append(rec.Blocks, Block{Block: b, Seed: BlockSeed(seed, b), Order: CapacityOrder(seed, b, ids, randomize)})
+		}
 	}
 	return rec
+}
+
+// Retry is a probe's re-run: its rate, the attempt, and the blocks of the
+// earlier attempts that gave no usable run.
+type Retry struct {
+	Rate    float64
+	Attempt int
+	Blocks  []int
+}
+
+// Retries are the re-runs a search needs before the planner may trust its
+// probes: for each probe, the blocks none of whose runs counted (ok or
+// saturated: a failed, errored or client-limited run says nothing about
+// the SLO), while they have had at most retries re-runs. Planning waits for
+// them: a probe without usable data would otherwise steer the search (into
+// the uncertain band) on no evidence. A block that has never run (its
+// round not finished) is not a retry.
+func Retries(s *results.CapacitySearch, retries int) []Retry {
+	var out []Retry
+	for _, p := range s.Probes {
+		r := Retry{Rate: p.Rate}
+		for _, c := range p.Runs {
+			if !c.Counts() && c.Attempts <= retries {
+				r.Blocks = append(r.Blocks, c.Block)
+				r.Attempt = max(r.Attempt, c.Attempts)
+			}
+		}
+		if len(r.Blocks) > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // CapacityOrder is the order of a round's probe cells in block b: a
@@ -90,7 +135,11 @@ func RoundDiff(recorded, planned Round) string {
 		}
 		var parts []string
 		for _, p := range r.Probes {
-			parts = append(parts, fmt.Sprintf("%s %s@%g", p.Config, p.Shape, p.Rate))
+			part := fmt.Sprintf("%s %s@%g", p.Config, p.Shape, p.Rate)
+			if p.Attempt > 0 {
+				part += fmt.Sprintf(" (re-run %d of blocks %v)", p.Attempt, p.Blocks)
+			}
+			parts = append(parts, part)
 		}
 		return strings.Join(parts, ", ")
 	}
