@@ -55,6 +55,12 @@ func TestAppendJSONEveryField(t *testing.T) {
 			f.SetBool(true)
 		case reflect.Slice:
 			f.Set(reflect.ValueOf([]float64{float64(i) + 0.5}))
+		case reflect.Pointer:
+			if f.Type().Elem().Kind() != reflect.Int {
+				t.Fatalf("field %s: pointer to %s not covered by this test", v.Type().Field(i).Name, f.Type().Elem().Kind())
+			}
+			n := i + 1
+			f.Set(reflect.ValueOf(&n))
 		default:
 			t.Fatalf("field %s: kind %s not covered by this test", v.Type().Field(i).Name, f.Kind())
 		}
