@@ -567,6 +567,10 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// pending is how many of the body's bytes are framed but not yet read: the
+// rest of the current chunk, or of a Content-Length body (0: unknown).
+func (b *h1Body) pending() int64 { return max(b.rem, 0) }
+
 func (b *h1Body) readCRLF() error {
 	line, err := b.br.ReadSlice('\n')
 	if err != nil {

@@ -15,6 +15,13 @@ import (
 // TestMain doubles as the child stub process of startStubProcess: with
 // stub.OptionsEnv set, the test binary serves the stub instead of testing.
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(loadChildEnv); spec != "" {
+		if err := runLoadChild(spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(stub.OptionsEnv) != "" {
 		if err := stub.ServeProcess(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)

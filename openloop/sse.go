@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
+	"math/bits"
 )
 
 // sseReader splits a server-sent-events stream into events. It handles CRLF
@@ -14,12 +14,20 @@ import (
 // multi-line data and events split across reads. Once its buffers have grown
 // to the stream's line and event sizes it allocates nothing.
 type sseReader struct {
-	br     *bufio.Reader
-	line   []byte // long lines that do not fit br's buffer
-	data   []byte // the current event's data
+	br   *bufio.Reader
+	hint sizeHinter // the body, when it knows how much of it is already on its way
+	line []byte     // long lines that do not fit br's buffer
+	buf  []byte     // an event's data, when it has to be assembled or kept
+	data []byte     // the current event's data (in buf, or in br's buffer)
+	// budget counts the buffers beyond sseKeep (see memBudget); nil: none.
 	budget *memBudget
-	held   int64 // bytes of line and data charged to budget
 }
+
+// sizeHinter is a body that knows how many of its bytes are already framed
+// (the rest of the current chunk, or of a Content-Length body): a line that
+// outgrows the reader's buffer is given room for that much at once, not
+// doubled up to it (h1Body).
+type sizeHinter interface{ pending() int64 }
 
 // maxSSELine bounds one line, so a broken server cannot exhaust memory.
 const maxSSELine = 16 << 20
@@ -31,88 +39,85 @@ const sseKeep = 64 << 10
 var errLineTooLong = fmt.Errorf("%w: an SSE line longer than 16 MiB", errTooLarge)
 
 func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), data: make([]byte, 0, 1024)}
+	s := &sseReader{br: bufio.NewReaderSize(r, 16<<10), buf: make([]byte, 0, 1024)}
+	s.hint, _ = r.(sizeHinter)
+	return s
 }
 
-// reset reads r next, charging buffer growth beyond sseKeep to b (may be
-// nil). Buffers that grew beyond sseKeep are dropped and their charge
-// returned.
+// reset reads r next, counting buffer growth beyond sseKeep against b (may
+// be nil). Buffers that grew beyond sseKeep go back to the previous
+// budget, for the next request that needs one.
 func (s *sseReader) reset(r io.Reader, b *memBudget) {
 	s.br.Reset(r)
+	s.hint, _ = r.(sizeHinter)
 	if cap(s.line) > sseKeep {
+		s.drop(s.line)
 		s.line = nil
 	}
-	if cap(s.data) > sseKeep {
-		s.data = make([]byte, 0, 1024)
+	if cap(s.buf) > sseKeep {
+		s.drop(s.buf)
+		s.buf = make([]byte, 0, 1024)
 	}
-	if s.budget != nil {
-		s.budget.release(s.held)
-	}
-	s.budget, s.held = b, 0
-	s.line = s.line[:0]
-	s.data = s.data[:0]
+	s.budget = b
+	s.line, s.buf, s.data = s.line[:0], s.buf[:0], nil
 }
 
-// grow makes room for n more bytes in *buf, charging capacity beyond sseKeep
-// (over both buffers) to the budget; it fails when the budget is spent.
-func (s *sseReader) grow(buf *[]byte, n int) error {
-	if len(*buf)+n <= cap(*buf) {
+// drop is done with a buffer: one beyond sseKeep goes back to the budget.
+func (s *sseReader) drop(buf []byte) {
+	if cap(buf) > sseKeep && s.budget != nil {
+		s.budget.put(buf)
+	}
+}
+
+// grow makes room for n more bytes in *buf, at least want in all: doubling
+// (to the line cap), with buffers beyond sseKeep taken from the budget
+// (sizes rounded up to eighths of a power of two, so that buffers fit the
+// next request of about the same size); it fails when the budget cannot
+// hold the new buffer. The buffer grown from is dropped, uncounted, once
+// copied: a step of a doubling is of no use to another request.
+func (s *sseReader) grow(buf *[]byte, n, want int) error {
+	need := len(*buf) + n
+	if need <= cap(*buf) {
 		return nil
 	}
-	newCap := max(min(2*cap(*buf), maxSSELine), len(*buf)+n) // doubling, but not past the line cap
-	if s.budget != nil {
-		over := int64(newCap+cap(s.line)+cap(s.data)-cap(*buf)) - sseKeep
-		if need := over - s.held; need > 0 {
-			if !s.budget.take(need) {
-				return fmt.Errorf("%w: the run's %d MiB for buffered stream lines is in use by other requests", errTooLarge, s.budget.limit>>20)
-			}
-			s.held += need
+	newCap := max(min(2*cap(*buf), maxSSELine), need, min(want, maxSSELine))
+	var nb []byte
+	switch {
+	case newCap <= sseKeep || s.budget == nil:
+		nb = make([]byte, 0, newCap)
+	default:
+		if nb = s.budget.get(max(min(sizeClass(newCap), maxSSELine), newCap)); nb == nil {
+			return fmt.Errorf("%w: the run's %d MiB for buffered stream lines is in use by other requests", errTooLarge, s.budget.limit>>20)
 		}
 	}
-	nb := make([]byte, len(*buf), newCap)
-	copy(nb, *buf)
+	nb = append(nb, *buf...)
+	if cap(*buf) > sseKeep && s.budget != nil {
+		s.budget.used.Add(-int64(cap(*buf)))
+	}
 	*buf = nb
 	return nil
+}
+
+// sizeClass rounds n up to a multiple of an eighth of its power of two.
+func sizeClass(n int) int {
+	step := 1 << max(bits.Len(uint(n))-4, 0)
+	return (n + step - 1) / step * step
 }
 
 // errTooLarge marks a stream whose lines would exceed the memory allowed.
 var errTooLarge = errors.New("stream too large")
 
-// memBudget caps the memory that all in-flight requests of a run may hold in
-// grown stream buffers.
-type memBudget struct {
-	limit int64
-	used  atomic.Int64
-	peak  atomic.Int64
-}
-
-// DefaultStreamMemory is the default Config.StreamMemory.
-const DefaultStreamMemory = 256 << 20
-
-func (b *memBudget) take(n int64) bool {
-	for {
-		u := b.used.Load()
-		if u+n > b.limit {
-			return false
-		}
-		if b.used.CompareAndSwap(u, u+n) {
-			for p := b.peak.Load(); u+n > p && !b.peak.CompareAndSwap(p, u+n); p = b.peak.Load() {
-			}
-			return true
-		}
-	}
-}
-
-func (b *memBudget) release(n int64) { b.used.Add(-n) }
-
 // next returns the data of the next event. The slice is valid until the
 // following call. At the end of the stream it returns io.EOF (an event cut
 // off by the end, with no blank line after it, is still returned first).
+// A one-line event read into s.line is returned in place (the buffers swap
+// roles), not copied: a 15 MB line then holds 15 MB, not 30.
 func (s *sseReader) next() ([]byte, error) {
-	s.data = s.data[:0]
+	s.buf = s.buf[:0]
+	s.data = nil
 	have := false
 	for {
-		line, err := s.readLine()
+		line, long, err := s.readLine()
 		if err != nil {
 			if errors.Is(err, io.EOF) && have {
 				return s.data, nil
@@ -138,50 +143,69 @@ func (s *sseReader) next() ([]byte, error) {
 		if string(field) != "data" {
 			continue
 		}
-		if have {
+		switch {
+		case !have && long: // keep the line's buffer as the event's
+			s.buf, s.line = s.line, s.buf[:0]
+			s.data = value
+		case !have: // a short line lives in br's buffer: copy it out
+			if err := s.grow(&s.buf, len(value), 0); err != nil {
+				return nil, err
+			}
+			s.buf = append(s.buf, value...)
+			s.data = s.buf
+		default:
 			if len(s.data)+1+len(value) > maxSSELine {
 				return nil, errLineTooLong
 			}
-			if err := s.grow(&s.data, 1+len(value)); err != nil {
+			if len(s.data) > 0 && (len(s.buf) == 0 || &s.data[0] != &s.buf[0]) { // data in place: to buf's front
+				s.buf = append(s.buf[:0], s.data...)
+			}
+			if err := s.grow(&s.buf, 1+len(value), 0); err != nil {
 				return nil, err
 			}
-			s.data = append(s.data, '\n')
-		} else if err := s.grow(&s.data, len(value)); err != nil {
-			return nil, err
+			s.buf = append(append(s.buf, '\n'), value...)
+			s.data = s.buf
 		}
-		s.data = append(s.data, value...)
 		have = true
 	}
 }
 
-// readLine returns the next line without its line ending. A last line without
-// a newline is returned before io.EOF. Lines longer than br's buffer are
-// gathered in s.line, whose growth is charged to the budget.
-func (s *sseReader) readLine() ([]byte, error) {
+// readLine returns the next line without its line ending, and whether it
+// was gathered in s.line (long) rather than lying in br's buffer. A last
+// line without a newline is returned before io.EOF. Lines longer than br's
+// buffer are gathered in s.line, whose growth is counted against the
+// budget.
+func (s *sseReader) readLine() ([]byte, bool, error) {
 	b, err := s.br.ReadSlice('\n')
 	if err == nil {
-		return trimEOL(b), nil
+		return trimEOL(b), false, nil
 	}
 	if !errors.Is(err, bufio.ErrBufferFull) {
 		if len(b) > 0 && errors.Is(err, io.EOF) {
-			return trimEOL(b), nil
+			return trimEOL(b), false, nil
 		}
-		return nil, err
+		return nil, false, err
 	}
 	s.line = s.line[:0]
+	want := 0
+	if s.hint != nil {
+		if p := s.hint.pending(); p > 0 {
+			want = len(b) + s.br.Buffered() + int(min(p, maxSSELine))
+		}
+	}
 	for {
 		if len(s.line)+len(b) > maxSSELine {
-			return nil, errLineTooLong
+			return nil, false, errLineTooLong
 		}
-		if gerr := s.grow(&s.line, len(b)); gerr != nil {
-			return nil, gerr
+		if gerr := s.grow(&s.line, len(b), want); gerr != nil {
+			return nil, false, gerr
 		}
 		s.line = append(s.line, b...)
 		switch {
 		case err == nil, errors.Is(err, io.EOF) && len(s.line) > 0:
-			return trimEOL(s.line), nil
+			return trimEOL(s.line), true, nil
 		case !errors.Is(err, bufio.ErrBufferFull):
-			return nil, err
+			return nil, false, err
 		}
 		b, err = s.br.ReadSlice('\n')
 	}

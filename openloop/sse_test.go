@@ -1,14 +1,17 @@
 package openloop
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // chunkLine is a vLLM-shaped content chunk.
@@ -295,4 +298,145 @@ func TestKeyOfNames(t *testing.T) {
 	if got := keyOf([]byte("id")); got != kOther {
 		t.Errorf(`keyOf("id") = %d, want kOther`, got)
 	}
+}
+
+// refEvents is the SSE data events of b by the specification's rules (data
+// fields joined by "\n", an event ends at a blank line or at the end),
+// for the differential fuzz test below.
+func refEvents(b []byte) [][]byte {
+	var out [][]byte
+	var data []byte
+	have := false
+	lines := bytes.Split(b, []byte("\n"))
+	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
+	for _, l := range lines {
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) == 0 {
+			if have {
+				out = append(out, data)
+			}
+			data, have = nil, false
+			continue
+		}
+		if l[0] == ':' {
+			continue
+		}
+		field, value := l, []byte(nil)
+		if i := bytes.IndexByte(l, ':'); i >= 0 {
+			field, value = l[:i], bytes.TrimPrefix(l[i+1:], []byte(" "))
+		}
+		if string(field) != "data" {
+			continue
+		}
+		if have {
+			data = append(data, '\n')
+		}
+		data = append(append([]byte{}, data...), value...)
+		have = true
+	}
+	if have {
+		out = append(out, data)
+	}
+	return out
+}
+
+// hinted is a reader that claims a pending size, as an h1Body does.
+type hinted struct {
+	io.Reader
+	p int64
+}
+
+func (h hinted) pending() int64 { return h.p }
+
+// FuzzSSEEvents: with a 16-byte read buffer, so that most lines are long
+// ones gathered (and events kept in place, buffers swapped), and a budget
+// that reuses buffers across streams, the reader gives the events the
+// specification's rules give, stream after stream on one reader.
+func FuzzSSEEvents(f *testing.F) {
+	f.Add([]byte("data: aaaaaaaaaaaaaaaaaaaaaaaaaaaa\ndata: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n\ndata: c\n\n"), uint8(7))
+	f.Add([]byte(": comment that is long enough\r\ndata:x\r\ndata: yyyyyyyyyyyyyyyyyyyyyyyyyyyy\r\n\r\n"), uint8(200))
+	f.Add([]byte("data: short\ndata: then a very long second line of data\n\n"), uint8(0))
+	f.Fuzz(func(t *testing.T, b []byte, hint uint8) {
+		if len(b) > 4096 || bytes.Contains(b, []byte("\r\r")) || bytes.Count(b, []byte("\r")) != bytes.Count(b, []byte("\r\n")) {
+			return // lone CRs: line endings the reader does not treat as such
+		}
+		budget := &memBudget{limit: 1 << 30}
+		s := newSSEReader(nil)
+		s.br = bufio.NewReaderSize(nil, 16)
+		for range 2 {
+			s.reset(hinted{bytes.NewReader(b), int64(hint)}, budget)
+			var got [][]byte
+			for {
+				d, err := s.next()
+				if err != nil {
+					break
+				}
+				got = append(got, append([]byte{}, d...))
+			}
+			want := refEvents(b)
+			if len(got) != len(want) {
+				t.Fatalf("%q: %d events %q, want %d %q", b, len(got), got, len(want), want)
+			}
+			for i := range got {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Fatalf("%q: event %d %q, want %q", b, i, got[i], want[i])
+				}
+			}
+		}
+	})
+}
+
+// TestSSEEventsLarge: random streams with lines up to 300 KiB (past sseKeep,
+// so buffers come from the budget and are reused across streams), events
+// of several data lines, comments and CRLF endings, read on one reader with
+// a hinted body: the events the specification's rules give, and no buffer
+// left in use between streams.
+func TestSSEEventsLarge(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	budget := &memBudget{limit: 64 << 20}
+	s := newSSEReader(nil)
+	for n := range 30 {
+		var b bytes.Buffer
+		for range 1 + rng.IntN(4) {
+			for k := range 1 + rng.IntN(3) {
+				if rng.IntN(4) == 0 {
+					b.WriteString(": " + strings.Repeat("c", rng.IntN(100_000)) + "\n")
+				}
+				eol := "\n"
+				if rng.IntN(2) == 0 {
+					eol = "\r\n"
+				}
+				b.WriteString("data: " + strings.Repeat(string(rune('a'+k)), rng.IntN(300_000)) + eol)
+			}
+			b.WriteString("\n")
+		}
+		in := b.Bytes()
+		s.reset(hinted{bytes.NewReader(in), int64(rng.IntN(len(in)))}, budget)
+		var got [][]byte
+		for {
+			d, err := s.next()
+			if err != nil {
+				break
+			}
+			got = append(got, append([]byte{}, d...))
+		}
+		want := refEvents(in)
+		if len(got) != len(want) {
+			t.Fatalf("stream %d: %d events, want %d", n, len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("stream %d event %d: %d bytes, want %d", n, i, len(got[i]), len(want[i]))
+			}
+		}
+		s.reset(nil, nil)
+		if u := budget.inUse(); u != 0 || budget.peak.Load() > budget.limit {
+			t.Fatalf("stream %d: %d bytes in use after the stream, peak %d", n, u, budget.peak.Load())
+		}
+	}
+	t.Logf("budget peak %.1f MiB, %d idle buffers (%.1f MiB)", float64(budget.peak.Load())/(1<<20), len(budget.free), float64(budget.idle)/(1<<20))
 }

@@ -17,15 +17,15 @@ import (
 // profileOf is the profile of m's engine kind.
 func profileOf(m *matrices.Matrix) engines.Profile { return engines.Of(engines.Kind(m.Engine.Kind)) }
 
-// profile is the sweep's engine kind's profile.
-func (s *Sweep) profile() engines.Profile { return profileOf(s.m) }
+// profile is the engine kind's profile of the runs.
+func (s *runner) profile() engines.Profile { return profileOf(s.m) }
 
 // learnVocab asks the first instance of a freshly launched set its
 // vocabulary size, where the kind says it, and checks the matrix's prompt
 // token ids against it, so that a matrix whose ids the engine would refuse
 // stops the sweep at first contact with what to set, rather than failing
 // every request with HTTP 400.
-func (s *Sweep) learnVocab(ctx context.Context, es *engineSet) error {
+func (s *runner) learnVocab(ctx context.Context, es *engineSet) error {
 	p := s.profile()
 	if p.Vocab.IsZero() || len(es.procs) == 0 {
 		return nil
