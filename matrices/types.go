@@ -262,6 +262,9 @@ type Runtime struct {
 	Self    func(host string) string               // mbench binary on the host
 	StepLog func(host string, instance int) string // engine_step.jsonl path on the host
 	Bind    string                                 // address engines bind (default 127.0.0.1)
+	// Node is the name and routable address of node i of a slurm host's
+	// allocation (ok false while it has none: placeholders are rendered).
+	Node func(host string, i int) (name, addr string, ok bool)
 }
 
 // Launch is a config rendered into concrete processes.

@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,9 +26,10 @@ func (w Warning) String(file string) string {
 
 // Warnings checks what the matrix alone can tell: cells whose rate ×
 // measure.timeout cannot send min_completed requests (every run would be
-// incomplete), and synthetic shapes whose input + output exceed the
-// engine's max model length where the matrix says it (--max-model-len in
-// the command or args, or the sim's max-model-len).
+// incomplete), slurm time limits shorter than the estimated sweep (or
+// block), and synthetic shapes whose input + output exceed the engine's max
+// model length where the matrix says it (--max-model-len in the command or
+// args, or the sim's max-model-len).
 func (m *Matrix) Warnings() []Warning {
 	var ws []Warning
 	mc := m.Measure.MinCompleted
@@ -42,11 +44,12 @@ func (m *Matrix) Warnings() []Warning {
 					continue // a trace runs to its request_limit, not to min_completed
 				}
 				ws = append(ws, Warning{Line: m.lines["measure.timeout"], Field: "measure.timeout",
-					Msg: fmt.Sprintf("at rate %g req/s, measure.timeout %s sends about %.0f requests, fewer than min_completed %d: every run of shape %s at this rate will be incomplete (raise the timeout to at least %s or lower min_completed)",
-						r, m.Measure.Timeout, sends, mc, sh.Name, roundUpSeconds(float64(mc)/r))})
+					Msg: fmt.Sprintf("at rate %g req/s, measure.timeout %s sends about %.3g requests, fewer than min_completed %d: every run of shape %s at this rate will be incomplete (%s)",
+						r, m.Measure.Timeout, sends, mc, sh.Name, timeoutHint(float64(mc)/r))})
 			}
 		}
 	}
+	ws = append(ws, m.slurmWarnings()...)
 	for _, name := range m.ConfigOrder {
 		maxLen, where := m.MaxModelLen(name)
 		if maxLen <= 0 {
@@ -65,8 +68,19 @@ func (m *Matrix) Warnings() []Warning {
 	return append(ws, m.routerWarnings()...)
 }
 
-func roundUpSeconds(s float64) string {
-	return strconv.FormatFloat(float64(int(s)+1), 'f', 0, 64) + "s"
+// maxSuggestedTimeout is the longest measure.timeout the rate warning
+// suggests (a week): beyond it the rate, not the timeout, is what to change.
+const maxSuggestedTimeout = 7 * 24 * 3600.0
+
+// timeoutHint is what the rate warning suggests when min_completed requests
+// need s seconds to send: a timeout of whole seconds, or, when s is beyond
+// any timeout (a rate of 1e-9 req/s), a higher rate or a lower
+// min_completed.
+func timeoutHint(s float64) string {
+	if !(s <= maxSuggestedTimeout) {
+		return fmt.Sprintf("at this rate they take %.3g s to send: raise the rate or lower min_completed", s)
+	}
+	return "raise the timeout to at least " + strconv.FormatFloat(math.Floor(s)+1, 'f', 0, 64) + "s or lower min_completed"
 }
 
 // shapeMaxTokens is the largest input + output a synthetic shape can ask for.
@@ -84,7 +98,9 @@ func shapeMaxTokens(sh Shape) int {
 	return in + out
 }
 
-var maxModelLenRE = regexp.MustCompile(`--max-model-len[= ]+([0-9]+)`)
+// maxModelLenRE finds vLLM's --max-model-len, which its argument parser
+// also takes as --max_model_len (underscores and dashes are one).
+var maxModelLenRE = regexp.MustCompile(`--max[-_]model[-_]len[= ]+([0-9]+)`)
 
 // MaxModelLen is config's max model length where the matrix says it, and
 // where: the sim's max-model-len flag, or --max-model-len in the engine

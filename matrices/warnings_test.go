@@ -44,6 +44,25 @@ rates: [5]
 shapes: [{input: 2000, output: 100}]
 measure: {min_completed: 4, timeout: 30s}
 `, []string{"config small's max model length 1024 (--max-model-len)"}},
+		// vLLM takes --max_model_len as --max-model-len.
+		{"vllm --max_model_len", `name: w
+seed: 1
+hosts: {local: {address: local, gpus: [0]}}
+engine: {kind: vllm, model: m, command: "vllm serve {{.Model}} --port {{.Port}} {{.ConfigArgs}}"}
+configs: {small: {args: ["--max_model_len=1024"]}}
+rates: [5]
+shapes: [{input: 2000, output: 100}]
+measure: {min_completed: 4, timeout: 30s}
+`, []string{"config small's max model length 1024 (--max-model-len)"}},
+		// A rate so low that no timeout would do: no overflowed number.
+		{"tiny rate", `name: w
+seed: 1
+engine: {kind: sim}
+configs: {plain: {}}
+rates: [1e-300]
+shapes: [{input: 100, output: 10}]
+measure: {min_completed: 40, timeout: 30s}
+`, []string{"sends about 3e-299 requests, fewer than min_completed 40: every run of shape 100x10 at this rate will be incomplete (at this rate they take 4e+301 s to send: raise the rate or lower min_completed)"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -167,7 +167,9 @@ func ParseShareGPT(name string, data []byte) ([]DatasetItem, error) {
 			case errors.As(err, &te) && te.Field == "":
 				return nil, fmt.Errorf("%s:%d: entry %d: want an object {conversations: [...]}, got %s", name, valueLine(data, start), k, te.Value)
 			case errors.As(err, &te):
-				return nil, fmt.Errorf("%s: entry %d: %s: want %s, got %s", at(te.Offset-1), k, te.Field, te.Type, te.Value)
+				// A type error's offset counts from the start of the value
+				// Decode read (after the comma), not from the file's.
+				return nil, fmt.Errorf("%s: entry %d: %s: want %s, got %s", at(decodeStart(data, start, k)+te.Offset-1), k, te.Field, te.Type, te.Value)
 			}
 			return nil, fmt.Errorf("%s: entry %d: %w", at(off), k, jsonErr(err))
 		}
@@ -298,6 +300,22 @@ func jsonErr(err error) error {
 func lineOf(data []byte, off int64) int {
 	off = min(max(off, 0), int64(len(data)))
 	return 1 + bytes.Count(data[:off], []byte{'\n'})
+}
+
+// decodeStart is where the bytes of list element k begin for
+// json.Decoder.Decode, called at stream offset off after element k−1: past
+// the white space and the comma that separate them (element 0: off).
+func decodeStart(data []byte, off int64, k int) int64 {
+	if k == 0 {
+		return off
+	}
+	for off < int64(len(data)) && bytes.IndexByte([]byte(" \t\r\n"), data[off]) >= 0 {
+		off++
+	}
+	if off < int64(len(data)) && data[off] == ',' {
+		off++
+	}
+	return off
 }
 
 // valueLine is the line of the first byte at or after off that is not white

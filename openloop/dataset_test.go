@@ -56,6 +56,10 @@ func TestDatasetErrors(t *testing.T) {
 		{DatasetShareGPT, `{"conversations": []}`, "bad:1: a ShareGPT file is a JSON list"},
 		{DatasetShareGPT, "[\n  {\"conversations\": [\n    {\"from\": \"human\", \"value\": 5}]}\n]", "bad:3: entry 0: conversations.value: want string, got number"},
 		{DatasetShareGPT, "[\n {\"conversations\": []},\n {\"conversations\": [}\n]", "bad:3: entry 1: invalid JSON"},
+		// A type error in a later entry: its line in the file, not in the entry.
+		{DatasetShareGPT, "[\n {\"conversations\": [\n  {\"from\": \"human\", \"value\": \"hi\"},\n  {\"from\": \"gpt\", \"value\": \"a b\"}\n ]},\n {\"conversations\": [\n  {\"from\": \"human\", \"value\": \"hi\"},\n  {\"from\": \"gpt\", \"value\": 5}\n ]}\n]",
+			"bad:8: entry 1: conversations.value: want string, got number"},
+		{DatasetShareGPT, "[{\"conversations\": []}\n\n ,\n\n {\"conversations\": [{\"from\": 7}]}]", "bad:5: entry 1: conversations.from: want string, got number"},
 		{DatasetShareGPT, "[\n {\"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]}\n]", "bad:1: no entry has a human turn followed by a gpt turn"},
 		{DatasetShareGPT, "[\n {\"conversations\": []}\n", "bad:2: invalid JSON: the file ends inside a value"},
 		{DatasetShareGPT, "[]\n[]", "bad:2: data after the list"},

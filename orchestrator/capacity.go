@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path/filepath"
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
@@ -209,12 +208,12 @@ func capacityUnusable(dir string) []string {
 	return out
 }
 
-// writeCapacityExport (re)writes capacity.json of a capacity search from
-// sweep.json and the journal; nothing for a fixed-rate sweep.
-func writeCapacityExport(dir string, st *SweepState, entries []JournalEntry) error {
+// capacityExport is the analysis of a capacity search, capacity.json's
+// content, from sweep.json and the journal; nil for a fixed-rate sweep.
+func capacityExport(dir string, st *SweepState, entries []JournalEntry) (*results.CapacityReport, error) {
 	rc, err := recordedCapacityOf(st)
 	if err != nil || rc == nil {
-		return err
+		return nil, err
 	}
 	runs := capacityRuns(dir, st.Cells, journalIndex(entries), rc.Metric, nil, nil)
 	rep := results.AnalyzeCapacity(rc.spec(), runs)
@@ -230,7 +229,7 @@ func writeCapacityExport(dir string, st *SweepState, entries []JournalEntry) err
 	if st.Stop != nil {
 		rep.Stop = st.Stop.Reason
 	}
-	return results.WriteCapacity(filepath.Join(dir, results.CapacityFile), &rep)
+	return &rep, nil
 }
 
 // recordedCapacity is the capacity search as sweep.json's resolved matrix

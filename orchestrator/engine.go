@@ -7,9 +7,11 @@ import (
 	"hash/fnv"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
@@ -366,6 +368,29 @@ func (e *launcher) portInUse(ctx context.Context, hostName string, node int, h h
 	if use := portUse(tables, port); use != "" {
 		return true, use
 	}
+	if hc, ok := e.m.Hosts[hostName]; !ok || (isLocal(hc.Address) && !hc.IsSlurm()) {
+		return bindProbe(baseURL)
+	}
+	return false, ""
+}
+
+// bindProbe listens, for an instant, where a local engine will: a socket
+// bound to the port but neither listening nor connected is in no
+// /proc/net/tcp table (only in the kernel's bind hash), yet the engine's
+// own bind would fail on it.
+func bindProbe(baseURL string) (bool, string) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Host == "" {
+		return false, ""
+	}
+	ln, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return true, "a socket bound to it (binding " + u.Host + " fails: address already in use)"
+		}
+		return false, ""
+	}
+	ln.Close()
 	return false, ""
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mbench/mbench/matrices"
@@ -72,6 +73,22 @@ func TestPortInUseRealSockets(t *testing.T) {
 	} else {
 		t.Logf("no IPv6 loopback: %v", err)
 	}
+
+	// A socket bound but neither listening nor connected is in no
+	// /proc/net/tcp table; the engine's bind would still fail on it.
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("bound-only socket", sa.(*syscall.SockaddrInet4).Port, true, "a socket bound to it")
 
 	// A closed listener leaves no socket: the check says free, and a new
 	// listener on the port (the ground truth) succeeds.

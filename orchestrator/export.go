@@ -2,8 +2,10 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/mbench/mbench/results"
@@ -15,6 +17,23 @@ import (
 type ExportOverrides struct {
 	Confidence float64 // of CIs and tests
 	Baseline   string  // the config every other config is compared with
+}
+
+// ErrBadOverride marks an export override that does not fit the sweep (a
+// baseline that is not one of its configs): bad usage, not a failure.
+var ErrBadOverride = errors.New("bad export override")
+
+// ExportView computes the exports of the sweep in dir as ExportReport does,
+// with ov, and returns them in Report.Contents (report.md, tables.csv, the
+// cell summaries) without writing anything or taking the directory's lock:
+// it reads a sweep that another mbench is running, or one on a read-only
+// file system. A run whose journal line is being written when it reads is
+// left out (a torn last line); every file it reads is written atomically.
+func ExportView(ctx context.Context, dir string, ov ExportOverrides) (*results.Report, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	return exportSweep(ctx, dir, ov, true)
 }
 
 // ExportReport (re)writes the exports of the sweep in dir — per-cell
@@ -43,6 +62,12 @@ func ExportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 
 // exportReport is ExportReport for a caller that holds the directory's lock.
 func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results.Report, error) {
+	return exportSweep(ctx, dir, ov, false)
+}
+
+// exportSweep computes the exports of dir: written into it, or, inMemory,
+// returned in Report.Contents with nothing written.
+func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory bool) (*results.Report, error) {
 	st, err := ReadSweep(dir)
 	if err != nil {
 		return nil, err
@@ -51,15 +76,23 @@ func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 	if err != nil {
 		return nil, err
 	}
-	if err := writeCapacityExport(dir, st, entries); err != nil { // capacity searches only (capacity.go)
+	capRep, err := capacityExport(dir, st, entries) // capacity searches only (capacity.go)
+	if err != nil {
 		return nil, fmt.Errorf("export %s: %w", dir, err)
 	}
+	if capRep != nil && !inMemory {
+		if err := results.WriteCapacity(filepath.Join(dir, results.CapacityFile), capRep); err != nil {
+			return nil, fmt.Errorf("export %s: %w", dir, err)
+		}
+	}
 	sw := results.ExportInput{
+		InMemory:   inMemory,
+		Capacity:   capRep,
 		Dir:        dir,
 		Name:       st.Name,
 		Confidence: 0.95,
 		Blocks:     len(st.Blocks),
-		Env:        st.Fingerprint,
+		Env:        slurmEnv(st.Fingerprint, entries), // with the slurm job and nodes of the runs
 		Simulated:  st.Simulated,
 	}
 	// Everything written into the sweep directory was redacted when it was
@@ -72,7 +105,7 @@ func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 	sw.Confidence, sw.Metric, sw.RelCI = rm.Repeat.Confidence, rm.Repeat.Metric, rm.Repeat.RelCI
 	if ov.Confidence != 0 && ov.Confidence != sw.Confidence {
 		sw.Overrides = append(sw.Overrides, fmt.Sprintf("confidence %g, where the sweep recorded %g (mbench export --confidence)", ov.Confidence, sw.Confidence))
-		sw.Confidence = ov.Confidence
+		sw.RecordedConfidence, sw.Confidence = sw.Confidence, ov.Confidence
 	}
 	if ov.Baseline != "" && ov.Baseline != sw.Baseline {
 		known := false
@@ -80,7 +113,7 @@ func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 			known = known || c.Config == ov.Baseline
 		}
 		if !known {
-			return nil, fmt.Errorf("export %s: --baseline %q is not a config of the sweep", dir, ov.Baseline)
+			return nil, fmt.Errorf("export %s: %w: --baseline %q is not a config of the sweep", dir, ErrBadOverride, ov.Baseline)
 		}
 		sw.Overrides = append(sw.Overrides, fmt.Sprintf("baseline %s, where the sweep recorded %s (mbench export --baseline)", ov.Baseline, sw.Baseline))
 		sw.Baseline = ov.Baseline

@@ -23,6 +23,9 @@ type fleet struct {
 	dir     string // the results directory; a local host's state lives under dir/.state
 	sweepID string // names the sweep's state directory on remote hosts
 	warn    io.Writer
+	// slurmJob is the Slurm job mbench runs inside ("" outside one): a
+	// local slurm host uses it rather than asking for its own.
+	slurmJob string
 	// dial connects to a remote host; tests give a fake.
 	dial func(ctx context.Context, cfg hosts.SSHConfig) (hosts.Host, error)
 

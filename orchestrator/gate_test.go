@@ -42,15 +42,14 @@ type fakeProc struct {
 
 func (p fakeProc) Pid() int { return p.pid }
 
-// gateSweep is a sweep with the fake GPU behind its gate, owned by the
-// running engine set.
-func gateSweep(t *testing.T, gpu *fakeGPU) *Sweep {
+// gateSweep is a sweep's instruments with the fake GPU behind their gate,
+// owned by the running engine set.
+func gateSweep(t *testing.T, gpu *fakeGPU) *instruments {
 	t.Helper()
 	m := &matrices.Matrix{Hosts: map[string]matrices.Host{"box": {Name: "box", Address: "local"}}}
-	dir := t.TempDir()
-	s := &Sweep{m: m, store: newStore(dir, 3), sweepLog: newSweepLog(m.Redact, dir, io.Discard, true)}
-	s.prog = newProgress(io.Discard, 1, true)
-	s.engines = &launcher{sweepLog: s.sweepLog, m: m}
+	log := newSweepLog(m.Redact, t.TempDir(), io.Discard, true)
+	log.prog = newProgress(io.Discard, 1, true)
+	s := &instruments{sweepLog: log, m: m, hosts: &Sweep{m: m}, engines: &launcher{sweepLog: log, m: m}}
 	g := &probes.Gate{Read: gpu.read, TempBandC: 3, MemToleranceMiB: 512, Timeout: 300 * time.Millisecond,
 		Poll: 10 * time.Millisecond, Owner: runningEngine{s}}
 	rec, err := g.MeasureBaseline(context.Background())
@@ -83,7 +82,7 @@ func TestGateWithLoadedEngine(t *testing.T) {
 		t.Fatalf("control: a gate on idle memory should time out with the engine loaded: %+v", idle)
 	}
 
-	rec := s.gate(ctx, "c/b1")
+	rec := s.gate(ctx, s.engines.cur, "c/b1")
 	if !rec.Enabled || rec.BeforeLoad.TimedOut || rec.BeforeLoad.Baseline != probes.BaselineEngineLoaded ||
 		rec.IdleBeforeLaunch != nil || rec.EngineLoadedBaseline == nil || rec.IdleBaseline == nil {
 		t.Errorf("first run on a fresh engine: %+v", rec)
@@ -91,14 +90,14 @@ func TestGateWithLoadedEngine(t *testing.T) {
 
 	gpu.set(50, 80000, worker) // hot after a run; cools down in 100 ms
 	go func() { time.Sleep(100 * time.Millisecond); gpu.set(41, 80100, worker) }()
-	rec = s.gate(ctx, "c/b1")
+	rec = s.gate(ctx, s.engines.cur, "c/b1")
 	if rec.BeforeLoad.TimedOut || rec.BeforeLoad.WaitedS < 0.08 || !strings.Contains(rec.BeforeLoad.HeldBy, "temperature 50") {
 		t.Errorf("hot GPU: gate opened after %.3f s (timed out %v, held by %q), want it to wait for the cool-down",
 			rec.BeforeLoad.WaitedS, rec.BeforeLoad.TimedOut, rec.BeforeLoad.HeldBy)
 	}
 
 	gpu.set(50, 80000, worker) // stays hot
-	if rec = s.gate(ctx, "c/b1"); !rec.BeforeLoad.TimedOut || !strings.Contains(rec.BeforeLoad.Reason, "temperature") {
+	if rec = s.gate(ctx, s.engines.cur, "c/b1"); !rec.BeforeLoad.TimedOut || !strings.Contains(rec.BeforeLoad.Reason, "temperature") {
 		t.Errorf("GPU that stays hot: %+v, want timed out on temperature", rec.BeforeLoad)
 	}
 
@@ -107,7 +106,7 @@ func TestGateWithLoadedEngine(t *testing.T) {
 	s.waitGateAfterTeardown(ctx)
 	s.engines.cur = engineWithPid(600)
 	gpu.set(40, 60000, probes.GPUProc{Pid: 601, Pgid: 600, Sid: 600, Name: "VLLM::Worker"}) // the next engine is loaded
-	rec = s.gate(ctx, "c/b1")
+	rec = s.gate(ctx, s.engines.cur, "c/b1")
 	if rec.BeforeLoad.TimedOut || rec.IdleBeforeLaunch == nil || rec.IdleBeforeLaunch.TimedOut ||
 		rec.IdleBeforeLaunch.Baseline != probes.BaselineIdle || rec.BeforeLoad.Baseline != probes.BaselineEngineLoaded {
 		t.Errorf("after a teardown: %+v (idle before launch %+v)", rec.BeforeLoad, rec.IdleBeforeLaunch)
@@ -115,7 +114,7 @@ func TestGateWithLoadedEngine(t *testing.T) {
 	if g := rec.BeforeLoad.GPUs[0]; g.BaseMemUsedMiB != 60000 || g.BaseTempC != 40 {
 		t.Errorf("baseline of the new engine: %+v, want its loaded memory and the idle temperature", g)
 	}
-	if rec = s.gate(ctx, "c/b1"); rec.IdleBeforeLaunch != nil {
+	if rec = s.gate(ctx, s.engines.cur, "c/b1"); rec.IdleBeforeLaunch != nil {
 		t.Errorf("the second run on the engine carries the launch's idle gate: %+v", rec.IdleBeforeLaunch)
 	}
 }
@@ -135,7 +134,7 @@ func TestGateForeignProcess(t *testing.T) {
 	go func() { time.Sleep(100 * time.Millisecond); gpu.set(40, 615) }()
 	s.waitGateAfterTeardown(ctx)
 	s.engines.cur = engineWithPid(700)
-	rec := s.gate(ctx, "c/b1")
+	rec := s.gate(ctx, s.engines.cur, "c/b1")
 	il := rec.IdleBeforeLaunch
 	if il == nil || il.TimedOut || il.WaitedS < 0.08 || !strings.Contains(il.HeldBy, "foreign pid 947 (python3, 1130 MiB)") {
 		t.Fatalf("idle before launch: %+v, want it to wait for pid 947 to leave", il)
@@ -146,7 +145,7 @@ func TestGateForeignProcess(t *testing.T) {
 	s.engines.cur = engineWithPid(800)
 	engine := probes.GPUProc{Pid: 801, Pgid: 800, Sid: 800, UsedMiB: 70000}
 	gpu.set(40, 600+70000+1130, engine, torch)
-	rec = s.gate(ctx, "c/b1")
+	rec = s.gate(ctx, s.engines.cur, "c/b1")
 	lb := rec.EngineLoadedBaseline
 	if lb == nil || lb.Method != probes.BaselineForeignSubtracted || lb.GPUs[0].MemUsedMiB != 70600 || lb.GPUs[0].ForeignMiB != 1130 {
 		t.Errorf("engine-loaded baseline with a foreign process that stays: %+v", lb)
@@ -155,7 +154,7 @@ func TestGateForeignProcess(t *testing.T) {
 		t.Errorf("before load with a foreign process: %+v, want timed out naming pid 947", b)
 	}
 	gpu.set(40, 70600, engine) // it left: the engine's own process does not hold the gate
-	if b := s.gate(ctx, "c/b1").BeforeLoad; b.TimedOut || b.Polls != 1 {
+	if b := s.gate(ctx, s.engines.cur, "c/b1").BeforeLoad; b.TimedOut || b.Polls != 1 {
 		t.Errorf("with only the engine's process: %+v", b)
 	}
 }
@@ -169,7 +168,7 @@ func TestGPUSummaryOwnership(t *testing.T) {
 		Hosts: map[string]matrices.Host{"box": {Name: "box", Address: "local"}, "far": {Name: "far", Address: "gpu7.example"}},
 		Probe: matrices.Probe{ThrottleMaxFraction: 0.5},
 	}
-	s := &Sweep{m: m, engines: &launcher{m: m}}
+	s := &instruments{m: m, hosts: &Sweep{m: m}, engines: &launcher{m: m}}
 	s.engines.cur = &engineSet{procs: []*engineProc{
 		{hostName: "box", proc: fakeProc{pid: 500}}, {hostName: "far", proc: fakeProc{pid: 900}},
 	}}
@@ -186,7 +185,7 @@ func TestGPUSummaryOwnership(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "gpu.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sum := s.gpuSummary(dir)
+	sum := s.gpuSummary(dir, s.engines.cur)
 	if !sum.Contended || sum.ContendedReason != "foreign process on the GPUs during the window: far/gpu0: pid 31 (python3, up to 900 MiB)" {
 		t.Errorf("contended %v %q", sum.Contended, sum.ContendedReason)
 	}

@@ -17,6 +17,7 @@ import (
 func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	s.fleet.sweepID = s.store.state.SweepID
 	s.engines.marker, s.engines.seed = s.store.state.SweepID, s.store.state.Seed
+	s.instr.marker = s.store.state.SweepID
 	if err := s.store.openJournal(s.opts.FailLimit); err != nil {
 		return nil, err
 	}
@@ -35,8 +36,8 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 		}
 		return nil, err
 	}
-	s.openGPU(ctx)
-	defer func() { s.gpu.close() }() // the probe a per-block allocation renewed, if it did
+	s.instr.open(ctx)
+	defer s.instr.close() // the probe a per-block allocation renewed, if it did
 	s.register(true)
 	defer s.register(false)
 
@@ -44,6 +45,9 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 		err = s.capacity(ctx) // a search over rates instead of fixed-rate blocks (capacity.go)
 	} else {
 		err = s.blocks(ctx)
+	}
+	if err == nil {
+		s.completeAllocations(ctx) // a finished sweep's Slurm jobs end COMPLETED
 	}
 	cerr := s.teardown(ctx)
 	if err != nil {

@@ -19,6 +19,35 @@ import (
 	"github.com/mbench/mbench/shquote"
 )
 
+// instruments measure the machine around a sweep's runs: this machine's
+// GPUs and host through NVML, remote hosts' and Slurm nodes' through
+// `mbench probe`, and the gate that holds a run back until the GPUs are
+// back at their baseline with no foreign process on them. Which GPU
+// processes are foreign is decided against the launcher's running set.
+type instruments struct {
+	*sweepLog
+	m       *matrices.Matrix
+	fleet   *fleet
+	hosts   hostInfo  // what the fleet knows of where each host's processes run
+	engines *launcher // whose running set owns GPU processes
+	marker  string    // the sweep id: probe processes' pidfiles carry it
+	selfEnv []string  // environment of processes started from the mbench binary (tests)
+
+	gpu      *gpuProbe // nil before open
+	probeSeq int       // remote probes started: names their files
+}
+
+// hostInfo is what the instruments need to know of the hosts: whether a
+// host's engines run on this machine, the mbench binary there, the host
+// name a process's GPU samples carry, and readers of the Slurm nodes' GPUs
+// for the gate.
+type hostInfo interface {
+	onThisMachine(host string) bool
+	selfOn(host string) (string, bool)
+	sampleHost(p *engineProc) string
+	slurmGPUReads(ctx context.Context) (reads []func(context.Context) ([]probes.GPUSample, error), gated map[string]bool)
+}
+
 // gpuProbe holds the sweep's NVML handle and gate. A machine without a GPU
 // gets nil, said once.
 type gpuProbe struct {
@@ -43,22 +72,22 @@ type gpuProbe struct {
 }
 
 // runningEngine owns the GPU processes of the sweep's running engine set.
-type runningEngine struct{ s *Sweep }
+type runningEngine struct{ i *instruments }
 
 func (r runningEngine) Owns(host string, p probes.GPUProc) bool {
-	return r.s.engineGroups(r.s.engines.cur).Owns(host, p)
+	return r.i.engineGroups(r.i.engines.cur).Owns(host, p)
 }
 
 // engineGroups maps each host of es, named as its GPU samples name it
 // ("local" for this machine), to the process groups of es's processes
 // there. Every process is started as its own group and session leader.
-func (s *Sweep) engineGroups(es *engineSet) probes.EngineGroups {
+func (s *instruments) engineGroups(es *engineSet) probes.EngineGroups {
 	out := probes.EngineGroups{}
 	if es == nil {
 		return out
 	}
 	for _, p := range es.all() {
-		host := s.sampleHost(p)
+		host := s.hosts.sampleHost(p)
 		if pid := nodePid(p.proc); pid > 0 {
 			out[host] = append(out[host], pid)
 		}
@@ -66,11 +95,11 @@ func (s *Sweep) engineGroups(es *engineSet) probes.EngineGroups {
 	return out
 }
 
-// openGPU opens NVML on this machine. When it fails, GPU samples are off for
+// open opens NVML on this machine. When it fails, GPU samples are off for
 // the sweep and the summaries say "gpu: unavailable". The gate's idle
 // baseline is taken once no foreign process is on the GPUs (up to the gate
 // timeout).
-func (s *Sweep) openGPU(ctx context.Context) {
+func (s *instruments) open(ctx context.Context) {
 	lib, shutdown, err := probes.OpenNVML()
 	if err != nil {
 		s.logf("probe: NVML unavailable (%v): GPU samples off, host samples continue", err)
@@ -93,7 +122,7 @@ func (s *Sweep) openGPU(ctx context.Context) {
 	}
 	if s.m.Gate.Enabled {
 		var sr []func(context.Context) ([]probes.GPUSample, error)
-		sr, g.gated = s.slurmGPUReads(ctx)
+		sr, g.gated = s.hosts.slurmGPUReads(ctx)
 		reads = append(reads, sr...)
 	}
 	if len(reads) > 0 {
@@ -130,12 +159,19 @@ func (s *Sweep) openGPU(ctx context.Context) {
 	s.gpu = g
 }
 
+// close closes NVML.
+func (s *instruments) close() {
+	if s.gpu != nil {
+		s.gpu.close()
+	}
+}
+
 // startProbes samples into the run directory's gpu.jsonl and host.jsonl
 // until stop is called: this machine's host (where the load generator runs)
-// and, when an engine of the run is local, its GPUs; and on every remote
-// host of the run a `mbench probe` process whose files are fetched and
-// appended when it stops. done is closed when everything is written.
-func (s *Sweep) startProbes(ctx context.Context, dir string) (stop func(), done <-chan struct{}) {
+// and, when an engine of es is local, its GPUs; and on every remote host of
+// es a `mbench probe` process whose files are fetched and appended when it
+// stops. done is closed when everything is written.
+func (s *instruments) startProbes(ctx context.Context, dir string, es *engineSet) (stop func(), done <-chan struct{}) {
 	ch := make(chan struct{})
 	if s.gpu == nil {
 		close(ch)
@@ -150,9 +186,9 @@ func (s *Sweep) startProbes(ctx context.Context, dir string) (stop func(), done 
 		close(ch)
 		return func() {}, ch
 	}
-	remote := s.startRemoteProbes(ctx)
+	remote := s.startRemoteProbes(ctx, es)
 	var gw io.Writer
-	if s.runIsLocal() {
+	if s.runIsLocal(es) {
 		gw = gf
 	}
 	smp := s.gpu.sampler()
@@ -171,30 +207,28 @@ func (s *Sweep) startProbes(ctx context.Context, dir string) (stop func(), done 
 	return cancel, ch
 }
 
-// runIsLocal reports whether a process of the running engine set is on this
-// machine (or no engine set is known): only then are local GPUs sampled.
-func (s *Sweep) runIsLocal() bool {
-	cur := s.engines.cur
-	if cur == nil || len(cur.all()) == 0 {
+// runIsLocal reports whether a process of es is on this machine (or no
+// engine set is known): only then are local GPUs sampled.
+func (s *instruments) runIsLocal(es *engineSet) bool {
+	if es == nil || len(es.all()) == 0 {
 		return true
 	}
-	for _, p := range cur.all() {
-		if s.onThisMachine(p.hostName) {
+	for _, p := range es.all() {
+		if s.hosts.onThisMachine(p.hostName) {
 			return true
 		}
 	}
 	return false
 }
 
-// runIsGated reports whether the gate reads the GPUs of a process of the
-// running engine set (or no engine set is known).
-func (s *Sweep) runIsGated() bool {
-	cur := s.engines.cur
-	if cur == nil || len(cur.all()) == 0 {
+// runIsGated reports whether the gate reads the GPUs of a process of es (or
+// no engine set is known).
+func (s *instruments) runIsGated(es *engineSet) bool {
+	if es == nil || len(es.all()) == 0 {
 		return true
 	}
-	for _, p := range cur.all() {
-		if (s.gpu.localGate && s.onThisMachine(p.hostName)) || s.gpu.gated[p.hostName] {
+	for _, p := range es.all() {
+		if (s.gpu.localGate && s.hosts.onThisMachine(p.hostName)) || s.gpu.gated[p.hostName] {
 			return true
 		}
 	}
@@ -210,11 +244,10 @@ type remoteProbe struct {
 	logF        string
 }
 
-// startRemoteProbes starts `mbench probe` on every remote host of the
-// running engine set; a host without an mbench binary is skipped (said once).
-func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
-	cur := s.engines.cur
-	if cur == nil {
+// startRemoteProbes starts `mbench probe` on every remote host of es; a
+// host without an mbench binary is skipped (said once).
+func (s *instruments) startRemoteProbes(ctx context.Context, es *engineSet) []*remoteProbe {
+	if es == nil {
 		return nil
 	}
 	interval := s.m.Probe.Interval
@@ -223,20 +256,20 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 	}
 	seen := map[string]bool{}
 	var out []*remoteProbe
-	for _, p := range cur.all() {
+	for _, p := range es.all() {
 		name := p.hostName
-		label := s.sampleHost(p)
-		if seen[label] || s.onThisMachine(name) {
+		label := s.hosts.sampleHost(p)
+		if seen[label] || s.hosts.onThisMachine(name) {
 			continue
 		}
 		seen[label] = true
-		self, ok := s.selfOn(name)
+		self, ok := s.hosts.selfOn(name)
 		if !ok {
 			s.noteOnce("probe-"+name, "host %s: no mbench binary there (set hosts.%s.mbench_path): no GPU or host samples from it", name, name)
 			continue
 		}
 		s.probeSeq++
-		base := s.hostPath(name, "probes", fmt.Sprintf("probe.%d", s.probeSeq))
+		base := s.fleet.path(name, "probes", fmt.Sprintf("probe.%d", s.probeSeq))
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
 		q := shquote.Quote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
@@ -246,8 +279,8 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 			pname = fmt.Sprintf("probe-%s-%d", name, p.node)
 		}
 		proc, err := startProbeOn(ctx, p.host, hosts.ProcSpec{
-			Name: pname, Node: p.node, Command: cmd, Env: toHostEnv(nil, s.opts.SelfEnv),
-			LogPath: rp.logF, StateDir: s.hostPath(name, "pids"), Marker: s.state.SweepID,
+			Name: pname, Node: p.node, Command: cmd, Env: toHostEnv(nil, s.selfEnv),
+			LogPath: rp.logF, StateDir: s.fleet.path(name, "pids"), Marker: s.marker,
 			Tether: true, TetherGrace: time.Second,
 		})
 		if err != nil {
@@ -262,7 +295,7 @@ func (s *Sweep) startRemoteProbes(ctx context.Context) []*remoteProbe {
 
 // finishRemoteProbes stops each remote probe and appends its samples to the
 // run's files. The probe's own notes (NVML unavailable) are said once.
-func (s *Sweep) finishRemoteProbes(ctx context.Context, rps []*remoteProbe, gf, hf io.Writer) {
+func (s *instruments) finishRemoteProbes(ctx context.Context, rps []*remoteProbe, gf, hf io.Writer) {
 	for _, rp := range rps {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		s.waitFirstSample(cctx, rp)
@@ -288,7 +321,7 @@ func (s *Sweep) finishRemoteProbes(ctx context.Context, rps []*remoteProbe, gf, 
 // first host sample: a probe started just before a short run (a Slurm step
 // is scheduled, then its task starts) may not have written one yet, and a
 // stop then would leave the run without any.
-func (s *Sweep) waitFirstSample(ctx context.Context, rp *remoteProbe) {
+func (s *instruments) waitFirstSample(ctx context.Context, rp *remoteProbe) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	check := "test -s " + shquote.Quote(rp.hostF)
@@ -308,9 +341,9 @@ func (s *Sweep) waitFirstSample(ctx context.Context, rp *remoteProbe) {
 	}
 }
 
-// gpuSummary summarizes the run's gpu.jsonl: processes of the running
-// engine set are its own, any other makes the run contended.
-func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
+// gpuSummary summarizes the run's gpu.jsonl: processes of es, the run's
+// engine set, are its own, any other makes the run contended.
+func (s *instruments) gpuSummary(dir string, es *engineSet) *probes.GPUSummary {
 	f, err := os.Open(filepath.Join(dir, "gpu.jsonl"))
 	if err != nil {
 		return &probes.GPUSummary{Available: false, Reason: "no GPU samples (NVML unavailable)"}
@@ -321,7 +354,7 @@ func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
 		return &probes.GPUSummary{Available: false, Reason: fmt.Sprintf("gpu.jsonl unreadable: %v", err)}
 	}
 	g := probes.SummarizeGPUWith(samples, probes.GPUSummaryOptions{
-		Owner: s.engineGroups(s.engines.cur), ThrottleMaxFraction: s.m.Probe.ThrottleMaxFraction,
+		Owner: s.engineGroups(es), ThrottleMaxFraction: s.m.Probe.ThrottleMaxFraction,
 	})
 	return &g
 }
@@ -330,20 +363,21 @@ func (s *Sweep) gpuSummary(dir string) *probes.GPUSummary {
 // band of the sweep's idle baseline, their memory back at the level the
 // running engine held when it was ready, and no foreign process is on them:
 // a warm GPU after a heavy run is the cold/warm ordering effect
-// (docs/design.md), and a foreign process shares the GPU. The record goes into the run's summary;
-// run names the run in messages.
-func (s *Sweep) gate(ctx context.Context, run string) *probes.GateRecord {
+// (docs/design.md), and a foreign process shares the GPU. The record goes
+// into the run's summary; es is the run's engine set, run names the run in
+// messages.
+func (s *instruments) gate(ctx context.Context, es *engineSet, run string) *probes.GateRecord {
 	if s.gpu == nil || s.gpu.gate == nil {
 		return &probes.GateRecord{Note: "gpu unavailable or gate disabled"}
 	}
-	if !s.runIsGated() {
+	if !s.runIsGated(es) {
 		return &probes.GateRecord{Note: "the engines run on hosts whose GPUs the gate does not read: it covers local GPUs and the nodes of slurm hosts"}
 	}
 	s.prog.setPhase("gate")
 	g := s.gpu
 	rec := &probes.GateRecord{Enabled: true, IdleBaseline: g.idleRec, IdleBeforeLaunch: g.beforeLaunch}
 	g.beforeLaunch = nil
-	cur := s.engines.cur
+	cur := es
 	if cur != nil && g.loadedFor != cur {
 		base, brec, err := g.gate.MeasureLoaded(ctx)
 		switch {
@@ -376,7 +410,7 @@ func (s *Sweep) gate(ctx context.Context, run string) *probes.GateRecord {
 // GPUs are back at the sweep's idle baseline (memory freed, temperature in
 // band, no foreign process), so that the next launch starts from the same
 // state; the next run records it as idle_before_launch.
-func (s *Sweep) waitGateAfterTeardown(ctx context.Context) {
+func (s *instruments) waitGateAfterTeardown(ctx context.Context) {
 	if s.gpu == nil || s.gpu.gate == nil {
 		return
 	}
@@ -402,7 +436,7 @@ func instanceURLs(es *engineSet) []string {
 
 // checkEngineVersion records the engine's version in the fingerprint, and
 // refuses to mix results with another version unless forced.
-func (s *Sweep) checkEngineVersion(ctx context.Context, es *engineSet) error {
+func (s *runner) checkEngineVersion(ctx context.Context, es *engineSet) error {
 	if len(es.procs) == 0 {
 		return nil
 	}
@@ -410,15 +444,7 @@ func (s *Sweep) checkEngineVersion(ctx context.Context, es *engineSet) error {
 	if v == "" {
 		return nil
 	}
-	old, had := s.state.Fingerprint["engine_version"]
-	if had && old != v && !s.opts.Force {
-		return fmt.Errorf("%w: engine version changed from %q to %q; results would mix two engines (use --force to accept)", errFingerprint, old, v)
-	}
-	if !had || old != v {
-		s.state.Fingerprint["engine_version"] = v
-		return writeSweep(s.dir, s.state)
-	}
-	return nil
+	return s.store.recordEngineVersion(v, s.force)
 }
 
 var errFingerprint = errors.New("environment fingerprint changed")

@@ -15,6 +15,7 @@ type recordedMethod struct {
 		Confidence float64 `json:"confidence"`
 		Metric     string  `json:"metric"`
 		RelCI      float64 `json:"rel_ci"`
+		Max        int     `json:"max"`
 	} `json:"repeat"`
 }
 

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
@@ -37,96 +35,39 @@ type measurer interface {
 	measure(ctx context.Context, r run) (*results.RunSummary, error)
 }
 
-// runOutcome is what one run produced.
-type runOutcome struct {
-	entry   JournalEntry
-	summary *results.RunSummary
-	gaveUp  bool // this failure gave the cell up
+// runner measures one run: it makes sure the run's engine set is up
+// (reusing the running one when the launch is the same), waits at the gate,
+// starts the probes and the /metrics window, drives the load, collects the
+// step log and the router's log, and summarizes and judges the run into its
+// directory. It journals nothing: that is the loop's.
+type runner struct {
+	*sweepLog
+	m       *matrices.Matrix
+	store   *store // the engine's version goes into the fingerprint
+	engines *launcher
+	instr   *instruments
+	// runtime renders the matrix's launches (where mbench and the step logs
+	// are on each host, the address engines bind).
+	runtime func() matrices.Runtime
+	request openloop.Request // what every request carries, its API key read when the sweep started
+	force   bool             // accept a changed engine version
 }
 
-// runOne performs one (cell, block) run and journals it. It returns an error
-// only when the sweep must stop (interrupted, disk full); a failed run is an
-// outcome with status "failed".
-func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64) (*runOutcome, error) {
-	rel := filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
-	dir := filepath.Join(s.store.dir, rel)
-	if err := moveAside(dir); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create run directory: %w", err)
-	}
-	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.slurmNodes()}
-	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
-
-	sum, runErr := s.measurer.measure(ctx, run{cell: cell, block: block, seed: seed, dir: dir})
-	if runErr == nil {
-		if err := s.store.checkRunGPUs(dir, s.opts.Force); err != nil {
-			return nil, err // no journal line: the run is redone if the user forces
-		}
-	}
-	if ctx.Err() != nil {
-		// Interrupted: no journal line, so resume redoes this run.
-		return nil, ErrInterrupted
-	}
-	entry.Finished = time.Now().UTC()
-	if runErr != nil {
-		entry.Status, entry.Reason = results.VerdictFailed, s.redact(runErr.Error())
-		if err := s.lostAllocation(ctx, runErr); err != nil {
-			// Not the run's fault: resume redoes it in a new allocation.
-			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
-		}
-		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
-			// Not the run's fault, and every later run would fail the same
-			// way: stop the sweep with no journal line, so resume redoes it.
-			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, runErr)
-		}
-	} else {
-		// results.Decide, inside SummarizeRun, is the one place a verdict
-		// is decided; the journal records it.
-		entry.Status, entry.Reason = sum.Verdict, s.redact(strings.Join(sum.VerdictReasons, "; "))
-	}
-	// The journal line comes only after the run directory is complete and
-	// durable: a run with a line is never redone, so its files must be there.
-	if err := syncTree(dir); err != nil {
-		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
-	}
-	entry.Self = selfUsage()
-	gaveUp, err := s.store.ledger.record(entry)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case entry.Status == results.VerdictFailed:
-		s.prog.finish("FAILED: " + firstLine(entry.Reason))
-	case !entry.Status.Usable():
-		s.prog.finish(fmt.Sprintf("NOT A RESULT (%s): %s", entry.Status, firstLine(entry.Reason)))
-	default:
-		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2)))
-	}
-	return &runOutcome{entry: entry, summary: sum, gaveUp: gaveUp}, nil
-}
-
-func fmtPtr(v *float64, prec int) string {
-	if v == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(*v, 'f', prec, 64)
-}
+func (s *runner) isSim() bool { return s.m.Engine.Kind == matrices.EngineSim }
 
 // measure is the body of a run: engine, gate, probes, load, step log,
 // summary. Everything it writes lands in r.dir.
-func (s *Sweep) measure(ctx context.Context, r run) (*results.RunSummary, error) {
+func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error) {
 	cell, block, seed, dir := r.cell, r.block, r.seed, r.dir
 	es, err := s.ensureEngine(ctx, cell, r.key())
 	if err != nil {
 		return nil, err
 	}
-	gate := s.gate(ctx, r.key())
+	gate := s.instr.gate(ctx, es, r.key())
 	s.prog.setPhase("ready")
 
 	offsets := stepLogOffsets(ctx, es)
-	probeStop, probeDone := s.startProbes(ctx, dir)
+	probeStop, probeDone := s.instr.startProbes(ctx, dir, es)
 	reqFile, err := os.Create(filepath.Join(dir, "requests.jsonl"))
 	if err != nil {
 		probeStop()
@@ -158,7 +99,7 @@ func (s *Sweep) measure(ctx context.Context, r run) (*results.RunSummary, error)
 	if err != nil {
 		return nil, err
 	}
-	gpu := s.gpuSummary(dir)
+	gpu := s.instr.gpuSummary(dir, es)
 	sum, err := results.SummarizeRun(results.RunInput{
 		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape.Name, Rate: cell.Rate, Block: block,
 		Engine: string(s.m.Engine.Kind), Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
@@ -216,11 +157,11 @@ func driveLoad(ctx context.Context, es *engineSet, cfg openloop.Config) (*openlo
 // loadOutcome says whether the load left a run to summarize: not when the
 // sweep was interrupted, an engine died (it is stopped, its log tail
 // quoted), or a file of the run could not be written.
-func (s *Sweep) loadOutcome(ctx context.Context, es *engineSet, sinkErr, loadErr, closeErr, scrErr error) error {
+func (s *runner) loadOutcome(ctx context.Context, es *engineSet, sinkErr, loadErr, closeErr, scrErr error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if dead := es.dead(); dead != nil {
+	if dead := es.deadAfterLoad(ctx); dead != nil {
 		tail := dead.proc.LogTail(context.WithoutCancel(ctx), 20)
 		s.engines.stop(context.WithoutCancel(ctx)) // es is the running set
 		return fmt.Errorf("%s on host %s exited during the run (%v); last lines of its log:\n%s", dead.name, dead.hostName, dead.proc.Err(), s.redact(tail))
@@ -268,7 +209,7 @@ func arrivalName(p string, sh matrices.Shape) string {
 // ensureEngine reuses the running engine when the next run has the same
 // launch spec, else tears it down and launches the one the cell needs for
 // the run named run.
-func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell, run string) (*engineSet, error) {
+func (s *runner) ensureEngine(ctx context.Context, cell matrices.Cell, run string) (*engineSet, error) {
 	l, err := s.m.Launch(cell.Config, s.runtime())
 	if err != nil {
 		return nil, fmt.Errorf("render launch of config %s: %w", cell.Config, err)
@@ -282,7 +223,7 @@ func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell, run string
 		if err := s.engines.stop(context.WithoutCancel(ctx)); err != nil {
 			s.logf("warning: %v", err)
 		}
-		s.waitGateAfterTeardown(ctx)
+		s.instr.waitGateAfterTeardown(ctx)
 	}
 	s.prog.setPhase("launch")
 	es, err := s.engines.start(ctx, l, run)
@@ -296,7 +237,7 @@ func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell, run string
 }
 
 // loadConfig maps a cell onto the load generator.
-func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []string) openloop.Config {
+func (s *runner) loadConfig(cell matrices.Cell, block int, seed int64, targets []string) openloop.Config {
 	ms := s.m.Measure
 	return openloop.Config{
 		Targets:      targets,
@@ -329,7 +270,7 @@ func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
 }
 
 // policy is what a run of cell is held to for its verdict.
-func (s *Sweep) policy(cell matrices.Cell) results.Policy {
+func (s *runner) policy(cell matrices.Cell) results.Policy {
 	p := results.Policy{MinCompleted: minCompleted(s.m.Measure.MinCompleted, cell.Shape),
 		MaxErrorRate: s.m.Measure.MaxErrorRate, MaxErrorRateSet: s.m.Measure.MaxErrorRateSet}
 	if s.m.SLO != nil {

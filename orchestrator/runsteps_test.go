@@ -61,7 +61,7 @@ func TestStepLogSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSweep(m, t.TempDir(), Options{})
+	s := newSweep(m, t.TempDir(), Options{}).runner
 	cases := []struct {
 		name    string
 		procs   []*engineProc

@@ -66,7 +66,9 @@ func resumeMatrix(dir string, st *SweepState, override string) (*matrices.Matrix
 
 // verifyRuns checks the files of every journaled run that should have them
 // (every verdict but failed): a run whose directory or summary_A.json is
-// missing or unreadable loses its journal line, and its directory (if any)
+// missing or unreadable, or whose summary is not that run's (its cell, block
+// and verdict are not the journal line's: a summary replaced by {} names
+// none), loses its journal line, and its directory (if any)
 // is moved aside, so the sweep redoes it. redo names those runs, each with
 // what was wrong.
 func (st *store) verifyRuns() (redo []string, err error) {
@@ -116,8 +118,12 @@ func runFilesProblem(dir string, e JournalEntry) string {
 		return "summary_A.json is missing"
 	case err != nil:
 		return "summary_A.json is unreadable"
-	case sum.Cell != "" && sum.Cell != e.Cell:
-		return "summary_A.json belongs to cell " + sum.Cell
+	case sum.Cell != e.Cell:
+		return fmt.Sprintf("summary_A.json names cell %q, not %s", sum.Cell, e.Cell)
+	case sum.Block != e.Block:
+		return fmt.Sprintf("summary_A.json names block %d, not %d", sum.Block, e.Block)
+	case sum.Verdict != e.Status:
+		return fmt.Sprintf("summary_A.json's verdict %q is not the journal's %s", sum.Verdict, e.Status)
 	}
 	return ""
 }

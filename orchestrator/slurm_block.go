@@ -26,8 +26,8 @@ func (s *Sweep) perBlockHosts() []string {
 	return out
 }
 
-// endBlockAllocations stops the running engines and cancels the allocation
-// of every connected per-block host, after a block.
+// endBlockAllocations stops the running engines and ends the allocation of
+// every connected per-block host, after a block: COMPLETED, as the block is.
 func (s *Sweep) endBlockAllocations(ctx context.Context, block int) error {
 	var ended []string
 	for _, name := range s.perBlockHosts() {
@@ -40,10 +40,19 @@ func (s *Sweep) endBlockAllocations(ctx context.Context, block int) error {
 	}
 	err := s.engines.stop(ctx)
 	for _, name := range ended {
+		// The block is done: its job ends COMPLETED (or, should that fail,
+		// cancelled as the host closes).
+		if h, ok := s.fleet.connected(name); ok {
+			if nh, ok := nodeHost(h); ok && err == nil {
+				if cerr := nh.Complete(ctx); cerr != nil {
+					s.logf("warning: host %s: complete slurm job %s: %v (it is cancelled instead)", name, nh.Allocation().JobID, cerr)
+				}
+			}
+		}
 		s.fleet.drop(name)
 	}
 	s.allocationsEnded = true
-	s.logf("block %d done: slurm allocation of %s cancelled (allocation: block)", block, strings.Join(ended, ", "))
+	s.logf("block %d done: slurm allocation of %s ended (allocation: block)", block, strings.Join(ended, ", "))
 	return err
 }
 
@@ -58,7 +67,7 @@ func (s *Sweep) renewAllocations(ctx context.Context) error {
 		return fmt.Errorf("new slurm allocation for the block: %w", err)
 	}
 	s.allocationsEnded = false
-	s.gpu.close()
-	s.openGPU(ctx)
+	s.instr.close()
+	s.instr.open(ctx)
 	return nil
 }

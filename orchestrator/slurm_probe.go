@@ -20,15 +20,19 @@ func (s *Sweep) onThisMachine(name string) bool {
 	return isLocal(hc.Address) && !hc.IsSlurm()
 }
 
-// selfOn is the mbench binary a host runs probes with: the uploaded copy or
-// hosts.X.mbench_path, or this binary for a slurm host whose login machine is
-// this one (the node shares its filesystem).
+// selfOn is the mbench binary a host runs probes and {{.Self}} with: the
+// uploaded copy or hosts.X.mbench_path; for a slurm host whose login
+// machine is this one, its mbench_path (the nodes' copy) or this binary
+// (the nodes share its filesystem).
 func (s *Sweep) selfOn(name string) (string, bool) {
 	if p, ok := s.fleet.selfPath[name]; ok {
 		return p, true
 	}
 	hc := s.m.Hosts[name]
-	if hc.IsSlurm() && isLocal(hc.Address) && s.opts.Self != "" {
+	switch {
+	case hc.IsSlurm() && hc.MbenchPath != "":
+		return hc.MbenchPath, true
+	case hc.IsSlurm() && isLocal(hc.Address) && s.opts.Self != "":
 		return s.opts.Self, true
 	}
 	return "", false
@@ -38,10 +42,10 @@ func (s *Sweep) selfOn(name string) (string, bool) {
 // step bound to every GPU of the allocation on a slurm host's node, else as
 // a process of the host.
 func startProbeOn(ctx context.Context, h hosts.Host, spec hosts.ProcSpec) (hosts.Process, error) {
-	if sl, ok := h.(*hosts.Slurm); ok {
+	if nh, ok := nodeHost(h); ok {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		return sl.StartOnNode(ctx, spec)
+		return nh.StartOnNode(ctx, spec)
 	}
 	return h.Start(ctx, spec)
 }
@@ -71,8 +75,8 @@ func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context
 	gated = map[string]bool{}
 	for _, name := range s.m.HostOrder {
 		h, ok := s.fleet.connected(name)
-		sl, isSlurm := h.(*hosts.Slurm)
-		if !ok || !isSlurm {
+		nh, isNode := nodeHost(h)
+		if !ok || !isNode {
 			continue
 		}
 		self, ok := s.selfOn(name)
@@ -81,8 +85,8 @@ func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context
 			continue
 		}
 		covered := true
-		for i := range sl.Nodes() {
-			read, err := s.slurmGPURead(ctx, sl, i, self)
+		for i := range nh.Allocation().Nodes {
+			read, err := s.slurmGPURead(ctx, name, nh, i, self)
 			if err != nil {
 				s.logf("%v: the GPU gate does not cover this node", err)
 				covered = false
@@ -97,8 +101,8 @@ func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context
 
 // slurmGPURead returns a reader of the GPUs of node i of a slurm host's
 // allocation, after a first read that shows it works.
-func (s *Sweep) slurmGPURead(ctx context.Context, sl *hosts.Slurm, i int, self string) (func(context.Context) ([]probes.GPUSample, error), error) {
-	name, node := sl.Name(), sl.Nodes()[i]
+func (s *Sweep) slurmGPURead(ctx context.Context, name string, nh hosts.NodeHost, i int, self string) (func(context.Context) ([]probes.GPUSample, error), error) {
+	node := nh.Allocation().Nodes[i]
 	{
 		// SelfEnv (what makes a re-executed test binary act as mbench) is
 		// not secret, so it may go on the command line of a Run.
@@ -109,9 +113,9 @@ func (s *Sweep) slurmGPURead(ctx context.Context, sl *hosts.Slurm, i int, self s
 		if env != "" {
 			env = "env " + env
 		}
-		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), shquote.Quote(probeLabel(sl, i)))
+		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), shquote.Quote(probeLabel(name, nh, i)))
 		read := func(ctx context.Context) ([]probes.GPUSample, error) {
-			out, stderr, err := sl.RunOnNodeGPUs(ctx, i, "gate-"+name, cmd)
+			out, stderr, err := nh.RunOnNodeGPUs(ctx, i, "gate-"+name, cmd)
 			if err != nil {
 				return nil, fmt.Errorf("host %s: read the GPUs of node %s: %w", name, node, err)
 			}
@@ -133,11 +137,11 @@ func (s *Sweep) slurmGPURead(ctx context.Context, sl *hosts.Slurm, i int, self s
 
 // probeLabel is the host name GPU and host samples of node i of a slurm
 // host carry: the host's name, or <host>/<node> for a multi-node one.
-func probeLabel(sl *hosts.Slurm, i int) string {
-	if n := sl.Nodes(); len(n) > 1 {
-		return sl.Name() + "/" + n[i]
+func probeLabel(name string, nh hosts.NodeHost, i int) string {
+	if n := nh.Allocation().Nodes; len(n) > 1 {
+		return name + "/" + n[i]
 	}
-	return sl.Name()
+	return name
 }
 
 // sampleHost is the host name a process's GPU samples carry: "local" for
@@ -146,8 +150,8 @@ func (s *Sweep) sampleHost(p *engineProc) string {
 	if s.onThisMachine(p.hostName) {
 		return "local"
 	}
-	if sl, ok := p.host.(*hosts.Slurm); ok {
-		return probeLabel(sl, p.node)
+	if nh, ok := nodeHost(p.host); ok {
+		return probeLabel(p.hostName, nh, p.node)
 	}
 	return p.hostName
 }

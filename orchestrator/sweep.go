@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/matrices"
-	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/shquote"
@@ -48,8 +47,11 @@ type Options struct {
 	// sweep recorded (moved, or holding secrets the directory's copy lacks);
 	// it must resolve to the recorded matrix.
 	MatrixOverride string
-	Stdout         io.Writer
-	Stderr         io.Writer
+	// SlurmJob is the Slurm job mbench runs inside (SLURM_JOB_ID of a batch
+	// job), which a slurm host without an address then uses ("" = none).
+	SlurmJob string
+	Stdout   io.Writer
+	Stderr   io.Writer
 
 	// measurer, set by tests, measures every run in place of the sweep's
 	// engines, gate, probes and load.
@@ -90,15 +92,12 @@ type Sweep struct {
 	*sweepLog
 	fleet    *fleet
 	engines  *launcher
-	measurer measurer // the sweep itself outside tests
-	probeSeq int
-	gpu      *gpuProbe
+	instr    *instruments
+	runner   *runner
+	measurer measurer // the runner outside tests
 	// allocationsEnded: a block ended the allocations of per-block slurm
 	// hosts (slurm_block.go); the next block renews them.
 	allocationsEnded bool
-	// request is what every request carries (matrix request section), its
-	// API key read from the environment when the sweep started.
-	request openloop.Request
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
@@ -113,8 +112,11 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	}
 	s := &Sweep{opts: opts, m: m, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, opts.Stderr),
 		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
+	s.fleet.slurmJob = opts.SlurmJob
 	s.engines = &launcher{sweepLog: s.sweepLog, m: m, fleet: s.fleet, selfEnv: opts.SelfEnv}
-	s.measurer = s
+	s.instr = &instruments{sweepLog: s.sweepLog, m: m, fleet: s.fleet, hosts: s, engines: s.engines, selfEnv: opts.SelfEnv}
+	s.runner = &runner{sweepLog: s.sweepLog, m: m, store: s.store, engines: s.engines, instr: s.instr, runtime: s.runtime, force: opts.Force}
+	s.measurer = s.runner
 	if opts.measurer != nil {
 		s.measurer = opts.measurer
 	}
@@ -150,13 +152,14 @@ func (s *Sweep) hostPath(hostName string, parts ...string) string {
 func (s *Sweep) runtime() matrices.Runtime {
 	return matrices.Runtime{
 		Self: func(h string) string {
-			if p, ok := s.fleet.selfPath[h]; ok {
+			if p, ok := s.selfOn(h); ok {
 				return p
 			}
 			return s.opts.Self
 		},
 		StepLog: func(h string, i int) string { return s.hostPath(h, "steps", fmt.Sprintf("engine_step.%d.jsonl", i)) },
 		Bind:    s.bind(),
+		Node:    s.nodeOf,
 	}
 }
 

@@ -41,7 +41,14 @@ type MetricStats struct {
 	N            int       `json:"n"`
 	Values       []float64 `json:"values"`
 	Blocks       []int     `json:"blocks"`
+	// Interval is how ci_lo/ci_hi were made: "" for the Student-t interval
+	// of the mean, IntervalWilson for a proportion's (stats.ProportionCI).
+	Interval string `json:"interval,omitempty"`
 }
+
+// IntervalWilson marks a proportion's interval: Wilson's, on the effective
+// number of requests that the spread between blocks implies.
+const IntervalWilson = "wilson_effective_n"
 
 // CellRun is one run of a cell as listed in its cell summary.
 type CellRun struct {
@@ -103,7 +110,11 @@ func summarizeCell(c *cellData, s *ExportInput, blocks int) CellSummary {
 		}
 	}
 	for k := range keys {
-		cs.Metrics[k] = metricStats(c.metricByBlock(k), s.Confidence)
+		ms := metricStats(c.metricByBlock(k), s.Confidence)
+		if trials, ok := c.trialsByBlock(k); ok {
+			ms.proportion(trials, s.Confidence)
+		}
+		cs.Metrics[k] = ms
 	}
 	return cs
 }
@@ -117,6 +128,45 @@ func (c *cellData) metricByBlock(key string) map[int]float64 {
 		}
 	}
 	return out
+}
+
+// trialsByBlock is block → the trials behind proportion metric key in each
+// used run (proportionTrials); false when key is not such a proportion or
+// a run lacks its count.
+func (c *cellData) trialsByBlock(key string) (map[int]float64, bool) {
+	out := map[int]float64{}
+	for b, r := range c.Used {
+		if _, has := r.Metrics[key]; !has {
+			continue
+		}
+		n, ok := proportionTrials(r.Sum, key)
+		if !ok {
+			return nil, false
+		}
+		out[b] = n
+	}
+	return out, len(out) > 0
+}
+
+// proportion replaces ms's Student-t interval with the effective-n Wilson
+// interval of stats.ProportionCI over the same blocks, trials the count
+// behind each block's value; the half-width becomes half the interval's
+// width (it is not symmetric about the mean).
+func (ms *MetricStats) proportion(trials map[int]float64, confidence float64) {
+	tr := make([]float64, len(ms.Blocks))
+	for i, b := range ms.Blocks {
+		tr[i] = trials[b]
+	}
+	_, lo, hi, ok := stats.ProportionCI(ms.Values, tr, confidence)
+	if !ok {
+		return
+	}
+	ms.CILo, ms.CIHi, ms.HalfWidth = ptr(lo), ptr(hi), ptr((hi-lo)/2)
+	ms.RelHalfWidth = nil
+	if *ms.Mean != 0 {
+		ms.RelHalfWidth = ptr(*ms.HalfWidth / math.Abs(*ms.Mean))
+	}
+	ms.Interval = IntervalWilson
 }
 
 // saturated reports whether any run of the cell was graded saturated.

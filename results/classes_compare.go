@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/stats"
@@ -145,28 +144,29 @@ func intersect(a, b []int) []int {
 }
 
 // renderClassComparisons writes the per-class comparisons with the
-// baseline over the same requests. One line when there are none (one
-// config, or no classes).
-func renderClassComparisons(b *strings.Builder, v *reportView) {
+// baseline over the same requests; one line when there are none.
+var renderClassComparisons = tableSection("Request classes compared", classComparisonTables)
+
+// classComparisonTables is the table of classComparisons.
+func classComparisonTables(v *reportView) ([]sectionTable, string) {
 	rows := classComparisons(v.s, v.ordered)
 	if len(rows) == 0 {
-		collapsed(b, "Request classes compared", "no class has requests completed under both a config and the baseline %s.", orDefault(v.s.Baseline, "(none)"))
-		return
+		return nil, fmt.Sprintf("no class has requests completed under both a config and the baseline %s.", orDefault(v.s.Baseline, "(none)"))
 	}
-	b.WriteString("## Request classes compared with the baseline\n\n")
-	fmt.Fprintf(b, "Each class over the same requests: per block the requests of the class that completed under both runs (by request id), "+
-		"their TTFT median and p90 on each side, compared across blocks (change with %s CI; paired t). "+
-		"Paired = requests per block, dropped = the class's requests that failed on either side (means over blocks).\n\n", pctConf(v.s.Confidence))
+	t := sectionTable{ID: "class-comparisons", Title: "Request classes compared with the baseline",
+		Intro: fmt.Sprintf("Each class over the same requests: per block the requests of the class that completed under both runs (by request id), "+
+			"their TTFT median and p90 on each side, compared across blocks (change with %s CI; paired t). "+
+			"Paired = requests per block, dropped = the class's requests that failed on either side (means over blocks).", pctConf(v.s.Confidence)),
+		Head: []string{"Config", "vs", "Shape", "Rate", "Class", "Paired", "Dropped", "TTFT p50 (base → config, ms)", "TTFT p50 change", "TTFT p90 change", "Blocks"}}
 	if classBasisOf(v.ordered).DependsOnRouting() {
-		b.WriteString("The classes are the router's estimates, which differ between configs: a request is compared in a class only when both configs put it there.\n\n")
+		t.Notes = append(t.Notes, "The classes are the router's estimates, which differ between configs: a request is compared in a class only when both configs put it there.")
 	}
-	b.WriteString("| Config | vs | Shape | Rate | Class | Paired | Dropped | TTFT p50 (base → config, ms) | TTFT p50 change | TTFT p90 change | Blocks |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(b, "| %s | %s | %s | %g | %s | %s | %s | %s → %s | %s | %s | %d |\n", r.Config, r.Baseline, r.Shape, r.Rate, r.Class,
-			fmtCount(r.Paired), fmtCount(r.Dropped), fmtNum(r.BaseP50), fmtNum(r.P50), changeText(r.TTFTP50, r.BaseP50, r.P50),
-			changeText(r.TTFTP90, r.BaseP90, r.P90), r.TTFTP50.N)
+		t.Rows = append(t.Rows, []string{r.Config, r.Baseline, r.Shape, fmtFloat(r.Rate), r.Class,
+			fmtCount(r.Paired), fmtCount(r.Dropped), fmtNum(r.BaseP50) + " → " + fmtNum(r.P50), changeText(r.TTFTP50, r.BaseP50, r.P50),
+			changeText(r.TTFTP90, r.BaseP90, r.P90), fmt.Sprint(r.TTFTP50.N)})
 	}
-	b.WriteString("\n")
+	return []sectionTable{t}, ""
 }
 
 // changeText is a comparison's effect with its CI; with one block, the

@@ -9,31 +9,32 @@ import (
 	"strings"
 )
 
-// renderClasses writes the request-class table (DefaultClassBounds) from the
-// cells' means over runs: per class its completed requests, share, input
-// p50 and latencies. Cells without the figures are left out; a sweep with
-// none, or whose every request is of one class, gets one line.
-func renderClasses(b *strings.Builder, v *reportView) {
+// renderClasses writes the request-class table (DefaultClassBounds); one line
+// when no run has per-class figures or every request is of one class.
+var renderClasses = tableSection("Request classes", classTables)
+
+// classTables is the request-class table from the cells' means over runs:
+// per class its completed requests, share, input p50 and latencies; or,
+// when there is nothing to show, the one line that says why.
+func classTables(v *reportView) ([]sectionTable, string) {
 	ordered := v.ordered
 	if !anyCellHas(ordered, "class_warm_share") {
-		collapsed(b, "Request classes", "no run has per-class figures.")
-		return
+		return nil, "no run has per-class figures."
 	}
 	bd := classBoundsOf(ordered)
 	basis := classBasisOf(ordered)
 	if only, ok := singleClass(ordered); ok {
-		collapsed(b, "Request classes", "every measured request of every cell is %s (by %s; WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above): one class, whose figures are the cells' own.", only, basisWords(basis), bd[0], bd[1], bd[2])
-		return
+		return nil, fmt.Sprintf("every measured request of every cell is %s (by %s; WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above): one class, whose figures are the cells' own.", only, basisWords(basis), bd[0], bd[1], bd[2])
 	}
-	b.WriteString("## Request classes\n\n")
-	fmt.Fprintf(b, "By %s: WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above. Count = completed requests, share = of the run's completed, "+
-		"input p50 in tokens; latencies in ms. Means over runs.\n\n", basisWords(basis), bd[0], bd[1], bd[2])
+	t := sectionTable{ID: "classes", Title: "Request classes",
+		Intro: fmt.Sprintf("By %s: WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above. Count = completed requests, share = of the run's completed, "+
+			"input p50 in tokens; latencies in ms. Means over runs.", basisWords(basis), bd[0], bd[1], bd[2]),
+		Head: []string{"Config", "Shape", "Rate", "Class", "Count", "Share", "Input p50", "TTFT p50", "TTFT p90", "TPOT p90", "E2EL p50"}}
 	if basis.DependsOnRouting() {
-		b.WriteString("**These classes depend on the routing**: a request's class is the router's estimate of its uncached tokens on the instance its policy chose, " +
-			"so the same request can be HEAVY under one config and WARM under another, and rows of different configs describe different requests. " +
-			"For comparisons between configs use class_basis: ideal_new_tokens (the default for traces) or input_tokens.\n\n")
+		t.Notes = append(t.Notes, "**These classes depend on the routing**: a request's class is the router's estimate of its uncached tokens on the instance its policy chose, "+
+			"so the same request can be HEAVY under one config and WARM under another, and rows of different configs describe different requests. "+
+			"For comparisons between configs use class_basis: ideal_new_tokens (the default for traces) or input_tokens.")
 	}
-	b.WriteString("| Config | Shape | Rate | Class | Count | Share | Input p50 | TTFT p50 | TTFT p90 | TPOT p90 | E2EL p50 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range ordered {
 		m := c.Sum.Metrics
 		for _, n := range ClassNames {
@@ -42,29 +43,31 @@ func renderClasses(b *strings.Builder, v *reportView) {
 			if !ok || share.Mean == nil || *share.Mean == 0 {
 				continue
 			}
-			fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate, n,
+			t.Rows = append(t.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), n,
 				countOf(m, p+"completed"), fmtPct(share.Mean), meanOrDash(m, p+"input_p50"), meanOrDash(m, p+"median_ttft_ms"),
-				meanOrDash(m, p+"p90_ttft_ms"), meanOrDash(m, p+"p90_tpot_ms"), meanOrDash(m, p+"median_e2el_ms"))
+				meanOrDash(m, p+"p90_ttft_ms"), meanOrDash(m, p+"p90_tpot_ms"), meanOrDash(m, p+"median_e2el_ms")})
 		}
 	}
-	b.WriteString("\n")
+	return []sectionTable{t}, ""
 }
 
-// renderClassFailures writes failures by request class (in the agentic
-// experiments the elastic config's failures were Mooncake transfer timeouts on
-// > 60k-token requests): per cell and class the measured requests, the
-// failed ones, their rate and error classes, and the input p50 of the
-// failed. One line when no measured request failed.
-func renderClassFailures(b *strings.Builder, v *reportView) {
+// renderClassFailures writes failures by request class;
+// one line when no measured request failed.
+var renderClassFailures = tableSection("Failures by request class", classFailureTables)
+
+// classFailureTables: per cell and class the measured requests, the failed
+// ones, their rate and error classes, and the input p50 of the failed (in the
+// agentic experiments the elastic config's failures were Mooncake transfer
+// timeouts on > 60k-token requests).
+func classFailureTables(v *reportView) ([]sectionTable, string) {
 	ordered := v.ordered
 	if !anyCellHas(ordered, "class_warm_failed") || allZero(ordered, "class_warm_failed", "class_medium_failed", "class_heavy_failed", "class_heavy_plus_failed") {
-		collapsed(b, "Failures by request class", "no measured request failed in any run.")
-		return
+		return nil, "no measured request failed in any run."
 	}
-	b.WriteString("## Failures by request class\n\n")
-	fmt.Fprintf(b, "Measured requests and failures per class (by %s), means over runs; how = error classes over all runs. "+
-		"Configs whose failure rates differ cannot be compared on the survivors' latency alone: see the method's note on failures.\n\n", basisWords(classBasisOf(ordered)))
-	b.WriteString("| Config | Shape | Rate | Class | Requests | Failed | Fail rate | Failed input p50 | How |\n|---|---|---|---|---|---|---|---|---|\n")
+	t := sectionTable{ID: "class-failures", Title: "Failures by request class",
+		Intro: fmt.Sprintf("Measured requests and failures per class (by %s), means over runs; how = error classes over all runs. "+
+			"Configs whose failure rates differ cannot be compared on the survivors' latency alone: see docs/routing.md, \"Comparing configs whose failure rates differ\".", basisWords(classBasisOf(ordered))),
+		Head: []string{"Config", "Shape", "Rate", "Class", "Requests", "Failed", "Fail rate", "Failed input p50", "How"}}
 	for _, c := range ordered {
 		m := c.Sum.Metrics
 		for ci, n := range ClassNames {
@@ -72,12 +75,12 @@ func renderClassFailures(b *strings.Builder, v *reportView) {
 			if !hasMetric(m, p+"failed") || *m[p+"failed"].Mean == 0 {
 				continue
 			}
-			fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate, n,
+			t.Rows = append(t.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), n,
 				countOf(m, p+"requests"), countOf(m, p+"failed"), pctOf(m, p+"fail_rate"), meanOrDash(m, p+"failed_input_p50"),
-				failureModes(c, ci))
+				failureModes(c, ci)})
 		}
 	}
-	b.WriteString("\n")
+	return []sectionTable{t}, ""
 }
 
 // failureModes lists a class's error classes over the cell's runs with

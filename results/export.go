@@ -15,20 +15,24 @@ import (
 // ExportInput describes a (possibly partial) sweep directory for Export:
 // what was planned, what ran, and the method to analyse it with.
 type ExportInput struct {
-	Dir        string   // the sweep directory; run directories are relative to it
-	Name       string   // title of the report
-	Baseline   string   // config every other config is compared with
-	Confidence float64  // of CIs and tests; 0 means 0.95
-	Compare    []string // metrics compared with the baseline; nil means DefaultCompare
-	Metric     string   // the declared primary metric (repeat.metric): one Holm family, the one the stopping rule targets; "" means DefaultStopMetric
-	RelCI      float64  // stopping-rule target relative half-width (0: none shown)
-	Cells      []CellInfo
-	Runs       []RunRef
-	StopReason string // why the sweep stopped, in words ("" when it has not)
-	Blocks     int    // blocks planned or finished; 0 means the largest block in Runs
-	Env        map[string]string
-	Simulated  bool                // the engine is simengine: every output says so
-	Redact     func(string) string // applied to all text written, when non-nil
+	Dir        string  // the sweep directory; run directories are relative to it
+	Name       string  // title of the report
+	Baseline   string  // config every other config is compared with
+	Confidence float64 // of CIs and tests; 0 means 0.95
+	// RecordedConfidence is the confidence the sweep ran at, when an export
+	// analyses it at another (Confidence): the stopping rule decided at it,
+	// and the method says so. 0: Confidence.
+	RecordedConfidence float64
+	Compare            []string // metrics compared with the baseline; nil means DefaultCompare
+	Metric             string   // the declared primary metric (repeat.metric): one Holm family, the one the stopping rule targets; "" means DefaultStopMetric
+	RelCI              float64  // stopping-rule target relative half-width (0: none shown)
+	Cells              []CellInfo
+	Runs               []RunRef
+	StopReason         string // why the sweep stopped, in words ("" when it has not)
+	Blocks             int    // blocks planned or finished; 0 means the largest block in Runs
+	Env                map[string]string
+	Simulated          bool                // the engine is simengine: every output says so
+	Redact             func(string) string // applied to all text written, when non-nil
 	// Overrides are the changes to the recorded method asked for at export
 	// (a confidence, a baseline), in words; the report states them.
 	Overrides []string
@@ -43,6 +47,15 @@ type ExportInput struct {
 	// Design says in words how the block orders were made and how balanced
 	// they are ("" when not recorded).
 	Design string
+	// InMemory computes the exports without writing anything under Dir:
+	// report.md, tables.csv and the cell summaries go to Report.Contents,
+	// and report.html and the plots are not made. A read-only export (of a
+	// live sweep, or with overrides of the recorded method) uses it.
+	InMemory bool
+	// Capacity is the capacity search's analysis for an InMemory export
+	// (nil for a fixed-rate sweep); without InMemory the report reads
+	// Dir/capacity.json.
+	Capacity *CapacityReport
 }
 
 // CellInfo identifies one cell of the matrix. SameAs names the config (or
@@ -77,7 +90,10 @@ type Report struct {
 	NoiseFloor  []ComparisonRow // A/A control vs its original
 	Nuisance    []Nuisance      // the position-in-block effect per compared metric
 	Warnings    []string        // problems that did not stop the export
-	dropped     int             // comparisons a capacity search's report leaves out (no baseline probe at their rate)
+	// Contents holds what an InMemory export made, by path relative to Dir
+	// (report.md, tables.csv, cells/<id>/summary_A.json).
+	Contents map[string][]byte
+	dropped  int // comparisons a capacity search's report leaves out (no baseline probe at their rate)
 }
 
 // ComparisonRow is one comparison of a table: Config's cell against the
@@ -165,12 +181,14 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 	if err := w.write("report.md", []byte(s.redact(renderReport(&s, cells, rep)))); err != nil {
 		return nil, err
 	}
-	page, err := renderHTML(ctx, &s, cells, rep)
-	if err != nil {
-		return nil, err
-	}
-	if err := w.write("report.html", page); err != nil {
-		return nil, err
+	if !s.InMemory {
+		page, err := renderHTML(ctx, &s, cells, rep)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.write("report.html", page); err != nil {
+			return nil, err
+		}
 	}
 	csvText, err := renderCSV(&s, cells)
 	if err != nil {
@@ -186,8 +204,10 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 	if err := w.write("instances.csv", instText); err != nil {
 		return nil, err
 	}
-	if err := writePlots(ctx, &s, cells, w); err != nil {
-		return nil, err
+	if !s.InMemory {
+		if err := writePlots(ctx, &s, cells, w); err != nil {
+			return nil, err
+		}
 	}
 	for _, c := range cells {
 		for _, r := range c.Runs {
@@ -214,8 +234,16 @@ type writer struct {
 	rep *Report
 }
 
-// write writes rel (relative to the sweep directory) atomically.
+// write writes rel (relative to the sweep directory) atomically, or, for
+// an InMemory export, keeps it in Report.Contents.
 func (w *writer) write(rel string, data []byte) error {
+	if w.s.InMemory {
+		if w.rep.Contents == nil {
+			w.rep.Contents = map[string][]byte{}
+		}
+		w.rep.Contents[filepath.ToSlash(rel)] = data
+		return nil
+	}
 	path := filepath.Join(w.s.Dir, rel)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("export: %w", err)

@@ -198,8 +198,9 @@ type htmlPage struct {
 	Comparisons, NoiseFloor []htmlComparison
 	Problems                []string
 	Errors                  htmlErrors
-	GPUNote                 string // the runs without GPU samples, in one line
-	HasSLO                  bool   // some cell's runs had an SLO (the cell table's SLO column)
+	GPUNote                 string      // the runs without GPU samples, in one line
+	HasSLO                  bool        // some cell's runs had an SLO (the cell table's SLO column)
+	Tables                  []htmlTable // the request-class and per-instance tables, as in report.md
 }
 
 // renderHTML writes report.html.
@@ -208,7 +209,7 @@ func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Rep
 	ordered := v.ordered
 	pg := htmlPage{Title: "mbench report: " + orDefault(s.Name, "sweep"), CSP: htmlCSP,
 		Overrides: s.Overrides, CSS: template.CSS(htmlCSS), JS: template.JS(htmlJS),
-		Head: newHTMLHead(v), Capacity: newHTMLCapacity(v), Errors: newHTMLErrors(ordered)}
+		Head: newHTMLHead(v), Capacity: newHTMLCapacity(v), Errors: newHTMLErrors(ordered), Tables: htmlTablesOf(classInstanceTables(v))}
 	for _, r := range v.rep.Comparisons {
 		pg.Comparisons = append(pg.Comparisons, htmlComparisonOf(r))
 	}

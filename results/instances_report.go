@@ -2,62 +2,62 @@ package results
 
 import (
 	"fmt"
-	"strings"
 )
 
-// renderPrefixCache writes the prefix cache by instance (InstanceCaches):
-// per cell the pooled rate and the spread across instances, then per
-// instance its prefix, external (KV connector) and effective hit rates. One
-// line when no run has /metrics figures or every hit rate is zero.
-func renderPrefixCache(b *strings.Builder, v *reportView) {
+// renderPrefixCache writes the prefix cache by instance, with each one's effective hit rate;
+// one line when no run has /metrics figures or every hit rate is zero.
+var renderPrefixCache = tableSection("Prefix cache by instance", prefixCacheTables)
+
+// prefixCacheTables: per cell the pooled rate and the spread across
+// instances, then per instance its prefix, external (KV connector) and
+// effective hit rates.
+func prefixCacheTables(v *reportView) ([]sectionTable, string) {
 	ordered := v.ordered
 	if !anyCellHas(ordered, "prefix_cache_hit_rate") {
-		collapsed(b, "Prefix cache by instance", "no run has prefix-cache figures from /metrics.")
-		return
+		return nil, "no run has prefix-cache figures from /metrics."
 	}
 	if allZero(ordered, "prefix_cache_hit_rate", "prefix_cache_hit_rate_max_inst", "external_hit_rate_mean_inst") {
-		collapsed(b, "Prefix cache by instance", "the hit rate is 0.0%% in every run of every cell and on every instance (engine cache and any KV connector's): no measured prompt reused a cached prefix.")
-		return
+		return nil, "the hit rate is 0.0% in every run of every cell and on every instance (engine cache and any KV connector's): no measured prompt reused a cached prefix."
 	}
-	b.WriteString("## Prefix cache by instance\n\n")
-	b.WriteString("Hit rates from each instance's /metrics deltas over the measured window: prefix = the engine's own cache, external = a KV connector's " +
-		"(tokens received from another instance), effective = prefix + external (the prompt tokens the instance did not compute). " +
-		"Pooled = all instances' hits over all their queries; mean, std (population) and range are across instances. Means over runs.\n\n")
-	b.WriteString("| Config | Shape | Rate | Pooled | Mean | Std | Min | Max | External mean | Effective mean | Effective std |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	agg := sectionTable{ID: "prefix-cache", Title: "Prefix cache by instance",
+		Intro: "Hit rates from each instance's /metrics deltas over the measured window: prefix = the engine's own cache, external = a KV connector's " +
+			"(tokens received from another instance), effective = prefix + external (the prompt tokens the instance did not compute). " +
+			"Pooled = all instances' hits over all their queries; mean, std (population) and range are across instances. Means over runs.",
+		Head: []string{"Config", "Shape", "Rate", "Pooled", "Mean", "Std", "Min", "Max", "External mean", "Effective mean", "Effective std"}}
+	per := sectionTable{ID: "prefix-cache-instances", Head: []string{"Config", "Shape", "Rate", "Instance", "Prefix", "External", "Effective"}}
 	for _, c := range ordered {
 		m := c.Sum.Metrics
-		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
+		agg.Rows = append(agg.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate),
 			pctOf(m, "prefix_cache_hit_rate"), pctOf(m, "prefix_cache_hit_rate_mean_inst"), ppOf(m, "prefix_cache_hit_rate_std_inst"),
 			pctOf(m, "prefix_cache_hit_rate_min_inst"), pctOf(m, "prefix_cache_hit_rate_max_inst"),
-			pctOf(m, "external_hit_rate_mean_inst"), pctOf(m, "effective_hit_rate_mean_inst"), ppOf(m, "effective_hit_rate_std_inst"))
-	}
-	b.WriteString("\n| Config | Shape | Rate | Instance | Prefix | External | Effective |\n|---|---|---|---|---|---|---|\n")
-	for _, c := range ordered {
-		m := c.Sum.Metrics
+			pctOf(m, "external_hit_rate_mean_inst"), pctOf(m, "effective_hit_rate_mean_inst"), ppOf(m, "effective_hit_rate_std_inst")})
 		for k, target := range instanceTargets(c) {
 			if !hasMetric(m, instKey(k, "prefix_hit_rate")) && !hasMetric(m, instKey(k, "external_hit_rate")) {
 				continue
 			}
-			fmt.Fprintf(b, "| %s | %s | %g | %d (%s) | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate, k, target,
-				pctOf(m, instKey(k, "prefix_hit_rate")), pctOf(m, instKey(k, "external_hit_rate")), pctOf(m, instKey(k, "effective_hit_rate")))
+			per.Rows = append(per.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), fmt.Sprintf("%d (%s)", k, target),
+				pctOf(m, instKey(k, "prefix_hit_rate")), pctOf(m, instKey(k, "external_hit_rate")), pctOf(m, instKey(k, "effective_hit_rate"))})
 		}
 	}
-	b.WriteString("\n")
+	return []sectionTable{agg, per}, ""
 }
 
-// renderGPUUtil writes GPU utilization by GPU: per cell
-// the mean over GPUs of each GPU's mean util, the lowest and highest GPU,
-// and the imbalance max/min; then each GPU. One line without GPU samples.
-func renderGPUUtil(b *strings.Builder, v *reportView) {
+// renderGPUUtil writes GPU utilization by GPU, with the imbalance; one line
+// without GPU samples.
+var renderGPUUtil = tableSection("GPU utilization by GPU", gpuUtilTables)
+
+// gpuUtilTables: per cell the mean over GPUs of each GPU's mean util, the
+// lowest and highest GPU, and the imbalance max/min; then each GPU.
+func gpuUtilTables(v *reportView) ([]sectionTable, string) {
 	ordered := v.ordered
 	if !anyCellHas(ordered, "gpu_util_mean") {
-		collapsed(b, "GPU utilization by GPU", "no run has GPU samples (NVML): utilization was not measured.")
-		return
+		return nil, "no run has GPU samples (NVML): utilization was not measured."
 	}
-	b.WriteString("## GPU utilization by GPU\n\n")
-	b.WriteString("Each GPU's mean util_gpu over the run's window (NVML); mean, min and max are across the run's GPUs, imbalance = max/min " +
-		"(lower utilization can mean faster requests, not waste). Means over runs, in %.\n\n")
-	b.WriteString("| Config | Shape | Rate | Mean | Min | Max | Imbalance |\n|---|---|---|---|---|---|---|\n")
+	agg := sectionTable{ID: "gpu-util", Title: "GPU utilization by GPU",
+		Intro: "Each GPU's mean util_gpu over the run's window (NVML); mean, min and max are across the run's GPUs, imbalance = max/min " +
+			"(lower utilization can mean faster requests, not waste). Means over runs, in %.",
+		Head: []string{"Config", "Shape", "Rate", "Mean", "Min", "Max", "Imbalance"}}
+	per := sectionTable{ID: "gpu-util-gpus", Head: []string{"Config", "Shape", "Rate", "GPU", "Util mean"}}
 	for _, c := range ordered {
 		m := c.Sum.Metrics
 		if !hasMetric(m, "gpu_util_mean") {
@@ -67,19 +67,15 @@ func renderGPUUtil(b *strings.Builder, v *reportView) {
 		if hasMetric(m, "gpu_util_imbalance") {
 			imb = fmtNum(*m["gpu_util_imbalance"].Mean) + "×"
 		}
-		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
-			meanOrDash(m, "gpu_util_mean"), meanOrDash(m, "gpu_util_min_gpu"), meanOrDash(m, "gpu_util_max_gpu"), imb)
-	}
-	b.WriteString("\n| Config | Shape | Rate | GPU | Util mean |\n|---|---|---|---|---|\n")
-	for _, c := range ordered {
+		agg.Rows = append(agg.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate),
+			meanOrDash(m, "gpu_util_mean"), meanOrDash(m, "gpu_util_min_gpu"), meanOrDash(m, "gpu_util_max_gpu"), imb})
 		for k, g := range cellGPUs(c) {
-			if !hasMetric(c.Sum.Metrics, gpuKey(k)) {
-				continue
+			if hasMetric(m, gpuKey(k)) {
+				per.Rows = append(per.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), g, meanOrDash(m, gpuKey(k))})
 			}
-			fmt.Fprintf(b, "| %s | %s | %g | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate, g, meanOrDash(c.Sum.Metrics, gpuKey(k)))
 		}
 	}
-	b.WriteString("\n")
+	return []sectionTable{agg, per}, ""
 }
 
 // instanceTargets are the instances of a cell's first run with them, in

@@ -22,8 +22,12 @@ func renderMethod(b *strings.Builder, v *reportView) {
 	b.WriteString(" Within a block every config gets the same seeded workload, so each config is paired with its baseline block by block.\n")
 	fmt.Fprintf(b, "- **Primary metric: %s** (%s), declared before the sweep. Its comparisons (the configs against %s and the A/A controls against their originals) are one family, Holm-corrected together; every other metric is **secondary**: shown for context, Holm-corrected within its own table, and never what the sweep was sized for.\n",
 		s.Metric, ResolveMetric(s.Metric), orDefault(s.Baseline, "the baseline"))
+	ruleConf := conf
+	if s.RecordedConfidence > 0 {
+		ruleConf = 100 * s.RecordedConfidence // the rule ran at the sweep's level, whatever this analysis uses
+	}
 	if s.Stage1 > 0 {
-		fmt.Fprintf(b, "- **Stopping rule.** The first %d blocks are the first stage: they plan the sweep. After at least as many blocks again (the second stage), and after complete pairs of blocks, the sweep stops once every comparison's projected %.0f%% CI half-width on the primary metric — the first stage's spread over all blocks so far (Stein's two-stage procedure) — is within the target", s.Stage1, conf)
+		fmt.Fprintf(b, "- **Stopping rule.** The first %d blocks are the first stage: they plan the sweep. After at least as many blocks again (the second stage), and after complete pairs of blocks, the sweep stops once every comparison's projected %.0f%% CI half-width on the primary metric — the first stage's spread over all blocks so far (Stein's two-stage procedure) — is within the target", s.Stage1, ruleConf)
 		if s.RelCI > 0 {
 			fmt.Fprintf(b, " of ±%.1f%%", 100*s.RelCI)
 		}

@@ -182,3 +182,31 @@ func encodeJSON(v any) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// proportionTrials is the number of trials behind a run's proportion metric
+// key: the requests slo_attainment divides by (completed + failed by the
+// engine), the completed requests a class's share is of, the prompt tokens
+// the prefix cache was queried for. false for any other metric.
+func proportionTrials(s *RunSummary, key string) (float64, bool) {
+	if s == nil {
+		return 0, false
+	}
+	switch {
+	case key == MetricSLOAttainment:
+		n := s.Completed
+		for class, k := range s.Errors {
+			if !harnessCut(class) {
+				n += k
+			}
+		}
+		return float64(n), n > 0
+	case strings.HasPrefix(key, "class_") && strings.HasSuffix(key, "_share"):
+		return float64(s.Completed), s.Completed > 0
+	case key == "prefix_cache_hit_rate":
+		if s.PrefixCache == nil || !(s.PrefixCache.Queries > 0) {
+			return 0, false
+		}
+		return s.PrefixCache.Queries, true
+	}
+	return 0, false
+}

@@ -32,9 +32,13 @@ type reportView struct {
 // newReportView reads what the sections share.
 func newReportView(s *ExportInput, cells []*cellData, rep *Report) *reportView {
 	v := &reportView{s: s, ordered: cellOrder(s, cells), rep: rep}
-	v.capacity, v.capErr = ReadCapacity(s.Dir)
-	if errors.Is(v.capErr, fs.ErrNotExist) {
-		v.capacity, v.capErr = nil, nil
+	if s.InMemory {
+		v.capacity = s.Capacity // computed by the caller; the directory's may be stale
+	} else {
+		v.capacity, v.capErr = ReadCapacity(s.Dir)
+		if errors.Is(v.capErr, fs.ErrNotExist) {
+			v.capacity, v.capErr = nil, nil
+		}
 	}
 	if v.capacity != nil || v.capErr != nil {
 		v.rep = probedComparisons(s, v.ordered, rep)

@@ -20,8 +20,9 @@ func renderSLO(b *strings.Builder, v *reportView) {
 	fmt.Fprintf(b, "## Goodput under the SLO\n\n"+
 		"Goodput (%s) is the rate of measured requests that completed and met every bound of the SLO, per second of the measured window, as `vllm bench serve --goodput` counts it "+
 		"(TPOT = (E2EL − TTFT)/(output tokens − 1), taken as 0 for a one-token answer; a value equal to its bound meets it). "+
-		"SLO attainment is the share of the measured requests, completed or failed by the engine, that met it. Mean over blocks ± the %.0f%% Student-t CI half-width.\n\n",
-		MetricGoodput, 100*s.Confidence)
+		"SLO attainment is the share of the measured requests, completed or failed by the engine, that met it. Goodput: mean over blocks ± the %.0f%% Student-t CI half-width; "+
+		"SLO attainment: mean over blocks [its %.0f%% Wilson interval, on the number of requests that the spread between blocks implies, at most those counted].\n\n",
+		MetricGoodput, 100*s.Confidence, 100*s.Confidence)
 	b.WriteString("| Config | Shape | Rate | SLO | goodput (req/s) | SLO attainment | n |\n|---|---|---|---|---|---|---|\n")
 	all := map[string]bool{}
 	for _, c := range ordered {
@@ -72,9 +73,10 @@ func isProportion(key string) bool {
 }
 
 // proportionCI formats a proportion's mean and CI in percent as
-// "67.0% [45.2, 88.8]", the interval clipped to [0, 100%] (a t-interval on
-// a few runs' shares can leave it; a share cannot), "x% (n=1)" without
-// one, "—" without a value.
+// "67.0% [45.2, 88.8]": a Wilson interval where the trials are known
+// (MetricStats.Interval), else the Student-t interval clipped to [0, 100%]
+// (a t-interval on a few runs' shares can leave it; a share cannot);
+// "x% (n=1)" without one, "—" without a value.
 func proportionCI(m MetricStats) string {
 	if m.Mean == nil {
 		return "—"

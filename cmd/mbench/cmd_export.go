@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/mbench/mbench/internal/durable"
@@ -17,13 +16,17 @@ func init() {
 	register(func() *cli.Command {
 		return &cli.Command{
 			Name:      "export",
-			Usage:     "write cells/<id>/summary_A.json, report.md, tables.csv and plots/ of a (possibly partial) sweep",
+			Usage:     "rewrite cells/<id>/summary_A.json, report.md, tables.csv and plots/ of a (possibly partial) sweep; with --format, --out or an override, print (or write to --out) one format instead, read-only",
 			ArgsUsage: "DIR",
+			Description: "Plain `mbench export DIR` rewrites the exports inside DIR (it takes the directory's lock).\n" +
+				"With --format, --out, --confidence or --baseline it reads the sweep without the lock and writes nothing\n" +
+				"into DIR: the chosen format goes to stdout, or to --out. So it reads a sweep another mbench is running,\n" +
+				"or one on a read-only file system, and an override never replaces the report the sweep recorded.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "format", Value: "md", Usage: "what to print or write to --out: md (report.md), csv (tables.csv) or json (cells, comparisons, noise floor)"},
-				&cli.StringFlag{Name: "out", Usage: "also write the chosen format to this file"},
-				&cli.Float64Flag{Name: "confidence", Usage: "analyse at this confidence instead of the one the sweep recorded (the report says so)"},
-				&cli.StringFlag{Name: "baseline", Usage: "compare with this config instead of the recorded baseline (the report says so)"},
+				&cli.StringFlag{Name: "out", Usage: "write the chosen format to this file (nothing is written into DIR)"},
+				&cli.Float64Flag{Name: "confidence", Usage: "analyse at this confidence instead of the one the sweep recorded (read-only; the report says so)"},
+				&cli.StringFlag{Name: "baseline", Usage: "compare with this config instead of the recorded baseline (read-only; the report says so)"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
@@ -38,23 +41,31 @@ func init() {
 					return usageError{fmt.Errorf("export: --confidence %v: valid: a number between 0 and 1, such as 0.95", ov.Confidence)}
 				}
 				dir := c.Args().First()
-				rep, err := orchestrator.ExportReport(c.Context, dir, ov)
+				readOnly := c.IsSet("format") || c.IsSet("out") || c.IsSet("confidence") || c.IsSet("baseline")
+				export := orchestrator.ExportReport
+				if readOnly {
+					export = orchestrator.ExportView
+				}
+				rep, err := export(c.Context, dir, ov)
+				if errors.Is(err, orchestrator.ErrBadOverride) {
+					return usageError{err}
+				}
 				if err != nil {
 					return err
 				}
 				for _, w := range rep.Warnings {
 					fmt.Fprintln(c.App.ErrWriter, "warning:", w)
 				}
-				if c.String("out") == "" && format == "md" {
+				if !readOnly {
 					fmt.Fprintf(c.App.Writer, "report: %s\n", filepath.Join(dir, "report.md"))
 					return nil
 				}
 				var data []byte
 				switch format {
 				case "md":
-					data, err = os.ReadFile(filepath.Join(dir, "report.md"))
+					data = rep.Contents["report.md"]
 				case "csv":
-					data, err = os.ReadFile(filepath.Join(dir, "tables.csv"))
+					data = rep.Contents["tables.csv"]
 				case "json":
 					data, err = json.MarshalIndent(struct {
 						Cells       []results.CellSummary   `json:"cells"`
@@ -66,7 +77,7 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("export: %w", err)
 				}
-				if c.String("out") == "" { // csv or json, asked for on stdout: nothing else goes there
+				if c.String("out") == "" { // the format asked for, on stdout: nothing else goes there
 					if format == "json" {
 						data = append(data, '\n')
 					}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -62,6 +63,9 @@ func init() {
 func loadAction(c *cli.Context) error {
 	shape := openloop.Shape{Input: c.Int("input"), Output: c.Int("output")}
 	shape.Name = fmt.Sprintf("%dx%d", shape.Input, shape.Output)
+	if ts := c.Float64("time-scale"); !(ts > 0) || math.IsInf(ts, 0) {
+		return usageError{fmt.Errorf("load: --time-scale %v: must be a finite number > 0 (2 replays the trace twice as fast)", ts)}
+	}
 	if p := c.String("trace"); p != "" {
 		shape = openloop.Shape{Name: filepath.Base(p), Trace: &openloop.Trace{Path: p, TimeScale: c.Float64("time-scale"),
 			RequestLimit: c.Int("request-limit"), MaxInflightSessions: c.Int("max-inflight-sessions")}}
@@ -138,6 +142,11 @@ func loadAction(c *cli.Context) error {
 	out := c.String("out")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("load: create %s: %w", out, err)
+	}
+	// A summary left by an earlier run in this --out would pass for this
+	// run's when this one ends without a summary (no model, an error).
+	if err := os.Remove(filepath.Join(out, "summary_A.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("load: remove the earlier run's summary_A.json: %w", err)
 	}
 	f, err := os.Create(filepath.Join(out, "requests.jsonl"))
 	if err != nil {
@@ -241,6 +250,12 @@ func datasetFlag(path, format string) (*openloop.Dataset, error) {
 // or the closed loop of --concurrency, with the --ramp options.
 func arrivalFlags(c *cli.Context, inFlight int) (openloop.Arrival, error) {
 	a := openloop.Arrival{Process: c.String("arrival"), Burstiness: c.Float64("burstiness")}
+	if c.IsSet("burstiness") && a.Process != openloop.ArrivalGamma {
+		// vllm bench serve's --burstiness shapes its gamma gaps; here the
+		// process is named, and a burstiness beside another one would be
+		// dropped without a word.
+		return a, usageError{fmt.Errorf("load: --burstiness %g shapes gamma arrivals: give --arrival gamma (poisson is gamma with burstiness 1), not --arrival %s", a.Burstiness, a.Process)}
+	}
 	if inFlight > 0 {
 		a = openloop.Arrival{Process: openloop.ArrivalConcurrency, InFlight: inFlight}
 	}

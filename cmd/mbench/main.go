@@ -118,7 +118,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			known[a] = true
 		}
 	}
-	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && !known[args[1]] {
+	if len(args) <= 1 {
+		// No command: the help goes to stderr (stdout carries only what was
+		// asked for), and it is bad usage, not success.
+		app.Writer = stderr
+		_ = app.RunContext(ctx, args)
+		return usageError{errors.New("no command given; run mbench help for the list")}
+	}
+	if !strings.HasPrefix(args[1], "-") && !known[args[1]] {
 		return usageError{fmt.Errorf("unknown command %q; run mbench help for the list", args[1])}
 	}
 	err := app.RunContext(ctx, interspersed(cmds, args))

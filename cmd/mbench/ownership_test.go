@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,6 +68,17 @@ func TestOneOwnerPerSweepDirectory(t *testing.T) {
 	if !waitChild(c, 2*time.Minute, func() bool { b, _ := os.ReadFile(journal); return len(b) > 0 }) {
 		t.Fatalf("no run journaled\n%s", c.output())
 	}
+	// Read-only commands read the running sweep without waiting for it (that
+	// they write nothing is checked on a finished sweep, which stands still).
+	for _, args := range [][]string{{"status", out}, {"export", out, "--format", "csv"}} {
+		stdout, stderr, err := runCLI(t, context.Background(), args...)
+		if err != nil || stdout == "" {
+			t.Errorf("%v while a sweep runs: %v\n%s", args, err, stderr)
+		}
+		if args[0] == "status" && !strings.Contains(stdout, "running: pid "+strconv.Itoa(c.cmd.Process.Pid)) {
+			t.Errorf("status of a running sweep:\n%s", stdout)
+		}
+	}
 	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -106,18 +119,32 @@ func TestExportUsesTheRecordedMethod(t *testing.T) {
 	if got := report(); got != orig {
 		t.Errorf("an edit of the matrix file changed the report of a finished sweep")
 	}
-	if _, stderr, err := runCLI(t, ctx, "export", out, "--confidence", "0.9", "--baseline", "walk"); err != nil {
+	// Overrides print the report they make and leave the recorded one be;
+	// the stopping rule is still said at the level it ran at.
+	before := treeState(t, out)
+	overridden, stderr, err := runCLI(t, ctx, "export", out, "--confidence", "0.9", "--baseline", "walk")
+	if err != nil {
 		t.Fatalf("export with overrides: %v\n%s", err, stderr)
 	}
 	for _, want := range []string{"confidence 0.9, where the sweep recorded 0.95", "baseline walk, where the sweep recorded plain", "90% Student-t CI"} {
-		if !strings.Contains(report(), want) {
+		if !strings.Contains(overridden, want) {
 			t.Errorf("report with overrides lacks %q", want)
 		}
 	}
-	if _, _, err := runCLI(t, ctx, "export", out, "--baseline", "nosuch"); err == nil || !strings.Contains(err.Error(), `--baseline "nosuch" is not a config`) {
-		t.Errorf("unknown baseline: %v", err)
+	if strings.Contains(overridden, "projected 90% CI half-width") {
+		t.Errorf("the override rewrote the stopping rule as if the sweep had run at 90%%")
 	}
+	if report() != orig || treeState(t, out) != before {
+		t.Errorf("an export with overrides changed the sweep directory")
+	}
+	if _, _, err := runCLI(t, ctx, "export", out, "--baseline", "nosuch"); exitCode(err) != exitUsage || !strings.Contains(err.Error(), `--baseline "nosuch" is not a config`) {
+		t.Errorf("unknown baseline: %v (exit %d), want exit 2", err, exitCode(err))
+	}
+	before = treeState(t, out)
 	stdout, _, err := runCLI(t, ctx, "export", out, "--format", "json")
+	if treeState(t, out) != before {
+		t.Errorf("export --format json wrote into the sweep directory")
+	}
 	var js struct {
 		Comparisons []map[string]any `json:"comparisons"`
 	}
@@ -131,8 +158,9 @@ func TestExportUsesTheRecordedMethod(t *testing.T) {
 
 // TestResumeAfterMoveAndDamage: a results directory moved elsewhere, its
 // matrix file gone, resumes from its own copy; a journaled run whose
-// directory was deleted or whose summary is corrupt is redone, and temporary
-// files left by kill -9 are removed.
+// directory was deleted, whose summary is corrupt, replaced by {} or by
+// another run's summary is redone, and temporary files left by kill -9 are
+// removed.
 func TestResumeAfterMoveAndDamage(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -157,13 +185,23 @@ func TestResumeAfterMoveAndDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeTestFile(t, filepath.Join(moved, corrupt, "summary_A.json"), []byte(`{"cell": tor`))
+	// A summary replaced by {}, and one replaced by another run's: each
+	// reads, but is not the journaled run's.
+	empty, swapped := j[2]["dir"].(string), j[3]["dir"].(string)
+	other, err := os.ReadFile(filepath.Join(moved, empty, "summary_A.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(moved, empty, "summary_A.json"), []byte(`{}`))
+	writeTestFile(t, filepath.Join(moved, swapped, "summary_A.json"), other)
 	tmp := filepath.Join(moved, ".tables.csv.tmp-123")
 	writeTestFile(t, tmp, []byte("half"))
 	stdout, stderr, err := runCLI(t, ctx, "resume", moved)
 	if err != nil && exitCode(err) != exitNoResult {
 		t.Fatalf("resume of a moved directory: %v\n%s\n%s", err, stdout, stderr)
 	}
-	if !strings.Contains(stderr, "redoing 2 runs whose files are missing or unreadable") {
+	if !strings.Contains(stderr, "redoing 4 runs whose files are missing, unreadable or not that run's") ||
+		!strings.Contains(stderr, `summary_A.json names cell ""`) {
 		t.Errorf("resume did not say it redoes the damaged runs:\n%s", stderr)
 	}
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
@@ -239,4 +277,26 @@ func finishedSweep(t *testing.T, ctx context.Context) (matrix, out string) {
 		t.Fatalf("run: %v\n%s", err, stderr)
 	}
 	return matrix, out
+}
+
+// treeState lists dir's files with their sizes and modification times, the
+// lock file left out: two equal states are a directory nothing wrote to.
+func treeState(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == orchestrator.LockFile {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
