@@ -178,6 +178,9 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 	d.classBounds(nodes["class_bounds"], m)
 	d.classBasis(nodes["class_basis"], m)
 	d.slo(nodes["slo"], m)
+	if m.Capacity != nil {
+		d.checkConstraints(m.Capacity, m)
+	}
 	d.endpoint(nodes["endpoint"], m)
 	d.request(nodes["request"], m)
 	if hostsOK && engineOK && configsOK {

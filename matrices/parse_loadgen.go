@@ -128,8 +128,13 @@ func (d *decoder) closedLoop(nodes map[string]*yaml.Node, m *Matrix, rootLine in
 	l := d.lines["arrival.in_flight"]
 	search := nodes["capacity"] != nil
 	switch {
+	case closed && search && !capacityOverConcurrency(m):
+		d.add(d.lines["arrival.process"], "arrival.process", "a rate-driven process (poisson, gamma, constant), or capacity.over: concurrency", "a capacity search over rates needs an open loop; a closed loop has no rate (search over the requests in flight with capacity.over: concurrency)")
+	case !closed && search && capacityOverConcurrency(m):
+		d.add(d.lines["capacity.over"], "capacity.over", "arrival: {process: concurrency} (a closed loop) with over: concurrency", "a search over the requests in flight needs a closed loop")
+	case closed && search && l > 0:
+		d.add(l, "arrival.in_flight", "no in_flight: the search chooses the levels (capacity.lo, capacity.hi)", "a capacity search over concurrency chooses its own in-flight levels")
 	case closed && search:
-		d.add(d.lines["arrival.process"], "arrival.process", "a rate-driven process (poisson, gamma, constant) for a capacity search", "a capacity search probes request rates; a closed loop has none")
 	case closed && l == 0 && d.lines["rates"] == 0:
 		d.add(d.lines["arrival.process"], "arrival.in_flight", "an integer ≥ 1 or a list such as [1, 4, 16]", "missing required key (process concurrency)")
 	case closed && l == 0:
@@ -202,3 +207,7 @@ func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool)
 		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see docs/loadgen.md, Prompts from files)", "bad dataset: %v", err)
 	}
 }
+
+// capacityOverConcurrency reports whether the matrix's capacity search
+// varies the requests in flight.
+func capacityOverConcurrency(m *Matrix) bool { return m.Capacity != nil && m.Capacity.Concurrency() }
