@@ -194,6 +194,9 @@ func (m *Matrix) Resolved() ([]byte, error) {
 	if m.SLO != nil { // only when set: matrices without it keep their hash
 		doc["slo"] = sloSpec(m.SLO)
 	}
+	if len(m.Metadata) > 0 { // the user's record: in the hash, not the cell ids
+		doc["metadata"] = m.Metadata
+	}
 	if len(m.Measure.Percentiles) > 0 { // the analysis, not the load: in the hash, not the cell ids
 		doc["measure"].(map[string]any)["percentiles"] = m.Measure.Percentiles
 	}

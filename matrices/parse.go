@@ -128,7 +128,7 @@ func parserProblem(msg string) bool {
 
 // topKeys lists the top-level keys in documentation order.
 var topKeys = []string{"name", "seed", "hosts", "engine", "configs", "rates", "shapes",
-	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "class_basis", "capacity", "slo", "endpoint", "request"}
+	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "class_basis", "capacity", "slo", "endpoint", "request", "metadata"}
 
 // matrix decodes the whole document; sections are decoded in dependency
 // order whatever their order in the file, and cross-field checks run only on
@@ -173,13 +173,26 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 	d.workload(nodes, m)
 	d.capacity(nodes, m)
 	d.closedLoop(nodes, m, root.Line)
+	d.burst(nodes, m)
 	d.rampChecks(m)
 	d.baseline(nodes["baseline"], m, configsOK)
 	d.classBounds(nodes["class_bounds"], m)
 	d.classBasis(nodes["class_basis"], m)
 	d.slo(nodes["slo"], m)
+	if m.Capacity != nil {
+		d.checkConstraints(m.Capacity, m)
+	}
 	d.endpoint(nodes["endpoint"], m)
 	d.request(nodes["request"], m)
+	if v := nodes["metadata"]; v != nil {
+		ps, _ := d.mapping(v, "metadata")
+		for _, kv := range ps {
+			if m.Metadata == nil {
+				m.Metadata = map[string]string{}
+			}
+			m.Metadata[kv.key], _ = d.str(kv.v, join("metadata", kv.key))
+		}
+	}
 	if hostsOK && engineOK && configsOK {
 		d.placement(m)
 	}

@@ -324,7 +324,7 @@ func (m *Matrix) slurmWarnings() []Warning {
 		if h.Slurm.TimeLimit < est {
 			f := "hosts." + hn + ".slurm.time_limit"
 			ws = append(ws, Warning{Line: m.lines[f], Field: f,
-				Msg: fmt.Sprintf("time limit %s is shorter than the estimate of %s, %s (validate's estimate, before any wait in the queue): the allocation would end mid-sweep, and each `mbench resume` ask for another; raise it to at least %s, or use allocation: block",
+				Msg: fmt.Sprintf("time limit %s is shorter than the estimate of %s, %s (validate's estimate, before any wait in the queue): the allocation would end mid-sweep, and each `mbench resume` asks for another; raise it to at least %s, or use allocation: block",
 					h.Slurm.TimeLimit, what, est, est.Round(time.Minute)+time.Minute)})
 		}
 	}

@@ -40,6 +40,9 @@ type Matrix struct {
 	// Request is what every request carries beyond its prompt and length
 	// (parse_request.go); nil: the defaults.
 	Request *Request
+	// Metadata is the user's record of the sweep (metadata: {key: value}),
+	// kept in sweep.json and shown in the report's environment.
+	Metadata map[string]string
 
 	lines map[string]int // field path → line, for errors found after Parse
 }

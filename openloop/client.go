@@ -224,6 +224,7 @@ func (c *client) reactorAddrs() ([]netip.AddrPort, bool) {
 // useReactor makes the raw client's connections re's, to the addresses
 // reactorAddrs gave.
 func (c *client) useReactor(re *reactor, aps []netip.AddrPort) {
+	re.clk = c.clk
 	for i, p := range c.pools {
 		p.re, p.ap = re, aps[i]
 	}
@@ -282,6 +283,7 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		body   io.Reader
 		finish func(ok bool)
 		err    error
+		now    = c.clk.now // when the response's bytes arrived (see arrivalClocker)
 	)
 	if c.beforeWrite != nil {
 		c.beforeWrite()
@@ -299,6 +301,9 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		rec.Resent = x.resent
 		if err == nil {
 			status, body, finish = x.status, &x.conn.body, x.release
+			if ac, ok := x.conn.nc.(arrivalClocker); ok && ac.arrivalClock() != nil {
+				now = ac.arrivalClock()
+			}
 		}
 	} else {
 		status, body, finish, err = c.doHTTP(ctx, c.urls[t], j, func() { rec.SentNs = c.clk.now() })
@@ -308,7 +313,7 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		done()
 		return nil
 	}
-	rec.HeadNs = c.clk.now()
+	rec.HeadNs = max(now(), rec.SentNs)
 	rec.HTTPStatus = status
 	if status != http.StatusOK {
 		excerpt, _ := io.ReadAll(io.LimitReader(body, 200))
@@ -321,13 +326,13 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		}
 	}
 	sc.sse.reset(body, c.budget)
-	sc.st.reset()
+	sc.st.reset(rec.HeadNs)
 	if cap(sc.st.times) < j.output+1 {
 		sc.st.times = make([]int64, 0, j.output+1)
 	}
 	sc.st.onFirst = onFirst
-	err = sc.st.consume(sc.sse, c.clk.now)
-	rec.DoneNs = c.clk.now()
+	err = sc.st.consume(sc.sse, now)
+	rec.DoneNs = max(now(), sc.st.floorNs)
 	st := &sc.st
 	rec.FirstTokenNs, rec.LastTokenNs = st.firstNs, st.lastNs
 	rec.ITLMs = st.itlMs()
@@ -358,6 +363,11 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		done()
 	}
 }
+
+// arrivalClocker is a connection that knows when the bytes last read from
+// it arrived (the reactor's, from the kernel's receive times): its clock
+// stamps the tokens, on the run's clock; nil when it has none.
+type arrivalClocker interface{ arrivalClock() func() int64 }
 
 // doHTTP sends j over net/http; sent is called when the request has been
 // written (httptrace).

@@ -136,7 +136,7 @@ func BenchmarkRecordPath(b *testing.B) {
 			for b.Loop() {
 				rd.Reset(stream)
 				sc.sse.reset(rd, nil)
-				sc.st.reset()
+				sc.st.reset(0)
 				if err := sc.st.consume(sc.sse, now); err != nil {
 					b.Fatal(err)
 				}

@@ -45,6 +45,7 @@ type runner struct {
 	// keeps it nil.
 	re        *reactor
 	noReactor bool
+	eachWake  bool // benchmarks: the reactor wakes for every event (no coalescing)
 	gen       promptGen
 	mode      int // pacer mode
 
@@ -127,6 +128,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	// sink, cancellations) would wait for that, so it needs two.
 	if aps, ok := cl.reactorAddrs(); ok && !r.noReactor && runtime.GOMAXPROCS(0) >= 2 {
 		if re, err := newReactor(); err == nil {
+			re.eachWake = r.eachWake
 			cl.useReactor(re, aps)
 			r.re = re
 			defer re.close() // after the requests (drain waits for them)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -439,4 +440,22 @@ func TestSSEEventsLarge(t *testing.T) {
 		}
 	}
 	t.Logf("budget peak %.1f MiB, %d idle buffers (%.1f MiB)", float64(budget.peak.Load())/(1<<20), len(budget.free), float64(budget.idle)/(1<<20))
+}
+
+// TestConsumeTimesNeverGoBack: a clock that steps back (two conversions of
+// kernel receive times a few ns apart) never makes a chunk earlier than the
+// response head or than the chunk before it.
+func TestConsumeTimesNeverGoBack(t *testing.T) {
+	ticks := []int64{100, 130, 125, 140, 139, 150}
+	i := 0
+	var st streamState
+	st.reset(120)
+	in := chunkLine("a") + chunkLine("b") + chunkLine("c") + chunkLine("d") + usageLine + "data: [DONE]\n\n"
+	if err := st.consume(newSSEReader(strings.NewReader(in)), func() int64 { i++; return ticks[min(i-1, len(ticks)-1)] }); err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{120, 130, 130, 140}
+	if !reflect.DeepEqual(st.times, want) || st.firstNs != 120 || st.lastNs != 140 {
+		t.Errorf("times %v (first %d last %d), want %v", st.times, st.firstNs, st.lastNs, want)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -206,7 +207,7 @@ func arrivalName(p string, sh matrices.Shape) string {
 	if p == "" {
 		return openloop.ArrivalPoisson
 	}
-	return p
+	return p // matrices.ArrivalBurst names itself
 }
 
 // ensureEngine reuses the running engine when the next run has the same
@@ -245,7 +246,7 @@ func (s *runner) ensureEngine(ctx context.Context, cell matrices.Cell, run strin
 // loadConfig maps a cell onto the load generator.
 func (s *runner) loadConfig(cell matrices.Cell, block int, seed int64, targets []string) openloop.Config {
 	ms := s.m.Measure
-	return openloop.Config{
+	cfg := openloop.Config{
 		Targets:      targets,
 		Model:        s.m.RequestModel(),
 		TokenIDs:     s.m.Engine.TokenIDs,
@@ -264,12 +265,20 @@ func (s *runner) loadConfig(cell matrices.Cell, block int, seed int64, targets [
 		Cell:         cell.ID,
 		Block:        block, RequestTimeout: ms.RequestTimeout,
 	}
+	if s.m.Arrival.Process == matrices.ArrivalBurst { // min_completed requests, all due at once
+		cfg.Rate, cfg.Requests, cfg.MinCompleted = math.Inf(1), ms.MinCompleted, 0
+	}
+	return cfg
 }
 
 // loadArrival is the matrix's arrival for a cell at rate: in a closed loop
-// the cell's rate is its in-flight level.
+// the cell's rate is its in-flight level; a burst is an infinite rate of
+// any process (loadConfig).
 func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
 	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness, Ramp: a.Ramp, MaxInFlight: a.MaxInFlight}
+	if a.Process == matrices.ArrivalBurst {
+		out.Process = openloop.ArrivalPoisson
+	}
 	if a.Process == openloop.ArrivalConcurrency {
 		out.InFlight = int(rate)
 	}
