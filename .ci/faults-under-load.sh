@@ -20,5 +20,5 @@ for _ in 1 2; do
 done
 echo "== two CPU hogs running (pids ${hogs[*]}); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 go test -count=1 -timeout 20m "$@" ./cmd/mbench -run '^TestFault'
-go test -count=1 -timeout 10m "$@" ./orchestrator/hosts -run 'AtAnyInstant|FirstInstant|StopDeadlineUnderLoad|StartStop|Leftovers|Kill9'
+go test -count=1 -timeout 10m "$@" ./orchestrator/hosts -run 'AtAnyInstant|FirstInstant|StopDeadlineUnderLoad|StartStop|Leftovers|Kill9|Escaped'
 echo "== done; load: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -18,6 +18,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 node=$(hostname -s)
 conf=/etc/slurm/slurm.conf
+export SLURM_CONF=$conf # this cluster's, whatever the caller's environment says
 state=/var/lib/slurm-mbench
 logs=/var/log/slurm-mbench
 
@@ -25,8 +26,15 @@ node_idle() {
   timeout 10 sinfo -h -n "$node" -o '%t' 2>/dev/null | grep -qE '^(idle|mix|alloc)'
 }
 
+# This cluster's daemons are known by their pidfiles, never by name: the
+# namespace test bed (.ci/netns-up.sh) runs a slurmctld and slurmds of its
+# own on this machine.
+pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+ctld_pid=/run/slurmctld-mbench.pid
+slurmd_pid=/run/slurmd-mbench.pid
+
 if command -v sinfo >/dev/null && [ -f "$conf" ] && grep -q 'mbench test cluster v2' "$conf" &&
-  pgrep -x slurmctld >/dev/null && pgrep -x slurmd >/dev/null && node_idle; then
+  pid_alive $ctld_pid && pid_alive $slurmd_pid && node_idle; then
   exit 0
 fi
 
@@ -64,8 +72,8 @@ SlurmdUser=root
 AuthType=auth/munge
 StateSaveLocation=$state/ctld
 SlurmdSpoolDir=$state/d
-SlurmctldPidFile=/run/slurmctld-mbench.pid
-SlurmdPidFile=/run/slurmd-mbench.pid
+SlurmctldPidFile=$ctld_pid
+SlurmdPidFile=$slurmd_pid
 SlurmctldLogFile=$logs/slurmctld.log
 SlurmdLogFile=$logs/slurmd.log
 SlurmctldPort=6817
@@ -105,10 +113,11 @@ EOF
 pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
 # A configuration written anew (an older one, or none) needs fresh daemons:
 # node CPUs and gres are read when slurmd starts.
-for d in slurmd slurmctld; do
-  if pgrep -x $d >/dev/null; then
-    pkill -x $d || true
-    for _ in $(seq 1 50); do pgrep -x $d >/dev/null || break; sleep 0.2; done
+for pf in $slurmd_pid $ctld_pid; do
+  if pid_alive $pf; then
+    p=$(cat $pf)
+    kill "$p" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
   fi
 done
 slurmctld

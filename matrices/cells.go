@@ -53,6 +53,9 @@ func (m *Matrix) engineSpec(full bool) map[string]any {
 	e := m.Engine
 	s := map[string]any{"kind": e.Kind, "command": e.Command, "model": e.Model,
 		"env": redactMap(e.Env), "sim": orEmpty(e.Sim), "instrument": e.Instrument}
+	if t := e.TokenIDs; !t.IsZero() { // only when set: the prompts change, and matrices without it keep their hash
+		s["token_ids"] = map[string]any{"min": t.Min, "max": t.Max}
+	}
 	if full {
 		s["ready_timeout"], s["stagger"], s["grace"] = e.ReadyTimeout.String(), e.Stagger.String(), e.Grace.String()
 		s["port"], s["restart"] = e.Port, e.Restart
@@ -190,6 +193,9 @@ func (m *Matrix) Resolved() ([]byte, error) {
 	}
 	if m.SLO != nil { // only when set: matrices without it keep their hash
 		doc["slo"] = sloSpec(m.SLO)
+	}
+	if len(m.Metadata) > 0 { // the user's record: in the hash, not the cell ids
+		doc["metadata"] = m.Metadata
 	}
 	if len(m.Measure.Percentiles) > 0 { // the analysis, not the load: in the hash, not the cell ids
 		doc["measure"].(map[string]any)["percentiles"] = m.Measure.Percentiles

@@ -22,12 +22,21 @@ func (m *Matrix) CapacityPlan() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	scale := math.Pow(2, float64(c.Expand))
-	p("capacity search: per config and shape, the highest offered rate at which %s ≤ %g ms (the rates are the search's, not the matrix's)\n", c.Metric, c.MaxMs)
-	p("  round 1 probes lo=%s and hi=%s; while nothing fails it doubles the highest rate (up to %s = hi×2^%d), while nothing holds it halves the lowest (down to %s = lo/2^%d);\n",
-		fmtRate(c.Lo), fmtRate(c.Hi), fmtRate(c.Hi*scale), c.Expand, fmtRate(c.Lo/scale), c.Expand)
-	p("  then it bisects (geometrically) between the highest rate that held and the lowest that failed until they are within %g%% (tolerance %g)\n", 100*c.Tolerance, c.Tolerance)
-	p("  every probed rate runs once in each of %d blocks (a rate holds when the %g%% CI of %s's mean over them is ≤ %g ms); at most %d probed rates per search (max_probes)\n",
-		c.Blocks, 100*m.Repeat.Confidence, c.Metric, c.MaxMs, c.MaxProbes)
+	what := "offered rate"
+	if c.Concurrency() {
+		what = "number of requests kept in flight (a closed loop)"
+	}
+	p("capacity search: per config and shape, the highest %s at which %s (the %ss are the search's, not the matrix's)\n", what, c.ConstraintsText(), c.unit())
+	floor := c.Lo / scale
+	if c.Concurrency() {
+		floor = math.Max(1, math.Floor(floor))
+	}
+	p("  round 1 probes lo=%s and hi=%s; while nothing fails it doubles the highest %s (up to %s = hi×2^%d), while nothing holds it halves the lowest (down to %s);\n",
+		fmtRate(c.Lo), fmtRate(c.Hi), c.unit(), fmtRate(c.Hi*scale), c.Expand, fmtRate(floor))
+	p("  then it bisects (geometrically) between the highest %s that held and the lowest that failed until they are within %g%% (tolerance %g)%s\n",
+		c.unit(), 100*c.Tolerance, c.Tolerance, map[bool]string{true: " or adjacent levels", false: ""}[c.Concurrency()])
+	p("  every probed %s runs once in each of %d blocks (it holds when the %g%% CI of every bounded metric's mean over them meets its bound); at most %d probed %ss per search (max_probes)\n",
+		c.unit(), c.Blocks, 100*m.Repeat.Confidence, c.MaxProbes, c.unit())
 
 	t := table.NewWriter()
 	t.SetStyle(table.StyleLight)
@@ -53,10 +62,10 @@ func (m *Matrix) CapacityPlan() string {
 	pass := func(cells []Cell) float64 { return m.passSeconds(cells) * float64(c.Blocks) }
 	expSecs := pass(first) + float64(expected-2)*pass(next)
 	maxSecs := pass(first) + float64(c.MaxProbes-2)*pass(next)
-	p("%d searches × %d probed rates × %d blocks = %d runs ≈ %s when the capacity lies within [lo, hi] and every probe is decided (%d bisections to reach %g%%)\n",
-		searches, expected, c.Blocks, searches*expected*c.Blocks, secondsDuration(expSecs), k, 100*c.Tolerance)
-	p("at most %d runs (max_probes %d) ≈ %s at rates within [lo, hi]; probes below lo (halvings) run longer; uncertain probes (CIs straddling %g ms) add bisections on both sides of them\n",
-		searches*c.MaxProbes*c.Blocks, c.MaxProbes, secondsDuration(maxSecs), c.MaxMs)
+	p("%d searches × %d probed %ss × %d blocks = %d runs ≈ %s when the capacity lies within [lo, hi] and every probe is decided (%d bisections to reach %g%%)\n",
+		searches, expected, c.unit(), c.Blocks, searches*expected*c.Blocks, secondsDuration(expSecs), k, 100*c.Tolerance)
+	p("at most %d runs (max_probes %d) ≈ %s at %ss within [lo, hi]; probes below lo (halvings) run longer; uncertain probes (CIs straddling a bound) add bisections on both sides of them\n",
+		searches*c.MaxProbes*c.Blocks, c.MaxProbes, secondsDuration(maxSecs), c.unit())
 	p("runs per round: %d in round 1, then one probe per unfinished search; each run: warmup %d + min_completed %d requests (capped at measure.timeout %s)\n",
 		len(first)*c.Blocks, m.Measure.WarmupRequests, m.Measure.MinCompleted, m.Measure.Timeout)
 	return b.String()
@@ -75,6 +84,14 @@ func bisections(c *Capacity) int {
 		return 0
 	}
 	return int(math.Ceil(math.Log2(w)))
+}
+
+// unit is what the search probes, in words.
+func (c *Capacity) unit() string {
+	if c.Concurrency() {
+		return "in-flight level"
+	}
+	return "rate"
 }
 
 func fmtRate(r float64) string { return strconv.FormatFloat(r, 'g', 4, 64) }

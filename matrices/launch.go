@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mbench/mbench/engines"
 )
 
 // StepLogEnv names the env var that tells the mbench_vllm plugin where to
@@ -96,8 +98,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	l := &Launch{Kind: m.Engine.Kind, Config: config, ReadyTimeout: m.Engine.ReadyTimeout,
 		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
 	routerHost := routerHostOf(c, hosts)
-	var targets, producers []string
-	var targetBoot, producerBoot []int // bootstrap ports, aligned with targets and producers
+	var eps []endpoint // every instance, for {{.Targets}}, {{.Producers}} and {{.BootstrapPorts}}
 	for _, hn := range hosts {
 		h, ok := m.Hosts[hn]
 		if !ok {
@@ -121,15 +122,20 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 				in.StepLog = rt.StepLog(hn, i)
 			}
 			l.Instances = append(l.Instances, in)
-			u := "http://" + m.reach(hn, routerHost, bind) + ":" + strconv.Itoa(in.Port)
-			if in.Role == RoleProducer {
+			eps = append(eps, endpoint{place{hn, h.SlurmNode(i, in.GPUs)}, in.Port, in.BootstrapPort, in.Role == RoleProducer})
+		}
+	}
+	// urls are the instances' URLs as a process at from reaches them.
+	urls := func(from place) (targets, producers []string) {
+		for _, e := range eps {
+			u := "http://" + m.reach(e.at, from, bind, rt) + ":" + strconv.Itoa(e.port)
+			if e.producer {
 				producers = append(producers, u)
-				producerBoot = append(producerBoot, in.BootstrapPort)
 			} else {
 				targets = append(targets, u)
-				targetBoot = append(targetBoot, in.BootstrapPort)
 			}
 		}
+		return targets, producers
 	}
 	self := func(hn string) string {
 		if rt.Self != nil {
@@ -144,7 +150,14 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if c.Router != nil {
 		routerPort = c.Router.Port
 	}
-	rawTargets, shTargets := strings.Join(targets, " "), shquote.Join(targets)
+	var targetBoot, producerBoot []int // bootstrap ports, aligned with the targets and producers
+	for _, e := range eps {
+		if e.producer {
+			producerBoot = append(producerBoot, e.bootstrap)
+		} else {
+			targetBoot = append(targetBoot, e.bootstrap)
+		}
+	}
 	prefillBoot := targetBoot // who the router sends prefills to: the producers, or every target
 	if c.PD != nil {
 		prefillBoot = producerBoot
@@ -157,22 +170,27 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if bounds == [3]int{} {
 		bounds = defaultClassBounds
 	}
-	vars := func(hn string, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
-		q, qp, tg := shquote.Quote, shellPath, shTargets
+	vars := func(at place, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
+		targets, producers := urls(at)
+		q, qp, tg := shquote.Quote, shellPath, shquote.Join(targets)
 		if !quote {
 			q = func(s string) string { return s }
-			qp, tg = q, rawTargets
+			qp, tg = q, strings.Join(targets, " ")
 		}
+		hn := at.host
+		nodeName, nodeAddr := m.nodeOf(at, bind, rt)
 		return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(m.Hosts[hn].nodeGPUs(gpus)),
 			"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": configArgs,
 			"Config": q(root), "Self": qp(self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
 			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(strings.Join(producers, ",")),
-			"BootstrapPorts": q(bootstrapPorts), "ClassBounds": q(joinInts(bounds[:]))}
+			"BootstrapPorts": q(bootstrapPorts), "ClassBounds": q(joinInts(bounds[:])),
+			"NodeName": q(nodeName), "NodeAddress": q(nodeAddr)}
 	}
 	var errs Errors
 	for k := range l.Instances {
 		in := &l.Instances[k]
-		cmdVars := vars(in.Host, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, true)
+		at := eps[k].at
+		cmdVars := vars(at, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, true)
 		_, role := roleOf(c, k)
 		configEnv := c.Env
 		if role != nil {
@@ -189,22 +207,23 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		}
 		in.Command, err = m.renderCommand("engine.command", m.Engine.Command, cmdVars)
 		errs = append(errs, asErrors(err)...)
-		if m.Engine.Kind == EngineVLLM && len(in.GPUs) > 0 && !m.Hosts[in.Host].IsSlurm() { // Slurm binds a step's GPUs itself
+		if engines.Of(engines.Kind(m.Engine.Kind)).PinGPUs && len(in.GPUs) > 0 && !m.Hosts[in.Host].IsSlurm() { // Slurm binds a step's GPUs itself
 			in.Env = append(in.Env, EnvVar{Name: "CUDA_VISIBLE_DEVICES", Value: joinInts(in.GPUs)})
 		}
 		if m.Engine.Kind == EngineVLLM && m.Engine.Instrument {
 			in.Env = append(in.Env, EnvVar{Name: StepLogEnv, Value: in.StepLog})
 		}
-		envVars := vars(in.Host, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, false)
+		envVars := vars(at, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, false)
 		env, err := m.renderEnv(envVars, "engine.env", m.Engine.Env, cpath+".env", configEnv)
 		errs = append(errs, asErrors(err)...)
 		in.Env = append(in.Env, env...)
 	}
 	if c.Router != nil {
 		r := &RouterLaunch{Host: routerHost, Port: c.Router.Port, ReadyPath: c.Router.ReadyPath}
-		r.Command, err = m.renderCommand(cpath+".router.command", c.Router.Command, vars(routerHost, 0, r.Port, nil, c.BootstrapPort, "", true))
+		at := place{routerHost, 0} // a slurm host's router runs on its first node
+		r.Command, err = m.renderCommand(cpath+".router.command", c.Router.Command, vars(at, 0, r.Port, nil, c.BootstrapPort, "", true))
 		errs = append(errs, asErrors(err)...)
-		r.Env, err = m.renderEnv(vars(routerHost, 0, r.Port, nil, c.BootstrapPort, "", false), cpath+".router.env", c.Router.Env, "", nil)
+		r.Env, err = m.renderEnv(vars(at, 0, r.Port, nil, c.BootstrapPort, "", false), cpath+".router.env", c.Router.Env, "", nil)
 		errs = append(errs, asErrors(err)...)
 		l.Router = r
 	}
@@ -239,27 +258,81 @@ func routerHostOf(c *Config, hosts []string) string {
 	return c.Router.Host
 }
 
-// reach is how a process on host from reaches a port on host to.
-func (m *Matrix) reach(to, from, bind string) string {
-	if to == from || from == "" || m.Hosts[to].IsLocal() {
+// place is where a process runs: a host, and for a slurm host the node of
+// its allocation (an index in Slurm's order; 0 for other hosts).
+type place struct {
+	host string
+	node int
+}
+
+// endpoint is an instance as {{.Targets}} and {{.Producers}} list it.
+type endpoint struct {
+	at        place
+	port      int
+	bootstrap int // its bootstrap server's port (0: none)
+	producer  bool
+}
+
+// reach is the address at which a process at from reaches a port at to:
+// loopback (or the bind address) on the same machine; a slurm node's own
+// address (rt.Node: Slurm's NodeAddr) from anywhere else, the router's node
+// included; else the host's address without user and port.
+func (m *Matrix) reach(to, from place, bind string, rt Runtime) string {
+	th := m.Hosts[to.host]
+	if to == from || from.host == "" || th.IsLocal() {
 		if bind == "0.0.0.0" || bind == "::" || bind == "" {
 			return "127.0.0.1"
 		}
 		return bracket(bind)
 	}
-	a := m.Hosts[to].Address
+	if th.IsSlurm() {
+		_, addr := m.nodeOf(to, bind, rt)
+		return bracket(addr)
+	}
+	return bracket(hostOfAddress(th.Address))
+}
+
+// nodeOf is {{.NodeName}} and {{.NodeAddress}} at a place: a slurm node's
+// name and address once allocated (placeholders before: a dry run, validate),
+// an SSH host's address (without user and port) for both, and for this
+// machine localhost and the bind address (127.0.0.1 when it binds all).
+func (m *Matrix) nodeOf(at place, bind string, rt Runtime) (name, addr string) {
+	h := m.Hosts[at.host]
+	switch {
+	case h.IsSlurm():
+		if rt.Node != nil {
+			if n, a, ok := rt.Node(at.host, at.node); ok {
+				return n, a
+			}
+		}
+		if h.Slurm.Nodes > 1 {
+			return fmt.Sprintf("<node %d>", at.node), fmt.Sprintf("<node %d address>", at.node)
+		}
+		return "<node>", "<node address>"
+	case h.IsLocal():
+		if bind == "0.0.0.0" || bind == "::" || bind == "" {
+			return "localhost", "127.0.0.1"
+		}
+		return "localhost", bind
+	}
+	a := hostOfAddress(h.Address)
+	return a, a
+}
+
+// hostOfAddress is an SSH address without its user and port.
+func hostOfAddress(a string) string {
 	if i := strings.LastIndex(a, "@"); i >= 0 {
 		a = a[i+1:]
 	}
 	if strings.HasPrefix(a, "[") {
 		if j := strings.Index(a, "]"); j > 0 {
-			return a[:j+1]
+			return a[1:j]
 		}
 	}
 	if strings.Count(a, ":") == 1 {
 		a = a[:strings.Index(a, ":")]
 	}
-	return bracket(a)
+	return a
 }
 
 func bracket(h string) string {

@@ -15,8 +15,16 @@ import (
 // The json names are those of the resolved matrix (spec), which sweep.json
 // records and a resumed or exported sweep reads back.
 type Capacity struct {
-	Metric    string  `json:"metric"`     // a latency metric in ms (ttft_p90, e2el_p99, …)
-	MaxMs     float64 `json:"max_ms"`     // the SLO: Metric ≤ MaxMs
+	Metric string  `json:"metric,omitempty"` // a latency metric in ms (ttft_p90, e2el_p99, …)
+	MaxMs  float64 `json:"max_ms,omitempty"` // the SLO: Metric ≤ MaxMs
+	// Constraints replace Metric and MaxMs with several bounds every probe
+	// must meet at once (capacity_constraints.go); Bounds gives either.
+	Constraints []Constraint `json:"constraints,omitempty"`
+	// Over is what the search varies: the offered rate (OverRate, the
+	// default; "" in sweeps recorded before it) or the requests kept in
+	// flight (OverConcurrency, a closed loop), whose levels Lo, Hi and the
+	// probes then are.
+	Over      string  `json:"over,omitempty"`
 	Lo        float64 `json:"lo"`         // the first two rates probed (req/s; multipliers for trace shapes)
 	Hi        float64 `json:"hi"`         // (see Lo)
 	Tolerance float64 `json:"tolerance"`  // stop when the bracket's upper end is within (1+Tolerance)× its lower (default 0.05)
@@ -64,8 +72,10 @@ func (d *decoder) capacity(nodes map[string]*yaml.Node, m *Matrix) {
 		MaxProbes: DefaultCapacityMaxProbes, Expand: DefaultCapacityExpand, Retries: DefaultCapacityRetries}
 	n := len(d.errs)
 	d.object(v, "capacity", v.Line, []field{
-		{"metric", true, func(v *yaml.Node, p string) { c.Metric, _ = d.enum(v, p, CapacityMetrics()...) }},
-		{"max_ms", true, func(v *yaml.Node, p string) { c.MaxMs, _ = d.number(v, p, true) }},
+		{"metric", false, func(v *yaml.Node, p string) { c.Metric, _ = d.enum(v, p, CapacityMetrics()...) }},
+		{"max_ms", false, func(v *yaml.Node, p string) { c.MaxMs, _ = d.number(v, p, true) }},
+		{"constraints", false, func(v *yaml.Node, p string) { c.Constraints = d.constraints(v, p) }},
+		{"over", false, func(v *yaml.Node, p string) { c.Over, _ = d.enum(v, p, OverRate, OverConcurrency) }},
 		{"lo", true, func(v *yaml.Node, p string) { c.Lo, _ = d.number(v, p, true) }},
 		{"hi", true, func(v *yaml.Node, p string) { c.Hi, _ = d.number(v, p, true) }},
 		{"tolerance", false, func(v *yaml.Node, p string) {
@@ -78,6 +88,22 @@ func (d *decoder) capacity(nodes map[string]*yaml.Node, m *Matrix) {
 		{"expand", false, func(v *yaml.Node, p string) { c.Expand = d.intField(v, p, 0, 20) }},
 		{"retries", false, func(v *yaml.Node, p string) { c.Retries = d.intField(v, p, 0, 10) }},
 	})
+	single, list := d.lines["capacity.metric"] > 0 || d.lines["capacity.max_ms"] > 0, d.lines["capacity.constraints"] > 0
+	switch {
+	case single && list:
+		d.add(d.lines["capacity.constraints"], "capacity.constraints", "metric and max_ms (one bound) or constraints (several), not both", "both forms given")
+	case !single && !list:
+		d.add(v.Line, "capacity.metric", "metric and max_ms, such as {metric: ttft_p90, max_ms: 500}, or constraints", "missing required key")
+	case single && (c.Metric == "") != (c.MaxMs == 0):
+		d.add(v.Line, "capacity.max_ms", "metric and max_ms together", "missing required key")
+	}
+	if c.Over == OverConcurrency {
+		for _, k := range []string{"lo", "hi"} {
+			if x := map[string]float64{"lo": c.Lo, "hi": c.Hi}[k]; x > 0 && x != float64(int(x)) {
+				d.add(d.lines["capacity."+k], "capacity."+k, "an in-flight level (a whole number ≥ 1)", "%v is not a whole number", x)
+			}
+		}
+	}
 	if c.Lo > 0 && c.Hi > 0 && c.Hi <= c.Lo {
 		d.add(d.lines["capacity.hi"], "capacity.hi", fmt.Sprintf("a rate above lo (%v)", c.Lo), "hi %v is not above lo", c.Hi)
 	}
@@ -96,11 +122,35 @@ func (d *decoder) capacity(nodes map[string]*yaml.Node, m *Matrix) {
 	}
 }
 
-// capacitySpec is the resolved capacity section (part of the matrix hash).
+// capacitySpec is the resolved capacity section (part of the matrix hash):
+// a single bound as metric and max_ms, several as constraints; over only
+// for a search over concurrency.
 func (c *Capacity) spec() map[string]any {
-	return map[string]any{"metric": c.Metric, "max_ms": c.MaxMs, "lo": c.Lo, "hi": c.Hi,
+	s := map[string]any{"lo": c.Lo, "hi": c.Hi,
 		"tolerance": c.Tolerance, "blocks": c.Blocks, "max_probes": c.MaxProbes, "expand": c.Expand, "retries": c.Retries}
+	if len(c.Constraints) > 0 {
+		s["constraints"] = c.Constraints
+	} else {
+		s["metric"], s["max_ms"] = c.Metric, c.MaxMs
+	}
+	if c.Over == OverConcurrency {
+		s["over"] = c.Over
+	}
+	return s
 }
+
+// Bounds are the constraints every probe is held to: Constraints, or the
+// one of Metric and MaxMs.
+func (c *Capacity) Bounds() []Constraint {
+	if len(c.Constraints) > 0 {
+		return c.Constraints
+	}
+	x := c.MaxMs
+	return []Constraint{{Metric: c.Metric, MaxMs: &x}}
+}
+
+// Concurrency reports whether the search varies the requests in flight.
+func (c *Capacity) Concurrency() bool { return c.Over == OverConcurrency }
 
 // CapacityCell is the cell a capacity search probes: config at rate with
 // shape, with the id a fixed-rate sweep would give the same cell. An

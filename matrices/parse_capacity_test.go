@@ -3,6 +3,7 @@ package matrices
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -13,7 +14,7 @@ func TestCapacityParse(t *testing.T) {
 	m := mustParse(t, "x.yaml", capacityBase+"capacity: {metric: ttft_p90, max_ms: 500, lo: 1, hi: 64}\n")
 	want := Capacity{Metric: "ttft_p90", MaxMs: 500, Lo: 1, Hi: 64, Tolerance: DefaultCapacityTolerance,
 		Blocks: DefaultCapacityBlocks, MaxProbes: DefaultCapacityMaxProbes, Expand: DefaultCapacityExpand, Retries: DefaultCapacityRetries}
-	if m.Capacity == nil || *m.Capacity != want {
+	if m.Capacity == nil || !reflect.DeepEqual(*m.Capacity, want) {
 		t.Fatalf("capacity %+v, want %+v", m.Capacity, want)
 	}
 	if len(m.Cells()) != 0 || len(m.Rates) != 0 {
@@ -122,7 +123,7 @@ func TestCapacitySpecRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("%s read back as %+v, want %+v", b, got, want)
 	}
 }

@@ -1,6 +1,7 @@
 package matrices
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,6 +122,42 @@ func (d *decoder) inFlight(v *yaml.Node, path string, m *Matrix) {
 	}
 }
 
+// ArrivalBurst is the arrival process of an infinite rate (vllm bench
+// serve's default --request-rate inf): every measured request of a run is
+// due at once, measure.min_completed of them; the matrix has no rates, and
+// its cells one each per config and shape, at rate 0.
+const ArrivalBurst = "burst"
+
+// burst checks a burst: no rates, no warmup (its requests would be part of
+// the burst), no capacity search, no trace or ramp; its cells are at rate 0.
+func (d *decoder) burst(nodes map[string]*yaml.Node, m *Matrix) {
+	if m.Arrival.Process != ArrivalBurst {
+		return
+	}
+	l := d.lines["arrival.process"]
+	for _, c := range []struct {
+		key, valid, msg string
+	}{
+		{"rates", "no rates: a burst sends min_completed requests at once", "a burst has no rate"},
+		{"capacity", "a rate-driven process for a capacity search", "a capacity search needs a rate or a closed loop to vary"},
+		{"measure.warmup_requests", "no warmup (or a shape's cache_fill, which runs before)", "a burst's warmup requests would go out with its measured ones"},
+		{"arrival.ramp", "no ramp: a burst has no rate to ramp", "cannot be combined with a burst"},
+	} {
+		if cl := d.lines[c.key]; cl > 0 || nodes[c.key] != nil {
+			if cl == 0 {
+				cl = l
+			}
+			d.add(cl, c.key, c.valid, "%s", c.msg)
+		}
+	}
+	for _, s := range m.Shapes {
+		if s.Trace != nil {
+			d.add(l, "arrival.process", "a shape without trace", "shape %s replays a trace's own send times", s.Name)
+		}
+	}
+	m.Rates = []float64{0}
+}
+
 // closedLoop checks that process concurrency comes with in_flight, that
 // in_flight comes with it, and that any other process has rates.
 func (d *decoder) closedLoop(nodes map[string]*yaml.Node, m *Matrix, rootLine int) {
@@ -128,15 +165,20 @@ func (d *decoder) closedLoop(nodes map[string]*yaml.Node, m *Matrix, rootLine in
 	l := d.lines["arrival.in_flight"]
 	search := nodes["capacity"] != nil
 	switch {
+	case closed && search && !capacityOverConcurrency(m):
+		d.add(d.lines["arrival.process"], "arrival.process", "a rate-driven process (poisson, gamma, constant), or capacity.over: concurrency", "a capacity search over rates needs an open loop; a closed loop has no rate (search over the requests in flight with capacity.over: concurrency)")
+	case !closed && search && capacityOverConcurrency(m):
+		d.add(d.lines["capacity.over"], "capacity.over", "arrival: {process: concurrency} (a closed loop) with over: concurrency", "a search over the requests in flight needs a closed loop")
+	case closed && search && l > 0:
+		d.add(l, "arrival.in_flight", "no in_flight: the search chooses the levels (capacity.lo, capacity.hi)", "a capacity search over concurrency chooses its own in-flight levels")
 	case closed && search:
-		d.add(d.lines["arrival.process"], "arrival.process", "a rate-driven process (poisson, gamma, constant) for a capacity search", "a capacity search probes request rates; a closed loop has none")
 	case closed && l == 0 && d.lines["rates"] == 0:
 		d.add(d.lines["arrival.process"], "arrival.in_flight", "an integer ≥ 1 or a list such as [1, 4, 16]", "missing required key (process concurrency)")
 	case closed && l == 0:
 		d.add(d.lines["rates"], "rates", "arrival.in_flight (the requests kept in flight)", "a closed loop (process concurrency) has no rate; give its in-flight levels as arrival.in_flight")
 	case !closed && l > 0:
 		d.add(l, "arrival.in_flight", "process: concurrency, or remove in_flight", "in_flight applies to process concurrency only")
-	case !closed && !search && nodes["rates"] == nil:
+	case !closed && !search && nodes["rates"] == nil && m.Arrival.Process != ArrivalBurst:
 		d.add(rootLine, "rates", "a list of req/s such as [0.5, 1, 2], or a capacity: section", "missing required key")
 	}
 	if closed {
@@ -202,3 +244,21 @@ func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool)
 		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see docs/loadgen.md, Prompts from files)", "bad dataset: %v", err)
 	}
 }
+
+// tokenIDs decodes engine.token_ids: {min: A, max: B}, the half-open range
+// [A, B) of prompt token ids.
+func (d *decoder) tokenIDs(v *yaml.Node, path string) openloop.TokenRange {
+	var t openloop.TokenRange
+	ok := d.object(v, path, v.Line, []field{
+		{"min", true, func(v *yaml.Node, p string) { t.Min = d.intField(v, p, 0, 1<<31-2) }},
+		{"max", true, func(v *yaml.Node, p string) { t.Max = d.intField(v, p, 1, 1<<31-1) }},
+	})
+	if ok && t.Max <= t.Min && d.lines[path+".max"] > 0 {
+		d.add(d.lines[path+".max"], path+".max", fmt.Sprintf("an id > min (%d); the range is [min, max)", t.Min), "max %d is not above min", t.Max)
+	}
+	return t
+}
+
+// capacityOverConcurrency reports whether the matrix's capacity search
+// varies the requests in flight.
+func capacityOverConcurrency(m *Matrix) bool { return m.Capacity != nil && m.Capacity.Concurrency() }

@@ -50,7 +50,7 @@ func TestLoadgenOptionErrors(t *testing.T) {
 		{"arrival: {ramp: {kind: steps, from: 1, duration: 5s}}\n", `x.yaml:8: arrival.ramp.kind: unknown value "steps"`, false},
 		{"arrival: {ramp: {kind: exponential, from: 0, duration: 5s}}\n", "x.yaml:8: arrival.ramp.from: an exponential ramp cannot start at 0", false},
 		{"arrival: {process: concurrency, in_flight: 2, ramp: {kind: linear, from: 0, duration: 5s}}\n", "x.yaml:7: arrival.ramp: a closed loop has no rate to ramp", true},
-		{"arrival: {process: concurrency, in_flight: 2}\ncapacity: {metric: ttft_p90, max_ms: 100, lo: 1, hi: 8}\n", "x.yaml:7: arrival.process: a capacity search probes request rates; a closed loop has none", true},
+		{"arrival: {process: concurrency, in_flight: 2}\ncapacity: {metric: ttft_p90, max_ms: 100, lo: 1, hi: 8}\n", "x.yaml:7: arrival.process: a capacity search over rates needs an open loop", true},
 		{"arrival: {process: constant}\n", "", false}, // (a valid extra, so the loop's Parse must succeed)
 	} {
 		src := minimalSim + tc.extra

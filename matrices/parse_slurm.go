@@ -2,6 +2,8 @@ package matrices
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -9,10 +11,11 @@ import (
 )
 
 // Slurm is a host that mbench obtains from a Slurm cluster: one allocation
-// per sweep (salloc --no-shell), engine instances started in it as job
-// steps with their GPUs bound by Slurm. mbench runs where salloc and srun
-// work (a login node) and the results directory must be on a filesystem the
-// compute node shares.
+// per sweep (a job whose batch script only holds it), engine instances
+// started in it as job steps with their GPUs bound by Slurm. mbench runs
+// where sbatch and srun work (a login node, or inside an allocation: a
+// batch job) and the results directory must be on a filesystem the compute
+// nodes share.
 type Slurm struct {
 	Partition  string        // -p ("" = the cluster's default)
 	Account    string        // -A ("" = the user's default)
@@ -23,10 +26,23 @@ type Slurm struct {
 	Nodes int
 	// GPUsPerNode is the GPUs asked per node (--gres=gpu:N); 0 asks none.
 	GPUsPerNode int
-	// CPUsPerInstance is each engine step's CPUs (-c; default 1).
+	// CPUsPerInstance is each engine step's CPUs (-c). The default suits
+	// the engine: for vLLM 2 + 2 × the most GPUs an instance of the host
+	// has (its API server and engine core, a worker and its threads per
+	// GPU: with task/affinity a step is pinned to its CPUs); 1 for sim.
 	CPUsPerInstance int
-	Options         []string // extra salloc options, passed as written
-	StepOptions     []string // extra srun options for engine steps
+	// Mem is the job's memory per node (--mem: "64G", or "0" for all of
+	// each node's); "" leaves the cluster's default. vLLM's default is "0"
+	// (weights are loaded, and KV blocks swapped, through host memory).
+	Mem string `json:",omitempty"`
+	// Exclusive asks for whole nodes (--exclusive), so that no other job
+	// shares the nodes being measured; vLLM's default is true, sim's false.
+	Exclusive bool `json:",omitempty"`
+	// MaxWait bounds how long the allocation may stay pending: past it
+	// mbench cancels the job and stops with Slurm's reason (0: no bound).
+	MaxWait     time.Duration `json:",omitempty"`
+	Options     []string      // extra sbatch options, passed as written
+	StepOptions []string      // extra srun options for engine steps
 	// Allocation is how long one allocation lasts: the sweep (default) or
 	// a block.
 	Allocation SlurmAllocation
@@ -44,9 +60,11 @@ const (
 	AllocationBlock SlurmAllocation = "block"
 )
 
-// slurm decodes hosts.<name>.slurm.
+// slurm decodes hosts.<name>.slurm. Defaults that depend on the engine
+// (cpus_per_instance, mem, exclusive) are filled in by slurmDefaults once
+// the engine and configs are known.
 func (d *decoder) slurm(v *yaml.Node, path string) *Slurm {
-	s := &Slurm{Nodes: 1, CPUsPerInstance: 1, Allocation: AllocationSweep}
+	s := &Slurm{Nodes: 1, Allocation: AllocationSweep}
 	line := v.Line
 	d.object(v, path, line, []field{
 		{"partition", false, func(v *yaml.Node, fp string) { s.Partition = d.slurmWord(v, fp) }},
@@ -61,8 +79,11 @@ func (d *decoder) slurm(v *yaml.Node, path string) *Slurm {
 		{"nodes", false, func(v *yaml.Node, fp string) { s.Nodes = d.intField(v, fp, 1, 1024) }},
 		{"gpus_per_node", false, func(v *yaml.Node, fp string) { s.GPUsPerNode = d.intField(v, fp, 0, 1024) }},
 		{"cpus_per_instance", false, func(v *yaml.Node, fp string) { s.CPUsPerInstance = d.intField(v, fp, 1, 1<<16) }},
-		{"options", false, func(v *yaml.Node, fp string) { s.Options = d.slurmOptions(v, fp) }},
-		{"step_options", false, func(v *yaml.Node, fp string) { s.StepOptions = d.slurmOptions(v, fp) }},
+		{"mem", false, func(v *yaml.Node, fp string) { s.Mem = d.slurmMem(v, fp) }},
+		{"exclusive", false, func(v *yaml.Node, fp string) { s.Exclusive = d.boolean(v, fp) }},
+		{"max_wait", false, func(v *yaml.Node, fp string) { s.MaxWait = d.positiveDuration(v, fp) }},
+		{"options", false, func(v *yaml.Node, fp string) { s.Options = d.slurmOptions(v, fp, path, false) }},
+		{"step_options", false, func(v *yaml.Node, fp string) { s.StepOptions = d.slurmOptions(v, fp, path, true) }},
 		{"allocation", false, func(v *yaml.Node, fp string) {
 			if a, ok := d.enum(v, fp, string(AllocationSweep), string(AllocationBlock)); ok {
 				s.Allocation = SlurmAllocation(a)
@@ -70,6 +91,55 @@ func (d *decoder) slurm(v *yaml.Node, path string) *Slurm {
 		}},
 	})
 	return s
+}
+
+// slurmMemRe is Slurm's --mem: a size with an optional unit.
+var slurmMemRe = regexp.MustCompile(`^[0-9]+[KMGT]?$`)
+
+// slurmMem decodes mem: "0" or a size such as 64G, as --mem takes it.
+func (d *decoder) slurmMem(v *yaml.Node, path string) string {
+	s, ok := d.str(v, path)
+	if ok && !slurmMemRe.MatchString(s) {
+		d.add(v.Line, path, "a size as --mem takes it (64G, 512000M), or 0 for all of each node's memory", "invalid value %q", s)
+	}
+	return s
+}
+
+// slurmDefaults fills in, after the engine and configs are parsed, the
+// slurm settings whose defaults depend on them (see Slurm), where the
+// matrix does not set them.
+func (d *decoder) slurmDefaults(m *Matrix) {
+	for _, hn := range m.HostOrder {
+		h := m.Hosts[hn]
+		if h.Slurm == nil {
+			continue
+		}
+		path := "hosts." + hn + ".slurm"
+		vllm := m.Engine.Kind == EngineVLLM
+		if d.lines[path+".cpus_per_instance"] == 0 {
+			h.Slurm.CPUsPerInstance = 1
+			if vllm {
+				h.Slurm.CPUsPerInstance = 2 + 2*m.maxGPUsPerInstance(hn)
+			}
+		}
+		if d.lines[path+".mem"] == 0 && vllm {
+			h.Slurm.Mem = "0"
+		}
+		if d.lines[path+".exclusive"] == 0 && vllm {
+			h.Slurm.Exclusive = true
+		}
+	}
+}
+
+// maxGPUsPerInstance is the most GPUs an instance of any config has on host.
+func (m *Matrix) maxGPUsPerInstance(host string) int {
+	n := 0
+	for _, c := range m.Configs {
+		if slices.Contains(m.topologyHosts(c), host) {
+			n = max(n, c.Topology.GPUsPerInstance)
+		}
+	}
+	return n
 }
 
 // slurmWord decodes a partition or account name: one word, no spaces.
@@ -82,8 +152,11 @@ func (d *decoder) slurmWord(v *yaml.Node, path string) string {
 }
 
 // slurmOptions decodes extra command-line options: each entry one option
-// such as --qos=high, passed to Slurm as one argument.
-func (d *decoder) slurmOptions(v *yaml.Node, path string) []string {
+// such as --qos=high, passed to Slurm as one argument. Options that a key
+// of the slurm section, or mbench itself, sets are refused with a pointer
+// to that key (step is true for step_options, which may set a step's
+// memory).
+func (d *decoder) slurmOptions(v *yaml.Node, path, slurmPath string, step bool) []string {
 	es, ps, ok := d.list(v, path)
 	if !ok {
 		return nil
@@ -94,12 +167,17 @@ func (d *decoder) slurmOptions(v *yaml.Node, path string) []string {
 		if !ok {
 			continue
 		}
-		if !strings.HasPrefix(s, "-") || strings.ContainsAny(s, "\n\r\x00") {
+		if !strings.HasPrefix(s, "-") || s == "-" || s == "--" || strings.ContainsAny(s, "\n\r\x00") {
 			d.add(e.Line, ps[i], "one option such as --qos=high", "invalid option %q", s)
 			continue
 		}
-		if k, _, _ := strings.Cut(s, "="); slurmOwned[k] {
-			d.add(e.Line, ps[i], "an option mbench does not set itself", "%s is set by mbench (%s)", k, slurmOwnedWhy)
+		name := optionName(s)
+		if key, owned := slurmOwned[name]; owned && !(step && key == "mem") {
+			if key == "" {
+				d.add(e.Line, ps[i], "an option mbench does not set itself", "%s is set by mbench (%s)", name, slurmOwnedWhy)
+			} else {
+				d.add(e.Line, ps[i], "the key "+slurmPath+"."+key, "%s is set from %s.%s: use that key", name, slurmPath, key)
+			}
 			continue
 		}
 		out = append(out, s)
@@ -107,17 +185,40 @@ func (d *decoder) slurmOptions(v *yaml.Node, path string) []string {
 	return out
 }
 
-// slurmOwned are the options mbench sets on salloc and srun itself.
-var slurmOwned = map[string]bool{"--jobid": true, "-J": true, "--job-name": true, "--no-shell": true,
-	"-w": true, "--nodelist": true, "--overlap": true, "--gres": true, "--gpus": true, "-G": true}
+// optionName is the option an argument sets: "--gpus-per-node" of
+// "--gpus-per-node=8", "-G" of "-G8".
+func optionName(arg string) string {
+	if strings.HasPrefix(arg, "--") {
+		name, _, _ := strings.Cut(arg, "=")
+		return name
+	}
+	return arg[:2]
+}
 
-const slurmOwnedWhy = "the job name, node, GPUs and step sharing come from the matrix"
+// slurmOwned maps the options that mbench sets on sbatch and srun to the
+// key of the slurm section that sets them ("" for those mbench sets from
+// the matrix as a whole: the job's name, its nodes, the steps).
+var slurmOwned = map[string]string{
+	"--jobid": "", "-J": "", "--job-name": "", "--no-shell": "", "-w": "", "--nodelist": "", "--overlap": "",
+	"--wrap": "", "--parsable": "", "-o": "", "--output": "", "-n": "", "--ntasks": "", "--ntasks-per-node": "",
+	"-N": "nodes", "--nodes": "nodes",
+	"--gres": "gpus_per_node", "--gpus": "gpus_per_node", "-G": "gpus_per_node", "--gpus-per-node": "gpus_per_node",
+	"--gpus-per-task": "gpus_per_node", "--gpus-per-socket": "gpus_per_node",
+	"-c": "cpus_per_instance", "--cpus-per-task": "cpus_per_instance", "--cpus-per-gpu": "cpus_per_instance",
+	"--mem": "mem", "--mem-per-cpu": "mem", "--mem-per-gpu": "mem",
+	"--exclusive": "exclusive", "-t": "time_limit", "--time": "time_limit",
+	"-p": "partition", "--partition": "partition", "-A": "account", "--account": "account",
+	"-C": "constraint", "--constraint": "constraint",
+}
+
+const slurmOwnedWhy = "the job name, node, tasks and step sharing come from the matrix"
 
 // checkHostKind checks that a host has an address or a slurm section, and
 // gives a slurm host its GPU indices 0..gpus_per_node-1, which the topology
 // checks and {{.GPUs}} use (Slurm picks the real devices). A slurm host's
 // address, if any, is its login machine, reached over SSH; the SSH settings
-// (host_key_policy, tunnel, workdir, mbench_path) apply only then.
+// (host_key_policy, tunnel, workdir) apply only then. mbench_path, the
+// mbench binary the nodes run, applies to either.
 func (d *decoder) checkHostKind(h *Host, path string, line int) {
 	switch {
 	case h.Slurm == nil && h.Address == "":
@@ -125,7 +226,7 @@ func (d *decoder) checkHostKind(h *Host, path string, line int) {
 	case h.Slurm != nil:
 		keys := []string{"gpus"}
 		if h.Address == "" || h.Address == "local" {
-			keys = append(keys, "host_key_policy", "tunnel", "workdir", "mbench_path")
+			keys = append(keys, "host_key_policy", "tunnel", "workdir")
 		}
 		for _, k := range keys {
 			if l := d.lines[join(path, k)]; l > 0 && k == "gpus" {
@@ -200,4 +301,32 @@ func SlurmTime(d time.Duration) string {
 		return fmt.Sprintf("%d-%02d:%02d:00", days, h, mm)
 	}
 	return fmt.Sprintf("%d:%02d:00", h, mm)
+}
+
+// slurmWarnings warns of a slurm host whose time limit is shorter than
+// validate's estimate of what one allocation must last: the sweep's
+// repeat.min blocks, or one block with allocation: block (a capacity search
+// keeps one allocation; its estimate is not made here).
+func (m *Matrix) slurmWarnings() []Warning {
+	if m.Capacity != nil {
+		return nil
+	}
+	var ws []Warning
+	for _, hn := range m.HostOrder {
+		h := m.Hosts[hn]
+		if h.Slurm == nil || h.Slurm.TimeLimit <= 0 {
+			continue
+		}
+		est, what := m.EstimateDuration(), fmt.Sprintf("the sweep's %d block(s)", m.Repeat.Min)
+		if h.Slurm.Allocation == AllocationBlock {
+			est, what = secondsDuration(m.passSeconds(m.Cells())), "one block"
+		}
+		if h.Slurm.TimeLimit < est {
+			f := "hosts." + hn + ".slurm.time_limit"
+			ws = append(ws, Warning{Line: m.lines[f], Field: f,
+				Msg: fmt.Sprintf("time limit %s is shorter than the estimate of %s, %s (validate's estimate, before any wait in the queue): the allocation would end mid-sweep, and each `mbench resume` asks for another; raise it to at least %s, or use allocation: block",
+					h.Slurm.TimeLimit, what, est, est.Round(time.Minute)+time.Minute)})
+		}
+	}
+	return ws
 }

@@ -222,7 +222,9 @@ func (d *decoder) trace(v *yaml.Node, path, file string, checkFiles bool) *Trace
 func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 	m.Arrival = Arrival{Process: openloop.ArrivalPoisson, Burstiness: 1}
 	d.object(nodes["arrival"], "arrival", 1, []field{
-		{"process", false, func(v *yaml.Node, p string) { m.Arrival.Process, _ = d.enum(v, p, openloop.ArrivalProcesses...) }},
+		{"process", false, func(v *yaml.Node, p string) {
+			m.Arrival.Process, _ = d.enum(v, p, append(slices.Clone(openloop.ArrivalProcesses), ArrivalBurst)...)
+		}},
 		{"burstiness", false, func(v *yaml.Node, p string) { m.Arrival.Burstiness, _ = d.number(v, p, true) }},
 		{"in_flight", false, func(v *yaml.Node, p string) { d.inFlight(v, p, m) }},
 		{"ramp", false, func(v *yaml.Node, p string) { m.Arrival.Ramp = d.ramp(v, p) }},

@@ -23,21 +23,25 @@ import (
 //	StepLog        where the instance writes engine_step.jsonl
 //	BootstrapPort  bootstrap_port + index (0 when not set)
 //	RouterPort     the router's port (0 when no router)
-//	Targets        space-separated http://host:port of every instance, as the router host reaches them
-//	               (in a PD topology: the consumers only)
-//	Producers      comma-separated http://host:port of a PD topology's producers ("" without pd)
+//	Targets        space-separated http://host:port of every instance, as the process rendered
+//	               reaches them: loopback on its own machine, a slurm node's address, an SSH
+//	               host's address (in a PD topology: the consumers only)
+//	Producers      comma-separated http://host:port of a PD topology's producers, likewise ("" without pd)
 //	Bind           the address engines bind (Runtime.Bind, default 127.0.0.1)
 //	BootstrapPorts comma-separated bootstrap ports of the instances the router sends prefills to:
 //	               the producers of a PD topology, else every target, in the order of
 //	               Producers / Targets ("" without bootstrap_port); for `mbench router --bootstrap-ports`
 //	ClassBounds    class_bounds as a comma list (default 5000,20000,50000), for `mbench router --class-bounds`
+//	NodeName       the machine the process runs on: a slurm node's name, an SSH host's address, localhost
+//	NodeAddress    the address at which other machines reach it: a slurm node's address (Slurm's
+//	               NodeAddr), an SSH host's address, the bind address here (e.g. a Mooncake local_hostname)
 //
 // Functions: add (e.g. {{add 29500 .Instance}}), eq, ne, lt, le, gt, ge,
 // and, or, not. In commands, string values are shell-quoted; in env values
 // they are raw.
 var TemplateVars = []string{"Model", "Port", "GPUs", "Instance", "Host", "Address", "ConfigArgs",
 	"Config", "Self", "StepLog", "BootstrapPort", "RouterPort", "Targets", "Bind", "Producers",
-	"BootstrapPorts", "ClassBounds"}
+	"BootstrapPorts", "ClassBounds", "NodeName", "NodeAddress"}
 
 // allowedFuncs are the functions templates may call. Everything else
 // (printf, range, template, ...) is refused so that rendering stays cheap

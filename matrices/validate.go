@@ -3,6 +3,8 @@ package matrices
 import (
 	"fmt"
 	"strings"
+
+	"github.com/mbench/mbench/engines"
 )
 
 // maxInstances bounds the instances of one config (hosts × instances_per_host).
@@ -12,6 +14,7 @@ const maxInstances = 4096
 // hosts, GPU counts, port ranges and collisions, and that every template
 // renders (with placeholder runtime values).
 func (d *decoder) placement(m *Matrix) {
+	d.slurmDefaults(m)
 	for _, name := range m.ConfigOrder {
 		c := m.Configs[name]
 		if c.SameAs != "" {
@@ -64,18 +67,25 @@ func (d *decoder) placeConfig(m *Matrix, c *Config) {
 		d.add(topoLine, path+".topology", fmt.Sprintf("at most %d instances per config", maxInstances), "%d hosts × %d instances is too many", len(hosts), t.InstancesPerHost)
 		return
 	}
-	if m.Engine.Kind == EngineVLLM && t.GPUsPerInstance == 0 {
+	if !engines.Of(engines.Kind(m.Engine.Kind)).CPUOnly && t.GPUsPerInstance == 0 {
 		fp := path + ".topology.gpus_per_instance"
-		d.add(d.lineOf(fp, path), fp, "an integer ≥ 1 (0 is only valid for kind sim)", "a vLLM instance needs at least one GPU")
+		d.add(d.lineOf(fp, path), fp, "an integer ≥ 1 (0 is only valid for kinds llamacpp and sim)", "a vLLM instance needs at least one GPU")
 	}
 	need := t.InstancesPerHost * t.GPUsPerInstance
 	for _, hn := range hosts {
 		h, ok := m.Hosts[hn]
-		if !ok || need == 0 || (m.Engine.Kind == EngineSim && len(h.GPUs) == 0) {
+		// A simulated engine may ask for GPUs a host does not list (it uses
+		// none), except on a slurm host: Slurm binds what a step asks for,
+		// and a job that asks for none has none to bind.
+		if !ok || need == 0 || (m.Engine.Kind == EngineSim && len(h.GPUs) == 0 && !h.IsSlurm()) {
 			continue
 		}
 		d.checkSlurmSpan(h, hn, path, t.InstancesPerHost, t.GPUsPerInstance)
-		if len(h.GPUs) < need && h.IsSlurm() {
+		if h.IsSlurm() && h.Slurm.GPUsPerNode == 0 {
+			fp := "hosts." + hn + ".slurm.gpus_per_node"
+			d.add(topoLine, path+".topology", fmt.Sprintf("%s of at least %d (the GPUs each node's job asks for), or gpus_per_instance: 0", fp, t.GPUsPerInstance),
+				"instances of %d GPU(s) on slurm host %s, which asks Slurm for no GPUs (%s is 0): its engines would run without any", t.GPUsPerInstance, hn, fp)
+		} else if len(h.GPUs) < need && h.IsSlurm() {
 			d.add(topoLine, path+".topology",
 				fmt.Sprintf("hosts.%s.slurm.gpus_per_node × nodes of at least %d, or fewer instances_per_host / gpus_per_instance", hn, need),
 				"too few GPUs on slurm host %s: %d instance(s) × %d GPU(s) need %d, the allocation asks %d per node × %d node(s)",

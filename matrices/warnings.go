@@ -26,9 +26,10 @@ func (w Warning) String(file string) string {
 
 // Warnings checks what the matrix alone can tell: cells whose rate ×
 // measure.timeout cannot send min_completed requests (every run would be
-// incomplete), and synthetic shapes whose input + output exceed the
-// engine's max model length where the matrix says it (--max-model-len in
-// the command or args, or the sim's max-model-len).
+// incomplete), slurm time limits shorter than the estimated sweep (or
+// block), and synthetic shapes whose input + output exceed the engine's max
+// model length where the matrix says it (--max-model-len in the command or
+// args, or the sim's max-model-len).
 func (m *Matrix) Warnings() []Warning {
 	var ws []Warning
 	mc := m.Measure.MinCompleted
@@ -48,6 +49,7 @@ func (m *Matrix) Warnings() []Warning {
 			}
 		}
 	}
+	ws = append(ws, m.slurmWarnings()...)
 	for _, name := range m.ConfigOrder {
 		maxLen, where := m.MaxModelLen(name)
 		if maxLen <= 0 {

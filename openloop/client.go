@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -225,6 +224,7 @@ func (c *client) reactorAddrs() ([]netip.AddrPort, bool) {
 // useReactor makes the raw client's connections re's, to the addresses
 // reactorAddrs gave.
 func (c *client) useReactor(re *reactor, aps []netip.AddrPort) {
+	re.clk = c.clk
 	for i, p := range c.pools {
 		p.re, p.ap = re, aps[i]
 	}
@@ -283,6 +283,7 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		body   io.Reader
 		finish func(ok bool)
 		err    error
+		now    = c.clk.now // when the response's bytes arrived (see arrivalClocker)
 	)
 	if c.beforeWrite != nil {
 		c.beforeWrite()
@@ -300,6 +301,9 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		rec.Resent = x.resent
 		if err == nil {
 			status, body, finish = x.status, &x.conn.body, x.release
+			if ac, ok := x.conn.nc.(arrivalClocker); ok && ac.arrivalClock() != nil {
+				now = ac.arrivalClock()
+			}
 		}
 	} else {
 		status, body, finish, err = c.doHTTP(ctx, c.urls[t], j, func() { rec.SentNs = c.clk.now() })
@@ -309,7 +313,7 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		done()
 		return nil
 	}
-	rec.HeadNs = c.clk.now()
+	rec.HeadNs = max(now(), rec.SentNs)
 	rec.HTTPStatus = status
 	if status != http.StatusOK {
 		excerpt, _ := io.ReadAll(io.LimitReader(body, 200))
@@ -322,19 +326,23 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		}
 	}
 	sc.sse.reset(body, c.budget)
-	sc.st.reset()
+	sc.st.reset(rec.HeadNs)
 	if cap(sc.st.times) < j.output+1 {
 		sc.st.times = make([]int64, 0, j.output+1)
 	}
 	sc.st.onFirst = onFirst
-	err = sc.st.consume(sc.sse, c.clk.now)
-	rec.DoneNs = c.clk.now()
+	err = sc.st.consume(sc.sse, now)
+	rec.DoneNs = max(now(), sc.st.floorNs)
 	st := &sc.st
 	rec.FirstTokenNs, rec.LastTokenNs = st.firstNs, st.lastNs
 	rec.ITLMs = st.itlMs()
 	rec.OutputTokens = st.chunks
 	if j.textPrompt && st.havePrompt {
 		rec.InputTokens = st.usagePrompt
+	}
+	if st.haveCached {
+		n := st.usageCached
+		rec.CachedTokens = &n
 	}
 	if st.haveUsage {
 		rec.OutputTokens = st.usageOut
@@ -355,6 +363,11 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		done()
 	}
 }
+
+// arrivalClocker is a connection that knows when the bytes last read from
+// it arrived (the reactor's, from the kernel's receive times): its clock
+// stamps the tokens, on the run's clock; nil when it has none.
+type arrivalClocker interface{ arrivalClock() func() int64 }
 
 // doHTTP sends j over net/http; sent is called when the request has been
 // written (httptrace).
@@ -386,42 +399,4 @@ func errText(ctx context.Context, err error) string {
 		return "canceled: " + context.Cause(ctx).Error()
 	}
 	return err.Error()
-}
-
-// fetchModel asks base/v1/models for the served models and returns the
-// first id.
-func fetchModel(ctx context.Context, hc *http.Client, base string, headers [][2]string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
-	if err != nil {
-		return "", fmt.Errorf("model lookup: %w", err)
-	}
-	for _, h := range headers {
-		req.Header.Set(h[0], h[1])
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: %w", base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: %w", base, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: HTTP %d: %.200s", base, resp.StatusCode, body)
-	}
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(body, &list); err != nil {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: %w", base, err)
-	}
-	if len(list.Data) == 0 || list.Data[0].ID == "" {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: no model listed", base)
-	}
-	return list.Data[0].ID, nil
 }

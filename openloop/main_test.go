@@ -44,7 +44,8 @@ func startStubProcess(tb testing.TB, o stub.Options) *stub.Process {
 }
 
 // runIO runs cfg with the given request I/O: "reactor" (the default, on
-// Linux) or "goroutines" (a goroutine per request).
+// Linux), "reactor-eachwake" (the reactor woken for every event, without
+// coalescing its waits) or "goroutines" (a goroutine per request).
 func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
 	tb.Helper()
 	if err := cfg.validate(); err != nil {
@@ -52,11 +53,12 @@ func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
 	}
 	r := newRunner(cfg, defaultWaitMode)
 	r.noReactor = io == "goroutines"
+	r.eachWake = io == "reactor-eachwake"
 	res, err := r.run(context.Background())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if (r.re != nil) != (io == "reactor" && runtime.GOOS == "linux" && runtime.GOMAXPROCS(0) >= 2) {
+	if (r.re != nil) != (io != "goroutines" && runtime.GOOS == "linux" && runtime.GOMAXPROCS(0) >= 2) {
 		tb.Fatalf("io=%s on %s: reactor in use %v", io, runtime.GOOS, r.re != nil)
 	}
 	return r, res
@@ -68,9 +70,11 @@ func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
 // sends 256-token prompts, Poisson at MBENCH_RATE (default 2000 req/s) for
 // MBENCH_DURATION (default 3 s), and the process's
 // CPU time, which is now the client's alone, is divided by the requests
-// sent. Two sub-benchmarks, run one after the other in each round: io=reactor
-// (the default on Linux: requests as coroutines over one epoll set) and
-// io=goroutines (a goroutine per request, the baseline). Beside the CPU it
+// sent. Three sub-benchmarks, run one after the other in each round:
+// io=reactor (the default on Linux: requests as coroutines over one epoll
+// set, its waits coalesced while events are dense), io=reactor-eachwake
+// (the same, woken for every event: the baseline of the coalescing) and
+// io=goroutines (a goroutine per request). Beside the CPU it
 // reports the system part of it and the voluntary context switches per
 // request (getrusage). Run it with -benchtime=1x -count=N.
 func BenchmarkStreamedRequestCPU(b *testing.B) {
@@ -80,7 +84,7 @@ func BenchmarkStreamedRequestCPU(b *testing.B) {
 	opts.Tokens = int(envFloats("MBENCH_TOKENS", []float64{float64(opts.Tokens)})[0])
 	opts.Gap = envDuration("MBENCH_GAP", opts.Gap)
 	p := startStubProcess(b, opts)
-	for _, io := range []string{"reactor", "goroutines"} {
+	for _, io := range []string{"reactor", "reactor-eachwake", "goroutines"} {
 		b.Run("io="+io, func(b *testing.B) {
 			for b.Loop() {
 				c0, err := cpuSeconds()
@@ -92,7 +96,7 @@ func BenchmarkStreamedRequestCPU(b *testing.B) {
 				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 				cfg := Config{Targets: []string{p.URL}, Model: "stub-model", Rate: rate,
 					Shape: Shape{Input: 256, Output: opts.Tokens}, Seed: 1, Warmup: int(rate / 4), Duration: dur, DrainTimeout: 10 * time.Second}
-				_, res := runIO(b, cfg, io)
+				r, res := runIO(b, cfg, io)
 				c1, _ := cpuSeconds()
 				s1, _ := p.CPUSeconds()
 				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
@@ -100,6 +104,9 @@ func BenchmarkStreamedRequestCPU(b *testing.B) {
 				sec := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 				b.ReportMetric(1e3*(sec(ru1.Stime)-sec(ru0.Stime))/n, "client-sys-ms/req")
 				b.ReportMetric(float64(ru1.Nvcsw-ru0.Nvcsw)/n, "vol-ctxsw/req")
+				if r.re != nil {
+					b.ReportMetric(float64(r.re.wakeCount())/n, "reactor-wakes/req")
+				}
 				b.ReportMetric(1e3*(c1-c0)/n, "client-cpu-ms/req")
 				b.ReportMetric(1e3*(s1-s0)/n, "stub-cpu-ms/req")
 				b.ReportMetric(res.Grade.AchievedRatio, "achieved/offered")

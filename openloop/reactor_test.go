@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -202,4 +203,75 @@ func TestReactorLeavesNothing(t *testing.T) {
 		t.Errorf("after 20 runs: %d goroutines (%d before), %d descriptors (%d before)\n%s", g, g0, f, f0,
 			strings.Join(strings.SplitN(string(buf), "\n\n", 20), "\n\n"))
 	}
+}
+
+// TestRxStampIsArrival: bytes that wait 30 ms in the socket before the
+// reactor reads them are stamped when they arrived (the kernel's receive
+// time, on the run's clock), not when they were read. (The kernel turns
+// timestamps on in deferred work: a connection whose bytes came unstamped
+// is tried again, up to 20 times.)
+func TestRxStampIsArrival(t *testing.T) {
+	for attempt := 1; ; attempt++ {
+		if rxStampOnce(t) || attempt == 20 {
+			return
+		}
+	}
+}
+
+// rxStampOnce is one attempt of TestRxStampIsArrival; false: unstamped.
+func rxStampOnce(t *testing.T) bool {
+	wrote := make(chan [2]time.Time, 1)
+	url := rawServer(t, net.ListenConfig{}, func(c net.Conn) {
+		t0 := time.Now()
+		_, _ = io.WriteString(c, "hello")
+		wrote <- [2]time.Time{t0, time.Now()}
+		_, _ = io.Copy(io.Discard, c)
+	})
+	clk := &clock{start: time.Now()}
+	re, err := newReactor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer re.close()
+	re.clk = clk
+	ap, err := netip.ParseAddrPort(strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var at, readAt int64
+	var w [2]time.Time
+	var stamped bool
+	re.submit(func() {
+		nc, err := re.dial(context.Background(), ap)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer nc.Close()
+		w = <-wrote // (a buffered channel: the reactor waits only for the write)
+		time.Sleep(30 * time.Millisecond)
+		buf := make([]byte, 16)
+		n, err := nc.Read(buf)
+		readAt = clk.now()
+		if err == nil && string(buf[:n]) != "hello" {
+			err = fmt.Errorf("read %q", buf[:n])
+		}
+		at = nc.(*rconn).arrived()
+		stamped = nc.(*rconn).rx.real != 0
+		done <- err
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !stamped {
+		t.Log("read unstamped; again")
+		return false
+	}
+	lo, hi := int64(w[0].Sub(clk.start)), int64(w[1].Sub(clk.start))
+	t.Logf("written %v..%v, stamped %v, read %v", time.Duration(lo), time.Duration(hi), time.Duration(at), time.Duration(readAt))
+	if at < lo-int64(time.Microsecond) || at > hi+int64(time.Millisecond) || readAt-at < int64(25*time.Millisecond) {
+		t.Errorf("stamped %v: want within the write (%v..%v), 30 ms before the read at %v", time.Duration(at), time.Duration(lo), time.Duration(hi), time.Duration(readAt))
+	}
+	return true
 }

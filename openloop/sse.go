@@ -230,11 +230,17 @@ type streamState struct {
 	haveUsage       bool
 	usagePrompt     int    // usage.prompt_tokens
 	havePrompt      bool   // the usage chunk gave prompt_tokens
+	usageCached     int    // usage.prompt_tokens_details.cached_tokens
+	haveCached      bool   // the usage chunk gave cached_tokens
 	onFirst         func() // called at the first content chunk, if set
+	// floorNs: no time of the stream reads earlier (the response head's;
+	// then each event's). Two clock readings converted from the kernel's
+	// receive times can be nanoseconds out of order.
+	floorNs int64
 }
 
-func (st *streamState) reset() {
-	*st = streamState{times: st.times[:0]}
+func (st *streamState) reset(floorNs int64) {
+	*st = streamState{times: st.times[:0], floorNs: floorNs}
 }
 
 // errStream is an error reported by the server inside the stream.
@@ -255,7 +261,8 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 			}
 			return err
 		}
-		t := now()
+		t := max(now(), st.floorNs)
+		st.floorNs = t
 		if isDone(data) {
 			return nil
 		}
@@ -282,6 +289,9 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 		}
 		if c.prompt {
 			st.usagePrompt, st.havePrompt = c.promptTokens, true
+		}
+		if c.cached {
+			st.usageCached, st.haveCached = c.cachedTokens, true
 		}
 	}
 }

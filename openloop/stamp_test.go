@@ -34,7 +34,7 @@ func TestSendStampPrecedesServer(t *testing.T) {
 				for _, e := range s.Entries() {
 					byID[e.RequestID] = e
 				}
-				var errs []time.Duration
+				var errs, sendSide, recvSide []time.Duration
 				var bad []string
 				for _, r := range res.Records {
 					e, ok := byID[r.RequestID]
@@ -49,10 +49,14 @@ func TestSendStampPrecedesServer(t *testing.T) {
 						bad = append(bad, fmt.Sprintf("%d: first token %v before the server flushed it", r.ID, d))
 					}
 					errs = append(errs, r.TTFT()-e.TTFT())
+					sendSide, recvSide = append(sendSide, e.Arrival.Sub(sent)), append(recvSide, first.Sub(e.FirstFlush))
 				}
-				sort.Slice(errs, func(i, j int) bool { return errs[i] < errs[j] })
-				q := func(p float64) time.Duration { return errs[int(p*float64(len(errs)-1))] }
-				t.Logf("%d requests: TTFT client − server min %v p50 %v p99 %v max %v", len(errs), errs[0], q(0.5), q(0.99), errs[len(errs)-1])
+				for _, d := range [][]time.Duration{errs, sendSide, recvSide} {
+					sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+				}
+				q := func(d []time.Duration, p float64) time.Duration { return d[int(p*float64(len(d)-1))] }
+				t.Logf("%d requests: TTFT client − server min %v p50 %v p99 %v max %v; of which send to handler entry p50 %v p99 %v, flush to first token p50 %v p99 %v",
+					len(errs), errs[0], q(errs, 0.5), q(errs, 0.99), errs[len(errs)-1], q(sendSide, 0.5), q(sendSide, 0.99), q(recvSide, 0.5), q(recvSide, 0.99))
 				if len(bad) > 0 {
 					t.Errorf("%d of %d requests break causality: %s", len(bad), len(res.Records), strings.Join(bad[:min(len(bad), 8)], "; "))
 				}

@@ -2,7 +2,9 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 // already recorded in sweep.json (an interrupted one) is always finished
 // first, in its recorded order, so pairing by block holds.
 func (s *Sweep) blocks(ctx context.Context) error {
+	renew := false // the previous block ended per-block allocations
 	for b := 1; ; b++ {
 		blk := s.store.recordedBlock(b)
 		if blk == nil {
@@ -31,8 +34,10 @@ func (s *Sweep) blocks(ctx context.Context) error {
 			}
 			s.prog.grow(s.store.plannedRuns(s.m.Repeat.Min))
 		}
-		if err := s.renewAllocations(ctx); err != nil {
-			return err
+		if renew {
+			if err := s.renewAllocations(ctx); err != nil {
+				return err
+			}
 		}
 		for _, id := range blk.Order {
 			cell, ok := s.cells[id]
@@ -43,7 +48,8 @@ func (s *Sweep) blocks(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := s.endBlockAllocations(ctx, b); err != nil {
+		var err error
+		if renew, err = s.endBlockAllocations(ctx, b); err != nil {
 			return err
 		}
 	}
@@ -121,4 +127,89 @@ func (s *Sweep) recordStop(v plan.View, stop plan.Stop) error {
 	return s.store.recordStop(&StopRecord{Reason: stop.Reason, Blocks: v.Done, RelHalf: conv.RelHalf, Target: s.m.Repeat.RelCI, Metric: s.m.Repeat.Metric,
 		Primary: s.m.Repeat.Metric, CompHalf: conv.CompHalf, Stage1Blocks: v.FirstStage(), Converged: conv.Converged,
 		RuleStop: stop.ByRule, UnusableCompar: conv.Unusable})
+}
+
+// runOutcome is what one run produced.
+type runOutcome struct {
+	entry   JournalEntry
+	summary *results.RunSummary
+	gaveUp  bool // this failure gave the cell up
+}
+
+// runOne performs one (cell, block) run and journals it. It returns an error
+// only when the sweep must stop (interrupted, disk full); a failed run is an
+// outcome with status "failed". attempt is 1, or the number of a re-run in
+// place (runCell), which goes to a directory of its own (b<k>-try<n>) and
+// whose journal line supersedes the earlier ones.
+func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64, attempt int) (*runOutcome, error) {
+	rel := filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
+	if attempt > 1 {
+		rel += "-try" + strconv.Itoa(attempt)
+	}
+	dir := filepath.Join(s.store.dir, rel)
+	if err := moveAside(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create run directory: %w", err)
+	}
+	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.fleet.slurmNodes()}
+	if attempt > 1 {
+		entry.Attempt = attempt
+	}
+	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
+
+	sum, runErr := s.measurer.measure(ctx, run{cell: cell, block: block, seed: seed, dir: dir})
+	if runErr == nil {
+		if err := s.store.checkRunGPUs(dir, s.opts.Force); err != nil {
+			return nil, err // no journal line: the run is redone if the user forces
+		}
+	}
+	if ctx.Err() != nil {
+		// Interrupted: no journal line, so resume redoes this run.
+		return nil, ErrInterrupted
+	}
+	entry.Finished = time.Now().UTC()
+	if runErr != nil {
+		entry.Status, entry.Reason = results.VerdictFailed, s.redact(runErr.Error())
+		if err := s.fleet.lostAllocation(ctx, runErr); err != nil {
+			// Not the run's fault: resume redoes it in a new allocation.
+			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
+		}
+		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
+			// Not the run's fault, and every later run would fail the same
+			// way: stop the sweep with no journal line, so resume redoes it.
+			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, runErr)
+		}
+	} else {
+		// results.Decide, inside SummarizeRun, is the one place a verdict
+		// is decided; the journal records it.
+		entry.Status, entry.Reason = sum.Verdict, s.redact(strings.Join(sum.VerdictReasons, "; "))
+	}
+	// The journal line comes only after the run directory is complete and
+	// durable: a run with a line is never redone, so its files must be there.
+	if err := syncTree(dir); err != nil {
+		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
+	}
+	entry.Self = selfUsage()
+	gaveUp, err := s.store.ledger.record(entry)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case entry.Status == results.VerdictFailed:
+		s.prog.finish("FAILED: " + firstLine(entry.Reason))
+	case !entry.Status.Usable():
+		s.prog.finish(fmt.Sprintf("NOT A RESULT (%s): %s", entry.Status, firstLine(entry.Reason)))
+	default:
+		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2)))
+	}
+	return &runOutcome{entry: entry, summary: sum, gaveUp: gaveUp}, nil
+}
+
+func fmtPtr(v *float64, prec int) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', prec, 64)
 }

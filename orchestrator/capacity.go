@@ -134,7 +134,7 @@ func (s *Sweep) capacityRuns(rc *recordedCapacity, completeOnly bool) []results.
 	if completeOnly {
 		blocks = plannedBlocks(s.store.state.CapacityRounds, rc.Blocks)
 	}
-	return capacityRuns(s.store.dir, cells, s.store.ledger.runs, rc.Metric, blocks, s.store.values)
+	return capacityRuns(s.store.dir, cells, s.store.ledger.runs, rc.metrics(), blocks, s.store.values)
 }
 
 // plannedBlocks is, per cell of the recorded rounds, how many blocks it runs
@@ -156,7 +156,7 @@ func plannedBlocks(rounds []plan.Round, all int) map[string]int {
 // for ok runs, the metric (NaN when its summary cannot be read); with
 // complete set, only those of cells that have all their planned blocks
 // journaled (what the plan may depend on).
-func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntry, metric string, complete map[string]int, values runValues) []results.CapacityRun {
+func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntry, metrics []string, complete map[string]int, values runValues) []results.CapacityRun {
 	var out []results.CapacityRun
 	for _, c := range cells {
 		var mine []JournalEntry
@@ -171,7 +171,13 @@ func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntr
 		for _, e := range mine {
 			r := results.CapacityRun{Config: c.Config, Shape: c.Shape, Cell: c.ID, Rate: c.Rate, Block: e.Block, Attempt: c.Attempt, Status: e.Status, Value: math.NaN()}
 			if e.Status.Usable() {
-				r.Value, _ = values.get(dir, e, metric)
+				r.Value, _ = values.get(dir, e, metrics[0])
+				if len(metrics) > 1 {
+					r.Values = map[string]float64{}
+					for _, m := range metrics {
+						r.Values[m], _ = values.get(dir, e, m)
+					}
+				}
 			}
 			out = append(out, r)
 		}
@@ -215,7 +221,7 @@ func capacityExport(dir string, st *SweepState, entries []JournalEntry) (*result
 	if err != nil || rc == nil {
 		return nil, err
 	}
-	runs := capacityRuns(dir, st.Cells, journalIndex(entries), rc.Metric, nil, nil)
+	runs := capacityRuns(dir, st.Cells, journalIndex(entries), rc.metrics(), nil, nil)
 	rep := results.AnalyzeCapacity(rc.spec(), runs)
 	rep.Simulated = st.Simulated
 	for i := range rep.Searches {
@@ -274,8 +280,30 @@ func recordedCapacityOf(st *SweepState) (*recordedCapacity, error) {
 }
 
 func (rc *recordedCapacity) spec() results.CapacitySpec {
-	return results.CapacitySpec{Metric: rc.Metric, MaxMs: rc.MaxMs, Lo: rc.Lo, Hi: rc.Hi, Tolerance: rc.Tolerance,
+	sp := results.CapacitySpec{Metric: rc.Metric, MaxMs: rc.MaxMs, Lo: rc.Lo, Hi: rc.Hi, Tolerance: rc.Tolerance,
 		Blocks: rc.Blocks, Confidence: rc.confidence, Baseline: rc.baseline, Configs: rc.configs, Shapes: rc.shapes}
+	if len(rc.Constraints) > 0 {
+		for _, c := range rc.Constraints {
+			sp.Bounds = append(sp.Bounds, results.Bound{Metric: c.Metric, MaxMs: c.MaxMs, Min: c.Min})
+		}
+		sp.Metric, sp.MaxMs = rc.Constraints[0].Metric, 0
+		if x := rc.Constraints[0].MaxMs; x != nil {
+			sp.MaxMs = *x
+		}
+	}
+	if rc.Concurrency() {
+		sp.Over = matrices.OverConcurrency
+	}
+	return sp
+}
+
+// metrics are the metrics the search's bounds name, the first first.
+func (rc *recordedCapacity) metrics() []string {
+	var out []string
+	for _, b := range rc.Bounds() {
+		out = append(out, b.Metric)
+	}
+	return out
 }
 
 // errCapacityReplay: a resumed capacity search planned a round other than

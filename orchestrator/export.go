@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -92,7 +93,7 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 		Name:       st.Name,
 		Confidence: 0.95,
 		Blocks:     len(st.Blocks),
-		Env:        st.Fingerprint,
+		Env:        slurmEnv(st.Fingerprint, entries), // with the slurm job and nodes of the runs
 		Simulated:  st.Simulated,
 	}
 	// Everything written into the sweep directory was redacted when it was
@@ -102,6 +103,15 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 		return nil, fmt.Errorf("export %s: %w", dir, err)
 	}
 	sw.Baseline, sw.Compare = rm.Baseline, rm.Compare
+	if len(rm.Metadata) > 0 {
+		sw.Env = maps.Clone(sw.Env)
+		if sw.Env == nil {
+			sw.Env = map[string]string{}
+		}
+		for k, v := range rm.Metadata {
+			sw.Env["metadata: "+k] = v
+		}
+	}
 	sw.Confidence, sw.Metric, sw.RelCI = rm.Repeat.Confidence, rm.Repeat.Metric, rm.Repeat.RelCI
 	if ov.Confidence != 0 && ov.Confidence != sw.Confidence {
 		sw.Overrides = append(sw.Overrides, fmt.Sprintf("confidence %g, where the sweep recorded %g (mbench export --confidence)", ov.Confidence, sw.Confidence))

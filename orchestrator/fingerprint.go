@@ -36,6 +36,20 @@ func localGPUFingerprint() map[string]string {
 	return fp
 }
 
+// recordEngineVersion records the engine's version v in the fingerprint,
+// and refuses to mix results with another version unless forced.
+func (st *store) recordEngineVersion(v string, force bool) error {
+	old, had := st.state.Fingerprint["engine_version"]
+	if had && old != v && !force {
+		return fmt.Errorf("%w: engine version changed from %q to %q; results would mix two engines (use --force to accept)", errFingerprint, old, v)
+	}
+	if !had || old != v {
+		st.state.Fingerprint["engine_version"] = v
+		return st.save()
+	}
+	return nil
+}
+
 // checkRunGPUs records, per host, the GPUs a run's probes saw (gpu.jsonl),
 // and refuses to go on when a host's GPUs differ from those recorded by
 // earlier runs of the sweep, unless forced: results from two kinds of GPU

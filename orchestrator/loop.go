@@ -2,10 +2,8 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -29,7 +27,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	}
 	defer s.prog.close()
 	var err error
-	if err = s.prepareHosts(ctx); err != nil {
+	if err = s.fleet.prepare(ctx); err != nil {
 		s.teardown(ctx)
 		if ctx.Err() != nil {
 			return nil, s.interrupted()
@@ -45,6 +43,9 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 		err = s.capacity(ctx) // a search over rates instead of fixed-rate blocks (capacity.go)
 	} else {
 		err = s.blocks(ctx)
+	}
+	if err == nil {
+		s.completeAllocations(ctx) // a finished sweep's Slurm jobs end COMPLETED
 	}
 	cerr := s.teardown(ctx)
 	if err != nil {
@@ -106,26 +107,6 @@ func (s *Sweep) resumeHint() string {
 		return s.opts.ResumeHint
 	}
 	return "mbench resume " + shquote.Quote(s.store.dir)
-}
-
-func engineVersion(ctx context.Context, base string) string {
-	c := &http.Client{Timeout: 2 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/version", nil)
-	if err != nil {
-		return ""
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Version string `json:"version"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&v) != nil {
-		return ""
-	}
-	return v.Version
 }
 
 // unusableCells names the cells of rep with no usable run, with the

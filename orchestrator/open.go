@@ -40,7 +40,7 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 	}
 	matrixAbs, _ := filepath.Abs(matrixPath)
 	s := newSweep(m, abs, opts)
-	if s.request, err = m.LoadRequest(); err != nil {
+	if s.runner.request, err = m.LoadRequest(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(abs, 0o755); err != nil {
@@ -113,7 +113,7 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 		return nil, fmt.Errorf("resume %s: %w", dir, err)
 	}
 	s := newSweep(m, abs, opts)
-	if s.request, err = m.LoadRequest(); err != nil {
+	if s.runner.request, err = m.LoadRequest(); err != nil {
 		return nil, err
 	}
 	s.store.state = st

@@ -436,23 +436,15 @@ func instanceURLs(es *engineSet) []string {
 
 // checkEngineVersion records the engine's version in the fingerprint, and
 // refuses to mix results with another version unless forced.
-func (s *Sweep) checkEngineVersion(ctx context.Context, es *engineSet) error {
+func (s *runner) checkEngineVersion(ctx context.Context, es *engineSet) error {
 	if len(es.procs) == 0 {
 		return nil
 	}
-	v := engineVersion(ctx, es.procs[0].url)
+	v := s.profile().VersionOf(ctx, nil, es.procs[0].url)
 	if v == "" {
 		return nil
 	}
-	old, had := s.state.Fingerprint["engine_version"]
-	if had && old != v && !s.opts.Force {
-		return fmt.Errorf("%w: engine version changed from %q to %q; results would mix two engines (use --force to accept)", errFingerprint, old, v)
-	}
-	if !had || old != v {
-		s.state.Fingerprint["engine_version"] = v
-		return writeSweep(s.dir, s.state)
-	}
-	return nil
+	return s.store.recordEngineVersion(v, s.force)
 }
 
 var errFingerprint = errors.New("environment fingerprint changed")

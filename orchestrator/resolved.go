@@ -7,7 +7,7 @@ import (
 
 // recordedMethod is what export needs of the matrix as the sweep recorded
 // it in sweep.json: the baseline, the compared metrics and the stopping
-// rule's metric, target and confidence.
+// rule's metric, target and confidence, and the user's metadata.
 type recordedMethod struct {
 	Baseline string   `json:"baseline"`
 	Compare  []string `json:"compare"`
@@ -17,6 +17,9 @@ type recordedMethod struct {
 		RelCI      float64 `json:"rel_ci"`
 		Max        int     `json:"max"`
 	} `json:"repeat"`
+	// Metadata is the matrix's metadata section: the user's record of the
+	// sweep (vllm bench serve's --metadata), shown in the report.
+	Metadata map[string]string `json:"metadata"`
 }
 
 // resolvedMethod reads the method from the resolved matrix recorded in

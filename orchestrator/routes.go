@@ -26,7 +26,7 @@ import (
 var routesClient = &http.Client{Timeout: 10 * time.Second}
 
 // resetRoutes clears the router's routing log, when there is a router.
-func (s *Sweep) resetRoutes(ctx context.Context, es *engineSet) {
+func (s *runner) resetRoutes(ctx context.Context, es *engineSet) {
 	if es.router == nil {
 		return
 	}
@@ -42,7 +42,7 @@ func (s *Sweep) resetRoutes(ctx context.Context, es *engineSet) {
 // saveRoutes writes the router's routing log and breakdown into dir and
 // returns each request's new-token estimate by request id (nil without a
 // routing log).
-func (s *Sweep) saveRoutes(ctx context.Context, es *engineSet, dir string) (map[int]int, error) {
+func (s *runner) saveRoutes(ctx context.Context, es *engineSet, dir string) (map[int]int, error) {
 	if es.router == nil {
 		return nil, nil
 	}
@@ -81,7 +81,7 @@ func (s *Sweep) saveRoutes(ctx context.Context, es *engineSet, dir string) (map[
 // (class_basis) and each request's figure by id: the ideal cache's new
 // tokens of a trace shape (config-independent: the default), the router's
 // estimate (routing-dependent, asked for), or the input tokens (nil).
-func (s *Sweep) classTokens(cell matrices.Cell, routerNewTok map[int]int) (results.ClassBasis, map[int]int) {
+func (s *runner) classTokens(cell matrices.Cell, routerNewTok map[int]int) (results.ClassBasis, map[int]int) {
 	basis := s.m.ClassBasis
 	if basis == matrices.ClassBasisAuto || basis == "" {
 		basis = matrices.ClassBasisInput

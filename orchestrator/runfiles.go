@@ -25,7 +25,7 @@ import (
 // collectSteps fetches each instance's step log from the offset it had at
 // the start of the run, keeps the lines inside the measured window, writes
 // them to the run directory and summarizes them.
-func (s *Sweep) collectSteps(ctx context.Context, es *engineSet, offsets []int64, res *openloop.Result, dir string) (*probes.StepStats, error) {
+func (s *runner) collectSteps(ctx context.Context, es *engineSet, offsets []int64, res *openloop.Result, dir string) (*probes.StepStats, error) {
 	flush := 300 * time.Millisecond // the sim flushes its step log every 200 ms
 	if !s.isSim() {
 		flush = 1500 * time.Millisecond // the vLLM plugin flushes at least once a second
@@ -79,7 +79,7 @@ func (s *Sweep) collectSteps(ctx context.Context, es *engineSet, offsets []int64
 // ended at or after windowEnd — the event that says the window's steps are
 // all on disk — polling its tail at short, growing intervals, at most for
 // limit (an engine idle since before windowEnd writes no such step).
-func (s *Sweep) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd time.Time, limit time.Duration) error {
+func (s *runner) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd time.Time, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	endUs := windowEnd.UnixMicro()
 	pending := make([]*engineProc, 0, len(es.procs))
@@ -145,7 +145,7 @@ func lastStepEndUs(ctx context.Context, p *engineProc) (tsUs, size int64) {
 // mergeWorkers folds the worker-side get_finished timings that vLLM worker
 // processes log per pid into the engine's step lines; without worker files
 // the lines pass through unchanged (and the stats are nil).
-func (s *Sweep) mergeWorkers(ctx context.Context, p *engineProc, main *bytes.Buffer, out *bytes.Buffer) (*probes.MergeStats, error) {
+func (s *runner) mergeWorkers(ctx context.Context, p *engineProc, main *bytes.Buffer, out *bytes.Buffer) (*probes.MergeStats, error) {
 	files := workerLogs(ctx, p.host, p.stepLog)
 	if len(files) == 0 {
 		_, err := out.Write(main.Bytes())

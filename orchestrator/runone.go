@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"math"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
@@ -37,94 +35,29 @@ type measurer interface {
 	measure(ctx context.Context, r run) (*results.RunSummary, error)
 }
 
-// runOutcome is what one run produced.
-type runOutcome struct {
-	entry   JournalEntry
-	summary *results.RunSummary
-	gaveUp  bool // this failure gave the cell up
+// runner measures one run: it makes sure the run's engine set is up
+// (reusing the running one when the launch is the same), waits at the gate,
+// starts the probes and the /metrics window, drives the load, collects the
+// step log and the router's log, and summarizes and judges the run into its
+// directory. It journals nothing: that is the loop's.
+type runner struct {
+	*sweepLog
+	m       *matrices.Matrix
+	store   *store // the engine's version goes into the fingerprint
+	engines *launcher
+	instr   *instruments
+	// runtime renders the matrix's launches (where mbench and the step logs
+	// are on each host, the address engines bind).
+	runtime func() matrices.Runtime
+	request openloop.Request // what every request carries, its API key read when the sweep started
+	force   bool             // accept a changed engine version
 }
 
-// runOne performs one (cell, block) run and journals it. It returns an error
-// only when the sweep must stop (interrupted, disk full); a failed run is an
-// outcome with status "failed". attempt is 1, or the number of a re-run in
-// place (runCell), which goes to a directory of its own (b<k>-try<n>) and
-// whose journal line supersedes the earlier ones.
-func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64, attempt int) (*runOutcome, error) {
-	rel := filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
-	if attempt > 1 {
-		rel += "-try" + strconv.Itoa(attempt)
-	}
-	dir := filepath.Join(s.store.dir, rel)
-	if err := moveAside(dir); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create run directory: %w", err)
-	}
-	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.slurmNodes()}
-	if attempt > 1 {
-		entry.Attempt = attempt
-	}
-	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
-
-	sum, runErr := s.measurer.measure(ctx, run{cell: cell, block: block, seed: seed, dir: dir})
-	if runErr == nil {
-		if err := s.store.checkRunGPUs(dir, s.opts.Force); err != nil {
-			return nil, err // no journal line: the run is redone if the user forces
-		}
-	}
-	if ctx.Err() != nil {
-		// Interrupted: no journal line, so resume redoes this run.
-		return nil, ErrInterrupted
-	}
-	entry.Finished = time.Now().UTC()
-	if runErr != nil {
-		entry.Status, entry.Reason = results.VerdictFailed, s.redact(runErr.Error())
-		if err := s.lostAllocation(ctx, runErr); err != nil {
-			// Not the run's fault: resume redoes it in a new allocation.
-			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
-		}
-		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
-			// Not the run's fault, and every later run would fail the same
-			// way: stop the sweep with no journal line, so resume redoes it.
-			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, runErr)
-		}
-	} else {
-		// results.Decide, inside SummarizeRun, is the one place a verdict
-		// is decided; the journal records it.
-		entry.Status, entry.Reason = sum.Verdict, s.redact(strings.Join(sum.VerdictReasons, "; "))
-	}
-	// The journal line comes only after the run directory is complete and
-	// durable: a run with a line is never redone, so its files must be there.
-	if err := syncTree(dir); err != nil {
-		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
-	}
-	entry.Self = selfUsage()
-	gaveUp, err := s.store.ledger.record(entry)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case entry.Status == results.VerdictFailed:
-		s.prog.finish("FAILED: " + firstLine(entry.Reason))
-	case !entry.Status.Usable():
-		s.prog.finish(fmt.Sprintf("NOT A RESULT (%s): %s", entry.Status, firstLine(entry.Reason)))
-	default:
-		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2)))
-	}
-	return &runOutcome{entry: entry, summary: sum, gaveUp: gaveUp}, nil
-}
-
-func fmtPtr(v *float64, prec int) string {
-	if v == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(*v, 'f', prec, 64)
-}
+func (s *runner) isSim() bool { return s.m.Engine.Kind == matrices.EngineSim }
 
 // measure is the body of a run: engine, gate, probes, load, step log,
 // summary. Everything it writes lands in r.dir.
-func (s *Sweep) measure(ctx context.Context, r run) (*results.RunSummary, error) {
+func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error) {
 	cell, block, seed, dir := r.cell, r.block, r.seed, r.dir
 	es, err := s.ensureEngine(ctx, cell, r.key())
 	if err != nil {
@@ -146,8 +79,9 @@ func (s *Sweep) measure(ctx context.Context, r run) (*results.RunSummary, error)
 		probeStop()
 		return nil, fmt.Errorf("create metrics.jsonl: %w", err)
 	}
-	win := newMetricsWindow(ctx, instanceURLs(es), metricsFile, time.Second)
+	win := newMetricsWindow(ctx, instanceURLs(es), metricsFile, time.Second, s.profile().Metrics)
 	cfg := s.loadConfig(cell, block, seed, es.targets)
+	cfg.Vocab = es.vocab
 	sink := &sinkWriter{w: reqFile}
 	cfg.Sink = sink
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
@@ -183,7 +117,7 @@ func (s *Sweep) measure(ctx context.Context, r run) (*results.RunSummary, error)
 	}
 	basis, classTok := s.classTokens(cell, newTok)
 	sum.Classes = results.SummarizeClasses(res.Records, basis, classTok, s.m.ClassBounds)
-	sum.Instances = results.SummarizeInstances(before, after)
+	sum.Instances = results.SummarizeInstances(s.profile().Metrics, before, after)
 	if err := results.WriteRunSummary(filepath.Join(dir, "summary_A.json"), sum); err != nil {
 		return nil, fmt.Errorf("write summary_A.json: %w", err)
 	}
@@ -211,9 +145,12 @@ func stepLogOffsets(ctx context.Context, es *engineSet) []int64 {
 // connection from the one before. An engine that dies mid-run ends the load
 // at once rather than after measure.timeout of requests to a dead port.
 func driveLoad(ctx context.Context, es *engineSet, cfg openloop.Config) (*openloop.Result, error) {
-	tr := openloop.NewTransport()
-	defer tr.CloseIdleConnections()
-	cfg.Client = &http.Client{Transport: tr}
+	// No Config.Client: plain-http targets go over the load generator's own
+	// HTTP/1.1 client, which never loses a request to a server that closes
+	// its connections after a response (llama-server does after every
+	// stream); net/http does not resend a POST that met a closed idle
+	// connection. Either client closes the run's connections when it ends.
+	cfg.Client = nil
 	loadCtx, loadCancel := context.WithCancel(ctx)
 	defer loadCancel()
 	stopWatch := watchEngines(loadCtx, es, loadCancel)
@@ -224,7 +161,7 @@ func driveLoad(ctx context.Context, es *engineSet, cfg openloop.Config) (*openlo
 // loadOutcome says whether the load left a run to summarize: not when the
 // sweep was interrupted, an engine died (it is stopped, its log tail
 // quoted), or a file of the run could not be written.
-func (s *Sweep) loadOutcome(ctx context.Context, es *engineSet, sinkErr, loadErr, closeErr, scrErr error) error {
+func (s *runner) loadOutcome(ctx context.Context, es *engineSet, sinkErr, loadErr, closeErr, scrErr error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -270,13 +207,13 @@ func arrivalName(p string, sh matrices.Shape) string {
 	if p == "" {
 		return openloop.ArrivalPoisson
 	}
-	return p
+	return p // matrices.ArrivalBurst names itself
 }
 
 // ensureEngine reuses the running engine when the next run has the same
 // launch spec, else tears it down and launches the one the cell needs for
 // the run named run.
-func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell, run string) (*engineSet, error) {
+func (s *runner) ensureEngine(ctx context.Context, cell matrices.Cell, run string) (*engineSet, error) {
 	l, err := s.m.Launch(cell.Config, s.runtime())
 	if err != nil {
 		return nil, fmt.Errorf("render launch of config %s: %w", cell.Config, err)
@@ -300,15 +237,19 @@ func (s *Sweep) ensureEngine(ctx context.Context, cell matrices.Cell, run string
 	if err := s.checkEngineVersion(ctx, es); err != nil {
 		return nil, err
 	}
+	if err := s.learnVocab(ctx, es); err != nil {
+		return nil, err
+	}
 	return es, nil
 }
 
 // loadConfig maps a cell onto the load generator.
-func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []string) openloop.Config {
+func (s *runner) loadConfig(cell matrices.Cell, block int, seed int64, targets []string) openloop.Config {
 	ms := s.m.Measure
-	return openloop.Config{
+	cfg := openloop.Config{
 		Targets:      targets,
 		Model:        s.m.RequestModel(),
+		TokenIDs:     s.m.Engine.TokenIDs,
 		Endpoint:     s.m.Endpoint,
 		Request:      s.request,
 		Rate:         cell.Rate,
@@ -324,12 +265,20 @@ func (s *Sweep) loadConfig(cell matrices.Cell, block int, seed int64, targets []
 		Cell:         cell.ID,
 		Block:        block, RequestTimeout: ms.RequestTimeout,
 	}
+	if s.m.Arrival.Process == matrices.ArrivalBurst { // min_completed requests, all due at once
+		cfg.Rate, cfg.Requests, cfg.MinCompleted = math.Inf(1), ms.MinCompleted, 0
+	}
+	return cfg
 }
 
 // loadArrival is the matrix's arrival for a cell at rate: in a closed loop
-// the cell's rate is its in-flight level.
+// the cell's rate is its in-flight level; a burst is an infinite rate of
+// any process (loadConfig).
 func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
 	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness, Ramp: a.Ramp, MaxInFlight: a.MaxInFlight}
+	if a.Process == matrices.ArrivalBurst {
+		out.Process = openloop.ArrivalPoisson
+	}
 	if a.Process == openloop.ArrivalConcurrency {
 		out.InFlight = int(rate)
 	}
@@ -337,7 +286,7 @@ func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
 }
 
 // policy is what a run of cell is held to for its verdict.
-func (s *Sweep) policy(cell matrices.Cell) results.Policy {
+func (s *runner) policy(cell matrices.Cell) results.Policy {
 	p := results.Policy{MinCompleted: minCompleted(s.m.Measure.MinCompleted, cell.Shape),
 		MaxErrorRate: s.m.Measure.MaxErrorRate, MaxErrorRateSet: s.m.Measure.MaxErrorRateSet}
 	if s.m.SLO != nil {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -25,7 +27,7 @@ func slurmConfig(m *matrices.Matrix, name, dir, sweepID string) hosts.SlurmConfi
 		Name: name, JobName: "mbench-" + sweepID, JobFile: filepath.Join(dir, "slurm-"+name+".json"),
 		Partition: sl.Partition, Account: sl.Account, Constraint: sl.Constraint, TimeLimit: matrices.SlurmTime(sl.TimeLimit),
 		GPUsPerNode: sl.GPUsPerNode, CPUsPerStep: sl.CPUsPerInstance, Options: sl.Options, StepOptions: sl.StepOptions,
-		Steps: maxInstancesOn(m, name), Nodes: sl.Nodes,
+		Steps: maxInstancesOn(m, name), Nodes: sl.Nodes, Mem: sl.Mem, Exclusive: sl.Exclusive, MaxWait: sl.MaxWait,
 	}
 }
 
@@ -52,11 +54,21 @@ func maxInstancesOn(m *matrices.Matrix, name string) int {
 }
 
 // dialSlurm reuses the sweep's live allocation for a slurm host or asks
-// Slurm for a new one. salloc, srun, squeue and scancel run on the host's
+// Slurm for a new one; where mbench runs inside an allocation (a batch job:
+// SLURM_JOB_ID) a slurm host without a login address uses that one, and no
+// job is nested in it. sbatch, srun, squeue and scancel run on the host's
 // login machine: this one, or the host's address over SSH.
 func (f *fleet) dialSlurm(ctx context.Context, name string) (hosts.Host, error) {
 	cfg := slurmConfig(f.m, name, f.dir, f.sweepID)
 	cfg.Warn = f.warn
+	if isLocal(f.m.Hosts[name].Address) && f.slurmJob != "" {
+		for _, other := range f.m.HostOrder {
+			if hc := f.m.Hosts[other]; other != name && hc.IsSlurm() && isLocal(hc.Address) {
+				return nil, fmt.Errorf("host %s: mbench runs inside slurm job %s, which hosts %s and %s cannot both use: give one an address (its login machine) or run mbench outside the allocation", name, f.slurmJob, name, other)
+			}
+		}
+		cfg.Inside = f.slurmJob
+	}
 	login, err := f.dialMachine(ctx, name)
 	if err != nil {
 		return nil, err
@@ -70,8 +82,27 @@ func (f *fleet) dialSlurm(ctx context.Context, name string) (hosts.Host, error) 
 	if reused {
 		verb = "reusing"
 	}
-	fmt.Fprintf(f.warn, "host %s: %s slurm job %s (%s) on node %s\n", name, verb, s.JobID(), cfg.JobName, s.Node())
+	a := s.Allocation()
+	if a.Inside {
+		verb = "inside"
+	}
+	fmt.Fprintf(f.warn, "host %s: %s slurm job %s (%s) on %s %s\n", name, verb, a.JobID, a.JobName, plural(len(a.Nodes), "node"), strings.Join(a.Nodes, ","))
 	return s, nil
+}
+
+// plural is "node" or "nodes" as n asks.
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
+// nodeHost is h's node capability: the allocation a Slurm host's engines
+// run in. Other hosts have none.
+func nodeHost(h hosts.Host) (hosts.NodeHost, bool) {
+	nh, ok := h.(hosts.NodeHost)
+	return nh, ok
 }
 
 // slurmReach is the URL of port on a slurm host's node, once allocated: the
@@ -83,11 +114,15 @@ func (f *fleet) slurmReach(ctx context.Context, name string, i, port int) (strin
 	if err != nil {
 		return "", err
 	}
-	s := h.(*hosts.Slurm)
-	if i < 0 || i >= len(s.Nodes()) {
-		return "", fmt.Errorf("host %s: node %d of a %d-node allocation", name, i, len(s.Nodes()))
+	nh, ok := nodeHost(h)
+	if !ok {
+		return "", fmt.Errorf("host %s: not an allocation's host", name)
 	}
-	node := net.JoinHostPort(s.NodeAddrOf(i), strconv.Itoa(port))
+	a := nh.Allocation()
+	if i < 0 || i >= len(a.Nodes) {
+		return "", fmt.Errorf("host %s: node %d of a %d-node allocation", name, i, len(a.Nodes))
+	}
+	node := net.JoinHostPort(a.NodeAddr(i), strconv.Itoa(port))
 	if !f.m.Hosts[name].Tunnel {
 		return "http://" + node, nil
 	}
@@ -95,25 +130,25 @@ func (f *fleet) slurmReach(ctx context.Context, name string, i, port int) (strin
 	if a, ok := f.tunnels[key]; ok {
 		return "http://" + a, nil
 	}
-	a, err := s.Forward(ctx, node)
+	fwd, err := nh.Forward(ctx, node)
 	if err != nil {
 		return "", fmt.Errorf("host %s: tunnel to %s through the login machine: %w", name, node, err)
 	}
-	f.tunnels[key] = a
-	return "http://" + a, nil
+	f.tunnels[key] = fwd
+	return "http://" + fwd, nil
 }
 
 // bind is the address engines bind: bindAddr's answer, except that a slurm
 // host's engines bind all interfaces unless its node is reached at a
 // loopback address (a one-machine cluster).
-func (s *Sweep) bind() string {
-	b := bindAddr(s.m)
-	for _, name := range s.m.HostOrder {
-		if !s.m.Hosts[name].IsSlurm() {
+func (f *fleet) bind() string {
+	b := bindAddr(f.m)
+	for _, name := range f.m.HostOrder {
+		if !f.m.Hosts[name].IsSlurm() {
 			continue
 		}
-		h, ok := s.fleet.connected(name)
-		if sl, isSlurm := h.(*hosts.Slurm); ok && isSlurm && allLoopback(sl) {
+		h, ok := f.connected(name)
+		if nh, isNode := nodeHost(h); ok && isNode && allLoopback(nh.Allocation()) {
 			continue
 		}
 		return "0.0.0.0"
@@ -135,9 +170,9 @@ func dryRunBind(m *matrices.Matrix) string {
 
 // allLoopback reports whether every node of the allocation is reached at a
 // loopback address (a one-machine cluster).
-func allLoopback(sl *hosts.Slurm) bool {
-	for i := range sl.Nodes() {
-		if ip := net.ParseIP(sl.NodeAddrOf(i)); ip == nil || !ip.IsLoopback() {
+func allLoopback(a hosts.Allocation) bool {
+	for i := range a.Nodes {
+		if ip := net.ParseIP(a.NodeAddr(i)); ip == nil || !ip.IsLoopback() {
 			return false
 		}
 	}
@@ -147,24 +182,26 @@ func allLoopback(sl *hosts.Slurm) bool {
 // nodeRun runs cmd where h's engines run: on node i of a slurm host's
 // allocation as a step, else on the host.
 func nodeRun(ctx context.Context, h hosts.Host, i int, cmd string) ([]byte, []byte, error) {
-	if s, ok := h.(*hosts.Slurm); ok {
-		return s.RunOnNode(ctx, i, cmd)
+	if nh, ok := nodeHost(h); ok {
+		return nh.RunOnNode(ctx, i, cmd)
 	}
 	return h.Run(ctx, cmd)
 }
 
 // slurmNodes says where the slurm hosts of the sweep run, for the journal:
-// "host: slurm job J node N" for each connected slurm host.
-func (s *Sweep) slurmNodes() []string {
+// "host: slurm job J node N (cluster C)" (nodes N1,N2 for several) for each
+// connected slurm host.
+func (f *fleet) slurmNodes() []string {
 	var out []string
-	for _, name := range s.m.HostOrder {
-		if h, ok := s.fleet.connected(name); ok {
-			if sl, ok := h.(*hosts.Slurm); ok {
-				if n := sl.Nodes(); len(n) > 1 {
-					out = append(out, fmt.Sprintf("%s: slurm job %s nodes %s", name, sl.JobID(), strings.Join(n, ",")))
-				} else {
-					out = append(out, fmt.Sprintf("%s: slurm job %s node %s", name, sl.JobID(), sl.Node()))
+	for _, name := range f.m.HostOrder {
+		if h, ok := f.connected(name); ok {
+			if nh, ok := nodeHost(h); ok {
+				a := nh.Allocation()
+				line := fmt.Sprintf("%s: slurm job %s %s %s", name, a.JobID, plural(len(a.Nodes), "node"), strings.Join(a.Nodes, ","))
+				if a.Cluster != "" {
+					line += " (cluster " + a.Cluster + ")"
 				}
+				out = append(out, line)
 			}
 		}
 	}
@@ -173,11 +210,11 @@ func (s *Sweep) slurmNodes() []string {
 
 // lostAllocation returns runErr, wrapping hosts.ErrAllocationEnded, when
 // the run failed because a slurm host's allocation ended, else nil.
-func (s *Sweep) lostAllocation(ctx context.Context, runErr error) error {
+func (f *fleet) lostAllocation(ctx context.Context, runErr error) error {
 	if errors.Is(runErr, hosts.ErrAllocationEnded) {
 		return runErr
 	}
-	if err := s.slurmEnded(ctx); err != nil {
+	if err := f.slurmEnded(ctx); err != nil {
 		return fmt.Errorf("%v: %w", runErr, err)
 	}
 	return nil
@@ -185,11 +222,11 @@ func (s *Sweep) lostAllocation(ctx context.Context, runErr error) error {
 
 // slurmEnded returns an error wrapping hosts.ErrAllocationEnded when the
 // allocation of a connected slurm host has ended.
-func (s *Sweep) slurmEnded(ctx context.Context) error {
-	for _, name := range s.m.HostOrder {
-		if h, ok := s.fleet.connected(name); ok {
-			if sl, ok := h.(*hosts.Slurm); ok {
-				if err := sl.Alive(context.WithoutCancel(ctx)); err != nil {
+func (f *fleet) slurmEnded(ctx context.Context) error {
+	for _, name := range f.m.HostOrder {
+		if h, ok := f.connected(name); ok {
+			if nh, ok := nodeHost(h); ok {
+				if err := nh.Alive(context.WithoutCancel(ctx)); err != nil {
 					return err
 				}
 			}
@@ -198,18 +235,18 @@ func (s *Sweep) slurmEnded(ctx context.Context) error {
 	return nil
 }
 
-// dryRunSlurm prints the salloc line of each slurm host of the matrix.
+// dryRunSlurm prints the sbatch line of each slurm host of the matrix.
 func dryRunSlurm(w io.Writer, m *matrices.Matrix, dir, sweepID string) {
 	for _, name := range m.HostOrder {
 		if m.Hosts[name].IsSlurm() {
 			cfg := slurmConfig(m, name, dir, sweepID)
 			via := slurmVia(m.Hosts[name])
-			scope := "one allocation for the sweep, recorded in %s, cancelled when mbench exits"
+			scope := "one allocation for the sweep, recorded in %s, completed when the sweep is, cancelled if mbench stops first"
 			if m.Hosts[name].Slurm.Allocation == matrices.AllocationBlock {
-				scope = "a new allocation for every block (allocation: block), recorded in %s, cancelled when the block ends"
+				scope = "a new allocation for every block (allocation: block), recorded in %s, completed when the block ends"
 			}
-			fmt.Fprintf(w, "# [%s %s] "+scope+":\n#   $ %s\n", name, via, cfg.JobFile, cfg.SallocCommand())
-			fmt.Fprintf(w, "# [%s %s] engines are job steps; they bind 0.0.0.0 unless the node's address is loopback\n", name, via)
+			fmt.Fprintf(w, "# [%s %s] "+scope+" (inside an allocation, SLURM_JOB_ID, that one instead):\n#   $ %s\n", name, via, cfg.JobFile, cfg.SbatchCommand())
+			fmt.Fprintf(w, "# [%s %s] engines are job steps; they bind 0.0.0.0 unless the node's address is loopback; a stop is scancel --signal=TERM, engine.grace, scancel\n", name, via)
 			fmt.Fprintf(w, "# [%s %s] each run's probe is a step seeing every GPU of the allocation on a node, one per node the run uses:\n", name, via)
 			for i := range max(cfg.Nodes, 1) {
 				pname := "probe-" + name
@@ -232,7 +269,7 @@ func slurmVia(hc matrices.Host) string {
 }
 
 // slurmStep is command as a slurm host runs it, a job step of the
-// allocation (<job id> and <node> stand for what salloc grants); other
+// allocation (<job id> and <node> stand for what Slurm grants); other
 // hosts' commands are returned unchanged.
 func slurmStep(m *matrices.Matrix, host, state string, node int, name string, gpus int, command string) string {
 	if !m.Hosts[host].IsSlurm() {
@@ -248,4 +285,87 @@ func dryRunNode(m *matrices.Matrix, host string, i int) string {
 		return fmt.Sprintf("<node %d>", i)
 	}
 	return "<node>"
+}
+
+// nodeOf is matrices.Runtime.Node: the name and address of node i of a
+// connected slurm host's allocation.
+func (f *fleet) nodeOf(host string, i int) (name, addr string, ok bool) {
+	h, connected := f.connected(host)
+	nh, isNode := nodeHost(h)
+	if !connected || !isNode {
+		return "", "", false
+	}
+	a := nh.Allocation()
+	if i < 0 || i >= len(a.Nodes) {
+		return "", "", false
+	}
+	return a.Nodes[i], a.NodeAddr(i), true
+}
+
+// completeAllocations, once a sweep has finished, stops its engines and
+// ends the allocation of every connected slurm host as a success, so that
+// Slurm records the job COMPLETED (closing the hosts without it cancels
+// them). A failure to complete is said, not fatal: the allocation is then
+// cancelled when the hosts close.
+func (s *Sweep) completeAllocations(ctx context.Context) {
+	var done []hosts.NodeHost
+	for _, name := range s.m.HostOrder {
+		if h, ok := s.fleet.connected(name); ok {
+			if nh, ok := nodeHost(h); ok {
+				done = append(done, nh)
+			}
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	if err := s.engines.stop(ctx); err != nil {
+		s.logf("warning: stop the engines before completing the slurm allocation: %v", err)
+	}
+	for _, nh := range done {
+		if err := nh.Complete(ctx); err != nil {
+			s.logf("warning: host %s: complete slurm job %s: %v (it is cancelled instead)", nh.Name(), nh.Allocation().JobID, err)
+		}
+	}
+}
+
+// journalNodeRE parses a journal line's slurm placement (slurmNodes).
+var journalNodeRE = regexp.MustCompile(`^(\S+): slurm job (\S+) nodes? (\S+)(?: \(cluster (\S+)\))?$`)
+
+// slurmEnv is env (the sweep's fingerprint) with, for the report's
+// environment section, one row per slurm allocation the runs used: its
+// cluster, job and nodes, and the runs (cell/block) it held.
+func slurmEnv(env map[string]string, entries []JournalEntry) map[string]string {
+	type alloc struct{ host, job, nodes, cluster string }
+	runs := map[alloc][]string{}
+	var order []alloc
+	for _, e := range entries {
+		for _, n := range e.Nodes {
+			m := journalNodeRE.FindStringSubmatch(n)
+			if m == nil {
+				continue
+			}
+			a := alloc{m[1], m[2], m[3], m[4]}
+			if _, ok := runs[a]; !ok {
+				order = append(order, a)
+			}
+			runs[a] = append(runs[a], fmt.Sprintf("%s/b%d", e.Cell, e.Block))
+		}
+	}
+	if len(order) == 0 {
+		return env
+	}
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for _, a := range order {
+		cluster := a.cluster
+		if cluster == "" {
+			cluster = "unnamed"
+		}
+		out["slurm "+a.host+" job "+a.job] = fmt.Sprintf("cluster %s, %s %s, %d run(s): %s",
+			cluster, plural(strings.Count(a.nodes, ",")+1, "node"), a.nodes, len(runs[a]), strings.Join(runs[a], " "))
+	}
+	return out
 }

@@ -15,21 +15,25 @@ import (
 // onThisMachine reports whether a host's engines run on the machine mbench
 // runs on: a local host. A slurm host's engines run on its allocated node,
 // even where mbench runs on a login node that shares its filesystem.
-func (s *Sweep) onThisMachine(name string) bool {
-	hc := s.m.Hosts[name]
+func (f *fleet) onThisMachine(name string) bool {
+	hc := f.m.Hosts[name]
 	return isLocal(hc.Address) && !hc.IsSlurm()
 }
 
-// selfOn is the mbench binary a host runs probes with: the uploaded copy or
-// hosts.X.mbench_path, or this binary for a slurm host whose login machine is
-// this one (the node shares its filesystem).
-func (s *Sweep) selfOn(name string) (string, bool) {
-	if p, ok := s.fleet.selfPath[name]; ok {
+// selfOn is the mbench binary a host runs probes and {{.Self}} with: the
+// uploaded copy or hosts.X.mbench_path; for a slurm host whose login
+// machine is this one, its mbench_path (the nodes' copy) or this binary
+// (the nodes share its filesystem).
+func (f *fleet) selfOn(name string) (string, bool) {
+	if p, ok := f.selfPath[name]; ok {
 		return p, true
 	}
-	hc := s.m.Hosts[name]
-	if hc.IsSlurm() && isLocal(hc.Address) && s.opts.Self != "" {
-		return s.opts.Self, true
+	hc := f.m.Hosts[name]
+	switch {
+	case hc.IsSlurm() && hc.MbenchPath != "":
+		return hc.MbenchPath, true
+	case hc.IsSlurm() && isLocal(hc.Address) && f.self != "":
+		return f.self, true
 	}
 	return "", false
 }
@@ -38,10 +42,10 @@ func (s *Sweep) selfOn(name string) (string, bool) {
 // step bound to every GPU of the allocation on a slurm host's node, else as
 // a process of the host.
 func startProbeOn(ctx context.Context, h hosts.Host, spec hosts.ProcSpec) (hosts.Process, error) {
-	if sl, ok := h.(*hosts.Slurm); ok {
+	if nh, ok := nodeHost(h); ok {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		return sl.StartOnNode(ctx, spec)
+		return nh.StartOnNode(ctx, spec)
 	}
 	return h.Start(ctx, spec)
 }
@@ -67,24 +71,24 @@ func nodePid(p hosts.Process) int {
 // its node's GPUs for the gate: each read is a `mbench probe --once` step
 // that sees every GPU of the allocation. A node without NVML is said once
 // and left out (the gate cannot cover it); gated names the hosts read.
-func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context) ([]probes.GPUSample, error), gated map[string]bool) {
+func (f *fleet) slurmGPUReads(ctx context.Context) (reads []func(context.Context) ([]probes.GPUSample, error), gated map[string]bool) {
 	gated = map[string]bool{}
-	for _, name := range s.m.HostOrder {
-		h, ok := s.fleet.connected(name)
-		sl, isSlurm := h.(*hosts.Slurm)
-		if !ok || !isSlurm {
+	for _, name := range f.m.HostOrder {
+		h, ok := f.connected(name)
+		nh, isNode := nodeHost(h)
+		if !ok || !isNode {
 			continue
 		}
-		self, ok := s.selfOn(name)
+		self, ok := f.selfOn(name)
 		if !ok {
-			s.logf("host %s: no mbench binary there (set hosts.%s.mbench_path): the GPU gate does not cover its node", name, name)
+			f.logf("host %s: no mbench binary there (set hosts.%s.mbench_path): the GPU gate does not cover its node", name, name)
 			continue
 		}
 		covered := true
-		for i := range sl.Nodes() {
-			read, err := s.slurmGPURead(ctx, sl, i, self)
+		for i := range nh.Allocation().Nodes {
+			read, err := f.slurmGPURead(ctx, name, nh, i, self)
 			if err != nil {
-				s.logf("%v: the GPU gate does not cover this node", err)
+				f.logf("%v: the GPU gate does not cover this node", err)
 				covered = false
 				continue
 			}
@@ -97,21 +101,21 @@ func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context
 
 // slurmGPURead returns a reader of the GPUs of node i of a slurm host's
 // allocation, after a first read that shows it works.
-func (s *Sweep) slurmGPURead(ctx context.Context, sl *hosts.Slurm, i int, self string) (func(context.Context) ([]probes.GPUSample, error), error) {
-	name, node := sl.Name(), sl.Nodes()[i]
+func (f *fleet) slurmGPURead(ctx context.Context, name string, nh hosts.NodeHost, i int, self string) (func(context.Context) ([]probes.GPUSample, error), error) {
+	node := nh.Allocation().Nodes[i]
 	{
 		// SelfEnv (what makes a re-executed test binary act as mbench) is
 		// not secret, so it may go on the command line of a Run.
 		env := ""
-		for _, kv := range s.opts.SelfEnv {
+		for _, kv := range f.selfEnv {
 			env += shquote.Quote(kv) + " "
 		}
 		if env != "" {
 			env = "env " + env
 		}
-		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), shquote.Quote(probeLabel(sl, i)))
+		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), shquote.Quote(probeLabel(name, nh, i)))
 		read := func(ctx context.Context) ([]probes.GPUSample, error) {
-			out, stderr, err := sl.RunOnNodeGPUs(ctx, i, "gate-"+name, cmd)
+			out, stderr, err := nh.RunOnNodeGPUs(ctx, i, "gate-"+name, cmd)
 			if err != nil {
 				return nil, fmt.Errorf("host %s: read the GPUs of node %s: %w", name, node, err)
 			}
@@ -133,21 +137,21 @@ func (s *Sweep) slurmGPURead(ctx context.Context, sl *hosts.Slurm, i int, self s
 
 // probeLabel is the host name GPU and host samples of node i of a slurm
 // host carry: the host's name, or <host>/<node> for a multi-node one.
-func probeLabel(sl *hosts.Slurm, i int) string {
-	if n := sl.Nodes(); len(n) > 1 {
-		return sl.Name() + "/" + n[i]
+func probeLabel(name string, nh hosts.NodeHost, i int) string {
+	if n := nh.Allocation().Nodes; len(n) > 1 {
+		return name + "/" + n[i]
 	}
-	return sl.Name()
+	return name
 }
 
 // sampleHost is the host name a process's GPU samples carry: "local" for
 // this machine, probeLabel for a slurm step, else the host's name.
-func (s *Sweep) sampleHost(p *engineProc) string {
-	if s.onThisMachine(p.hostName) {
+func (f *fleet) sampleHost(p *engineProc) string {
+	if f.onThisMachine(p.hostName) {
 		return "local"
 	}
-	if sl, ok := p.host.(*hosts.Slurm); ok {
-		return probeLabel(sl, p.node)
+	if nh, ok := nodeHost(p.host); ok {
+		return probeLabel(p.hostName, nh, p.node)
 	}
 	return p.hostName
 }

@@ -110,7 +110,8 @@ type JournalEntry struct {
 	// Self is mbench's own footprint when the run was journaled, so that
 	// growth over a long sweep (a leak) shows in the journal.
 	Self *SelfUsage `json:"mbench,omitempty"`
-	// Nodes says where the run's slurm hosts ran: "host: slurm job J node N".
+	// Nodes says where the run's slurm hosts ran: "host: slurm job J node N
+	// (cluster C)".
 	Nodes []string `json:"nodes,omitempty"`
 	// Attempt numbers a run of the cell in the block run again in place
 	// (after a client_limited one); 0 for the first. A later line of the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -545,5 +546,38 @@ func TestMergedQuantiles(t *testing.T) {
 		}
 		got := mergedQuantiles([]*counter{&cs[0], &cs[1], &cs[2]})
 		checkQuantiles(t, fmt.Sprint("seed ", seed), got, refQuantiles(all), 1e-12)
+	}
+}
+
+// The sample log the plugin wrote (vllm/tests/test_log_contract.py keeps
+// its keys in step with the plugin): async scheduling on vLLM main's
+// transcription, CPU-bound, GPU time measured. Summarized, it says the GPU
+// time was measured on every collecting step of the batch-queue path, with
+// the engine's status, and no missing hook; gpu_us is far below the step.
+func TestPluginSampleLog(t *testing.T) {
+	f, err := os.Open("testdata/plugin_batch_queue.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := SummarizeSteps(context.Background(), f, 0, 0, nil)
+	if err != nil || st.Malformed != 0 || st.NSteps != 12 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	bq, ok := st.Paths[StepPathBatchQueue]
+	if !ok || bq.NSteps != 12 || len(st.Paths) != 1 {
+		t.Fatalf("paths %+v", st.Paths)
+	}
+	g := bq.Timers["gpu_us"]
+	if !st.GPU.Measured || g.N != st.GPU.Steps || g.N < 10 || !strings.Contains(st.GPU.Source, "_model_forward") {
+		t.Errorf("gpu %+v, timer %+v", st.GPU, g)
+	}
+	if g.P50 > bq.Timers["step_duration_us"].P50/4 || len(st.Incomplete) != 0 || len(st.Engines) != 1 {
+		t.Errorf("gpu p50 %v step p50 %v incomplete %v engines %+v", g.P50, bq.Timers["step_duration_us"].P50, st.Incomplete, st.Engines)
+	}
+	for _, k := range []string{"schedule_us", "build_meta_us", "launch_us", "wait_us", "update_us", "get_finished_us"} {
+		if _, ok := bq.Timers[k]; !ok {
+			t.Errorf("%s absent", k)
+		}
 	}
 }

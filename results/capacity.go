@@ -16,11 +16,14 @@ import (
 const CapacityFile = "capacity.json"
 
 // CapacitySpec is what a capacity search holds each config to, and how it
-// decides: Metric ≤ MaxMs, judged by a Student-t CI at Confidence over the
-// blocks of each probed rate.
+// decides: every bound of Bounds (or Metric ≤ MaxMs, a search with one),
+// judged by a Student-t CI at Confidence over the blocks of each probed
+// rate — or in-flight level, when Over is concurrency.
 type CapacitySpec struct {
 	Metric     string   `json:"metric"`
 	MaxMs      float64  `json:"max_ms"`
+	Bounds     []Bound  `json:"bounds,omitempty"`
+	Over       string   `json:"over,omitempty"` // rate ("") or concurrency
 	Lo         float64  `json:"lo"`
 	Hi         float64  `json:"hi"`
 	Tolerance  float64  `json:"tolerance"`
@@ -40,13 +43,39 @@ type CapacityRun struct {
 	Block               int
 	Attempt             int
 	Status              Verdict
-	Value               float64
+	Value               float64            // the first bound's metric
+	Values              map[string]float64 // every bound's metric (nil: Value is the only one)
+}
+
+// value is the run's value of bound i's metric (NaN when missing).
+func (r CapacityRun) value(i int, b Bound) float64 {
+	if r.Values == nil {
+		if i == 0 {
+			return r.Value
+		}
+		return math.NaN()
+	}
+	if v, ok := r.Values[b.Metric]; ok {
+		return v
+	}
+	return math.NaN()
 }
 
 // counts reports whether the run says something about the SLO: ok with a
-// value, or saturated.
-func (r CapacityRun) counts() bool {
-	return r.Status == VerdictOK && !math.IsNaN(r.Value) || r.Status == VerdictSaturated
+// value of every bound's metric, or saturated.
+func (r CapacityRun) counts(bounds []Bound) bool {
+	if r.Status == VerdictSaturated {
+		return true
+	}
+	if r.Status != VerdictOK {
+		return false
+	}
+	for i, b := range bounds {
+		if math.IsNaN(r.value(i, b)) {
+			return false
+		}
+	}
+	return true
 }
 
 // ProbeVerdict is what the blocks of one probed rate say about the SLO.
@@ -78,9 +107,10 @@ type CapacityProbe struct {
 	Cell    string         `json:"cell"`
 	Verdict ProbeVerdict   `json:"verdict"`
 	N       int            `json:"n"`                // blocks that count: ok or saturated
-	Mean    *float64       `json:"mean,omitempty"`   // of the ok blocks' metric
+	Mean    *float64       `json:"mean,omitempty"`   // of the ok blocks' metric (the first bound's)
 	CILo    *float64       `json:"ci_lo,omitempty"`  // t-CI of Mean
 	CIHi    *float64       `json:"ci_hi,omitempty"`  //
+	Bounds  []ProbeBound   `json:"bounds,omitempty"` // each bound's verdict, with several
 	Runs    []CapacityCell `json:"runs"`             // by block
 	Note    string         `json:"note,omitempty"`   // why undecided, when it is
 	Blocks  int            `json:"blocks,omitempty"` // blocks journaled
@@ -94,6 +124,10 @@ type CapacityCell struct {
 	Status   Verdict  `json:"status"`
 	Value    *float64 `json:"value,omitempty"`
 	Attempts int      `json:"attempts,omitempty"`
+	// Slack is how far inside the tightest bound the block's run was
+	// (Bound.slack; < 0: outside); absent when it does not count or is
+	// saturated.
+	Slack *float64 `json:"slack,omitempty"`
 }
 
 // Counts reports whether the block says something about the SLO: ok with a
@@ -242,8 +276,10 @@ func analyzeSearch(spec CapacitySpec, cfg, shape string, runs []CapacityRun) Cap
 }
 
 // judgeProbe decides what the blocks of one rate say, each block by the
-// first of its attempts that counts (else its last).
+// first of its attempts that counts (else its last), each bound by its own
+// CI; the probe's verdict combines them (combineVerdicts).
 func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityProbe {
+	bounds := spec.bounds()
 	slices.SortFunc(runs, func(a, b CapacityRun) int {
 		return cmp.Or(cmp.Compare(a.Block, b.Block), cmp.Compare(a.Attempt, b.Attempt))
 	})
@@ -254,12 +290,12 @@ func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityPro
 		switch last := len(used) - 1; {
 		case last < 0 || used[last].Block != r.Block:
 			used = append(used, r)
-		case !used[last].counts():
+		case !used[last].counts(bounds):
 			used[last] = r
 		}
 	}
 	p := CapacityProbe{Rate: rate, Blocks: len(used)}
-	var vals []float64
+	vals := make([][]float64, len(bounds))
 	sat := 0
 	for _, r := range used {
 		if r.Attempt == 0 || p.Cell == "" {
@@ -267,50 +303,31 @@ func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityPro
 		}
 		c := CapacityCell{Block: r.Block, Status: r.Status, Attempts: attempts[r.Block]}
 		switch {
-		case r.Status == VerdictOK && !math.IsNaN(r.Value):
-			v := r.Value
+		case r.Status == VerdictOK && r.counts(bounds):
+			v, slack := r.value(0, bounds[0]), math.Inf(1)
 			c.Value = &v
-			vals = append(vals, v)
+			for i, b := range bounds {
+				x := r.value(i, b)
+				vals[i] = append(vals[i], x)
+				slack = math.Min(slack, b.slack(x))
+			}
+			c.Slack = &slack
 		case r.Status == VerdictSaturated:
 			sat++
 		}
 		p.Runs = append(p.Runs, c)
 	}
-	p.N = len(vals) + sat
-	if len(vals) > 0 {
-		mean, half := stats.MeanCI(vals, spec.Confidence)
-		p.Mean = &mean
-		if !math.IsNaN(half) {
-			lo, hi := mean-half, mean+half
-			p.CILo, p.CIHi = &lo, &hi
-		}
+	p.N = len(vals[0]) + sat
+	pbs := make([]ProbeBound, len(bounds))
+	for i, b := range bounds {
+		pbs[i] = judgeBound(b, vals[i], sat, spec.Confidence)
 	}
-	p.Verdict, p.Note = probeVerdict(spec.MaxMs, vals, sat, p.CILo, p.CIHi)
+	p.Mean, p.CILo, p.CIHi = pbs[0].Mean, pbs[0].CILo, pbs[0].CIHi
+	p.Verdict, p.Note = combineVerdicts(pbs)
+	if len(bounds) > 1 {
+		p.Bounds = pbs
+	}
 	return p
-}
-
-// probeVerdict is judgeProbe's decision from the ok values, the saturated
-// count and the CI of the values' mean (nil with fewer than two).
-func probeVerdict(limit float64, vals []float64, sat int, lo, hi *float64) (ProbeVerdict, string) {
-	n := len(vals) + sat
-	switch {
-	case n < 2 || (sat == 0 && (lo == nil || hi == nil)):
-		return ProbeNoData, fmt.Sprintf("%d blocks count (ok or saturated); a CI needs two", n)
-	case sat == n:
-		return ProbeFails, ""
-	case sat > 0:
-		for _, v := range vals {
-			if v <= limit {
-				return ProbeUncertain, fmt.Sprintf("%d of %d blocks saturated, others held", sat, n)
-			}
-		}
-		return ProbeFails, ""
-	case *hi <= limit:
-		return ProbeHolds, ""
-	case *lo > limit:
-		return ProbeFails, ""
-	}
-	return ProbeUncertain, "the CI straddles the limit"
 }
 
 // bracket sets Lo, Hi, the uncertain band and the non-monotone rates from
@@ -347,27 +364,27 @@ func bracket(s *CapacitySearch) {
 // perBlock brackets each block's crossing of the limit, places a point in
 // each bracket, and estimates the capacity with its censored CI.
 func perBlock(spec CapacitySpec, s *CapacitySearch) {
-	type pt struct{ rate, v float64 }
+	type pt struct{ rate, slack float64 } // slack: of the tightest bound; −Inf saturated
 	blocks := map[int][]pt{}
 	for _, p := range s.Probes {
 		for _, r := range p.Runs {
 			switch {
-			case r.Value != nil:
-				blocks[r.Block] = append(blocks[r.Block], pt{p.Rate, *r.Value})
+			case r.Slack != nil:
+				blocks[r.Block] = append(blocks[r.Block], pt{p.Rate, *r.Slack})
 			case r.Status == VerdictSaturated:
-				blocks[r.Block] = append(blocks[r.Block], pt{p.Rate, math.Inf(1)})
+				blocks[r.Block] = append(blocks[r.Block], pt{p.Rate, math.Inf(-1)})
 			}
 		}
 	}
 	for b, pts := range blocks { // pts are by rate: probes are
-		fail := slices.IndexFunc(pts, func(q pt) bool { return q.v > spec.MaxMs })
-		if fail <= 0 { // none above the limit, or the lowest already is: censored on one side
+		fail := slices.IndexFunc(pts, func(q pt) bool { return q.slack < 0 })
+		if fail <= 0 { // none outside a bound, or the lowest already is: censored on one side
 			continue
 		}
 		lo, hi := pts[fail-1], pts[fail]
 		x := Crossing{Lo: lo.rate, Hi: hi.rate, Point: math.Sqrt(lo.rate * hi.rate), Censored: true}
-		if !math.IsInf(hi.v, 1) && hi.v > lo.v {
-			x.Point, x.Censored = lo.rate+(spec.MaxMs-lo.v)/(hi.v-lo.v)*(hi.rate-lo.rate), false
+		if !math.IsInf(hi.slack, -1) { // interpolate the slack to 0 (for one latency bound: the metric to its limit)
+			x.Point, x.Censored = lo.rate+lo.slack/(lo.slack-hi.slack)*(hi.rate-lo.rate), false
 		}
 		s.PerBlock[b], s.PerBlockCrossing[b] = x.Point, x
 	}

@@ -9,6 +9,15 @@ import (
 	"strings"
 )
 
+// boundsHold is "ttft_p90 ≤ 500 ms holds", or "every bound holds" with
+// several.
+func boundsHold(sp CapacitySpec) string {
+	if len(sp.bounds()) > 1 {
+		return "every bound holds"
+	}
+	return sp.BoundsText() + " holds"
+}
+
 // ReadCapacity reads dir/capacity.json; os.ErrNotExist (wrapped) when the
 // sweep is not a capacity search.
 func ReadCapacity(dir string) (*CapacityReport, error) {
@@ -34,9 +43,13 @@ func renderCapacityHeadline(b *strings.Builder, v *reportView) {
 	}
 	rep := v.capacity
 	sp := rep.Spec
-	p("## Capacity at the SLO (%s ≤ %g ms)\n\n", sp.Metric, sp.MaxMs)
-	p("The highest offered rate at which %s holds, per config (the probes and how they were judged are under \"The search\" below).\n\n", sp.Metric)
-	p("| Config | Shape | Capacity interval (req/s) | Uncertain band | Per-block estimate [%.0f%% CI] | Probes | Note |\n|---|---|---|---|---|---|---|\n", 100*sp.Confidence)
+	p("## Capacity at the SLO (%s)\n\n", sp.BoundsText())
+	what := "offered rate"
+	if sp.Over == "concurrency" {
+		what = "number of requests kept in flight (a closed loop)"
+	}
+	p("The highest %s at which %s, per config (the probes and how they were judged are under \"The search\" below).\n\n", what, boundsHold(sp))
+	p("| Config | Shape | Capacity interval (%s) | Uncertain band | Per-block estimate [%.0f%% CI] | Probes | Note |\n|---|---|---|---|---|---|---|\n", sp.Unit(), 100*sp.Confidence)
 	for _, r := range capacitySearchRows(rep) {
 		p("| %s | %s | %s | %s | %s | %d | %s |\n", r.Config, r.Shape, r.Interval, r.Band, r.Estimate, r.Probes, mdCell(r.Note))
 	}
@@ -81,12 +94,14 @@ type capacityProbeRow struct {
 	Rate                 float64
 	Verdict              ProbeVerdict
 	Mean                 string
+	Bounds               string // each bound's verdict, with several ("ttft_p90 holds, slo_attainment fails")
 	OK, Saturated, Other int
 }
 
 // capacityProbeRows is every probe of every search of rep.
 func capacityProbeRows(rep *CapacityReport) []capacityProbeRow {
 	var out []capacityProbeRow
+	latency := rep.Spec.bounds()[0].MaxMs != nil
 	for _, s := range rep.Searches {
 		for _, pr := range s.Probes {
 			r := capacityProbeRow{Config: s.Config, Shape: s.Shape, Rate: pr.Rate, Verdict: pr.Verdict, Mean: "—"}
@@ -100,10 +115,19 @@ func capacityProbeRows(rep *CapacityReport) []capacityProbeRow {
 					r.Other++
 				}
 			}
+			var bs []string
+			for _, b := range pr.Bounds {
+				bs = append(bs, b.Metric+" "+string(b.Verdict))
+			}
+			r.Bounds = strings.Join(bs, ", ")
 			if pr.Mean != nil {
 				r.Mean = fmtNum(*pr.Mean)
 				if pr.CILo != nil {
-					r.Mean += fmt.Sprintf(" [%s, %s]", fmtNum(*pr.CILo), fmtNum(*pr.CIHi))
+					lo := *pr.CILo
+					if latency {
+						lo = math.Max(0, lo) // a latency is never negative: a t-interval on two blocks can reach below 0
+					}
+					r.Mean += fmt.Sprintf(" [%s, %s]", fmtNum(lo), fmtNum(*pr.CIHi))
 				}
 			}
 			out = append(out, r)
@@ -132,18 +156,30 @@ func renderCapacityDetails(b *strings.Builder, v *reportView) {
 	sp := v.capacity.Spec
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## The search\n\n")
-	p("Each probed rate ran once in each of %d blocks "+
-		"(every config in the same blocks with the same seeds, in a random order within each); a rate **holds** when the %.0f%% t-CI "+
-		"of the metric's mean over its blocks lies at or below %g ms, **fails** when it lies above (or the engine saturated), and is "+
+	p("Each probed %s ran once in each of %d blocks "+
+		"(every config in the same blocks with the same seeds, in a random order within each); it **holds** when the %.0f%% t-CI "+
+		"of the metric's mean over its blocks lies within its bound (%s), **fails** when it lies outside (or the engine saturated), and is "+
 		"**uncertain** when it straddles. The capacity lies in [highest rate that held, lowest rate that failed]; the uncertain "+
 		"band is where more blocks, not more probes, would narrow it. Only ok runs give the metric; saturated runs count as "+
 		"failing; runs with any other verdict are left out. Per block the crossing of the limit is interpolated between the block's last "+
 		"rate at or under it and its first rate above it where both were measured; where the one above saturated, the crossing is known "+
 		"only to lie in that bracket, and the estimate's CI takes the bracket's ends (widened by the spread a crossing may have inside it), "+
-		"not its midpoint.\n\n", sp.Blocks, 100*sp.Confidence, sp.MaxMs)
-	p("Probed rates:\n\n| Config | Shape | Rate | Verdict | %s mean [CI] (ms) | Blocks: ok / saturated / other |\n|---|---|---|---|---|---|\n", sp.Metric)
+		"not its midpoint.\n\n", strings.TrimSuffix(sp.unitWord(), "s"), sp.Blocks, 100*sp.Confidence, sp.BoundsText())
+	several := len(sp.bounds()) > 1
+	if several {
+		p("With several bounds a probe holds when every bound holds, fails when any fails, and is otherwise uncertain; each block's crossing is where the tightest bound's slack (how far inside its bound the run was, as a share of the bound) reaches 0.\n\n")
+	}
+	p("Probed %s:\n\n| Config | Shape | %s | Verdict | %s mean [CI] |", sp.unitWord(), sp.Unit(), sp.bounds()[0].Metric)
+	if several {
+		p(" Bounds |")
+	}
+	p(" Blocks: ok / saturated / other |\n|---|---|---|---|---|%s---|\n", map[bool]string{true: "---|", false: ""}[several])
 	for _, r := range capacityProbeRows(v.capacity) {
-		p("| %s | %s | %g | %s | %s | %d / %d / %d |\n", r.Config, r.Shape, r.Rate, r.Verdict, r.Mean, r.OK, r.Saturated, r.Other)
+		p("| %s | %s | %g | %s | %s |", r.Config, r.Shape, r.Rate, r.Verdict, r.Mean)
+		if several {
+			p(" %s |", r.Bounds)
+		}
+		p(" %d / %d / %d |\n", r.OK, r.Saturated, r.Other)
 	}
 	p("\n")
 }

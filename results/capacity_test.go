@@ -36,7 +36,8 @@ func TestProbeVerdict(t *testing.T) {
 			if len(tc.vals) >= 2 {
 				lo, hi = ci(tc.lo, tc.hi)
 			}
-			if got, _ := probeVerdict(limit, tc.vals, tc.sat, lo, hi); got != tc.want {
+			l := limit
+			if got, _ := boundVerdict(Bound{Metric: "m", MaxMs: &l}, tc.vals, tc.sat, lo, hi); got != tc.want {
 				t.Errorf("got %s, want %s", got, tc.want)
 			}
 		})
@@ -225,5 +226,45 @@ func TestCapacitySharedSaturatedBrackets(t *testing.T) {
 	}
 	if w := CapacityChange(c); !strings.Contains(w, "less load [-") {
 		t.Errorf("in words: %q", w)
+	}
+}
+
+// TestCapacitySeveralBounds: a probe holds only when every bound holds; the
+// crossing is the tightest bound's, so a search on TTFT and SLO attainment
+// finds the lower of the two capacities (here attainment's, crossing 0.9
+// at 40 req/s while TTFT crosses 100 ms at 50); each bound's verdict is
+// kept, and a lower bound (attainment ≥ 0.9) holds on its CI's low end.
+func TestCapacitySeveralBounds(t *testing.T) {
+	ttft, att := 100.0, 0.9
+	sp := testSpec()
+	sp.Bounds = []Bound{{Metric: "ttft_p90", MaxMs: &ttft}, {Metric: "slo_attainment", Min: &att}}
+	var runs []CapacityRun
+	for _, r := range []float64{20, 30, 36, 38, 39, 41, 42, 44, 55} {
+		for b := 1; b <= 4; b++ {
+			j := 0.0005 * float64(b-2)
+			runs = append(runs, CapacityRun{Config: "plain", Shape: "s", Rate: r, Block: b, Status: VerdictOK, Value: 2 * r,
+				Values: map[string]float64{"ttft_p90": 2 * r, "slo_attainment": 1.1 - r/200 + j}})
+		}
+	}
+	rep := AnalyzeCapacity(sp, runs)
+	s := rep.Search("plain", "s")
+	if s.Lo == nil || s.Hi == nil || *s.Lo != 39 || *s.Hi != 41 {
+		t.Fatalf("interval %v–%v, want [39, 41] around attainment's crossing at 40", deref(s.Lo), deref(s.Hi))
+	}
+	if s.EstLo == nil || *s.EstLo > 40 || *s.EstHi < 40 || math.Abs(*s.Estimate-40) > 0.5 {
+		t.Errorf("estimate %v [%v, %v], want ≈40", deref(s.Estimate), deref(s.EstLo), deref(s.EstHi))
+	}
+	p41 := s.Probes[5]
+	if p41.Rate != 41 || p41.Verdict != ProbeFails || len(p41.Bounds) != 2 || p41.Bounds[0].Verdict != ProbeHolds || p41.Bounds[1].Verdict != ProbeFails {
+		t.Errorf("rate 41: %s, bounds %+v: want ttft holding and attainment failing", p41.Verdict, p41.Bounds)
+	}
+	if got := sp.BoundsText(); got != "ttft_p90 ≤ 100 ms, slo_attainment ≥ 0.9" {
+		t.Errorf("in words: %q", got)
+	}
+	// A run without one bound's metric says nothing: it does not count.
+	miss := []CapacityRun{{Config: "plain", Shape: "s", Rate: 10, Block: 1, Status: VerdictOK, Value: 5, Values: map[string]float64{"ttft_p90": 5}}}
+	mrep := AnalyzeCapacity(sp, miss)
+	if p := mrep.Search("plain", "s").Probes[0]; p.N != 0 || p.Runs[0].Counts() {
+		t.Errorf("a run without slo_attainment counted: %+v", p)
 	}
 }

@@ -24,7 +24,7 @@ var csvMetrics = append([]string{
 	"schedule_us_p50", "build_meta_us_p50", "build_meta_us_p90", "execute_us_p50", "update_us_p50",
 	"get_finished_us_p50", "unaccounted_us_mean",
 	"gpu_util_mean", "gpu_energy_j", "prefix_cache_hit_rate",
-	"batch_queue_steps", "launch_us_p50", "wait_us_p50", "worker_lines", "worker_unmatched",
+	"batch_queue_steps", "launch_us_p50", "wait_us_p50", "worker_lines", "worker_unmatched", "gpu_us_p50",
 }, classCSVMetrics()...)
 
 // csvSpread are the metrics whose CI half-width and CV get their own columns

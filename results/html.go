@@ -69,6 +69,9 @@ type htmlLimit struct {
 type htmlCapacityData struct {
 	Metric    string              `json:"metric"`
 	Limit     float64             `json:"limit"`
+	Bound     string              `json:"bound"`  // the first bound in words
+	XLabel    string              `json:"xlabel"` // what the search varies
+	YLabel    string              `json:"ylabel"` // the first bound's metric, with its unit
 	Probes    []htmlCapacityProbe `json:"probes"`
 	Intervals []htmlInterval      `json:"intervals"`
 }
@@ -334,8 +337,12 @@ func ttftLimits(v *reportView) []htmlLimit {
 			out = append(out, htmlLimit{Label: label, Value: ms})
 		}
 	}
-	if c := v.capacity; c != nil && ResolveMetric(c.Spec.Metric) == "p90_ttft_ms" {
-		add(fmt.Sprintf("capacity limit: %s ≤ %g ms", c.Spec.Metric, c.Spec.MaxMs), c.Spec.MaxMs)
+	if c := v.capacity; c != nil {
+		for _, b := range c.Spec.bounds() {
+			if b.MaxMs != nil && ResolveMetric(b.Metric) == "p90_ttft_ms" {
+				add("capacity limit: "+b.String(), *b.MaxMs)
+			}
+		}
 	}
 	for _, c := range v.ordered {
 		for _, r := range c.Used {
@@ -354,7 +361,15 @@ func capacityData(v *reportView) *htmlCapacityData {
 	if rep == nil {
 		return nil
 	}
-	d := &htmlCapacityData{Metric: rep.Spec.Metric, Limit: rep.Spec.MaxMs, Probes: []htmlCapacityProbe{}, Intervals: []htmlInterval{}}
+	first := rep.Spec.bounds()[0] // the plot shows the first bound's metric
+	d := &htmlCapacityData{Metric: first.Metric, Limit: first.limit(), Bound: first.String(), XLabel: "offered rate (req/s)", YLabel: first.Metric + ", mean ± CI",
+		Probes: []htmlCapacityProbe{}, Intervals: []htmlInterval{}}
+	if rep.Spec.Over == "concurrency" {
+		d.XLabel = "requests in flight"
+	}
+	if first.MaxMs != nil {
+		d.YLabel = first.Metric + " (ms), mean ± CI"
+	}
 	for _, sr := range rep.Searches {
 		d.Intervals = append(d.Intervals, htmlInterval{Config: sr.Config, Shape: sr.Shape, Lo: sr.Lo, Hi: sr.Hi})
 		for _, p := range sr.Probes {

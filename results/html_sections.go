@@ -30,6 +30,7 @@ type htmlComparison struct {
 // htmlCapacity is a capacity search's section.
 type htmlCapacity struct {
 	Title, Err  string
+	Unit        string // what the search varies: req/s, or in flight
 	Confidence  int
 	Searches    []capacitySearchRow
 	Comparisons []htmlComparison
@@ -96,7 +97,7 @@ func newHTMLCapacity(v *reportView) *htmlCapacity {
 		return &htmlCapacity{Title: "Capacity at the SLO", Err: fmt.Sprintf("%s could not be read: %v", CapacityFile, v.capErr)}
 	}
 	rep := v.capacity
-	c := &htmlCapacity{Title: fmt.Sprintf("Capacity at the SLO (%s ≤ %g ms)", rep.Spec.Metric, rep.Spec.MaxMs),
+	c := &htmlCapacity{Title: fmt.Sprintf("Capacity at the SLO (%s)", rep.Spec.BoundsText()), Unit: rep.Spec.Unit(),
 		Confidence: int(math.Round(100 * rep.Spec.Confidence)), Searches: capacitySearchRows(rep), Probes: capacityProbeRows(rep)}
 	for _, cc := range rep.Comparisons {
 		c.Comparisons = append(c.Comparisons, htmlComparison{Config: cc.Config, Baseline: cc.Baseline, Shape: cc.Shape,

@@ -93,7 +93,7 @@ var (
 // stepTimers are the timers of engine_step.jsonl, without the _us suffix.
 var stepTimers = map[string]bool{
 	"step_duration": true, "schedule": true, "build_meta": true, "execute": true,
-	"update": true, "get_finished": true, "launch": true, "wait": true, "unaccounted": true,
+	"update": true, "get_finished": true, "launch": true, "wait": true, "unaccounted": true, "gpu": true,
 }
 
 // ResolveMetric maps a metric name as users write it in a matrix to the key

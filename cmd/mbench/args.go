@@ -110,3 +110,47 @@ func parseRates(cmd, flag, list string) ([]float64, error) {
 	}
 	return rates, nil
 }
+
+// requireFlags makes cmd and its subcommands refuse a missing required flag
+// with a usage error (exit 2) of their own: the flags' Required marks are
+// taken off, so that urfave/cli does not refuse them first with an error
+// that could be told apart only by its text.
+func requireFlags(cmd *cli.Command) {
+	for _, sub := range cmd.Subcommands {
+		requireFlags(sub)
+	}
+	var names []string
+	for _, f := range cmd.Flags {
+		var req *bool
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			req = &f.Required
+		case *cli.StringSliceFlag:
+			req = &f.Required
+		case *cli.IntFlag:
+			req = &f.Required
+		case *cli.Int64Flag:
+			req = &f.Required
+		case *cli.Float64Flag:
+			req = &f.Required
+		case *cli.DurationFlag:
+			req = &f.Required
+		}
+		if req != nil && *req {
+			*req = false
+			names = append(names, f.Names()[0])
+		}
+	}
+	if len(names) == 0 || cmd.Action == nil {
+		return
+	}
+	action := cmd.Action
+	cmd.Action = func(c *cli.Context) error {
+		for _, n := range names {
+			if !c.IsSet(n) {
+				return usageError{fmt.Errorf("%s: required flag --%s not set", strings.TrimPrefix(c.Command.HelpName, c.App.Name+" "), n)}
+			}
+		}
+		return action(c)
+	}
+}

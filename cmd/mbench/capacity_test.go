@@ -427,3 +427,109 @@ func tamperCapacityRound(t *testing.T, out string) {
 func sameSet(a, b []string) bool {
 	return len(a) == len(b) && strings.Join(slices.Sorted(slices.Values(a)), " ") == strings.Join(slices.Sorted(slices.Values(b)), " ")
 }
+
+// TestCapacityConcurrencyConstraintsOnSim: a capacity search over the
+// requests kept in flight (a closed loop) under two bounds at once, TTFT p90
+// and SLO attainment, on the simulated engine: every probe is a whole
+// in-flight level run as a closed loop, capacity.json records both bounds
+// and the variable, each probe says what each bound found, and report.md
+// opens with the search in those terms.
+func TestCapacityConcurrencyConstraintsOnSim(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("end-to-end capacity search")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	m := writeMatrix(t, dir, `name: capcc
+seed: 5
+engine:
+  kind: sim
+  port: %PORT%
+  ready_timeout: 20s
+  grace: 2s
+  sim: {step_base_us: 2000, prefill_token_us: 20, decode_seq_us: 30, kv_blocks: 256, max_seqs: 4}
+configs:
+  plain: {}
+arrival: {process: concurrency}
+shapes:
+  - {name: 64x16, input: 64, output: 16}
+measure: {warmup_requests: 8, min_completed: 40, timeout: 20s, drain_timeout: 5s}
+slo: {ttft_ms: 60}
+gate: {enabled: false}
+capacity:
+  over: concurrency
+  constraints:
+    - {metric: ttft_p90, max_ms: 60}
+    - {metric: slo_attainment, min: 0.9}
+  lo: 2
+  hi: 16
+  tolerance: 0.15
+  blocks: 2
+  max_probes: 8
+`)
+	out := filepath.Join(dir, "out")
+	if _, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	var rep struct {
+		Spec struct {
+			Over   string
+			Bounds []struct{ Metric string }
+		}
+		Searches []struct {
+			Lo, Hi *float64
+			Note   string
+			Probes []struct {
+				Rate    float64
+				Verdict string
+				Bounds  []struct{ Metric, Verdict string }
+			}
+		}
+	}
+	readJSONFile(t, filepath.Join(out, "capacity.json"), &rep)
+	if rep.Spec.Over != "concurrency" || len(rep.Spec.Bounds) != 2 || rep.Spec.Bounds[1].Metric != "slo_attainment" {
+		t.Fatalf("capacity.json spec %+v: want over concurrency and both bounds", rep.Spec)
+	}
+	s := rep.Searches[0]
+	t.Logf("plain: [%v, %v] after %d probes: %s", deref(s.Lo), deref(s.Hi), len(s.Probes), s.Note)
+	for _, p := range s.Probes {
+		if p.Rate != float64(int(p.Rate)) || p.Rate < 1 {
+			t.Errorf("probed in-flight level %v: want whole levels", p.Rate)
+		}
+		if len(p.Bounds) != 2 {
+			t.Errorf("level %v: %d bound verdicts, want 2", p.Rate, len(p.Bounds))
+		}
+	}
+	sums, _ := filepath.Glob(filepath.Join(out, "runs", "*", "*", "summary_A.json"))
+	for _, f := range sums {
+		var sum struct {
+			Arrival string
+			Rate    float64
+		}
+		readJSONFile(t, f, &sum)
+		if sum.Arrival != "concurrency" {
+			t.Errorf("%s: arrival %q, want a closed loop", f, sum.Arrival)
+			break
+		}
+	}
+	report, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	for _, want := range []string{"## Capacity at the SLO (ttft_p90 ≤ 60 ms, slo_attainment ≥ 0.9)", "number of requests kept in flight", "| Capacity interval (in flight) |", "| Bounds |"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}
+
+// readJSONFile decodes the JSON file path into v.
+func readJSONFile(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(data, v)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}

@@ -12,34 +12,41 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:  "bench-load",
-			Usage: "measure the load generator against a realistic stub in a process of its own on 127.0.0.1",
-			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "rates", Value: "500,1000,2000,4000", Usage: "comma-separated Poisson rates (req/s)"},
-				&cli.DurationFlag{Name: "duration", Value: 3 * time.Second, Usage: "measured time per run"},
-				&cli.IntFlag{Name: "runs", Value: 5, Usage: "runs per rate, the rates interleaved"},
-				&cli.DurationFlag{Name: "first-token", Value: openloop.RealisticStub.FirstToken, Usage: "stub: arrival to first token"},
-				&cli.DurationFlag{Name: "gap", Value: openloop.RealisticStub.Gap, Usage: "stub: between tokens (each flushed on its own)"},
-				&cli.IntFlag{Name: "tokens", Value: openloop.RealisticStub.Tokens, Usage: "stub: tokens per request"},
-				&cli.BoolFlag{Name: "json", Usage: "print the rows as JSON after the table"},
-			},
-			Action: benchLoadAction,
-		}
-	})
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:   "bench-stub",
-			Usage:  "the stub server of bench-load (started by it; serves until stdin closes)",
-			Hidden: true,
-			Action: func(c *cli.Context) error { return stub.ServeProcess(os.Stdin, c.App.Writer) },
-		}
-	})
+// benchLoadCommand is the bench-load command.
+func benchLoadCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench-load",
+		Usage: "measure the load generator against a realistic stub in a process of its own on 127.0.0.1",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "rates", Value: "500,1000,2000,4000", Usage: "comma-separated Poisson rates (req/s)"},
+			&cli.DurationFlag{Name: "duration", Value: 3 * time.Second, Usage: "measured time per run"},
+			&cli.IntFlag{Name: "runs", Value: 5, Usage: "runs per rate, the rates interleaved"},
+			&cli.DurationFlag{Name: "first-token", Value: openloop.RealisticStub.FirstToken, Usage: "stub: arrival to first token"},
+			&cli.DurationFlag{Name: "gap", Value: openloop.RealisticStub.Gap, Usage: "stub: between tokens (each flushed on its own)"},
+			&cli.IntFlag{Name: "tokens", Value: openloop.RealisticStub.Tokens, Usage: "stub: tokens per request"},
+			formatFlag("text", "json"), formatAlias("json", "json"),
+		},
+		Action: benchLoadAction,
+	}
+
+}
+
+// benchStubCommand is the bench-stub command.
+func benchStubCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "bench-stub",
+		Usage:  "the stub server of bench-load (started by it; serves until stdin closes)",
+		Hidden: true,
+		Action: func(c *cli.Context) error { return stub.ServeProcess(os.Stdin, c.App.Writer) },
+	}
+
 }
 
 func benchLoadAction(c *cli.Context) error {
+	format, err := outputFormat(c, "bench-load", []string{"text", "json"}, map[string]string{"json": "json"})
+	if err != nil {
+		return err
+	}
 	rates, err := parseRates("bench-load", "--rates", c.String("rates"))
 	if err != nil {
 		return err
@@ -60,6 +67,9 @@ func benchLoadAction(c *cli.Context) error {
 	defer p.Close()
 	tgt := openloop.PrecisionTarget{URL: p.URL, Reset: p.Reset, Entries: p.Entries, CPU: p.CPUSeconds, Output: tokens}
 	w := c.App.Writer
+	if format == "json" { // stdout carries the JSON alone; the table goes to stderr as the runs end
+		w = c.App.ErrWriter
+	}
 	fmt.Fprintf(w, "stub: separate process, %d tokens each flushed alone, first after %v, then every %v; prompts of %d tokens; Poisson; %v per run\n",
 		tokens, opts.FirstToken, opts.Gap, openloop.PrecisionInput, c.Duration("duration"))
 	openloop.WritePrecisionHeader(w)
@@ -88,8 +98,8 @@ func benchLoadAction(c *cli.Context) error {
 	}
 	fmt.Fprintf(w, "highest rate holding achieved/offered >= %.2f and lag p99 <= %.0f ms in >= %d of %d runs: %g req/s\n",
 		openloop.PrecisionMinRatio, openloop.PrecisionMaxLagP99Ms, need, runs, best)
-	if c.Bool("json") {
-		return json.NewEncoder(w).Encode(rows)
+	if format == "json" {
+		return json.NewEncoder(c.App.Writer).Encode(rows)
 	}
 	return nil
 }

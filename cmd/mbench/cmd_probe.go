@@ -13,39 +13,39 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:  "probe",
-			Usage: "sample every GPU (NVML) and the host; stream gpu.jsonl to stdout, or run the GPU gate",
-			Description: "Streams one gpu.jsonl line per GPU every --interval, and one host.jsonl line\n" +
-				"(cpu_pct, memory, load1) per interval on the same stream unless --host-out says\n" +
-				"otherwise. Without a GPU or NVML it says so once on stderr and keeps the host samples.\n" +
-				"--once prints one round and exits. --gate measures the idle baseline (or reads it\n" +
-				"from --baseline, the first sample per GPU of a gpu.jsonl), waits until every GPU's\n" +
-				"memory is back at idle, its temperature within --band of the baseline and no foreign\n" +
-				"process on it (any process not in an --own-pgid process group or session), and prints\n" +
-				"the gate result as JSON. A measured baseline waits for foreign processes to leave, up to\n" +
-				"--timeout, and says how it was taken.",
-			Flags: []cli.Flag{
-				&cli.DurationFlag{Name: "interval", Value: probes.DefaultInterval, Usage: "sampling interval"},
-				&cli.StringFlag{Name: "host", Usage: "host name recorded in every line (default: the hostname)"},
-				&cli.StringFlag{Name: "gpu-out", Value: "-", Usage: "file for gpu.jsonl lines (- = stdout)"},
-				&cli.StringFlag{Name: "host-out", Value: "-", Usage: "file for host.jsonl lines (- = stdout, none = off)"},
-				&cli.DurationFlag{Name: "duration", Usage: "stop after this long (0 = until interrupted)"},
-				&cli.BoolFlag{Name: "once", Usage: "print one round of samples and exit"},
-				&cli.BoolFlag{Name: "report-cost", Usage: "at the end, print on stderr the CPU the sampling used (steady state)"},
-				&cli.BoolFlag{Name: "gate", Usage: "run the GPU gate and print its result as JSON"},
-				&cli.Float64Flag{Name: "band", Value: probes.DefaultTempBandC, Usage: "gate: temperature band around the baseline, °C"},
-				&cli.Float64Flag{Name: "mem-tol", Value: probes.DefaultMemToleranceMiB, Usage: "gate: memory above the idle baseline still counted idle, MiB"},
-				&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "gate: give up (timed_out) after this long"},
-				&cli.DurationFlag{Name: "poll", Value: probes.DefaultGatePoll, Usage: "gate: polling interval"},
-				&cli.StringFlag{Name: "baseline", Usage: "gate: gpu.jsonl whose first sample per GPU is the baseline (default: measure now)"},
-				&cli.IntSliceFlag{Name: "own-pgid", Usage: "gate: GPU processes in this process group or session are not foreign (repeatable)"},
-			},
-			Action: probeAction,
-		}
-	})
+// probeCommand is the probe command.
+func probeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "probe",
+		Usage: "sample every GPU (NVML) and the host; stream gpu.jsonl to stdout, or run the GPU gate",
+		Description: "Streams one gpu.jsonl line per GPU every --interval, and one host.jsonl line\n" +
+			"(cpu_pct, memory, load1) per interval on the same stream unless --host-out says\n" +
+			"otherwise. Without a GPU or NVML it says so once on stderr and keeps the host samples.\n" +
+			"--once prints one round and exits. --gate measures the idle baseline (or reads it\n" +
+			"from --baseline, the first sample per GPU of a gpu.jsonl), waits until every GPU's\n" +
+			"memory is back at idle, its temperature within --band of the baseline and no foreign\n" +
+			"process on it (any process not in an --own-pgid process group or session), and prints\n" +
+			"the gate result as JSON. A measured baseline waits for foreign processes to leave, up to\n" +
+			"--timeout, and says how it was taken.",
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "interval", Value: probes.DefaultInterval, Usage: "sampling interval"},
+			&cli.StringFlag{Name: "host", Usage: "host name recorded in every line (default: the hostname)"},
+			&cli.StringFlag{Name: "gpu-out", Value: "-", Usage: "file for gpu.jsonl lines (- = stdout)"},
+			&cli.StringFlag{Name: "host-out", Value: "-", Usage: "file for host.jsonl lines (- = stdout, none = off)"},
+			&cli.DurationFlag{Name: "duration", Usage: "stop after this long (0 = until interrupted)"},
+			&cli.BoolFlag{Name: "once", Usage: "print one round of samples and exit"},
+			&cli.BoolFlag{Name: "report-cost", Usage: "at the end, print on stderr the CPU the sampling used (steady state)"},
+			&cli.BoolFlag{Name: "gate", Usage: "run the GPU gate and print its result as JSON"},
+			&cli.Float64Flag{Name: "band", Value: probes.DefaultTempBandC, Usage: "gate: temperature band around the baseline, °C"},
+			&cli.Float64Flag{Name: "mem-tol", Value: probes.DefaultMemToleranceMiB, Usage: "gate: memory above the idle baseline still counted idle, MiB"},
+			&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "gate: give up (timed_out) after this long"},
+			&cli.DurationFlag{Name: "poll", Value: probes.DefaultGatePoll, Usage: "gate: polling interval"},
+			&cli.StringFlag{Name: "baseline", Usage: "gate: gpu.jsonl whose first sample per GPU is the baseline (default: measure now)"},
+			&cli.IntSliceFlag{Name: "own-pgid", Usage: "gate: GPU processes in this process group or session are not foreign (repeatable)"},
+		},
+		Action: probeAction,
+	}
+
 }
 
 func probeAction(c *cli.Context) error {

@@ -77,6 +77,8 @@ func sweepOptions(c *cli.Context) (orchestrator.Options, error) {
 		Version: version,
 		Stdout:  c.App.Writer,
 		Stderr:  c.App.ErrWriter,
+		// Inside a Slurm job (sbatch), its allocation is the slurm host's.
+		SlurmJob: os.Getenv("SLURM_JOB_ID"),
 	}
 	if c.Command.Name == "resume" {
 		o.MatrixOverride = c.String("matrix")

@@ -17,31 +17,34 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:      "steps",
-			Usage:     "summarize engine_step.jsonl files: n_steps and percentiles of every timer, per path",
-			ArgsUsage: "FILE...",
-			Description: "Prints one row per step log and engine path (step() or the batch queue), with the\n" +
-				"p50 of every timed part and gpu_us, then says which batch each part belongs to,\n" +
-				"whether GPU time was measured (and why not), and every hook the engine could not\n" +
-				"apply (decomposition incomplete). A timer the log never measured is shown as —\n" +
-				"(absent), never as 0. Worker files <log>.worker.<pid>.jsonl next to a log are\n" +
-				"merged in for get_finished_us unless --no-workers. FILE may be gzipped (.gz).",
-			Flags: []cli.Flag{
-				&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
-				&cli.BoolFlag{Name: "markdown", Usage: "print the table as Markdown"},
-				&cli.Int64Flag{Name: "from-us", Usage: "keep steps with ts_us ≥ this (µs since the epoch)"},
-				&cli.Int64Flag{Name: "to-us", Usage: "keep steps with ts_us ≤ this"},
-				&cli.BoolFlag{Name: "no-workers", Usage: "do not merge worker get_finished_us files"},
-			},
-			Action: stepsAction,
-		}
-	})
+// stepsCommand is the steps command.
+func stepsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "steps",
+		Usage:     "summarize engine_step.jsonl files: n_steps and percentiles of every timer, per path",
+		ArgsUsage: "FILE...",
+		Description: "Prints one row per step log and engine path (step() or the batch queue), with the\n" +
+			"p50 of every timed part and gpu_us, then says which batch each part belongs to,\n" +
+			"whether GPU time was measured (and why not), and every hook the engine could not\n" +
+			"apply (decomposition incomplete). A timer the log never measured is shown as —\n" +
+			"(absent), never as 0. Worker files <log>.worker.<pid>.jsonl next to a log are\n" +
+			"merged in for get_finished_us unless --no-workers. FILE may be gzipped (.gz).",
+		Flags: []cli.Flag{
+			formatFlag(stepsFormats...),
+			formatAlias("json", "json"), formatAlias("markdown", "markdown"),
+			&cli.Int64Flag{Name: "from-us", Usage: "keep steps with ts_us ≥ this (µs since the epoch)"},
+			&cli.Int64Flag{Name: "to-us", Usage: "keep steps with ts_us ≤ this"},
+			&cli.BoolFlag{Name: "no-workers", Usage: "do not merge worker get_finished_us files"},
+		},
+		Action: stepsAction,
+	}
+
 }
 
-// stepsFile is one file's summary in --json output.
+// stepsFormats are what steps prints: a table, the table as Markdown, JSON.
+var stepsFormats = []string{"text", "markdown", "json"}
+
+// stepsFile is one file's summary in --format json output.
 type stepsFile struct {
 	File    string             `json:"file"`
 	Steps   probes.StepStats   `json:"steps"`
@@ -58,6 +61,10 @@ func stepsAction(c *cli.Context) error {
 			return usageError{fmt.Errorf("steps: %q: flags go before the files", f)}
 		}
 	}
+	format, err := outputFormat(c, "steps", stepsFormats, map[string]string{"json": "json", "markdown": "markdown"})
+	if err != nil {
+		return err
+	}
 	from, to := c.Int64("from-us"), c.Int64("to-us")
 	if from < 0 || to < 0 || (to != 0 && from > to) {
 		return usageError{fmt.Errorf("steps: window --from-us %d --to-us %d is empty or negative", from, to)}
@@ -70,12 +77,12 @@ func stepsAction(c *cli.Context) error {
 		}
 		out = append(out, sf)
 	}
-	if c.Bool("json") {
+	if format == "json" {
 		b, _ := json.MarshalIndent(out, "", "  ")
 		fmt.Fprintln(c.App.Writer, string(b))
 		return nil
 	}
-	renderStepsTable(c.App.Writer, out, c.Bool("markdown"))
+	renderStepsTable(c.App.Writer, out, format == "markdown")
 	return nil
 }
 

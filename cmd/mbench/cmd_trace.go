@@ -14,14 +14,14 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:        "trace",
-			Usage:       "work with Mooncake-format traces",
-			Subcommands: []*cli.Command{traceSampleCommand(), traceStatsCommand()},
-		}
-	})
+// traceCommand is the trace command.
+func traceCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "trace",
+		Usage:       "work with Mooncake-format traces",
+		Subcommands: []*cli.Command{traceSampleCommand(), traceStatsCommand()},
+	}
+
 }
 
 var (
@@ -37,7 +37,7 @@ func traceSampleCommand() *cli.Command {
 		Usage: "sample whole sessions of a trace down to about N requests; prints the ideal hit rates to stderr",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "in", Required: true, Usage: "the big trace (JSONL)"},
-			&cli.StringFlag{Name: "out", Required: true, Usage: "the sampled trace to write"},
+			outputFlag("the sampled trace to write", true),
 			&cli.IntFlag{Name: "requests", Required: true, Usage: "about this many requests"},
 			&cli.Int64Flag{Name: "seed", Value: 42, Usage: "sampling seed"},
 			sessionsFlag, commonFracFlag,
@@ -63,7 +63,7 @@ func traceSampleCommand() *cli.Command {
 			if err != nil {
 				return err // SampleTraceWith's errors already say "trace sample"
 			}
-			if err := durable.WriteFile(c.String("out"), out.Bytes(), 0o644); err != nil {
+			if err := durable.WriteFile(c.String("output"), out.Bytes(), 0o644); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.App.ErrWriter, "trace sample: %d of %d requests, %d of %d sessions (%s); %d lines given an inferred session_id\n"+
@@ -83,11 +83,15 @@ func traceStatsCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "lru", Usage: "LRU cache sizes in blocks of 512 tokens, comma-separated (e.g. 1000,10000)"},
 			sessionsFlag, commonFracFlag,
-			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+			formatFlag("text", "json"), formatAlias("json", "json"),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError{errors.New("trace stats: give one trace file")}
+			}
+			format, err := outputFormat(c, "trace stats", []string{"text", "json"}, map[string]string{"json": "json"})
+			if err != nil {
+				return err
 			}
 			mode, err := openloop.ParseSessionMode(c.String("sessions"))
 			if err != nil {
@@ -102,7 +106,7 @@ func traceStatsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if c.Bool("json") {
+			if format == "json" {
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
 				return enc.Encode(st)

@@ -9,31 +9,31 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:      "validate",
-			Usage:     "check a matrix: list its cells, estimate the sweep's duration, show the launch commands, warn about cells that cannot give a result",
-			ArgsUsage: "MATRIX",
-			Action: func(c *cli.Context) error {
-				if c.NArg() != 1 {
-					return usageError{errors.New("validate: want exactly one argument, the matrix file")}
-				}
-				m, err := matrices.Load(c.Args().First())
-				if err != nil {
-					return err // matrices.Errors: one file:line problem per line, ExitCode 2
-				}
-				if err := m.Describe(c.App.Writer); err != nil {
-					return err
-				}
-				ws, err := matrixWarnings(m)
-				for _, w := range ws {
-					fmt.Fprintln(c.App.ErrWriter, "warning:", w.String(m.File))
-				}
+// validateCommand is the validate command.
+func validateCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "validate",
+		Usage:     "check a matrix: list its cells, estimate the sweep's duration, show the launch commands, warn about cells that cannot give a result",
+		ArgsUsage: "MATRIX",
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{errors.New("validate: want exactly one argument, the matrix file")}
+			}
+			m, err := matrices.Load(c.Args().First())
+			if err != nil {
+				return err // matrices.Errors: one file:line problem per line, ExitCode 2
+			}
+			if err := m.Describe(c.App.Writer); err != nil {
 				return err
-			},
-		}
-	})
+			}
+			ws, err := matrixWarnings(m)
+			for _, w := range ws {
+				fmt.Fprintln(c.App.ErrWriter, "warning:", w.String(m.File))
+			}
+			return err
+		},
+	}
+
 }
 
 // matrixWarnings is m.Warnings plus what needs the trace files read: trace

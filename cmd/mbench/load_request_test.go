@@ -181,3 +181,68 @@ func TestSweepRequestOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestBurstSweep: a matrix with arrival process burst (an infinite rate)
+// sends each run's min_completed requests at once, here capped at 8 in
+// flight, records its arrival as burst, and the matrix's metadata is in the
+// report; a burst with rates, warmup or a capacity search is refused.
+func TestBurstSweep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sim sweep")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	const body = "name: burst\nseed: 3\nengine:\n  kind: sim\n  port: %PORT%\n  ready_timeout: 20s\n  grace: 2s\n  sim: {step_base_us: 1000}\n" +
+		"configs: {plain: {}}\nshapes: [{name: 64x8, input: 64, output: 8}]\nmeasure: {min_completed: 30, timeout: 20s, drain_timeout: 5s}\n" +
+		"repeat: {min: 1, max: 1}\ngate: {enabled: false}\nmetadata: {tp: \"1\", note: burst demo}\n"
+	m := writeMatrix(t, dir, body+"arrival: {process: burst, max_in_flight: 8}\n")
+	out := filepath.Join(dir, "out")
+	if _, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	recs, _ := filepath.Glob(filepath.Join(out, "runs", "*", "*", "requests.jsonl"))
+	sums, _ := filepath.Glob(filepath.Join(out, "runs", "*", "*", "summary_A.json"))
+	if len(recs) != 1 || len(sums) != 1 {
+		t.Fatalf("%d requests.jsonl, %d summaries, want one run", len(recs), len(sums))
+	}
+	var sum struct{ Arrival string }
+	readJSONFile(t, sums[0], &sum)
+	if sum.Arrival != "burst" {
+		t.Errorf("arrival %q, want burst", sum.Arrival)
+	}
+	var sched []float64
+	n := 0
+	for _, r := range readJSONL(t, recs[0]) {
+		if r["phase"] == "measure" {
+			n++
+			sched = append(sched, r["scheduled_ns"].(float64))
+		}
+	}
+	for _, x := range sched {
+		if x != sched[0] {
+			t.Fatalf("scheduled times differ (%v, %v): a burst schedules every request at once", sched[0], x)
+		}
+	}
+	if n != 30 {
+		t.Errorf("%d measured requests, want min_completed 30", n)
+	}
+	rep, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	if !strings.Contains(string(rep), "| metadata: note | burst demo |") {
+		t.Error("report.md lacks the matrix's metadata")
+	}
+	for _, c := range []struct{ bad, want string }{
+		{"arrival: {process: burst}\nrates: [1]\n", "rates: a burst has no rate"},
+		{"arrival: {process: burst}\nmeasure: {min_completed: 30, warmup_requests: 2}\n", "measure.warmup_requests: a burst's warmup requests would go out with its measured ones"},
+		{"arrival: {process: burst}\ncapacity: {metric: ttft_p90, max_ms: 50, lo: 1, hi: 8}\n", "capacity: a capacity search needs a rate or a closed loop to vary"},
+	} {
+		b := strings.Replace(body, "measure: {min_completed: 30, timeout: 20s, drain_timeout: 5s}\n", "", 1)
+		if !strings.Contains(c.bad, "measure:") {
+			b += "measure: {min_completed: 30}\n"
+		}
+		_, stderr, err := runCLI(t, ctx, "validate", writeMatrix(t, t.TempDir(), b+c.bad))
+		if exitStatus(err) != exitUsage || !strings.Contains(err.Error()+stderr, c.want) {
+			t.Errorf("%q: %v, want refused with %q\n%s", c.bad, err, c.want, stderr)
+		}
+	}
+}

@@ -29,12 +29,18 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 func (e usageError) ExitCode() int { return exitUsage }
 
-// commands collects the subcommands. Each file of this package that defines a
-// subcommand adds it from an init function, so the files stay independent.
-// They are factories: urfave/cli keeps state in commands and flags, so every
-// run (tests call run many times in one process) builds fresh ones.
-var commands []func() *cli.Command
+// commands is every subcommand of mbench, in one place; each is defined in
+// its cmd_<name>.go. They are factories: urfave/cli keeps state in commands
+// and flags, so every run (tests call run many times in one process) builds
+// fresh ones. help lists them by name.
+var commands = []func() *cli.Command{
+	validateCommand, statusCommand, exportCommand,
+	simCommand, probeCommand, stepsCommand, traceCommand,
+	benchLoadCommand, benchStubCommand, routerCommand,
+}
 
+// register adds a subcommand defined from an init function (run, resume
+// and load, until they are listed above).
 func register(c func() *cli.Command) { commands = append(commands, c) }
 
 func main() {
@@ -112,6 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	usage := func(_ *cli.Context, err error, _ bool) error { return usageError{err} }
 	known := map[string]bool{"help": true, "h": true}
 	for _, c := range cmds {
+		requireFlags(c)
 		c.OnUsageError = usage
 		known[c.Name] = true
 		for _, a := range c.Aliases {
@@ -128,12 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !strings.HasPrefix(args[1], "-") && !known[args[1]] {
 		return usageError{fmt.Errorf("unknown command %q; run mbench help for the list", args[1])}
 	}
-	err := app.RunContext(ctx, interspersed(cmds, args))
-	var ue usageError
-	if err != nil && !errors.As(err, &ue) && strings.HasPrefix(err.Error(), "Required flag") {
-		return usageError{err}
-	}
-	return err
+	return app.RunContext(ctx, interspersed(cmds, args))
 }
 
 // version is the mbench version, recorded in every sweep's fingerprint.

@@ -140,7 +140,7 @@ func watchSteps(t *testing.T, job func() string) (most func() int, stop func()) 
 
 var allocatedRE = regexp.MustCompile(`host cluster: allocated slurm job ([0-9]+) `)
 
-var journalNodeRE = regexp.MustCompile(`^cluster: slurm job ([0-9]+) node \S+$`)
+var journalNodeRE = regexp.MustCompile(`^cluster: slurm job ([0-9]+) node \S+ \(cluster mbench\)$`)
 
 // journalJobs returns the slurm job each journaled run names.
 func journalJobs(t *testing.T, out string) []string {
@@ -355,15 +355,15 @@ func slurmDryRun(t *testing.T, m, out string, wants ...string) string {
 	return stdout
 }
 
-// TestSlurmDryRun: --dry-run prints the exact salloc line and each engine's
+// TestSlurmDryRun: --dry-run prints the exact sbatch line and each engine's
 // srun line, with the GPUs Slurm is asked to bind; it needs no Slurm.
 func TestSlurmDryRun(t *testing.T) {
 	dir := t.TempDir()
 	m := writeSlurmMatrix(t, dir, "slurm-dry", "2")
 	out := filepath.Join(dir, "out")
 	stdout := slurmDryRun(t, m, out,
-		"#   $ salloc --no-shell --job-name=mbench-slurm-dry-",
-		" --nodes=1 --time=0:10:00 --ntasks=2 --cpus-per-task=1 --gres=gpu:2\n",
+		"#   $ sbatch --parsable --no-requeue --job-name=mbench-slurm-dry-",
+		" --nodes=1 --time=0:10:00 --ntasks=2 --cpus-per-task=1 --gres=gpu:2 --output=/dev/null '--wrap=trap ",
 		"recorded in "+filepath.Join(out, "slurm-cluster.json"),
 		"srun '--jobid=<job id>' --job-name=engine-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 sh -c ",
 		"--job-name=engine-cluster-1 ",
@@ -378,7 +378,7 @@ func TestSlurmDryRun(t *testing.T) {
 
 // TestSlurmSweepOverSSH runs mbench off the cluster: the slurm host's
 // address is its login machine, reached through a real OpenSSH sshd on
-// loopback (sshdtest), which runs salloc, srun, squeue and scancel against
+// loopback (sshdtest), which runs sbatch, srun, squeue and scancel against
 // the real one-node Slurm of .ci/slurm-up.sh. The sweep uploads mbench to
 // the login machine's work directory (which the node shares), the engines
 // and probes are job steps whose logs stay there, step lines and probe
@@ -452,19 +452,19 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
-// TestSlurmMultiNodeDryRun: a two-node slurm host asks salloc for both
+// TestSlurmMultiNodeDryRun: a two-node slurm host asks Slurm for both
 // nodes with the steps of the busiest node per node, places each instance
 // on the node of its GPUs (one srun per node, GPUs numbered within it) and
 // probes every node; validate refuses an instance that would span nodes.
-// (One machine cannot run a real two-node Slurm: the runtime path is the
-// one-node one with a node index, tested here only as printed.)
+// (The runtime path runs on the namespace test bed's two-node cluster:
+// multinode_test.go.)
 func TestSlurmMultiNodeDryRun(t *testing.T) {
 	dir := t.TempDir()
 	m := writeSlurmMatrix(t, dir, "slurm-multi", "2")
 	b, _ := os.ReadFile(m)
 	writeTestFile(t, m, []byte(strings.Replace(string(b), "gpus_per_node: 2}", "gpus_per_node: 1, nodes: 2}", 1)))
 	slurmDryRun(t, m, filepath.Join(dir, "out"),
-		" --nodes=2 --time=0:10:00 --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:1\n",
+		" --nodes=2 --time=0:10:00 --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:1 --output=/dev/null '--wrap=",
 		"--job-name=probe-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node 0>' --overlap --gres=gpu:1 ",
 		"--job-name=probe-cluster-1 --nodes=1 --ntasks=1 '--nodelist=<node 1>' --overlap --gres=gpu:1 ",
 		"--job-name=engine-cluster-0 --nodes=1 --ntasks=1 '--nodelist=<node 0>' --cpus-per-task=1 --exact --kill-on-bad-exit=1 --gres=gpu:1 ",
@@ -514,8 +514,13 @@ func TestSlurmAllocationPerBlock(t *testing.T) {
 		checkSlurmTeardown(t, out, job)
 	}
 	log, _ := os.ReadFile(filepath.Join(out, "mbench.log"))
-	if n := strings.Count(string(log), "slurm allocation of cluster cancelled (allocation: block)"); n != 3 {
-		t.Errorf("mbench.log says %d times that a block's allocation was cancelled, want 3", n)
+	if n := strings.Count(string(log), "slurm allocation of cluster ended (allocation: block)"); n != 3 {
+		t.Errorf("mbench.log says %d times that a block's allocation ended, want 3", n)
+	}
+	for _, job := range jobs {
+		if st := jobState(t, job); st != "COMPLETED" && st != "" {
+			t.Errorf("block job %s is %s, want COMPLETED (its block finished)", job, st)
+		}
 	}
 }
 

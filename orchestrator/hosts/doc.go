@@ -1,7 +1,12 @@
 // Package hosts owns how mbench runs things on a machine: the Host seam with a
 // local implementation (NewLocal) and an SSH implementation (DialSSH, built on
 // golang.org/x/crypto/ssh), and the lifecycle of the long-lived engine
-// processes started there.
+// processes started there. A Slurm host (AllocateSlurm: slurm.go for the
+// sbatch and srun lines, slurm_alloc.go for the allocation's life, from
+// pending to COMPLETED, slurm_step.go for its job steps) runs its commands
+// on a login machine (a local or SSH Host) and its processes as job steps
+// on the allocation's nodes; callers reach the nodes through the NodeHost
+// capability (node.go), never through the Slurm type.
 //
 // Both implementations share one code path: every operation is a POSIX sh
 // script executed through a small transport (a local `sh` child, or an SSH
@@ -15,7 +20,9 @@
 //   - the command runs under setsid, so its pid is also its process group and
 //     session id; stdin is /dev/null and stdout+stderr are appended to
 //     ProcSpec.LogPath on the host;
-//   - the environment gets MBENCH_MARKER=<ProcSpec.Marker> plus ProcSpec.Env.
+//   - the environment gets MBENCH_MARKER=<ProcSpec.Marker>,
+//     MBENCH_PROC=<Marker>/<Name> (the process's tag, which every process it
+//     starts inherits) plus ProcSpec.Env.
 //     Values travel inside the script, which is sent on stdin, so they never
 //     appear on a command line (ps) or in an error message;
 //   - "<StateDir>/<Name>.pid" holds "<pid> <starttime>" (starttime is field 22
@@ -29,14 +36,19 @@
 //     status; over SSH with ProcSpec.Tether a watcher, started right after the
 //     fork, kills the process group when stdin reaches EOF, that is when the
 //     connection drops or mbench dies;
-//   - Process.Stop sends SIGTERM to the group, waits, sends SIGKILL, and
-//     verifies that no live process remains in the group. Stops and leftover
+//   - Process.Stop sends SIGTERM to the process's tree, waits, sends SIGKILL,
+//     and verifies that nothing of the tree lives: the tree is the group, the
+//     processes that carry the tag, and every descendant of either, so a
+//     child that called setsid (as Ray's workers do) is found by its parent
+//     while that lives, and by its tag once re-parented. Stops and leftover
 //     scans read the process table from Go (procOps): locally /proc directly,
 //     remotely one command per poll; the waits are deadlines, not tick counts.
 //
 // Remote hosts must be Linux (the scripts read /proc) with sh, setsid
-// (util-linux), dd, tail, tr and grep.
+// (util-linux), dd, tail, tr, awk and GNU grep.
 //
 // Subpackage sshdtest starts a real OpenSSH sshd, or an in-process SSH server,
-// on loopback for tests.
+// on loopback for tests; netnstest gives tests the multi-host test bed of
+// .ci/netns-up.sh (network namespaces with their own sshd, and a Slurm
+// cluster whose nodes are namespaces).
 package hosts

@@ -271,7 +271,7 @@ func TestTeardownSpeedUnderLoad(t *testing.T) {
 				}
 				shell = append(shell, time.Since(t0)-c.past)
 			} else {
-				if surv, err := killGroups(ctx, localOps{}, []int{p.Pid()}, c.grace); err != nil || len(surv) > 0 {
+				if surv, err := killTargets(ctx, localOps{}, []stopTarget{{pgid: p.Pid()}}, c.grace); err != nil || len(surv) > 0 {
 					t.Fatalf("killGroups: %v %v", surv, err)
 				}
 				gol = append(gol, time.Since(t0)-c.past)

@@ -11,13 +11,14 @@ import (
 
 // Leftover is a process recorded in a pidfile that is still ours: its group
 // is alive and carries the sweep's marker (and, while the leader lives, the
-// leader's start time matches the pidfile, so a reused pid is never taken).
+// leader's start time matches the pidfile, so a reused pid is never taken),
+// or processes it started that left the group carry its tag.
 type Leftover struct {
 	Name      string // pidfile base name without ".pid"
 	PidFile   string // path on the host
 	Pid       int    // pid = process group id
 	StartTime string // /proc/<pid>/stat field 22 recorded at start
-	Members   []int  // live processes of the group when scanned
+	Members   []int  // live processes of the group, its tagged processes and their descendants, when scanned
 }
 
 // FindLeftovers lists the pidfiles under stateDir whose process group is still
@@ -64,7 +65,7 @@ func leftoverScan(ctx context.Context, h Host, target, marker string, stop bool,
 		return nil, wrap(err)
 	}
 	var res []Leftover
-	var pgids []int
+	var targets []stopTarget
 	var gone []pidRecord // pidfiles to remove
 	for _, r := range recs {
 		if !ours[r.pid] {
@@ -74,14 +75,15 @@ func leftoverScan(ctx context.Context, h Host, target, marker string, stop bool,
 			}
 			continue
 		}
+		tag := recordTag(r, marker)
 		res = append(res, Leftover{Name: strings.TrimSuffix(path.Base(r.path), ".pid"), PidFile: r.path,
-			Pid: r.pid, StartTime: r.start, Members: snap.members(r.pid)})
-		pgids = append(pgids, r.pid)
+			Pid: r.pid, StartTime: r.start, Members: snap.tree(r.pid, tag)})
+		targets = append(targets, stopTarget{pgid: r.pid, start: r.start, tag: tag})
 	}
 	if !stop {
 		return res, nil
 	}
-	surv, err := killGroups(ctx, ops, pgids, grace)
+	surv, err := killTargets(ctx, ops, targets, grace)
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -214,7 +214,7 @@ func (p *proc) Stop(ctx context.Context, grace time.Duration) error {
 		return wrap(err)
 	}
 	if ours[p.pid] {
-		surv, err := killGroups(ctx, ops, []int{p.pid}, grace)
+		surv, err := killTargets(ctx, ops, []stopTarget{{pgid: p.pid, start: p.start, tag: procTag(p.spec.Marker, p.spec.Name)}}, grace)
 		if err != nil {
 			return wrap(err)
 		}

@@ -17,16 +17,16 @@ import (
 
 // procEntry is one process as /proc/<pid>/stat shows it.
 type procEntry struct {
-	pid, pgrp int
-	state     string // "R", "S", "Z", …
-	start     string // field 22: start time in clock ticks after boot
+	pid, ppid, pgrp int
+	state           string // "R", "S", "Z", …
+	start           string // field 22: start time in clock ticks after boot
+	tag             string // the scan's tag (scanQuery.tags) its environment carries, if any
 }
 
 func (p procEntry) live() bool { return p.state != "Z" && p.state != "X" }
 
 // snapshot is one scan of a host's process table, restricted to the
-// processes the caller asked about: the members of some process groups and
-// the processes whose pid is one of those group ids.
+// processes the caller asked about (see scanQuery).
 type snapshot map[int]procEntry
 
 // members lists the live processes of group pgid, sorted.
@@ -53,6 +53,34 @@ func (s snapshot) leader(pgid int) (procEntry, bool) {
 	return p, ok && p.live() && p.pgrp == pgid
 }
 
+// tree lists, sorted, the live processes that belong to a started process:
+// the members of its group, the processes that carry its tag in their
+// environment, and every descendant (by parent pid) of either. A process
+// that called setsid (a Ray worker) is out of the group but still a
+// descendant while its parent lives, and still tagged once re-parented.
+func (s snapshot) tree(pgid int, tag string) []int {
+	in := map[int]bool{}
+	for _, p := range s {
+		if p.live() && ((pgid > 1 && p.pgrp == pgid) || (tag != "" && p.tag == tag)) {
+			in[p.pid] = true
+		}
+	}
+	for grew := len(in) > 0; grew; {
+		grew = false
+		for _, p := range s {
+			if !in[p.pid] && p.live() && in[p.ppid] {
+				in[p.pid], grew = true, true
+			}
+		}
+	}
+	out := make([]int, 0, len(in))
+	for pid := range in {
+		out = append(out, pid)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // pidRecord is one pidfile: "<pid> <starttime>".
 type pidRecord struct {
 	path  string
@@ -60,15 +88,46 @@ type pidRecord struct {
 	start string // as recorded
 }
 
+// scanQuery says what a scan signals and which processes it reports.
+type scanQuery struct {
+	sig        syscall.Signal // sent first (0: none) to each group of killGroups and each process of killPids
+	killGroups []int
+	killPids   []int
+	pgids      []int    // reported: every member of these groups, and the processes whose pid is one of them
+	since      uint64   // reported too: every process started at or after this (clock ticks after boot; 0: none)
+	tags       []string // of the processes started since, which carry MBENCH_PROC=tag (procEntry.tag)
+}
+
+// wanted reports whether a process belongs in the snapshot of q.
+func (q scanQuery) wanted(p procEntry) bool {
+	return slices.Contains(q.pgids, p.pgrp) || slices.Contains(q.pgids, p.pid) || q.recent(p)
+}
+
+// recent reports whether p started at or after q.since.
+func (q scanQuery) recent(p procEntry) bool {
+	if q.since == 0 {
+		return false
+	}
+	st, err := strconv.ParseUint(p.start, 10, 64)
+	return err == nil && st >= q.since
+}
+
+// procTagEnv is the environment variable by which every process a started
+// process spawns is known as its own, inside or outside its group:
+// MBENCH_PROC=<marker>/<name>.
+const procTagEnv = "MBENCH_PROC"
+
+// procTag is the MBENCH_PROC value of the process name started with marker.
+func procTag(marker, name string) string { return marker + "/" + name }
+
 // procOps is what stopping and finding engines needs of a host. Every
 // method is one step: the local host reads /proc and signals from Go; a
 // remote host runs one command per call, so a stop loop costs at most one
 // remote command per tick, and no scan of /proc runs in a shell loop.
 type procOps interface {
-	// scan sends sig (0: none) to each process group of pgids, then scans
-	// the process table once. The snapshot holds every process of those
-	// groups and every process whose pid is one of pgids.
-	scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error)
+	// scan sends q.sig to q's groups and processes, then scans the process
+	// table once and returns the processes q asks about.
+	scan(ctx context.Context, q scanQuery) (snapshot, error)
 	// marked returns which of pids carry MBENCH_MARKER=marker in their
 	// environment.
 	marked(ctx context.Context, pids []int, marker string) (map[int]bool, error)
@@ -114,8 +173,8 @@ func within[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	}
 }
 
-func (b bounded) scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error) {
-	return within(ctx, func() (snapshot, error) { return b.in.scan(ctx, sig, pgids) })
+func (b bounded) scan(ctx context.Context, q scanQuery) (snapshot, error) {
+	return within(ctx, func() (snapshot, error) { return b.in.scan(ctx, q) })
 }
 
 func (b bounded) marked(ctx context.Context, pids []int, marker string) (map[int]bool, error) {
@@ -147,11 +206,12 @@ func parseStat(line string) (procEntry, bool) {
 	if len(f) < 20 {
 		return procEntry{}, false
 	}
-	pgrp, err := strconv.Atoi(f[2])
-	if err != nil {
+	ppid, err1 := strconv.Atoi(f[1])
+	pgrp, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
 		return procEntry{}, false
 	}
-	return procEntry{pid: pid, pgrp: pgrp, state: f[0], start: f[19]}, true
+	return procEntry{pid: pid, ppid: ppid, pgrp: pgrp, state: f[0], start: f[19]}, true
 }
 
 // parsePidLine parses the content of a pidfile.
@@ -166,21 +226,21 @@ func parsePidLine(path, line string) pidRecord {
 	return r
 }
 
-// wanted reports whether a process belongs in a snapshot for pgids.
-func wanted(p procEntry, pgids []int) bool {
-	return slices.Contains(pgids, p.pgrp) || slices.Contains(pgids, p.pid)
-}
-
 // localOps implements procOps for this machine with direct /proc reads and
 // kill(2): a scan of a few hundred processes costs a few milliseconds and no
 // fork, whatever the load.
 type localOps struct{}
 
-func (localOps) scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error) {
-	if sig != 0 {
-		for _, g := range pgids {
+func (localOps) scan(ctx context.Context, q scanQuery) (snapshot, error) {
+	if q.sig != 0 {
+		for _, g := range q.killGroups {
 			if g > 1 {
-				_ = syscall.Kill(-g, sig)
+				_ = syscall.Kill(-g, q.sig)
+			}
+		}
+		for _, p := range q.killPids {
+			if p > 1 {
+				_ = syscall.Kill(p, q.sig)
 			}
 		}
 	}
@@ -206,11 +266,35 @@ func (localOps) scan(ctx context.Context, sig syscall.Signal, pgids []int) (snap
 		if err != nil {
 			continue // exited since the directory was read
 		}
-		if p, ok := parseStat(strings.TrimSpace(st)); ok && wanted(p, pgids) {
+		if p, ok := parseStat(strings.TrimSpace(st)); ok && q.wanted(p) {
+			if len(q.tags) > 0 && q.recent(p) {
+				p.tag = envTag(readEnvironOnce(p.pid), q.tags)
+			}
 			snap[p.pid] = p
 		}
 	}
 	return snap, nil
+}
+
+// envTag returns the tag of tags that env (a /proc environ) carries as
+// MBENCH_PROC, or "".
+func envTag(env []byte, tags []string) string {
+	for _, kv := range bytes.Split(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(procTagEnv+"=")); ok {
+			if i := slices.Index(tags, string(v)); i >= 0 {
+				return tags[i]
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
+// readEnvironOnce reads /proc/<pid>/environ (nil when unreadable). A
+// process caught mid-exec reads empty; the next scan, a tick later, sees it.
+func readEnvironOnce(pid int) []byte {
+	env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	return env
 }
 
 // readSmall reads a small file into buf (a /proc stat line fits in 1 KiB).
@@ -317,37 +401,73 @@ func (localOps) remove(_ context.Context, recs []pidRecord) error {
 // hosts (and for any Host that is not of this package).
 type shellOps struct{ h Host }
 
-func (o shellOps) scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error) {
+func (o shellOps) scan(ctx context.Context, q scanQuery) (snapshot, error) {
 	var b strings.Builder
-	name := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL"}[sig]
-	if sig != 0 && name == "" {
-		return nil, fmt.Errorf("scan: unsupported signal %v", sig)
+	name := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL"}[q.sig]
+	if q.sig != 0 && name == "" {
+		return nil, fmt.Errorf("scan: unsupported signal %v", q.sig)
 	}
-	var alt []string
-	for _, g := range pgids {
-		if g <= 1 {
-			continue
+	var groups []string
+	for _, g := range q.pgids {
+		if g > 1 {
+			groups = append(groups, strconv.Itoa(g))
 		}
-		if sig != 0 {
-			fmt.Fprintf(&b, "kill -s %s -- -%d 2>/dev/null; ", name, g)
-		}
-		alt = append(alt, strconv.Itoa(g))
 	}
-	if len(alt) == 0 {
+	if q.sig != 0 {
+		for _, g := range q.killGroups {
+			if g > 1 {
+				fmt.Fprintf(&b, "kill -s %s -- -%d 2>/dev/null; ", name, g)
+			}
+		}
+		for _, p := range q.killPids {
+			if p > 1 {
+				fmt.Fprintf(&b, "kill -s %s %d 2>/dev/null; ", name, p)
+			}
+		}
+	}
+	if len(groups) == 0 && q.since == 0 {
 		return snapshot{}, nil
 	}
-	// grep keeps the lines of those groups (field 5) and of those pids; Go
-	// parses and filters again, so an odd command name cannot mislead it.
-	re := "(" + strings.Join(alt, "|") + ")"
-	fmt.Fprintf(&b, "cat /proc/[0-9]*/stat 2>/dev/null | grep -E -e '^%[1]s \\(' -e '\\) . -?[0-9]+ %[1]s '; true", re)
+	// awk keeps the lines of those groups (field 5), of those pids and of
+	// the processes started since (field 22), taking the fields after the
+	// last ") " as Go does; Go parses and filters again, so an odd command
+	// name cannot mislead it. Then, per tag, the processes that carry it.
+	fmt.Fprintf(&b, `cat /proc/[0-9]*/stat 2>/dev/null | awk -v g=' %s ' -v s=%d '{ n = split($0, a, ") "); split(a[n], f, " "); `+
+		`if (index(g, " " f[3] " ") || index(g, " " $1 " ") || (s > 0 && f[20] + 0 >= s)) print }'; `,
+		strings.Join(groups, " "), q.since)
+	for i, tag := range q.tags {
+		fmt.Fprintf(&b, "echo 'mbtag %d'; grep -lsxzF -e %s /proc/[0-9]*/environ; ", i, quote(procTagEnv+"="+tag))
+	}
+	b.WriteString("true")
 	out, _, err := o.h.Run(ctx, b.String())
 	if err != nil {
 		return nil, fmt.Errorf("scan processes on %s: %w", o.h.Name(), err)
 	}
 	snap := snapshot{}
+	tagged := map[int]string{}
+	cur := -1
 	for _, line := range strings.Split(string(out), "\n") {
-		if p, ok := parseStat(strings.TrimSpace(line)); ok && wanted(p, pgids) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "mbtag "); ok {
+			cur, _ = strconv.Atoi(v)
+			continue
+		}
+		if cur >= 0 && cur < len(q.tags) {
+			if v, ok := strings.CutPrefix(line, "/proc/"); ok {
+				if pid, err := strconv.Atoi(strings.TrimSuffix(v, "/environ")); err == nil {
+					tagged[pid] = q.tags[cur]
+				}
+			}
+			continue
+		}
+		if p, ok := parseStat(line); ok && q.wanted(p) {
 			snap[p.pid] = p
+		}
+	}
+	for pid, tag := range tagged {
+		if p, ok := snap[pid]; ok && q.recent(p) {
+			p.tag = tag
+			snap[pid] = p
 		}
 	}
 	return snap, nil

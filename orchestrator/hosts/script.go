@@ -50,8 +50,11 @@ const markedFn = `mb_marked() {
 //	                     that start time and the marker, or the leader is gone
 //	                     and a live member carries the marker
 //	mb_settle PID        wait (up to 5 s) until PID leads its own group or is gone
-//	mb_kill PID START M TICKS  TERM the group, wait TICKS×0.1 s, KILL, wait
-//	                     up to 10 s; 0 when no live member is left
+//	mb_tagged TAG        sets mb_tl to the pids whose environment holds
+//	                     MBENCH_PROC=TAG (none for an empty TAG)
+//	mb_kill PID START M TICKS TAG  TERM the group (if ours) and the processes
+//	                     tagged TAG (which left it), wait TICKS×0.1 s, KILL,
+//	                     wait up to 10 s; 0 when nothing of either is left
 //
 // Only the SSH tether runs mb_kill (on the host, after mbench is gone); every
 // stop mbench makes itself scans processes from Go (see procOps).
@@ -94,21 +97,40 @@ mb_settle() {
 		sleep 0.01; mb_i=$((mb_i+1))
 	done
 }
+mb_tagged() {
+	mb_tl=
+	[ -n "$1" ] || return 0
+	for mb_f in $(grep -lsxzF -e "MBENCH_PROC=$1" /proc/[0-9]*/environ 2>/dev/null); do
+		mb_f=${mb_f#/proc/}; mb_tl="$mb_tl ${mb_f%/environ}"
+	done
+	mb_tl=${mb_tl# }
+}
+mb_left() {
+	mb_list=
+	[ -n "$mb_g" ] && mb_members "$1"
+	mb_tagged "$2"
+	mb_list="$mb_list $mb_tl"; mb_list=${mb_list# }; mb_list=${mb_list% }
+}
 mb_kill() {
-	mb_ours "$1" "$2" "$3" || { mb_list=; return 0; }
-	kill -s TERM -- "-$1" 2>/dev/null
+	mb_g=; mb_ours "$1" "$2" "$3" && mb_g=1
+	mb_tagged "$5"
+	[ -n "$mb_g$mb_tl" ] || { mb_list=; return 0; }
+	[ -n "$mb_g" ] && kill -s TERM -- "-$1" 2>/dev/null
+	[ -n "$mb_tl" ] && kill -s TERM $mb_tl 2>/dev/null
 	mb_i=0
 	while :; do
-		mb_members "$1"
+		mb_left "$1" "$5"
 		[ -z "$mb_list" ] && return 0
 		[ "$mb_i" -ge "$4" ] && break
 		sleep 0.1; mb_i=$((mb_i+1))
 	done
-	kill -s KILL -- "-$1" 2>/dev/null
+	[ -n "$mb_g" ] && kill -s KILL -- "-$1" 2>/dev/null
+	kill -s KILL $mb_list 2>/dev/null
 	mb_i=0
 	while [ "$mb_i" -lt 100 ]; do
-		mb_members "$1"
+		mb_left "$1" "$5"
 		[ -z "$mb_list" ] && return 0
+		kill -s KILL $mb_tl 2>/dev/null
 		sleep 0.1; mb_i=$((mb_i+1))
 	done
 	return 1
@@ -191,7 +213,7 @@ func validateSpec(spec ProcSpec) (ProcSpec, error) {
 		}
 	}
 	for i, e := range spec.Env {
-		if !envNameRe.MatchString(e.Name) || e.Name == "MBENCH_MARKER" {
+		if !envNameRe.MatchString(e.Name) || e.Name == "MBENCH_MARKER" || e.Name == procTagEnv {
 			return spec, fmt.Errorf("process %s: env[%d]: invalid variable name %q", spec.Name, i, e.Name)
 		}
 		if strings.ContainsRune(e.Value, 0) {
@@ -236,7 +258,7 @@ func startScript(spec ProcSpec, tether bool, tag string) string {
 ( mb_s=; { read -r mb_s < /proc/self/stat; } 2>/dev/null
 mb_stat "${mb_s%% *}" || exit 126
 { printf '%s %s\n' "${mb_s%% *}" "$mb_start" > "$mb_pidf.tmp" && mv -f -- "$mb_pidf.tmp" "$mb_pidf"; } 2>/dev/null || exit 126
-export MBENCH_MARKER=` + quote(spec.Marker))
+export MBENCH_MARKER=` + quote(spec.Marker) + "; export " + procTagEnv + "=" + quote(procTag(spec.Marker, spec.Name)))
 	for _, e := range spec.Env {
 		b.WriteString("; export " + e.Name + "=" + quote(e.Value))
 	}
@@ -250,8 +272,8 @@ mb_pid=$!
 		// first). On stdin EOF (after "exited", or on a lost link) it waits
 		// until the child has left the monitor's group or died, then kills
 		// whatever the group holds.
-		fmt.Fprintf(&b, `( mb_stat "$mb_pid"; mb_t0=$mb_start; cat <&3 >/dev/null 2>&1; mb_settle "$mb_pid"; mb_kill "$mb_pid" "$mb_t0" %s %d ) >/dev/null 2>&1 &
-`, quote(spec.Marker), graceTicks(spec.TetherGrace))
+		fmt.Fprintf(&b, `( mb_stat "$mb_pid"; mb_t0=$mb_start; cat <&3 >/dev/null 2>&1; mb_settle "$mb_pid"; mb_kill "$mb_pid" "$mb_t0" %s %d %s ) >/dev/null 2>&1 &
+`, quote(spec.Marker), graceTicks(spec.TetherGrace), quote(procTag(spec.Marker, spec.Name)))
 	}
 	b.WriteString(`mb_settle "$mb_pid"
 mb_fp=; mb_start=; { read -r mb_fp mb_start < "$mb_pidf"; } 2>/dev/null

@@ -16,20 +16,23 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+
+	"github.com/mbench/mbench/shquote"
 )
 
-// TestSlurmArgs: the salloc and srun lines carry the matrix's request, and
+// TestSlurmArgs: the sbatch and srun lines carry the matrix's request, and
 // an engine step without GPUs binds none and shares the allocation.
 func TestSlurmArgs(t *testing.T) {
 	c := SlurmConfig{JobName: "mbench-x", TimeLimit: "1:00:00", Partition: "gpu", Account: "acc", Constraint: "h100",
 		GPUsPerNode: 8, CPUsPerStep: 4, Steps: 2, Options: []string{"--qos=high"}, StepOptions: []string{"--mem=0"}}
 	for _, tc := range []struct{ got, want string }{
-		{c.SallocCommand(), "salloc --no-shell --job-name=mbench-x --nodes=1 --time=1:00:00 --ntasks=2 --cpus-per-task=4 --partition=gpu --account=acc --constraint=h100 --gres=gpu:8 --qos=high"},
+		{c.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=mbench-x --nodes=1 --time=1:00:00 --ntasks=2 --cpus-per-task=4 --partition=gpu --account=acc --constraint=h100 --gres=gpu:8 --output=/dev/null --qos=high " + quote("--wrap="+holderScript)},
 		{c.StepCommand("12", "n1", "engine-c-0", 4, "serve 'a b'"), `srun --jobid=12 --job-name=engine-c-0 --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=gpu:4 --mem=0 sh -c 'serve '\''a b'\'''`},
 		{c.StepCommand("12", "n1", "router-c", 0, "r"), "srun --jobid=12 --job-name=router-c --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=none --overlap --mem=0 sh -c r"},
-		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SallocCommand(), "salloc --no-shell --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1"},
-		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00", Nodes: 3, Steps: 2, GPUsPerNode: 8}.SallocCommand(), "salloc --no-shell --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --gres=gpu:8"},
-		{shellJoin(SlurmConfig{GPUsPerNode: 8}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
+		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1 --output=/dev/null " + quote("--wrap="+holderScript)},
+		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00", Nodes: 3, Steps: 2, GPUsPerNode: 8, Mem: "0", Exclusive: true}.SbatchCommand(),
+			"sbatch --parsable --no-requeue --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --mem=0 --exclusive --gres=gpu:8 --output=/dev/null " + quote("--wrap="+holderScript)},
+		{shquote.Join(SlurmConfig{GPUsPerNode: 8}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got  %s\nwant %s", tc.got, tc.want)
@@ -139,8 +142,8 @@ func TestSlurmSteps(t *testing.T) {
 	if err := again.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, state, _ := s.query(ctx, s.JobID()); state != "CANCELLED" && state != "" {
-		t.Errorf("after Close job %s is %s", s.JobID(), state)
+	if j, _ := s.query(ctx, s.JobID()); j.state != "CANCELLED" && j.state != "" {
+		t.Errorf("after Close job %s is %s", s.JobID(), j.state)
 	}
 	if _, err := os.Stat(cfg.JobFile); !os.IsNotExist(err) {
 		t.Errorf("job file after Close: %v", err)
@@ -199,21 +202,31 @@ func TestSlurmOverSSH(t *testing.T) {
 	}
 }
 
-func TestSlurmPastEnd(t *testing.T) {
-	now := time.Date(2026, 12, 1, 12, 10, 41, 0, time.Local)
+// TestSlurmTimeLeft: squeue's time left (%L) says when a job has reached its
+// limit, whatever the zones of the cluster and of mbench: 0:00 at the limit,
+// INVALID past it (as Slurm 22.05 prints while the job is still RUNNING).
+func TestSlurmTimeLeft(t *testing.T) {
 	for _, tc := range []struct {
-		end  string
+		left string
 		want bool
 	}{
-		{"2026-12-01T12:10:41", true}, // the limit itself: steps are refused from then on
-		{"2026-12-01T12:10:40", true},
-		{"2026-12-01T12:10:42", false},
-		{"Unknown", false},
-		{"N/A", false},
+		{"0:00", true},
+		{"INVALID", true},
+		{"0:01", false},
+		{"59:59", false},
+		{"1:00:00", false},
+		{"2-00:00:00", false},
+		{"UNLIMITED", false},
+		{"NOT_SET", false},
 		{"", false},
 	} {
-		if got := pastEnd(tc.end, now); got != tc.want {
-			t.Errorf("pastEnd(%q) = %v, want %v", tc.end, got, tc.want)
+		if got := noTimeLeft(tc.left); got != tc.want {
+			t.Errorf("noTimeLeft(%q) = %v, want %v", tc.left, got, tc.want)
+		}
+	}
+	for in, want := range map[string]time.Duration{"4:59": 299 * time.Second, "1:02:03": time.Hour + 2*time.Minute + 3*time.Second, "1-00:00:01": 24*time.Hour + time.Second} {
+		if got, ok := parseSlurmDuration(in); !ok || got != want {
+			t.Errorf("parseSlurmDuration(%q) = %v %v, want %v", in, got, ok, want)
 		}
 	}
 }

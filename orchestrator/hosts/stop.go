@@ -3,6 +3,10 @@ package hosts
 import (
 	"context"
 	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -24,19 +28,51 @@ const killReserve = 3 * time.Second
 // defaultKillWait bounds the wait after SIGKILL when ctx has no deadline.
 const defaultKillWait = 10 * time.Second
 
+// stopTarget is one started process to stop: its process group, the
+// leader's start time (nothing started before it is its descendant) and the
+// tag its processes carry (procTag), by which the ones that left the group
+// are found.
+type stopTarget struct {
+	pgid  int
+	start string
+	tag   string
+}
+
+// since is the earliest start time of targets, for scanQuery.since (0 when
+// none is known).
+func since(targets []stopTarget) uint64 {
+	var min uint64
+	for _, t := range targets {
+		if v, err := strconv.ParseUint(t.start, 10, 64); err == nil && (min == 0 || v < min) {
+			min = v
+		}
+	}
+	return min
+}
+
+// recordTag is the tag of the process a pidfile records, started with marker.
+func recordTag(r pidRecord, marker string) string {
+	return procTag(marker, strings.TrimSuffix(path.Base(r.path), ".pid"))
+}
+
 // ownedGroups returns, of recs, the process groups that are ours: the leader
 // is alive, leads its group, has the recorded start time and the marker; or
-// the leader is gone and a live member of the group carries the marker. A
-// pid reused by another process is therefore never taken. snap is the scan
-// it decided on.
+// the leader is gone and a live member of the group carries the marker, or
+// a live process started since carries the record's tag (a child that left
+// the group). A pid reused by another process is therefore never taken.
+// snap is the scan it decided on.
 func ownedGroups(ctx context.Context, ops procOps, recs []pidRecord, marker string) (snapshot, map[int]bool, error) {
 	var pgids []int
+	var tags []string
+	var targets []stopTarget
 	for _, r := range recs {
 		if r.pid > 1 {
 			pgids = append(pgids, r.pid)
+			tags = append(tags, recordTag(r, marker))
+			targets = append(targets, stopTarget{pgid: r.pid, start: r.start})
 		}
 	}
-	snap, err := ops.scan(ctx, 0, pgids)
+	snap, err := ops.scan(ctx, scanQuery{pgids: pgids, since: since(targets), tags: tags})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -77,18 +113,24 @@ func ownedGroups(ctx context.Context, ops procOps, recs []pidRecord, marker stri
 				ours[r.pid] = true
 			}
 		}
+		if len(snap.tree(0, recordTag(r, marker))) > 0 {
+			ours[r.pid] = true
+		}
 	}
 	return snap, ours, nil
 }
 
-// killGroups sends SIGTERM to each group, waits until the groups are empty
-// or the grace is over, sends SIGKILL and waits until they are empty or ctx's
-// deadline (defaultKillWait without one) has passed. The grace is cut so that
-// killReserve (at most half the time left) remains for the SIGKILL. Each
-// tick scans the process table once. It returns the live members of each
-// group that survived; none means every group is gone.
-func killGroups(ctx context.Context, ops procOps, pgids []int, grace time.Duration) (map[int][]int, error) {
-	if len(pgids) == 0 {
+// killTargets sends SIGTERM to each target's tree (snapshot.tree: its group,
+// the processes that carry its tag, their descendants), waits until every
+// tree is empty or the grace is over, sends SIGKILL and waits until they are
+// empty or ctx's deadline (defaultKillWait without one) has passed. A
+// process found in a tree during a phase gets that phase's signal at the
+// next scan. The grace is cut so that killReserve (at most half the time
+// left) remains for the SIGKILL. Each tick scans the process table once. It
+// returns, by target pgid, the live processes of each tree that survived;
+// none means every tree is gone.
+func killTargets(ctx context.Context, ops procOps, targets []stopTarget, grace time.Duration) (map[int][]int, error) {
+	if len(targets) == 0 {
 		return nil, nil
 	}
 	now := time.Now()
@@ -101,51 +143,128 @@ func killGroups(ctx context.Context, ops procOps, pgids []int, grace time.Durati
 	if last := end.Add(-reserve); killAt.After(last) {
 		killAt = last
 	}
+	var pgids []int
+	q := scanQuery{since: since(targets)}
+	for _, t := range targets {
+		pgids = append(pgids, t.pgid)
+		if t.tag != "" {
+			q.tags = append(q.tags, t.tag)
+		}
+	}
+	q.pgids = pgids
+	// A process once seen in a tree stays in it while it lives (same pid and
+	// start time): a child of the leader is re-parented when the leader
+	// dies of the SIGTERM, and the parent pid no longer says whose it is.
+	known := map[int]map[int]string{}
 	left := func(s snapshot) map[int][]int {
 		out := map[int][]int{}
-		for _, g := range pgids {
-			if m := s.members(g); len(m) > 0 {
-				out[g] = m
+		for _, t := range targets {
+			k := known[t.pgid]
+			if k == nil {
+				k = map[int]string{}
+				known[t.pgid] = k
+			}
+			for _, pid := range s.tree(t.pgid, t.tag) {
+				if _, ok := k[pid]; !ok {
+					k[pid] = s[pid].start
+				}
+			}
+			var m []int
+			for pid, start := range k {
+				if p, ok := s[pid]; ok && p.live() && p.start == start {
+					m = append(m, pid)
+				} else {
+					delete(k, pid)
+				}
+			}
+			if len(m) > 0 {
+				slices.Sort(m)
+				out[t.pgid] = m
 			}
 		}
 		return out
 	}
-	last := map[int][]int{} // survivors as last seen; before any scan, every group
-	for _, g := range pgids {
-		last[g] = nil
+	last := map[int][]int{} // survivors as last seen; before any scan, every target
+	for _, t := range targets {
+		last[t.pgid] = nil
 	}
-	sig, phaseEnd, wait, killed := syscall.SIGTERM, killAt, firstTick, false
+	// A first scan, before any signal, sees each tree whole.
+	snap, err := ops.scan(ctx, q)
+	switch {
+	case err != nil && time.Now().Before(end):
+		return nil, err
+	case err != nil: // the deadline cut it: the signals still go out
+		snap = snapshot{}
+	case len(left(snap)) == 0:
+		return nil, nil
+	}
+	phaseSig, phaseEnd, wait, killed := syscall.SIGTERM, killAt, firstTick, false
+	begin := true          // the next scan opens a phase: it signals the groups and all found
+	sent := map[int]bool{} // processes sent this phase's signal
+	var found []int        // processes of the trees outside the groups, as the last scan saw them
+	for _, m := range left(snap) {
+		for _, pid := range m {
+			if !slices.Contains(pgids, snap[pid].pgrp) {
+				found = append(found, pid)
+			}
+		}
+	}
 	for {
-		// Scans end with the deadline, except the one that sends SIGKILL:
-		// that must go out even when the deadline has passed.
+		q.sig, q.killGroups, q.killPids = 0, nil, nil
+		for _, p := range found {
+			if begin || !sent[p] {
+				q.killPids = append(q.killPids, p)
+			}
+		}
+		if begin {
+			q.killGroups = pgids
+		}
+		if begin || len(q.killPids) > 0 {
+			q.sig = phaseSig
+		}
+		// Scans end with the deadline, except one that sends SIGKILL: that
+		// must go out even when the deadline has passed.
 		sdl := end
-		if sig == syscall.SIGKILL {
+		if q.sig == syscall.SIGKILL {
 			sdl = later(end, time.Now().Add(time.Second))
 		}
 		sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), sdl)
-		snap, err := ops.scan(sctx, sig, pgids)
+		snap, err := ops.scan(sctx, q)
 		cancel()
 		if err != nil {
 			switch {
 			case time.Now().Before(end):
 				return nil, err // a failure, not the deadline
 			case !killed: // the deadline cut a scan: send SIGKILL anyway
-				sig, phaseEnd, killed = syscall.SIGKILL, end, true
+				phaseSig, phaseEnd, killed, begin = syscall.SIGKILL, end, true, true
+				clear(sent)
 				continue
 			}
 			return last, nil // what the last scan saw
 		}
-		sig = 0
+		for _, p := range q.killPids {
+			sent[p] = true
+		}
+		begin = false
 		l := left(snap)
 		last = l
 		if len(l) == 0 {
 			return nil, nil
 		}
+		found = found[:0] // the groups' members got the phase's signal with their group
+		for _, m := range l {
+			for _, pid := range m {
+				if !slices.Contains(pgids, snap[pid].pgrp) {
+					found = append(found, pid)
+				}
+			}
+		}
 		if !time.Now().Before(phaseEnd) || ctx.Err() != nil {
 			if killed {
 				return l, nil
 			}
-			sig, phaseEnd, wait, killed = syscall.SIGKILL, end, firstTick, true
+			phaseSig, phaseEnd, wait, killed, begin = syscall.SIGKILL, end, firstTick, true, true
+			clear(sent)
 			continue
 		}
 		t := time.NewTimer(min(wait, time.Until(phaseEnd)))

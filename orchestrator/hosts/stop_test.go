@@ -22,7 +22,8 @@ type slowOps struct {
 	sigsReceived []syscall.Signal
 }
 
-func (o *slowOps) scan(ctx context.Context, sig syscall.Signal, pgids []int) (snapshot, error) {
+func (o *slowOps) scan(ctx context.Context, q scanQuery) (snapshot, error) {
+	sig, pgids := q.sig, q.pgids
 	o.mu.Lock()
 	o.scans++
 	now := time.Now()
@@ -84,7 +85,7 @@ func TestKillGroupsDeadline(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), c.deadline)
 			defer cancel()
 			t0 := time.Now()
-			surv, err := killGroups(ctx, o, []int{4242}, c.grace)
+			surv, err := killTargets(ctx, o, []stopTarget{{pgid: 4242}}, c.grace)
 			took := time.Since(t0)
 			if err != nil {
 				t.Fatal(err)
@@ -118,7 +119,7 @@ func TestBoundedScansHoldTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
-	surv, err := killGroups(ctx, bounded{o}, []int{4242}, time.Minute)
+	surv, err := killTargets(ctx, bounded{o}, []stopTarget{{pgid: 4242}}, time.Minute)
 	took := time.Since(t0)
 	if err != nil || len(surv) != 1 {
 		t.Fatalf("killGroups = %v, %v; want the group reported as a survivor", surv, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,16 +16,21 @@ import (
 )
 
 // TestKill9OfMbench kills -9 a child process that started an engine (as a
-// crashed mbench would). Over SSH the tether kills the engine; locally the
+// crashed mbench would). Over SSH the tether kills the engine, and the
+// process it started that left its group and lost its parent; locally the
 // engine survives and is found and stopped through its pidfile.
 func TestKill9OfMbench(t *testing.T) {
 	t.Parallel()
-	for _, k := range []string{"local", "sshd"} {
+	for _, k := range []string{"local", "sshd", "sshd-escaped"} {
 		t.Run(k, func(t *testing.T) {
 			ctx := ctxT(t, 30*time.Second)
 			spec := testSpec(t, "victim", "sleep 1000")
+			escaped := filepath.Join(t.TempDir(), "escaped")
 			env := []string{"MBENCH_HOSTS_CHILD=1", "CHILD_STATE=" + spec.StateDir}
-			if k == "sshd" {
+			if k == "sshd-escaped" {
+				env = append(env, "CHILD_CMD=sh -c "+quote(`( setsid sleep 1000 & echo $! > "$0" ); sleep 1000`)+" "+quote(escaped))
+			}
+			if strings.HasPrefix(k, "sshd") {
 				s := sshdtest.Start(t)
 				env = append(env, "CHILD_ADDR="+s.User+"@"+s.Addr, "CHILD_KEY="+s.ClientKeyPath,
 					"CHILD_KH="+s.KnownHostsPath, "CHILD_CFG="+s.SSHConfigPath)
@@ -59,10 +65,18 @@ func TestKill9OfMbench(t *testing.T) {
 				cmd.Process.Kill()
 				t.Fatal("child did not report its engine")
 			}
+			child := 0
+			if k == "sshd-escaped" {
+				child = readChild(t, escaped, pid)
+				t.Cleanup(func() { _ = killPid(child) })
+			}
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			if k == "sshd" {
+			if strings.HasPrefix(k, "sshd") {
 				waitGone(t, pid, 5*time.Second)
+				if child > 0 && !eventually(5*time.Second, func() bool { return !alive(child) }) {
+					t.Fatalf("the engine's escaped child %d survived the dropped connection", child)
+				}
 				return
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -93,7 +107,11 @@ func TestHelperMbenchChild(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, err := h.Start(ctx, ProcSpec{Name: "victim", Command: "sleep 1000", StateDir: os.Getenv("CHILD_STATE"),
+	command := "sleep 1000"
+	if c := os.Getenv("CHILD_CMD"); c != "" {
+		command = c
+	}
+	p, err := h.Start(ctx, ProcSpec{Name: "victim", Command: command, StateDir: os.Getenv("CHILD_STATE"),
 		Marker: testMarker, Tether: true})
 	if err != nil {
 		t.Fatal(err)

@@ -235,19 +235,19 @@
           tip: `${cfg} at rate ${p.rate} (${shape}): ${p.verdict}\nno ok block: ` + (p.verdict === "fails" ? "every counted block saturated" : "no usable run"),
         } : {
           x: p.rate, y: p.mean, lo: p.lo, hi: p.hi, hollow: p.verdict !== "holds", mark: p.verdict === "fails" ? "✗" : "",
-          tip: `${cfg} at rate ${p.rate} (${shape}): ${p.verdict}\n${c.metric} ${fmt(p.mean)} ms` + (p.lo != null ? `, ${ci} [${fmt(p.lo)}, ${fmt(p.hi)}]` : ""),
+          tip: `${cfg} at ${p.rate} (${shape}): ${p.verdict}\n${c.metric} ${fmt(p.mean)}` + (p.lo != null ? `, ${ci} [${fmt(p.lo)}, ${fmt(p.hi)}]` : ""),
         });
         if (pts.length) series.push(Object.assign({ name: cfg, pts, line: true }, st, { hollow: false }));
         const iv = c.intervals.find((v) => v.shape === shape && v.config === cfg);
         if (iv && (iv.lo != null || iv.hi != null))
           bars.push({ name: cfg, color: st.color, lo: iv.lo, hi: iv.hi,
-            tip: `${cfg} (${shape}): capacity ` + (iv.lo != null && iv.hi != null ? `in [${fmt(iv.lo)}, ${fmt(iv.hi)}] req/s` : iv.lo != null ? `≥ ${fmt(iv.lo)} req/s` : `< ${fmt(iv.hi)} req/s`) });
+            tip: `${cfg} (${shape}): capacity ` + (iv.lo != null && iv.hi != null ? `in [${fmt(iv.lo)}, ${fmt(iv.hi)}]` : iv.lo != null ? `≥ ${fmt(iv.lo)}` : `< ${fmt(iv.hi)}`) + ` (${c.xlabel})` });
       }
       if (!series.length) continue;
       const rates = c.probes.filter((p) => p.shape === shape).map((p) => p.rate);
       const ys = series.flatMap((s) => s.pts.filter((p) => p.y !== TOP).map((p) => p.y)).concat([c.limit]);
-      plot(div, { cls: "capacity", title: `${c.metric} of the probes (${shape})` + (data.simulated ? " — SIMULATED" : ""), xlab: "offered rate (req/s)" + (logSpan(rates) ? ", log scale" : ""),
-        ylab: `${c.metric} (ms), mean ± CI`, series, bars, limits: [{ label: `limit: ${c.metric} ≤ ${c.limit} ms`, value: c.limit }], nonneg: true, dodge: 5,
+      plot(div, { cls: "capacity", title: `${c.metric} of the probes (${shape})` + (data.simulated ? " — SIMULATED" : ""), xlab: c.xlabel + (logSpan(rates) ? ", log scale" : ""),
+        ylab: c.ylabel, series, bars, limits: [{ label: `bound: ${c.bound}`, value: c.limit }], nonneg: true, dodge: 5,
         xlog: logSpan(rates), ylog: logSpan(ys), top: true,
         notes: ["filled: holds; hollow: fails or uncertain", "✗ at the top: every block saturated", "bars under the data: capacity intervals"] });
     }

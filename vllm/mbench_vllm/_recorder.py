@@ -2,29 +2,37 @@
 
 Hot path (the engine-core thread): the wrappers in ``hooks`` add
 ``perf_counter_ns`` differences to attributes of ``STATE``; at the end of a
-step ``STATE.emit`` queues one small tuple. Formatting and ``os.write``
-happen in a background thread (every 0.5 s, in chunks that yield the GIL),
-at exit, and before a fork — so a step pays a few attribute updates and one
-deque append, not JSON formatting.
+step ``STATE.emit`` queues one small tuple. Formatting, the GPU-event reads
+(``gpu.GPU.resolve``) and ``os.write`` happen in a background thread (every
+0.5 s, in chunks that yield the GIL), at exit, and before a fork — so a step
+pays a few attribute updates and one deque append, not JSON formatting and
+no per-request work.
 
 Field semantics (also in README.md):
 
 * A timer field is written only when its hook is installed in this process
   *and* the hooked call ran during the step. Absent never means 0.
-* ``unaccounted_us = step_duration_us - (schedule_us + execute_us + update_us)``
+* ``unaccounted_us = step_duration_us - (top-level timers of the path)``
   (an absent part counts as 0 here: its time is, by definition, unaccounted).
   ``build_meta_us`` is nested in ``schedule_us`` and ``get_finished_us`` in
-  ``execute_us``; they are never subtracted a second time.
+  ``execute_us`` / ``launch_us``; they are never subtracted a second time.
+* ``batch`` names the batch a line's update (and wait, and gpu_us) belongs
+  to; ``gpu_us`` is that batch's GPU time from CUDA events (``gpu``), joined
+  by batch id when the flusher reads the events. A batch whose events
+  complete after its line was written gets a GPU line of its own.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import threading
 import time
 from collections import deque
+
+from . import __version__
 
 _perf_ns = time.perf_counter_ns
 _wall_ns = time.time_ns
@@ -32,12 +40,19 @@ _wall_ns = time.time_ns
 FLUSH_INTERVAL_NS = 1_000_000_000  # lines reach the file at least once a second
 _TIMER_PERIOD_S = 0.5
 _CHUNK = 256  # records formatted between GIL yields
+# Queued step records that wake the flusher early: bounds what a fast loop
+# keeps alive between flushes (each record holds its step's token dicts).
+WAKE_AT = 64
+
+# Positions in a step record (the tuple State.emit queues).
+(R_TS, R_DUR, R_SCHED, R_META, R_EXEC, R_UPD, R_GF, R_RUN, R_WAIT, R_TOTAL, R_NST, R_PID,
+ R_BQ, R_LAUNCH, R_BWAIT, R_BATCH) = range(16)
 
 
-def _fmt_step(r: tuple) -> str:
-    ts, dur, sch, meta, exe, upd, gf, run, wait, total, dec, pid, bq, launch, bwait = r
+def _fmt_step(r: tuple, gpu_ns: int | None, wall_off: int) -> str:
+    t1, dur, sch, meta, exe, upd, gf, run, wait, total, nst, pid, bq, launch, bwait, batch = STATE.hooked(r)
     acc = 0
-    s = f'{{"ts_us":{ts},"step_duration_us":{dur / 1e3}'
+    s = f'{{"ts_us":{(t1 + wall_off) // 1000},"step_duration_us":{dur / 1e3}'
     if sch is not None:
         s += f',"schedule_us":{sch / 1e3}'
         acc = sch
@@ -62,10 +77,14 @@ def _fmt_step(r: tuple) -> str:
     if gf is not None:
         s += f',"get_finished_us":{gf / 1e3}'
     s += f',"unaccounted_us":{(dur - acc) / 1e3}'
+    if gpu_ns is not None:
+        s += f',"gpu_us":{gpu_ns / 1e3}'
+    if batch is not None:
+        s += f',"batch":{batch}'
     if run is not None:
         s += f',"num_running":{run},"num_waiting":{wait}'
     if total is not None:
-        dec = _decode_tokens(total, dec)
+        dec = _decode_tokens(total, nst)
         s += f',"num_prefill_tokens":{total - dec},"num_decode_tokens":{dec}'
     if bq:
         s += ',"batch_queue":1'
@@ -74,10 +93,13 @@ def _fmt_step(r: tuple) -> str:
 
 def _decode_tokens(total: int, dicts: tuple) -> int:
     """Decode tokens of a SchedulerOutput: requests scheduled for exactly one
-    token, plus speculative-decode requests (1 + drafts each)."""
+    token, plus speculative-decode requests (1 + drafts each). Counted here,
+    in the flusher thread, with one C-level pass (operator.countOf)."""
+    if isinstance(dicts, int):
+        return dicts  # counted on the engine thread: every request one token
     nst, spec = dicts
     try:
-        dec = list(nst.values()).count(1)
+        dec = _count_of(nst.values(), 1)
         if spec:
             dec += sum(map(len, spec.values())) + len(spec)
     except Exception:
@@ -85,9 +107,21 @@ def _decode_tokens(total: int, dicts: tuple) -> int:
     return min(dec, total)
 
 
+def _count_of(values, x) -> int:
+    import operator
+
+    return operator.countOf(values, x)
+
+
 def _fmt_worker(r: tuple) -> str:
     ts, gf, pid = r
     return f'{{"ts_us":{ts},"get_finished_us":{gf / 1e3},"pid":{pid}}}\n'
+
+
+def fmt_gpu_line(ts_us: int, batch, gpu_ns: int, pid: int) -> str:
+    """A GPU line: the GPU time of a batch whose step line was already written."""
+    b = "null" if batch is None else batch
+    return f'{{"ts_us":{ts_us},"gpu_us":{gpu_ns / 1e3},"gpu_batch":{b},"pid":{pid}}}\n'
 
 
 class LineWriter:
@@ -95,12 +129,16 @@ class LineWriter:
 
     ``put`` is a lock-free deque append. ``flush`` formats in chunks and
     writes with ``os.write`` on an ``O_APPEND`` descriptor, so several
-    processes sharing one file interleave only at line boundaries.
+    processes sharing one file interleave only at line boundaries. ``head``
+    (a status line) is written at the start of every flush that writes.
     """
 
-    def __init__(self, path: str, fmt):
+    def __init__(self, path: str, fmt, resolve=None):
         self.path = path
         self.fmt = fmt
+        # resolve() -> (gpu_ns by batch, extra lines): the GPU reads.
+        self.resolve = resolve
+        self.head: str | None = None
         self._q: deque = deque()
         self._lock = threading.Lock()
         self._fd: int | None = None
@@ -110,18 +148,34 @@ class LineWriter:
     def put(self, rec: tuple) -> None:
         self._q.append(rec)
 
-    def flush(self, yield_gil: bool = False) -> None:
-        if not self._q or self.broken:
+    def flush(self, yield_gil: bool = False, force_head: bool = False) -> None:
+        if self.broken or not (self._q or force_head):
             return
         with self._lock:
             q, fmt, pop = self._q, self.fmt, self._q.popleft
-            out: list[str] = []
-            while q:
-                n = min(len(q), _CHUNK)
-                out.extend([fmt(pop()) for _ in range(n)])
-                if yield_gil and q:
-                    time.sleep(0)  # let the engine thread run between chunks
-            self._write("".join(out).encode())
+            out: list[str] = [self.head] if self.head else []
+            if self.resolve is not None:
+                gpu, extra = self.resolve(q)
+                get = gpu.get
+                # Step records hold perf_counter_ns; the wall clock's offset
+                # is read here, off the engine thread.
+                off = _wall_ns() - _perf_ns()
+                while q:
+                    n = min(len(q), _CHUNK)
+                    for _ in range(n):
+                        r = pop()
+                        out.append(fmt(r, get(r[R_BATCH]), off))
+                    if yield_gil and q:
+                        time.sleep(0)  # let the engine thread run between chunks
+                out.extend(extra)
+            else:
+                while q:
+                    n = min(len(q), _CHUNK)
+                    out.extend([fmt(pop()) for _ in range(n)])
+                    if yield_gil and q:
+                        time.sleep(0)
+            if out:
+                self._write("".join(out).encode())
             self.last_flush_ns = _perf_ns()
 
     def _write(self, data: bytes) -> None:
@@ -158,6 +212,18 @@ def worker_log_path(step_log: str) -> str:
     return f"{base}.worker.{os.getpid()}.jsonl"
 
 
+def status_line(pid: int, vllm: str, path: str | None, gpu: dict, problems: dict) -> str:
+    """The status line of one engine process (probes.EngineStatus)."""
+    d = {"ts_us": _wall_ns() // 1000, "status": "engine", "pid": pid, "plugin": __version__,
+         "vllm": vllm}
+    if path:
+        d["path"] = path
+    d.update(gpu)
+    if problems:
+        d["incomplete"] = [{"hook": k, "reason": v} for k, v in sorted(problems.items())]
+    return json.dumps(d, separators=(",", ":")) + "\n"
+
+
 class State:
     """Hook state of this process. One instance: ``STATE``."""
 
@@ -168,6 +234,8 @@ class State:
         self.has_execute = self.has_get_finished = self.has_launch = False
         # Hook points that could not be applied (name -> why), per process.
         self.unhooked: dict[str, str] = {}
+        # The status of this process's engine, rewritten into each flush.
+        self.status: dict | None = None
         # Path of the step being timed: True under step_with_batch_queue.
         self.batch_queue = False
         # True in the process that runs engine steps (set by the hooks).
@@ -176,10 +244,13 @@ class State:
         self._worker_writer: LineWriter | None = None
         self._timer: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.step_thread = 0  # threading.get_ident() of the thread in a step
         self._exit_hooks_pid = -1
         self.pid = os.getpid()
         self.gf_ns = self.gf_n = 0
         self._gf_lock = threading.Lock()
+        self.batch_seq = 0  # batch ids: one per scheduled batch, per process
         # Re-entrancy guards: the outermost wrapper times, nested calls pass.
         self.in_step = self.in_sched = self.in_meta = self.in_update = self.in_gf = False
         self.in_launch = self.in_wait = False
@@ -191,6 +262,26 @@ class State:
         self.sched_ns = self.meta_ns = self.exec_ns = self.upd_ns = None
         self.launch_ns = self.wait_ns = None
         self.sched_out = None
+        self.upd_batch = None
+
+    def problem(self, hook: str, reason: str) -> None:
+        """Record a hook that cannot be applied; the status line says so."""
+        if self.unhooked.get(hook) != reason:
+            self.unhooked[hook] = reason
+            if self.status is not None:
+                self.set_status(**self.status)
+
+    def set_status(self, **kw) -> None:
+        """Set this engine's status; written now and with every flush."""
+        self.status = kw
+        w = self._writer or self.writer()
+        w.head = status_line(self.pid, kw.get("vllm", "unknown"), kw.get("path"), kw.get("gpu", {}),
+                             self.unhooked)
+
+    def write_status_now(self) -> None:
+        """Write the status line at once (engine start, before readiness)."""
+        w = self._writer or self.writer()
+        w.flush(force_head=True)
 
     # ---- writers and background flushing -------------------------------
     def _start_background(self) -> None:
@@ -209,13 +300,18 @@ class State:
             self._exit_hooks_pid = pid
         if not self.timer_alive():
             self._stop = threading.Event()
+            self._wake = threading.Event()
             t = threading.Thread(target=self._run_timer, name="mbench-flush", daemon=True)
             t.start()
             self._timer = t
 
     def _run_timer(self) -> None:
-        stop = self._stop
-        while not stop.wait(_TIMER_PERIOD_S):
+        stop, wake = self._stop, self._wake
+        while not stop.is_set():
+            wake.wait(_TIMER_PERIOD_S)
+            wake.clear()
+            if stop.is_set():
+                break
             self.flush_all(yield_gil=True)
 
     def timer_alive(self) -> bool:
@@ -224,7 +320,9 @@ class State:
 
     def writer(self) -> LineWriter:
         if self._writer is None:
-            self._writer = LineWriter(os.path.abspath(self.step_log), _fmt_step)
+            from .gpu import GPU
+
+            self._writer = LineWriter(os.path.abspath(self.step_log), _fmt_step, GPU.resolve)
             self._start_background()
         return self._writer
 
@@ -250,6 +348,7 @@ class State:
         self._writer = self._worker_writer = None
         self._timer = None
         self.core_process = False
+        self.status = None
         self.pid = os.getpid()
         self.in_step = self.in_sched = self.in_meta = self.in_update = self.in_gf = False
         self.in_launch = self.in_wait = False
@@ -260,6 +359,7 @@ class State:
     def shutdown(self) -> None:
         """Flush and stop the timer thread (tests; at exit we only flush)."""
         self._stop.set()
+        self._wake.set()
         self.flush_all()
         if self._timer is not None:
             self._timer.join(timeout=2)
@@ -269,7 +369,12 @@ class State:
     def record_get_finished(self, dur_ns: int, t_end_ns: int) -> None:
         if self.core_process or self.in_step:
             # In-process worker (uniproc executor): into the next step line.
-            # The lock matters when an executor thread runs the forward.
+            # On the engine thread (the inline executor) a plain add; from
+            # another thread, under the lock emit also takes.
+            if threading.get_ident() == self.step_thread:
+                self.gf_ns += dur_ns
+                self.gf_n += 1
+                return
             with self._gf_lock:
                 self.gf_ns += dur_ns
                 self.gf_n += 1
@@ -282,51 +387,61 @@ class State:
             w.flush()
 
     def emit(self, engine, t0: int, t1: int) -> None:
-        """Queue the record of the step that ran from t0 to t1 (perf ns)."""
+        """Queue the record of the step that ran from t0 to t1 (perf ns).
+        Which timers are hooked (has_*) is applied when it is formatted."""
         if self.step_log is None:
             return
         gf = None
         if self.gf_n:
             with self._gf_lock:
                 gf, self.gf_ns, self.gf_n = self.gf_ns, 0, 0
-        run = wait = total = dec = None
-        sched = getattr(engine, "scheduler", None)
-        if sched is not None:
-            try:
-                run, wait = len(sched.running), len(sched.waiting)
-            except Exception:
-                run = None
+        run = wait = total = nst = None
+        try:
+            sched = engine.scheduler
+            run, wait = len(sched.running), len(sched.waiting)
+        except Exception:
+            run = None
         out = self.sched_out
         if out is not None:
-            # O(1) here: the per-request count runs in the formatter thread
-            # (_decode_tokens), on dicts vLLM builds anew for every step.
+            # O(1) here. A batch of one token per request (pure decode, the
+            # common case at high concurrency) is counted at once; otherwise
+            # the per-request count runs in the flusher thread
+            # (_decode_tokens), on the dicts vLLM built for this step, which
+            # the record keeps until then.
             try:
                 total = out.total_num_scheduled_tokens
-                dec = (out.num_scheduled_tokens, out.scheduled_spec_decode_tokens)
+                nst = out.num_scheduled_tokens
+                spec = out.scheduled_spec_decode_tokens
+                nst = total if not spec and total == len(nst) else (nst, spec)
             except Exception:
                 total = None
         w = self._writer or self.writer()
-        w.put((
-            _wall_ns() // 1000,
-            t1 - t0,
-            # A timer whose hook is not applied to this engine's objects is
-            # absent, even if a wrapped base method ran underneath.
-            self.sched_ns if self.has_schedule else None,
-            self.meta_ns,
-            self.exec_ns if self.has_execute else None,
-            self.upd_ns if self.has_update else None,
-            gf,
-            run,
-            wait,
-            total,
-            dec,
-            self.pid,
-            self.batch_queue,
-            self.launch_ns if self.has_launch else None,
-            self.wait_ns if self.has_launch else None,
-        ))
-        if t1 - w.last_flush_ns >= FLUSH_INTERVAL_NS and not self.timer_alive():
-            w.flush()  # no timer thread (e.g. it died): flush from the step path
+        q = w._q
+        q.append((t1, t1 - t0, self.sched_ns, self.meta_ns, self.exec_ns, self.upd_ns, gf, run, wait,
+                  total, nst, self.pid, self.batch_queue, self.launch_ns, self.wait_ns, self.upd_batch))
+        if len(q) >= WAKE_AT:
+            if not self._wake.is_set():
+                self._wake.set()
+            if t1 - w.last_flush_ns >= FLUSH_INTERVAL_NS and not self.timer_alive():
+                w.flush()  # no timer thread (e.g. it died): flush from the step path
+        elif t1 - w.last_flush_ns >= FLUSH_INTERVAL_NS and not self.timer_alive():
+            w.flush()
+
+    def hooked(self, r: tuple) -> tuple:
+        """r with the timers whose hooks are not applied to this engine's
+        objects removed (absent, even if a wrapped base method ran)."""
+        if self.has_schedule and self.has_update and self.has_launch:
+            return r
+        r = list(r)
+        if not self.has_schedule:
+            r[R_SCHED] = None
+        if not self.has_execute:
+            r[R_EXEC] = None
+        if not self.has_update:
+            r[R_UPD] = None
+        if not self.has_launch:
+            r[R_LAUNCH] = r[R_BWAIT] = None
+        return tuple(r)
 
 
 STATE = State()

@@ -64,6 +64,7 @@ def report(out=sys.stdout) -> int:
     w(f"  {'executor.execute_model, sample_tokens':<{width}}  per engine instance, at its first step (launch_us, wait_us)\n")
     w(f"  {'scheduler in use':<{width}}  per engine instance, at its first step (a platform scheduler class included)\n")
     w(async_scheduling_line())
+    w(gpu_timer_line())
     w(TIMER_PATHS)
     ep = _entry_point_visible()
     w(f"entry point {GROUP}:{PLUGIN}: {ep}\n")
@@ -82,53 +83,103 @@ def report(out=sys.stdout) -> int:
 
 
 TIMER_PATHS = """which path each timer covers (a line with "batch_queue":1 ran the batch queue):
-  EngineCore.step (no async scheduling, no PP):
-    schedule_us   Scheduler.schedule() of this step's batch
+  EngineCore.step (no async scheduling, no PP): every timer is of the step's one batch
+    schedule_us   Scheduler.schedule()
     execute_us    end of schedule() to start of update_from_output(): launch,
-                  grammar bitmask, the wait on future.result() (the GPU time)
-                  and sample_tokens
-    update_us     update_from_output() of the same batch
+                  grammar bitmask, the wait on future.result() and sample_tokens
+    update_us     update_from_output()
   EngineCore.step_with_batch_queue (async scheduling, PP):
     schedule_us   schedule() of the NEW batch (token counts describe it)
     launch_us     executor execute_model + sample_tokens calls of this call
                   (inline executor: the CPU side of the forward; deferred
                   sampling after the update included)
-    wait_us       blocked on an EARLIER batch's future.result(): > 0 means the
-                  GPU was the bottleneck (then the step duration is the GPU time
-                  per batch); 0 means GPU time was hidden behind CPU work
+    wait_us       the engine thread blocked on an EARLIER batch's result: NOT
+                  its GPU time (a CPU-bound step waits little while the GPU works)
     update_us     update_from_output() of that EARLIER batch
     (no execute_us on this path)
-  both: build_meta_us inside schedule_us; get_finished_us: in-process workers
-  (one GPU) inside execute_us / launch_us, other processes in worker files
+  both: gpu_us   GPU time of the line's batch ("batch"; the collected one): CUDA
+                 events around GPUModelRunner._model_forward, one GPU (the
+                 in-process executor) only; absent = not measured, never
+                 inferred from wait_us or the step duration
+        build_meta_us inside schedule_us; get_finished_us: in-process workers
+        (one GPU) inside execute_us / launch_us, other processes in worker files
 """
+
+
+def _field_default(cls, name: str):
+    """(found, default) of a config field: a stdlib dataclass field, or a
+    pydantic one (vLLM's @config makes pydantic dataclasses, whose stdlib
+    field default may be a FieldInfo holding the real default)."""
+    import dataclasses
+
+    pyd = getattr(cls, "__pydantic_fields__", None)
+    if isinstance(pyd, dict) and name in pyd:
+        return True, _unwrap_default(pyd[name])
+    try:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+    except TypeError:
+        fields = {}
+    f = fields.get(name)
+    if f is None:
+        if hasattr(cls, name):
+            return True, _unwrap_default(getattr(cls, name))
+        return False, None
+    if f.default is not dataclasses.MISSING:
+        return True, _unwrap_default(f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        return True, f.default_factory()
+    return True, None
+
+
+def _unwrap_default(d):
+    """A pydantic FieldInfo's default (or its factory's value); d otherwise."""
+    if type(d).__name__ == "FieldInfo" and hasattr(d, "default"):
+        v = d.default
+        if type(v).__name__ == "PydanticUndefinedType":
+            factory = getattr(d, "default_factory", None)
+            return factory() if callable(factory) else None
+        return v
+    return d
 
 
 def async_scheduling_line() -> str:
     """Whether this vLLM schedules asynchronously by default."""
     try:
-        import dataclasses
-
         from vllm.config import SchedulerConfig  # type: ignore
 
-        fields = {f.name: f for f in dataclasses.fields(SchedulerConfig)}
-        f = fields.get("async_scheduling")
-        if f is None:
+        found, d = _field_default(SchedulerConfig, "async_scheduling")
+        if not found:
             return "async scheduling: this vLLM has no such option (step() path only)\n"
-        d = f.default
         if d is None:
-            what = "auto: vLLM turns it on at start-up where supported (v0.14+), so expect the batch-queue path"
-        elif d:
+            what = ("auto: vLLM turns it on at start-up unless something is incompatible "
+                    "(config/vllm.py), so expect the batch-queue path")
+        elif d is True:
             what = "ON by default: the batch-queue path (launch_us, wait_us)"
-        else:
+        elif d is False:
             what = "off by default (--async-scheduling turns it on): the step() path"
+        else:
+            return (f"async scheduling default: unknown ({d!r}); "
+                    "the log's batch_queue field says which path ran\n")
         return f"async scheduling default: {d!r} -> {what}; the log's batch_queue field says which path ran\n"
     except Exception as exc:
         return (f"async scheduling default: unknown ({type(exc).__name__}); "
                 "the log's batch_queue field says which path ran\n")
 
 
+def gpu_timer_line() -> str:
+    """Whether this vLLM's model runner has the hook point of gpu_us."""
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # type: ignore
+    except Exception as exc:
+        return f"gpu_us: GPUModelRunner not importable ({type(exc).__name__}: {exc}): GPU time not measured\n"
+    if callable(getattr(GPUModelRunner, "_model_forward", None)):
+        return ("gpu_us: OK (CUDA events around GPUModelRunner._model_forward; one GPU, the in-process "
+                "executor; the V2 model runner and TP/PP > 1 are not measured)\n")
+    return "gpu_us: missing: GPUModelRunner has no _model_forward: GPU time not measured\n"
+
+
 TIMERS = ("step_duration_us", "schedule_us", "build_meta_us", "execute_us", "launch_us",
-          "wait_us", "update_us", "get_finished_us", "unaccounted_us")
+          "wait_us", "update_us", "get_finished_us", "unaccounted_us", "gpu_us")
 
 
 def _pct(xs: list, q: float) -> float:
@@ -140,39 +191,67 @@ def _pct(xs: list, q: float) -> float:
 
 
 def summarize(path: str, out=sys.stdout) -> int:
-    """Print a step log's summary; 0 if it has lines, 3 if none."""
+    """Print a step log's summary per path, whether GPU time was measured,
+    and the hooks its engines could not apply; 0 if it has steps, 3 if none."""
     import glob
     import json
 
     w = out.write
-    lines, bad = [], 0
+    steps, status, gpu_lines, bad = [], {}, [], 0
     try:
         with open(path, encoding="utf-8") as f:
             for raw in f:
+                if not raw.strip():
+                    continue
                 try:
-                    lines.append(json.loads(raw))
+                    d = json.loads(raw)
                 except ValueError:
+                    bad += 1
+                    continue
+                if d.get("status") == "engine":
+                    status[d.get("pid")] = d
+                elif "step_duration_us" in d:
+                    steps.append(d)
+                elif "gpu_us" in d:
+                    gpu_lines.append(d)
+                else:
                     bad += 1
     except OSError as exc:
         w(f"{path}: {exc}\n")
         return 3
-    pids = sorted({ln.get("pid") for ln in lines})
-    w(f"{path}: {len(lines)} steps, {bad} malformed, pids {pids}\n")
-    bq = sum(1 for ln in lines if ln.get("batch_queue") == 1)
-    w(f"  path: {bq} batch-queue lines (launch_us/wait_us), {len(lines) - bq} step() lines (execute_us)\n")
-    for k in TIMERS:
-        xs = [ln[k] for ln in lines if k in ln]
-        if not xs:
-            w(f"  {k:<17} absent in every line\n")
+    pids = sorted({ln.get("pid") for ln in steps})
+    w(f"{path}: {len(steps)} steps, {bad} malformed, pids {pids}\n")
+    for name, sel in (("batch queue (wait/update/gpu = the collected batch)", lambda d: d.get("batch_queue") == 1),
+                      ("step() (every timer = the step's one batch)", lambda d: d.get("batch_queue") != 1)):
+        lines = [d for d in steps if sel(d)]
+        if not lines:
             continue
-        w(f"  {k:<17} in {len(xs):>7} lines  p50 {_pct(xs, .5):10.1f}  "
-          f"p90 {_pct(xs, .9):10.1f}  p99 {_pct(xs, .99):10.1f} us\n")
+        w(f"  path {name}: {len(lines)} steps\n")
+        for k in TIMERS:
+            xs = [ln[k] for ln in lines if k in ln]
+            if k == "gpu_us" and name.startswith("batch"):
+                xs += [g["gpu_us"] for g in gpu_lines]
+            if not xs:
+                w(f"    {k:<17} absent in every line\n")
+                continue
+            w(f"    {k:<17} in {len(xs):>7} lines  p50 {_pct(xs, .5):10.1f}  "
+              f"p90 {_pct(xs, .9):10.1f}  p99 {_pct(xs, .99):10.1f} us\n")
+    measured = any("gpu_us" in d for d in steps) or gpu_lines
+    if measured:
+        hooks = sorted({s.get("gpu_hook", "") for s in status.values() if s.get("gpu_hook")})
+        w(f"  GPU time: measured ({'; '.join(hooks) or 'CUDA events'})\n")
+    else:
+        why = sorted({s.get("gpu_reason", "") for s in status.values() if s.get("gpu_reason")})
+        w("  GPU time: not measured: " + ("; ".join(why) or "no gpu_us and no status line saying why") + "\n")
+    for s_ in status.values():
+        for p in s_.get("incomplete", []):
+            w(f"  decomposition incomplete: {p.get('hook')}: {p.get('reason')} (pid {s_.get('pid')})\n")
     base = path[:-6] if path.endswith(".jsonl") else path
     for wf in sorted(glob.glob(base + ".worker.*.jsonl")):
         with open(wf, encoding="utf-8") as f:
             n = sum(1 for raw in f if raw.strip())
         w(f"  worker file {wf}: {n} get_finished lines\n")
-    return 0 if lines else 3
+    return 0 if steps else 3
 
 
 def main() -> None:

@@ -33,13 +33,14 @@ Nothing here imports vLLM at module import time.
 from __future__ import annotations
 
 import importlib
-import types
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._recorder import STATE, _perf_ns
 
 MARK = "__mbench_wrapped__"
+READY = "_mbench_hooked"  # set on an engine instance once its objects are hooked
 
 # Module paths of the hook points (stable across 0.10 … main).
 MOD_CORE = "vllm.v1.engine.core"
@@ -156,24 +157,23 @@ def wrap_step(orig, batch_queue: bool = False):
         return orig
     st = STATE
     perf = _perf_ns
+    ident = threading.get_ident
 
     def step(self, *args, **kwargs):
         if st.in_step:
             return orig(self, *args, **kwargs)
-        if self.__dict__.get(READY) is None:
-            # First step of this engine instance: hook the scheduler and
-            # executor objects it actually uses (a platform scheduler class
-            # is only known now), whatever process this is.
-            st.core_process = True
-            try:
-                _after_engine_init(self)
-            except Exception as exc:
-                _report_unhookable(self, {"engine": f"set-up failed: {exc!r}"})
+        if READY not in self.__dict__:
+            # Not set up at construction (an engine class the plugin did not
+            # see being built): hook the objects it uses now, late.
+            from .engine import after_engine_init
+
+            after_engine_init(self, late=True)
         st.in_step = True
+        st.step_thread = ident()
         st.batch_queue = batch_queue
         st.t_sched_end = 0
         st.sched_ns = st.meta_ns = st.exec_ns = st.upd_ns = st.sched_out = None
-        st.launch_ns = st.wait_ns = None
+        st.launch_ns = st.wait_ns = st.upd_batch = None
         t0 = st.t_step = perf()
         try:
             res = orig(self, *args, **kwargs)
@@ -197,13 +197,14 @@ def wrap_launch(orig):
 
     Times the call (``launch_us``: with the inline UniProcExecutor it runs
     the model runner's CPU side, kernel launches included; with the
-    multiproc executor it only sends the request) and wraps the returned
-    future's ``result`` so the engine thread's wait for the batch is timed
-    (``wait_us``)."""
+    multiproc executor it only sends the request), and the first time a
+    future class comes back, wraps that class's ``result`` so the engine
+    thread's wait for a batch is timed (``wait_us``): no per-future work."""
     if _is_wrapped(orig):
         return orig
     st = STATE
     perf = _perf_ns
+    seen = _future_classes
 
     def launch(*args, **kwargs):
         if st.in_launch or not st.in_step:
@@ -217,38 +218,58 @@ def wrap_launch(orig):
             v = st.launch_ns
             st.launch_ns = d if v is None else v + d
             st.in_launch = False
-        res = getattr(out, "result", None)
-        if res is not None and callable(res) and not _is_wrapped(res):
-            try:
-                out.result = _timed_result(res)
-            except Exception:
-                pass  # a read-only future: its wait stays in unaccounted_us
+        if type(out) not in seen:
+            _time_future_class(type(out))
         return out
 
     return _mark(launch, orig)
 
 
-def _timed_result(res):
+_future_classes: set = set()  # classes of launch results already looked at
+
+
+def _time_future_class(cls) -> None:
+    _future_classes.add(cls)
+    res = getattr(cls, "result", None)
+    if res is None or not callable(res):
+        return  # not a future (a blocking call's output): nothing to wait on
+    try:
+        if not _patch_resolved(cls, "result", _wrap_result):
+            STATE.problem("wait_us", f"{cls.__name__}.result is not a patchable method")
+    except Exception as exc:  # its wait stays in unaccounted_us
+        STATE.problem("wait_us", f"cannot wrap {cls.__name__}.result: {exc!r}")
+
+
+def _wrap_result(orig):
+    """A future class's result(): the engine thread's wait, during a step,
+    outside a launch (the executor's own done()/result() check), once."""
     st = STATE
     perf = _perf_ns
+    ident = threading.get_ident
 
-    def result(*args, **kwargs):
-        if not st.in_step or st.in_wait:
-            return res(*args, **kwargs)
+    def result(self, *args, **kwargs):
+        if not st.in_step or st.in_wait or st.in_launch or ident() != st.step_thread:
+            return orig(self, *args, **kwargs)
         st.in_wait = True
         t0 = perf()
         try:
-            return res(*args, **kwargs)
+            return orig(self, *args, **kwargs)
         finally:
             d = perf() - t0
             v = st.wait_ns
             st.wait_ns = d if v is None else v + d
             st.in_wait = False
 
-    return _mark(result, res)
+    return _mark(result, orig)
+
+
+BATCH_ATTR = "_mbench_batch"
 
 
 def wrap_schedule(orig):
+    """Scheduler.schedule: times it and tags its SchedulerOutput with a batch
+    id (an attribute: it travels with the object to an in-process worker
+    and, pickled, to worker processes), the identity gpu_us joins on."""
     if _is_wrapped(orig):
         return orig
     st = STATE
@@ -268,6 +289,11 @@ def wrap_schedule(orig):
             st.sched_ns = t1 - t0 if v is None else v + t1 - t0
             st.t_sched_end = t1
         st.sched_out = out
+        st.batch_seq += 1
+        try:
+            out._mbench_batch = st.batch_seq
+        except Exception as exc:
+            st.problem("batch id", f"cannot tag {type(out).__name__}: {exc!r}; gpu_us cannot be joined to steps")
         return out
 
     return _mark(schedule, orig)
@@ -306,6 +332,8 @@ def wrap_update(orig):
         if st.in_update or not st.in_step:
             return orig(self, *args, **kwargs)
         st.in_update = True
+        so = args[0] if args else kwargs.get("scheduler_output")
+        st.upd_batch = getattr(so, BATCH_ATTR, None)
         t0 = perf()
         if st.has_execute:
             d = t0 - (st.t_sched_end or st.t_step)
@@ -329,6 +357,8 @@ def wrap_get_finished(orig):
     st = STATE
     perf = _perf_ns
 
+    ident = threading.get_ident
+
     def get_finished(*args, **kwargs):
         if st.in_gf:
             return orig(*args, **kwargs)
@@ -339,7 +369,11 @@ def wrap_get_finished(orig):
         finally:
             t1 = perf()
             st.in_gf = False
-            st.record_get_finished(t1 - t0, t1)
+            if st.in_step and ident() == st.step_thread:  # the inline executor: into this step
+                st.gf_ns += t1 - t0
+                st.gf_n += 1
+            else:
+                st.record_get_finished(t1 - t0, t1)
 
     return _mark(get_finished, orig)
 
@@ -378,20 +412,37 @@ def _role_name(conn, args, kwargs) -> str:
 def instrument_connector(conn, role: str) -> None:
     """Wrap the timed methods of one connector instance (idempotent)."""
     if "WORKER" in role:
-        names, wrapper = ("get_finished", "get_transfer_results"), wrap_get_finished
+        # The mixin calls get_transfer_results where vLLM has it (main; the
+        # base's default calls get_finished), else get_finished (0.18.1):
+        # time the outer one only.
+        wrapper = wrap_get_finished
+        names = ("get_transfer_results",) if callable(getattr(conn, "get_transfer_results", None)) \
+            else ("get_finished",)
     elif "SCHEDULER" in role:
         names, wrapper = ("build_connector_meta",), wrap_meta
     else:
         return
+    hooked = False
     for name in names:
         bound = getattr(conn, name, None)
-        if bound is None or _is_wrapped(getattr(bound, "__func__", bound)):
+        if bound is None:
+            continue
+        if _is_wrapped(getattr(bound, "__func__", bound)):
+            hooked = True
             continue
         try:
             setattr(conn, name, wrapper(bound))
-        except Exception:
+            hooked = True
+        except Exception as exc:
             # __slots__ or a read-only attribute: wrap on the concrete class.
-            _patch_resolved(type(conn), name, wrapper)
+            try:
+                hooked = _patch_resolved(type(conn), name, wrapper) or hooked
+            except Exception as exc2:
+                STATE.problem(f"{type(conn).__name__}.{name}", f"cannot wrap: {exc!r}; {exc2!r}")
+    if not hooked:
+        field = "get_finished_us" if "WORKER" in role else "build_meta_us"
+        STATE.problem(f"{type(conn).__name__} ({role.lower()} connector)",
+                      f"has none of {', '.join(names)}: {field} is not timed")
 
 
 def wrap_create_connector(factory_cls) -> bool:
@@ -408,8 +459,8 @@ def wrap_create_connector(factory_cls) -> bool:
         try:
             rest = args[1:] if is_cm else args
             instrument_connector(conn, _role_name(conn, rest, kwargs))
-        except Exception:
-            pass
+        except Exception as exc:
+            STATE.problem(f"{type(conn).__name__} connector", f"cannot be instrumented: {exc!r}")
         return conn
 
     _mark(create_connector, func)
@@ -422,123 +473,6 @@ def wrap_create_connector(factory_cls) -> bool:
     return True
 
 
-READY = "_mbench_hooked"
-
-
-def _after_engine_init(self) -> None:
-    """Per EngineCore instance: hook the objects this engine uses.
-
-    The scheduler class comes from ``scheduler_config.get_scheduler_cls()``
-    and is instantiated in ``EngineCore.__init__`` after
-    ``load_general_plugins()`` (core.py@ac3cb2e2 L94, L125, L140), so a
-    platform scheduler subclass is only known here. A hook that cannot be
-    applied is reported (warning) and its field is absent from every line.
-    """
-    self.__dict__[READY] = True
-    st = STATE
-    cls = type(self)
-    for name in ("step", "step_with_batch_queue"):
-        if callable(getattr(cls, name, None)):
-            _patch_resolved(cls, name, _step_wrapper(name))
-    problems: dict[str, str] = {}
-    sched = getattr(self, "scheduler", None)
-    if sched is None:
-        problems["Scheduler"] = "engine has no scheduler attribute"
-        st.has_schedule = st.has_update = False
-    else:
-        scls = type(sched)
-        for name, wrapper, flag in (
-            ("schedule", wrap_schedule, "has_schedule"),
-            ("update_from_output", wrap_update, "has_update"),
-        ):
-            ok = False
-            try:
-                ok = _patch_resolved(scls, name, wrapper)
-            except Exception as exc:
-                problems[f"{scls.__name__}.{name}"] = repr(exc)
-            if not ok:
-                problems.setdefault(f"{scls.__name__}.{name}", "not a patchable method")
-            setattr(st, flag, ok)
-        if callable(getattr(scls, "_build_kv_connector_meta", None)):
-            try:
-                st.has_meta = _patch_resolved(scls, "_build_kv_connector_meta", wrap_meta) or st.has_meta
-            except Exception as exc:
-                problems[f"{scls.__name__}._build_kv_connector_meta"] = repr(exc)
-        conn = getattr(sched, "connector", None)
-        if conn is not None and st.has_meta:
-            instrument_connector(conn, "SCHEDULER")
-    st.has_execute = st.has_schedule and st.has_update
-    ex = getattr(self, "model_executor", None)
-    st.has_launch = False
-    if ex is not None:
-        ok = True
-        for name in ("execute_model", "sample_tokens"):
-            bound = getattr(ex, name, None)
-            if bound is None or not callable(bound):
-                if name == "execute_model":  # sample_tokens is 0.11+ only
-                    ok = False
-                    problems[f"executor.{name}"] = f"{type(ex).__name__} has no {name}"
-                continue
-            if not _is_wrapped(getattr(bound, "__func__", bound)):
-                try:
-                    setattr(ex, name, wrap_launch(bound))
-                except Exception as exc:
-                    ok = False
-                    problems[f"executor.{name}"] = repr(exc)
-        st.has_launch = ok
-    else:
-        problems["executor"] = "engine has no model_executor attribute"
-    fn = getattr(self, "step_fn", None)
-    func = getattr(fn, "__func__", None)
-    if func is not None and not _is_wrapped(func) and getattr(fn, "__self__", None) is self:
-        self.step_fn = types.MethodType(_step_wrapper(func.__name__)(func), self)
-    if problems:
-        _report_unhookable(self, problems)
-
-
-def _report_unhookable(engine, problems: dict[str, str]) -> None:
-    import logging
-
-    STATE.unhooked.update(problems)
-    logging.getLogger("vllm.mbench_vllm").warning(
-        "mbench_vllm: cannot hook %s in engine %s; those timers are absent from "
-        "every line and the step decomposition is incomplete",
-        "; ".join(f"{k} ({v})" for k, v in problems.items()),
-        type(engine).__name__,
-    )
-
-
-def wrap_engine_init(orig):
-    if _is_wrapped(orig):
-        return orig
-
-    def __init__(self, *args, **kwargs):
-        STATE.core_process = True
-        orig(self, *args, **kwargs)
-        try:
-            _after_engine_init(self)
-        except Exception:
-            pass
-
-    return _mark(__init__, orig)
-
-
-def _engine_under_construction(ec):
-    """The EngineCore whose __init__ is on the stack (vLLM loads plugins there)."""
-    import sys
-
-    f = sys._getframe(1)
-    for _ in range(64):
-        if f is None:
-            return None
-        if f.f_code.co_name == "__init__":
-            obj = f.f_locals.get("self")
-            if obj is not None and isinstance(obj, ec):
-                return obj
-        f = f.f_back
-    return None
-
-
 def install(t: Targets) -> dict[str, str]:
     """Patch every hook point found in t. Returns the status of each hook."""
     status = t.status()
@@ -547,19 +481,9 @@ def install(t: Targets) -> dict[str, str]:
         for name in ("step", "step_with_batch_queue"):
             if status[f"EngineCore.{name}"] == "OK":
                 _patch_resolved(ec, name, _step_wrapper(name))
-        if "__init__" in ec.__dict__:
-            ec.__init__ = wrap_engine_init(ec.__dict__["__init__"])
-        try:
-            eng = _engine_under_construction(ec)
-        except Exception:
-            eng = None
-        if eng is not None:
-            # Called from EngineCore.__init__ (load_general_plugins), before it
-            # creates executor, scheduler and step_fn: this is the core process.
-            STATE.core_process = True
-            for name in ("step", "step_with_batch_queue"):
-                if callable(getattr(type(eng), name, None)):
-                    _patch_resolved(type(eng), name, _step_wrapper(name))
+        from . import engine as engine_setup
+
+        engine_setup.hook_engine_class(ec, t.version)
     if sc is not None:
         if status["Scheduler.schedule"] == "OK":
             STATE.has_schedule = _patch_resolved(sc, "schedule", wrap_schedule)

@@ -52,6 +52,8 @@ def install(path: str, targets: hooks.Targets | None = None) -> dict[str, str]:
         return _status
     _status = status
     missing = {k: v for k, v in status.items() if not v.startswith("OK")}
+    for k, v in missing.items():  # into every status line of this process
+        STATE.problem(k, v)
     if missing:
         logger.warning(
             "mbench_vllm: vLLM %s lacks hook points %s; their fields are absent "
@@ -74,6 +76,9 @@ def status() -> dict[str, str] | None:
 def _reset_for_tests() -> None:
     """Forget the install decision and recorder state (tests only)."""
     global _status
+    from .gpu import GPU
+
     STATE.shutdown()
     _status = None
     STATE.__init__()
+    GPU.reset()

@@ -1,91 +1,102 @@
-"""Wrapper overhead per engine step (run: python tests/bench_overhead.py [N]).
+"""Wrapper overhead per engine step, on vLLM's control flow.
 
-Drives the 0.10 stand-in's synchronous step (tests/standins/v0_10.py) with
-zero injected work and a KV connector, so every hook runs each step: step,
-schedule, build_connector_meta, update_from_output (+ derived execute) and
-the worker-side get_finished, plus queueing the record and writing the real
-file. The same loop on fresh, unpatched stand-in classes is the baseline.
+    python tests/bench_overhead.py [N] [RUNNING...]
 
-The batch holds ``running`` decode requests (default 256: the per-step work
-of the token counts grows with it). N steps per variant, in 20 chunks run
-in pairs (baseline chunk, instrumented chunk); the overhead is the median
-over pairs of the difference, so load that changes during the run cancels
-within a pair. Reported:
+Drives the transcriptions of vLLM's step loop (tests/standins: v0.18.1 and
+main, which cite the vLLM files they reproduce) on the batch-queue path
+(async scheduling, vLLM's default; UniProcExecutor: 0.18.1's one-thread
+hand-off, main's inline AsyncOutputFuture) with zero injected work, a KV
+connector (so build_connector_meta and get_finished are hooked too) and a
+batch of ``running`` decode requests whose SchedulerOutput dicts vLLM
+builds anew every step. The same loop on fresh, unpatched classes is the
+baseline. N steps per variant, in 20 chunks run in pairs (baseline chunk,
+instrumented chunk); the overhead is the median over pairs of the
+difference, so load that changes during the run cancels within a pair.
+Reported per step:
 
-* engine-thread CPU time per step (``time.thread_time_ns``): what the
-  instrumented engine loop pays; the design target is <= 5 us;
-* CPU time of all threads (``time.process_time_ns``): adds the background
-  thread's formatting and writes;
-* wall time per step, for reference (noisy on a loaded machine).
+* engine-thread CPU (``time.thread_time_ns`` of the thread that runs the
+  steps): what the instrumented engine loop pays; target <= 5 us;
+* wall time: adds what other threads take from the engine thread (the
+  flusher formatting lines and counting tokens holds the GIL), and the
+  machine's noise;
+* CPU of all threads (``time.process_time_ns``).
+
+The GPU timer's cost (two CUDA event records per forward) needs torch and a
+GPU: gpu/steptimer/h200_proof.py measures it on the H200.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
 
-from helpers import config, engine  # noqa: E402
+from helpers import config, engine, read_lines  # noqa: E402
 from standins import VERSIONS, fake_vllm  # noqa: E402
 
 
-CLOCKS = {
-    "thread": time.thread_time_ns,
-    "process": time.process_time_ns,
-    "wall": time.perf_counter_ns,
-}
+def _clocks() -> dict:
+    return {"thread": time.thread_time_ns(), "process": time.process_time_ns(),
+            "wall": time.perf_counter_ns()}
 
 
 def _chunk(fn, n: int) -> dict:
-    t = {k: c() for k, c in CLOCKS.items()}
+    t = _clocks()
     for _ in range(n):
         fn()
-    return {k: (c() - t[k]) / n / 1000 for k, c in CLOCKS.items()}
+    e = _clocks()
+    return {k: (e[k] - t[k]) / n / 1000 for k in t}
 
 
-def measure(n: int = 100_000, chunks: int = 20, running: int = 256) -> dict:
-    """Overhead of the instrumentation, µs per step (see module doc)."""
+def _engine(version: str, running: int, async_scheduling: bool):
+    return engine(fake_vllm(VERSIONS[version]),
+                  config(decode=running, async_scheduling=async_scheduling))
+
+
+def measure(n: int = 100_000, chunks: int = 20, running: int = 256, version: str = "main",
+            async_scheduling: bool = True) -> dict:
+    """Overhead of the instrumentation, µs per step (see the module doc)."""
     from mbench_vllm import plugin
     from mbench_vllm._recorder import STATE
 
-    mod = VERSIONS["0.10"]
+    assert threading.current_thread() is threading.main_thread()
     saved_env = os.environ.get("MBENCH_STEP_LOG")
     per = max(1, n // chunks)
     with tempfile.TemporaryDirectory() as d:
         log = os.path.join(d, "engine_step.jsonl")
         plugin._reset_for_tests()
-        # Baseline: stand-in classes never patched (plugin not active).
         os.environ.pop("MBENCH_STEP_LOG", None)
-        base = engine(fake_vllm(mod), config(decode=running))
-        # Instrumented: fresh classes; the engine loads the plugin as vLLM does.
+        base = _engine(version, running, async_scheduling)  # plugin inactive: never patched
         os.environ["MBENCH_STEP_LOG"] = log
-        inst = engine(fake_vllm(mod), config(decode=running))
+        inst = _engine(version, running, async_scheduling)  # loads the plugin as vLLM does
         assert getattr(inst.step_fn.__func__, "__mbench_wrapped__", False)
         assert not getattr(base.step_fn.__func__, "__mbench_wrapped__", False)
         _chunk(base.step_fn, 2000)
         _chunk(inst.step_fn, 2000)
-        b = {k: [] for k in CLOCKS}
-        i = {k: [] for k in CLOCKS}
+        b = {k: [] for k in ("thread", "process", "wall")}
+        i = {k: [] for k in b}
         for _ in range(chunks):
             for res, fn in ((b, base.step_fn), (i, inst.step_fn)):
                 for k, v in _chunk(fn, per).items():
                     res[k].append(v)
         STATE.flush_all()
-        with open(log, "rb") as f:
-            n_lines = sum(1 for _ in f)
+        n_lines = len(read_lines(log))
+        for e in (base, inst):
+            e.model_executor.shutdown()
         plugin._reset_for_tests()
     if saved_env is None:
         os.environ.pop("MBENCH_STEP_LOG", None)
     else:
         os.environ["MBENCH_STEP_LOG"] = saved_env
-    import statistics
-
-    out = {"steps": per * chunks, "chunks": chunks, "lines_written": n_lines, "running": running}
-    for k in CLOCKS:
+    out = {"steps": per * chunks, "chunks": chunks, "lines_written": n_lines, "running": running,
+           "version": version, "path": "batch_queue" if async_scheduling else "step"}
+    for k in b:
         out[f"baseline_{k}_us"] = statistics.median(b[k])
         out[f"instrumented_{k}_us"] = statistics.median(i[k])
         out[f"overhead_{k}_us"] = statistics.median(x - y for x, y in zip(i[k], b[k]))
@@ -95,18 +106,19 @@ def measure(n: int = 100_000, chunks: int = 20, running: int = 256) -> dict:
 
 def report(r: dict) -> str:
     return (
-        f"{r['steps']} fake steps per variant, {r['running']} running requests "
-        f"({r['chunks']} paired chunks, median of the differences): "
-        f"engine-thread CPU {r['baseline_thread_us']:.2f} -> {r['instrumented_thread_us']:.2f} "
-        f"us/step (overhead {r['overhead_thread_us']:.2f}); all-threads CPU overhead "
-        f"{r['overhead_process_us']:.2f}; wall overhead {r['overhead_wall_us']:.2f} us/step"
+        f"vLLM {r['version']} {r['path']} path, {r['running']} running, {r['steps']} steps per variant "
+        f"({r['chunks']} paired chunks, median of differences): engine-thread CPU "
+        f"{r['baseline_thread_us']:.2f} -> {r['instrumented_thread_us']:.2f} us/step "
+        f"(overhead {r['overhead_thread_us']:.2f}); wall overhead {r['overhead_wall_us']:.2f} us/step "
+        f"(baseline {r['baseline_wall_us']:.2f}); all-threads CPU overhead {r['overhead_process_us']:.2f}"
     )
 
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    for running in [int(x) for x in sys.argv[2:]] or [256, 1024]:
-        print(report(measure(n, running=running)))
+    for version in ("0.18", "main"):
+        for running in [int(x) for x in sys.argv[2:]] or [256, 1024]:
+            print(report(measure(n, running=running, version=version)), flush=True)
 
 
 if __name__ == "__main__":

@@ -30,3 +30,6 @@ def step_log(tmp_path, monkeypatch):
     for k in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
         del sys.modules[k]
     sys.modules.update(saved)
+    from standins import fakegpu
+
+    fakegpu.uninstall()

@@ -21,11 +21,27 @@ TIMER_FIELDS = (
 )
 
 
-def read_lines(path: str) -> list[dict]:
+def read_all(path: str) -> list[dict]:
+    """Every line of a log: steps, status lines, GPU lines."""
     if not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def read_lines(path: str) -> list[dict]:
+    """Step lines (and worker lines) of a log, without status and GPU lines."""
+    return [d for d in read_all(path) if "status" not in d and "gpu_batch" not in d]
+
+
+def read_status(path: str) -> list[dict]:
+    """The status lines of a log."""
+    return [d for d in read_all(path) if d.get("status") == "engine"]
+
+
+def read_gpu_lines(path: str) -> list[dict]:
+    """The GPU lines of a log (gpu_us of a batch written after its step)."""
+    return [d for d in read_all(path) if "gpu_batch" in d]
 
 
 def flush() -> None:
@@ -58,5 +74,5 @@ def shutdown(eng) -> None:
         pool.shutdown(wait=True)
 
 
-__all__ = ["fake_vllm", "Timings", "MS", "US", "read_lines", "flush", "config", "engine",
-           "run_steps", "shutdown", "TIMER_FIELDS"]
+__all__ = ["fake_vllm", "Timings", "MS", "US", "read_lines", "read_all", "read_status",
+           "read_gpu_lines", "flush", "config", "engine", "run_steps", "shutdown", "TIMER_FIELDS"]

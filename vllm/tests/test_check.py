@@ -44,10 +44,55 @@ def test_all_hooks_ok(step_log, version):
         assert "Scheduler._build_kv_connector_meta" in text
     # Which path each timer covers, and the async-scheduling default.
     assert "async scheduling default" in text
-    if version == "main":
-        assert "async scheduling default: None -> auto" in text
-    for timer in ("launch_us", "wait_us", "execute_us", "batch_queue"):
+    if version in ("0.18", "main"):
+        # 0.18.1's default is a pydantic FieldInfo(default=None), main's a plain None.
+        assert "async scheduling default: None -> auto" in text, text
+        assert "gpu_us: OK (CUDA events around GPUModelRunner._model_forward" in text
+    for timer in ("launch_us", "wait_us", "execute_us", "batch_queue", "gpu_us"):
         assert timer in text
+    assert "GPU-bound" not in text and "duration is the GPU time" not in text
+
+
+@pytest.mark.parametrize("kind", ["dataclass", "fieldinfo", "pydantic_fields", "true", "false", "absent"])
+def test_async_default_dataclass_and_pydantic(kind):
+    """The async-scheduling default read from a stdlib dataclass, from a
+    pydantic dataclass whose stdlib field holds a FieldInfo (vLLM 0.18.1,
+    config/scheduler.py@682566b1 L138), and from __pydantic_fields__."""
+    import dataclasses
+    import sys
+    import types
+
+    class FieldInfo:  # pydantic.fields.FieldInfo, as far as check.py reads it
+        def __init__(self, default):
+            self.default = default
+
+    if kind == "dataclass":
+        cfg = dataclasses.make_dataclass("SchedulerConfig", [("async_scheduling", "bool | None", None)])
+    elif kind == "fieldinfo":
+        cfg = dataclasses.make_dataclass(
+            "SchedulerConfig", [("async_scheduling", "bool | None", dataclasses.field(default=FieldInfo(None)))])
+    elif kind == "pydantic_fields":
+        cfg = type("SchedulerConfig", (), {"__pydantic_fields__": {"async_scheduling": FieldInfo(None)}})
+    elif kind in ("true", "false"):
+        cfg = dataclasses.make_dataclass(
+            "SchedulerConfig", [("async_scheduling", "bool", dataclasses.field(default=FieldInfo(kind == "true")))])
+    else:
+        cfg = dataclasses.make_dataclass("SchedulerConfig", [("other", "int", 0)])
+    saved = {k: sys.modules.get(k) for k in ("vllm", "vllm.config")}
+    try:
+        sys.modules["vllm"] = types.ModuleType("vllm")
+        sys.modules["vllm.config"] = m = types.ModuleType("vllm.config")
+        m.SchedulerConfig = cfg
+        line = check.async_scheduling_line()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    want = {"dataclass": "None -> auto", "fieldinfo": "None -> auto", "pydantic_fields": "None -> auto",
+            "true": "True -> ON by default", "false": "False -> off by default", "absent": "has no such option"}
+    assert want[kind] in line, line
 
 
 def test_missing_and_filtered(step_log, monkeypatch):
@@ -73,8 +118,30 @@ def test_summarize_log(tmp_path):
     assert check.summarize(str(log), out) == 0
     text = out.getvalue()
     assert "2 steps, 1 malformed, pids [7]" in text
-    assert "0 batch-queue lines" in text
+    assert "path step() (every timer = the step's one batch): 2 steps" in text and "path batch" not in text
     assert "build_meta_us     absent in every line" in text
     assert "p50      200.0" in text
+    assert "GPU time: not measured: no gpu_us and no status line saying why" in text
     assert "engine_step.worker.9.jsonl: 1 get_finished lines" in text
     assert check.summarize(str(tmp_path / "nope.jsonl"), io.StringIO()) == 3
+
+
+def test_summarize_log_status_and_gpu(tmp_path):
+    """Status lines and GPU lines are not steps: the summary says whether
+    GPU time was measured and which hooks are missing."""
+    log = tmp_path / "engine_step.jsonl"
+    log.write_text(
+        '{"ts_us":5,"status":"engine","pid":7,"vllm":"0.18.1","path":"batch_queue","gpu_time":"measured",'
+        '"gpu_hook":"CUDA events around GPUModelRunner._model_forward (in the engine process)",'
+        '"incomplete":[{"hook":"wait_us","reason":"cannot wrap X.result"}]}\n'
+        '{"ts_us":10,"step_duration_us":100.0,"launch_us":20.0,"wait_us":3.0,"update_us":5.0,'
+        '"unaccounted_us":72.0,"gpu_us":61.5,"batch":1,"batch_queue":1,"pid":7}\n'
+        '{"ts_us":12,"gpu_us":62.5,"gpu_batch":2,"pid":7}\n'
+    )
+    out = io.StringIO()
+    assert check.summarize(str(log), out) == 0
+    text = out.getvalue()
+    assert "1 steps, 0 malformed" in text and "path batch queue" in text
+    assert "gpu_us            in       2 lines" in text
+    assert "GPU time: measured (CUDA events around GPUModelRunner._model_forward" in text
+    assert "decomposition incomplete: wait_us: cannot wrap X.result (pid 7)" in text

@@ -115,32 +115,6 @@ def test_missing_scheduler_module(step_log, caplog):
         assert ln["execute_us"] >= 300
 
 
-def test_unpatchable_scheduler_method(step_log, caplog):
-    """A scheduler whose schedule cannot be wrapped (a staticmethod here):
-    reported at the engine's first step, schedule/execute absent from every
-    line, their time unaccounted."""
-    ns = fake_vllm(VERSIONS["0.18"])
-    caplog.set_level(logging.WARNING, logger="vllm.mbench_vllm")
-    eng = engine(ns, config(Timings(schedule=300 * US, execute=100 * US), connector=None))
-    inner = type(eng.scheduler).schedule
-    sched = eng.scheduler
-
-    class Odd(type(sched)):
-        schedule = staticmethod(lambda: inner(sched))
-
-    sched.__class__ = Odd
-    run_steps(eng, 3)
-    shutdown(eng)
-    flush()
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert any("Odd.schedule" in w and "incomplete" in w for w in warnings), warnings
-    lines = read_lines(step_log)
-    assert len(lines) == 3
-    for ln in lines:
-        assert "schedule_us" not in ln and "execute_us" not in ln
-        assert ln["unaccounted_us"] >= 300
-
-
 def test_missing_engine_core(step_log, caplog):
     """No EngineCore at all: a warning, no lines, no crash."""
     ns = fake_vllm(VERSIONS["0.18"], omit=("vllm.v1.engine.core",))

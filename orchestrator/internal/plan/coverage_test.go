@@ -203,3 +203,42 @@ func TestRetries(t *testing.T) {
 		t.Errorf("a re-run round: %+v, want block 2 only", r.Blocks)
 	}
 }
+
+// TestConcurrencySearch: a search over the requests in flight probes whole
+// levels only, and brackets the level where a closed loop's TTFT (flat, then
+// rising with the queue beyond the engine's batch) crosses the limit
+// between adjacent levels or within the tolerance, covering the true
+// crossing in at least 90% of 200 seeded searches.
+func TestConcurrencySearch(t *testing.T) {
+	c := &matrices.Capacity{Metric: "ttft_p90", MaxMs: 60, Over: matrices.OverConcurrency, Lo: 1, Hi: 16, Tolerance: 0.05,
+		Blocks: 3, MaxProbes: 14, Expand: 4, Retries: 2}
+	const base, batch, perQueued = 20.0, 24.0, 2.5 // TTFT 20 ms up to 24 in flight, +2.5 ms per request queued beyond
+	truth := batch + (c.MaxMs-base)/perQueued      // 40 in flight
+	m := pairedModel{name: "closed loop", truth: map[string]float64{"plain": truth, "taxed": truth}}
+	m.run = func(_ string, n, zb float64, rng *rand.Rand) (results.Verdict, float64) {
+		return results.VerdictOK, (base + perQueued*math.Max(0, n-batch)) * math.Exp(0.03*zb+0.03*rng.NormFloat64())
+	}
+	covered := 0
+	for seed := range 200 {
+		rep := searchPaired(t, c, m, rand.New(rand.NewPCG(uint64(seed), 11)))
+		s := rep.Search("plain", "s")
+		for _, p := range s.Probes {
+			if p.Rate != math.Round(p.Rate) || p.Rate < 1 {
+				t.Fatalf("seed %d: probed in-flight level %v", seed, p.Rate)
+			}
+		}
+		if s.Lo == nil || s.Hi == nil {
+			t.Fatalf("seed %d: no bracket: %s", seed, s.Note)
+		}
+		if s.BandLo == nil && *s.Hi-*s.Lo > math.Max(1, c.Tolerance**s.Lo) && len(s.Probes) < c.MaxProbes {
+			t.Errorf("seed %d: bracket [%v, %v] wider than a level or the tolerance without a band (%s)", seed, *s.Lo, *s.Hi, s.Note)
+		}
+		if *s.Lo <= truth && truth <= *s.Hi {
+			covered++
+		}
+	}
+	t.Logf("closed loop: the interval covered the true %v in flight in %d/200 searches", truth, covered)
+	if covered < 180 {
+		t.Errorf("covered %d/200, want ≥ 90%%", covered)
+	}
+}

@@ -43,14 +43,23 @@ func Search(c *matrices.Capacity, s *results.CapacitySearch) ([]float64, string)
 	}
 	lowest, highest := s.Probes[0].Rate, s.Probes[len(s.Probes)-1].Rate
 	scale := math.Pow(2, float64(c.Expand))
+	level := c.Concurrency() // whole in-flight levels, at least 1
 	if s.Hi == nil {
-		if next := roundRate(2*highest, 3); next <= c.Hi*scale*(1+1e-9) && !probed[next] {
+		next := roundRate(2*highest, 3)
+		if level {
+			next = math.Round(2 * highest)
+		}
+		if next <= c.Hi*scale*(1+1e-9) && !probed[next] {
 			return []float64{next}, ""
 		}
-		return nil, fmt.Sprintf("nothing failed up to %g (hi × 2^expand): the capacity is at least the highest rate that held", highest)
+		return nil, fmt.Sprintf("nothing failed up to %g (hi × 2^expand): the capacity is at least the highest %s that held", highest, unit(c))
 	}
 	if s.Lo == nil {
-		if next := roundRate(lowest/2, 3); next >= c.Lo/scale*(1-1e-9) && !probed[next] {
+		next := roundRate(lowest/2, 3)
+		if level {
+			next = math.Floor(lowest / 2)
+		}
+		if next >= c.Lo/scale*(1-1e-9) && (!level || next >= 1) && !probed[next] {
 			return []float64{next}, ""
 		}
 		return nil, fmt.Sprintf("nothing held down to %g (lo / 2^expand): the capacity is below it", lowest)
@@ -60,10 +69,14 @@ func Search(c *matrices.Capacity, s *results.CapacitySearch) ([]float64, string)
 		segs = [][2]float64{{*s.Lo, *s.BandLo}, {*s.BandHi, *s.Hi}}
 	}
 	for _, g := range segs {
-		if g[1] <= g[0]*(1+c.Tolerance) {
+		if g[1] <= g[0]*(1+c.Tolerance) || level && g[1]-g[0] <= 1 {
 			continue
 		}
-		if r, ok := between(g[0], g[1]); ok && !probed[r] {
+		mid := between
+		if level {
+			mid = betweenLevels
+		}
+		if r, ok := mid(g[0], g[1]); ok && !probed[r] {
 			return []float64{r}, ""
 		}
 	}
@@ -71,6 +84,22 @@ func Search(c *matrices.Capacity, s *results.CapacitySearch) ([]float64, string)
 		return nil, fmt.Sprintf("bracketed: each end within %g%% of the uncertain band, where the noise of %d blocks cannot decide", 100*c.Tolerance, c.Blocks)
 	}
 	return nil, fmt.Sprintf("bracketed within %g%%", 100*c.Tolerance)
+}
+
+// betweenLevels is the whole number nearest the geometric midpoint of a
+// and b, strictly inside (a, b).
+func betweenLevels(a, b float64) (float64, bool) {
+	r := math.Round(math.Sqrt(a * b))
+	r = math.Min(math.Max(r, math.Floor(a)+1), math.Ceil(b)-1)
+	return r, r > a && r < b
+}
+
+// unit is what the search varies, in words.
+func unit(c *matrices.Capacity) string {
+	if c.Concurrency() {
+		return "in-flight level"
+	}
+	return "rate"
 }
 
 // between is the geometric midpoint of a and b, rounded to the fewest

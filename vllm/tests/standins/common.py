@@ -41,7 +41,11 @@ class Timings:
     execute: int = 0  # model runner forward (inside the worker)
     get_finished: int = 0  # worker connector.get_finished
     update: int = 0  # update_from_output body
-    gpu: int = 0  # simulated GPU time per batch (main's inline executor only)
+    gpu: int = 0  # GPU time of a batch's forward on the fake GPU (0: no GPU model)
+    kernels: int = 1  # kernels per forward (gpu / kernels ns each)
+    launch: int = 0  # CPU ns to launch one kernel (inside _model_forward)
+    sample_gpu: int = 0  # the sampler's kernel, after the forward
+    gpu_vary: bool = False  # batch k's forward takes gpu * (1 + (k % 4) / 4): a mis-join shows
     truth: dict = field(default_factory=dict)  # phase -> list of measured ns
 
     def note(self, phase: str, ns: int) -> None:
@@ -63,6 +67,7 @@ class SchedulerOutput:
     kv_connector_metadata: object = None
     pending_structured_output_tokens: bool = False
     has_structured_output_requests: bool = False
+    standin_step: int = -1  # the stand-in scheduler's own count: labels the fake GPU's kernels
 
 
 @dataclass
@@ -130,6 +135,7 @@ def make_scheduler_output(cfg: VllmConfig, step: int) -> SchedulerOutput:
         total_num_scheduled_tokens=sum(nst.values()),
         scheduled_spec_decode_tokens=dict(cfg.spec),
         finished_req_ids={f"f{step}"},
+        standin_step=step,
     )
 
 
@@ -174,6 +180,7 @@ MODULES = (
     "vllm.v1.core.sched.scheduler",
     "vllm.v1.worker",
     "vllm.v1.worker.kv_connector_model_runner_mixin",
+    "vllm.v1.worker.gpu_model_runner",
     "vllm.distributed",
     "vllm.distributed.kv_transfer",
     "vllm.distributed.kv_transfer.kv_connector",
@@ -210,6 +217,8 @@ def build_modules(ns, version: str, omit: tuple[str, ...] = ()) -> dict:
     }
     if hasattr(ns, "SchedulerConfig"):
         put["vllm.config"] = {"SchedulerConfig": ns.SchedulerConfig}
+    if hasattr(ns, "GPUModelRunner"):
+        put["vllm.v1.worker.gpu_model_runner"] = {"GPUModelRunner": ns.GPUModelRunner}
     for mod, attrs in put.items():
         if mod in mods:
             for k, v in attrs.items():

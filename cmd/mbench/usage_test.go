@@ -1,0 +1,31 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestUsageErrorsTyped: a missing required flag, a format a command cannot
+// print and an old flag that contradicts --format are usage errors (exit
+// 2) by type, each naming the command and the flag.
+func TestUsageErrorsTyped(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"trace", "sample", "--in", "big.jsonl", "--requests", "3"}, "trace sample: required flag --output not set"},
+		{[]string{"load", "--rate", "1", "--input", "1", "--output", "1", "--requests", "1", "--out", t.TempDir()}, "load: required flag --url not set"},
+		{[]string{"steps", "--format", "xml", "steps.jsonl"}, `steps: --format "xml": valid: text, markdown, json`},
+		{[]string{"trace", "stats", "--json", "--format", "text", "trace.jsonl"}, "trace stats: --json means --format json, but --format is text"},
+		{[]string{"bench-load", "--format", "csv"}, `bench-load: --format "csv": valid: text, json`},
+	} {
+		_, _, err := runCLI(t, context.Background(), c.args...)
+		var ue usageError
+		if !errors.As(err, &ue) || exitCode(err) != exitUsage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v (exit %d); want a usage error saying %q", c.args, err, exitCode(err), c.want)
+		}
+	}
+}
