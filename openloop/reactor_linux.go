@@ -252,13 +252,15 @@ const readTick = 250 * time.Microsecond
 // events came within two ticks, it first sleeps out the rest of readTick
 // from the last one — never past the next send — and then takes what is
 // there; it blocks only when that is nothing. Sparse events wake it one by
-// one, as before. It does not coalesce while any connection lacks kernel
-// receive times.
+// one, as before. It coalesces only while it paces an open loop (re.disp),
+// whose sends follow the schedule, not completions: a closed loop, a trace's
+// sessions or a concurrency cap send when a request ends, and would send up
+// to a tick late. Nor while any connection lacks kernel receive times.
 func (re *reactor) wait(events []unix.EpollEvent) (int, error) {
-	if re.clk != nil && !re.eachWake && re.unstamped.Load() == 0 && re.lastWake-re.prevWake < 2*int64(readTick) {
+	if d := re.disp; d != nil && !re.eachWake && re.unstamped.Load() == 0 && re.lastWake-re.prevWake < 2*int64(readTick) {
 		now := re.clk.now()
 		until := re.lastWake + int64(readTick)
-		if d := re.disp; d != nil && d.armed > 0 {
+		if d.armed > 0 {
 			until = min(until, d.armed)
 		}
 		if until-now > int64(20*time.Microsecond) {
