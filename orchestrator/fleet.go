@@ -50,12 +50,12 @@ type fleet struct {
 // newFleet is the fleet of a sweep of m into the results directory dir; of
 // opts it takes the mbench binary (Self, SelfEnv), the Slurm job mbench runs
 // in and where connection warnings go (Stderr).
-func newFleet(m *matrices.Matrix, dir string, log *sweepLog, opts Options) *fleet {
+func newFleet(m *matrices.Matrix, dir, sweepID string, log *sweepLog, opts Options) *fleet {
 	warn := opts.Stderr
 	if warn == nil {
 		warn = io.Discard
 	}
-	return &fleet{sweepLog: log, m: m, self: opts.Self, selfEnv: opts.SelfEnv, slurmJob: opts.SlurmJob, dir: dir, warn: warn, dial: hosts.DialSSH,
+	return &fleet{sweepLog: log, m: m, sweepID: sweepID, self: opts.Self, selfEnv: opts.SelfEnv, slurmJob: opts.SlurmJob, dir: dir, warn: warn, dial: hosts.DialSSH,
 		conns: map[string]hosts.Host{}, homes: map[string]string{}, selfPath: map[string]string{},
 		pluginDir: map[string]string{}, tunnels: map[string]string{}}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
 )
 
@@ -84,11 +85,29 @@ type Sweep struct {
 	// sweepLog is where the sweep says what it does (mbench.log, the
 	// terminal) and its progress display.
 	*sweepLog
+	// The parts that run the sweep, assembled once its record is known.
 	fleet    *fleet
 	engines  *launcher
 	instr    *instruments
 	runner   *runner
 	measurer measurer // the runner outside tests
+}
+
+// assemble builds the parts that run the sweep the store records: the fleet
+// of its hosts, the launcher of its engines, the instruments around its runs
+// and the runner of one run, each given what it needs; req is what every
+// request carries.
+func (s *Sweep) assemble(req openloop.Request) {
+	st, opts := s.store.state, s.opts
+	s.fleet = newFleet(s.m, s.store.dir, st.SweepID, s.sweepLog, opts)
+	s.engines = &launcher{sweepLog: s.sweepLog, m: s.m, fleet: s.fleet, marker: st.SweepID, seed: st.Seed, selfEnv: opts.SelfEnv}
+	s.instr = &instruments{sweepLog: s.sweepLog, m: s.m, fleet: s.fleet, hosts: s.fleet, engines: s.engines, marker: st.SweepID, selfEnv: opts.SelfEnv}
+	s.runner = &runner{sweepLog: s.sweepLog, m: s.m, store: s.store, engines: s.engines, instr: s.instr, runtime: s.fleet.runtime,
+		request: req, force: opts.Force}
+	s.measurer = s.runner
+	if opts.measurer != nil {
+		s.measurer = opts.measurer
+	}
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
@@ -101,16 +120,8 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	if opts.FailLimit <= 0 {
 		opts.FailLimit = 3
 	}
-	log := newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)
-	s := &Sweep{opts: opts, m: m, cells: map[string]matrices.Cell{}, fleet: newFleet(m, dir, log, opts),
-		store: newStore(dir, opts.FailLimit), sweepLog: log}
-	s.engines = &launcher{sweepLog: s.sweepLog, m: m, fleet: s.fleet, selfEnv: opts.SelfEnv}
-	s.instr = &instruments{sweepLog: s.sweepLog, m: m, fleet: s.fleet, hosts: s.fleet, engines: s.engines, selfEnv: opts.SelfEnv}
-	s.runner = &runner{sweepLog: s.sweepLog, m: m, store: s.store, engines: s.engines, instr: s.instr, runtime: s.fleet.runtime, force: opts.Force}
-	s.measurer = s.runner
-	if opts.measurer != nil {
-		s.measurer = opts.measurer
-	}
+	s := &Sweep{opts: opts, m: m, cells: map[string]matrices.Cell{},
+		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}
