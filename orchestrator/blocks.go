@@ -72,20 +72,23 @@ func (s *Sweep) runCell(ctx context.Context, cell matrices.Cell, b int, seed int
 	if why := s.store.ledger.deadReason(cell.ID); why != "" {
 		return s.skipDead(cell.ID, b, why)
 	}
-	o, err := s.runOne(ctx, cell, b, seed, 1)
-	if err != nil {
-		return err
-	}
 	// A run the load generator could not drive on schedule says nothing of
 	// the engine: it is run again in place, at the same position of the
 	// same block (so the block stays paired), up to clientLimitedRetries
-	// times; the last attempt's verdict stands.
-	for attempt := 2; o.entry.Status == results.VerdictClientLimited && attempt <= 1+clientLimitedRetries; attempt++ {
-		s.logf("cell %s (%s rate=%g) b%d: client_limited (%s); running it again in place (attempt %d)",
-			cell.ID, cell.Config, cell.Rate, b, firstLine(o.entry.Reason), attempt)
-		if o, err = s.runOne(ctx, cell, b, seed, attempt); err != nil {
+	// times; the last attempt is journaled, naming the earlier ones.
+	var earlier []AttemptEntry
+	var o *runOutcome
+	for attempt := 1; ; attempt++ {
+		var err error
+		if o, err = s.runOne(ctx, cell, b, seed, attempt, earlier); err != nil {
 			return err
 		}
+		if !o.again {
+			break
+		}
+		s.logf("cell %s (%s rate=%g) b%d: %s; running it again in place (attempt %d)",
+			cell.ID, cell.Config, cell.Rate, b, firstLine(o.entry.Reason), attempt+1)
+		earlier = append(earlier, AttemptEntry{Dir: o.entry.Dir, Status: o.entry.Status, Reason: o.entry.Reason})
 	}
 	if o.gaveUp {
 		s.logf("cell %s (%s rate=%g): %d consecutive failed runs; marked failed and skipped: %s", cell.ID, cell.Config, cell.Rate, s.opts.FailLimit, firstLine(o.entry.Reason))
@@ -134,14 +137,18 @@ type runOutcome struct {
 	entry   JournalEntry
 	summary *results.RunSummary
 	gaveUp  bool // this failure gave the cell up
+	// again: the attempt was client_limited and is to be run again in
+	// place; it was not journaled.
+	again bool
 }
 
 // runOne performs one (cell, block) run and journals it. It returns an error
 // only when the sweep must stop (interrupted, disk full); a failed run is an
 // outcome with status "failed". attempt is 1, or the number of a re-run in
-// place (runCell), which goes to a directory of its own (b<k>-try<n>) and
-// whose journal line supersedes the earlier ones.
-func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64, attempt int) (*runOutcome, error) {
+// place (runCell) after the earlier attempts, which goes to a directory of
+// its own (b<k>-try<n>). A client_limited attempt with re-runs left is not
+// journaled (outcome again); the attempt that is names the earlier ones.
+func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64, attempt int, earlier []AttemptEntry) (*runOutcome, error) {
 	rel := filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
 	if attempt > 1 {
 		rel += "-try" + strconv.Itoa(attempt)
@@ -155,7 +162,7 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	}
 	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.fleet.slurmNodes()}
 	if attempt > 1 {
-		entry.Attempt = attempt
+		entry.Attempt, entry.Superseded = attempt, earlier
 	}
 	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
 
@@ -190,6 +197,10 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	// durable: a run with a line is never redone, so its files must be there.
 	if err := syncTree(dir); err != nil {
 		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
+	}
+	if entry.Status == results.VerdictClientLimited && attempt <= clientLimitedRetries {
+		s.prog.finish(fmt.Sprintf("NOT A RESULT (%s): %s; running it again", entry.Status, firstLine(entry.Reason)))
+		return &runOutcome{entry: entry, summary: sum, again: true}, nil
 	}
 	entry.Self = selfUsage()
 	gaveUp, err := s.store.ledger.record(entry)

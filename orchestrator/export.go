@@ -149,8 +149,8 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 	}
 	idx := journalIndex(entries)
 	for _, e := range entries {
-		if last := idx[runKey{e.Cell, e.Block}]; last.Dir != e.Dir {
-			sw.Superseded = append(sw.Superseded, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason})
+		for _, a := range e.Superseded {
+			sw.Superseded = append(sw.Superseded, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: a.Dir, Status: a.Status, Reason: a.Reason})
 		}
 	}
 	keys := make([]runKey, 0, len(idx))

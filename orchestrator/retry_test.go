@@ -12,9 +12,9 @@ import (
 
 // TestLoopClientLimitedRunAgainInPlace: a run the load generator could not
 // drive on schedule is run again at once, in the same block, into a
-// directory of its own; the last attempt's line supersedes the earlier (the
-// plan and the export use it), at most two re-runs are made, and the report
-// says which runs were run again.
+// directory of its own; only the last attempt is journaled, naming the
+// earlier ones (the plan and the export use it, a run keeps one line), at
+// most two re-runs are made, and the report says which runs were run again.
 func TestLoopClientLimitedRunAgainInPlace(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	var plain1, taxed2 int
@@ -38,12 +38,15 @@ func TestLoopClientLimitedRunAgainInPlace(t *testing.T) {
 		t.Fatalf("measured plain b1 %d times, taxed b2 %d times, %d runs in all; want 2, 3 (two re-runs at most) and 15", plain1, taxed2, len(f.runs))
 	}
 	plain, taxed := cellID(t, out, "plain"), cellID(t, out, "taxed")
-	idx := journalIndex(journalOf(t, out))
-	if e := idx[runKey{plain, 1}]; e.Status != results.VerdictOK || e.Attempt != 2 || e.Dir != filepath.Join("runs", plain, "b1-try2") {
-		t.Errorf("plain b1 as journaled last: %+v; want ok, attempt 2, its own directory", e)
+	journal := journalOf(t, out)
+	keysOf(t, journal) // one line per run, whatever its attempts
+	idx := journalIndex(journal)
+	if e := idx[runKey{plain, 1}]; e.Status != results.VerdictOK || e.Attempt != 2 || e.Dir != filepath.Join("runs", plain, "b1-try2") ||
+		len(e.Superseded) != 1 || e.Superseded[0].Dir != filepath.Join("runs", plain, "b1") || e.Superseded[0].Status != results.VerdictClientLimited {
+		t.Errorf("plain b1 journaled: %+v; want ok, attempt 2 in its own directory, the first attempt superseded", e)
 	}
-	if e := idx[runKey{taxed, 2}]; e.Status != results.VerdictClientLimited || e.Attempt != 3 {
-		t.Errorf("taxed b2 as journaled last: %+v; want the third attempt, client_limited", e)
+	if e := idx[runKey{taxed, 2}]; e.Status != results.VerdictClientLimited || e.Attempt != 3 || len(e.Superseded) != 2 {
+		t.Errorf("taxed b2 journaled: %+v; want the third attempt, client_limited, two superseded", e)
 	}
 	for _, d := range []string{"b1", "b1-try2"} {
 		if _, err := os.Stat(filepath.Join(out, "runs", plain, d, "summary_A.json")); err != nil {

@@ -114,9 +114,18 @@ type JournalEntry struct {
 	// (cluster C)".
 	Nodes []string `json:"nodes,omitempty"`
 	// Attempt numbers a run of the cell in the block run again in place
-	// (after a client_limited one); 0 for the first. A later line of the
-	// same cell and block supersedes the earlier.
-	Attempt int `json:"attempt,omitempty"`
+	// (after client_limited attempts, which Superseded lists: their
+	// directories and reasons); 0 for a first attempt. Only the last
+	// attempt is journaled, so a run keeps one line.
+	Attempt    int            `json:"attempt,omitempty"`
+	Superseded []AttemptEntry `json:"superseded,omitempty"`
+}
+
+// AttemptEntry is an attempt of a run that was run again in place.
+type AttemptEntry struct {
+	Dir    string          `json:"dir"`
+	Status results.Verdict `json:"status"`
+	Reason string          `json:"reason,omitempty"`
 }
 
 // SelfUsage is the mbench process's resident memory, open descriptors and
@@ -196,13 +205,15 @@ func ReadJournal(dir string) (entries []JournalEntry, torn bool, err error) {
 	return entries, torn, nil
 }
 
-// journalIndex maps (cell, block) to its entry: one per run, so a run is
-// never counted twice; of several lines (a run again in place after a
-// client_limited one) the last wins.
+// journalIndex maps (cell, block) to its entry; the first line wins, so a
+// duplicate can never double-count a run.
 func journalIndex(entries []JournalEntry) map[runKey]JournalEntry {
 	m := make(map[runKey]JournalEntry, len(entries))
 	for _, e := range entries {
-		m[runKey{e.Cell, e.Block}] = e // a run again in place supersedes the earlier line
+		k := runKey{e.Cell, e.Block}
+		if _, ok := m[k]; !ok {
+			m[k] = e
+		}
 	}
 	return m
 }

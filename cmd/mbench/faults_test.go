@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -479,7 +480,7 @@ func TestFaultDiskFull(t *testing.T) {
 	mustFinish(t, c, 2*time.Minute)
 	after := checkFinished(t, out)
 	for i, l := range j {
-		if after[i] != l {
+		if !reflect.DeepEqual(after[i], l) {
 			t.Errorf("journal line %d changed across the resume: %+v → %+v", i+1, l, after[i])
 		}
 	}
