@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mbench/mbench/engines"
 )
 
 // StepLogEnv names the env var that tells the mbench_vllm plugin where to
@@ -205,7 +207,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		}
 		in.Command, err = m.renderCommand("engine.command", m.Engine.Command, cmdVars)
 		errs = append(errs, asErrors(err)...)
-		if m.Engine.Kind == EngineVLLM && len(in.GPUs) > 0 && !m.Hosts[in.Host].IsSlurm() { // Slurm binds a step's GPUs itself
+		if engines.Of(engines.Kind(m.Engine.Kind)).PinGPUs && len(in.GPUs) > 0 && !m.Hosts[in.Host].IsSlurm() { // Slurm binds a step's GPUs itself
 			in.Env = append(in.Env, EnvVar{Name: "CUDA_VISIBLE_DEVICES", Value: joinInts(in.GPUs)})
 		}
 		if m.Engine.Kind == EngineVLLM && m.Engine.Instrument {

@@ -40,6 +40,7 @@ type engineSet struct {
 	router  *engineProc
 	targets []string // where the load goes: the router, or every instance
 	started time.Time
+	vocab   int // the instances' vocabulary size, where the kind says it (0 = unknown)
 }
 
 // dead reports the first process of the set that has exited.
@@ -124,12 +125,15 @@ func (e *launcher) start(ctx context.Context, l *matrices.Launch, run string) (*
 		if err != nil {
 			return fail(err)
 		}
-		p.stepLog, p.index = inst.StepLog, inst.Index
+		p.index = inst.Index
+		if profileOf(e.m).WritesSteps(l.Instrument) {
+			p.stepLog = inst.StepLog
+		}
 		es.procs = append(es.procs, p)
 	}
 	for i, p := range es.procs {
 		inst := l.Instances[i]
-		if err := e.waitReady(ctx, p, "/health", l.ReadyTimeout); err != nil {
+		if err := e.waitReady(ctx, p, profileOf(e.m).ReadyPath, l.ReadyTimeout); err != nil {
 			return fail(err)
 		}
 		if inst.BootstrapPort > 0 {

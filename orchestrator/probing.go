@@ -440,7 +440,7 @@ func (s *runner) checkEngineVersion(ctx context.Context, es *engineSet) error {
 	if len(es.procs) == 0 {
 		return nil
 	}
-	v := engineVersion(ctx, es.procs[0].url)
+	v := s.profile().VersionOf(ctx, nil, es.procs[0].url)
 	if v == "" {
 		return nil
 	}
