@@ -69,7 +69,7 @@ else
   gpus="gpus: []"
   topo=", topology: {gpus_per_instance: 0}"
   ngl="-t 1"
-  rates="[4, 16]"
+  rates="[2, 8]"
   slots=4
   gate="{enabled: false}"
 fi
