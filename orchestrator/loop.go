@@ -7,15 +7,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/shquote"
 )
 
-// execute runs blocks until the stopping rule says stop, then exports.
-func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
-	s.fleet.sweepID = s.store.state.SweepID
-	s.engines.marker, s.engines.seed = s.store.state.SweepID, s.store.state.Seed
-	s.instr.marker = s.store.state.SweepID
+// execute runs the sweep the store records — blocks until the stopping
+// rule says stop, or a capacity search's rounds — then exports. req is what
+// every request carries.
+func (s *Sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, error) {
+	s.assemble(req)
 	if err := s.store.openJournal(s.opts.FailLimit); err != nil {
 		return nil, err
 	}
@@ -27,7 +28,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	}
 	defer s.prog.close()
 	var err error
-	if err = s.prepareHosts(ctx); err != nil {
+	if err = s.fleet.prepare(ctx); err != nil {
 		s.teardown(ctx)
 		if ctx.Err() != nil {
 			return nil, s.interrupted()

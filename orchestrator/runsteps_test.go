@@ -62,7 +62,7 @@ func TestStepLogSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSweep(m, t.TempDir(), Options{}).runner
+	s := &runner{m: m}
 	cases := []struct {
 		name    string
 		procs   []*engineProc
