@@ -55,6 +55,17 @@ if [ "$mode" = gpu ]; then
   log "ninja llama-server -j$(nproc)"
   ninja -C "$W/llama/build" -j"$(nproc)" llama-server >"$W/build.log" 2>&1 || { grep -m1 -A20 'error' "$W/build.log" | tee -a "$OUT/run.log"; tail -20 "$W/build.log" | tee -a "$OUT/run.log"; exit 1; }
   server=$W/llama/build/bin/llama-server
+  # cuBLAS and the CUDA runtime are shared libraries of the toolkit (or of
+  # the image's Python CUDA wheels): make them findable for the server that
+  # mbench starts (it inherits this environment).
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+    $(python3 -c 'import glob, os, nvidia; print(" ".join(sorted({os.path.dirname(p) for b in nvidia.__path__ for p in glob.glob(b + "/*/lib/lib*.so*")})))' 2>/dev/null); do
+    [ -d "$d" ] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+  done
+  export LD_LIBRARY_PATH
+  if ldd "$server" | grep -q 'not found'; then
+    log "llama-server misses libraries: $(ldd "$server" | grep 'not found' | tr -s ' \n\t' ' ')"
+  fi
   log "built: $("$server" --version 2>&1 | grep -m1 version)"
   modelargs=(-layers 8 -width 512 -heads 8)
   gpus="gpus: [0]"
