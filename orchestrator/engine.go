@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mbench/mbench/internal/clock"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
 )
@@ -106,7 +107,7 @@ func (e *launcher) start(ctx context.Context, l *matrices.Launch, run string) (*
 	}
 	for i, inst := range l.Instances {
 		if i > 0 && l.Stagger > 0 {
-			if err := sleepCtx(ctx, l.Stagger); err != nil {
+			if err := clock.Sleep(ctx, l.Stagger); err != nil {
 				return fail(err)
 			}
 		}
@@ -446,17 +447,6 @@ func portUse(procNetTCP string, port int) string {
 		}
 	}
 	return strings.Join(parts, ", ")
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // errPortInUse stops a sweep: every later launch would fail the same way.

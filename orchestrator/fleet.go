@@ -2,22 +2,22 @@ package orchestrator
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
-	"crypto/sha256"
-	"encoding/hex"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/shquote"
-	"os"
-	"runtime"
-	"time"
 )
 
 // fleet is the hosts of one sweep and mbench's connections to them: it dials
@@ -105,7 +105,7 @@ func (f *fleet) dialMachine(ctx context.Context, name string) (hosts.Host, error
 		h.Close()
 		return nil, fmt.Errorf("host %s: find home directory: %w", name, err)
 	}
-	f.homes[name] = lastLine(out) // a chatty login shell may print first
+	f.homes[name] = hosts.LastLine(out) // a chatty login shell may print first
 	return h, nil
 }
 
@@ -288,9 +288,9 @@ func (f *fleet) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 	if err != nil {
 		return fmt.Errorf("host %s: uname: %w", name, err)
 	}
-	if want := unameOf(runtime.GOOS, runtime.GOARCH); lastLine(out) != want {
+	if want := unameOf(runtime.GOOS, runtime.GOARCH); hosts.LastLine(out) != want {
 		return fmt.Errorf("host %s is %q but this mbench is built for %q; build mbench for the host and set hosts.%s.mbench_path",
-			name, lastLine(out), want, name)
+			name, hosts.LastLine(out), want, name)
 	}
 	bin, err := os.Open(f.self)
 	if err != nil {
@@ -304,7 +304,7 @@ func (f *fleet) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 	digest := hex.EncodeToString(sum.Sum(nil))
 	dst := f.path(name, "bin", "mbench")
 	q := shquote.Quote(dst)
-	if out, _, err := h.Run(ctx, "[ -x "+q+" ] && sha256sum -- "+q+" 2>/dev/null"); err == nil && strings.HasPrefix(lastLine(out), digest) {
+	if out, _, err := h.Run(ctx, "[ -x "+q+" ] && sha256sum -- "+q+" 2>/dev/null"); err == nil && strings.HasPrefix(hosts.LastLine(out), digest) {
 		f.selfPath[name] = dst
 		return nil
 	}
@@ -333,10 +333,4 @@ func unameOf(goos, goarch string) string {
 		arch = "arm64"
 	}
 	return sys + " " + arch
-}
-
-// lastLine is the last non-empty line of a command's output, trimmed.
-func lastLine(out []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
 }

@@ -113,7 +113,7 @@ func (f *fleet) slurmGPURead(ctx context.Context, name string, nh hosts.NodeHost
 		if env != "" {
 			env = "env " + env
 		}
-		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), shquote.Quote(probeLabel(name, nh, i)))
+		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shquote.Path(self), shquote.Quote(probeLabel(name, nh, i)))
 		read := func(ctx context.Context) ([]probes.GPUSample, error) {
 			out, stderr, err := nh.RunOnNodeGPUs(ctx, i, "gate-"+name, cmd)
 			if err != nil {

@@ -73,6 +73,7 @@ if os.path.exists(smi_path):
 
 rows, etim = [], ["log\tslots\ttask\tprompt_tokens\tprompt_ms\tgen_tokens\teval_ms"]
 lost_total = sent_total = 0
+lost_classes = {}
 ttft_gap = []
 if len(logs) != len(journal):
     say(f"NOTE: {len(logs)} engine logs for {len(journal)} runs: runs are matched to logs only when the counts agree")
@@ -83,6 +84,8 @@ for i, j in enumerate(journal):
     recs = [json.loads(l) for l in open(os.path.join(d, "requests.jsonl")) if l.strip()]
     lost = [r for r in recs if r["status"] != "ok"]
     lost_total += len(lost)
+    for r in lost:
+        lost_classes[r.get("error_class", "?")] = lost_classes.get(r.get("error_class", "?"), 0) + 1
     sent_total += len(recs)
     g = (s.get("gpu") or {}).get("per_gpu") or [{}]
     g = g[0]
@@ -135,9 +138,10 @@ with open(os.path.join(out, "runs.tsv"), "w") as f:
 with open(os.path.join(out, "engine-timings.tsv"), "w") as f:
     f.write("\n".join(etim) + "\n")
 
-say(f"requests: {sent_total} sent over {len(rows)} runs, {lost_total} failed")
+say(f"requests: {sent_total} sent over {len(rows)} runs, {lost_total} failed"
+    + (f" (by class: {lost_classes}; 'drained' = cut by measure.drain_timeout in a saturated run, not lost)" if lost_total else ""))
 if ttft_gap:
-    say(f"TTFT - engine prompt eval, rate-4 runs, {len(ttft_gap)} requests: median {med(ttft_gap):.3f} ms, "
+    say(f"TTFT - engine prompt eval, runs at ≤ 4 req/s, {len(ttft_gap)} requests: median {med(ttft_gap):.3f} ms, "
         f"min {min(ttft_gap):.3f}, max {max(ttft_gap):.3f} (must be > 0: no first token before its prompt is evaluated)")
 for r in rows:
     say(f"{r[0]} rate {r[1]} b{r[2]} {r[3]}: TTFT p50 {fmt(r[6])} ms vs engine prompt eval p50 {fmt(r[8])} ms; "
