@@ -70,7 +70,8 @@ func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
 // each, first after 20 ms, then every MBENCH_GAP, default 1 ms), the client
 // sends 256-token prompts, Poisson at MBENCH_RATE (default 2000 req/s) for
 // MBENCH_DURATION (default 3 s) — the client pinned to MBENCH_CLIENT_CPUS
-// and the stub to MBENCH_STUB_CPUS where set (Linux), each with as many Ps —
+// and the stub to MBENCH_STUB_CPUS where set (Linux), each with as many Ps
+// (the client at least two, which the reactor needs) —
 // and the process's
 // CPU time, which is now the client's alone, is divided by the requests
 // sent. Three sub-benchmarks, run one after the other in each round:
@@ -102,7 +103,7 @@ func BenchmarkStreamedRequestCPU(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		runtime.GOMAXPROCS(len(cpus))
+		runtime.GOMAXPROCS(max(2, len(cpus))) // the reactor needs two Ps (see run)
 	}
 	for _, io := range []string{"reactor", "reactor-eachwake", "goroutines"} {
 		b.Run("io="+io, func(b *testing.B) {

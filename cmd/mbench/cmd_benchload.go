@@ -106,7 +106,7 @@ func benchLoadAction(c *cli.Context) error {
 			return fmt.Errorf("bench-load: %w", err)
 		}
 		if os.Getenv("GOMAXPROCS") == "" {
-			runtime.GOMAXPROCS(len(clientCPUs))
+			runtime.GOMAXPROCS(max(2, len(clientCPUs))) // the reactor needs two Ps
 		}
 	}
 	tgt := openloop.PrecisionTarget{URL: p.URL, Reset: p.Reset, Entries: p.Entries, CPU: p.CPUSeconds, Output: tokens}

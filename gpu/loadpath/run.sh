@@ -4,8 +4,8 @@
 # here carried in gpu/loadpath/bin. About 5 minutes. Results under $OUT:
 #   log.txt          everything below, as it ran
 #   cpu_bench.txt    BenchmarkStreamedRequestCPU: client pinned to CPUs 0,1,
-#                    stub on 2-5; 16 tokens at 2,000 req/s and 128 tokens
-#                    (2 ms apart) at 500 req/s; io=reactor (default),
+#                    stub on 2-5; 16 tokens at 2,000 req/s, and 128 and 16
+#                    tokens (2 ms apart) at 500 req/s (per extra chunk); io=reactor (default),
 #                    io=reactor-eachwake (no coalescing), io=goroutines
 #   cpu.prof         a CPU profile of the reactor at 2,000 req/s (go tool pprof)
 #   bench_separate.txt / .json  bench-load, client on 0,1, stub on 2-5,
@@ -48,12 +48,29 @@ PY
 export MBENCH_CLIENT_CPUS=$CLIENT_CPUS MBENCH_STUB_CPUS=$STUB_CPUS MBENCH_DURATION=$BENCH_DUR
 {
   for round in 1 2; do
-    MBENCH_RATE=2000 MBENCH_TOKENS=16 MBENCH_GAP=1ms $B/openloop.test -test.run '^$' -test.bench 'StreamedRequestCPU' -test.benchtime=1x
-    MBENCH_RATE=500 MBENCH_TOKENS=128 MBENCH_GAP=2ms $B/openloop.test -test.run '^$' -test.bench 'StreamedRequestCPU' -test.benchtime=1x
+    MBENCH_RATE=2000 MBENCH_TOKENS=16 MBENCH_GAP=1ms $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU' -test.benchtime=1x
+    MBENCH_RATE=500 MBENCH_TOKENS=128 MBENCH_GAP=2ms $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU' -test.benchtime=1x
+    MBENCH_RATE=500 MBENCH_TOKENS=16 MBENCH_GAP=2ms $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU' -test.benchtime=1x
   done
-  MBENCH_RATE=2000 MBENCH_TOKENS=16 MBENCH_GAP=1ms $B/openloop.test -test.run '^$' -test.bench 'StreamedRequestCPU/io=reactor$' -test.benchtime=1x -test.cpuprofile "$OUT/cpu.prof"
+  MBENCH_RATE=2000 MBENCH_TOKENS=16 MBENCH_GAP=1ms $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU/io=reactor$' -test.benchtime=1x -test.cpuprofile "$OUT/cpu.prof"
 } 2>&1 | grep -E 'Benchmark|ok|FAIL|panic' | tee "$OUT/cpu_bench.txt"
 unset MBENCH_CLIENT_CPUS MBENCH_STUB_CPUS MBENCH_DURATION
+# Per I/O mode: CPU per request at 2,000 req/s × 16 tokens, and per extra
+# chunk = (128 tokens − 16 tokens, both at 500 req/s) / 112, per round.
+python3 - "$OUT/cpu_bench.txt" <<'PY'
+import re, sys
+rows = [l for l in open(sys.argv[1]) if l.startswith("BenchmarkStreamedRequestCPU/")]
+cases = ["2000x16", "500x128", "500x16"]
+got = {}
+for i, l in enumerate(rows[:18]):  # 2 rounds × 3 cases × 3 modes; the profiled run after
+    mode = re.match(r"BenchmarkStreamedRequestCPU/io=([a-z-]+?)-[0-9]+\s", l).group(1)
+    cpu = float(re.search(r"([0-9.]+) client-cpu-ms/req", l).group(1))
+    got.setdefault((mode, cases[(i // 3) % 3]), []).append(cpu)
+for mode in ["reactor", "reactor-eachwake", "goroutines"]:
+    a, b, c = (got.get((mode, k), []) for k in cases)
+    chunk = [1e3 * (x - y) / 112 for x, y in zip(b, c)]
+    print(f"cpu {mode}: {a} ms/req at 2000 req/s x 16 tokens; per extra chunk {[round(x, 2) for x in chunk]} us")
+PY
 
 # 2. bench-load: 5 runs per rate, 2 s each, the clients interleaved; the
 #    vLLM client reconstruction at the rates it can reach.
