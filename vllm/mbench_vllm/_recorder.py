@@ -180,6 +180,9 @@ class StepLog:
         """Forget queued records and the descriptor (in a forked child)."""
         self.n = self.done = 0
         self.mixed = deque()
+        self._forget_fd()
+
+    def _forget_fd(self) -> None:
         self._lock = threading.Lock()
         if self._fd is not None:
             try:
@@ -224,16 +227,11 @@ class LineWriter:
             self.last_flush_ns = _perf_ns()
 
     _write = StepLog._write
+    _forget_fd = StepLog._forget_fd
 
     def abandon(self) -> None:
         self._q = deque()
-        self._lock = threading.Lock()
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-            self._fd = None
+        self._forget_fd()
 
 
 def worker_log_path(step_log: str) -> str:
