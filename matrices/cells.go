@@ -53,6 +53,9 @@ func (m *Matrix) engineSpec(full bool) map[string]any {
 	e := m.Engine
 	s := map[string]any{"kind": e.Kind, "command": e.Command, "model": e.Model,
 		"env": redactMap(e.Env), "sim": orEmpty(e.Sim), "instrument": e.Instrument}
+	if t := e.TokenIDs; !t.IsZero() { // only when set: the prompts change, and matrices without it keep their hash
+		s["token_ids"] = map[string]any{"min": t.Min, "max": t.Max}
+	}
 	if full {
 		s["ready_timeout"], s["stagger"], s["grace"] = e.ReadyTimeout.String(), e.Stagger.String(), e.Grace.String()
 		s["port"], s["restart"] = e.Port, e.Restart

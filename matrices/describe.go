@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jedib0t/go-pretty/v6/table"
+	"github.com/mbench/mbench/engines"
 	"github.com/mbench/mbench/shquote"
 )
 
@@ -18,8 +19,13 @@ func (m *Matrix) Describe(w io.Writer) error {
 	fmt.Fprintf(&b, "matrix %s (%s), hash %s\n", m.Name, m.File, m.Hash)
 	if m.Engine.Kind == EngineSim {
 		fmt.Fprintf(&b, "engine: sim — SIMULATED engine, model %s\n", m.Engine.Model)
-	} else {
+	} else if m.Engine.Kind == EngineVLLM {
 		fmt.Fprintf(&b, "engine: %s, model %s\n", m.Engine.Kind, m.Engine.Model)
+	} else {
+		fmt.Fprintf(&b, "engine: %s (%s), model %s\n", m.Engine.Kind, engines.Of(engines.Kind(m.Engine.Kind)).Name, m.Engine.Model)
+	}
+	if t := m.Engine.TokenIDs; !t.IsZero() {
+		fmt.Fprintf(&b, "prompt token ids: %v (engine.token_ids)\n", t)
 	}
 	if m.Capacity != nil {
 		b.WriteString(m.CapacityPlan()) // a search chooses its rates: no fixed cells to list (describe_capacity.go)

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mbench/mbench/shquote"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mbench/mbench/engines"
+	"github.com/mbench/mbench/shquote"
 )
 
 // StepLogEnv names the env var that tells the mbench_vllm plugin where to
@@ -170,7 +172,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	}
 	vars := func(at place, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
 		targets, producers := urls(at)
-		q, qp, tg := shquote.Quote, shellPath, shquote.Join(targets)
+		q, qp, tg := shquote.Quote, shquote.Path, shquote.Join(targets)
 		if !quote {
 			q = func(s string) string { return s }
 			qp, tg = q, strings.Join(targets, " ")
@@ -205,7 +207,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		}
 		in.Command, err = m.renderCommand("engine.command", m.Engine.Command, cmdVars)
 		errs = append(errs, asErrors(err)...)
-		if m.Engine.Kind == EngineVLLM && len(in.GPUs) > 0 && !m.Hosts[in.Host].IsSlurm() { // Slurm binds a step's GPUs itself
+		if engines.Of(engines.Kind(m.Engine.Kind)).PinGPUs && len(in.GPUs) > 0 && !m.Hosts[in.Host].IsSlurm() { // Slurm binds a step's GPUs itself
 			in.Env = append(in.Env, EnvVar{Name: "CUDA_VISIBLE_DEVICES", Value: joinInts(in.GPUs)})
 		}
 		if m.Engine.Kind == EngineVLLM && m.Engine.Instrument {

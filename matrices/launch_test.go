@@ -2,10 +2,11 @@ package matrices
 
 import (
 	"bytes"
-	"github.com/mbench/mbench/shquote"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/mbench/mbench/shquote"
 )
 
 // nasty strings must reach a program unchanged and execute nothing.

@@ -339,7 +339,7 @@ func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 	e := Engine{ReadyTimeout: 5 * time.Minute, Grace: 10 * time.Second, Port: 8000, Restart: "on_change"}
 	d.object(n, "engine", n.Line, []field{
 		{"kind", true, func(v *yaml.Node, p string) {
-			k, _ := d.enum(v, p, string(EngineVLLM), string(EngineSim))
+			k, _ := d.enum(v, p, string(EngineVLLM), string(EngineLlamaCpp), string(EngineSim))
 			e.Kind = EngineKind(k)
 		}},
 		{"command", false, func(v *yaml.Node, p string) { e.Command = d.command(v, p) }},
@@ -352,18 +352,16 @@ func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 		{"instrument", false, func(v *yaml.Node, p string) { e.Instrument = d.boolean(v, p) }},
 		{"restart", false, func(v *yaml.Node, p string) { e.Restart, _ = d.enum(v, p, "on_change", "every_run") }},
 		{"sim", false, func(v *yaml.Node, p string) { e.Sim = d.simFlags(v, p) }},
+		{"token_ids", false, func(v *yaml.Node, p string) { e.TokenIDs = d.tokenIDs(v, p) }},
 	})
 	line := d.deref(n).Line
 	switch e.Kind {
 	case EngineVLLM:
-		if e.Command == "" && d.lines["engine.command"] == 0 {
-			d.add(line, "engine.command", "a template such as \"vllm serve {{.Model}} --port {{.Port}} {{.ConfigArgs}}\"", "missing required key (kind vllm)")
-		}
-		if e.Model == "" && d.lines["engine.model"] == 0 {
-			d.add(line, "engine.model", "a model path or id", "missing required key (kind vllm)")
-		}
-		if l := d.lines["engine.sim"]; l > 0 {
-			d.add(l, "engine.sim", "remove it (sim flags apply to kind sim)", "sim flags are not allowed for kind vllm")
+		d.externalEngine(&e, line, "vllm serve {{.Model}} --port {{.Port}} {{.ConfigArgs}}", "a model path or id")
+	case EngineLlamaCpp:
+		d.externalEngine(&e, line, "llama-server -m {{.Model}} --host {{.Bind}} --port {{.Port}} --metrics {{.ConfigArgs}}", "a GGUF model path")
+		if l := d.lines["engine.instrument"]; l > 0 && e.Instrument {
+			d.add(l, "engine.instrument", "false (instrument applies to kind vllm)", "llama-server has no step-timing plugin: it writes no engine_step.jsonl")
 		}
 	case EngineSim:
 		if e.Command == "" {
@@ -377,6 +375,20 @@ func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 		}
 	}
 	m.Engine = e
+}
+
+// externalEngine checks what an engine mbench does not embed needs: a
+// command (example: one for the kind) and a model, and no sim flags.
+func (d *decoder) externalEngine(e *Engine, line int, example, model string) {
+	if e.Command == "" && d.lines["engine.command"] == 0 {
+		d.add(line, "engine.command", fmt.Sprintf("a template such as %q", example), "missing required key (kind %s)", e.Kind)
+	}
+	if e.Model == "" && d.lines["engine.model"] == 0 {
+		d.add(line, "engine.model", model, "missing required key (kind %s)", e.Kind)
+	}
+	if l := d.lines["engine.sim"]; l > 0 {
+		d.add(l, "engine.sim", "remove it (sim flags apply to kind sim)", "sim flags are not allowed for kind %s", e.Kind)
+	}
 }
 
 // DefaultSimCommand launches the simulated engine when engine.command is

@@ -46,11 +46,13 @@ func (d *decoder) configs(n *yaml.Node, m *Matrix) {
 			{"router", false, func(v *yaml.Node, fp string) { c.Router = d.router(v, fp) }},
 			{"pd", false, func(v *yaml.Node, fp string) { c.PD = d.pd(v, fp, kind) }},
 		})
-		if l := d.lines[path+".sim"]; l > 0 && kind == EngineVLLM {
-			d.add(l, path+".sim", "remove it (sim flags apply to engine.kind sim)", "sim flags are not allowed for kind vllm")
+		if l := d.lines[path+".sim"]; l > 0 && kind != EngineSim {
+			d.add(l, path+".sim", "remove it (sim flags apply to engine.kind sim)", "sim flags are not allowed for kind %s", kind)
 		}
 		if l := d.lines[path+".kv_transfer_config"]; l > 0 && kind == EngineSim {
 			d.add(l, path+".kv_transfer_config", "for kind sim, model the connector with sim: {connector: ...}", "kv_transfer_config applies to engine.kind vllm")
+		} else if l > 0 && kind != EngineVLLM {
+			d.add(l, path+".kv_transfer_config", "remove it (a KV-transfer connector is vLLM's)", "kv_transfer_config applies to engine.kind vllm")
 		}
 		if l := d.lines[path+".same_as"]; l > 0 {
 			for _, k := range []string{"kv_transfer_config", "args", "env", "sim", "topology", "bootstrap_port", "router", "pd"} {

@@ -1,6 +1,7 @@
 package matrices
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -242,6 +243,20 @@ func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool)
 	if _, err := openloop.LoadDataset(openloop.Dataset{Path: ds.Path, Format: ds.Format}, s.Output); err != nil {
 		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see docs/loadgen.md, Prompts from files)", "bad dataset: %v", err)
 	}
+}
+
+// tokenIDs decodes engine.token_ids: {min: A, max: B}, the half-open range
+// [A, B) of prompt token ids.
+func (d *decoder) tokenIDs(v *yaml.Node, path string) openloop.TokenRange {
+	var t openloop.TokenRange
+	ok := d.object(v, path, v.Line, []field{
+		{"min", true, func(v *yaml.Node, p string) { t.Min = d.intField(v, p, 0, 1<<31-2) }},
+		{"max", true, func(v *yaml.Node, p string) { t.Max = d.intField(v, p, 1, 1<<31-1) }},
+	})
+	if ok && t.Max <= t.Min && d.lines[path+".max"] > 0 {
+		d.add(d.lines[path+".max"], path+".max", fmt.Sprintf("an id > min (%d); the range is [min, max)", t.Min), "max %d is not above min", t.Max)
+	}
+	return t
 }
 
 // capacityOverConcurrency reports whether the matrix's capacity search

@@ -34,6 +34,10 @@ const (
 
 // pd decodes a config's pd section.
 func (d *decoder) pd(v *yaml.Node, path string, kind EngineKind) *PD {
+	if kind == EngineLlamaCpp {
+		d.add(v.Line, path, "remove it (prefill/decode disaggregation needs a KV connector: kinds vllm and sim)", "pd is not available for kind llamacpp")
+		return nil
+	}
 	p := &PD{}
 	role := func(r *PDRole) func(v *yaml.Node, fp string) {
 		return func(v *yaml.Node, fp string) {
@@ -46,8 +50,8 @@ func (d *decoder) pd(v *yaml.Node, path string, kind EngineKind) *PD {
 					r.KVTransferConfig = d.kvTransfer(v, fp)
 				}},
 				{"sim", false, func(v *yaml.Node, fp string) {
-					if kind == EngineVLLM {
-						d.add(v.Line, fp, "remove it (sim flags apply to engine.kind sim)", "sim flags are not allowed for kind vllm")
+					if kind != EngineSim {
+						d.add(v.Line, fp, "remove it (sim flags apply to engine.kind sim)", "sim flags are not allowed for kind %s", kind)
 						return
 					}
 					r.Sim = d.simFlags(v, fp)

@@ -3,7 +3,6 @@ package matrices
 import (
 	"errors"
 	"fmt"
-	"github.com/mbench/mbench/shquote"
 	"regexp"
 	"strings"
 	"text/template"
@@ -156,19 +155,4 @@ func (b *limitedBuilder) Write(p []byte) (int, error) {
 		return 0, errors.New("rendered text is longer than 256 KiB")
 	}
 	return b.Builder.Write(p)
-}
-
-// shellPath quotes a path like shquote.Quote but leaves a leading ~/ bare so
-// the shell on the host expands the home directory.
-func shellPath(s string) string {
-	if rest, ok := strings.CutPrefix(s, "~/"); ok {
-		if rest == "" {
-			return "~/"
-		}
-		return "~/" + shquote.Quote(rest)
-	}
-	if s == "~" {
-		return s
-	}
-	return shquote.Quote(s)
 }

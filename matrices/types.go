@@ -68,22 +68,24 @@ type EnvValue struct {
 	Secret bool // secret: true, or the name matches TOKEN|KEY|SECRET|PASSWORD
 }
 
-// Engine says how every instance of every config is launched.
-// EngineKind is what serves the requests: vLLM, or mbench's simulated
-// engine. Parse accepts only the kinds below.
+// EngineKind is what serves the requests: vLLM, llama.cpp's llama-server,
+// or mbench's simulated engine (package engines holds what differs between
+// them). Parse accepts only the kinds below.
 type EngineKind string
 
 // The engine kinds.
 const (
-	EngineVLLM EngineKind = "vllm" // vllm serve, launched by the command template
-	EngineSim  EngineKind = "sim"  // mbench sim: a model of an engine, not vLLM
+	EngineVLLM     EngineKind = "vllm"     // vllm serve, launched by the command template
+	EngineLlamaCpp EngineKind = "llamacpp" // llama.cpp's llama-server, launched by the command template
+	EngineSim      EngineKind = "sim"      // mbench sim: a model of an engine, not vLLM
 )
 
 // EngineKinds lists the valid kinds.
-var EngineKinds = []EngineKind{EngineVLLM, EngineSim}
+var EngineKinds = []EngineKind{EngineVLLM, EngineLlamaCpp, EngineSim}
 
+// Engine says how every instance of every config is launched.
 type Engine struct {
-	Kind         EngineKind          // vllm | sim
+	Kind         EngineKind          // vllm | llamacpp | sim
 	Command      string              // command template (sim has a default)
 	Model        string              // model path or id (sim default "sim-model")
 	Env          map[string]EnvValue // templates, rendered per instance
@@ -94,6 +96,10 @@ type Engine struct {
 	Instrument   bool                // install the mbench_vllm step-timing plugin (vllm only)
 	Restart      string              // on_change (default) | every_run
 	Sim          map[string]string   // sim flags for every config (kind sim), by flag name
+	// TokenIDs is the range prompt token ids are drawn from; unset, the
+	// engine's vocabulary decides where it says its size (llamacpp), else
+	// openloop.DefaultTokenRange.
+	TokenIDs openloop.TokenRange
 }
 
 // Config is one engine configuration: a row of the comparison. A config

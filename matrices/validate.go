@@ -3,6 +3,8 @@ package matrices
 import (
 	"fmt"
 	"strings"
+
+	"github.com/mbench/mbench/engines"
 )
 
 // maxInstances bounds the instances of one config (hosts × instances_per_host).
@@ -65,9 +67,9 @@ func (d *decoder) placeConfig(m *Matrix, c *Config) {
 		d.add(topoLine, path+".topology", fmt.Sprintf("at most %d instances per config", maxInstances), "%d hosts × %d instances is too many", len(hosts), t.InstancesPerHost)
 		return
 	}
-	if m.Engine.Kind == EngineVLLM && t.GPUsPerInstance == 0 {
+	if !engines.Of(engines.Kind(m.Engine.Kind)).CPUOnly && t.GPUsPerInstance == 0 {
 		fp := path + ".topology.gpus_per_instance"
-		d.add(d.lineOf(fp, path), fp, "an integer ≥ 1 (0 is only valid for kind sim)", "a vLLM instance needs at least one GPU")
+		d.add(d.lineOf(fp, path), fp, "an integer ≥ 1 (0 is only valid for kinds llamacpp and sim)", "a vLLM instance needs at least one GPU")
 	}
 	need := t.InstancesPerHost * t.GPUsPerInstance
 	for _, hn := range hosts {

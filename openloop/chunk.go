@@ -18,6 +18,8 @@ type chunk struct {
 	completionTokens int
 	prompt           bool // usage.prompt_tokens is a non-negative integer
 	promptTokens     int
+	cached           bool // usage.prompt_tokens_details.cached_tokens is a non-negative integer
+	cachedTokens     int
 	isErr            bool   // {"error": ...} or {"object": "error", ...}
 	errMsg           []byte // the error's message, raw JSON string contents
 }
@@ -42,12 +44,15 @@ const (
 	kReasoning
 	kCompletionTokens
 	kPromptTokens
+	kPromptDetails
+	kCachedTokens
 )
 
 // keyNames is what each key index decodes to.
 var keyNames = [...]string{kChoices: "choices", kUsage: "usage", kError: "error", kObject: "object", kMessage: "message",
 	kText: "text", kDelta: "delta", kContent: "content", kReasoning: "reasoning_content",
-	kCompletionTokens: "completion_tokens", kPromptTokens: "prompt_tokens"}
+	kCompletionTokens: "completion_tokens", kPromptTokens: "prompt_tokens",
+	kPromptDetails: "prompt_tokens_details", kCachedTokens: "cached_tokens"}
 
 // keyOf names the raw key (JSON string contents): one of the k constants,
 // kOther for any other key. A key without escapes (all of vLLM's) is
@@ -76,6 +81,10 @@ func keyOf(raw []byte) int {
 		return kCompletionTokens
 	case "prompt_tokens":
 		return kPromptTokens
+	case "prompt_tokens_details":
+		return kPromptDetails
+	case "cached_tokens":
+		return kCachedTokens
 	}
 	if !hasBackslash(raw) {
 		return kOther
@@ -214,10 +223,15 @@ func scanNonEmpty(b []byte, i int, set *bool) (int, error) {
 }
 
 // scanUsage reads "usage": null | {"completion_tokens": N, "prompt_tokens":
-// P, ...}. A prompt_tokens that is not a plain non-negative integer is
-// ignored (it only refines the input count of text prompts).
+// P, "prompt_tokens_details": {"cached_tokens": C}, ...}. A prompt_tokens
+// or cached_tokens that is not a plain non-negative integer is ignored
+// (they only refine the input count of text prompts and say how much of
+// the prompt the engine's prefix cache held: OpenAI's field, which vLLM
+// fills with --enable-prompt-tokens-details and llama.cpp's llama-server
+// always, tools/server/server-task.cpp:370 at 80fb11a).
 func (c *chunk) scanUsage(b []byte, i int) (int, error) {
 	c.usage, c.completionTokens, c.prompt, c.promptTokens = false, 0, false, 0
+	c.cached, c.cachedTokens = false, 0
 	if b[i] != '{' {
 		return skipValue(b, i)
 	}
@@ -238,6 +252,23 @@ func (c *chunk) scanUsage(b []byte, i int) (int, error) {
 			}
 			c.prompt, c.promptTokens = true, n
 			return next, nil
+		case kPromptDetails:
+			c.cached, c.cachedTokens = false, 0
+			if b[i] != '{' {
+				return skipValue(b, i)
+			}
+			return scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
+				if keyOf(key) != kCachedTokens {
+					return skipValue(b, i)
+				}
+				n, next, ok := scanCount(b, i)
+				if !ok {
+					c.cached = false
+					return skipValue(b, i)
+				}
+				c.cached, c.cachedTokens = true, n
+				return next, nil
+			})
 		}
 		return skipValue(b, i)
 	})

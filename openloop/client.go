@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -341,6 +340,10 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 	if j.textPrompt && st.havePrompt {
 		rec.InputTokens = st.usagePrompt
 	}
+	if st.haveCached {
+		n := st.usageCached
+		rec.CachedTokens = &n
+	}
 	if st.haveUsage {
 		rec.OutputTokens = st.usageOut
 	} else {
@@ -396,42 +399,4 @@ func errText(ctx context.Context, err error) string {
 		return "canceled: " + context.Cause(ctx).Error()
 	}
 	return err.Error()
-}
-
-// fetchModel asks base/v1/models for the served models and returns the
-// first id.
-func fetchModel(ctx context.Context, hc *http.Client, base string, headers [][2]string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
-	if err != nil {
-		return "", fmt.Errorf("model lookup: %w", err)
-	}
-	for _, h := range headers {
-		req.Header.Set(h[0], h[1])
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: %w", base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: %w", base, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: HTTP %d: %.200s", base, resp.StatusCode, body)
-	}
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(body, &list); err != nil {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: %w", base, err)
-	}
-	if len(list.Data) == 0 || list.Data[0].ID == "" {
-		return "", fmt.Errorf("model lookup: GET %s/v1/models: no model listed", base)
-	}
-	return list.Data[0].ID, nil
 }

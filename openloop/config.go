@@ -14,6 +14,14 @@ import (
 type Config struct {
 	Targets []string // base URLs, e.g. "http://127.0.0.1:8000"; requests round-robin over them
 	Model   string   // "" = ask GET /v1/models of the first target once and take the first id
+	// TokenIDs is the range prompt token ids are drawn from (see
+	// ChooseTokens). Unset, it is DefaultTokenRange cut to the vocabulary
+	// size; set, it is checked against it. See Result.TokenIDs.
+	TokenIDs TokenRange
+	// Vocab is the engine's vocabulary size when the caller knows it (0 =
+	// unknown). A run that looks its model up (Model "") takes it from the
+	// same GET /v1/models where the engine says it.
+	Vocab int
 	// Endpoint is the API driven: completions (the default when empty) or
 	// chat (see EndpointChat). The metrics are defined alike for both.
 	Endpoint Endpoint
@@ -109,11 +117,13 @@ type Result struct {
 	Offered                float64 // offered rate of the measured phase, req/s
 	Aborted                bool
 	AbortReason            string
-	AbortCause             AbortCause // why it was aborted (when Aborted)
-	ClientCPUPct           float64    // this process's CPU during the run, % of one core
-	StopReason             string     // min_completed, requests, duration, timeout, trace_end, aborted, canceled
-	Model                  string     // the model requests named
-	Grade                  Grade      // the generator's self-grading over the measured requests
+	AbortCause             AbortCause  // why it was aborted (when Aborted)
+	ClientCPUPct           float64     // this process's CPU during the run, % of one core
+	StopReason             string      // min_completed, requests, duration, timeout, trace_end, aborted, canceled
+	Model                  string      // the model requests named
+	TokenIDs               TokenRange  // the range prompt token ids were drawn from
+	TokenSource            TokenSource // where TokenIDs came from
+	Grade                  Grade       // the generator's self-grading over the measured requests
 }
 
 func (c *Config) validate() error {
@@ -167,6 +177,11 @@ func (c *Config) validate() error {
 	}
 	if c.StreamMemory < 0 {
 		return fmt.Errorf("stream memory: must be ≥ 0, got %d", c.StreamMemory)
+	}
+	if !c.TokenIDs.IsZero() {
+		if err := c.TokenIDs.Validate(); err != nil {
+			return err
+		}
 	}
 	if !validHeaderValue(c.RequestIDPrefix) {
 		return fmt.Errorf("request id prefix %q: control characters cannot go in a header", c.RequestIDPrefix)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/cpupin"
 	"github.com/mbench/mbench/openloop/stub"
 )
 
@@ -68,7 +69,10 @@ func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
 // stub runs in a child process (MBENCH_TOKENS tokens, default 16, one flush
 // each, first after 20 ms, then every MBENCH_GAP, default 1 ms), the client
 // sends 256-token prompts, Poisson at MBENCH_RATE (default 2000 req/s) for
-// MBENCH_DURATION (default 3 s), and the process's
+// MBENCH_DURATION (default 3 s) — the client pinned to MBENCH_CLIENT_CPUS
+// and the stub to MBENCH_STUB_CPUS where set (Linux), each with as many Ps
+// (the client at least two, which the reactor needs) —
+// and the process's
 // CPU time, which is now the client's alone, is divided by the requests
 // sent. Three sub-benchmarks, run one after the other in each round:
 // io=reactor (the default on Linux: requests as coroutines over one epoll
@@ -83,7 +87,24 @@ func BenchmarkStreamedRequestCPU(b *testing.B) {
 	opts := RealisticStub
 	opts.Tokens = int(envFloats("MBENCH_TOKENS", []float64{float64(opts.Tokens)})[0])
 	opts.Gap = envDuration("MBENCH_GAP", opts.Gap)
+	if v := os.Getenv("MBENCH_STUB_CPUS"); v != "" {
+		cpus, err := cpupin.Parse(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts.CPUs = cpus
+	}
 	p := startStubProcess(b, opts)
+	if v := os.Getenv("MBENCH_CLIENT_CPUS"); v != "" {
+		cpus, err := cpupin.Parse(v)
+		if err == nil {
+			err = cpupin.Self(cpus)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GOMAXPROCS(max(2, len(cpus))) // the reactor needs two Ps (see run)
+	}
 	for _, io := range []string{"reactor", "reactor-eachwake", "goroutines"} {
 		b.Run("io="+io, func(b *testing.B) {
 			for b.Loop() {

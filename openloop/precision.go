@@ -25,10 +25,11 @@ const (
 
 // PrecisionRow is the generator's precision at one offered rate.
 type PrecisionRow struct {
-	Rate          float64 `json:"rate"`           // offered, req/s (Poisson)
-	Sent          int     `json:"sent"`           // measured requests sent
-	AchievedRatio float64 `json:"achieved_ratio"` // sent within the schedule's window / scheduled (Grade.AchievedRatio)
-	OKRatio       float64 `json:"ok_ratio"`       // completed OK / sent
+	Client        string  `json:"client,omitempty"` // which load generator (bench-load: mbench, or the compared one)
+	Rate          float64 `json:"rate"`             // offered, req/s (Poisson)
+	Sent          int     `json:"sent"`             // measured requests sent
+	AchievedRatio float64 `json:"achieved_ratio"`   // sent within the schedule's window / scheduled (Grade.AchievedRatio)
+	OKRatio       float64 `json:"ok_ratio"`         // completed OK / sent
 	LagP50Ms      float64 `json:"lag_p50_ms"`
 	LagP99Ms      float64 `json:"lag_p99_ms"`
 	LagMaxMs      float64 `json:"lag_max_ms"`
@@ -134,17 +135,17 @@ func measureOne(ctx context.Context, t PrecisionTarget, rate float64, dur time.D
 	if err != nil {
 		return PrecisionRow{}, fmt.Errorf("precision: %w", err)
 	}
-	row := precisionRow(rate, res, entries)
+	row := PrecisionOf(rate, res, entries)
 	if n := float64(len(res.Records)); n > 0 {
 		row.ClientCPUMsReq = 1e3 * (c1 - c0) / n
 		row.StubCPUMsReq = 1e3 * (s1 - s0) / n
 	}
-	row.LoadAvg = loadAvg()
+	row.LoadAvg = LoadAvg()
 	return row, nil
 }
 
-// loadAvg is the 1-minute load average (Linux), 0 where unknown.
-func loadAvg() float64 {
+// LoadAvg is the 1-minute load average (Linux), 0 where unknown.
+func LoadAvg() float64 {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return 0
@@ -159,7 +160,7 @@ func loadAvg() float64 {
 
 // WritePrecisionHeader writes the header of the precision table.
 func WritePrecisionHeader(w io.Writer) {
-	fmt.Fprintf(w, "%7s %6s %8s %8s %8s %8s %8s %9s %9s %8s %8s %6s %6s %6s\n", "rate", "sent", "ach/off", "server", "lag p50", "lag p99",
+	fmt.Fprintf(w, "%-8s %7s %6s %8s %8s %8s %8s %8s %9s %9s %8s %8s %6s %6s %6s\n", "client", "rate", "sent", "ach/off", "server", "lag p50", "lag p99",
 		"lag max", "TTFTe p50", "TTFTe p99", "cli ms/r", "stub ms/r", "load", "grade", "holds")
 }
 
@@ -169,12 +170,14 @@ func WritePrecisionRow(w io.Writer, r PrecisionRow) {
 	if r.ClientLimited {
 		grade = "limit"
 	}
-	fmt.Fprintf(w, "%7g %6d %8.4f %8.4f %8.3f %8.3f %8.2f %9.3f %9.3f %8.3f %8.3f %6.2f %6s %6v\n", r.Rate, r.Sent, r.AchievedRatio,
+	fmt.Fprintf(w, "%-8s %7g %6d %8.4f %8.4f %8.3f %8.3f %8.2f %9.3f %9.3f %8.3f %8.3f %6.2f %6s %6v\n", orMbench(r.Client), r.Rate, r.Sent, r.AchievedRatio,
 		r.ServerRatio, r.LagP50Ms, r.LagP99Ms, r.LagMaxMs, r.TTFTErrP50Ms, r.TTFTErrP99Ms, r.ClientCPUMsReq, r.StubCPUMsReq, r.LoadAvg, grade, r.Holds)
 }
 
-// precisionRow grades one run and joins it with the stub's log by request id.
-func precisionRow(rate float64, res *Result, entries []stub.Entry) PrecisionRow {
+// PrecisionOf grades one run (res.Grade, its records against res.Start)
+// and joins it with the stub's log by request id: the precision figures of
+// a run of any client whose records are in this package's form.
+func PrecisionOf(rate float64, res *Result, entries []stub.Entry) PrecisionRow {
 	g := res.Grade
 	row := PrecisionRow{Rate: rate, Sent: g.Sent, AchievedRatio: g.AchievedRatio, OKRatio: g.OKRatio,
 		LagP50Ms: g.LagP50Ms, LagP99Ms: g.LagP99Ms, LagMaxMs: g.LagMaxMs, CPUPct: res.ClientCPUPct, KSP: g.KSP, ClientLimited: g.ClientLimited}
@@ -219,3 +222,11 @@ func precisionRow(rate float64, res *Result, entries []stub.Entry) PrecisionRow 
 // RealisticStub streams like an engine under load: 16 tokens, each flushed
 // on its own, the first 20 ms after arrival, then one every millisecond.
 var RealisticStub = stub.Options{Tokens: 16, FirstToken: 20 * time.Millisecond, Gap: time.Millisecond}
+
+// orMbench names the client of a row: mbench's own when unnamed.
+func orMbench(client string) string {
+	if client == "" {
+		return "mbench"
+	}
+	return client
+}

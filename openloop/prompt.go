@@ -12,9 +12,10 @@ const TraceBlockTokens = 512
 // (seed, request index): lengths, prefix group and tokens come from separate
 // seeded streams, so request i is the same whatever else the run does.
 type promptGen struct {
-	seed  int64
-	shape Shape
-	items []DatasetItem // Shape.Dataset's prompts
+	seed   int64
+	shape  Shape
+	tokens TokenRange    // ids drawn from; unset = DefaultTokenRange
+	items  []DatasetItem // Shape.Dataset's prompts
 }
 
 // dataset returns the prompt and output length of dataset request i: item
@@ -47,9 +48,9 @@ func (g *promptGen) open(i int, dst []int32) (tokens []int32, output, group int)
 		gi := lr.IntN(p.NumPrefixes)
 		group = gi + 1
 		input = max(input, p.PrefixTokens)
-		dst = appendRandomTokens(dst, streamRNG(g.seed, saltPrefix, uint64(gi)), p.PrefixTokens)
+		dst = g.appendRandomTokens(dst, streamRNG(g.seed, saltPrefix, uint64(gi)), p.PrefixTokens)
 	}
-	dst = appendRandomTokens(dst, streamRNG(g.seed, saltTokens, uint64(i)), input-len(dst))
+	dst = g.appendRandomTokens(dst, streamRNG(g.seed, saltTokens, uint64(i)), input-len(dst))
 	return dst, output, group
 }
 
@@ -57,7 +58,7 @@ func (g *promptGen) open(i int, dst []int32) (tokens []int32, output, group int)
 // stream no measured prompt draws from.
 func (g *promptGen) fill(k int, dst []int32) []int32 {
 	n := g.shape.CacheFill.PrefixTokens
-	return appendRandomTokens(dst[:0], streamRNG(g.seed, saltFill, uint64(k)), n)
+	return g.appendRandomTokens(dst[:0], streamRNG(g.seed, saltFill, uint64(k)), n)
 }
 
 // trace returns the prompt of trace request idx: one 512-token block per hash
@@ -72,19 +73,21 @@ func (g *promptGen) trace(idx int, tr *TraceRequest, dst []int32) []int32 {
 		if n <= 0 {
 			break
 		}
-		dst = appendRandomTokens(dst, streamRNG(g.seed, saltBlock, uint64(h)), n)
+		dst = g.appendRandomTokens(dst, streamRNG(g.seed, saltBlock, uint64(h)), n)
 	}
 	if rest := tr.InputLength - len(dst); rest > 0 {
-		dst = appendRandomTokens(dst, streamRNG(g.seed, saltTracePad, uint64(idx)), rest)
+		dst = g.appendRandomTokens(dst, streamRNG(g.seed, saltTracePad, uint64(idx)), rest)
 	}
 	return dst
 }
 
-// appendRandomTokens appends n token ids drawn from r.
-func appendRandomTokens(dst []int32, r *rand.Rand, n int) []int32 {
-	const span = TokenIDMax - TokenIDMin
+// appendRandomTokens appends n token ids drawn uniformly from g's range
+// (with DefaultTokenRange, exactly the ids drawn before ranges existed).
+func (g *promptGen) appendRandomTokens(dst []int32, r *rand.Rand, n int) []int32 {
+	t := g.tokens.orDefault()
+	lo, span := t.Min, t.Max-t.Min
 	for range n {
-		dst = append(dst, int32(TokenIDMin+r.IntN(span)))
+		dst = append(dst, int32(lo+r.IntN(span)))
 	}
 	return dst
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/openloop/stub"
+	"golang.org/x/sys/unix"
 )
 
 // rawServer accepts on 127.0.0.1 and hands each connection to serve.
@@ -228,42 +229,22 @@ func rxStampOnce(t *testing.T) bool {
 		_, _ = io.Copy(io.Discard, c)
 	})
 	clk := &clock{start: time.Now()}
-	re, err := newReactor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer re.close()
-	re.clk = clk
-	ap, err := netip.ParseAddrPort(strings.TrimPrefix(url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
 	var at, readAt int64
 	var w [2]time.Time
 	var stamped bool
-	re.submit(func() {
-		nc, err := re.dial(context.Background(), ap)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer nc.Close()
+	onReactorConn(t, url, clk, func(c *rconn) error {
 		w = <-wrote // (a buffered channel: the reactor waits only for the write)
 		time.Sleep(30 * time.Millisecond)
 		buf := make([]byte, 16)
-		n, err := nc.Read(buf)
+		n, err := c.Read(buf)
 		readAt = clk.now()
 		if err == nil && string(buf[:n]) != "hello" {
 			err = fmt.Errorf("read %q", buf[:n])
 		}
-		at = nc.(*rconn).arrived()
-		stamped = nc.(*rconn).rx.real != 0
-		done <- err
+		at = c.arrived()
+		stamped = c.rx.real != 0
+		return err
 	})
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	if !stamped {
 		t.Log("read unstamped; again")
 		return false
@@ -274,4 +255,64 @@ func rxStampOnce(t *testing.T) bool {
 		t.Errorf("stamped %v: want within the write (%v..%v), 30 ms before the read at %v", time.Duration(at), time.Duration(lo), time.Duration(hi), time.Duration(readAt))
 	}
 	return true
+}
+
+// TestRxStampMissesCounted: a connection whose reads come without receive
+// times although it asked for them (a sandbox that takes the option and
+// gives none) makes the reactor count it unstamped, after the few reads of
+// the kernel's deferred start, so that the loop stops coalescing its waits.
+func TestRxStampMissesCounted(t *testing.T) {
+	url := rawServer(t, net.ListenConfig{}, func(c net.Conn) {
+		for range 5 {
+			_, _ = io.WriteString(c, "x")
+			time.Sleep(2 * time.Millisecond)
+		}
+		_, _ = io.Copy(io.Discard, c)
+	})
+	re := onReactorConn(t, url, &clock{start: time.Now()}, func(c *rconn) error {
+		if !c.rx.on {
+			return fmt.Errorf("receive times not on")
+		}
+		_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 0) // the option "taken", nothing given
+		buf := make([]byte, 1)
+		for range 5 {
+			if _, err := c.Read(buf); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if n := re.unstamped.Load(); n != 1 {
+		t.Errorf("unstamped %d after 5 reads without times, want 1", n)
+	}
+}
+
+// onReactorConn dials url from a coroutine of a new reactor (with a clock,
+// so receive times are on) and runs fn on the connection there.
+func onReactorConn(t *testing.T, url string, clk *clock, fn func(c *rconn) error) *reactor {
+	t.Helper()
+	re, err := newReactor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(re.close)
+	re.clk = clk
+	ap, err := netip.ParseAddrPort(strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	re.submit(func() {
+		nc, err := re.dial(context.Background(), ap)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer nc.Close()
+		done <- fn(nc.(*rconn))
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return re
 }

@@ -28,20 +28,24 @@ const (
 // monotonic nanoseconds since the run's start (Result.Start); a time that was
 // never reached is 0.
 type Record struct {
-	ID           int        `json:"id"`                // unique in the run: fill first, then warmup and measure in schedule order
-	Cell         string     `json:"cell"`              // Config.Cell
-	Block        int        `json:"block"`             // Config.Block
-	Phase        string     `json:"phase"`             // PhaseFill, PhaseWarmup, PhaseRamp or PhaseMeasure
-	ScheduledNs  int64      `json:"scheduled_ns"`      // intended send time
-	SentNs       int64      `json:"sent_ns"`           // actual send time: when the request had been written (0: never written, e.g. connection refused)
-	HeadNs       int64      `json:"head_ns,omitempty"` // the response head (status line and headers) received: the server acknowledged the request (0: no response)
-	FirstTokenNs int64      `json:"first_token_ns"`    // first content chunk
-	LastTokenNs  int64      `json:"last_token_ns"`     // last content chunk
-	DoneNs       int64      `json:"done_ns"`           // end of the stream, or the failure
-	InputTokens  int        `json:"input_tokens"`      // prompt token ids sent; for a text prompt (chat, dataset) the engine's usage.prompt_tokens, or the words sent without it
-	OutputTokens int        `json:"output_tokens"`     // from the usage chunk (see UsageMissing)
-	ITLMs        []float64  `json:"itl_ms"`            // gaps between consecutive content chunks, ms
-	Status       string     `json:"status"`            // StatusOK or StatusError
+	ID           int    `json:"id"`                // unique in the run: fill first, then warmup and measure in schedule order
+	Cell         string `json:"cell"`              // Config.Cell
+	Block        int    `json:"block"`             // Config.Block
+	Phase        string `json:"phase"`             // PhaseFill, PhaseWarmup, PhaseRamp or PhaseMeasure
+	ScheduledNs  int64  `json:"scheduled_ns"`      // intended send time
+	SentNs       int64  `json:"sent_ns"`           // actual send time: when the request had been written (0: never written, e.g. connection refused)
+	HeadNs       int64  `json:"head_ns,omitempty"` // the response head (status line and headers) received: the server acknowledged the request (0: no response)
+	FirstTokenNs int64  `json:"first_token_ns"`    // first content chunk
+	LastTokenNs  int64  `json:"last_token_ns"`     // last content chunk
+	DoneNs       int64  `json:"done_ns"`           // end of the stream, or the failure
+	InputTokens  int    `json:"input_tokens"`      // prompt token ids sent; for a text prompt (chat, dataset) the engine's usage.prompt_tokens, or the words sent without it
+	OutputTokens int    `json:"output_tokens"`     // from the usage chunk (see UsageMissing)
+	// CachedTokens is the usage chunk's prompt_tokens_details.cached_tokens:
+	// the prompt tokens the engine's prefix cache held; nil when the engine
+	// did not say.
+	CachedTokens *int       `json:"cached_tokens,omitempty"`
+	ITLMs        []float64  `json:"itl_ms"` // gaps between consecutive content chunks, ms
+	Status       string     `json:"status"` // StatusOK or StatusError
 	Error        string     `json:"error,omitempty"`
 	ErrorClass   ErrorClass `json:"error_class,omitempty"` // what kind of failure (see ErrorClasses); empty when ok
 	HTTPStatus   int        `json:"http_status,omitempty"`
@@ -118,6 +122,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = appendIntField(b, "done_ns", r.DoneNs)
 	b = appendIntField(b, "input_tokens", int64(r.InputTokens))
 	b = appendIntField(b, "output_tokens", int64(r.OutputTokens))
+	if r.CachedTokens != nil {
+		b = appendIntField(b, "cached_tokens", int64(*r.CachedTokens))
+	}
 	b = append(b, `,"itl_ms":[`...)
 	for i, v := range r.ITLMs {
 		if i > 0 {

@@ -13,7 +13,8 @@ func sampleRecord() Record {
 	return Record{ID: 7, Cell: "c\"1\\\n\x01é\xff", Block: 2, Phase: PhaseMeasure, ScheduledNs: 100, SentNs: 120,
 		FirstTokenNs: 5000, LastTokenNs: 9000, DoneNs: 9100, InputTokens: 4096, OutputTokens: 3,
 		ITLMs: []float64{1.5, 2.000123, 1e-6}, Status: StatusError, Error: "HTTP 503: <busy>", HTTPStatus: 503,
-		Target: "http://127.0.0.1:1", Session: "s1", Turn: 2, PrefixGroup: 3, TraceNs: 77, UsageMissing: true, MaxTokens: 9}
+		Target: "http://127.0.0.1:1", Session: "s1", Turn: 2, PrefixGroup: 3, TraceNs: 77, UsageMissing: true, MaxTokens: 9,
+		CachedTokens: new(int)}
 }
 
 func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
@@ -54,6 +55,12 @@ func TestAppendJSONEveryField(t *testing.T) {
 			f.SetBool(true)
 		case reflect.Slice:
 			f.Set(reflect.ValueOf([]float64{float64(i) + 0.5}))
+		case reflect.Pointer:
+			if f.Type().Elem().Kind() != reflect.Int {
+				t.Fatalf("field %s: pointer to %s not covered by this test", v.Type().Field(i).Name, f.Type().Elem().Kind())
+			}
+			n := i + 1
+			f.Set(reflect.ValueOf(&n))
 		default:
 			t.Fatalf("field %s: kind %s not covered by this test", v.Type().Field(i).Name, f.Kind())
 		}
@@ -71,7 +78,8 @@ func TestAppendJSONEveryField(t *testing.T) {
 
 func TestReadRecordsRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	want := []Record{sampleRecord(), {ID: 8, Phase: PhaseFill, Status: StatusOK, ITLMs: []float64{}}}
+	cached := 17
+	want := []Record{sampleRecord(), {ID: 8, Phase: PhaseFill, Status: StatusOK, ITLMs: []float64{}, CachedTokens: &cached}}
 	want[0].Status, want[0].Error = StatusError, "x"
 	want[0].Cell = "cell-1"
 	for _, r := range want {

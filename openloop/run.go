@@ -24,12 +24,14 @@ const (
 
 // runner is the state of one Run.
 type runner struct {
-	cfg       Config
-	clk       clock
-	cl        *client
-	bases     []string // base URLs, per target
-	model     string
-	reqPrefix string // of X-Request-Id
+	cfg         Config
+	clk         clock
+	cl          *client
+	bases       []string // base URLs, per target
+	model       string
+	tokens      TokenRange  // prompt token ids (first contact)
+	tokenSource TokenSource // where tokens came from
+	reqPrefix   string      // of X-Request-Id
 	// headers are Config.Request's extra headers (the API key as
 	// Authorization); headerWire the same as raw header lines, each
 	// "\r\nName: value"; tail the end of every body. Encoded once.
@@ -141,13 +143,24 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for _, h := range r.headers {
 		r.headerWire = append(append(append(append(r.headerWire, "\r\n"...), h[0]...), ": "...), h[1]...)
 	}
+	// First contact, when the model is not configured: the served model's
+	// id and, where the engine says it, its vocabulary size, which the
+	// prompt token ids must fit.
 	r.model = cfg.Model
+	vocab := cfg.Vocab
 	if r.model == "" {
-		m, err := fetchModel(ctx, hc, r.bases[0], r.headers)
+		served, err := FetchServedModel(ctx, hc, r.bases[0], r.headers)
 		if err != nil {
 			return nil, fmt.Errorf("openloop: %w: %w", ErrModelLookup, err)
 		}
-		r.model = m
+		r.model = served.ID
+		if vocab == 0 {
+			vocab = served.Vocab
+		}
+	}
+	r.tokens, r.tokenSource, err = ChooseTokens(cfg.TokenIDs, vocab, "the model "+r.model+" at "+r.bases[0])
+	if err != nil {
+		return nil, fmt.Errorf("openloop: %w", err)
 	}
 	var plan *tracePlan
 	if tr := cfg.Shape.Trace; tr != nil {
@@ -159,7 +172,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("openloop: trace %s: %w", tr.Path, err)
 		}
 	}
-	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape}
+	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape, tokens: r.tokens}
 	if d := cfg.Shape.Dataset; d != nil {
 		if r.gen.items, err = LoadDataset(*d, cfg.Shape.Output); err != nil {
 			return nil, fmt.Errorf("openloop: %w", err)
@@ -431,7 +444,7 @@ func (r *runner) progress() Progress {
 // result assembles the Result from the collected records.
 func (r *runner) result(plan *tracePlan) *Result {
 	sort.Slice(r.records, func(i, j int) bool { return r.records[i].ID < r.records[j].ID })
-	res := &Result{Records: r.records, Start: r.clk.start, Model: r.model}
+	res := &Result{Records: r.records, Start: r.clk.start, Model: r.model, TokenIDs: r.tokens, TokenSource: r.tokenSource}
 	r.mu.Lock()
 	res.Aborted, res.AbortReason, res.AbortCause, res.StopReason = r.aborted, r.abortWhy, r.abortCause, r.reason
 	r.mu.Unlock()

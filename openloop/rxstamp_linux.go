@@ -43,6 +43,12 @@ type rxStamp struct {
 	iov  unix.Iovec
 	oob  [64]byte
 	real int64 // CLOCK_REALTIME ns of the last read's last segment; 0: not known
+	// misses counts reads that came without a time although asked for;
+	// past a few (the kernel's deferred start) the connection counts as
+	// unstamped (reactor.unstamped): a kernel, or a sandbox such as gVisor,
+	// that accepts the option and gives no times.
+	misses  int
+	counted bool
 }
 
 // enableRxStamps asks the kernel for receive times on fd.
@@ -67,7 +73,12 @@ func (c *rconn) recv(p []byte) (int, error) {
 		return 0, errno
 	}
 	if n := int(r); n > 0 {
-		x.real = parseRxStamp(x.oob[:x.msg.Controllen])
+		if x.real = parseRxStamp(x.oob[:x.msg.Controllen]); x.real == 0 && !x.counted {
+			if x.misses++; x.misses > 2 {
+				x.counted = true
+				c.re.unstamped.Add(1)
+			}
+		}
 	}
 	return int(r), nil
 }

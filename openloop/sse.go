@@ -230,6 +230,8 @@ type streamState struct {
 	haveUsage       bool
 	usagePrompt     int    // usage.prompt_tokens
 	havePrompt      bool   // the usage chunk gave prompt_tokens
+	usageCached     int    // usage.prompt_tokens_details.cached_tokens
+	haveCached      bool   // the usage chunk gave cached_tokens
 	onFirst         func() // called at the first content chunk, if set
 	// floorNs: no time of the stream reads earlier (the response head's;
 	// then each event's). Two clock readings converted from the kernel's
@@ -287,6 +289,9 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 		}
 		if c.prompt {
 			st.usagePrompt, st.havePrompt = c.promptTokens, true
+		}
+		if c.cached {
+			st.usageCached, st.haveCached = c.cachedTokens, true
 		}
 	}
 }

@@ -113,6 +113,7 @@ func TestScanChunk(t *testing.T) {
 		text, usage  bool
 		ct           int
 		pt           int // usage.prompt_tokens; 0 = not checked, -1 = must be absent
+		cached       int // usage.prompt_tokens_details.cached_tokens + 1; 0 = must be absent
 		isErr        bool
 		msg, errPart string
 	}{
@@ -130,6 +131,14 @@ func TestScanChunk(t *testing.T) {
 		{in: `{"usage":{"prompt_tokens":-4,"completion_tokens":3}}`, usage: true, ct: 3, pt: -1},
 		{in: `{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":256}}`, usage: true, ct: 256},
 		{in: ` { "usage" : { "completion_tokens" : 7 } } `, usage: true, ct: 7},
+		// llama.cpp's llama-server's last chunk (80fb11a, server-task.cpp:370).
+		{in: `{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],"usage":{"completion_tokens":8,"prompt_tokens":5,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":4}},"timings":{"cache_n":4}}`,
+			usage: true, ct: 8, pt: 5, cached: 5},
+		{in: `{"usage":{"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":0}}}`, usage: true, ct: 1, cached: 1},
+		{in: `{"usage":{"completion_tokens":1,"prompt_tokens_details":null}}`, usage: true, ct: 1},
+		{in: `{"usage":{"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":-2}}}`, usage: true, ct: 1},
+		{in: `{"usage":{"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":3},"prompt_tokens_details":{}}}`, usage: true, ct: 1},
+		{in: `{"usage":{"prompt_tokens_details":{"audio_tokens":2,"cached_tokens":9},"completion_tokens":1}}`, usage: true, ct: 1, cached: 10},
 		{in: `{"usage":{"completion_tokens":-1}}`, errPart: "completion_tokens"},
 		{in: `{"usage":{"completion_tokens":1.5}}`, errPart: "completion_tokens"},
 		{in: `{"error":{"message":"m"}}`, isErr: true, msg: "m"},
@@ -158,6 +167,9 @@ func TestScanChunk(t *testing.T) {
 		if (tc.pt > 0 && (!c.prompt || c.promptTokens != tc.pt)) || (tc.pt < 0 && c.prompt) {
 			t.Errorf("%s: prompt tokens %t %d, want %d", tc.in, c.prompt, c.promptTokens, tc.pt)
 		}
+		if c.cached != (tc.cached > 0) || (c.cached && c.cachedTokens != tc.cached-1) {
+			t.Errorf("%s: cached tokens %t %d, want %d", tc.in, c.cached, c.cachedTokens, tc.cached-1)
+		}
 	}
 }
 
@@ -183,6 +195,11 @@ func refChunk(b []byte) (c chunk, ok bool) {
 		if v, ok := u["prompt_tokens"].(float64); ok {
 			c.prompt, c.promptTokens = true, int(v)
 		}
+		if d, ok := u["prompt_tokens_details"].(map[string]any); ok {
+			if v, ok := d["cached_tokens"].(float64); ok {
+				c.cached, c.cachedTokens = true, int(v)
+			}
+		}
 	}
 	c.isErr = m["error"] != nil || m["object"] == "error"
 	return c, true
@@ -191,7 +208,8 @@ func refChunk(b []byte) (c chunk, ok bool) {
 func FuzzScanChunk(f *testing.F) {
 	for _, s := range []string{`{"choices":[{"text":"hi"}],"usage":null}`, `{"choices":[],"usage":{"completion_tokens":3}}`,
 		`{"error":{"message":"m"}}`, `{"object":"error"}`, `{"choices":[{"te\u0078t":"a"}]}`, `{"a":[{"b":"]"}]}`,
-		`{"choices":[{"index":0,"delta":{"content":" x"},"finish_reason":null}]}`, `{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3}}`} {
+		`{"choices":[{"index":0,"delta":{"content":" x"},"finish_reason":null}]}`, `{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3}}`,
+		`{"usage":{"completion_tokens":8,"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":4}}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -209,6 +227,9 @@ func FuzzScanChunk(f *testing.F) {
 		}
 		if c.prompt && (!ref.prompt || ref.promptTokens != c.promptTokens) {
 			t.Fatalf("%q: scanner prompt_tokens %d, encoding/json %+v", b, c.promptTokens, ref)
+		}
+		if c.cached && (!ref.cached || ref.cachedTokens != c.cachedTokens) {
+			t.Fatalf("%q: scanner cached_tokens %d, encoding/json %+v", b, c.cachedTokens, ref)
 		}
 	})
 }

@@ -19,6 +19,7 @@ import (
 // already recorded in sweep.json (an interrupted one) is always finished
 // first, in its recorded order, so pairing by block holds.
 func (s *Sweep) blocks(ctx context.Context) error {
+	renew := false // the previous block ended per-block allocations
 	for b := 1; ; b++ {
 		blk := s.store.recordedBlock(b)
 		if blk == nil {
@@ -33,8 +34,10 @@ func (s *Sweep) blocks(ctx context.Context) error {
 			}
 			s.prog.grow(s.store.plannedRuns(s.m.Repeat.Min))
 		}
-		if err := s.renewAllocations(ctx); err != nil {
-			return err
+		if renew {
+			if err := s.renewAllocations(ctx); err != nil {
+				return err
+			}
 		}
 		for _, id := range blk.Order {
 			cell, ok := s.cells[id]
@@ -45,7 +48,8 @@ func (s *Sweep) blocks(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := s.endBlockAllocations(ctx, b); err != nil {
+		var err error
+		if renew, err = s.endBlockAllocations(ctx, b); err != nil {
 			return err
 		}
 	}
@@ -129,7 +133,7 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
-	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.slurmNodes()}
+	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.fleet.slurmNodes()}
 	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
 
 	sum, runErr := s.measurer.measure(ctx, run{cell: cell, block: block, seed: seed, dir: dir})
@@ -145,7 +149,7 @@ func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	entry.Finished = time.Now().UTC()
 	if runErr != nil {
 		entry.Status, entry.Reason = results.VerdictFailed, s.redact(runErr.Error())
-		if err := s.lostAllocation(ctx, runErr); err != nil {
+		if err := s.fleet.lostAllocation(ctx, runErr); err != nil {
 			// Not the run's fault: resume redoes it in a new allocation.
 			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
 		}

@@ -284,7 +284,7 @@ func (rc *recordedCapacity) spec() results.CapacitySpec {
 		Blocks: rc.Blocks, Confidence: rc.confidence, Baseline: rc.baseline, Configs: rc.configs, Shapes: rc.shapes}
 	if len(rc.Constraints) > 0 {
 		for _, c := range rc.Constraints {
-			sp.Bounds = append(sp.Bounds, results.Bound{Metric: c.Metric, MaxMs: c.MaxMs, Min: c.Min})
+			sp.Bounds = append(sp.Bounds, results.Bound(c))
 		}
 		sp.Metric, sp.MaxMs = rc.Constraints[0].Metric, 0
 		if x := rc.Constraints[0].MaxMs; x != nil {

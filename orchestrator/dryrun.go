@@ -142,19 +142,11 @@ func readiness(l *matrices.Launch) string {
 func envPrefix(env []matrices.EnvVar) string {
 	var b strings.Builder
 	for _, e := range env {
-		v := shellWordPath(e.Value)
+		v := shquote.Path(e.Value)
 		if e.Secret {
 			v = "***"
 		}
 		fmt.Fprintf(&b, "%s=%s ", e.Name, v)
 	}
 	return b.String()
-}
-
-// shellWordPath quotes s as one shell word, keeping a leading ~/ unquoted.
-func shellWordPath(s string) string {
-	if rest, ok := strings.CutPrefix(s, "~/"); ok && rest != "" {
-		return "~/" + shquote.Quote(rest)
-	}
-	return shquote.Quote(s)
 }

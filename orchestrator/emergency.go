@@ -30,7 +30,7 @@ func (s *Sweep) register(on bool) {
 	if on {
 		for _, name := range s.m.HostOrder {
 			if h, ok := s.fleet.connected(name); ok {
-				dirs = append(dirs, pidDir{host: h, dir: s.hostPath(name, "pids"), marker: s.state.SweepID})
+				dirs = append(dirs, pidDir{host: h, dir: s.fleet.path(name, "pids"), marker: s.state.SweepID})
 			}
 		}
 	}

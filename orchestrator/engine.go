@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mbench/mbench/internal/clock"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
 )
@@ -40,6 +41,7 @@ type engineSet struct {
 	router  *engineProc
 	targets []string // where the load goes: the router, or every instance
 	started time.Time
+	vocab   int // the instances' vocabulary size, where the kind says it (0 = unknown)
 }
 
 // dead reports the first process of the set that has exited.
@@ -105,7 +107,7 @@ func (e *launcher) start(ctx context.Context, l *matrices.Launch, run string) (*
 	}
 	for i, inst := range l.Instances {
 		if i > 0 && l.Stagger > 0 {
-			if err := sleepCtx(ctx, l.Stagger); err != nil {
+			if err := clock.Sleep(ctx, l.Stagger); err != nil {
 				return fail(err)
 			}
 		}
@@ -124,12 +126,15 @@ func (e *launcher) start(ctx context.Context, l *matrices.Launch, run string) (*
 		if err != nil {
 			return fail(err)
 		}
-		p.stepLog, p.index = inst.StepLog, inst.Index
+		p.index = inst.Index
+		if profileOf(e.m).WritesSteps(l.Instrument) {
+			p.stepLog = inst.StepLog
+		}
 		es.procs = append(es.procs, p)
 	}
 	for i, p := range es.procs {
 		inst := l.Instances[i]
-		if err := e.waitReady(ctx, p, "/health", l.ReadyTimeout); err != nil {
+		if err := e.waitReady(ctx, p, profileOf(e.m).ReadyPath, l.ReadyTimeout); err != nil {
 			return fail(err)
 		}
 		if inst.BootstrapPort > 0 {
@@ -442,17 +447,6 @@ func portUse(procNetTCP string, port int) string {
 		}
 	}
 	return strings.Join(parts, ", ")
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // errPortInUse stops a sweep: every later launch would fail the same way.

@@ -2,26 +2,37 @@ package orchestrator
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
+	"github.com/mbench/mbench/shquote"
 )
 
 // fleet is the hosts of one sweep and mbench's connections to them: it dials
-// each host once and learns its home directory, places the sweep's state
-// directory on it, remembers where mbench and the vLLM plugin were put there
-// and which tunnels are open, and closes it all. It starts no process itself.
+// each host once and learns its home directory (or asks Slurm for an
+// allocation), places the sweep's state directory on it, puts mbench and the
+// vLLM plugin there, remembers where and which tunnels are open, says where
+// each host's processes run and how mbench reaches them, and closes it all.
+// It starts no engine itself.
 type fleet struct {
+	*sweepLog
 	m       *matrices.Matrix
-	dir     string // the results directory; a local host's state lives under dir/.state
-	sweepID string // names the sweep's state directory on remote hosts
+	self    string   // this mbench binary, uploaded to remote hosts
+	selfEnv []string // environment of processes started from it (tests)
+	dir     string   // the results directory; a local host's state lives under dir/.state
+	sweepID string   // names the sweep's state directory on remote hosts
 	warn    io.Writer
 	// slurmJob is the Slurm job mbench runs inside ("" outside one): a
 	// local slurm host uses it rather than asking for its own.
@@ -36,8 +47,15 @@ type fleet struct {
 	tunnels   map[string]string // "host:port" → local forwarded address
 }
 
-func newFleet(m *matrices.Matrix, dir string, warn io.Writer) *fleet {
-	return &fleet{m: m, dir: dir, warn: warn, dial: hosts.DialSSH,
+// newFleet is the fleet of a sweep of m into the results directory dir; of
+// opts it takes the mbench binary (Self, SelfEnv), the Slurm job mbench runs
+// in and where connection warnings go (Stderr).
+func newFleet(m *matrices.Matrix, dir, sweepID string, log *sweepLog, opts Options) *fleet {
+	warn := opts.Stderr
+	if warn == nil {
+		warn = io.Discard
+	}
+	return &fleet{sweepLog: log, m: m, sweepID: sweepID, self: opts.Self, selfEnv: opts.SelfEnv, slurmJob: opts.SlurmJob, dir: dir, warn: warn, dial: hosts.DialSSH,
 		conns: map[string]hosts.Host{}, homes: map[string]string{}, selfPath: map[string]string{},
 		pluginDir: map[string]string{}, tunnels: map[string]string{}}
 }
@@ -87,7 +105,7 @@ func (f *fleet) dialMachine(ctx context.Context, name string) (hosts.Host, error
 		h.Close()
 		return nil, fmt.Errorf("host %s: find home directory: %w", name, err)
 	}
-	f.homes[name] = lastLine(out) // a chatty login shell may print first
+	f.homes[name] = hosts.LastLine(out) // a chatty login shell may print first
 	return h, nil
 }
 
@@ -178,4 +196,141 @@ func (f *fleet) close() {
 	for _, h := range f.conns {
 		h.Close()
 	}
+}
+
+// runtime gives the matrices package what it needs to render commands.
+func (f *fleet) runtime() matrices.Runtime {
+	return matrices.Runtime{
+		Self: func(h string) string {
+			if p, ok := f.selfOn(h); ok {
+				return p
+			}
+			return f.self
+		},
+		StepLog: func(h string, i int) string { return f.path(h, "steps", fmt.Sprintf("engine_step.%d.jsonl", i)) },
+		Bind:    f.bind(),
+		Node:    f.nodeOf,
+	}
+}
+
+// prepare connects to every host the sweep uses, uploads mbench where
+// the simulated engine runs remotely, and stops engines a crashed earlier
+// run of this sweep left behind.
+func (f *fleet) prepare(ctx context.Context) error {
+	for _, name := range f.m.HostOrder {
+		if !f.hostUsed(name) {
+			continue
+		}
+		h, err := f.host(ctx, name)
+		if err != nil {
+			return err
+		}
+		if _, _, err := h.Run(ctx, "mkdir -p "+shquote.Quote(f.path(name, "steps"))+" "+shquote.Quote(f.path(name, "logs"))); err != nil {
+			return fmt.Errorf("host %s: create the sweep's state directory: %w", name, err)
+		}
+		left, err := hosts.StopLeftovers(ctx, h, f.path(name, "pids"), f.sweepID, 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("host %s: stop engines left by an earlier run: %w", name, err)
+		}
+		for _, l := range left {
+			f.logf("host %s: stopped leftover engine from an earlier run: %+v", name, l)
+		}
+		if !isLocal(f.m.Hosts[name].Address) {
+			if err := f.uploadSelf(ctx, name, h); err != nil {
+				if f.m.Engine.Kind == matrices.EngineSim {
+					return err
+				}
+				f.logf("host %s: %v: remote probes and {{.Self}} commands are off on this host", name, err)
+			}
+		}
+		if f.m.Engine.Kind == matrices.EngineVLLM && f.m.Engine.Instrument {
+			if err := f.installPlugin(ctx, name, h); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *fleet) hostUsed(name string) bool {
+	for _, c := range f.m.ConfigOrder {
+		l, err := f.m.Launch(c, f.runtime())
+		if err != nil {
+			continue
+		}
+		for _, in := range l.Instances {
+			if in.Host == name {
+				return true
+			}
+		}
+		if l.Router != nil && l.Router.Host == name {
+			return true
+		}
+	}
+	return false
+}
+
+// uploadSelf makes this mbench binary available on a remote host, for the
+// simulated engine, the router subcommand and remote probes: hosts.X.mbench_path
+// when set, else a copy in the sweep's state directory, uploaded unless the
+// copy there already has the same SHA-256 (a resumed sweep). The host must
+// run the same OS and architecture as this binary.
+func (f *fleet) uploadSelf(ctx context.Context, name string, h hosts.Host) error {
+	hc := f.m.Hosts[name]
+	if hc.MbenchPath != "" {
+		f.selfPath[name] = hc.MbenchPath
+		return nil
+	}
+	if f.self == "" {
+		return fmt.Errorf("host %s: no mbench binary to upload (set hosts.%s.mbench_path)", name, name)
+	}
+	out, _, err := h.Run(ctx, "uname -sm")
+	if err != nil {
+		return fmt.Errorf("host %s: uname: %w", name, err)
+	}
+	if want := unameOf(runtime.GOOS, runtime.GOARCH); hosts.LastLine(out) != want {
+		return fmt.Errorf("host %s is %q but this mbench is built for %q; build mbench for the host and set hosts.%s.mbench_path",
+			name, hosts.LastLine(out), want, name)
+	}
+	bin, err := os.Open(f.self)
+	if err != nil {
+		return fmt.Errorf("open mbench binary %s for upload: %w", f.self, err)
+	}
+	defer bin.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(sum, bin); err != nil {
+		return fmt.Errorf("read mbench binary %s: %w", f.self, err)
+	}
+	digest := hex.EncodeToString(sum.Sum(nil))
+	dst := f.path(name, "bin", "mbench")
+	q := shquote.Quote(dst)
+	if out, _, err := h.Run(ctx, "[ -x "+q+" ] && sha256sum -- "+q+" 2>/dev/null"); err == nil && strings.HasPrefix(hosts.LastLine(out), digest) {
+		f.selfPath[name] = dst
+		return nil
+	}
+	if _, err := bin.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	f.logf("host %s: uploading mbench to %s", name, dst)
+	if err := h.Put(ctx, bin, dst, 0o755); err != nil {
+		return fmt.Errorf("host %s: upload mbench to %s: %w", name, dst, err)
+	}
+	f.selfPath[name] = dst
+	return nil
+}
+
+// unameOf is `uname -sm` of a machine that runs binaries for goos/goarch.
+func unameOf(goos, goarch string) string {
+	sys := map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[goos]
+	if sys == "" {
+		sys = goos
+	}
+	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64", "386": "i686"}[goarch]
+	if arch == "" {
+		arch = goarch
+	}
+	if goos == "darwin" && goarch == "arm64" {
+		arch = "arm64"
+	}
+	return sys + " " + arch
 }

@@ -62,8 +62,7 @@ func TestFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFleet(m, "/res/sweep", io.Discard)
-	f.sweepID = "f-0123"
+	f := newFleet(m, "/res/sweep", "f-0123", newSweepLog(m.Redact, t.TempDir(), io.Discard, true), Options{})
 	dialled := map[string]*fakeHost{}
 	f.dial = func(_ context.Context, cfg hosts.SSHConfig) (hosts.Host, error) {
 		if dialled[cfg.Name] != nil {

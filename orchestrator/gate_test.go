@@ -49,7 +49,7 @@ func gateSweep(t *testing.T, gpu *fakeGPU) *instruments {
 	m := &matrices.Matrix{Hosts: map[string]matrices.Host{"box": {Name: "box", Address: "local"}}}
 	log := newSweepLog(m.Redact, t.TempDir(), io.Discard, true)
 	log.prog = newProgress(io.Discard, 1, true)
-	s := &instruments{sweepLog: log, m: m, hosts: &Sweep{m: m}, engines: &launcher{sweepLog: log, m: m}}
+	s := &instruments{sweepLog: log, m: m, hosts: &fleet{m: m}, engines: &launcher{sweepLog: log, m: m}}
 	g := &probes.Gate{Read: gpu.read, TempBandC: 3, MemToleranceMiB: 512, Timeout: 300 * time.Millisecond,
 		Poll: 10 * time.Millisecond, Owner: runningEngine{s}}
 	rec, err := g.MeasureBaseline(context.Background())
@@ -168,7 +168,7 @@ func TestGPUSummaryOwnership(t *testing.T) {
 		Hosts: map[string]matrices.Host{"box": {Name: "box", Address: "local"}, "far": {Name: "far", Address: "gpu7.example"}},
 		Probe: matrices.Probe{ThrottleMaxFraction: 0.5},
 	}
-	s := &instruments{m: m, hosts: &Sweep{m: m}, engines: &launcher{m: m}}
+	s := &instruments{m: m, hosts: &fleet{m: m}, engines: &launcher{m: m}}
 	s.engines.cur = &engineSet{procs: []*engineProc{
 		{hostName: "box", proc: fakeProc{pid: 500}}, {hostName: "far", proc: fakeProc{pid: 900}},
 	}}

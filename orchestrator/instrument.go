@@ -16,8 +16,8 @@ import (
 // installPlugin copies the mbench_vllm package under the sweep's state
 // directory on a host and checks it against the engine's Python. The engine
 // then finds the plugin through PYTHONPATH (see instrumentCommand).
-func (s *Sweep) installPlugin(ctx context.Context, hostName string, h hosts.Host) error {
-	dir := s.hostPath(hostName, "mbench_vllm")
+func (f *fleet) installPlugin(ctx context.Context, hostName string, h hosts.Host) error {
+	dir := f.path(hostName, "mbench_vllm")
 	err := fs.WalkDir(vllm.Files, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -31,12 +31,12 @@ func (s *Sweep) installPlugin(ctx context.Context, hostName string, h hosts.Host
 	if err != nil {
 		return fmt.Errorf("host %s: install mbench_vllm in %s: %w", hostName, dir, err)
 	}
-	s.fleet.pluginDir[hostName] = dir
+	f.pluginDir[hostName] = dir
 	out, _, err := h.Run(ctx, "PYTHONPATH="+shquote.Quote(dir)+"${PYTHONPATH:+:$PYTHONPATH} python3 -m mbench_vllm.check 2>&1")
 	if err != nil {
-		s.logf("host %s: mbench_vllm self-check says some step timers will be absent:\n%s", hostName, strings.TrimSpace(string(out)))
+		f.logf("host %s: mbench_vllm self-check says some step timers will be absent:\n%s", hostName, strings.TrimSpace(string(out)))
 	} else {
-		s.logf("host %s: mbench_vllm installed; self-check ok", hostName)
+		f.logf("host %s: mbench_vllm installed; self-check ok", hostName)
 	}
 	return nil
 }

@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mbench/mbench/internal/durable"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mbench/mbench/internal/durable"
 )
 
 // LockFile is the name of the lock of a results directory.

@@ -2,22 +2,21 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"time"
 
+	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/shquote"
 )
 
-// execute runs blocks until the stopping rule says stop, then exports.
-func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
-	s.fleet.sweepID = s.store.state.SweepID
-	s.engines.marker, s.engines.seed = s.store.state.SweepID, s.store.state.Seed
-	s.instr.marker = s.store.state.SweepID
+// execute runs the sweep the store records — blocks until the stopping
+// rule says stop, or a capacity search's rounds — then exports. req is what
+// every request carries.
+func (s *Sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, error) {
+	s.assemble(req)
 	if err := s.store.openJournal(s.opts.FailLimit); err != nil {
 		return nil, err
 	}
@@ -29,7 +28,7 @@ func (s *Sweep) execute(ctx context.Context) (*Outcome, error) {
 	}
 	defer s.prog.close()
 	var err error
-	if err = s.prepareHosts(ctx); err != nil {
+	if err = s.fleet.prepare(ctx); err != nil {
 		s.teardown(ctx)
 		if ctx.Err() != nil {
 			return nil, s.interrupted()
@@ -109,26 +108,6 @@ func (s *Sweep) resumeHint() string {
 		return s.opts.ResumeHint
 	}
 	return "mbench resume " + shquote.Quote(s.store.dir)
-}
-
-func engineVersion(ctx context.Context, base string) string {
-	c := &http.Client{Timeout: 2 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/version", nil)
-	if err != nil {
-		return ""
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Version string `json:"version"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&v) != nil {
-		return ""
-	}
-	return v.Version
 }
 
 // unusableCells names the cells of rep with no usable run, with the

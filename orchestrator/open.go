@@ -40,7 +40,8 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 	}
 	matrixAbs, _ := filepath.Abs(matrixPath)
 	s := newSweep(m, abs, opts)
-	if s.runner.request, err = m.LoadRequest(); err != nil {
+	req, err := m.LoadRequest()
+	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(abs, 0o755); err != nil {
@@ -85,7 +86,7 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 	default:
 		return nil, err
 	}
-	return s.execute(ctx)
+	return s.execute(ctx, req)
 }
 
 // Resume continues the sweep in dir exactly as recorded: the same block
@@ -113,7 +114,8 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 		return nil, fmt.Errorf("resume %s: %w", dir, err)
 	}
 	s := newSweep(m, abs, opts)
-	if s.runner.request, err = m.LoadRequest(); err != nil {
+	req, err := m.LoadRequest()
+	if err != nil {
 		return nil, err
 	}
 	s.store.state = st
@@ -130,7 +132,7 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 	if len(redo) > 0 {
 		s.logf("redoing %d runs whose files are missing, unreadable or not that run's: %s", len(redo), strings.Join(redo, "; "))
 	}
-	return s.execute(ctx)
+	return s.execute(ctx, req)
 }
 
 // adopt takes over an existing results directory, whose sweep.json is old,

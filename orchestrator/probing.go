@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mbench/mbench/internal/clock"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
@@ -273,7 +274,7 @@ func (s *instruments) startRemoteProbes(ctx context.Context, es *engineSet) []*r
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
 		q := shquote.Quote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
-			shellWordPath(self), interval, q(label), q(rp.gpuF), q(rp.hostF))
+			shquote.Path(self), interval, q(label), q(rp.gpuF), q(rp.hostF))
 		pname := "probe-" + name
 		if label != name {
 			pname = fmt.Sprintf("probe-%s-%d", name, p.node)
@@ -334,7 +335,7 @@ func (s *instruments) waitFirstSample(ctx context.Context, rp *remoteProbe) {
 			return
 		default:
 		}
-		if sleepCtx(ctx, wait) != nil {
+		if clock.Sleep(ctx, wait) != nil {
 			s.logf("warning: host %s: the probe wrote no sample within 5 s", rp.hostName)
 			return
 		}
@@ -440,7 +441,7 @@ func (s *runner) checkEngineVersion(ctx context.Context, es *engineSet) error {
 	if len(es.procs) == 0 {
 		return nil
 	}
-	v := engineVersion(ctx, es.procs[0].url)
+	v := s.profile().VersionOf(ctx, nil, es.procs[0].url)
 	if v == "" {
 		return nil
 	}

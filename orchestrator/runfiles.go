@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mbench/mbench/internal/clock"
 	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/probes"
@@ -107,7 +108,7 @@ func (s *runner) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd 
 		if len(pending) == 0 || !time.Now().Before(deadline) {
 			return nil
 		}
-		if err := sleepCtx(ctx, min(wait, time.Until(deadline))); err != nil {
+		if err := clock.Sleep(ctx, min(wait, time.Until(deadline))); err != nil {
 			return err
 		}
 	}

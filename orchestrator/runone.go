@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -80,8 +79,9 @@ func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error
 		probeStop()
 		return nil, fmt.Errorf("create metrics.jsonl: %w", err)
 	}
-	win := newMetricsWindow(ctx, instanceURLs(es), metricsFile, time.Second)
+	win := newMetricsWindow(ctx, instanceURLs(es), metricsFile, time.Second, s.profile().Metrics)
 	cfg := s.loadConfig(cell, block, seed, es.targets)
+	cfg.Vocab = es.vocab
 	sink := &sinkWriter{w: reqFile}
 	cfg.Sink = sink
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
@@ -117,7 +117,7 @@ func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error
 	}
 	basis, classTok := s.classTokens(cell, newTok)
 	sum.Classes = results.SummarizeClasses(res.Records, basis, classTok, s.m.ClassBounds)
-	sum.Instances = results.SummarizeInstances(before, after)
+	sum.Instances = results.SummarizeInstances(s.profile().Metrics, before, after)
 	if err := results.WriteRunSummary(filepath.Join(dir, "summary_A.json"), sum); err != nil {
 		return nil, fmt.Errorf("write summary_A.json: %w", err)
 	}
@@ -145,9 +145,12 @@ func stepLogOffsets(ctx context.Context, es *engineSet) []int64 {
 // connection from the one before. An engine that dies mid-run ends the load
 // at once rather than after measure.timeout of requests to a dead port.
 func driveLoad(ctx context.Context, es *engineSet, cfg openloop.Config) (*openloop.Result, error) {
-	tr := openloop.NewTransport()
-	defer tr.CloseIdleConnections()
-	cfg.Client = &http.Client{Transport: tr}
+	// No Config.Client: plain-http targets go over the load generator's own
+	// HTTP/1.1 client, which never loses a request to a server that closes
+	// its connections after a response (llama-server does after every
+	// stream); net/http does not resend a POST that met a closed idle
+	// connection. Either client closes the run's connections when it ends.
+	cfg.Client = nil
 	loadCtx, loadCancel := context.WithCancel(ctx)
 	defer loadCancel()
 	stopWatch := watchEngines(loadCtx, es, loadCancel)
@@ -234,6 +237,9 @@ func (s *runner) ensureEngine(ctx context.Context, cell matrices.Cell, run strin
 	if err := s.checkEngineVersion(ctx, es); err != nil {
 		return nil, err
 	}
+	if err := s.learnVocab(ctx, es); err != nil {
+		return nil, err
+	}
 	return es, nil
 }
 
@@ -243,6 +249,7 @@ func (s *runner) loadConfig(cell matrices.Cell, block int, seed int64, targets [
 	cfg := openloop.Config{
 		Targets:      targets,
 		Model:        s.m.RequestModel(),
+		TokenIDs:     s.m.Engine.TokenIDs,
 		Endpoint:     s.m.Endpoint,
 		Request:      s.request,
 		Rate:         cell.Rate,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/probes"
 )
 
 // fileHost is a fakeHost that serves files from memory (Size, Get).
@@ -61,7 +62,7 @@ func TestStepLogSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSweep(m, t.TempDir(), Options{}).runner
+	s := &runner{m: m}
 	cases := []struct {
 		name    string
 		procs   []*engineProc
@@ -108,7 +109,7 @@ func TestMetricsWindow(t *testing.T) {
 	hits.Store(100)
 	var sink bytes.Buffer
 	ctx := context.Background()
-	w := newMetricsWindow(ctx, []string{srv.URL}, &sink, time.Hour)
+	w := newMetricsWindow(ctx, []string{srv.URL}, &sink, time.Hour, probes.VLLMMetrics)
 	w.onPhase(ctx, openloop.PhaseWarmup)
 	if scrapes.Load() != 0 {
 		t.Fatal("scraped for the warm-up phase")

@@ -141,13 +141,13 @@ func (f *fleet) slurmReach(ctx context.Context, name string, i, port int) (strin
 // bind is the address engines bind: bindAddr's answer, except that a slurm
 // host's engines bind all interfaces unless its node is reached at a
 // loopback address (a one-machine cluster).
-func (s *Sweep) bind() string {
-	b := bindAddr(s.m)
-	for _, name := range s.m.HostOrder {
-		if !s.m.Hosts[name].IsSlurm() {
+func (f *fleet) bind() string {
+	b := bindAddr(f.m)
+	for _, name := range f.m.HostOrder {
+		if !f.m.Hosts[name].IsSlurm() {
 			continue
 		}
-		h, ok := s.fleet.connected(name)
+		h, ok := f.connected(name)
 		if nh, isNode := nodeHost(h); ok && isNode && allLoopback(nh.Allocation()) {
 			continue
 		}
@@ -191,10 +191,10 @@ func nodeRun(ctx context.Context, h hosts.Host, i int, cmd string) ([]byte, []by
 // slurmNodes says where the slurm hosts of the sweep run, for the journal:
 // "host: slurm job J node N (cluster C)" (nodes N1,N2 for several) for each
 // connected slurm host.
-func (s *Sweep) slurmNodes() []string {
+func (f *fleet) slurmNodes() []string {
 	var out []string
-	for _, name := range s.m.HostOrder {
-		if h, ok := s.fleet.connected(name); ok {
+	for _, name := range f.m.HostOrder {
+		if h, ok := f.connected(name); ok {
 			if nh, ok := nodeHost(h); ok {
 				a := nh.Allocation()
 				line := fmt.Sprintf("%s: slurm job %s %s %s", name, a.JobID, plural(len(a.Nodes), "node"), strings.Join(a.Nodes, ","))
@@ -210,11 +210,11 @@ func (s *Sweep) slurmNodes() []string {
 
 // lostAllocation returns runErr, wrapping hosts.ErrAllocationEnded, when
 // the run failed because a slurm host's allocation ended, else nil.
-func (s *Sweep) lostAllocation(ctx context.Context, runErr error) error {
+func (f *fleet) lostAllocation(ctx context.Context, runErr error) error {
 	if errors.Is(runErr, hosts.ErrAllocationEnded) {
 		return runErr
 	}
-	if err := s.slurmEnded(ctx); err != nil {
+	if err := f.slurmEnded(ctx); err != nil {
 		return fmt.Errorf("%v: %w", runErr, err)
 	}
 	return nil
@@ -222,9 +222,9 @@ func (s *Sweep) lostAllocation(ctx context.Context, runErr error) error {
 
 // slurmEnded returns an error wrapping hosts.ErrAllocationEnded when the
 // allocation of a connected slurm host has ended.
-func (s *Sweep) slurmEnded(ctx context.Context) error {
-	for _, name := range s.m.HostOrder {
-		if h, ok := s.fleet.connected(name); ok {
+func (f *fleet) slurmEnded(ctx context.Context) error {
+	for _, name := range f.m.HostOrder {
+		if h, ok := f.connected(name); ok {
 			if nh, ok := nodeHost(h); ok {
 				if err := nh.Alive(context.WithoutCancel(ctx)); err != nil {
 					return err
@@ -289,8 +289,8 @@ func dryRunNode(m *matrices.Matrix, host string, i int) string {
 
 // nodeOf is matrices.Runtime.Node: the name and address of node i of a
 // connected slurm host's allocation.
-func (s *Sweep) nodeOf(host string, i int) (name, addr string, ok bool) {
-	h, connected := s.fleet.connected(host)
+func (f *fleet) nodeOf(host string, i int) (name, addr string, ok bool) {
+	h, connected := f.connected(host)
 	nh, isNode := nodeHost(h)
 	if !connected || !isNode {
 		return "", "", false

@@ -16,10 +16,10 @@ import (
 
 // perBlockHosts lists the slurm hosts of the matrix that ask for an
 // allocation per block.
-func (s *Sweep) perBlockHosts() []string {
+func (f *fleet) perBlockHosts() []string {
 	var out []string
-	for _, name := range s.m.HostOrder {
-		if hc := s.m.Hosts[name]; hc.IsSlurm() && hc.Slurm.Allocation == matrices.AllocationBlock {
+	for _, name := range f.m.HostOrder {
+		if hc := f.m.Hosts[name]; hc.IsSlurm() && hc.Slurm.Allocation == matrices.AllocationBlock {
 			out = append(out, name)
 		}
 	}
@@ -28,18 +28,19 @@ func (s *Sweep) perBlockHosts() []string {
 
 // endBlockAllocations stops the running engines and ends the allocation of
 // every connected per-block host, after a block: COMPLETED, as the block is.
-func (s *Sweep) endBlockAllocations(ctx context.Context, block int) error {
-	var ended []string
-	for _, name := range s.perBlockHosts() {
+// ended reports whether it ended any: the next block then renews them.
+func (s *Sweep) endBlockAllocations(ctx context.Context, block int) (ended bool, err error) {
+	var names []string
+	for _, name := range s.fleet.perBlockHosts() {
 		if _, ok := s.fleet.connected(name); ok {
-			ended = append(ended, name)
+			names = append(names, name)
 		}
 	}
-	if len(ended) == 0 {
-		return nil
+	if len(names) == 0 {
+		return false, nil
 	}
-	err := s.engines.stop(ctx)
-	for _, name := range ended {
+	err = s.engines.stop(ctx)
+	for _, name := range names {
 		// The block is done: its job ends COMPLETED (or, should that fail,
 		// cancelled as the host closes).
 		if h, ok := s.fleet.connected(name); ok {
@@ -51,22 +52,17 @@ func (s *Sweep) endBlockAllocations(ctx context.Context, block int) error {
 		}
 		s.fleet.drop(name)
 	}
-	s.allocationsEnded = true
-	s.logf("block %d done: slurm allocation of %s ended (allocation: block)", block, strings.Join(ended, ", "))
-	return err
+	s.logf("block %d done: slurm allocation of %s ended (allocation: block)", block, strings.Join(names, ", "))
+	return true, err
 }
 
 // renewAllocations, before a block, gets new allocations for the hosts
 // whose allocations the previous block ended, and re-measures the gate's
 // idle baseline on their nodes.
 func (s *Sweep) renewAllocations(ctx context.Context) error {
-	if !s.allocationsEnded {
-		return nil
-	}
-	if err := s.prepareHosts(ctx); err != nil {
+	if err := s.fleet.prepare(ctx); err != nil {
 		return fmt.Errorf("new slurm allocation for the block: %w", err)
 	}
-	s.allocationsEnded = false
 	s.instr.close()
 	s.instr.open(ctx)
 	return nil

@@ -15,8 +15,8 @@ import (
 // onThisMachine reports whether a host's engines run on the machine mbench
 // runs on: a local host. A slurm host's engines run on its allocated node,
 // even where mbench runs on a login node that shares its filesystem.
-func (s *Sweep) onThisMachine(name string) bool {
-	hc := s.m.Hosts[name]
+func (f *fleet) onThisMachine(name string) bool {
+	hc := f.m.Hosts[name]
 	return isLocal(hc.Address) && !hc.IsSlurm()
 }
 
@@ -24,16 +24,16 @@ func (s *Sweep) onThisMachine(name string) bool {
 // uploaded copy or hosts.X.mbench_path; for a slurm host whose login
 // machine is this one, its mbench_path (the nodes' copy) or this binary
 // (the nodes share its filesystem).
-func (s *Sweep) selfOn(name string) (string, bool) {
-	if p, ok := s.fleet.selfPath[name]; ok {
+func (f *fleet) selfOn(name string) (string, bool) {
+	if p, ok := f.selfPath[name]; ok {
 		return p, true
 	}
-	hc := s.m.Hosts[name]
+	hc := f.m.Hosts[name]
 	switch {
 	case hc.IsSlurm() && hc.MbenchPath != "":
 		return hc.MbenchPath, true
-	case hc.IsSlurm() && isLocal(hc.Address) && s.opts.Self != "":
-		return s.opts.Self, true
+	case hc.IsSlurm() && isLocal(hc.Address) && f.self != "":
+		return f.self, true
 	}
 	return "", false
 }
@@ -71,24 +71,24 @@ func nodePid(p hosts.Process) int {
 // its node's GPUs for the gate: each read is a `mbench probe --once` step
 // that sees every GPU of the allocation. A node without NVML is said once
 // and left out (the gate cannot cover it); gated names the hosts read.
-func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context) ([]probes.GPUSample, error), gated map[string]bool) {
+func (f *fleet) slurmGPUReads(ctx context.Context) (reads []func(context.Context) ([]probes.GPUSample, error), gated map[string]bool) {
 	gated = map[string]bool{}
-	for _, name := range s.m.HostOrder {
-		h, ok := s.fleet.connected(name)
+	for _, name := range f.m.HostOrder {
+		h, ok := f.connected(name)
 		nh, isNode := nodeHost(h)
 		if !ok || !isNode {
 			continue
 		}
-		self, ok := s.selfOn(name)
+		self, ok := f.selfOn(name)
 		if !ok {
-			s.logf("host %s: no mbench binary there (set hosts.%s.mbench_path): the GPU gate does not cover its node", name, name)
+			f.logf("host %s: no mbench binary there (set hosts.%s.mbench_path): the GPU gate does not cover its node", name, name)
 			continue
 		}
 		covered := true
 		for i := range nh.Allocation().Nodes {
-			read, err := s.slurmGPURead(ctx, name, nh, i, self)
+			read, err := f.slurmGPURead(ctx, name, nh, i, self)
 			if err != nil {
-				s.logf("%v: the GPU gate does not cover this node", err)
+				f.logf("%v: the GPU gate does not cover this node", err)
 				covered = false
 				continue
 			}
@@ -101,19 +101,19 @@ func (s *Sweep) slurmGPUReads(ctx context.Context) (reads []func(context.Context
 
 // slurmGPURead returns a reader of the GPUs of node i of a slurm host's
 // allocation, after a first read that shows it works.
-func (s *Sweep) slurmGPURead(ctx context.Context, name string, nh hosts.NodeHost, i int, self string) (func(context.Context) ([]probes.GPUSample, error), error) {
+func (f *fleet) slurmGPURead(ctx context.Context, name string, nh hosts.NodeHost, i int, self string) (func(context.Context) ([]probes.GPUSample, error), error) {
 	node := nh.Allocation().Nodes[i]
 	{
 		// SelfEnv (what makes a re-executed test binary act as mbench) is
 		// not secret, so it may go on the command line of a Run.
 		env := ""
-		for _, kv := range s.opts.SelfEnv {
+		for _, kv := range f.selfEnv {
 			env += shquote.Quote(kv) + " "
 		}
 		if env != "" {
 			env = "env " + env
 		}
-		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shellWordPath(self), shquote.Quote(probeLabel(name, nh, i)))
+		cmd := fmt.Sprintf("%s%s probe --once --host %s --host-out none", env, shquote.Path(self), shquote.Quote(probeLabel(name, nh, i)))
 		read := func(ctx context.Context) ([]probes.GPUSample, error) {
 			out, stderr, err := nh.RunOnNodeGPUs(ctx, i, "gate-"+name, cmd)
 			if err != nil {
@@ -146,8 +146,8 @@ func probeLabel(name string, nh hosts.NodeHost, i int) string {
 
 // sampleHost is the host name a process's GPU samples carry: "local" for
 // this machine, probeLabel for a slurm step, else the host's name.
-func (s *Sweep) sampleHost(p *engineProc) string {
-	if s.onThisMachine(p.hostName) {
+func (f *fleet) sampleHost(p *engineProc) string {
+	if f.onThisMachine(p.hostName) {
 		return "local"
 	}
 	if nh, ok := nodeHost(p.host); ok {

@@ -19,6 +19,7 @@ import (
 // interval during it (aside: the dispatcher does not wait), and one after it.
 type metricsWindow struct {
 	scr        *probes.Scraper
+	names      probes.MetricNames
 	tr         *http.Transport
 	before     []probes.Scrape
 	during     []probes.Scrape
@@ -29,10 +30,11 @@ type metricsWindow struct {
 	duringCtx  context.Context
 }
 
-// newMetricsWindow scrapes targets, writing every scrape to sink.
-func newMetricsWindow(ctx context.Context, targets []string, sink io.Writer, interval time.Duration) *metricsWindow {
+// newMetricsWindow scrapes targets, writing every scrape to sink, and
+// reads them by names.
+func newMetricsWindow(ctx context.Context, targets []string, sink io.Writer, interval time.Duration, names probes.MetricNames) *metricsWindow {
 	tr := &http.Transport{MaxIdleConnsPerHost: 4}
-	w := &metricsWindow{tr: tr, started: make(chan struct{}),
+	w := &metricsWindow{tr: tr, started: make(chan struct{}), names: names,
 		scr: &probes.Scraper{Client: &http.Client{Timeout: 2 * time.Second, Transport: tr}, Targets: targets, Interval: interval, Sink: sink}}
 	w.duringCtx, w.stopDuring = context.WithCancel(ctx)
 	return w
@@ -63,5 +65,5 @@ func (w *metricsWindow) finish(ctx context.Context) (before, after []probes.Scra
 	<-w.started
 	after, err3 := w.scr.Round(context.WithoutCancel(ctx), probes.PhaseAfter)
 	w.tr.CloseIdleConnections()
-	return w.before, after, probes.SummarizeMetrics(w.before, after, w.during), errors.Join(w.err, err3)
+	return w.before, after, w.names.Summarize(w.before, after, w.during), errors.Join(w.err, err3)
 }

@@ -184,3 +184,36 @@ func TestMetricsURL(t *testing.T) {
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// TestSummarizeMissesAndKVUsage: an engine that counts the prompt tokens it
+// computed apart from those its cache held (Misses) has lookups = hits +
+// misses; the KV-usage gauge is summed over targets per round like running
+// and waiting, and absent when no scrape has it.
+func TestSummarizeMissesAndKVUsage(t *testing.T) {
+	names := MetricNames{Running: []string{"run"}, Waiting: []string{"wait"}, KVUsage: []string{"kv_new", "kv_old"},
+		Hits: []string{"cached_total"}, Misses: []string{"computed_total"}}
+	sc := func(tgt string, ts int64, v map[string]float64) Scrape {
+		return Scrape{Target: tgt, TsUs: ts, Values: v}
+	}
+	before := []Scrape{sc("a", 0, map[string]float64{"cached_total": 10, "computed_total": 90}), sc("b", 0, map[string]float64{"cached_total": 0, "computed_total": 0})}
+	after := []Scrape{sc("a", 9, map[string]float64{"cached_total": 70, "computed_total": 130}), sc("b", 9, map[string]float64{"cached_total": 20, "computed_total": 80})}
+	during := []Scrape{
+		sc("a", 1, map[string]float64{"run": 2, "wait": 1, "kv_new": 0.25}), sc("b", 1, map[string]float64{"run": 1, "kv_old": 0.5}),
+		sc("a", 2, map[string]float64{"run": 4, "wait": 5, "kv_new": 0.75}), sc("b", 2, map[string]float64{"run": 0, "kv_old": 0.25}),
+	}
+	cs := names.Summarize(before, after, during)
+	if cs.Hits != 80 || cs.Queries != 200 || !cs.HitRateValid || cs.HitRate != 0.4 {
+		t.Errorf("hits %v queries %v rate %v valid %v, want 80 / (80 + 120)", cs.Hits, cs.Queries, cs.HitRate, cs.HitRateValid)
+	}
+	if cs.Running != (Level{Mean: 3.5, Max: 4}) || cs.Waiting != (Level{Mean: 3, Max: 5}) || cs.KVUsage == nil || *cs.KVUsage != (Level{Mean: 0.875, Max: 1}) {
+		t.Errorf("running %+v waiting %+v kv %+v", cs.Running, cs.Waiting, cs.KVUsage)
+	}
+	names.KVUsage = nil
+	if cs := names.Summarize(before, after, during); cs.KVUsage != nil {
+		t.Errorf("kv usage %+v from an engine that exports none", cs.KVUsage)
+	}
+	// The vLLM names read vLLM's series and none of the above.
+	if cs := SummarizeMetrics(before, after, during); cs.HitRateValid || cs.Running.Max != 0 || cs.KVUsage != nil {
+		t.Errorf("vLLM names read another engine's series: %+v", cs)
+	}
+}

@@ -132,8 +132,9 @@ type Level struct {
 	Max  float64 `json:"max"`
 }
 
-// CacheSummary is the prefix_cache object of a run summary: deltas of
-// vLLM's counters over the window, summed over all targets.
+// CacheSummary is the prefix_cache object of a run summary: deltas of the
+// engine's counters over the window, summed over all targets, and levels
+// of its gauges (see MetricNames for which series each engine kind gives).
 type CacheSummary struct {
 	Targets int `json:"targets"` // targets with a usable before and after scrape
 	// Prefix cache (APC): hits/queries in tokens.
@@ -149,20 +150,47 @@ type CacheSummary struct {
 	Preemptions     float64 `json:"preemptions"`
 	Running         Level   `json:"running"`
 	Waiting         Level   `json:"waiting"`
-	DuringRounds    int     `json:"during_rounds"`
+	// KVUsage is the KV-cache usage gauge (a fraction of the cache), nil
+	// when the engine exports none.
+	KVUsage      *Level `json:"kv_usage,omitempty"`
+	DuringRounds int    `json:"during_rounds"`
 	// Notes: targets without scrapes, counter resets (engine restarted),
 	// old metric names in use.
 	Notes []string `json:"notes,omitempty"`
 }
 
-// Metric names, current first, then older vLLM spellings.
-var (
-	hitNames      = []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits"}
-	queryNames    = []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries"}
-	extHitNames   = []string{"vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_hits"}
-	extQueryNames = []string{"vllm:external_prefix_cache_queries_total", "vllm:external_prefix_cache_queries"}
-	preemptNames  = []string{"vllm:num_preemptions_total", "vllm:num_preemptions"}
-)
+// MetricNames names an engine's /metrics series for each quantity a run
+// summary reads. Every list is tried in order (the current name first, then
+// older spellings); an empty list means the engine exports no such series.
+type MetricNames struct {
+	Running []string // gauge: requests being processed
+	Waiting []string // gauge: requests queued for a slot or a batch
+	KVUsage []string // gauge: KV-cache usage as a fraction of the cache
+	// Hits and Queries are prefix-cache counters in prompt tokens: tokens
+	// found in the cache and tokens looked up.
+	Hits, Queries []string
+	// Misses, for an engine that counts the prompt tokens it computed
+	// apart from those it took from the cache instead of counting lookups:
+	// the lookups are then Hits + Misses. Used only when Queries is empty.
+	Misses []string
+	// ExternalHits and ExternalQueries count a KV connector's prefix
+	// cache, in tokens.
+	ExternalHits, ExternalQueries []string
+	Preemptions                   []string // counter
+}
+
+// VLLMMetrics are vLLM's names (vllm/v1/metrics/loggers.py), current first,
+// then older spellings. mbench's simulated engine exports the same.
+var VLLMMetrics = MetricNames{
+	Running:         []string{"vllm:num_requests_running"},
+	Waiting:         []string{"vllm:num_requests_waiting"},
+	KVUsage:         []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+	Hits:            []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits"},
+	Queries:         []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries"},
+	ExternalHits:    []string{"vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_hits"},
+	ExternalQueries: []string{"vllm:external_prefix_cache_queries_total", "vllm:external_prefix_cache_queries"},
+	Preemptions:     []string{"vllm:num_preemptions_total", "vllm:num_preemptions"},
+}
 
 func lastOK(ss []Scrape, first bool) map[string]Scrape {
 	m := map[string]Scrape{}
@@ -178,10 +206,15 @@ func lastOK(ss []Scrape, first bool) map[string]Scrape {
 	return m
 }
 
-// SummarizeMetrics computes the window's deltas from the last good
-// "before" scrape and the first good "after" scrape of each target, and
-// running/waiting levels from the "during" rounds.
+// SummarizeMetrics is VLLMMetrics.Summarize.
 func SummarizeMetrics(before, after []Scrape, during []Scrape) CacheSummary {
+	return VLLMMetrics.Summarize(before, after, during)
+}
+
+// Summarize computes the window's deltas from the last good "before"
+// scrape and the first good "after" scrape of each target, and the levels
+// of running, waiting and KV usage from the "during" rounds.
+func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSummary {
 	var cs CacheSummary
 	b, a := lastOK(before, false), lastOK(after, true)
 	targets := make([]string, 0, len(b))
@@ -227,9 +260,19 @@ func SummarizeMetrics(before, after []Scrape, during []Scrape) CacheSummary {
 				*queries += q
 			}
 		}
-		addPair(hitNames, queryNames, "prefix cache", &cs.Hits, &cs.Queries, &hitsSeen)
-		addPair(extHitNames, extQueryNames, "", &cs.ExternalHits, &cs.ExternalQueries, &extSeen)
-		p, _ := delta(preemptNames, "")
+		if len(n.Queries) > 0 || len(n.Misses) == 0 {
+			addPair(n.Hits, n.Queries, "prefix cache", &cs.Hits, &cs.Queries, &hitsSeen)
+		} else {
+			h, okH := delta(n.Hits, "prefix cache")
+			m, okM := delta(n.Misses, "")
+			if okH && okM {
+				hitsSeen = true
+				cs.Hits += h
+				cs.Queries += h + m
+			}
+		}
+		addPair(n.ExternalHits, n.ExternalQueries, "", &cs.ExternalHits, &cs.ExternalQueries, &extSeen)
+		p, _ := delta(n.Preemptions, "")
 		cs.Preemptions += p
 	}
 	for t := range a {
@@ -243,36 +286,40 @@ func SummarizeMetrics(before, after []Scrape, during []Scrape) CacheSummary {
 	if extSeen && cs.ExternalQueries > 0 {
 		cs.ExternalHitRate, cs.ExternalValid = cs.ExternalHits/cs.ExternalQueries, true
 	}
-	cs.Running, cs.Waiting, cs.DuringRounds = levels(during)
+	cs.Running, _, cs.DuringRounds = levels(during, n.Running)
+	cs.Waiting, _, _ = levels(during, n.Waiting)
+	if kv, seen, _ := levels(during, n.KVUsage); seen {
+		cs.KVUsage = &kv
+	}
 	sort.Strings(cs.Notes)
 	return cs
 }
 
-// levels sums running/waiting across the targets of each round (rounds
-// share TsUs) and takes mean and max over rounds.
-func levels(during []Scrape) (run, wait Level, rounds int) {
-	type acc struct{ r, w float64 }
-	byTs := map[int64]*acc{}
+// levels sums a gauge (the first of names a scrape has) across the
+// targets of each round (rounds share TsUs) and takes mean and max over
+// rounds; seen says whether any scrape had the gauge.
+func levels(during []Scrape, names []string) (l Level, seen bool, rounds int) {
+	byTs := map[int64]float64{}
 	for _, s := range during {
 		if s.Err != "" {
 			continue
 		}
-		x := byTs[s.TsUs]
-		if x == nil {
-			x = &acc{}
-			byTs[s.TsUs] = x
+		v := byTs[s.TsUs]
+		for _, name := range names {
+			if x, ok := s.Values[name]; ok {
+				v += x
+				seen = true
+				break
+			}
 		}
-		x.r += s.Values["vllm:num_requests_running"]
-		x.w += s.Values["vllm:num_requests_waiting"]
+		byTs[s.TsUs] = v
 	}
 	for _, x := range byTs {
-		run.Mean += x.r
-		wait.Mean += x.w
-		run.Max, wait.Max = max(run.Max, x.r), max(wait.Max, x.w)
+		l.Mean += x
+		l.Max = max(l.Max, x)
 	}
 	if n := len(byTs); n > 0 {
-		run.Mean /= float64(n)
-		wait.Mean /= float64(n)
+		l.Mean /= float64(n)
 	}
-	return run, wait, len(byTs)
+	return l, seen, len(byTs)
 }

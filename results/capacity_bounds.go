@@ -12,7 +12,8 @@ import (
 // below MaxMs, or a rate or share (request_goodput, slo_attainment,
 // request_throughput, output_throughput) at or above Min. A probe holds
 // when every bound holds; each block's crossing is where the tightest
-// bound's slack reaches 0.
+// bound's slack reaches 0. Its fields are those of matrices.Constraint, so
+// one converts to the other.
 type Bound struct {
 	Metric string   `json:"metric"`
 	MaxMs  *float64 `json:"max_ms,omitempty"`

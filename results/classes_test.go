@@ -100,7 +100,7 @@ func TestSummarizeInstances(t *testing.T) {
 	}
 	before := []probes.Scrape{sc("A", 1000, 10, 0, 0), sc("B", 50, 5, 0, 0), sc("C", 7, 7, 0, 0)}
 	after := []probes.Scrape{sc("A", 1100, 40, 100, 50), sc("B", 150, 95, 100, 10), sc("C", 7, 7, 0, 0)}
-	ic := SummarizeInstances(before, after)
+	ic := SummarizeInstances(probes.VLLMMetrics, before, after)
 	if len(ic.Instances) != 3 || ic.Instances[2].HitRate != nil {
 		t.Fatalf("instances %+v", ic.Instances)
 	}
@@ -117,7 +117,7 @@ func TestSummarizeInstances(t *testing.T) {
 	near("max", ic.HitRateMax, 0.9)
 	near("external mean", ic.ExternalHitRateMean, 0.3) // {0.5, 0.1}
 	near("external std", ic.ExternalHitRateStd, 0.2)
-	if SummarizeInstances(nil, nil) != nil {
+	if SummarizeInstances(probes.VLLMMetrics, nil, nil) != nil {
 		t.Error("no scrapes gave a summary")
 	}
 }

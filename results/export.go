@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mbench/mbench/internal/durable"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/mbench/mbench/internal/durable"
 )
 
 // ExportInput describes a (possibly partial) sweep directory for Export:

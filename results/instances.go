@@ -50,9 +50,9 @@ type InstanceCache struct {
 }
 
 // SummarizeInstances gives each scraped target its own prefix-cache
-// summary (probes.SummarizeMetrics over its scrapes alone) and the spread of
-// the hit rates across targets. Targets are in order of first appearance.
-func SummarizeInstances(before, after []probes.Scrape) *InstanceCaches {
+// summary (names.Summarize over its scrapes alone) and the spread of the
+// hit rates across targets. Targets are in order of first appearance.
+func SummarizeInstances(names probes.MetricNames, before, after []probes.Scrape) *InstanceCaches {
 	var targets []string
 	for _, s := range append(slices.Clone(before), after...) {
 		if !slices.Contains(targets, s.Target) {
@@ -68,7 +68,7 @@ func SummarizeInstances(before, after []probes.Scrape) *InstanceCaches {
 	ic := &InstanceCaches{}
 	var hit, ext, eff []float64
 	for _, t := range targets {
-		c := probes.SummarizeMetrics(of(before, t), of(after, t), nil)
+		c := names.Summarize(of(before, t), of(after, t), nil)
 		in := InstanceCache{Target: t, Queries: c.Queries, Hits: c.Hits,
 			ExternalQueries: c.ExternalQueries, ExternalHits: c.ExternalHits}
 		if c.HitRateValid {

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/mbench/mbench/internal/durable"
 	"os"
 	"reflect"
 	"regexp"
 	"strings"
+
+	"github.com/mbench/mbench/internal/durable"
 )
 
 // DefaultCompare are the metrics compared with the baseline when a sweep

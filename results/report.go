@@ -110,7 +110,7 @@ func renderEnv(b *strings.Builder, v *reportView) {
 	engines := map[string]bool{}
 	for _, c := range v.ordered {
 		if c.Sum.Engine != "" {
-			engines[c.Sum.Engine] = true
+			engines[engineLabel(c.Sum.Engine)] = true
 		}
 	}
 	if len(s.Env) == 0 && len(engines) == 0 {

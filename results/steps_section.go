@@ -87,6 +87,10 @@ func renderSteps(b *strings.Builder, v *reportView) {
 // renderStepTable is renderSteps over the cells in report order.
 func renderStepTable(b *strings.Builder, ordered []*cellData) {
 	if !anyCellHas(ordered, "step_duration_us_p50") {
+		if name := stepless(ordered); name != "" {
+			collapsed(b, "Per-step latency", "%s writes no per-step log (engine_step.jsonl): per-step latency is not measured for this engine.", name)
+			return
+		}
 		collapsed(b, "Per-step latency", "no run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.")
 		return
 	}

@@ -206,13 +206,14 @@ type RunSummary struct {
 	// reports fewer tokens than the max_tokens = min_tokens asked for (the
 	// engine stopped early), ShortOutputExample the first of them in words.
 	// They mark the run; they do not change its verdict.
-	UsageMissing       int           `json:"usage_missing_requests"`
-	ShortOutputs       int           `json:"short_output_requests"`
-	ShortOutputExample string        `json:"short_output_example,omitempty"`
-	EngineStep         *StepStats    `json:"engine_step,omitempty"`
-	GPU                *GPUSummary   `json:"gpu,omitempty"`
-	PrefixCache        *CacheSummary `json:"prefix_cache,omitempty"`
-	Gate               *GateRecord   `json:"gate,omitempty"`
+	UsageMissing       int            `json:"usage_missing_requests"`
+	ShortOutputs       int            `json:"short_output_requests"`
+	ShortOutputExample string         `json:"short_output_example,omitempty"`
+	EngineStep         *StepStats     `json:"engine_step,omitempty"`
+	GPU                *GPUSummary    `json:"gpu,omitempty"`
+	PrefixCache        *CacheSummary  `json:"prefix_cache,omitempty"`
+	ResponseCache      *ResponseCache `json:"response_cache,omitempty"` // the prefix cache as the responses' usage tells it
+	Gate               *GateRecord    `json:"gate,omitempty"`
 
 	// Classes is latency by request class, Instances the prefix cache per
 	// instance and its spread; see classes.go.
@@ -316,6 +317,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		Rate: in.Rate, Block: in.Block, Arrival: in.Arrival, OfferedRate: in.Offered,
 		Aborted: in.Aborted, AbortReason: in.AbortReason, AbortCause: in.AbortCause, StopReason: in.StopReason, ClientCPUPct: in.ClientCPUPct,
 		Errors: map[string]int{}, ErrorExamples: map[string]string{}, EngineStep: in.Steps, GPU: in.GPU, PrefixCache: in.Cache, Gate: in.Gate,
+		ResponseCache: summarizeResponseCache(in.Records),
 	}
 	if !in.WindowStart.IsZero() {
 		s.WindowStart = in.WindowStart.UTC().Format(time.RFC3339Nano)

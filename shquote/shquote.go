@@ -33,3 +33,19 @@ func Join(words []string) string {
 	}
 	return strings.Join(q, " ")
 }
+
+// Path quotes a path for a POSIX shell like Quote, but leaves a leading ~
+// or ~/ bare, so that the shell expands it to the home directory of
+// whoever runs the command (a remote host's, say).
+func Path(p string) string {
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		if rest == "" {
+			return "~/"
+		}
+		return "~/" + Quote(rest)
+	}
+	if p == "~" {
+		return p
+	}
+	return Quote(p)
+}

@@ -53,3 +53,18 @@ func TestJoinRoundTrip(t *testing.T) {
 		t.Errorf("Join(%q) = %s, the shell reads %s", words, Join(words), out)
 	}
 }
+
+// TestPathExpandsHome: sh expands Path's leading ~ to $HOME and reads the
+// rest back exactly.
+func TestPathExpandsHome(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"~", "/home/x"}, {"~/", "/home/x/"}, {"~/a b/it's", "/home/x/a b/it's"}, {"/abs/~/x", "/abs/~/x"}, {"~user", "~user"},
+	} {
+		cmd := exec.Command("sh", "-c", `printf '%s' `+Path(c.in))
+		cmd.Env = []string{"HOME=/home/x"}
+		out, err := cmd.Output()
+		if err != nil || string(out) != c.want {
+			t.Errorf("Path(%q) = %s: the shell reads %q (%v), want %q", c.in, Path(c.in), out, err, c.want)
+		}
+	}
+}

@@ -34,6 +34,7 @@ func init() {
 				&cli.IntFlag{Name: "warmup", Usage: "warmup requests, discarded"},
 				&cli.Int64Flag{Name: "seed", Value: 1, Usage: "workload seed"},
 				&cli.StringFlag{Name: "model", Usage: "model name (default: the first of /v1/models)"},
+				&cli.StringFlag{Name: "token-ids", Usage: "prompt token ids drawn from MIN:MAX (half-open; default: 1000:31000, cut to the vocabulary where /v1/models says its size)"},
 				&cli.StringFlag{Name: "endpoint", Value: string(openloop.EndpointCompletions), Usage: "completions (/v1/completions) | chat (/v1/chat/completions)"},
 				&cli.StringFlag{Name: "arrival", Value: openloop.ArrivalPoisson, Usage: strings.Join(openloop.ArrivalProcesses, " | ")},
 				&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
@@ -139,6 +140,12 @@ func loadAction(c *cli.Context) error {
 		return err
 	}
 	arr.MaxInFlight = c.Int("max-concurrency")
+	var tokens openloop.TokenRange
+	if s := c.String("token-ids"); s != "" {
+		if tokens, err = openloop.ParseTokenRange(s); err != nil {
+			return usageError{fmt.Errorf("load: --token-ids: %w", err)}
+		}
+	}
 	out := c.String("out")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("load: create %s: %w", out, err)
@@ -154,7 +161,7 @@ func loadAction(c *cli.Context) error {
 	}
 	defer f.Close()
 	cfg := openloop.Config{
-		Targets: c.StringSlice("url"), Model: model, Rate: c.Float64("rate"), Endpoint: openloop.Endpoint(c.String("endpoint")), Request: req,
+		Targets: c.StringSlice("url"), Model: model, TokenIDs: tokens, Rate: c.Float64("rate"), Endpoint: openloop.Endpoint(c.String("endpoint")), Request: req,
 		Arrival: arr, IncludeRamp: c.Bool("include-ramp"),
 		Shape: shape, Seed: c.Int64("seed"), Warmup: c.Int("warmup"), MinCompleted: mc, Requests: n, Duration: d,
 		Timeout: c.Duration("timeout"), DrainTimeout: c.Duration("drain-timeout"), Cell: "load", Sink: f,
@@ -169,6 +176,9 @@ func loadAction(c *cli.Context) error {
 	}
 	res, runErr := openloop.Run(c.Context, cfg)
 	if res == nil {
+		if errors.Is(runErr, openloop.ErrTokenRange) { // --token-ids (or the default) does not fit the engine's vocabulary
+			return usageError{fmt.Errorf("load: %w", runErr)}
+		}
 		if errors.Is(runErr, openloop.ErrModelLookup) {
 			return noResultError{fmt.Errorf("load: %w", runErr)}
 		}
@@ -176,6 +186,9 @@ func loadAction(c *cli.Context) error {
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("load: write requests.jsonl: %w", err)
+	}
+	if shape.Trace != nil || shape.Dataset == nil {
+		fmt.Fprintf(c.App.ErrWriter, "load: prompt token ids %v (%s)\n", res.TokenIDs, res.TokenSource)
 	}
 	// Every request of a --requests N run must finish on its own merits
 	// (completed, or failed within --max-failed); a --min-completed run must

@@ -95,12 +95,18 @@ func exitStatus(err error) int {
 }
 
 // TestRateFlagsRefused: a rate that is not a finite number > 0 is a usage
-// error (exit 2) naming the flag, in every command that takes a rate.
+// error (exit 2) naming the flag, in every command that takes a rate —
+// except mbench load's +Inf with --requests, the burst (vllm bench serve's
+// --request-rate inf), which without a request count is refused too.
 func TestRateFlagsRefused(t *testing.T) {
 	t.Parallel()
 	for _, rate := range []string{"Inf", "+Inf", "-Inf", "NaN", "0", "-1"} {
+		stop := []string{"--requests", "1"}
+		if strings.HasPrefix(rate, "Inf") || strings.HasPrefix(rate, "+Inf") {
+			stop = []string{"--duration", "1s"} // a burst needs --requests
+		}
 		for _, args := range [][]string{
-			{"load", "--url", "http://127.0.0.1:1", "--rate", rate, "--input", "1", "--output", "1", "--requests", "1", "--out", t.TempDir()},
+			append([]string{"load", "--url", "http://127.0.0.1:1", "--rate", rate, "--input", "1", "--output", "1", "--out", t.TempDir()}, stop...),
 			{"bench-load", "--rates", "100," + rate},
 		} {
 			_, _, err := runCLI(t, context.Background(), args...)

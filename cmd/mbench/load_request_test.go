@@ -151,8 +151,13 @@ func TestSweepRequestOptions(t *testing.T) {
 	if ok < 20 || short == 0 {
 		t.Errorf("%d measured requests ok, %d shorter than max_tokens: want the key accepted and natural lengths", ok, short)
 	}
-	if rep, _ := os.ReadFile(filepath.Join(out, "report.md")); !strings.Contains(string(rep), "## Output lengths (natural: the engine ended each output)\n") ||
-		!strings.Contains(string(rep), "| plain | 64x8 | 20 |") {
+	var sum struct{ Verdict string }
+	sums, _ := filepath.Glob(filepath.Join(out, "runs", "*", "*", "summary_A.json"))
+	readJSONFile(t, sums[0], &sum)
+	switch rep, _ := os.ReadFile(filepath.Join(out, "report.md")); {
+	case sum.Verdict != "ok":
+		t.Logf("busy machine: the run is %s; report.md's output lengths (of usable runs) are not checked", sum.Verdict)
+	case !strings.Contains(string(rep), "## Output lengths (natural: the engine ended each output)\n") || !strings.Contains(string(rep), "| plain | 64x8 | 20 |"):
 		t.Errorf("report.md lacks the output-length distribution of natural lengths:\n%s", rep)
 	}
 	_ = filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {

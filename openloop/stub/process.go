@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"time"
 
+	"github.com/mbench/mbench/internal/cpupin"
 	"github.com/shirou/gopsutil/v4/process"
 )
 
@@ -136,6 +138,12 @@ func ServeProcess(stdin io.Reader, stdout io.Writer) error {
 		return fmt.Errorf("stub: %s: %w", OptionsEnv, err)
 	}
 	o.control = true
+	if len(o.CPUs) > 0 {
+		if err := cpupin.Self(o.CPUs); err != nil {
+			return fmt.Errorf("stub: %w", err)
+		}
+		runtime.GOMAXPROCS(len(o.CPUs))
+	}
 	s, err := Start(o)
 	if err != nil {
 		return err

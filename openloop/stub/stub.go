@@ -39,6 +39,9 @@ type Options struct {
 	Burst bool
 	// RecordPrompts keeps every request's prompt token ids in its Entry.
 	RecordPrompts bool
+	// CPUs pins a stub process (ServeProcess) to these CPUs, with as many
+	// Ps (GOMAXPROCS); an in-process stub ignores it.
+	CPUs []int `json:",omitempty"`
 	// RecordRequests keeps every request's body and headers in its Entry.
 	RecordRequests bool
 	// APIKey, when set, refuses /v1 requests without "Authorization: Bearer

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mbench/mbench/shquote"
 )
 
 // escapeCases are engines whose children leave the engine's process group
@@ -50,7 +52,7 @@ func TestStopKillsEscapedDescendants(t *testing.T) {
 				t.Run(c.name, func(t *testing.T) {
 					ctx := ctxT(t, 30*time.Second)
 					file := filepath.Join(t.TempDir(), "child")
-					spec := testSpec(t, "eng-"+c.name, "sh -c "+quote(c.cmd)+" "+quote(file))
+					spec := testSpec(t, "eng-"+c.name, "sh -c "+shquote.Quote(c.cmd)+" "+shquote.Quote(file))
 					p, err := h.Start(ctx, spec)
 					if err != nil {
 						t.Fatal(err)
@@ -79,7 +81,7 @@ func TestStopLeftoversKillsEscapedDescendants(t *testing.T) {
 			h, _ := k.new(t)
 			ctx := ctxT(t, 30*time.Second)
 			file := filepath.Join(t.TempDir(), "child")
-			spec := testSpec(t, "eng", "sh -c "+quote(`( setsid sleep 1000 & echo $! > "$0" ); exit 0`)+" "+quote(file))
+			spec := testSpec(t, "eng", "sh -c "+shquote.Quote(`( setsid sleep 1000 & echo $! > "$0" ); exit 0`)+" "+shquote.Quote(file))
 			spec.Tether = false
 			p, err := h.Start(ctx, spec)
 			if err != nil {

@@ -250,7 +250,7 @@ func (h *host) Size(ctx context.Context, remotePath string) (int64, error) {
 	if err != nil {
 		return -1, fmt.Errorf("size %s:%s: %w", h.name, remotePath, err)
 	}
-	n, err := strconv.ParseInt(lastLine(out), 10, 64)
+	n, err := strconv.ParseInt(LastLine(out), 10, 64)
 	if err != nil {
 		return -1, fmt.Errorf("size %s:%s: unexpected wc output %q", h.name, remotePath, out)
 	}
@@ -324,8 +324,9 @@ func (a *afterMarker) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lastLine returns the last non-empty line of out, trimmed.
-func lastLine(out []byte) string {
+// LastLine is the last non-empty line of a command's output, trimmed (a
+// chatty login shell may print before it).
+func LastLine(out []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+	"github.com/mbench/mbench/shquote"
 )
 
 // hostKind builds one kind of Host for the table-driven tests.
@@ -126,7 +127,7 @@ func TestRun(t *testing.T) {
 			h, _ := k.new(t)
 			ctx := ctxT(t, 20*time.Second)
 			weird := `a b 'c' "d" $(echo no) ` + "`x`;\nz"
-			out, errb, err := h.Run(ctx, "printf '%s|' "+quote(weird)+"; echo err >&2")
+			out, errb, err := h.Run(ctx, "printf '%s|' "+shquote.Quote(weird)+"; echo err >&2")
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -151,7 +152,7 @@ func TestRunCancelKillsGroup(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, _, err := h.Run(ctx, "sleep 300 & echo $! > "+quote(pidf)+"; wait")
+			_, _, err := h.Run(ctx, "sleep 300 & echo $! > "+shquote.Quote(pidf)+"; wait")
 			if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 				t.Fatalf("Run after cancel: %v after %v", err, time.Since(start))
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+	"github.com/mbench/mbench/shquote"
 )
 
 // markedProcs lists the live processes whose environment carries
@@ -265,7 +266,7 @@ func TestTeardownSpeedUnderLoad(t *testing.T) {
 			_, _, start, _ := procStat(p.Pid())
 			t0 := time.Now()
 			if i%2 == 0 {
-				script := shLib + fmt.Sprintf("mb_kill %d %s %s %d", p.Pid(), start, quote(testMarker), graceTicks(c.grace))
+				script := shLib + fmt.Sprintf("mb_kill %d %s %s %d", p.Pid(), start, shquote.Quote(testMarker), graceTicks(c.grace))
 				if _, _, err := h.Run(ctx, script); err != nil {
 					t.Fatalf("shell stop: %v", err)
 				}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mbench/mbench/shquote"
 )
 
 const testMarker = "mbench-test-marker"
@@ -130,7 +132,7 @@ func TestStartSecretEnv(t *testing.T) {
 			h, _ := k.new(t)
 			ctx := ctxT(t, 20*time.Second)
 			out := filepath.Join(t.TempDir(), "env")
-			spec := testSpec(t, "secret", `printf %s "$MB_TOKEN" > `+quote(out)+`; exec sleep 1000`)
+			spec := testSpec(t, "secret", `printf %s "$MB_TOKEN" > `+shquote.Quote(out)+`; exec sleep 1000`)
 			spec.Env = []Env{{"MB_TOKEN", secret}, {"PLAIN", "x y"}}
 			p, err := h.Start(ctx, spec)
 			if err != nil {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mbench/mbench/shquote"
 )
 
 // procEntry is one process as /proc/<pid>/stat shows it.
@@ -436,7 +438,7 @@ func (o shellOps) scan(ctx context.Context, q scanQuery) (snapshot, error) {
 		`if (index(g, " " f[3] " ") || index(g, " " $1 " ") || (s > 0 && f[20] + 0 >= s)) print }'; `,
 		strings.Join(groups, " "), q.since)
 	for i, tag := range q.tags {
-		fmt.Fprintf(&b, "echo 'mbtag %d'; grep -lsxzF -e %s /proc/[0-9]*/environ; ", i, quote(procTagEnv+"="+tag))
+		fmt.Fprintf(&b, "echo 'mbtag %d'; grep -lsxzF -e %s /proc/[0-9]*/environ; ", i, shquote.Quote(procTagEnv+"="+tag))
 	}
 	b.WriteString("true")
 	out, _, err := o.h.Run(ctx, b.String())
@@ -483,7 +485,7 @@ func (o shellOps) marked(ctx context.Context, pids []int, marker string) (map[in
 		list = append(list, strconv.Itoa(p))
 	}
 	cmd := markedFn + fmt.Sprintf("\nfor p in %s; do mb_marked \"$p\" %s && echo \"marked $p\"; done; true",
-		strings.Join(list, " "), quote(marker))
+		strings.Join(list, " "), shquote.Quote(marker))
 	stdout, _, err := o.h.Run(ctx, cmd)
 	if err != nil {
 		return nil, fmt.Errorf("check markers on %s: %w", o.h.Name(), err)

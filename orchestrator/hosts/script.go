@@ -2,14 +2,12 @@ package hosts
 
 import (
 	"fmt"
-	"github.com/mbench/mbench/shquote"
 	"regexp"
 	"strings"
 	"time"
-)
 
-// quote returns s as one POSIX shell word.
-func quote(s string) string { return shquote.Quote(s) }
+	"github.com/mbench/mbench/shquote"
+)
 
 // quotePath quotes a path for the scripts; a leading "~/" becomes "$HOME"/.
 func quotePath(p string) string {
@@ -17,9 +15,9 @@ func quotePath(p string) string {
 		return `"$HOME"`
 	}
 	if rest, ok := strings.CutPrefix(p, "~/"); ok {
-		return `"$HOME"/` + quote(rest)
+		return `"$HOME"/` + shquote.Quote(rest)
 	}
-	return quote(p)
+	return shquote.Quote(p)
 }
 
 // markedFn is mb_marked PID M: 0 if PID's environment holds
@@ -233,7 +231,7 @@ func validateSpec(spec ProcSpec) (ProcSpec, error) {
 func startScript(spec ProcSpec, tether bool, tag string) string {
 	var b strings.Builder
 	b.WriteString(shLib)
-	b.WriteString("mb_main() {\nmb_tag=" + quote(tag) + "\n")
+	b.WriteString("mb_main() {\nmb_tag=" + shquote.Quote(tag) + "\n")
 	fmt.Fprintf(&b, "mb_pidf=%s\nmb_log=%s\n", quotePath(pidfilePath(spec)), quotePath(spec.LogPath))
 	logDir := spec.LogPath[:strings.LastIndex(spec.LogPath, "/")+1]
 	if logDir == "" {
@@ -258,11 +256,11 @@ func startScript(spec ProcSpec, tether bool, tag string) string {
 ( mb_s=; { read -r mb_s < /proc/self/stat; } 2>/dev/null
 mb_stat "${mb_s%% *}" || exit 126
 { printf '%s %s\n' "${mb_s%% *}" "$mb_start" > "$mb_pidf.tmp" && mv -f -- "$mb_pidf.tmp" "$mb_pidf"; } 2>/dev/null || exit 126
-export MBENCH_MARKER=` + quote(spec.Marker) + "; export " + procTagEnv + "=" + quote(procTag(spec.Marker, spec.Name)))
+export MBENCH_MARKER=` + shquote.Quote(spec.Marker) + "; export " + procTagEnv + "=" + shquote.Quote(procTag(spec.Marker, spec.Name)))
 	for _, e := range spec.Env {
-		b.WriteString("; export " + e.Name + "=" + quote(e.Value))
+		b.WriteString("; export " + e.Name + "=" + shquote.Quote(e.Value))
 	}
-	b.WriteString("\nexec $mb_ds setsid sh -c " + quote(spec.Command) + `
+	b.WriteString("\nexec $mb_ds setsid sh -c " + shquote.Quote(spec.Command) + `
 ) 3<&- </dev/null >>"$mb_log" 2>&1 &
 mb_pid=$!
 `)
@@ -273,7 +271,7 @@ mb_pid=$!
 		// until the child has left the monitor's group or died, then kills
 		// whatever the group holds.
 		fmt.Fprintf(&b, `( mb_stat "$mb_pid"; mb_t0=$mb_start; cat <&3 >/dev/null 2>&1; mb_settle "$mb_pid"; mb_kill "$mb_pid" "$mb_t0" %s %d %s ) >/dev/null 2>&1 &
-`, quote(spec.Marker), graceTicks(spec.TetherGrace), quote(procTag(spec.Marker, spec.Name)))
+`, shquote.Quote(spec.Marker), graceTicks(spec.TetherGrace), shquote.Quote(procTag(spec.Marker, spec.Name)))
 	}
 	b.WriteString(`mb_settle "$mb_pid"
 mb_fp=; mb_start=; { read -r mb_fp mb_start < "$mb_pidf"; } 2>/dev/null

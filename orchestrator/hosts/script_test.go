@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kevinburke/ssh_config"
+	"github.com/mbench/mbench/shquote"
 )
 
 func TestParseAddress(t *testing.T) {
@@ -103,9 +104,9 @@ func FuzzQuote(f *testing.F) {
 		if strings.ContainsRune(s, 0) || !utf8.ValidString(s) {
 			return
 		}
-		out, err := exec.Command("sh", "-c", "printf %s "+quote(s)).Output()
+		out, err := exec.Command("sh", "-c", "printf %s "+shquote.Quote(s)).Output()
 		if err != nil || string(out) != s {
-			t.Fatalf("quote(%q) gave %q, %v", s, out, err)
+			t.Fatalf("shquote.Quote(%q) gave %q, %v", s, out, err)
 		}
 	})
 }
@@ -133,7 +134,7 @@ func TestOddProcessName(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := NewLocal()
-	spec := testSpec(t, "odd", "exec "+quote(bin)+" 1000")
+	spec := testSpec(t, "odd", "exec "+shquote.Quote(bin)+" 1000")
 	p, err := h.Start(ctx, spec)
 	if err != nil {
 		t.Fatal(err)

@@ -1,12 +1,9 @@
 package hosts
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -104,7 +101,7 @@ func (c SlurmConfig) StepArgs(jobID, node, name string, gpus int) []string {
 // StepCommand is the sh command line that runs command as an engine step
 // (see StepArgs).
 func (c SlurmConfig) StepCommand(jobID, node, name string, gpus int, command string) string {
-	return shquote.Join(c.StepArgs(jobID, node, name, gpus)) + " sh -c " + quote(command)
+	return shquote.Join(c.StepArgs(jobID, node, name, gpus)) + " sh -c " + shquote.Quote(command)
 }
 
 // nodeTag is the tag (MBENCH_PROC) of a step's processes on its node: the
@@ -117,7 +114,7 @@ func nodeTag(tag string) string { return tag + "@node" }
 // processes it starts (nodeTag), records its pid in nodePidFile and execs
 // command.
 func nodeTask(command, nodePidFile string) string {
-	return `export ` + procTagEnv + `="$` + procTagEnv + `@node"; echo $$ >` + quotePath(nodePidFile) + " && exec sh -c " + quote(command)
+	return `export ` + procTagEnv + `="$` + procTagEnv + `@node"; echo $$ >` + quotePath(nodePidFile) + " && exec sh -c " + shquote.Quote(command)
 }
 
 // EngineStepCommand is StepCommand for a process that records the pid of
@@ -209,39 +206,3 @@ func (s *Slurm) node(i int) (string, error) {
 
 // Name is the host's name in the matrix.
 func (s *Slurm) Name() string { return s.cfg.Name }
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// writeFileAtomic writes a local file through a temporary file and rename.
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}

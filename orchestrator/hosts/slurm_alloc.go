@@ -9,6 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mbench/mbench/internal/clock"
+	"github.com/mbench/mbench/internal/durable"
+	"github.com/mbench/mbench/shquote"
 )
 
 // AllocateSlurm returns the Slurm host of cfg. Inside an allocation
@@ -98,7 +102,7 @@ func (s *Slurm) submit(ctx context.Context) error {
 		// cannot satisfy) is in the error.
 		return fmt.Errorf("host %s: Slurm refused the allocation: %s: %w", s.cfg.Name, cmd, err)
 	}
-	id, _, _ := strings.Cut(lastLine(out), ";")
+	id, _, _ := strings.Cut(LastLine(out), ";")
 	if _, err := strconv.Atoi(id); err != nil {
 		return fmt.Errorf("host %s: %s: no job id in its output: %q", s.cfg.Name, cmd, out)
 	}
@@ -128,7 +132,7 @@ func (s *Slurm) granted(ctx context.Context) error {
 
 func (s *Slurm) writeRecord() error {
 	data, _ := json.MarshalIndent(s.rec, "", "  ")
-	if err := writeFileAtomic(s.cfg.JobFile, append(data, '\n')); err != nil {
+	if err := durable.WriteFile(s.cfg.JobFile, append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("host %s: record slurm job %s: %w", s.cfg.Name, s.rec.JobID, err)
 	}
 	return nil
@@ -208,7 +212,7 @@ func (s *Slurm) waitRunning(ctx context.Context) error {
 				strings.ToLower(j.state), j.reason, waited.Round(time.Second))
 			said, lastReason = time.Now(), j.reason
 		}
-		if err := sleepCtx(ctx, poll); err != nil {
+		if err := clock.Sleep(ctx, poll); err != nil {
 			return fmt.Errorf("host %s: waiting for slurm job %s: %w", s.cfg.Name, s.rec.JobID, err)
 		}
 		poll = min(poll*3/2, 2*time.Second)
@@ -220,7 +224,7 @@ func (s *Slurm) waitRunning(ctx context.Context) error {
 // it takes its first cfg.Nodes nodes; otherwise the job must have exactly
 // that many.
 func (s *Slurm) findNodes(ctx context.Context, inside bool) error {
-	out, _, err := s.Host.Run(ctx, "scontrol show hostnames \"$(squeue -h -j "+quote(s.rec.JobID)+" -o %N)\"")
+	out, _, err := s.Host.Run(ctx, "scontrol show hostnames \"$(squeue -h -j "+shquote.Quote(s.rec.JobID)+" -o %N)\"")
 	if err != nil {
 		return err
 	}
@@ -238,7 +242,7 @@ func (s *Slurm) findNodes(ctx context.Context, inside bool) error {
 	}
 	s.rec.Nodes, s.rec.NodeAddrs = nil, nil
 	for _, n := range names {
-		info, _, err := s.Host.Run(ctx, "scontrol -o show node "+quote(n))
+		info, _, err := s.Host.Run(ctx, "scontrol -o show node "+shquote.Quote(n))
 		if err != nil {
 			return err
 		}
@@ -273,7 +277,7 @@ type jobInfo struct {
 // machine's clock: a RUNNING job with none left is listed as
 // stateOverTime.
 func (s *Slurm) query(ctx context.Context, jobID string) (jobInfo, error) {
-	out, stderr, err := s.Host.Run(ctx, "squeue -h -t all -j "+quote(jobID)+" -o '%j|%T|%r|%L'")
+	out, stderr, err := s.Host.Run(ctx, "squeue -h -t all -j "+shquote.Quote(jobID)+" -o '%j|%T|%r|%L'")
 	if err != nil {
 		if strings.Contains(string(stderr), "Invalid job id") {
 			return jobInfo{}, nil
@@ -283,7 +287,7 @@ func (s *Slurm) query(ctx context.Context, jobID string) (jobInfo, error) {
 	if strings.TrimSpace(string(out)) == "" {
 		return jobInfo{}, nil
 	}
-	f := strings.SplitN(lastLine(out), "|", 4)
+	f := strings.SplitN(LastLine(out), "|", 4)
 	for len(f) < 4 {
 		f = append(f, "")
 	}
@@ -343,7 +347,7 @@ func parseSlurmDuration(v string) (time.Duration, bool) {
 func (s *Slurm) Alive(ctx context.Context) error {
 	j, err := s.query(ctx, s.rec.JobID)
 	for wait := time.Duration(0); err == nil && (j.state == stateOverTime || j.state == "COMPLETING") && wait < 30*time.Second; wait += 500 * time.Millisecond {
-		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 500*time.Millisecond); err != nil {
 			return err
 		}
 		j, err = s.query(ctx, s.rec.JobID)
@@ -381,7 +385,7 @@ func (s *Slurm) Complete(ctx context.Context) error {
 	if s.cfg.Inside != "" {
 		return nil
 	}
-	signal := "scancel --batch --signal=TERM " + quote(s.rec.JobID)
+	signal := "scancel --batch --signal=TERM " + shquote.Quote(s.rec.JobID)
 	deadline := time.Now().Add(30 * time.Second)
 	var sent time.Time
 	for time.Now().Before(deadline) {
@@ -399,7 +403,7 @@ func (s *Slurm) Complete(ctx context.Context) error {
 			s.ended = true
 			return s.forget()
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -428,7 +432,7 @@ func (s *Slurm) release(ctx context.Context) error {
 	if s.rec.JobID == "" || s.cfg.Inside != "" || s.ended {
 		return nil
 	}
-	if _, _, err := s.Host.Run(ctx, "scancel "+quote(s.rec.JobID)); err != nil {
+	if _, _, err := s.Host.Run(ctx, "scancel "+shquote.Quote(s.rec.JobID)); err != nil {
 		return fmt.Errorf("host %s: scancel %s: %w", s.cfg.Name, s.rec.JobID, err)
 	}
 	wait := 20 * time.Millisecond
@@ -440,7 +444,7 @@ func (s *Slurm) release(ctx context.Context) error {
 		if j.state != "RUNNING" && !pending(j.state) && j.state != "COMPLETING" && j.state != "SUSPENDED" && j.state != stateOverTime {
 			break
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := clock.Sleep(ctx, wait); err != nil {
 			return fmt.Errorf("host %s: slurm job %s still %s after scancel: %w", s.cfg.Name, s.rec.JobID, j.state, err)
 		}
 		wait = min(2*wait, 500*time.Millisecond)

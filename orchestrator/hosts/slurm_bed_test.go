@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/clock"
 	"github.com/mbench/mbench/orchestrator/hosts/netnstest"
+	"github.com/mbench/mbench/shquote"
 )
 
 // These tests run on the namespace test bed's Slurm cluster (.ci/netns-up.sh):
@@ -38,7 +40,7 @@ func bedAllocation(t *testing.T, ctx context.Context) (*netnstest.Bed, *Slurm) {
 func waitLog(t *testing.T, ctx context.Context, p Process, want string) {
 	t.Helper()
 	for !strings.Contains(p.LogTail(ctx, 50), want) {
-		if sleepCtx(ctx, 20*time.Millisecond) != nil {
+		if clock.Sleep(ctx, 20*time.Millisecond) != nil {
 			t.Fatalf("log never showed %q:\n%s", want, p.LogTail(ctx, 50))
 		}
 	}
@@ -107,7 +109,7 @@ func TestBedSlurmStop(t *testing.T) {
 
 	file := filepath.Join(t.TempDir(), "orphan")
 	leaves := testSpec(t, "engine-c-1", `( setsid sleep 1000 & echo $! > "$0" ); echo mbench-up; exec sleep 1000`)
-	leaves.Command = "sh -c " + quote(leaves.Command) + " " + quote(file)
+	leaves.Command = "sh -c " + shquote.Quote(leaves.Command) + " " + shquote.Quote(file)
 	leaves.GPUs, leaves.Node = 1, 1
 	p, err = s.Start(ctx, leaves)
 	if err != nil {

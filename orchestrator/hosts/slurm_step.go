@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mbench/mbench/internal/clock"
 	"github.com/mbench/mbench/shquote"
 )
 
@@ -22,7 +23,7 @@ var slurmOwnSteps = []string{"batch", "extern", "interactive"}
 // or of all the steps mbench may cancel for "" (inside an allocation, only
 // those named as mbench names its processes).
 func (s *Slurm) steps(ctx context.Context, name string) ([]string, error) {
-	out, stderr, err := s.Host.Run(ctx, "squeue -h -s -j "+quote(s.rec.JobID)+" -o '%i|%j'")
+	out, stderr, err := s.Host.Run(ctx, "squeue -h -s -j "+shquote.Quote(s.rec.JobID)+" -o '%i|%j'")
 	if err != nil {
 		if strings.Contains(string(stderr), "Invalid job id") {
 			return nil, nil
@@ -82,7 +83,7 @@ func (s *Slurm) waitStepsGone(ctx context.Context, name string, ids []string) er
 		if len(left) == 0 {
 			return nil
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := clock.Sleep(ctx, wait); err != nil {
 			return fmt.Errorf("host %s: slurm steps %s still listed by squeue after scancel: %w", s.cfg.Name, strings.Join(left, " "), err)
 		}
 		wait = min(2*wait, 500*time.Millisecond)
@@ -154,7 +155,7 @@ func (s *Slurm) StartOnNode(ctx context.Context, spec ProcSpec) (Process, error)
 	}
 	inner := spec
 	inner.Command = "rm -f " + quotePath(nodePid) + " && exec " + shquote.Join(s.cfg.OverlapArgs(s.rec.JobID, node, spec.Name)) +
-		" sh -c " + quote(nodeTask(spec.Command, nodePid))
+		" sh -c " + shquote.Quote(nodeTask(spec.Command, nodePid))
 	p, err := s.Host.Start(ctx, inner)
 	if err != nil {
 		return nil, err
@@ -313,5 +314,5 @@ while [ "$mb_i" -lt 100 ]; do
 	sleep 0.1; mb_i=$((mb_i+1))
 done
 echo "mbench-survivors $mb_tl"
-`, quote(tag), graceTicks(grace))
+`, shquote.Quote(tag), graceTicks(grace))
 }

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/clock"
 	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
-
 	"github.com/mbench/mbench/shquote"
 )
 
@@ -26,12 +26,12 @@ func TestSlurmArgs(t *testing.T) {
 	c := SlurmConfig{JobName: "mbench-x", TimeLimit: "1:00:00", Partition: "gpu", Account: "acc", Constraint: "h100",
 		GPUsPerNode: 8, CPUsPerStep: 4, Steps: 2, Options: []string{"--qos=high"}, StepOptions: []string{"--mem=0"}}
 	for _, tc := range []struct{ got, want string }{
-		{c.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=mbench-x --nodes=1 --time=1:00:00 --ntasks=2 --cpus-per-task=4 --partition=gpu --account=acc --constraint=h100 --gres=gpu:8 --output=/dev/null --qos=high " + quote("--wrap="+holderScript)},
+		{c.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=mbench-x --nodes=1 --time=1:00:00 --ntasks=2 --cpus-per-task=4 --partition=gpu --account=acc --constraint=h100 --gres=gpu:8 --output=/dev/null --qos=high " + shquote.Quote("--wrap="+holderScript)},
 		{c.StepCommand("12", "n1", "engine-c-0", 4, "serve 'a b'"), `srun --jobid=12 --job-name=engine-c-0 --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=gpu:4 --mem=0 sh -c 'serve '\''a b'\'''`},
 		{c.StepCommand("12", "n1", "router-c", 0, "r"), "srun --jobid=12 --job-name=router-c --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=none --overlap --mem=0 sh -c r"},
-		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1 --output=/dev/null " + quote("--wrap="+holderScript)},
+		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1 --output=/dev/null " + shquote.Quote("--wrap="+holderScript)},
 		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00", Nodes: 3, Steps: 2, GPUsPerNode: 8, Mem: "0", Exclusive: true}.SbatchCommand(),
-			"sbatch --parsable --no-requeue --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --mem=0 --exclusive --gres=gpu:8 --output=/dev/null " + quote("--wrap="+holderScript)},
+			"sbatch --parsable --no-requeue --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --mem=0 --exclusive --gres=gpu:8 --output=/dev/null " + shquote.Quote("--wrap="+holderScript)},
 		{shquote.Join(SlurmConfig{GPUsPerNode: 8}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
 	} {
 		if tc.got != tc.want {
@@ -77,7 +77,7 @@ func TestSlurmSteps(t *testing.T) {
 	for i, p := range procs {
 		m := re.FindStringSubmatch(p.LogTail(ctx, 5))
 		for ; m == nil; m = re.FindStringSubmatch(p.LogTail(ctx, 5)) {
-			if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			if err := clock.Sleep(ctx, 20*time.Millisecond); err != nil {
 				t.Fatalf("step %d printed no GPUs: %s", i, p.LogTail(ctx, 5))
 			}
 		}
@@ -110,11 +110,11 @@ func TestSlurmSteps(t *testing.T) {
 	}
 	probeRE := regexp.MustCompile(`probe-gpus=(\S+)`)
 	for m := probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)); m == nil || m[1] != all; m = probeRE.FindStringSubmatch(pr.LogTail(ctx, 5)) {
-		if m != nil || sleepCtx(ctx, 20*time.Millisecond) != nil {
+		if m != nil || clock.Sleep(ctx, 20*time.Millisecond) != nil {
 			t.Fatalf("probe step saw GPUs %q, want the allocation's %s: %s", m, all, pr.LogTail(ctx, 5))
 		}
 	}
-	if out, _, err := s.RunOnNodeGPUs(ctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES"); err != nil || lastLine(out) != all {
+	if out, _, err := s.RunOnNodeGPUs(ctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES"); err != nil || LastLine(out) != all {
 		t.Errorf("a gate read step saw GPUs %q (%v), want the allocation's %s", out, err, all)
 	}
 	if err := pr.Stop(ctx, 2*time.Second); err != nil {
@@ -184,14 +184,14 @@ func TestSlurmOverSSH(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, err := p.(NodeProcess).NodePid(ctx); err != nil; _, err = p.(NodeProcess).NodePid(ctx) {
-		if sleepCtx(ctx, 20*time.Millisecond) != nil {
+		if clock.Sleep(ctx, 20*time.Millisecond) != nil {
 			t.Fatalf("the step's node pid never came through the login machine: %v", err)
 		}
 	}
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
 	out, stderr, err := s.RunOnNodeGPUs(rctx, 0, "gate-c", "echo $CUDA_VISIBLE_DEVICES")
 	rcancel()
-	if all := allocGPUs(t, s.JobID()); err != nil || lastLine(out) != all {
+	if all := allocGPUs(t, s.JobID()); err != nil || LastLine(out) != all {
 		t.Errorf("a GPU read step over ssh: %q %q %v, want the allocation's %s", out, stderr, err, all)
 	}
 	if err := p.Stop(ctx, 2*time.Second); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/mbench/mbench/shquote"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -25,13 +26,13 @@ func (t *sshTransport) exec(ctx context.Context, cmd string, stdin io.Reader, st
 	var stdinW io.WriteCloser
 	var full, script string
 	if stdin == nil {
-		script = "set -- " + quote(cmd) + "\n" + runWrapper + "\n"
+		script = "set -- " + shquote.Quote(cmd) + "\n" + runWrapper + "\n"
 		full = evalStdin(len(script))
 		if stdinW, err = s.StdinPipe(); err != nil {
 			return err
 		}
 	} else {
-		full = "sh -c " + quote(cmd)
+		full = "sh -c " + shquote.Quote(cmd)
 		s.Stdin = stdin
 	}
 	s.Stdout, s.Stderr = stdout, stderr

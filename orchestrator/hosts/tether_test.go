@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+	"github.com/mbench/mbench/shquote"
 )
 
 // TestKill9OfMbench kills -9 a child process that started an engine (as a
@@ -28,7 +29,7 @@ func TestKill9OfMbench(t *testing.T) {
 			escaped := filepath.Join(t.TempDir(), "escaped")
 			env := []string{"MBENCH_HOSTS_CHILD=1", "CHILD_STATE=" + spec.StateDir}
 			if k == "sshd-escaped" {
-				env = append(env, "CHILD_CMD=sh -c "+quote(`( setsid sleep 1000 & echo $! > "$0" ); sleep 1000`)+" "+quote(escaped))
+				env = append(env, "CHILD_CMD=sh -c "+shquote.Quote(`( setsid sleep 1000 & echo $! > "$0" ); sleep 1000`)+" "+shquote.Quote(escaped))
 			}
 			if strings.HasPrefix(k, "sshd") {
 				s := sshdtest.Start(t)

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package cpupin
+
+import "testing"
+
+func allowed(*testing.T) []int { return nil }

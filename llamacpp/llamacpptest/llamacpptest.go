@@ -1,0 +1,255 @@
+// Package llamacpptest runs llama.cpp's llama-server for tests: it finds the
+// binary that llamacpp/build-llama-server.sh built (or $MBENCH_LLAMA_SERVER),
+// writes a random-weight model, starts the server on a port the kernel
+// picks, waits for it to answer /health with 200, and stops it when the
+// test ends. A test that needs llama-server and finds none is skipped, or
+// fails where MBENCH_REQUIRE_LLAMA_SERVER=1 (CI).
+package llamacpptest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/llamacpp"
+)
+
+// Version is the node-llama-cpp version build-llama-server.sh builds by
+// default, the cache directory Find looks in.
+const Version = "3.21.1"
+
+// Find returns the path of llama-server: $MBENCH_LLAMA_SERVER, else the
+// build cache of llamacpp/build-llama-server.sh
+// ($MBENCH_LLAMA_CACHE or ~/.cache/mbench/llama-server)/Version/bin.
+func Find(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("MBENCH_LLAMA_SERVER")
+	if p == "" {
+		root := os.Getenv("MBENCH_LLAMA_CACHE")
+		if root == "" {
+			cache := os.Getenv("XDG_CACHE_HOME")
+			if cache == "" {
+				home, _ := os.UserHomeDir()
+				cache = filepath.Join(home, ".cache")
+			}
+			root = filepath.Join(cache, "mbench", "llama-server")
+		}
+		p = filepath.Join(root, Version, "bin", "llama-server")
+	}
+	if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+		return p
+	}
+	if os.Getenv("MBENCH_REQUIRE_LLAMA_SERVER") == "1" {
+		t.Fatalf("llamacpptest: no llama-server at %s and MBENCH_REQUIRE_LLAMA_SERVER=1 (run llamacpp/build-llama-server.sh)", p)
+	}
+	t.Skipf("llamacpptest: no llama-server at %s (run llamacpp/build-llama-server.sh, or set MBENCH_REQUIRE_LLAMA_SERVER=1 to fail instead)", p)
+	return ""
+}
+
+var models sync.Map // llamacpp.Model → path (written once per test process)
+
+// Model writes m as a GGUF file once per test process and returns its path
+// (in a directory removed when the process's tests end, see Cleanup).
+func Model(t testing.TB, m llamacpp.Model) string {
+	t.Helper()
+	if p, ok := models.Load(m); ok {
+		return p.(string)
+	}
+	dir, err := modelDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, fmt.Sprintf("model-%d.gguf", time.Now().UnixNano()))
+	if err := m.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	actual, _ := models.LoadOrStore(m, p)
+	return actual.(string)
+}
+
+var (
+	dirOnce sync.Once
+	dirPath string
+	dirErr  error
+)
+
+func modelDir() (string, error) {
+	dirOnce.Do(func() { dirPath, dirErr = os.MkdirTemp("", "llamacpptest-") })
+	return dirPath, dirErr
+}
+
+// Cleanup removes the models Model wrote; call it from TestMain after the
+// tests ran.
+func Cleanup() {
+	if dirPath != "" {
+		os.RemoveAll(dirPath)
+	}
+}
+
+// Server is one running llama-server.
+type Server struct {
+	URL     string // http://127.0.0.1:PORT
+	LogPath string // its stdout and stderr
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// listenRE is llama-server's line once the model is loaded and the port
+// bound (tools/server/server.cpp:515 at 80fb11a: "listening on %s").
+var listenRE = regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
+
+// Start runs bin -m model --host 127.0.0.1 --port 0 --metrics --no-webui
+// args..., waits until it says where it listens and /health answers 200,
+// and stops it (SIGTERM, then SIGKILL) when the test ends.
+func Start(t testing.TB, bin, model string, args ...string) *Server {
+	t.Helper()
+	return StartWith(t, Options{}, bin, model, args...)
+}
+
+// Options change how Start runs the server.
+type Options struct {
+	// Nice runs the server under nice -n Nice: a negative value (as root)
+	// favours it over the other processes of a shared machine, for checks
+	// of its timings against a client's that other tenants' scheduling
+	// delays would blur. Without the privilege it runs at the usual
+	// priority.
+	Nice int
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options, bin, model string, args ...string) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "llama-server.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{"-m", model, "--host", "127.0.0.1", "--port", "0", "--metrics", "--no-webui"}, args...)
+	cmd := exec.Command(bin, argv...)
+	if o.Nice != 0 {
+		cmd = exec.Command("nice", append([]string{"-n", strconv.Itoa(o.Nice), bin}, argv...)...)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(s.done) }()
+	t.Cleanup(s.Stop)
+	deadline := time.Now().Add(2 * time.Minute)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		select {
+		case <-s.done:
+			t.Fatalf("llama-server exited while starting (%v):\n%s", cmd.ProcessState, s.LogTail(30))
+		default:
+		}
+		if s.URL == "" {
+			if b, _ := os.ReadFile(logPath); listenRE.Match(b) {
+				s.URL = string(listenRE.FindSubmatch(b)[1])
+			}
+		}
+		if s.URL != "" && healthy(s.URL) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("llama-server not ready after 2 minutes:\n%s", s.LogTail(30))
+		}
+		time.Sleep(wait)
+	}
+}
+
+func healthy(url string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Stop ends the server: SIGTERM, and SIGKILL after 10 s.
+func (s *Server) Stop() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// LogTail is the last n lines of the server's log.
+func (s *Server) LogTail(n int) string {
+	b, _ := os.ReadFile(s.LogPath)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// Timing is one request's timings as llama-server logs them when the slot
+// releases it (tools/server/server-context.cpp:632-651 at 80fb11a,
+// print_timings): the prompt evaluation and the generation, in ms, with
+// their token counts.
+type Timing struct {
+	Task                int
+	PromptMs, EvalMs    float64
+	PromptTokens, Evals int
+}
+
+var (
+	promptRE = regexp.MustCompile(`task (\d+) \| prompt eval time =\s+([\d.]+) ms /\s+(\d+) tokens`)
+	evalRE   = regexp.MustCompile(`task (\d+) \|\s+eval time =\s+([\d.]+) ms /\s+(\d+) tokens`)
+)
+
+// Timings parses every request's timings from a llama-server log.
+func Timings(log []byte) []Timing {
+	byTask := map[string]*Timing{}
+	var order []string
+	sc := bufio.NewScanner(bytes.NewReader(log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := promptRE.FindStringSubmatch(line); m != nil {
+			var tm Timing
+			fmt.Sscan(m[1], &tm.Task)
+			fmt.Sscan(m[2], &tm.PromptMs)
+			fmt.Sscan(m[3], &tm.PromptTokens)
+			byTask[m[1]] = &tm
+			order = append(order, m[1])
+		} else if m := evalRE.FindStringSubmatch(line); m != nil {
+			if tm := byTask[m[1]]; tm != nil {
+				fmt.Sscan(m[2], &tm.EvalMs)
+				fmt.Sscan(m[3], &tm.Evals)
+			}
+		}
+	}
+	out := make([]Timing, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byTask[k])
+	}
+	return out
+}

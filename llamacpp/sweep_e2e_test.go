@@ -1,0 +1,158 @@
+package llamacpp_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/internal/porttest"
+	"github.com/mbench/mbench/llamacpp/llamacpptest"
+	"github.com/mbench/mbench/openloop"
+	"go.yaml.in/yaml/v3"
+)
+
+// testMatrix is matrices/llamacpp.yaml (its configs: 4 slots, 1 slot, 4
+// slots without the prompt cache) made to run here: the built llama-server
+// and a test model, a reserved port block, and sizes held down for CI.
+// edit changes the decoded matrix further.
+func testMatrix(t *testing.T, server, model string, edit func(m map[string]any)) string {
+	t.Helper()
+	b, err := os.ReadFile("../matrices/llamacpp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	e := m["engine"].(map[string]any)
+	cmd := e["command"].(string)
+	if !strings.HasPrefix(cmd, "llama-server ") {
+		t.Fatalf("matrices/llamacpp.yaml: engine.command %q does not start with llama-server", cmd)
+	}
+	e["command"] = server + strings.TrimPrefix(cmd, "llama-server")
+	e["model"] = model
+	e["port"], _ = strconv.Atoi(porttest.Base(t))
+	// A drain long enough that a run on an overloaded machine finishes
+	// late rather than cutting off the requests the engine still serves.
+	m["measure"] = map[string]any{"warmup_requests": 0, "min_completed": 40, "timeout": "60s", "drain_timeout": "2m"}
+	m["rates"] = []any{6, 16}
+	m["repeat"] = map[string]any{"min": 2, "max": 2, "metric": "ttft_p90"}
+	if edit != nil {
+		edit(m)
+	}
+	out, err := yaml.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "llamacpp.yaml")
+	if err := os.WriteFile(p, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSweepAgainstLlamaServer runs matrices/llamacpp.yaml's three configs
+// at 6 and 16 req/s for two blocks against real llama-servers and holds
+// every run to what the engine says: no request lost; the prefix cache's
+// hits and lookups from its /metrics equal the sum of the responses'
+// usage (cached_tokens over prompt tokens), recounted here from
+// requests.jsonl; no hit with --no-cache-prompt, most of the shared
+// prefixes hit with it on; one slot queues requests (requests_deferred)
+// where four run several at once (requests_processing); the report names
+// the engine and its version and says once that it writes no step log; and
+// no llama-server is left when the sweep ends.
+func TestSweepAgainstLlamaServer(t *testing.T) {
+	bin := llamacpptest.Find(t)
+	mdl := model(t)
+	mat := testMatrix(t, bin, mdl, nil)
+	out := filepath.Join(t.TempDir(), "sweep")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	code, log := mbench(t, ctx, "run", mat, "--out", out)
+	t.Logf("sweep: exit %d after %v", code, time.Since(start).Round(time.Second))
+	if code != 0 && code != 3 {
+		t.Fatalf("mbench run exit %d:\n%s", code, log)
+	}
+	if left := serving(mdl); len(left) > 0 {
+		t.Errorf("llama-server pids %v still serving after the sweep ended", left)
+	}
+	runs, _ := filepath.Glob(filepath.Join(out, "runs", "*", "b*"))
+	if len(runs) != 12 {
+		t.Fatalf("%d run directories, want 3 configs × 2 rates × 2 blocks:\n%s", len(runs), log)
+	}
+	var maxWaitNp1, maxRunNp4 float64
+	for _, dir := range runs {
+		s := readSummary(t, dir)
+		where := s.Config + " at " + formatRate(s.Rate) + " (" + filepath.Base(filepath.Dir(dir)) + "/" + filepath.Base(dir) + ")"
+		recs := readRecords(t, dir)
+		if f := failures(recs); f != "" {
+			t.Errorf("%s: %s", where, f)
+		}
+		var cached, prompt int64
+		for _, r := range recs {
+			if r.Phase == openloop.PhaseMeasure && r.OK() && r.CachedTokens != nil {
+				cached += int64(*r.CachedTokens)
+				prompt += int64(r.InputTokens)
+			}
+		}
+		pc, rc := s.PrefixCache, s.ResponseCache
+		if s.Engine != "llamacpp" || pc == nil || rc == nil {
+			t.Fatalf("%s: engine %q, prefix_cache %v, response_cache %v", where, s.Engine, pc, rc)
+		}
+		if rc.CachedTokens != cached || rc.PromptTokens != prompt {
+			t.Errorf("%s: response_cache %d/%d, requests.jsonl says %d/%d", where, rc.CachedTokens, rc.PromptTokens, cached, prompt)
+		}
+		if pc.Hits != float64(cached) || pc.Queries != float64(prompt) {
+			t.Errorf("%s: /metrics hits %v of %v prompt tokens, the responses %d of %d", where, pc.Hits, pc.Queries, cached, prompt)
+		}
+		if pc.KVUsage != nil {
+			t.Errorf("%s: kv_usage %+v, but llama-server exports no KV-usage gauge", where, pc.KVUsage)
+		}
+		switch s.Config {
+		case "np4_nocache":
+			if pc.Hits != 0 || pc.Queries == 0 {
+				t.Errorf("%s: %v hits of %v with the prompt cache off", where, pc.Hits, pc.Queries)
+			}
+		default:
+			if pc.HitRate < 0.5 {
+				t.Errorf("%s: hit rate %.3f; 192 of 256 tokens are one of 4 shared prefixes", where, pc.HitRate)
+			}
+		}
+		if s.Config == "np1" {
+			maxWaitNp1 = max(maxWaitNp1, pc.Waiting.Max)
+			if pc.Running.Max > 1 {
+				t.Errorf("%s: %v requests processing on one slot", where, pc.Running.Max)
+			}
+		}
+		if s.Config == "np4" {
+			maxRunNp4 = max(maxRunNp4, pc.Running.Max)
+		}
+	}
+	if maxWaitNp1 < 1 || maxRunNp4 < 2 {
+		t.Errorf("one slot never had a request deferred (max %v), or four never ran two at once (max %v)", maxWaitNp1, maxRunNp4)
+	}
+	rep, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| engine (from runs) | llamacpp (llama.cpp llama-server) |", "| engine_version | b1-80fb11a |",
+		"llama.cpp llama-server writes no per-step log (engine_step.jsonl)"} {
+		if !strings.Contains(string(rep), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	if n := strings.Count(string(rep), "per-step log"); n != 1 {
+		t.Errorf("report.md mentions the missing step log %d times, want once", n)
+	}
+	if mlog, _ := os.ReadFile(filepath.Join(out, "mbench.log")); strings.Contains(string(mlog), "step log") {
+		t.Errorf("mbench.log warns about a step log llama-server never writes:\n%s", mlog)
+	}
+}
+
+func formatRate(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) + " req/s" }

@@ -1,0 +1,48 @@
+package results
+
+import (
+	"testing"
+
+	"github.com/mbench/mbench/openloop"
+)
+
+// TestResponseCache sums cached_tokens over the prompt tokens of the
+// measured requests that completed and said it; other phases, failures
+// and requests without the field do not count.
+func TestResponseCache(t *testing.T) {
+	n := func(v int) *int { return &v }
+	recs := []Record{
+		{Phase: openloop.PhaseMeasure, Status: openloop.StatusOK, InputTokens: 256, CachedTokens: n(192)},
+		{Phase: openloop.PhaseMeasure, Status: openloop.StatusOK, InputTokens: 256, CachedTokens: n(0)},
+		{Phase: openloop.PhaseMeasure, Status: openloop.StatusOK, InputTokens: 100},                        // engine did not say
+		{Phase: openloop.PhaseMeasure, Status: openloop.StatusError, InputTokens: 256, CachedTokens: n(9)}, // failed
+		{Phase: openloop.PhaseWarmup, Status: openloop.StatusOK, InputTokens: 256, CachedTokens: n(255)},
+	}
+	rc := summarizeResponseCache(recs)
+	if rc == nil || *rc != (ResponseCache{Requests: 2, CachedTokens: 192, PromptTokens: 512, HitRate: 0.375}) {
+		t.Errorf("response cache %+v", rc)
+	}
+	if rc := summarizeResponseCache(recs[2:3]); rc != nil {
+		t.Errorf("no request said its cached tokens, got %+v", rc)
+	}
+}
+
+// TestEngineNames: the report names llama-server's kind with the engine,
+// keeps vllm's and sim's as recorded, and says "writes no per-step log"
+// only when every cell is of a kind that never writes one.
+func TestEngineNames(t *testing.T) {
+	for kind, want := range map[string]string{"llamacpp": "llamacpp (llama.cpp llama-server)", "vllm": "vllm", "sim": "sim", "external": "external"} {
+		if got := engineLabel(kind); got != want {
+			t.Errorf("engineLabel(%q) = %q, want %q", kind, got, want)
+		}
+	}
+	cell := func(engine string) *cellData { c := &cellData{}; c.Sum.Engine = engine; return c }
+	if got := stepless([]*cellData{cell("llamacpp"), cell("llamacpp")}); got != "llama.cpp llama-server" {
+		t.Errorf("stepless(llamacpp cells) = %q", got)
+	}
+	for _, cs := range [][]*cellData{{cell("vllm")}, {cell("llamacpp"), cell("vllm")}, {cell("")}, {}} {
+		if got := stepless(cs); got != "" {
+			t.Errorf("stepless(%d cells) = %q, want \"\"", len(cs), got)
+		}
+	}
+}
