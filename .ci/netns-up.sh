@@ -13,7 +13,7 @@
 #
 # These are the only non-loopback addresses the tests send to. Everything the
 # tests need to know is in /var/lib/mbench-netns/bed.json (Go:
-# orchestrator/hosts/netnstest). The daemons of a namespace (slurmd, sshd,
+# internal/netnstest). The daemons of a namespace (slurmd, sshd,
 # and so every step and SSH session there) run with its network, a hostname
 # of their own (a UTS namespace) and /etc/netns/NS/{hosts,slurm} mounted on
 # /etc/hosts and /etc/slurm (a mount namespace), so on every namespace host

@@ -19,8 +19,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/llamacpp"
-	"github.com/mbench/mbench/llamacpp/llamacpptest"
 	"github.com/mbench/mbench/openloop"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mbench/mbench/llamacpp/llamacpptest"
+	"github.com/mbench/mbench/internal/llamacpptest"
 )
 
 // lines counts the lines of a file (0 when it does not exist).

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/internal/porttest"
-	"github.com/mbench/mbench/llamacpp/llamacpptest"
 	"github.com/mbench/mbench/openloop"
 	"go.yaml.in/yaml/v3"
 )

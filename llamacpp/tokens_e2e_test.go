@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/llamacpp"
-	"github.com/mbench/mbench/llamacpp/llamacpptest"
 )
 
 // TestTokenIDsAgainstLlamaServer serves a model with a 20,000-token

@@ -18,7 +18,7 @@ import (
 // blocks runs block after block until the stopping rule says stop. A block
 // already recorded in sweep.json (an interrupted one) is always finished
 // first, in its recorded order, so pairing by block holds.
-func (s *Sweep) blocks(ctx context.Context) error {
+func (s *sweep) blocks(ctx context.Context) error {
 	renew := false // the previous block ended per-block allocations
 	for b := 1; ; b++ {
 		blk := s.store.recordedBlock(b)
@@ -58,7 +58,7 @@ func (s *Sweep) blocks(ctx context.Context) error {
 // runCell runs cell in block b unless the journal has it already or the
 // cell was given up (then it journals the skip); the fixed-rate blocks and
 // the capacity search's rounds both run their cells through it.
-func (s *Sweep) runCell(ctx context.Context, cell matrices.Cell, b int, seed int64) error {
+func (s *sweep) runCell(ctx context.Context, cell matrices.Cell, b int, seed int64) error {
 	if err := ctx.Err(); err != nil {
 		return ErrInterrupted
 	}
@@ -89,7 +89,7 @@ func briefReason(why string) string {
 	return first + " … " + last
 }
 
-func (s *Sweep) skipDead(id string, b int, why string) error {
+func (s *sweep) skipDead(id string, b int, why string) error {
 	// A partial directory an interrupted attempt left is kept, moved aside.
 	if err := moveAside(filepath.Join(s.store.dir, "runs", id, "b"+strconv.Itoa(b))); err != nil {
 		return err
@@ -106,7 +106,7 @@ func (s *Sweep) skipDead(id string, b int, why string) error {
 
 // recordStop records why the sweep stopped, and how close it came to its
 // target, in sweep.json.
-func (s *Sweep) recordStop(v plan.View, stop plan.Stop) error {
+func (s *sweep) recordStop(v plan.View, stop plan.Stop) error {
 	conv := plan.Converge(v)
 	s.logf("sweep stopped: %s", strings.TrimSpace(stop.Reason))
 	return s.store.recordStop(&StopRecord{Reason: stop.Reason, Blocks: v.Done, RelHalf: conv.RelHalf, Target: s.m.Repeat.RelCI, Metric: s.m.Repeat.Metric,
@@ -124,7 +124,7 @@ type runOutcome struct {
 // runOne performs one (cell, block) run and journals it. It returns an error
 // only when the sweep must stop (interrupted, disk full); a failed run is an
 // outcome with status "failed".
-func (s *Sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64) (*runOutcome, error) {
+func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64) (*runOutcome, error) {
 	rel := filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
 	dir := filepath.Join(s.store.dir, rel)
 	if err := moveAside(dir); err != nil {

@@ -25,7 +25,7 @@ import (
 // continues where it stopped.
 
 // capacity runs the capacity search to its end.
-func (s *Sweep) capacity(ctx context.Context) error {
+func (s *sweep) capacity(ctx context.Context) error {
 	rc, err := recordedCapacityOf(s.store.state)
 	if err != nil {
 		return err
@@ -78,7 +78,7 @@ func (s *Sweep) capacity(ctx context.Context) error {
 
 // capacityRound runs every probe of a round once in each block, in the
 // order its record gives.
-func (s *Sweep) capacityRound(ctx context.Context, rec plan.Round) error {
+func (s *sweep) capacityRound(ctx context.Context, rec plan.Round) error {
 	missing := 0
 	for _, blk := range rec.Blocks {
 		for _, id := range blk.Order {
@@ -106,7 +106,7 @@ func (s *Sweep) capacityRound(ctx context.Context, rec plan.Round) error {
 
 // capacityCell is the cell of config at rate with the named shape,
 // registered in s.cells.
-func (s *Sweep) capacityCell(config, shape string, rate float64, attempt int) (matrices.Cell, error) {
+func (s *sweep) capacityCell(config, shape string, rate float64, attempt int) (matrices.Cell, error) {
 	for _, sh := range s.m.Shapes {
 		if sh.Name == shape {
 			c, err := s.m.CapacityCell(config, rate, sh, attempt)
@@ -123,7 +123,7 @@ func (s *Sweep) capacityCell(config, shape string, rate float64, attempt int) (m
 // capacityRuns reads the journaled runs of the capacity cells in s.cells;
 // with completeOnly, only probes that have every block journaled (what the
 // plan may depend on).
-func (s *Sweep) capacityRuns(rc *recordedCapacity, completeOnly bool) []results.CapacityRun {
+func (s *sweep) capacityRuns(rc *recordedCapacity, completeOnly bool) []results.CapacityRun {
 	var cells []CellRecord
 	for _, c := range s.store.state.Cells {
 		if _, ok := s.cells[c.ID]; ok {
@@ -186,7 +186,7 @@ func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntr
 }
 
 // recordStop-like end of a capacity search: the stop reason in sweep.json.
-func (s *Sweep) recordCapacityStop(rc *recordedCapacity, rep results.CapacityReport) error {
+func (s *sweep) recordCapacityStop(rc *recordedCapacity, rep results.CapacityReport) error {
 	var parts []string
 	for _, sr := range rep.Searches {
 		_, note := plan.Search(rc.Capacity, &sr)

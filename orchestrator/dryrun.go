@@ -12,13 +12,13 @@ import (
 	"github.com/mbench/mbench/shquote"
 )
 
-// DryRun prints, per config and host, the exact command lines a sweep of m
+// dryRun prints, per config and host, the exact command lines a sweep of m
 // would start, each with the environment it gets (secret values as ***),
 // the sweep's state directory on the host and how readiness is checked. It
 // connects to nothing and runs nothing. Remote paths keep a leading ~ (the
 // host's $HOME, learnt only on connecting); the sweep id is known when
 // opts.Out is set.
-func DryRun(m *matrices.Matrix, opts Options) error {
+func dryRun(m *matrices.Matrix, opts Options) error {
 	w := opts.Stdout
 	if w == nil {
 		w = io.Discard

@@ -12,7 +12,7 @@ import (
 // for each, where its engines' pidfiles are on each host it uses.
 var live struct {
 	sync.Mutex
-	sweeps map[*Sweep][]pidDir
+	sweeps map[*sweep][]pidDir
 }
 
 // pidDir is a host's pidfile directory of one sweep, with the sweep's marker.
@@ -25,7 +25,7 @@ type pidDir struct {
 // register records (on) or forgets the sweep's pidfile directories. It runs
 // after prepareHosts has connected every host the sweep uses, so the list is
 // fixed from then on and EmergencyStop needs nothing else of the sweep.
-func (s *Sweep) register(on bool) {
+func (s *sweep) register(on bool) {
 	var dirs []pidDir
 	if on {
 		for _, name := range s.m.HostOrder {
@@ -37,7 +37,7 @@ func (s *Sweep) register(on bool) {
 	live.Lock()
 	defer live.Unlock()
 	if live.sweeps == nil {
-		live.sweeps = map[*Sweep][]pidDir{}
+		live.sweeps = map[*sweep][]pidDir{}
 	}
 	if on {
 		live.sweeps[s] = dirs

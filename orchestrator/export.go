@@ -49,7 +49,7 @@ func ExportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
 	}
-	lock, err := LockDir(dir)
+	lock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +73,7 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 	if err != nil {
 		return nil, err
 	}
-	entries, _, err := ReadJournal(dir)
+	entries, _, err := readJournal(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ type ledger struct {
 // line torn by a crash) and replays it, so a resumed sweep knows what is
 // done and which cells it had given up on.
 func openLedger(dir string, failLimit int) (*ledger, error) {
-	entries, torn, err := ReadJournal(dir)
+	entries, torn, err := readJournal(dir)
 	if err != nil {
 		return nil, err
 	}

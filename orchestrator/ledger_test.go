@@ -51,7 +51,7 @@ func TestLedger(t *testing.T) {
 	}
 	// A crash tore the journal's last line: reopening repairs it and
 	// replays the same state.
-	f, err := os.OpenFile(filepath.Join(dir, JournalFile), os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(dir, journalFile), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestLedger(t *testing.T) {
 	if len(l2.runs) != len(steps) || l2.deadReason("a") != "failed reason" || l2.fails["a"] != l.fails["a"] || l2.done("b", 2) {
 		t.Errorf("replayed ledger: %d runs, dead %v, fails %v; want %d runs and the same state", len(l2.runs), l2.dead, l2.fails, len(steps))
 	}
-	entries, torn, err := ReadJournal(dir)
+	entries, torn, err := readJournal(dir)
 	if err != nil || torn || len(entries) != len(steps) {
 		t.Errorf("journal after reopening: %d entries, torn %v, %v", len(entries), torn, err)
 	}

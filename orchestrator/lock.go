@@ -16,12 +16,12 @@ import (
 // LockFile is the name of the lock of a results directory.
 const LockFile = ".mbench.lock"
 
-// DirLock is the exclusive hold of one process on a results directory: run,
+// dirLock is the exclusive hold of one process on a results directory: run,
 // resume and export take it, so two processes never write one sweep. It is
 // a flock(2) on LockFile, which the kernel drops when the process dies (kill
 // -9 included): a lock left by a dead process is free, and its holder record
 // is overwritten by the next taker.
-type DirLock struct {
+type dirLock struct {
 	f *os.File
 }
 
@@ -49,10 +49,10 @@ func (e *LockedError) Error() string {
 		e.Dir, h.PID, h.Host, h.Since.Local().Format(time.DateTime), h.Command)
 }
 
-// LockDir takes the exclusive lock of the results directory dir, which must
+// lockDir takes the exclusive lock of the results directory dir, which must
 // exist. It fails at once with a *LockedError naming the holder when another
 // process has it.
-func LockDir(dir string) (*DirLock, error) {
+func lockDir(dir string) (*dirLock, error) {
 	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -88,11 +88,11 @@ func LockDir(dir string) (*DirLock, error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt(append(rec, '\n'), 0)
 	}
-	return &DirLock{f: f}, nil
+	return &dirLock{f: f}, nil
 }
 
 // Unlock releases the lock; the file stays.
-func (l *DirLock) Unlock() {
+func (l *dirLock) Unlock() {
 	if l == nil || l.f == nil {
 		return
 	}

@@ -13,7 +13,7 @@ import (
 // is taken as soon as it is released; temporary files are cleaned.
 func TestLockDir(t *testing.T) {
 	dir := t.TempDir()
-	a, err := LockDir(dir)
+	a, err := lockDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestLockDir(t *testing.T) {
 	}
 	t0 := time.Now()
 	var le *LockedError
-	if _, err := LockDir(dir); !errors.As(err, &le) || le.Holder.PID != 1 || time.Since(t0) > time.Second {
+	if _, err := lockDir(dir); !errors.As(err, &le) || le.Holder.PID != 1 || time.Since(t0) > time.Second {
 		t.Fatalf("second lock: %v after %v; want a LockedError naming pid 1 at once", err, time.Since(t0))
 	}
 	// Released while the second waits: taken.
@@ -33,7 +33,7 @@ func TestLockDir(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		b, err := LockDir(dir)
+		b, err := lockDir(dir)
 		if err == nil {
 			b.Unlock()
 		}

@@ -15,7 +15,7 @@ import (
 // execute runs the sweep the store records — blocks until the stopping
 // rule says stop, or a capacity search's rounds — then exports. req is what
 // every request carries.
-func (s *Sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, error) {
+func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, error) {
 	s.assemble(req)
 	if err := s.store.openJournal(s.opts.FailLimit); err != nil {
 		return nil, err
@@ -86,7 +86,7 @@ func (s *Sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, er
 // teardown stops the engines and closes the hosts. After an interrupt it is
 // bounded (the user was promised a prompt exit): the SIGTERM grace is cut so
 // that SIGKILL and its check still fit in interruptTeardown.
-func (s *Sweep) teardown(ctx context.Context) error {
+func (s *sweep) teardown(ctx context.Context) error {
 	tctx := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
@@ -99,11 +99,11 @@ func (s *Sweep) teardown(ctx context.Context) error {
 // interruptTeardown bounds the engine teardown after Ctrl-C.
 const interruptTeardown = 7 * time.Second
 
-func (s *Sweep) interrupted() error {
+func (s *sweep) interrupted() error {
 	return fmt.Errorf("%w; engines stopped; continue with: %s", ErrInterrupted, s.resumeHint())
 }
 
-func (s *Sweep) resumeHint() string {
+func (s *sweep) resumeHint() string {
 	if s.opts.ResumeHint != "" {
 		return s.opts.ResumeHint
 	}

@@ -60,7 +60,7 @@ func loopOpts(out string, f measurer) Options {
 // journalOf reads out's journal: its entries in file order.
 func journalOf(t *testing.T, out string) []JournalEntry {
 	t.Helper()
-	entries, torn, err := ReadJournal(out)
+	entries, torn, err := readJournal(out)
 	if err != nil || torn {
 		t.Fatalf("journal: torn %v, %v", torn, err)
 	}

@@ -28,11 +28,11 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 		return nil, err
 	}
 	if opts.DryRun {
-		return nil, DryRun(m, opts)
+		return nil, dryRun(m, opts)
 	}
 	out := opts.Out
 	if out == "" {
-		out = DefaultOut(m.Name, time.Now())
+		out = defaultOut(m.Name, time.Now())
 	}
 	abs, err := filepath.Abs(out)
 	if err != nil {
@@ -47,7 +47,7 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("create results directory: %w", err)
 	}
-	lock, err := LockDir(abs)
+	lock, err := lockDir(abs)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 	if _, err := os.Stat(abs); err != nil {
 		return nil, fmt.Errorf("resume: %w", err)
 	}
-	lock, err := LockDir(abs)
+	lock, err := lockDir(abs)
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 // viewSweep is a sweep of testdata/two-configs.yaml in a temporary directory whose journal
 // holds blocks 1..len(status) of every cell, each run's ttft_p90 its block
 // number, with the given verdicts.
-func viewSweep(t *testing.T, status ...results.Verdict) *Sweep {
+func viewSweep(t *testing.T, status ...results.Verdict) *sweep {
 	t.Helper()
 	m, err := matrices.Load("testdata/two-configs.yaml")
 	if err != nil {

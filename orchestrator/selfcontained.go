@@ -72,7 +72,7 @@ func resumeMatrix(dir string, st *SweepState, override string) (*matrices.Matrix
 // is moved aside, so the sweep redoes it. redo names those runs, each with
 // what was wrong.
 func (st *store) verifyRuns() (redo []string, err error) {
-	entries, torn, err := ReadJournal(st.dir)
+	entries, torn, err := readJournal(st.dir)
 	if err != nil {
 		return nil, err
 	}

@@ -307,7 +307,7 @@ func (f *fleet) nodeOf(host string, i int) (name, addr string, ok bool) {
 // Slurm records the job COMPLETED (closing the hosts without it cancels
 // them). A failure to complete is said, not fatal: the allocation is then
 // cancelled when the hosts close.
-func (s *Sweep) completeAllocations(ctx context.Context) {
+func (s *sweep) completeAllocations(ctx context.Context) {
 	var done []hosts.NodeHost
 	for _, name := range s.m.HostOrder {
 		if h, ok := s.fleet.connected(name); ok {

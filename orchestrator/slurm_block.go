@@ -29,7 +29,7 @@ func (f *fleet) perBlockHosts() []string {
 // endBlockAllocations stops the running engines and ends the allocation of
 // every connected per-block host, after a block: COMPLETED, as the block is.
 // ended reports whether it ended any: the next block then renews them.
-func (s *Sweep) endBlockAllocations(ctx context.Context, block int) (ended bool, err error) {
+func (s *sweep) endBlockAllocations(ctx context.Context, block int) (ended bool, err error) {
 	var names []string
 	for _, name := range s.fleet.perBlockHosts() {
 		if _, ok := s.fleet.connected(name); ok {
@@ -59,7 +59,7 @@ func (s *Sweep) endBlockAllocations(ctx context.Context, block int) (ended bool,
 // renewAllocations, before a block, gets new allocations for the hosts
 // whose allocations the previous block ended, and re-measures the gate's
 // idle baseline on their nodes.
-func (s *Sweep) renewAllocations(ctx context.Context) error {
+func (s *sweep) renewAllocations(ctx context.Context) error {
 	if err := s.fleet.prepare(ctx); err != nil {
 		return fmt.Errorf("new slurm allocation for the block: %w", err)
 	}

@@ -15,15 +15,15 @@ import (
 	"github.com/mbench/mbench/results"
 )
 
-// SweepFile is the name of the sweep record inside a results directory.
-const SweepFile = "sweep.json"
+// sweepFile is the name of the sweep record inside a results directory.
+const sweepFile = "sweep.json"
 
 // DesignWilliams is sweep.json's design kind (design.kind) of a randomized
 // sweep: Williams squares taken as mirror-image pairs of blocks.
 const DesignWilliams = plan.DesignWilliams
 
-// JournalFile is the name of the append-only journal of finished runs.
-const JournalFile = "journal.jsonl"
+// journalFile is the name of the append-only journal of finished runs.
+const journalFile = "journal.jsonl"
 
 // SweepState is the content of sweep.json: everything needed to continue a
 // sweep exactly as planned, and to refuse mixing results from another
@@ -127,18 +127,18 @@ func writeSweep(dir string, st *SweepState) error {
 	st.Updated = time.Now().UTC()
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", SweepFile, err)
+		return fmt.Errorf("encode %s: %w", sweepFile, err)
 	}
-	return durable.WriteFile(filepath.Join(dir, SweepFile), append(data, '\n'), 0o644)
+	return durable.WriteFile(filepath.Join(dir, sweepFile), append(data, '\n'), 0o644)
 }
 
 // ReadSweep reads dir/sweep.json.
 func ReadSweep(dir string) (*SweepState, error) {
-	path := filepath.Join(dir, SweepFile)
+	path := filepath.Join(dir, sweepFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s: not a sweep directory (no %s): %w", dir, SweepFile, err)
+			return nil, fmt.Errorf("%s: not a sweep directory (no %s): %w", dir, sweepFile, err)
 		}
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -149,11 +149,11 @@ func ReadSweep(dir string) (*SweepState, error) {
 	return &st, nil
 }
 
-// ReadJournal reads dir/journal.jsonl. A torn last line (a crash during the
+// readJournal reads dir/journal.jsonl. A torn last line (a crash during the
 // append) is ignored and reported through torn; any other bad line is an
 // error naming the line.
-func ReadJournal(dir string) (entries []JournalEntry, torn bool, err error) {
-	path := filepath.Join(dir, JournalFile)
+func readJournal(dir string) (entries []JournalEntry, torn bool, err error) {
+	path := filepath.Join(dir, journalFile)
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -215,7 +215,7 @@ func appendJournal(dir string, e JournalEntry) error {
 	if err != nil {
 		return fmt.Errorf("encode journal line: %w", err)
 	}
-	path := filepath.Join(dir, JournalFile)
+	path := filepath.Join(dir, journalFile)
 	if err := durable.AppendLine(path, data); err != nil {
 		return fmt.Errorf("append journal %s: %w", path, err)
 	}
@@ -233,5 +233,5 @@ func repairJournal(dir string, entries []JournalEntry) error {
 		}
 		out = append(append(out, b...), '\n')
 	}
-	return durable.WriteFile(filepath.Join(dir, JournalFile), out, 0o644)
+	return durable.WriteFile(filepath.Join(dir, journalFile), out, 0o644)
 }

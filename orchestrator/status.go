@@ -49,7 +49,7 @@ func ReadStatus(dir string) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries, torn, err := ReadJournal(dir)
+	entries, torn, err := readJournal(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -75,8 +75,8 @@ var ErrNoResult = errors.New("cells without a usable run")
 // error text carries the exact resume command.
 var ErrInterrupted = errors.New("sweep interrupted")
 
-// Sweep is one sweep in progress.
-type Sweep struct {
+// sweep is one sweep in progress.
+type sweep struct {
 	opts  Options
 	m     *matrices.Matrix
 	cells map[string]matrices.Cell
@@ -97,7 +97,7 @@ type Sweep struct {
 // of its hosts, the launcher of its engines, the instruments around its runs
 // and the runner of one run, each given what it needs; req is what every
 // request carries.
-func (s *Sweep) assemble(req openloop.Request) {
+func (s *sweep) assemble(req openloop.Request) {
 	st, opts := s.store.state, s.opts
 	s.fleet = newFleet(s.m, s.store.dir, st.SweepID, s.sweepLog, opts)
 	s.engines = &launcher{sweepLog: s.sweepLog, m: s.m, fleet: s.fleet, marker: st.SweepID, seed: st.Seed, selfEnv: opts.SelfEnv}
@@ -110,7 +110,7 @@ func (s *Sweep) assemble(req openloop.Request) {
 	}
 }
 
-func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
+func newSweep(m *matrices.Matrix, dir string, opts Options) *sweep {
 	if opts.Stdout == nil {
 		opts.Stdout = io.Discard
 	}
@@ -120,7 +120,7 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	if opts.FailLimit <= 0 {
 		opts.FailLimit = 3
 	}
-	s := &Sweep{opts: opts, m: m, cells: map[string]matrices.Cell{},
+	s := &sweep{opts: opts, m: m, cells: map[string]matrices.Cell{},
 		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
@@ -128,8 +128,8 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *Sweep {
 	return s
 }
 
-// DefaultOut is the default results directory of a matrix.
-func DefaultOut(name string, now time.Time) string {
+// defaultOut is the default results directory of a matrix.
+func defaultOut(name string, now time.Time) string {
 	return filepath.Join("results", name+"-"+now.UTC().Format("20060102T150405Z"))
 }
 
@@ -139,7 +139,7 @@ func sweepID(name, absDir string) string {
 }
 
 // closeAll tears down the running engines and closes every host connection.
-func (s *Sweep) closeAll(ctx context.Context) error {
+func (s *sweep) closeAll(ctx context.Context) error {
 	err := s.engines.stop(ctx)
 	s.fleet.close()
 	s.sweepLog.close()

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mbench/mbench/results/chromiumtest"
+	"github.com/mbench/mbench/internal/chromiumtest"
 )
 
 // The plot geometry of report.js (W, H, M there): the plotting area is

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mbench/mbench/results/chromiumtest"
+	"github.com/mbench/mbench/internal/chromiumtest"
 )
 
 // urlRE finds anything in a page that names another resource.

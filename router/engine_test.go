@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mbench/mbench/simengine/simtest"
+	"github.com/mbench/mbench/internal/simtest"
 )
 
 func breakdown(t *testing.T, u string) Breakdown {

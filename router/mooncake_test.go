@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/simtest"
 	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/simengine"
-	"github.com/mbench/mbench/simengine/simtest"
 )
 
 // mooncakeSims starts n MooncakeConnector sims of role and returns their

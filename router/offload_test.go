@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/simtest"
 	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/simengine"
-	"github.com/mbench/mbench/simengine/simtest"
 )
 
 // heavyFirstTrace is a trace of conversations (with session ids) whose first

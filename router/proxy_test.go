@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mbench/mbench/internal/simtest"
 	"github.com/mbench/mbench/simengine"
-	"github.com/mbench/mbench/simengine/simtest"
 )
 
 // deadURL is a loopback URL nothing listens on (a port the kernel gave and

@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/simtest"
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/simengine"
-	"github.com/mbench/mbench/simengine/simtest"
 )
 
 type traceLine struct {

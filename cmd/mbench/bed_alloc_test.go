@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mbench/mbench/orchestrator/hosts/netnstest"
+	"github.com/mbench/mbench/internal/netnstest"
 )
 
 // The allocation's life on the namespace test bed's cluster (see

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/chromiumtest"
 	"github.com/mbench/mbench/matrices"
-	"github.com/mbench/mbench/results/chromiumtest"
 )
 
 // capacitySim is the simulated engine of the capacity tests: constant

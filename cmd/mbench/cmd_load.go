@@ -17,48 +17,48 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:  "load",
-			Usage: "one open-loop run against any OpenAI-compatible endpoint; writes requests.jsonl and summary_A.json",
-			Flags: append([]cli.Flag{
-				&cli.StringSliceFlag{Name: "url", Usage: "base URL of the endpoint (repeat to round-robin)", Required: true},
-				&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s), or inf: every request at once (a burst; needs --requests); required unless --concurrency"},
-				&cli.IntFlag{Name: "concurrency", Usage: "closed loop: keep N requests in flight, a new one sent as one finishes (instead of --rate)"},
-				&cli.IntFlag{Name: "input", Usage: "prompt length in tokens"},
-				&cli.IntFlag{Name: "output", Usage: "output tokens per request (max_tokens = min_tokens, ignore_eos)"},
-				&cli.IntFlag{Name: "requests", Usage: "measured requests to send"},
-				&cli.DurationFlag{Name: "duration", Usage: "send for this long"},
-				&cli.IntFlag{Name: "min-completed", Usage: "measure until this many requests completed"},
-				&cli.IntFlag{Name: "warmup", Usage: "warmup requests, discarded"},
-				&cli.Int64Flag{Name: "seed", Value: 1, Usage: "workload seed"},
-				&cli.StringFlag{Name: "model", Usage: "model name (default: the first of /v1/models)"},
-				&cli.StringFlag{Name: "token-ids", Usage: "prompt token ids drawn from MIN:MAX (half-open; default: 1000:31000, cut to the vocabulary where /v1/models says its size)"},
-				&cli.StringFlag{Name: "endpoint", Value: string(openloop.EndpointCompletions), Usage: "completions (/v1/completions) | chat (/v1/chat/completions)"},
-				&cli.StringFlag{Name: "arrival", Value: openloop.ArrivalPoisson, Usage: strings.Join(openloop.ArrivalProcesses, " | ")},
-				&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
-				&cli.StringFlag{Name: "ramp", Usage: "ramp the rate up over --ramp-duration: linear | exponential"},
-				&cli.Float64Flag{Name: "ramp-from", Usage: "ramp: the rate at the start (req/s)"},
-				&cli.DurationFlag{Name: "ramp-duration", Usage: "ramp: how long the rate takes to reach --rate"},
-				&cli.BoolFlag{Name: "include-ramp", Usage: "ramp: measure the ramp's requests too (default: phase ramp, not measured)"},
-				&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"},
-				&cli.StringFlag{Name: "dataset", Usage: "prompts from a file, sampled with --seed (--output, when set, overrides its output lengths)"},
-				&cli.StringFlag{Name: "dataset-format", Usage: "sharegpt | jsonl (default: by extension, .json sharegpt, .jsonl jsonl)"},
-				&cli.Float64Flag{Name: "time-scale", Value: 1, Usage: "trace time compression"},
-				&cli.IntFlag{Name: "request-limit", Usage: "trace: at most this many requests"},
-				&cli.IntFlag{Name: "max-inflight-sessions", Usage: "trace: sessions in flight at once (0 = unlimited)"},
-				&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "cap on the measured phase"},
-				&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "wait this long for in-flight requests after sending stops"},
-				&cli.DurationFlag{Name: "request-timeout", Usage: "fail a request (error class timeout) that runs longer than this (0 = none)"},
-				&cli.StringFlag{Name: "request-id-prefix", Usage: "start of every X-Request-Id (default mbench-<random>-)"},
-				&cli.Float64Flag{Name: "max-failed", Value: results.DefaultMaxErrorRate, Usage: "exit 3 when more than this share of the measured requests failed"},
-				&cli.StringFlag{Name: "slo", Usage: "per-request SLO for goodput and SLO attainment in summary_A.json: ttft_ms=MS,tpot_ms=MS,e2el_ms=MS (any subset; vllm's ttft:MS form too)"},
-				&cli.StringFlag{Name: "out", Usage: "directory for requests.jsonl and summary_A.json", Required: true},
-			}, requestFlags()...),
-			Action: loadAction,
-		}
-	})
+// loadCommand is the load command.
+func loadCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "load",
+		Usage: "one open-loop run against any OpenAI-compatible endpoint; writes requests.jsonl and summary_A.json",
+		Flags: append([]cli.Flag{
+			&cli.StringSliceFlag{Name: "url", Usage: "base URL of the endpoint (repeat to round-robin)", Required: true},
+			&cli.Float64Flag{Name: "rate", Usage: "offered request rate (req/s), or inf: every request at once (a burst; needs --requests); required unless --concurrency"},
+			&cli.IntFlag{Name: "concurrency", Usage: "closed loop: keep N requests in flight, a new one sent as one finishes (instead of --rate)"},
+			&cli.IntFlag{Name: "input", Usage: "prompt length in tokens"},
+			&cli.IntFlag{Name: "output", Usage: "output tokens per request (max_tokens = min_tokens, ignore_eos)"},
+			&cli.IntFlag{Name: "requests", Usage: "measured requests to send"},
+			&cli.DurationFlag{Name: "duration", Usage: "send for this long"},
+			&cli.IntFlag{Name: "min-completed", Usage: "measure until this many requests completed"},
+			&cli.IntFlag{Name: "warmup", Usage: "warmup requests, discarded"},
+			&cli.Int64Flag{Name: "seed", Value: 1, Usage: "workload seed"},
+			&cli.StringFlag{Name: "model", Usage: "model name (default: the first of /v1/models)"},
+			&cli.StringFlag{Name: "token-ids", Usage: "prompt token ids drawn from MIN:MAX (half-open; default: 1000:31000, cut to the vocabulary where /v1/models says its size)"},
+			&cli.StringFlag{Name: "endpoint", Value: string(openloop.EndpointCompletions), Usage: "completions (/v1/completions) | chat (/v1/chat/completions)"},
+			&cli.StringFlag{Name: "arrival", Value: openloop.ArrivalPoisson, Usage: strings.Join(openloop.ArrivalProcesses, " | ")},
+			&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b (gaps ~ Gamma(b, 1/(rate·b)))"},
+			&cli.StringFlag{Name: "ramp", Usage: "ramp the rate up over --ramp-duration: linear | exponential"},
+			&cli.Float64Flag{Name: "ramp-from", Usage: "ramp: the rate at the start (req/s)"},
+			&cli.DurationFlag{Name: "ramp-duration", Usage: "ramp: how long the rate takes to reach --rate"},
+			&cli.BoolFlag{Name: "include-ramp", Usage: "ramp: measure the ramp's requests too (default: phase ramp, not measured)"},
+			&cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"},
+			&cli.StringFlag{Name: "dataset", Usage: "prompts from a file, sampled with --seed (--output, when set, overrides its output lengths)"},
+			&cli.StringFlag{Name: "dataset-format", Usage: "sharegpt | jsonl (default: by extension, .json sharegpt, .jsonl jsonl)"},
+			&cli.Float64Flag{Name: "time-scale", Value: 1, Usage: "trace time compression"},
+			&cli.IntFlag{Name: "request-limit", Usage: "trace: at most this many requests"},
+			&cli.IntFlag{Name: "max-inflight-sessions", Usage: "trace: sessions in flight at once (0 = unlimited)"},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "cap on the measured phase"},
+			&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "wait this long for in-flight requests after sending stops"},
+			&cli.DurationFlag{Name: "request-timeout", Usage: "fail a request (error class timeout) that runs longer than this (0 = none)"},
+			&cli.StringFlag{Name: "request-id-prefix", Usage: "start of every X-Request-Id (default mbench-<random>-)"},
+			&cli.Float64Flag{Name: "max-failed", Value: results.DefaultMaxErrorRate, Usage: "exit 3 when more than this share of the measured requests failed"},
+			&cli.StringFlag{Name: "slo", Usage: "per-request SLO for goodput and SLO attainment in summary_A.json: ttft_ms=MS,tpot_ms=MS,e2el_ms=MS (any subset; vllm's ttft:MS form too)"},
+			&cli.StringFlag{Name: "out", Usage: "directory for requests.jsonl and summary_A.json", Required: true},
+		}, requestFlags()...),
+		Action: loadAction,
+	}
+
 }
 
 func loadAction(c *cli.Context) error {

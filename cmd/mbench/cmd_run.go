@@ -12,54 +12,57 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() {
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:      "run",
-			Usage:     "run a sweep of a matrix (or continue one in an existing --out directory)",
-			ArgsUsage: "MATRIX",
-			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "out", Usage: "results directory (default results/<name>-<UTC timestamp>)"},
-				&cli.BoolFlag{Name: "dry-run", Usage: "print the exact commands per host and run nothing"},
-				&cli.BoolFlag{Name: "force", Usage: "mix results even if the environment fingerprint changed"},
-				&cli.BoolFlag{Name: "quiet", Usage: "no progress output"},
-			},
-			Action: func(c *cli.Context) error {
-				if c.NArg() != 1 {
-					return usageError{errors.New("run: want exactly one MATRIX argument")}
-				}
-				opts, err := sweepOptions(c)
-				if err != nil {
-					return err
-				}
-				o, err := orchestrator.Run(c.Context, c.Args().First(), opts)
-				return finishSweep(c, o, err)
-			},
-		}
-	})
-	register(func() *cli.Command {
-		return &cli.Command{
-			Name:      "resume",
-			Usage:     "continue an interrupted sweep exactly as planned",
-			ArgsUsage: "DIR",
-			Flags: []cli.Flag{
-				&cli.BoolFlag{Name: "force", Usage: "mix results even if the environment fingerprint changed"},
-				&cli.BoolFlag{Name: "quiet", Usage: "no progress output"},
-				&cli.StringFlag{Name: "matrix", Usage: "the sweep's matrix file, when it moved or holds secrets (it must be the matrix the sweep ran)"},
-			},
-			Action: func(c *cli.Context) error {
-				if c.NArg() != 1 {
-					return usageError{errors.New("resume: want exactly one DIR argument")}
-				}
-				opts, err := sweepOptions(c)
-				if err != nil {
-					return err
-				}
-				o, err := orchestrator.Resume(c.Context, c.Args().First(), opts)
-				return finishSweep(c, o, err)
-			},
-		}
-	})
+// runCommand is the run command.
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a sweep of a matrix (or continue one in an existing --out directory)",
+		ArgsUsage: "MATRIX",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Usage: "results directory (default results/<name>-<UTC timestamp>)"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the exact commands per host and run nothing"},
+			&cli.BoolFlag{Name: "force", Usage: "mix results even if the environment fingerprint changed"},
+			&cli.BoolFlag{Name: "quiet", Usage: "no progress output"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{errors.New("run: want exactly one MATRIX argument")}
+			}
+			opts, err := sweepOptions(c)
+			if err != nil {
+				return err
+			}
+			o, err := orchestrator.Run(c.Context, c.Args().First(), opts)
+			return finishSweep(c, o, err)
+		},
+	}
+
+}
+
+// resumeCommand is the resume command.
+func resumeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "resume",
+		Usage:     "continue an interrupted sweep exactly as planned",
+		ArgsUsage: "DIR",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "force", Usage: "mix results even if the environment fingerprint changed"},
+			&cli.BoolFlag{Name: "quiet", Usage: "no progress output"},
+			&cli.StringFlag{Name: "matrix", Usage: "the sweep's matrix file, when it moved or holds secrets (it must be the matrix the sweep ran)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{errors.New("resume: want exactly one DIR argument")}
+			}
+			opts, err := sweepOptions(c)
+			if err != nil {
+				return err
+			}
+			o, err := orchestrator.Resume(c.Context, c.Args().First(), opts)
+			return finishSweep(c, o, err)
+		},
+	}
+
 }
 
 func sweepOptions(c *cli.Context) (orchestrator.Options, error) {

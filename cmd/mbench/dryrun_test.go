@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/sshdtest"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
-	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
 	"github.com/mbench/mbench/shquote"
 )
 

@@ -34,14 +34,10 @@ func (e usageError) ExitCode() int { return exitUsage }
 // and flags, so every run (tests call run many times in one process) builds
 // fresh ones. help lists them by name.
 var commands = []func() *cli.Command{
-	validateCommand, statusCommand, exportCommand,
-	simCommand, probeCommand, stepsCommand, traceCommand,
+	validateCommand, runCommand, resumeCommand, statusCommand, exportCommand,
+	loadCommand, simCommand, probeCommand, stepsCommand, traceCommand,
 	benchLoadCommand, benchStubCommand, routerCommand,
 }
-
-// register adds a subcommand defined from an init function (run, resume
-// and load, until they are listed above).
-func register(c func() *cli.Command) { commands = append(commands, c) }
 
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())

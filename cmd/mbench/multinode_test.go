@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mbench/mbench/orchestrator/hosts/netnstest"
+	"github.com/mbench/mbench/internal/netnstest"
 )
 
 // The multi-node tests run on the namespace test bed of .ci/netns-up.sh: a

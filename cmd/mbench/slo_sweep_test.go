@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/chromiumtest"
 	"github.com/mbench/mbench/results"
-	"github.com/mbench/mbench/results/chromiumtest"
 )
 
 // sloSweep spreads E2EL with output lengths from 1 to 60 tokens (1.5 ms a

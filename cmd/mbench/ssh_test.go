@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+	"github.com/mbench/mbench/internal/sshdtest"
 )
 
 // The tests in this file run whole sweeps through `mbench run` against a
-// REAL OpenSSH sshd on 127.0.0.1 (orchestrator/hosts/sshdtest): the
+// REAL OpenSSH sshd on 127.0.0.1 (internal/sshdtest): the
 // simulated engine, the router and the probe run as the remote processes,
 // started from the mbench binary that the sweep uploads. sshdtest skips
 // them without sshd unless MBENCH_REQUIRE_SSHD=1.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+	"github.com/mbench/mbench/internal/sshdtest"
 )
 
 // TestLeftovers: a process whose Host was abandoned without Stop (a killed

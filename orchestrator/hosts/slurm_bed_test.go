@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/clock"
-	"github.com/mbench/mbench/orchestrator/hosts/netnstest"
+	"github.com/mbench/mbench/internal/netnstest"
 	"github.com/mbench/mbench/shquote"
 )
 

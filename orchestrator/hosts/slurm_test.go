@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/clock"
-	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+	"github.com/mbench/mbench/internal/sshdtest"
 	"github.com/mbench/mbench/shquote"
 )
 

@@ -16,11 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/sshdtest"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
-
-	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
 )
 
 // servers: the fast in-process server and the real sshd.

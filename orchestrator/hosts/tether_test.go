@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mbench/mbench/orchestrator/hosts/sshdtest"
+	"github.com/mbench/mbench/internal/sshdtest"
 	"github.com/mbench/mbench/shquote"
 )
 
