@@ -6,7 +6,6 @@ package orchestrator
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -116,7 +115,7 @@ func (s *runner) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd 
 	return nil
 }
 
-// lastStepEndUs is ts_us of the last complete line of p's step log, read
+// lastStepEndUs is ts_us of the last complete record of p's step log, read
 // from its last 8 KiB (0 when there is none), and the log's size.
 func lastStepEndUs(ctx context.Context, p *engineProc) (tsUs, size int64) {
 	n, err := p.host.Size(ctx, p.stepLog)
@@ -127,20 +126,11 @@ func lastStepEndUs(ctx context.Context, p *engineProc) (tsUs, size int64) {
 	if _, err := p.host.Get(ctx, p.stepLog, max(0, n-8<<10), &tail); err != nil {
 		return 0, n
 	}
-	b := tail.Bytes()
-	end := bytes.LastIndexByte(b, '\n')
-	if end < 0 {
+	ts, ok := probes.LastStepEndUs(tail.Bytes())
+	if !ok {
 		return 0, n
 	}
-	b = b[:end]
-	line := b[bytes.LastIndexByte(b, '\n')+1:]
-	var rec struct {
-		TsUs float64 `json:"ts_us"`
-	}
-	if json.Unmarshal(line, &rec) != nil {
-		return 0, n
-	}
-	return int64(rec.TsUs), n
+	return ts, n
 }
 
 // mergeWorkers folds the worker-side get_finished timings that vLLM worker

@@ -117,14 +117,16 @@ func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
 	}
 }
 
-// SummarizeSteps streams an engine_step.jsonl log from r and summarizes the
-// steps with fromUs ≤ ts_us ≤ toUs (0 leaves that side unbounded). It never
-// holds more than one line: memory is bounded whatever the length. Unknown
-// fields are ignored; malformed lines (anywhere in the stream) are counted
-// and skipped. Blank lines are skipped silently. Status lines are kept
-// whatever their ts_us; a GPU line (gpu_us of a batch, written after its
-// step) counts on the path of the step line before it. If w is not nil,
-// every kept line is copied to it verbatim (newline-terminated).
+// SummarizeSteps streams a step log from r — JSONL lines, the plugin's
+// binary records (steps_binary.go), or both — and summarizes the steps
+// with fromUs ≤ ts_us ≤ toUs (0 leaves that side unbounded). It never
+// holds more than one record: memory is bounded whatever the length.
+// Unknown fields are ignored; malformed lines and records (anywhere in the
+// stream) are counted and skipped. Blank lines are skipped silently.
+// Status lines are kept whatever their ts_us; a GPU line or record (gpu_us
+// of a batch, written after its step) counts on the path of the step
+// before it. If w is not nil, every kept record is copied to it as a JSONL
+// line (text lines verbatim), newline-terminated.
 func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.Writer) (StepStats, error) {
 	var (
 		st       StepStats
@@ -139,43 +141,60 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 	if w != nil {
 		bw = bufio.NewWriterSize(w, 1<<16)
 	}
-	lr := newLineReader(r)
+	rr := newRecordReader(r)
+	var text []byte // a binary record's text form, for the copy
 	for lineNo := int64(1); ; lineNo++ {
 		if lineNo%ctxEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return st, err
 			}
 		}
-		line, tooLong, err := lr.next()
+		kind, line, tooLong, err := rr.next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			return st, fmt.Errorf("engine_step.jsonl: read after line %d: %w", lineNo-1, err)
+			if errors.Is(err, errMalformedRecord) {
+				st.malformed(lineNo, err)
+				continue
+			}
+			return st, fmt.Errorf("engine_step.jsonl: read after record %d: %w", lineNo-1, err)
 		}
 		if tooLong {
 			st.malformed(lineNo, fmt.Errorf("line longer than %d bytes", maxLineSize))
 			continue
 		}
-		if len(line) == 0 || (isWS(line[0]) && skipWS(line, 0) == len(line)) {
-			continue
+		var perr error
+		switch kind {
+		case kindText:
+			if len(line) == 0 || (isWS(line[0]) && skipWS(line, 0) == len(line)) {
+				continue
+			}
+			perr = sp.parse(line, &rec)
+		case kindGPU:
+			rr.recordOf(kind, &rec)
+			perr = errNoStepDuration
+		default:
+			rr.recordOf(kind, &rec)
 		}
 		path := lastPath
-		if err := sp.parse(line, &rec); err != nil {
-			if !errors.Is(err, errNoStepDuration) {
-				st.malformed(lineNo, err)
+		if perr != nil {
+			if !errors.Is(perr, errNoStepDuration) {
+				st.malformed(lineNo, perr)
 				continue
 			}
-			if es, ok := parseStatus(line); ok { // kept whatever the window
-				statuses.add(es)
-				if bw != nil {
-					bw.Write(line)
-					bw.WriteByte('\n')
+			if kind == kindText {
+				if es, ok := parseStatus(line); ok { // kept whatever the window
+					statuses.add(es)
+					if bw != nil {
+						bw.Write(line)
+						bw.WriteByte('\n')
+					}
+					continue
 				}
-				continue
 			}
 			if rec.Has&(1<<FieldGPU) == 0 || rec.Has&^(1<<FieldGPU|1<<FieldGPUBatch|1<<FieldPID|1<<FieldBatchQueue) != 0 {
-				st.malformed(lineNo, err)
+				st.malformed(lineNo, perr)
 				continue
 			}
 			if (fromUs != 0 && rec.TsUs < fromUs) || (toUs != 0 && rec.TsUs > toUs) {
@@ -211,6 +230,10 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 			}
 		}
 		if bw != nil {
+			if kind != kindText { // the run directory's copy is JSONL
+				text = AppendStepJSON(text[:0], &rec)
+				line = text
+			}
 			bw.Write(line)
 			if err := bw.WriteByte('\n'); err != nil {
 				return st, fmt.Errorf("copy of step lines: %w", err)

@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"encoding/binary"
 	"io"
 	"math"
 	"math/bits"
@@ -22,6 +23,7 @@ type freshLogReader struct {
 	ts    int64
 	buf   []byte
 	off   int
+	bin   bool // write the plugin's binary step records instead of JSONL lines
 }
 
 func newFreshLogReader(seed uint64, lines int64, path int) *freshLogReader {
@@ -38,7 +40,11 @@ func (g *freshLogReader) Read(p []byte) (int, error) {
 				}
 				return n, nil
 			}
-			g.buf = g.appendLine(g.buf[:0])
+			if g.bin {
+				g.buf = g.appendRecord(g.buf[:0])
+			} else {
+				g.buf = g.appendLine(g.buf[:0])
+			}
 			g.off = 0
 			g.lines--
 		}
@@ -86,6 +92,47 @@ func appendUs(b []byte, ns int64) []byte {
 		return append(b, '.', byte('0'+f/100), byte('0'+f/10%10))
 	}
 	return append(b, '.', byte('0'+f/100), byte('0'+f/10%10), byte('0'+f%10))
+}
+
+// appendRecord writes one binary step record (steps_binary.go) with the
+// values appendLine would write.
+func (g *freshLogReader) appendRecord(b []byte) []byte {
+	bq := g.path == pathBatchQueue || (g.path < 0 && g.n%2 == 0)
+	g.n++
+	var v [stepRecSlots]int64
+	v[slotSched] = g.ns(20e3, 2e6)
+	v[slotMeta] = g.ns(1e3, 80e3)
+	v[slotUpd] = g.ns(30e3, 3e6)
+	v[slotGF] = g.ns(1e3, 50e3)
+	v[slotGPU] = g.ns(200e3, 40e6)
+	launch := g.ns(100e3, 8e6)
+	wait := g.ns(1e3, 30e6) * int64(bits.OnesCount8(uint8(g.rng.Uint32()))&1)
+	un := g.ns(5e3, 400e3)
+	step := v[slotSched] + v[slotUpd] + un
+	v[slotFlags] = hookedSched | hookedExec | hookedUpd | hookedLaunch
+	if bq {
+		v[slotLaunch], v[slotWait] = launch, wait
+		step += launch + wait
+		v[slotFlags] |= flagBatchQueue
+	} else {
+		v[slotExec] = launch + v[slotGPU]
+		step += v[slotExec]
+	}
+	v[slotDur] = step
+	g.ts += step/1000 + int64(g.rng.IntN(50))
+	v[slotTs] = g.ts
+	v[slotBatch] = g.n
+	run := 1 + g.rng.IntN(1024)
+	v[slotRunning], v[slotWaiting] = int64(run), int64(g.rng.IntN(64))
+	v[slotDecode] = int64(run)
+	v[slotTotal] = int64(run + g.rng.IntN(4)*g.rng.IntN(2048))
+	v[slotPID] = 31337
+	b = append(b, recMark, recKindStep, 1, 0)
+	b = binary.LittleEndian.AppendUint32(b, stepRecSlots*8)
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint64(b, uint64(x))
+	}
+	return b
 }
 
 func (g *freshLogReader) appendLine(b []byte) []byte {

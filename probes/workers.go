@@ -86,7 +86,8 @@ func (ws *workerStream) peek(st *MergeStats) (bool, error) {
 	return ws.peeked, nil
 }
 
-// MergeWorkerTimings writes the main step log to w with get_finished_us
+// MergeWorkerTimings writes the main step log (JSONL, binary records or
+// both; written as JSONL) to w with get_finished_us
 // filled in from the worker logs. For each main step, whose interval is
 // (ts_us − step_duration_us, ts_us], it sums each worker pid's
 // get_finished_us with ts_us inside the interval and takes the maximum over
@@ -108,22 +109,32 @@ func MergeWorkerTimings(ctx context.Context, main io.Reader, workers []io.Reader
 		streams[i] = &workerStream{lr: newLineReader(r), idx: i}
 	}
 	bw := bufio.NewWriterSize(w, 1<<16)
-	mr := newLineReader(main)
+	mr := newRecordReader(main)
 	sums := make(map[float64]float64)
 	var rec StepRecord
-	var num []byte
+	var num, text []byte
 	for lineNo := int64(1); ; lineNo++ {
 		if lineNo%ctxEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return st, err
 			}
 		}
-		line, tooLong, err := mr.next()
+		kind, line, tooLong, err := mr.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		if errors.Is(err, errMalformedRecord) {
+			st.MainMalformed++
+			st.Steps++
+			continue
+		}
 		if err != nil {
 			return st, fmt.Errorf("main step log: read after line %d: %w", lineNo-1, err)
+		}
+		if kind != kindText { // a binary record: merged in its JSONL form
+			mr.recordOf(kind, &rec)
+			text = AppendStepJSON(text[:0], &rec)
+			line = text
 		}
 		if perr := ParseStepLine(line, &rec); tooLong || perr != nil {
 			switch {

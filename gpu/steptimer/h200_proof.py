@@ -9,8 +9,10 @@ step and step_with_batch_queue, UniProcExecutor — 0.18.1's one-thread
 hand-off, main's inline AsyncOutputFuture —, the worker and
 GPUModelRunner's execute_model / _model_forward / sample_tokens). Here its
 GPUModelRunner runs a real model on the GPU: ``_model_forward`` is a chain
-of bf16 matrix products (known kernels), inside
-``torch.profiler.record_function("mbench_fwd_<batch>")``; sampling is an
+of bf16 matrix products (known kernels), called inside
+``torch.profiler.record_function("mbench_fwd_<batch>")`` (the range
+encloses the plugin's events, so its own host work is not in gpu_us);
+sampling is an
 argmax whose tokens are copied to the host like vLLM's
 AsyncGPUModelRunnerOutput (a side stream that waits for the default one,
 a non-blocking copy, an event; get_output() synchronizes on it).
@@ -36,7 +38,11 @@ some batches), for each of
 on the batch-queue path (async scheduling) and the step() path, for both
 pinned versions. It also measures the GPU timer's own cost on the engine
 thread (two event records and a queue append per forward), as paired
-chunks with the timer on and off.
+chunks with the timer on and off, and where any excess of gpu_us over the
+kernels lies: per forward from the profiler trace (host time from the
+start-event record to the first launch; launch to kernel start), each case
+again without the profiler, the bare product between two events on an idle
+and a busy GPU, and the engine-thread ns of each CUDA-event call.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ sys.path[:0] = [os.path.join(ROOT, "vllm"), os.path.join(ROOT, "vllm", "tests")]
 from standins import VERSIONS, fake_vllm  # noqa: E402
 from standins import runner as rn  # noqa: E402
 from standins.common import KVTransferConfig, Timings, VllmConfig, spin  # noqa: E402
+from mbench_vllm import steplog  # noqa: E402
 
 US, MS = 1_000, 1_000_000
 torch = None  # imported by main(): the script needs torch with CUDA
@@ -100,9 +107,25 @@ class TorchRunner(rn.GPUModelRunner):
     copy_stream = None
     hidden = None
 
+    def execute_model(self, scheduler_output, intermediate_tensors=None):
+        """runner.GPUModelRunner.execute_model with the profiler's range
+        around the (plugin-wrapped) _model_forward call: the annotation's
+        own host work is outside the plugin's events, so the proof does not
+        measure itself."""
+        if self.execute_model_state is not None:
+            raise RuntimeError("State error: sample_tokens() must be called after execute_model() returns None.")
+        t = self.vllm_config.timings
+        t0 = rn.perf()
+        spin(t.execute)  # preparing the inputs on the CPU
+        t.note("execute", rn.perf() - t0)
+        with self.maybe_get_kv_connector_output(scheduler_output) as kv_connector_output:
+            with torch.profiler.record_function(f"mbench_fwd_{scheduler_output.standin_step}"):
+                self._model_forward(scheduler_output)
+        self.execute_model_state = (scheduler_output, kv_connector_output)
+        return None
+
     def _model_forward(self, scheduler_output=None, **kw):
-        with torch.profiler.record_function(f"mbench_fwd_{scheduler_output.standin_step}"):
-            self.hidden = MODEL()
+        self.hidden = MODEL()  # the forward's first kernel is the product's
         return self.hidden
 
     def sample_tokens(self, grammar_output):
@@ -149,11 +172,13 @@ def load(name: str):
     return Model(6144, 8192, 1), Timings(schedule=2500 * US, execute=500 * US, update=3000 * US)
 
 
-def run(version: str, load_name: str, async_scheduling: bool, steps: int, out_dir: str) -> dict:
+def run(version: str, load_name: str, async_scheduling: bool, steps: int, out_dir: str,
+        profile: bool = True) -> dict:
     global MODEL
     from mbench_vllm import plugin
 
-    log = os.path.join(out_dir, f"steps_{version}_{load_name}_{'bq' if async_scheduling else 'step'}.jsonl")
+    log = os.path.join(out_dir, f"steps_{version}_{load_name}_{'bq' if async_scheduling else 'step'}"
+                       f"{'' if profile else '_noprof'}.steplog")
     if os.path.exists(log):
         os.remove(log)
     os.environ["MBENCH_STEP_LOG"] = log
@@ -167,9 +192,19 @@ def run(version: str, load_name: str, async_scheduling: bool, steps: int, out_di
     for _ in range(10):  # warm-up: cuBLAS handles, the allocator, the events' pool
         eng.step_fn()
     torch.cuda.synchronize()
-    from torch.profiler import ProfilerActivity, profile
+    if not profile:
+        for _ in range(steps):
+            eng.step_fn()
+        torch.cuda.synchronize()
+        eng.model_executor.shutdown()
+        plugin._reset_for_tests()
+        stepl = [d for d in steplog.read(log) if "step_duration_us" in d][5:]
+        g = [d["gpu_us"] for d in stepl if "gpu_us" in d]
+        return {"gpu_us_p50_noprof": statistics.median(g) if g else None, "joined_noprof": len(g)}
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             eng.step_fn()
         torch.cuda.synchronize()
@@ -185,7 +220,7 @@ def run(version: str, load_name: str, async_scheduling: bool, steps: int, out_di
         elif ev.key == "aten::mm":  # every product of every forward
             mm_us = dev
     agg_fwd_us = mm_us / steps  # the second truth: all forwards' product kernels, per forward
-    lines = [json.loads(x) for x in open(log) if x.strip()]
+    lines = steplog.read(log)
     status = [d for d in lines if d.get("status") == "engine"]
     stepl = [d for d in lines if "step_duration_us" in d]
     ratios, pairs = [], []
@@ -216,8 +251,144 @@ def run(version: str, load_name: str, async_scheduling: bool, steps: int, out_di
         "log": os.path.basename(log),
     }
     res["within_5pct"] = sum(abs(x - 1) <= 0.05 for x in ratios) / len(ratios) if ratios else 0.0
+    res["excess_us_p50"] = statistics.median(p[1] - p[2] for p in pairs) if pairs else None
+    res.update(trace_gaps(prof, {p[0] - 1: p[1] for p in pairs}))
     res["pass"] = bool(ratios) and len(ratios) >= 0.8 * steps and abs(med - 1) <= 0.05
     return res
+
+
+def trace_gaps(prof, gpu_by_step: dict) -> dict:
+    """Where gpu_us exceeds the kernel time, from the profiler's trace: per
+    forward (its mbench_fwd_<n> range), the host time from the plugin's
+    start-event record (the range's first cudaEventRecord) to the first
+    kernel launch, and from that launch to the kernel's start on the GPU.
+    p50s in µs; "trace_note" says what was missing."""
+    import tempfile
+
+    try:
+        fd, path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            ev = json.load(f)
+        os.remove(path)
+        ev = ev.get("traceEvents", ev) if isinstance(ev, dict) else ev
+    except Exception as exc:
+        return {"trace_note": f"no trace: {exc!r}"}
+    ranges, rt, kern = [], [], {}
+    for e in ev:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        cat, name = e.get("cat", ""), e.get("name", "")
+        if cat == "user_annotation" and name.startswith("mbench_fwd_"):
+            ranges.append(e)
+        elif cat == "cuda_runtime" or cat == "cuda_driver":
+            rt.append(e)
+        elif cat == "kernel":
+            kern[(e.get("args") or {}).get("correlation")] = e
+    rt.sort(key=lambda e: e["ts"])
+    host, lat, kdur, spans = [], [], [], []
+    import bisect
+
+    starts = [e["ts"] for e in rt]
+    for r in ranges:
+        lo, hi = r["ts"], r["ts"] + r.get("dur", 0)
+        i = bisect.bisect_left(starts, lo)
+        rec = launch = None
+        while i < len(rt) and rt[i]["ts"] <= hi:
+            e = rt[i]
+            if e.get("tid") == r.get("tid"):
+                if rec is None and "EventRecord" in e["name"]:
+                    rec = e
+                elif rec is not None and launch is None and "Launch" in e["name"]:
+                    launch = e
+            i += 1
+        if rec is None or launch is None:
+            continue
+        k = kern.get((launch.get("args") or {}).get("correlation"))
+        host.append(launch["ts"] - (rec["ts"] + rec.get("dur", 0)))
+        if k is not None:
+            lat.append(k["ts"] - launch["ts"])
+            kdur.append(k.get("dur", 0))
+        n = int(r["name"].rsplit("_", 1)[1])
+        if n in gpu_by_step:
+            spans.append(gpu_by_step[n])
+    out = {"trace_forwards": len(ranges), "trace_matched": len(host)}
+    if not host:
+        out["trace_note"] = (f"no cudaEventRecord / kernel launch inside the forward ranges "
+                             f"({len(ranges)} ranges, {len(rt)} runtime calls, {len(kern)} kernels in the trace)")
+        return out
+    out["host_record_to_launch_us_p50"] = statistics.median(host)
+    if lat:
+        out["launch_to_kernel_start_us_p50"] = statistics.median(lat)
+        out["kernel_us_p50"] = statistics.median(kdur)
+    return out
+
+
+def gap_probe(make, n: int = 100) -> dict:
+    """The start gap on an idle GPU with nothing of the plugin's around it:
+    the 1 ms product alone, between two events, after the GPU sat idle
+    (host sleeps 5 ms) and after a long product keeps it busy. idle - busy
+    is what recording the start event before the launch costs on an idle
+    GPU; host_us is the host's time from the start record's return to the
+    product's return (its dispatch and launch)."""
+    m = Model(6144, 8192, 1)
+    filler = Model(8192, 8192, 4)
+    idle, busy, host = [], [], []
+    for i in range(2 * n):
+        torch.cuda.synchronize()
+        is_idle = i % 2 == 0
+        if is_idle:
+            time.sleep(0.005)
+        else:
+            filler()
+        e0, e1 = make(), make()
+        e0.record()
+        t0 = time.perf_counter_ns()
+        m()
+        t1 = time.perf_counter_ns()
+        e1.record()
+        e1.synchronize()
+        if i >= 4:
+            (idle if is_idle else busy).append(e0.elapsed_time(e1) * 1000)
+            if is_idle:
+                host.append((t1 - t0) / 1000)
+    return {"idle_us_p50": statistics.median(idle), "busy_us_p50": statistics.median(busy),
+            "idle_start_cost_us": statistics.median(idle) - statistics.median(busy),
+            "host_dispatch_us_p50": statistics.median(host)}
+
+
+def call_costs(n: int = 20000) -> dict:
+    """Engine-thread CPU per call (ns, thread time) of what a GPU timer can
+    do per forward, on an idle GPU: which part of the timer's cost is what."""
+    from collections import deque
+
+    out = {}
+    tt = time.thread_time_ns
+
+    def per(f, k=n):
+        t0 = tt()
+        for _ in range(k):
+            f()
+        return (tt() - t0) / k
+
+    out["cuda_current_stream"] = per(torch.cuda.current_stream)
+    ce = torch.cuda.Event(enable_timing=True)
+    out["cuda_Event_record"] = per(ce.record)
+    st = torch.cuda.current_stream()
+    out["cuda_Event_record_stream"] = per(lambda: ce.record(st))
+    out["cuda_Event_new"] = per(lambda: torch.cuda.Event(enable_timing=True), 2000)
+    if hasattr(torch, "Event"):
+        te = torch.Event(device="cuda", enable_timing=True)
+        out["torch_Event_record"] = per(te.record)
+        out["torch_Event_query"] = per(te.query)
+        out["torch_Event_new"] = per(lambda: torch.Event(device="cuda", enable_timing=True), 2000)
+    out["cuda_Event_query"] = per(ce.query)
+    d = deque()
+    out["deque_append_pop"] = per(lambda: (d.append(1), d.pop()))
+    out["perf_counter_ns"] = per(time.perf_counter_ns)
+    torch.cuda.synchronize()
+    return out
 
 
 def timer_cost(chunks: int = 20, per: int = 200) -> dict:
@@ -234,6 +405,7 @@ def timer_cost(chunks: int = 20, per: int = 200) -> dict:
     eng = ns.EngineCore(VllmConfig(timings=Timings(), async_scheduling=True, decode=256), ns.Executor, False)
     for _ in range(50):
         eng.step_fn()
+    GPU_API[0] = GPU.api
     on, off = [], []
     for _ in range(chunks):
         for flag, res in ((True, on), (False, off)):
@@ -247,6 +419,13 @@ def timer_cost(chunks: int = 20, per: int = 200) -> dict:
     d = [a - b for a, b in zip(on, off)]
     return {"gpu_timer_engine_thread_us_per_step": statistics.median(d),
             "step_engine_thread_us_timer_off": statistics.median(off)}
+
+
+GPU_API = [""]
+
+
+def _f(x) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
 
 
 def main() -> None:
@@ -266,22 +445,39 @@ def main() -> None:
         for load_name in ("gpu_bound", "cpu_bound"):
             for bq in (True, False):
                 r = run(version, load_name, bq, a.steps, logs)
+                r.update(run(version, load_name, bq, a.steps, logs, profile=False))
                 results.append(r)
                 print(f"{'PASS' if r['pass'] else 'FAIL'} vLLM {version} {r['path']:<11} {load_name:<9} "
                       f"gpu_us p50 {r['gpu_us_p50']:.1f} vs profiler {r['profiler_fwd_us_p50']:.1f} us "
                       f"(ratio p10/p50/p90 {r['ratio_p10']:.4f}/{r['ratio_p50']:.4f}/{r['ratio_p90']:.4f}, "
                       f"{r['within_5pct']:.0%} of batches within 5%, {r['joined']}/{r['steps']} steps joined); step p50 {r['step_us_p50']:.0f} us, "
                       f"wait p50 {r['wait_us_p50']}", flush=True)
+                print(f"     excess gpu_us - profiler p50 {_f(r.get('excess_us_p50'))} us; trace: host from start-event "
+                      f"record to first launch p50 {_f(r.get('host_record_to_launch_us_p50'))} us, launch to kernel "
+                      f"start {_f(r.get('launch_to_kernel_start_us_p50'))} us ({r.get('trace_matched', 0)}/"
+                      f"{r.get('trace_forwards', 0)} forwards{'; ' + r['trace_note'] if r.get('trace_note') else ''}); "
+                      f"gpu_us p50 without the profiler {_f(r.get('gpu_us_p50_noprof'))} us", flush=True)
     cost = timer_cost()
     print(f"GPU timer on the engine thread: {cost['gpu_timer_engine_thread_us_per_step']:.2f} us/step "
-          f"(step {cost['step_engine_thread_us_timer_off']:.1f} us without it)", flush=True)
+          f"(step {cost['step_engine_thread_us_timer_off']:.1f} us without it; events: {GPU_API[0]})", flush=True)
+    from mbench_vllm.gpu import choose_events
+
+    make, api = choose_events(torch)
+    gap = gap_probe(make) if make is not None else {}
+    if gap:
+        print(f"Idle-GPU start gap ({api}, the 1 ms product alone between two events): idle "
+              f"{gap['idle_us_p50']:.1f} us vs busy {gap['busy_us_p50']:.1f} us: the start event on an idle GPU "
+              f"adds {gap['idle_start_cost_us']:.1f} us; host dispatch of the product {gap['host_dispatch_us_p50']:.1f} us",
+              flush=True)
+    costs = call_costs()
+    print("Engine-thread CPU per call (ns): " + ", ".join(f"{k} {v:.0f}" for k, v in costs.items()), flush=True)
     ok = all(r["pass"] for r in results)
     with tarfile.open(os.path.join(a.out, "steps.tar.gz"), "w:gz") as tar:  # one file for all step logs
         for name in sorted(os.listdir(logs)):
             tar.add(os.path.join(logs, name), arcname=name)
     with open(os.path.join(a.out, "proof.json"), "w") as f:
         json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "results": results,
-                   "timer_cost": cost, "all_pass": ok}, f, indent=1)
+                   "timer_cost": cost, "idle_gap": gap, "call_costs_ns": costs, "all_pass": ok}, f, indent=1)
     print("ALL PASS" if ok else "SOME FAILED", flush=True)
     sys.exit(0 if ok else 1)
 

@@ -1,25 +1,34 @@
-"""Per-process step accumulators and the buffered JSONL writers.
+"""Per-process step accumulators and the step log's writers.
 
 Hot path (the engine-core thread): the wrappers in ``hooks`` add
-``perf_counter_ns`` differences to attributes of ``STATE``; at the end of a
-step ``STATE.emit`` queues one small tuple. Formatting, the GPU-event reads
-(``gpu.GPU.resolve``) and ``os.write`` happen in a background thread (every
-0.5 s, in chunks that yield the GIL), at exit, and before a fork — so a step
-pays a few attribute updates and one deque append, not JSON formatting and
-no per-request work.
+``perf_counter_ns`` differences into one preallocated ``array('q')`` of the
+step's record (``State.acc``); at the end of a step the record is copied
+into a preallocated ring (``StepLog``) as the fixed binary record
+``steplog`` describes. No formatting, no allocation and no per-request work
+on the engine thread: a batch of one token per request (pure decode) is
+counted from two lengths; a mixed batch's decode tokens are counted by the
+flusher on the dicts vLLM built (kept until then).
 
-Field semantics (also in README.md):
+The flusher thread (every 0.5 s, or when 64 records wait) converts each
+record's end time to wall-clock µs, reads the completed CUDA events
+(``gpu.GPU.resolve``) and writes their GPU time into the records of their
+batches, then writes the ring's bytes with one ``os.write`` — a few
+hundred ns of GIL per step instead of formatting a JSON line. Status lines
+stay JSON text lines; the worker-side log (other processes) stays JSONL.
 
-* A timer field is written only when its hook is installed in this process
-  *and* the hooked call ran during the step. Absent never means 0.
+Field semantics (also in README.md and ``steplog``):
+
+* A timer is present only when its hook is installed in this process *and*
+  the hooked call ran during the step. Absent never means 0.
 * ``unaccounted_us = step_duration_us - (top-level timers of the path)``
-  (an absent part counts as 0 here: its time is, by definition, unaccounted).
-  ``build_meta_us`` is nested in ``schedule_us`` and ``get_finished_us`` in
-  ``execute_us`` / ``launch_us``; they are never subtracted a second time.
-* ``batch`` names the batch a line's update (and wait, and gpu_us) belongs
-  to; ``gpu_us`` is that batch's GPU time from CUDA events (``gpu``), joined
-  by batch id when the flusher reads the events. A batch whose events
-  complete after its line was written gets a GPU line of its own.
+  (computed by the reader; an absent part counts as 0). ``build_meta_us``
+  is nested in ``schedule_us`` and ``get_finished_us`` in ``execute_us`` /
+  ``launch_us``; they are never subtracted a second time.
+* ``batch`` names the batch a record's update (and wait, and gpu_us)
+  belongs to; ``gpu_us`` is that batch's GPU time from CUDA events
+  (``gpu``), joined by batch id when the flusher reads the events. A batch
+  whose events complete after its record was written gets a GPU record of
+  its own.
 """
 
 from __future__ import annotations
@@ -27,79 +36,35 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import operator
 import os
 import threading
 import time
+from array import array
 from collections import deque
 
 from . import __version__
+from .steplog import (F_BQ, M_EXEC, M_LAUNCH, M_SCHED, M_UPD, S_DEC, S_DUR, S_FLAGS, S_GF, S_PID, S_RUN,
+                      S_TOTAL, S_TS, S_WAITING, STEP_BYTES, STEP_HEADER, STEP_SLOTS)
 
 _perf_ns = time.perf_counter_ns
 _wall_ns = time.time_ns
 
-FLUSH_INTERVAL_NS = 1_000_000_000  # lines reach the file at least once a second
+FLUSH_INTERVAL_NS = 1_000_000_000  # records reach the file at least once a second
 _TIMER_PERIOD_S = 0.5
-_CHUNK = 256  # records formatted between GIL yields
-# Queued step records that wake the flusher early: bounds what a fast loop
-# keeps alive between flushes (each record holds its step's token dicts).
+# Queued step records that wake the flusher early.
 WAKE_AT = 64
-
-# Positions in a step record (the tuple State.emit queues).
-(R_TS, R_DUR, R_SCHED, R_META, R_EXEC, R_UPD, R_GF, R_RUN, R_WAIT, R_TOTAL, R_NST, R_PID,
- R_BQ, R_LAUNCH, R_BWAIT, R_BATCH) = range(16)
-
-
-def _fmt_step(r: tuple, gpu_ns: int | None, wall_off: int) -> str:
-    t1, dur, sch, meta, exe, upd, gf, run, wait, total, nst, pid, bq, launch, bwait, batch = STATE.hooked(r)
-    acc = 0
-    s = f'{{"ts_us":{(t1 + wall_off) // 1000},"step_duration_us":{dur / 1e3}'
-    if sch is not None:
-        s += f',"schedule_us":{sch / 1e3}'
-        acc = sch
-    if meta is not None:
-        s += f',"build_meta_us":{meta / 1e3}'
-    if bq:
-        # Batch-queue path: no execute_us (end of schedule() to start of
-        # update_from_output() spans two batches there); the engine thread's
-        # time between is split into launching and waiting.
-        if launch is not None:
-            s += f',"launch_us":{launch / 1e3}'
-            acc += launch
-        if bwait is not None:
-            s += f',"wait_us":{bwait / 1e3}'
-            acc += bwait
-    elif exe is not None:
-        s += f',"execute_us":{exe / 1e3}'
-        acc += exe
-    if upd is not None:
-        s += f',"update_us":{upd / 1e3}'
-        acc += upd
-    if gf is not None:
-        s += f',"get_finished_us":{gf / 1e3}'
-    s += f',"unaccounted_us":{(dur - acc) / 1e3}'
-    if gpu_ns is not None:
-        s += f',"gpu_us":{gpu_ns / 1e3}'
-    if batch is not None:
-        s += f',"batch":{batch}'
-    if run is not None:
-        s += f',"num_running":{run},"num_waiting":{wait}'
-    if total is not None:
-        dec = _decode_tokens(total, nst)
-        s += f',"num_prefill_tokens":{total - dec},"num_decode_tokens":{dec}'
-    if bq:
-        s += ',"batch_queue":1'
-    return f'{s},"pid":{pid}}}\n'
+RING = 1 << 13  # step records the ring holds (8192 x 144 B); more unflushed are dropped, counted
+_MASK = RING - 1
+_YIELD_EVERY = 4096  # records converted between GIL yields
 
 
-def _decode_tokens(total: int, dicts: tuple) -> int:
+def _decode_tokens(total: int, nst, spec) -> int:
     """Decode tokens of a SchedulerOutput: requests scheduled for exactly one
-    token, plus speculative-decode requests (1 + drafts each). Counted here,
-    in the flusher thread, with one C-level pass (operator.countOf)."""
-    if isinstance(dicts, int):
-        return dicts  # counted on the engine thread: every request one token
-    nst, spec = dicts
+    token, plus speculative-decode requests (1 + drafts each). Counted in
+    the flusher thread, with one C-level pass (operator.countOf)."""
     try:
-        dec = _count_of(nst.values(), 1)
+        dec = operator.countOf(nst.values(), 1)
         if spec:
             dec += sum(map(len, spec.values())) + len(spec)
     except Exception:
@@ -107,76 +72,93 @@ def _decode_tokens(total: int, dicts: tuple) -> int:
     return min(dec, total)
 
 
-def _count_of(values, x) -> int:
-    import operator
-
-    return operator.countOf(values, x)
-
-
 def _fmt_worker(r: tuple) -> str:
     ts, gf, pid = r
     return f'{{"ts_us":{ts},"get_finished_us":{gf / 1e3},"pid":{pid}}}\n'
 
 
-def fmt_gpu_line(ts_us: int, batch, gpu_ns: int, pid: int) -> str:
-    """A GPU line: the GPU time of a batch whose step line was already written."""
-    b = "null" if batch is None else batch
-    return f'{{"ts_us":{ts_us},"gpu_us":{gpu_ns / 1e3},"gpu_batch":{b},"pid":{pid}}}\n'
+class StepLog:
+    """The engine process's step log: step records in a ring of fixed
+    binary records, written by the flusher.
 
-
-class LineWriter:
-    """Queues records, appends them as whole lines to one file.
-
-    ``put`` is a lock-free deque append. ``flush`` formats in chunks and
-    writes with ``os.write`` on an ``O_APPEND`` descriptor, so several
-    processes sharing one file interleave only at line boundaries. ``head``
-    (a status line) is written at the start of every flush that writes.
+    The engine thread fills slot ``n % RING`` and then advances ``n``; the
+    flusher takes the records ``[done, n)``, patches them (wall-clock time,
+    token counts, GPU time), writes them with ``os.write`` on an
+    ``O_APPEND`` descriptor (so processes sharing a file interleave only at
+    record boundaries) and advances ``done``. A record that finds the ring
+    full is dropped and counted (the status line says so). ``head`` (a
+    status line) is written at the start of every flush that writes.
     """
 
-    def __init__(self, path: str, fmt, resolve=None):
+    def __init__(self, path: str, gpu=None):
         self.path = path
-        self.fmt = fmt
-        # resolve() -> (gpu_ns by batch, extra lines): the GPU reads.
-        self.resolve = resolve
+        self.gpu = gpu  # gpu.GPU: resolve() patches GPU time into the records
+        self.buf = bytearray(RING * STEP_BYTES)
+        self.q = memoryview(self.buf).cast("q")
+        self.n = 0  # records put (engine thread)
+        self.done = 0  # records written (flusher)
+        self.dropped = 0
+        self.mixed: deque = deque()  # (record index, SchedulerOutput dicts): decode tokens to count
         self.head: str | None = None
-        self._q: deque = deque()
         self._lock = threading.Lock()
         self._fd: int | None = None
         self.last_flush_ns = _perf_ns()
         self.broken = False
+        self._dropped_seen = 0
 
-    def put(self, rec: tuple) -> None:
-        self._q.append(rec)
+    def put(self, acc: array) -> int:
+        """Queue one record (the engine thread). Returns its index, or -1
+        when the ring is full (the record is dropped)."""
+        n = self.n
+        if n - self.done >= RING:
+            self.dropped += 1
+            return -1
+        j = (n & _MASK) * STEP_SLOTS
+        self.q[j:j + STEP_SLOTS] = acc
+        self.n = n + 1
+        return n
 
     def flush(self, yield_gil: bool = False, force_head: bool = False) -> None:
-        if self.broken or not (self._q or force_head):
+        if self.broken:
+            return
+        gpu = self.gpu
+        if self.n == self.done and not force_head and (gpu is None or gpu.idle()):
             return
         with self._lock:
-            q, fmt, pop = self._q, self.fmt, self._q.popleft
-            out: list[str] = [self.head] if self.head else []
-            if self.resolve is not None:
-                gpu, extra = self.resolve(q)
-                get = gpu.get
-                # Step records hold perf_counter_ns; the wall clock's offset
-                # is read here, off the engine thread.
+            n, d = self.n, self.done
+            parts: list = [self.head.encode()] if self.head else []
+            q = self.q
+            if n > d:
+                mixed = self.mixed
+                while mixed and mixed[0][0] < n:
+                    k, nst, spec = mixed.popleft()
+                    j = (k & _MASK) * STEP_SLOTS
+                    q[j + S_DEC] = _decode_tokens(q[j + S_TOTAL], nst, spec)
+                # Records hold perf_counter_ns; the wall clock's offset is
+                # read here, off the engine thread.
                 off = _wall_ns() - _perf_ns()
-                while q:
-                    n = min(len(q), _CHUNK)
-                    for _ in range(n):
-                        r = pop()
-                        out.append(fmt(r, get(r[R_BATCH]), off))
-                    if yield_gil and q:
-                        time.sleep(0)  # let the engine thread run between chunks
-                out.extend(extra)
-            else:
-                while q:
-                    n = min(len(q), _CHUNK)
-                    out.extend([fmt(pop()) for _ in range(n)])
-                    if yield_gil and q:
-                        time.sleep(0)
-            if out:
-                self._write("".join(out).encode())
+                for k in range(d, n):
+                    j = (k & _MASK) * STEP_SLOTS + S_TS
+                    q[j] = (q[j] + off) // 1000
+                    if yield_gil and (k - d) % _YIELD_EVERY == _YIELD_EVERY - 1:
+                        time.sleep(0)  # let the engine thread run
+            extra = gpu.resolve(self, d, n) if gpu is not None else []
+            if n > d:
+                mv = memoryview(self.buf)
+                i0, i1 = (d & _MASK) * STEP_BYTES, (n & _MASK) * STEP_BYTES
+                if i1 > i0:
+                    parts.append(mv[i0:i1])
+                else:  # wrapped (or exactly full)
+                    parts += [mv[i0:], mv[:i1]]
+            parts.extend(extra)
+            if n > d or extra or force_head:
+                self._write(b"".join(parts))
+            self.done = n
             self.last_flush_ns = _perf_ns()
+        if self.dropped != self._dropped_seen:
+            self._dropped_seen = self.dropped
+            STATE.problem("step records", f"{self.dropped} step records dropped: the flusher fell "
+                          f"{RING} records behind the engine")
 
     def _write(self, data: bytes) -> None:
         try:
@@ -196,7 +178,11 @@ class LineWriter:
 
     def abandon(self) -> None:
         """Forget queued records and the descriptor (in a forked child)."""
-        self._q = deque()
+        self.n = self.done = 0
+        self.mixed = deque()
+        self._forget_fd()
+
+    def _forget_fd(self) -> None:
         self._lock = threading.Lock()
         if self._fd is not None:
             try:
@@ -204,6 +190,48 @@ class LineWriter:
             except OSError:
                 pass
             self._fd = None
+
+
+class LineWriter:
+    """Queues records, appends them as whole JSON lines to one file (the
+    worker-side log of a process that runs no engine steps).
+
+    ``put`` is a lock-free deque append. ``flush`` formats and writes with
+    ``os.write`` on an ``O_APPEND`` descriptor.
+    """
+
+    def __init__(self, path: str, fmt):
+        self.path = path
+        self.fmt = fmt
+        self._q: deque = deque()
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self.last_flush_ns = _perf_ns()
+        self.broken = False
+
+    def put(self, rec: tuple) -> None:
+        self._q.append(rec)
+
+    def flush(self, yield_gil: bool = False, force_head: bool = False) -> None:
+        if self.broken or not self._q:
+            return
+        with self._lock:
+            q, fmt, pop = self._q, self.fmt, self._q.popleft
+            out: list[str] = []
+            while q:
+                out.extend([fmt(pop()) for _ in range(min(len(q), 256))])
+                if yield_gil and q:
+                    time.sleep(0)
+            if out:
+                self._write("".join(out).encode())
+            self.last_flush_ns = _perf_ns()
+
+    _write = StepLog._write
+    _forget_fd = StepLog._forget_fd
+
+    def abandon(self) -> None:
+        self._q = deque()
+        self._forget_fd()
 
 
 def worker_log_path(step_log: str) -> str:
@@ -229,18 +257,16 @@ class State:
 
     def __init__(self) -> None:
         self.step_log: str | None = None
-        # Which timers are installed (decided once by hooks.install).
+        # Which timers are installed (decided by hooks.install and per engine).
         self.has_schedule = self.has_meta = self.has_update = False
         self.has_execute = self.has_get_finished = self.has_launch = False
         # Hook points that could not be applied (name -> why), per process.
         self.unhooked: dict[str, str] = {}
         # The status of this process's engine, rewritten into each flush.
         self.status: dict | None = None
-        # Path of the step being timed: True under step_with_batch_queue.
-        self.batch_queue = False
         # True in the process that runs engine steps (set by the hooks).
         self.core_process = False
-        self._writer: LineWriter | None = None
+        self._writer: StepLog | None = None
         self._worker_writer: LineWriter | None = None
         self._timer: threading.Thread | None = None
         self._stop = threading.Event()
@@ -248,21 +274,32 @@ class State:
         self.step_thread = 0  # threading.get_ident() of the thread in a step
         self._exit_hooks_pid = -1
         self.pid = os.getpid()
-        self.gf_ns = self.gf_n = 0
+        self.gf_ns = self.gf_n = 0  # get_finished of another thread, for the next record
         self._gf_lock = threading.Lock()
-        self.batch_seq = 0  # batch ids: one per scheduled batch, per process
+        self.batch_seq = 0  # batch ids: one per scheduled batch, per process (from 1)
         # Re-entrancy guards: the outermost wrapper times, nested calls pass.
         self.in_step = self.in_sched = self.in_meta = self.in_update = self.in_gf = False
         self.in_launch = self.in_wait = False
-        self.reset_step()
-
-    def reset_step(self) -> None:
-        # Per-step sums in ns; None = the timed call did not run in this step.
+        # The record of the step being timed (steplog's slots) and its
+        # templates, [step() path, batch-queue path].
+        self.acc = array("q", bytes(STEP_BYTES))
+        self.tmpl = [self.acc, self.acc]
         self.t_step = self.t_sched_end = 0
-        self.sched_ns = self.meta_ns = self.exec_ns = self.upd_ns = None
-        self.launch_ns = self.wait_ns = None
         self.sched_out = None
-        self.upd_batch = None
+        self.refresh_template()
+
+    def refresh_template(self) -> None:
+        """Rebuild the record templates (hooked timers, pid) after has_* or the pid changed."""
+        mask = ((M_SCHED if self.has_schedule else 0) | (M_EXEC if self.has_execute else 0)
+                | (M_UPD if self.has_update else 0) | (M_LAUNCH if self.has_launch else 0))
+        t = array("q", bytes(STEP_BYTES))
+        t[0] = STEP_HEADER
+        t[S_RUN] = t[S_WAITING] = t[S_TOTAL] = t[S_DEC] = -1
+        t[S_FLAGS] = mask << 8
+        t[S_PID] = self.pid
+        bq = array("q", t)
+        bq[S_FLAGS] |= F_BQ
+        self.tmpl = [t, bq]
 
     def problem(self, hook: str, reason: str) -> None:
         """Record a hook that cannot be applied; the status line says so."""
@@ -318,11 +355,11 @@ class State:
         t = self._timer
         return t is not None and t.is_alive()
 
-    def writer(self) -> LineWriter:
+    def writer(self) -> StepLog:
         if self._writer is None:
             from .gpu import GPU
 
-            self._writer = LineWriter(os.path.abspath(self.step_log), _fmt_step, GPU.resolve)
+            self._writer = StepLog(os.path.abspath(self.step_log), GPU)
             self._start_background()
         return self._writer
 
@@ -352,9 +389,9 @@ class State:
         self.pid = os.getpid()
         self.in_step = self.in_sched = self.in_meta = self.in_update = self.in_gf = False
         self.in_launch = self.in_wait = False
-        self.reset_step()
         self.gf_ns = self.gf_n = 0
         self._gf_lock = threading.Lock()
+        self.refresh_template()
 
     def shutdown(self) -> None:
         """Flush and stop the timer thread (tests; at exit we only flush)."""
@@ -367,14 +404,10 @@ class State:
 
     # ---- recording (hot path) ------------------------------------------
     def record_get_finished(self, dur_ns: int, t_end_ns: int) -> None:
+        """get_finished timed outside the engine thread's step."""
         if self.core_process or self.in_step:
-            # In-process worker (uniproc executor): into the next step line.
-            # On the engine thread (the inline executor) a plain add; from
-            # another thread, under the lock emit also takes.
-            if threading.get_ident() == self.step_thread:
-                self.gf_ns += dur_ns
-                self.gf_n += 1
-                return
+            # In-process worker (uniproc executor) on another thread: into
+            # the next step record, under the lock emit also takes.
             with self._gf_lock:
                 self.gf_ns += dur_ns
                 self.gf_n += 1
@@ -387,61 +420,47 @@ class State:
             w.flush()
 
     def emit(self, engine, t0: int, t1: int) -> None:
-        """Queue the record of the step that ran from t0 to t1 (perf ns).
-        Which timers are hooked (has_*) is applied when it is formatted."""
-        if self.step_log is None:
-            return
-        gf = None
+        """Queue the record of the step that ran from t0 to t1 (perf ns)."""
+        acc = self.acc
+        acc[S_TS] = t1
+        acc[S_DUR] = t1 - t0
         if self.gf_n:
             with self._gf_lock:
-                gf, self.gf_ns, self.gf_n = self.gf_ns, 0, 0
-        run = wait = total = nst = None
+                acc[S_GF] += self.gf_ns
+                self.gf_ns = self.gf_n = 0
         try:
             sched = engine.scheduler
             run, wait = len(sched.running), len(sched.waiting)
+            acc[S_RUN], acc[S_WAITING] = run, wait
         except Exception:
-            run = None
+            pass
         out = self.sched_out
+        spec = nst = None
         if out is not None:
-            # O(1) here. A batch of one token per request (pure decode, the
+            # O(1) here: a batch of one token per request (pure decode, the
             # common case at high concurrency) is counted at once; otherwise
-            # the per-request count runs in the flusher thread
-            # (_decode_tokens), on the dicts vLLM built for this step, which
-            # the record keeps until then.
+            # the flusher counts, on the dicts vLLM built for this step.
             try:
                 total = out.total_num_scheduled_tokens
                 nst = out.num_scheduled_tokens
                 spec = out.scheduled_spec_decode_tokens
-                nst = total if not spec and total == len(nst) else (nst, spec)
+                if not spec and total == len(nst):
+                    acc[S_DEC] = total
+                    nst = None
+                acc[S_TOTAL] = total
             except Exception:
-                total = None
+                nst = None
         w = self._writer or self.writer()
-        q = w._q
-        q.append((t1, t1 - t0, self.sched_ns, self.meta_ns, self.exec_ns, self.upd_ns, gf, run, wait,
-                  total, nst, self.pid, self.batch_queue, self.launch_ns, self.wait_ns, self.upd_batch))
-        if len(q) >= WAKE_AT:
+        k = w.put(acc)
+        if k >= 0 and nst is not None:
+            w.mixed.append((k, nst, spec))
+        if w.n - w.done >= WAKE_AT:
             if not self._wake.is_set():
                 self._wake.set()
             if t1 - w.last_flush_ns >= FLUSH_INTERVAL_NS and not self.timer_alive():
                 w.flush()  # no timer thread (e.g. it died): flush from the step path
         elif t1 - w.last_flush_ns >= FLUSH_INTERVAL_NS and not self.timer_alive():
             w.flush()
-
-    def hooked(self, r: tuple) -> tuple:
-        """r with the timers whose hooks are not applied to this engine's
-        objects removed (absent, even if a wrapped base method ran)."""
-        if self.has_schedule and self.has_update and self.has_launch:
-            return r
-        r = list(r)
-        if not self.has_schedule:
-            r[R_SCHED] = None
-        if not self.has_execute:
-            r[R_EXEC] = None
-        if not self.has_update:
-            r[R_UPD] = None
-        if not self.has_launch:
-            r[R_LAUNCH] = r[R_BWAIT] = None
-        return tuple(r)
 
 
 STATE = State()

@@ -194,31 +194,28 @@ def summarize(path: str, out=sys.stdout) -> int:
     """Print a step log's summary per path, whether GPU time was measured,
     and the hooks its engines could not apply; 0 if it has steps, 3 if none."""
     import glob
-    import json
+
+    from . import steplog
 
     w = out.write
-    steps, status, gpu_lines, bad = [], {}, [], 0
+    steps, status, gpu_lines, errors = [], {}, [], []
     try:
-        with open(path, encoding="utf-8") as f:
-            for raw in f:
-                if not raw.strip():
-                    continue
-                try:
-                    d = json.loads(raw)
-                except ValueError:
-                    bad += 1
-                    continue
-                if d.get("status") == "engine":
-                    status[d.get("pid")] = d
-                elif "step_duration_us" in d:
-                    steps.append(d)
-                elif "gpu_us" in d:
-                    gpu_lines.append(d)
-                else:
-                    bad += 1
+        records = steplog.read(path, errors)  # binary step records and JSON lines
     except OSError as exc:
         w(f"{path}: {exc}\n")
         return 3
+    bad = len(errors)
+    for d in records:
+        if not isinstance(d, dict):
+            bad += 1
+        elif d.get("status") == "engine":
+            status[d.get("pid")] = d
+        elif "step_duration_us" in d:
+            steps.append(d)
+        elif "gpu_us" in d:
+            gpu_lines.append(d)
+        else:
+            bad += 1
     pids = sorted({ln.get("pid") for ln in steps})
     w(f"{path}: {len(steps)} steps, {bad} malformed, pids {pids}\n")
     for name, sel in (("batch queue (wait/update/gpu = the collected batch)", lambda d: d.get("batch_queue") == 1),

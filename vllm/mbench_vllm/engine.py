@@ -197,6 +197,7 @@ def _hook_engine_objects(engine) -> dict[str, str]:
         st.has_launch = ok
     else:
         problems["executor"] = "engine has no model_executor attribute"
+    st.refresh_template()
     fn = engine.__dict__.get("step_fn")
     func = getattr(fn, "__func__", None)
     if func is not None and not _is_wrapped(func) and getattr(fn, "__self__", None) is engine:

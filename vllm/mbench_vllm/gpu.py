@@ -1,25 +1,35 @@
 """GPU time per batch: CUDA events around the model forward, read without a
 sync on the hot path.
 
-Hook points (both in the process that runs the model):
+Hook point (in the process that runs the model):
+``GPUModelRunner._model_forward(...)`` -> a CUDA event recorded on the
+current stream right before the call and one right after it; the pair is
+queued with the batch id of the batch being launched (the in-process
+executor runs ``execute_model`` inline, right after ``schedule()`` tagged
+the batch: ``STATE.batch_seq``). ``_model_forward`` is the V1 runner's one
+call of ``self.model(...)`` for a real batch (gpu_model_runner.py@7afe0faa
+L3283, called at L3812; @6adad087 L3946, L4554); dummy runs and CUDA-graph
+capture call the model elsewhere and are not timed.
 
-* ``GPUModelRunner.execute_model(scheduler_output, ...)`` -> the batch id
-  the engine tagged on the ``SchedulerOutput`` (``hooks.BATCH_ATTR``) becomes
-  the current batch;
-* ``GPUModelRunner._model_forward(...)`` -> a CUDA event recorded on the
-  current stream before the call and one after it; the pair is queued with
-  the current batch id. ``_model_forward`` is the V1 runner's one call of
-  ``self.model(...)`` for a real batch (gpu_model_runner.py@7afe0faa L3283,
-  called at L3812; @6adad087 L3946, L4554); dummy runs and CUDA-graph
-  capture call the model elsewhere and are not timed.
+What ``gpu_us`` is: the GPU's span of the forward, from the moment the GPU
+reached the start event to the moment it reached the end event. When the
+GPU is busy with earlier work as the forward is launched (a GPU-bound
+engine), the start event completes when that work does and the span is the
+forward's kernels. When the GPU is idle (a CPU-bound engine), the start
+event completes at once, so the span also holds the host's time from the
+event record to the forward's first kernel (vLLM's own Python before it,
+the kernel launch latency) and any gap inside the forward where the host
+launched kernels slower than the GPU ran them. The plugin adds nothing
+between its event record and the call: the events are created and
+recorded once at install (a pool), ``torch.Event.record()`` (C, the
+current stream) is used where torch has it, and the wrapper does its
+bookkeeping after the end event.
 
-Reading: the flusher thread (``_recorder.LineWriter.flush``) calls
+Reading: the flusher thread (``_recorder.StepLog.flush``) calls
 ``GPU.resolve``: for each queued pair, oldest first, ``end.query()`` (no
-sync); a completed pair gives ``start.elapsed_time(end)`` — the GPU time of
-the forward, including any idle gap inside it if the CPU launched kernels
-slower than the GPU ran them — summed per batch and joined to the step line
-of that batch (the step that collected it). The engine thread pays two
-``Event.record`` calls and one deque append per forward.
+sync); a completed pair gives ``start.elapsed_time(end)``, summed per batch
+and written into the record of the step that collected that batch. The
+engine thread pays two event records and one deque append per forward.
 
 Where the model runs in another process (multiproc executor: TP or PP > 1),
 or the runner has no ``_model_forward`` (the V2 model runner), or torch/CUDA
@@ -32,7 +42,10 @@ from __future__ import annotations
 from collections import deque
 
 from .hooks import MARK, _mark
+from .steplog import S_BATCH, S_GPU, STEP_SLOTS, pack_gpu
+
 MAX_PENDING = 4096  # event pairs kept unread before the oldest are dropped
+POOL = 256  # events created and recorded at install: 128 forwards in flight
 
 
 class GPUTimer:
@@ -53,9 +66,15 @@ class GPUTimer:
         else:
             self.pending: deque = deque()  # (batch, start, end) in launch order
             self.free: deque = deque()  # events to reuse
-        self.cur_batch = None
         self.dropped = 0
+        self.created = 0  # events made after install (the pool ran dry)
+        self.make = None  # the event factory chosen at install
+        self.api = ""
         self.unclaimed: dict = {}  # batch -> [gpu ns, flushes seen]
+
+    def idle(self) -> bool:
+        """No event pair or GPU time waits to be read or written."""
+        return not self.pending and not self.unclaimed
 
     # ---- status ----------------------------------------------------------
     def status(self) -> dict:
@@ -100,53 +119,73 @@ class GPUTimer:
     def install_runner(self, runner) -> None:
         """Hook the class of ``runner`` (the engine's in-process model runner)."""
         cls = type(runner)
-        fwd = getattr(cls, "_model_forward", None)
-        exe = getattr(cls, "execute_model", None)
-        if fwd is None or exe is None:
+        if getattr(cls, "_model_forward", None) is None:
             self.not_measured(
                 f"{cls.__name__} has no _model_forward to bracket with CUDA events "
                 "(the V2 model runner calls the model inside execute_model)")
             return
-        if self.load_torch() is None:
+        torch = self.load_torch()
+        if torch is None:
             return
-        _patch(cls, "execute_model", _wrap_execute)
+        make, api = choose_events(torch)
+        if make is None:
+            self.not_measured(f"CUDA events do not work in the engine process: {api}")
+            return
+        try:
+            pool = [make() for _ in range(POOL)]
+            for e in pool:  # CUDA creates an event at its first record: not on the hot path
+                e.record()
+            pool[-1].synchronize()
+        except Exception as exc:
+            self.not_measured(f"creating {POOL} CUDA events failed: {exc!r}")
+            return
+        self.make, self.api = make, api
+        self.free.extend(pool)
         _patch(cls, "_model_forward", _wrap_forward)
         self.measured = True
-        self.hook = f"CUDA events around {cls.__name__}._model_forward (in the engine process)"
+        self.hook = f"CUDA events ({api}) around {cls.__name__}._model_forward (in the engine process)"
 
-    def new_event(self):
-        return self.torch.cuda.Event(enable_timing=True)
+    def grow(self):
+        """Two more events (the pool ran dry: more than POOL/2 forwards unread)."""
+        self.created += 2
+        return self.make(), self.make()
 
     # ---- reading (flusher thread) ----------------------------------------
-    def resolve(self, records) -> tuple[dict, list[str]]:
-        """Read the completed event pairs: GPU ns by batch for the batches of
-        ``records`` (queued step records), and GPU lines for batches whose
-        step line was written before their events completed."""
+    def resolve(self, log, lo: int, hi: int) -> list:
+        """Read the completed event pairs; write each batch's GPU time into
+        its step record among ``log``'s unwritten records ``[lo, hi)``;
+        return GPU records (bytes) for batches whose step record was written
+        before their events completed."""
         done = self._read()
         if not done and not self.unclaimed:
-            return {}, []
-        from ._recorder import R_BATCH, fmt_gpu_line, _wall_ns, STATE
+            return []
+        from ._recorder import STATE, _MASK, _wall_ns
 
+        un = self.unclaimed
         for b, ns in done.items():
-            u = self.unclaimed.get(b)
+            u = un.get(b)
             if u is None:
-                self.unclaimed[b] = [ns, 0]
+                un[b] = [ns, 0]
             else:
                 u[0] += ns
-        wanted = {r[R_BATCH] for r in records}
-        out: dict = {}
-        lines: list[str] = []
-        for b in list(self.unclaimed):
-            ns, seen = self.unclaimed[b]
-            if b in wanted and b is not None:
-                out[b] = ns
-                del self.unclaimed[b]
-            elif seen >= 2:  # no step line claimed it for two flushes
-                lines.append(fmt_gpu_line(_wall_ns() // 1000, b, ns, STATE.pid))
-                del self.unclaimed[b]
+        if hi > lo and un:
+            q = log.q
+            for k in range(lo, hi):
+                j = (k & _MASK) * STEP_SLOTS
+                u = un.pop(q[j + S_BATCH], None)
+                if u is not None:
+                    q[j + S_GPU] = u[0]
+                    if not un:
+                        break
+        late: list = []
+        for b in list(un):
+            ns, seen = un[b]
+            if seen >= 2:  # no step record claimed it for two flushes
+                late.append(pack_gpu(_wall_ns() // 1000, b, ns, STATE.pid))
+                del un[b]
             else:
-                self.unclaimed[b][1] = seen + 1
-        return out, lines
+                un[b][1] = seen + 1
+        return late
 
     def _read(self) -> dict:
         done: dict = {}
@@ -160,11 +199,40 @@ class GPUTimer:
             except Exception:
                 ns = None
             pending.popleft()
-            if ns is not None:
-                done[b] = done.get(b, 0) + ns
+            if ns is not None and b:
+                done[b] = done.get(b, 0) + max(ns, 1)
             free.append(e0)
             free.append(e1)
         return done
+
+
+def choose_events(torch):
+    """(event factory, its name) for timing events on the current stream,
+    the cheapest that works here: ``torch.Event`` (record() in C, on the
+    current stream of the current device) where torch has it, else
+    ``torch.cuda.Event`` (record() builds a Stream object in Python). Each
+    is tried once (record, synchronize, query, elapsed_time); (None, why)
+    when none works."""
+    tried = []
+    ev = getattr(torch, "Event", None)
+    if ev is not None:
+        tried.append(("torch.Event", lambda: ev(device="cuda", enable_timing=True)))
+    tried.append(("torch.cuda.Event", lambda: torch.cuda.Event(enable_timing=True)))
+    errors = []
+    for name, make in tried:
+        try:
+            a, b = make(), make()
+            a.record()
+            b.record()
+            b.synchronize()
+            if not (a.query() and b.query()):
+                raise RuntimeError("query() is False after synchronize()")
+            if not a.elapsed_time(b) >= 0:
+                raise RuntimeError("elapsed_time() < 0")
+            return make, name
+        except Exception as exc:
+            errors.append(f"{name}: {exc!r}")
+    return None, "; ".join(errors)
 
 
 GPU = GPUTimer()
@@ -177,28 +245,25 @@ def _patch(cls, name: str, wrapper) -> None:
     setattr(cls, name, wrapper(f))
 
 
-def _wrap_execute(orig):
-    from .hooks import BATCH_ATTR
-
-    g = GPU
-
-    def execute_model(self, scheduler_output, *args, **kwargs):
-        g.cur_batch = getattr(scheduler_output, BATCH_ATTR, None)
-        return orig(self, scheduler_output, *args, **kwargs)
-
-    return _mark(execute_model, orig)
-
-
 def _wrap_forward(orig):
+    """_model_forward between two CUDA events: nothing of the plugin's
+    between the start event's record and the call."""
+    from ._recorder import STATE
+
     g = GPU
+    st = STATE
     free, pending = g.free, g.pending
+    pop, push = free.pop, pending.append
 
     def _model_forward(self, *args, **kwargs):
         if not g.measured:
             return orig(self, *args, **kwargs)
         try:
-            e0 = free.pop() if free else g.new_event()
-            e1 = free.pop() if free else g.new_event()
+            e1 = pop()
+            e0 = pop()
+        except IndexError:
+            e0, e1 = g.grow()
+        try:
             e0.record()
         except Exception as exc:  # never break the forward over a timer
             g.fail(f"recording a CUDA event failed: {exc!r}")
@@ -208,7 +273,7 @@ def _wrap_forward(orig):
         finally:
             try:
                 e1.record()
-                pending.append((g.cur_batch, e0, e1))
+                push((st.batch_seq, e0, e1))
                 if len(pending) > MAX_PENDING:  # no flusher reads them: keep memory bounded
                     pending.popleft()
                     g.dropped += 1

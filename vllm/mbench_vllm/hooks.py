@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._recorder import STATE, _perf_ns
+from .steplog import S_BATCH, S_EXEC, S_GF, S_LAUNCH, S_META, S_SCHED, S_UPD, S_WAIT
 
 MARK = "__mbench_wrapped__"
 READY = "_mbench_hooked"  # set on an engine instance once its objects are hooked
@@ -158,6 +159,7 @@ def wrap_step(orig, batch_queue: bool = False):
     st = STATE
     perf = _perf_ns
     ident = threading.get_ident
+    bq = int(batch_queue)
 
     def step(self, *args, **kwargs):
         if st.in_step:
@@ -170,17 +172,17 @@ def wrap_step(orig, batch_queue: bool = False):
             after_engine_init(self, late=True)
         st.in_step = True
         st.step_thread = ident()
-        st.batch_queue = batch_queue
+        st.acc[:] = st.tmpl[bq]
         st.t_sched_end = 0
-        st.sched_ns = st.meta_ns = st.exec_ns = st.upd_ns = st.sched_out = None
-        st.launch_ns = st.wait_ns = st.upd_batch = None
+        st.sched_out = None
         t0 = st.t_step = perf()
         try:
             res = orig(self, *args, **kwargs)
         finally:
             t1 = perf()
             st.in_step = False
-        st.emit(self, t0, t1)
+        if st.step_log is not None:
+            st.emit(self, t0, t1)
         return res
 
     return _mark(step, orig)
@@ -214,9 +216,7 @@ def wrap_launch(orig):
         try:
             out = orig(*args, **kwargs)
         finally:
-            d = perf() - t0
-            v = st.launch_ns
-            st.launch_ns = d if v is None else v + d
+            st.acc[S_LAUNCH] += perf() - t0
             st.in_launch = False
         if type(out) not in seen:
             _time_future_class(type(out))
@@ -255,9 +255,7 @@ def _wrap_result(orig):
         try:
             return orig(self, *args, **kwargs)
         finally:
-            d = perf() - t0
-            v = st.wait_ns
-            st.wait_ns = d if v is None else v + d
+            st.acc[S_WAIT] += perf() - t0
             st.in_wait = False
 
     return _mark(result, orig)
@@ -285,13 +283,12 @@ def wrap_schedule(orig):
         finally:
             t1 = perf()
             st.in_sched = False
-            v = st.sched_ns
-            st.sched_ns = t1 - t0 if v is None else v + t1 - t0
+            st.acc[S_SCHED] += t1 - t0
             st.t_sched_end = t1
         st.sched_out = out
-        st.batch_seq += 1
+        b = st.batch_seq = st.batch_seq + 1
         try:
-            out._mbench_batch = st.batch_seq
+            out._mbench_batch = b
         except Exception as exc:
             st.problem("batch id", f"cannot tag {type(out).__name__}: {exc!r}; gpu_us cannot be joined to steps")
         return out
@@ -314,9 +311,7 @@ def wrap_meta(orig):
         try:
             return orig(*args, **kwargs)
         finally:
-            d = perf() - t0
-            v = st.meta_ns
-            st.meta_ns = d if v is None else v + d
+            st.acc[S_META] += perf() - t0
             st.in_meta = False
 
     return _mark(build_meta, orig)
@@ -332,19 +327,18 @@ def wrap_update(orig):
         if st.in_update or not st.in_step:
             return orig(self, *args, **kwargs)
         st.in_update = True
+        acc = st.acc
         so = args[0] if args else kwargs.get("scheduler_output")
-        st.upd_batch = getattr(so, BATCH_ATTR, None)
+        acc[S_BATCH] = getattr(so, BATCH_ATTR, 0) or 0
         t0 = perf()
-        if st.has_execute:
-            d = t0 - (st.t_sched_end or st.t_step)
-            v = st.exec_ns
-            st.exec_ns = d if v is None else v + d
+        # execute_us (step() path): from the end of schedule() in this call,
+        # or the step's start when it scheduled nothing; the reader drops it
+        # where either hook is missing.
+        acc[S_EXEC] += t0 - (st.t_sched_end or st.t_step)
         try:
             return orig(self, *args, **kwargs)
         finally:
-            d = perf() - t0
-            v = st.upd_ns
-            st.upd_ns = d if v is None else v + d
+            acc[S_UPD] += perf() - t0
             st.in_update = False
 
     return _mark(update_from_output, orig)
@@ -356,7 +350,6 @@ def wrap_get_finished(orig):
         return orig
     st = STATE
     perf = _perf_ns
-
     ident = threading.get_ident
 
     def get_finished(*args, **kwargs):
@@ -370,8 +363,7 @@ def wrap_get_finished(orig):
             t1 = perf()
             st.in_gf = False
             if st.in_step and ident() == st.step_thread:  # the inline executor: into this step
-                st.gf_ns += t1 - t0
-                st.gf_n += 1
+                st.acc[S_GF] += t1 - t0
             else:
                 st.record_get_finished(t1 - t0, t1)
 
@@ -496,6 +488,7 @@ def install(t: Targets) -> dict[str, str]:
             STATE.has_meta = True
             STATE.has_get_finished = True
     STATE.has_execute = STATE.has_schedule and STATE.has_update
+    STATE.refresh_template()
     status["execute"] = (
         "OK (derived: end of schedule() to start of update_from_output())"
         if STATE.has_execute

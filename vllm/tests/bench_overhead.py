@@ -114,7 +114,41 @@ def report(r: dict) -> str:
     )
 
 
+def machine() -> str:
+    """This machine's speed at what the wrappers do, to read the figures by:
+    the thread CPU of a perf_counter_ns() call and of a pass-through Python
+    wrapper call, and the kernel's clock source."""
+    tt, n = time.thread_time_ns, 200_000
+    perf = time.perf_counter_ns
+
+    def f(x):
+        return x
+
+    def wrapper(*args, **kwargs):
+        return f(*args, **kwargs)
+
+    def per(g):
+        t0 = tt()
+        for _ in range(n):
+            g(1)
+        return (tt() - t0) / n
+
+    t0 = tt()
+    for _ in range(n):
+        perf()
+    clock = (tt() - t0) / n
+    try:
+        with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as fh:
+            src = fh.read().strip()
+    except OSError:
+        src = "unknown"
+    return (f"machine: perf_counter_ns {clock:.0f} ns/call (clocksource {src}); a call through a "
+            f"*args/**kwargs wrapper {per(wrapper) - per(f):.0f} ns more than a direct call; Python "
+            f"{sys.version.split()[0]}")
+
+
 def main() -> None:
+    print(machine(), flush=True)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     for version in ("0.18", "main"):
         for running in [int(x) for x in sys.argv[2:]] or [256, 1024]:

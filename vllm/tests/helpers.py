@@ -22,11 +22,17 @@ TIMER_FIELDS = (
 
 
 def read_all(path: str) -> list[dict]:
-    """Every line of a log: steps, status lines, GPU lines."""
+    """Every record of a log as its JSONL dict: steps, status lines, GPU
+    lines (binary step records decoded by mbench_vllm.steplog)."""
     if not os.path.exists(path):
         return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:1] != b"\xff" and b"\xff" not in data:  # a JSONL file (worker lines)
+        return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+    from mbench_vllm import steplog
+
+    return steplog.decode(data)
 
 
 def read_lines(path: str) -> list[dict]:

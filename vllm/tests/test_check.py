@@ -145,3 +145,27 @@ def test_summarize_log_status_and_gpu(tmp_path):
     assert "gpu_us            in       2 lines" in text
     assert "GPU time: measured (CUDA events around GPUModelRunner._model_forward" in text
     assert "decomposition incomplete: wait_us: cannot wrap X.result (pid 7)" in text
+
+
+def test_summarize_reads_binary_records_and_counts_damage(step_log, tmp_path):
+    """--log reads the plugin's binary step log; a damaged record is counted
+    malformed and the records after it are read."""
+    import io
+
+    from helpers import config, engine, fake_vllm, flush, run_steps
+    from mbench_vllm import check
+    from standins import VERSIONS
+
+    eng = engine(fake_vllm(VERSIONS["main"]), config(async_scheduling=True))
+    run_steps(eng, 6)
+    flush()
+    data = open(step_log, "rb").read()
+    cut = data.index(b"\xffS")
+    bad = tmp_path / "damaged.steplog"
+    bad.write_bytes(data[:cut] + b"\xffQ\x01\x00\x08\x00\x00\x00" + data[cut:])
+    out = io.StringIO()
+    assert check.summarize(step_log, out) == 0
+    assert "6 steps, 0 malformed" in out.getvalue(), out.getvalue()
+    out = io.StringIO()
+    assert check.summarize(str(bad), out) == 0
+    assert "6 steps, 1 malformed" in out.getvalue(), out.getvalue()

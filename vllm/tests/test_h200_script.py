@@ -76,6 +76,10 @@ class _Profile:
         _PROF.remove(self)
         self.kernels = fakegpu.device().kernels[self.n0:]
 
+    def export_chrome_trace(self, path):
+        with open(path, "w") as f:  # no runtime events: the script says the trace lacks them
+            json.dump({"traceEvents": []}, f)
+
     def key_averages(self):
         tot: dict = {}
         for tag, _, ns in self.kernels:
@@ -142,16 +146,18 @@ def test_h200_script_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch):
     proof = json.loads((tmp_path / "proof.json").read_text())
     assert len(proof["results"]) == 8
     for r in proof["results"]:
-        assert r["status_gpu"] == "measured" and r["joined"] >= 30, r
+        assert r["status_gpu"] == "measured" and r["joined"] >= 30 and r["joined_noprof"] >= 30, r
+        assert "no cudaEventRecord" in r["trace_note"], r
         assert abs(r["ratio_p50"] - 1) <= 0.05 and r["pass"], r
     cpu = [r for r in proof["results"] if r["load"] == "cpu_bound" and r["path"] == "batch_queue"]
     assert all(r["step_us_p50"] > 4 * r["gpu_us_p50"] for r in cpu)  # GPU mostly idle, still measured
     assert e.value.code == 0
+    assert proof["idle_gap"]["busy_us_p50"] > 0 and "torch_Event_record" in proof["call_costs_ns"]
     assert sorted(os.listdir(tmp_path)) == ["proof.json", "steps.tar.gz"]
     import tarfile
 
     with tarfile.open(tmp_path / "steps.tar.gz") as tar:
-        assert len(tar.getnames()) == 8
+        assert len(tar.getnames()) == 16  # 8 profiled runs and the same 8 without the profiler
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None,

@@ -1,8 +1,12 @@
 """The contract between the plugin and mbench's Go side: a step log the
 plugin writes (async scheduling, CPU-bound, a connector, GPU time measured
-on the fake GPU) has the line kinds and keys of the sample checked in
-at probes/testdata/plugin_batch_queue.jsonl, which the Go tests summarize
-(probes: TestPluginSampleLog). MBENCH_WRITE_SAMPLE=1 rewrites the sample.
+on the fake GPU) has the record kinds and keys of the sample checked in at
+probes/testdata/plugin_batch_queue.jsonl. MBENCH_WRITE_SAMPLE=1 rewrites
+the sample and, beside it, the plugin's raw log (binary step records and a
+status line, plugin_batch_queue.steplog): the Go tests summarize both and
+decode the raw log to exactly the lines this package's reader
+(mbench_vllm.steplog) made of it (probes: TestPluginSampleLog,
+TestPluginBinaryMatchesPythonReader).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from standins import VERSIONS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "probes", "testdata", "plugin_batch_queue.jsonl")
+RAW = SAMPLE[:-len(".jsonl")] + ".steplog"
 
 
 def _kinds(lines):
@@ -41,6 +46,10 @@ def test_plugin_log_matches_the_go_sample(step_log):
         with open(SAMPLE, "w", encoding="utf-8") as f:
             for d in lines:
                 f.write(json.dumps(d, separators=(",", ":")) + "\n")
+        with open(step_log, "rb") as src, open(RAW, "wb") as dst:
+            dst.write(src.read())
+    with open(step_log, "rb") as f:
+        assert f.read(1) == b"{", "the log starts with the engine's status line"
     with open(SAMPLE, encoding="utf-8") as f:
         want = _kinds(json.loads(x) for x in f if x.strip())
     assert {k: sorted(v) for k, v in got.items() if k != "gpu"} == \
