@@ -40,6 +40,7 @@ def report(out=sys.stdout) -> int:
     """Print the report; return the exit status."""
     w = out.write
     w(f"mbench_vllm {__version__}\n")
+    w(timers_line())  # before vLLM's import: the build happens at install even without vLLM here
     try:
         import vllm  # noqa: F401
     except Exception as exc:
@@ -65,7 +66,6 @@ def report(out=sys.stdout) -> int:
     w(f"  {'scheduler in use':<{width}}  per engine instance, at its first step (a platform scheduler class included)\n")
     w(async_scheduling_line())
     w(gpu_timer_line())
-    w(timers_line())
     w(TIMER_PATHS)
     ep = _entry_point_visible()
     w(f"entry point {GROUP}:{PLUGIN}: {ep}\n")

@@ -155,6 +155,23 @@ def test_process_without_the_c_module_writes_the_same_log(tmp_path):
     assert on[3:] == off[3:] == auto[3:], (on, off)
 
 
+def test_headers_from_elsewhere(tmp_path):
+    """MBENCH_VLLM_PYINCLUDE: a host without python3-dev builds with headers
+    of its Python's major.minor copied from elsewhere (the H200 run carries
+    them); the status line names them."""
+    from mbench_vllm import native
+
+    inc = native.python_include()
+    if not os.path.exists(os.path.join(inc, "Python.h")) or native.compiler() is None:
+        pytest.skip("nothing to build with here")
+    copy = tmp_path / "include"
+    shutil.copytree(inc, copy)
+    got = _run_script(tmp_path, MBENCH_VLLM_NATIVE="1", MBENCH_VLLM_CACHE=str(tmp_path / "cache"),
+                      MBENCH_VLLM_PYINCLUDE=str(copy))
+    assert got[0] == "c" and f"with the headers in {copy}" in got[1], got
+    assert got[3] == "30", got
+
+
 def _other_pythons() -> list[str]:
     """CPython 3.10+ interpreters (vLLM needs 3.10) here other than this one (PATH, pyenv)."""
     found = {}
