@@ -112,7 +112,8 @@ for i, j in enumerate(journal):
     rows.append([s["config"], s["rate"], s["block"], j["status"], s["completed"], len(lost),
                  s.get("median_ttft_ms"), s.get("p90_ttft_ms"), eng_prompt, s.get("median_tpot_ms"), eng_tok,
                  nv("util_gpu", "mean"), nv("util_gpu", "max"), smi_util, nv("power_w", "mean"), smi_pow,
-                 nv("mem_used_mib", "max"), smi_mem, g.get("energy_j"), len(win)])
+                 nv("mem_used_mib", "max"), smi_mem, g.get("energy_j"), len(win),
+                 nv("mem_reserved_mib", "max"), g.get("mem_source", "?")])
     if not gpu_run_written and s["config"] != "np1" and s["rate"] > 4:
         src = os.path.join(d, "gpu.jsonl")
         if os.path.exists(src):
@@ -122,7 +123,8 @@ for i, j in enumerate(journal):
 
 head = ["config", "rate", "block", "verdict", "completed", "failed", "ttft_p50_ms", "ttft_p90_ms", "engine_prompt_p50_ms",
         "tpot_p50_ms", "engine_ms_per_token_p50", "nvml_util_mean", "nvml_util_max", "smi_util_mean", "nvml_power_mean_w",
-        "smi_power_mean_w", "nvml_mem_max_mib", "smi_mem_max_mib", "nvml_energy_j", "smi_samples"]
+        "smi_power_mean_w", "nvml_mem_max_mib", "smi_mem_max_mib", "nvml_energy_j", "smi_samples",
+        "nvml_mem_reserved_max_mib", "nvml_mem_source"]
 
 
 def fmt(v):
@@ -146,6 +148,7 @@ if ttft_gap:
 for r in rows:
     say(f"{r[0]} rate {r[1]} b{r[2]} {r[3]}: TTFT p50 {fmt(r[6])} ms vs engine prompt eval p50 {fmt(r[8])} ms; "
         f"TPOT p50 {fmt(r[9])} vs engine {fmt(r[10])} ms/token; GPU util NVML {fmt(r[11])}% (max {fmt(r[12])}) vs nvidia-smi {fmt(r[13])}%; "
-        f"power {fmt(r[14])} vs {fmt(r[15])} W; memory max {fmt(r[16])} vs {fmt(r[17])} MiB ({r[19]} nvidia-smi samples)")
+        f"power {fmt(r[14])} vs {fmt(r[15])} W; memory max {fmt(r[16])} vs {fmt(r[17])} MiB ({r[19]} nvidia-smi samples; "
+        f"NVML {r[21]}, reserved {fmt(r[20])} MiB)")
 with open(os.path.join(out, "checks.txt"), "w") as f:
     f.write("\n".join(checks) + "\n")
