@@ -27,10 +27,16 @@ type GPUStat struct {
 	N         int     `json:"n"`          // samples
 	DurationS float64 `json:"duration_s"` // last − first sample
 	UtilGPU   Stat    `json:"util_gpu"`
-	MemUsed   Stat    `json:"mem_used_mib"`
-	PowerW    Stat    `json:"power_w"`
-	SMClock   Stat    `json:"sm_clock_mhz"`
-	TempC     Stat    `json:"temp_c"`
+	// MemUsed is the memory allocated on the GPU (nvidia-smi's
+	// memory.used) where MemSource is MemFromV2, with the driver's reserved
+	// memory in MemReserved; with MemFromV1 (a driver without the v2 call)
+	// it includes the reserved memory and MemReserved is absent.
+	MemUsed     Stat   `json:"mem_used_mib"`
+	MemReserved *Stat  `json:"mem_reserved_mib,omitempty"`
+	MemSource   string `json:"mem_source,omitempty"`
+	PowerW      Stat   `json:"power_w"`
+	SMClock     Stat   `json:"sm_clock_mhz"`
+	TempC       Stat   `json:"temp_c"`
 	// EnergyJ is the energy the GPU used from its first sample to its last:
 	// the rise of NVML's total-energy counter (EnergySource
 	// EnergyFromCounter) where both samples carry it and it did not go
@@ -177,6 +183,10 @@ func SummarizeGPUWith(samples []GPUSample, opt GPUSummaryOptions) GPUSummary {
 		g.DurationS = float64(ss[len(ss)-1].TsUs-ss[0].TsUs) / 1e6
 		g.UtilGPU = statOf(ss, func(s *GPUSample) float64 { return s.UtilGPU })
 		g.MemUsed = statOf(ss, func(s *GPUSample) float64 { return s.MemUsedMiB })
+		g.MemSource = memSource(ss)
+		if g.MemSource == MemFromV2 {
+			g.MemReserved = reservedStat(ss)
+		}
 		g.PowerW = statOf(ss, func(s *GPUSample) float64 { return s.PowerW })
 		g.SMClock = statOf(ss, func(s *GPUSample) float64 { return s.SMClockMHz })
 		g.TempC = statOf(ss, func(s *GPUSample) float64 { return s.TempC })
@@ -223,6 +233,22 @@ func SummarizeGPUWith(samples []GPUSample, opt GPUSummaryOptions) GPUSummary {
 		sum.ImbalanceNote = "a GPU had mean util 0: max/min undefined"
 	}
 	return sum
+}
+
+// reservedStat is the Stat of the samples' reserved memory, over the samples
+// that carry it; nil when none does.
+func reservedStat(ss []GPUSample) *Stat {
+	var rs []GPUSample
+	for _, s := range ss {
+		if s.MemReservedMiB != nil {
+			rs = append(rs, s)
+		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	st := statOf(rs, func(s *GPUSample) float64 { return *s.MemReservedMiB })
+	return &st
 }
 
 func statOf(ss []GPUSample, f func(*GPUSample) float64) Stat {

@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -87,6 +88,11 @@ func TestSummarizeGPUH200(t *testing.T) {
 		g.MemUsed.Max != 1625.875 || g.MemUsed.Min != 615.0625 || g.ThrottleReasons != 5 || g.TempC.Max != 58 {
 		t.Errorf("summary %+v", g)
 	}
+	// Taken with the v1 memory call (before the v2 one was used): idle
+	// 615 MiB is the driver's reserved memory, nvidia-smi's 0 MiB.
+	if g.MemSource != MemFromV1 || g.MemReserved != nil {
+		t.Errorf("memory from %q reserved %+v; want %q, none", g.MemSource, g.MemReserved, MemFromV1)
+	}
 	for _, ph := range []struct {
 		name         string
 		from, to     int64
@@ -138,6 +144,36 @@ func TestEnergySource(t *testing.T) {
 		g := SummarizeGPU(ss).PerGPU[0]
 		if g.EnergyJ != c.want || g.EnergySource != c.source || g.EnergyIntegratedJ != 300 {
 			t.Errorf("%s: %v J from %s (integrated %v), want %v from %s", c.name, g.EnergyJ, g.EnergySource, g.EnergyIntegratedJ, c.want, c.source)
+		}
+	}
+}
+
+// TestMemSource: v2 when every sample that read memory carries the reserved
+// amount (a sample whose memory read failed does not count), v1 when none
+// does, mixed when a GPU's samples have both; the reserved Stat is over the
+// samples that carry it.
+func TestMemSource(t *testing.T) {
+	r := func(v float64) *float64 { return &v }
+	v2 := func(used, res float64) GPUSample {
+		return GPUSample{MemUsedMiB: used, MemReservedMiB: r(res), MemTotalMiB: 143771}
+	}
+	v1 := GPUSample{MemUsedMiB: 1818, MemTotalMiB: 143771}
+	failed := GPUSample{Err: "memory: ERROR_UNKNOWN"}
+	for _, c := range []struct {
+		name   string
+		ss     []GPUSample
+		source string
+		res    *Stat
+	}{
+		{"v2", []GPUSample{v2(1203, 614), v2(1451, 616)}, MemFromV2, &Stat{Mean: 615, Min: 614, Max: 616}},
+		{"v2 with a failed read", []GPUSample{v2(1203, 614), failed, v2(1203, 614)}, MemFromV2, &Stat{Mean: 614, Min: 614, Max: 614}},
+		{"v1", []GPUSample{v1, v1}, MemFromV1, nil},
+		{"mixed", []GPUSample{v2(1203, 614), v1}, MemFromMixed, nil},
+		{"no memory read", []GPUSample{failed}, "", nil},
+	} {
+		g := SummarizeGPU(c.ss).PerGPU[0]
+		if g.MemSource != c.source || !reflect.DeepEqual(g.MemReserved, c.res) {
+			t.Errorf("%s: memory from %q reserved %+v; want %q, %+v", c.name, g.MemSource, g.MemReserved, c.source, c.res)
 		}
 	}
 }

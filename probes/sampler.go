@@ -18,16 +18,23 @@ import (
 
 // GPUSample is one gpu.jsonl line: one GPU at one instant.
 type GPUSample struct {
-	TsUs        int64   `json:"ts_us"` // wall clock µs since the Unix epoch
-	Host        string  `json:"host"`
-	GPU         int     `json:"gpu"` // NVML index
-	UUID        string  `json:"uuid"`
-	Name        string  `json:"name"`
-	UtilGPU     float64 `json:"util_gpu"` // %
-	UtilMem     float64 `json:"util_mem"` // % (memory controller busy)
-	MemUsedMiB  float64 `json:"mem_used_mib"`
-	MemTotalMiB float64 `json:"mem_total_mib"`
-	PowerW      float64 `json:"power_w"`
+	TsUs    int64   `json:"ts_us"` // wall clock µs since the Unix epoch
+	Host    string  `json:"host"`
+	GPU     int     `json:"gpu"` // NVML index
+	UUID    string  `json:"uuid"`
+	Name    string  `json:"name"`
+	UtilGPU float64 `json:"util_gpu"` // %
+	UtilMem float64 `json:"util_mem"` // % (memory controller busy)
+	// MemUsedMiB is the memory allocated on the GPU, what nvidia-smi's
+	// memory.used shows: nvmlDeviceGetMemoryInfo_v2's used, with the memory
+	// the driver and firmware reserve in MemReservedMiB beside it. Where
+	// the driver has no v2 call, it is the v1 call's used, which includes
+	// the reserved memory (about 614 MiB on an H200 with driver 580), and
+	// MemReservedMiB is absent (see memoryReader).
+	MemUsedMiB     float64  `json:"mem_used_mib"`
+	MemReservedMiB *float64 `json:"mem_reserved_mib,omitempty"`
+	MemTotalMiB    float64  `json:"mem_total_mib"`
+	PowerW         float64  `json:"power_w"`
 	// EnergyMJ is NVML's total-energy counter, mJ since the driver loaded
 	// (Volta and later); absent where the GPU has none.
 	EnergyMJ        *uint64 `json:"energy_mj,omitempty"`
@@ -91,6 +98,7 @@ type gpuDev struct {
 	uuid, name string
 	ecc        bool // volatile ECC counters readable
 	energy     bool // the total-energy counter readable
+	mem        memoryReader
 }
 
 // NewSampler returns a sampler; interval ≤ 0 means DefaultInterval and a
@@ -124,6 +132,7 @@ func (s *Sampler) discover() error {
 		g.ecc = ret == nvml.SUCCESS
 		_, ret = d.GetTotalEnergyConsumption()
 		g.energy = ret == nvml.SUCCESS
+		g.mem = newMemoryReader(s.lib, d)
 		s.devs = append(s.devs, g)
 	}
 	return nil
@@ -152,9 +161,7 @@ func (s *Sampler) sampleGPU(g gpuDev) GPUSample {
 	} else {
 		fail("utilization", ret)
 	}
-	if m, ret := g.dev.GetMemoryInfo(); ret == nvml.SUCCESS {
-		x.MemUsedMiB, x.MemTotalMiB = float64(m.Used)/(1<<20), float64(m.Total)/(1<<20)
-	} else {
+	if ret := g.mem.read(g.dev, &x); ret != nvml.SUCCESS {
 		fail("memory", ret)
 	}
 	if p, ret := g.dev.GetPowerUsage(); ret == nvml.SUCCESS {

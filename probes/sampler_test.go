@@ -3,6 +3,7 @@ package probes
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"reflect"
 	"strings"
@@ -17,17 +18,30 @@ import (
 )
 
 // mockH200 is go-nvml's 8×H200 mock with the readings the sampler uses
-// filled in: GPU i at tick k reports util 10i+k %, memory used (1+i) GiB,
-// power (100+10i) W, SM clock 1980 MHz, temperature 30+i °C, and a
-// total-energy counter of k·250·(120+10i) mJ — 20 W more than its power
-// reading, for 250 ms a tick: the counter and the power disagree, as an
-// averaged power reading and the true energy do under a load step. GPU 7
-// does not support power readings, GPU 6 has no energy counter.
+// filled in: GPU i at tick k reports util 10i+k %, (1+i) GiB allocated and
+// h200ReservedMiB reserved by the driver — the v1 memory call's used is their
+// sum, the v2 call's used the allocated part with reserved beside it, as on
+// the real H200 (see h200ReservedMiB) —, power (100+10i) W, SM clock 1980
+// MHz, temperature 30+i °C, and a total-energy counter of k·250·(120+10i) mJ
+// — 20 W more than its power reading, for 250 ms a tick: the counter and the
+// power disagree, as an averaged power reading and the true energy do under
+// a load step. GPU 7 does not support power readings, GPU 6 has no energy
+// counter, GPU 5 answers the v2 memory call with ERROR_NOT_SUPPORTED.
 func mockH200(tick *int) *server.Server {
 	s := dgxh200.New()
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
-		dev.MemoryInfo.Used = uint64(1+i) << 30
+		allocated, reserved := uint64(1+i)<<30, uint64(h200ReservedMiB)<<20
+		dev.MemoryInfo.Used = allocated + reserved
+		dev.MemoryInfo.Free = dev.MemoryInfo.Total - dev.MemoryInfo.Used
+		dev.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+			if i == 5 {
+				return nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED
+			}
+			total := dev.MemoryInfo.Total
+			return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total,
+				Reserved: reserved, Used: allocated, Free: total - reserved - allocated}, nvml.SUCCESS
+		}
 		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 			return nvml.Utilization{Gpu: uint32(10*i + *tick), Memory: uint32(i)}, nvml.SUCCESS
 		}
@@ -72,6 +86,67 @@ func mockH200(tick *int) *server.Server {
 		}, nvml.SUCCESS
 	}
 	return s
+}
+
+// h200ReservedMiB is the memory the driver of an H200 reserves for itself
+// (driver 580.159.04): on an idle H200 the v1 memory call read 615 MiB used
+// while nvidia-smi's memory.used read 0, and with llama-server loaded v1 read
+// 614–615 MiB above nvidia-smi over the same window in every run.
+const h200ReservedMiB = 615
+
+// TestMemoryInfoV1WhereNoV2: where the loaded NVML has no
+// nvmlDeviceGetMemoryInfo_v2 the sampler never calls it (a missing symbol
+// would kill the process) and reads v1 — used includes the reserved memory,
+// none is reported —, and the summary says so.
+func TestMemoryInfoV1WhereNoV2(t *testing.T) {
+	lib := mockH200(new(int))
+	lib.LookupSymbolFunc = func(sym string) error {
+		if sym == memInfoV2Symbol {
+			return errors.New("symbol not found")
+		}
+		return nil
+	}
+	for _, d := range lib.Devices {
+		d.(*server.Device).GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+			panic("GetMemoryInfo_v2 called although NVML lacks it")
+		}
+	}
+	gpus, err := NewSampler(lib, "h200", 0, newFakeClock(false)).SampleGPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range gpus {
+		if want := float64(1+i)*1024 + h200ReservedMiB; g.MemUsedMiB != want || g.MemReservedMiB != nil || strings.Contains(g.Err, "memory") {
+			t.Errorf("GPU %d: used %v reserved %v err %q; want %v (v1, reserved included), none reserved", i, g.MemUsedMiB, g.MemReservedMiB, g.Err, want)
+		}
+	}
+	for i, g := range SummarizeGPU(gpus).PerGPU {
+		if g.MemSource != MemFromV1 || g.MemReserved != nil {
+			t.Errorf("GPU %d: memory from %q reserved %+v; want %q and none", i, g.MemSource, g.MemReserved, MemFromV1)
+		}
+	}
+}
+
+// A v2 call that fails after discovery is the sample's error, not a silent
+// switch to v1: a run's samples keep one meaning.
+func TestMemoryInfoV2ErrorNotMixed(t *testing.T) {
+	lib := mockH200(new(int))
+	s := NewSampler(lib, "h200", 0, newFakeClock(false))
+	if _, err := s.SampleGPUs(); err != nil {
+		t.Fatal(err)
+	}
+	dev := lib.Devices[0].(*server.Device)
+	dev.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) { return nvml.Memory_v2{}, nvml.ERROR_GPU_IS_LOST }
+	gpus, err := s.SampleGPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gpus[0]; g.MemUsedMiB != 0 || g.MemReservedMiB != nil || g.Err != "memory: ERROR_GPU_IS_LOST" {
+		t.Errorf("GPU 0 after a failed v2 read: used %v reserved %v err %q; want 0, none, the error", g.MemUsedMiB, g.MemReservedMiB, g.Err)
+	}
+	if n := len(dev.GetMemoryInfoCalls()); n != 0 {
+		t.Errorf("v1 memory call made %d times on a GPU that answers v2", n)
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the sampler goroutine and the test.
@@ -121,14 +196,18 @@ func TestSamplerAgainstMock(t *testing.T) {
 		t.Fatalf("%d GPU samples, %d host samples; want 32 and 3", len(gpus), len(hosts))
 	}
 	t0 := clock.Now().Add(-3 * DefaultInterval).UnixMicro()
+	reserved := float64(h200ReservedMiB)
 	for n, g := range gpus {
 		k, i := n/8, n%8
 		want := GPUSample{
 			TsUs: t0 + int64(k)*DefaultInterval.Microseconds(), Host: "h200", GPU: i,
 			UUID: lib.Devices[i].(*server.Device).UUID, Name: "NVIDIA H200 141GB HBM3e",
 			UtilGPU: float64(10*i + k), UtilMem: float64(i), MemUsedMiB: float64(1+i) * 1024,
-			MemTotalMiB: 144384, PowerW: float64(100 + 10*i), SMClockMHz: 1980, TempC: float64(30 + i),
-			ThrottleReasons: nvml.ClocksThrottleReasonGpuIdle,
+			MemReservedMiB: &reserved, MemTotalMiB: 144384, PowerW: float64(100 + 10*i), SMClockMHz: 1980,
+			TempC: float64(30 + i), ThrottleReasons: nvml.ClocksThrottleReasonGpuIdle,
+		}
+		if i == 5 { // no v2 memory call: v1's used, reserved included and not reported
+			want.MemUsedMiB, want.MemReservedMiB = float64(1+i)*1024+h200ReservedMiB, nil
 		}
 		if i == 7 {
 			want.PowerW, want.Err = 0, "power: ERROR_NOT_SUPPORTED"
@@ -155,6 +234,15 @@ func TestSamplerAgainstMock(t *testing.T) {
 		}
 		if !closeTo(g.EnergyJ, want, 1e-9) || g.EnergySource != src || !closeTo(g.EnergyIntegratedJ, integrated, 1e-9) {
 			t.Errorf("GPU %d: energy %v J from %s (integrated %v); want %v from %s (integrated %v)", i, g.EnergyJ, g.EnergySource, g.EnergyIntegratedJ, want, src, integrated)
+		}
+		// Memory: allocated, with reserved beside it, from the v2 call;
+		// GPU 5 falls back to v1 (reserved included, none reported).
+		mem, res, memSrc := float64(1+i)*1024, &Stat{Mean: reserved, Min: reserved, Max: reserved}, MemFromV2
+		if i == 5 {
+			mem, res, memSrc = mem+h200ReservedMiB, nil, MemFromV1
+		}
+		if g.MemUsed != (Stat{Mean: mem, Min: mem, Max: mem}) || !reflect.DeepEqual(g.MemReserved, res) || g.MemSource != memSrc {
+			t.Errorf("GPU %d: memory used %+v reserved %+v from %q; want %v, %+v from %q", i, g.MemUsed, g.MemReserved, g.MemSource, mem, res, memSrc)
 		}
 	}
 	for _, h := range hosts {

@@ -16,6 +16,7 @@ import (
 // is within the target, and report.md's stop line says so.
 func TestStoppingRuleClaimIsThePrintedCI(t *testing.T) {
 	t.Parallel()
+	longTest(t)
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
