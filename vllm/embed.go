@@ -8,5 +8,5 @@ import "embed"
 // vllm.general_plugins entry point is found from PYTHONPATH alone) and
 // pyproject.toml (for pip install --no-deps).
 //
-//go:embed mbench_vllm/*.py mbench_vllm/*.c mbench_vllm-0.1.0.dist-info/* pyproject.toml
+//go:embed mbench_vllm/*.py mbench_vllm/*.c mbench_vllm/*.h mbench_vllm-0.1.0.dist-info/* pyproject.toml
 var Files embed.FS

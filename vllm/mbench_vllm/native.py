@@ -43,6 +43,7 @@ ENV_NATIVE = "MBENCH_VLLM_NATIVE"
 ENV_CACHE = "MBENCH_VLLM_CACHE"
 MODULE = "mbench_vllm._fastwrap"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fastwrap.c")
+HEADERS = (os.path.join(os.path.dirname(SOURCE), "_fastwrap_state.h"),)  # included by SOURCE
 BUILD_TIMEOUT_S = 120
 
 # What load() decided, for the status line and check.
@@ -193,8 +194,10 @@ def load(want_build: bool | None = None):
         want_build = setting in ("1", "on", "yes", "true") or bool(os.environ.get("MBENCH_STEP_LOG"))
     t0 = time.monotonic()
     try:
-        with open(SOURCE, "rb") as f:
-            src = f.read()
+        src = b""
+        for path in (SOURCE, *HEADERS):
+            with open(path, "rb") as f:
+                src += f.read()
     except OSError as exc:
         module, detail = None, f"no C source ({exc})"
         return None
