@@ -199,7 +199,7 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
 	}
 	if entry.Status == results.VerdictClientLimited && attempt <= clientLimitedRetries {
-		s.prog.finish(fmt.Sprintf("NOT A RESULT (%s): %s; running it again", entry.Status, firstLine(entry.Reason)))
+		s.prog.again(fmt.Sprintf("NOT A RESULT (%s): %s; running it again", entry.Status, firstLine(entry.Reason)))
 		return &runOutcome{entry: entry, summary: sum, again: true}, nil
 	}
 	entry.Self = selfUsage()

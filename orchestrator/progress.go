@@ -91,6 +91,21 @@ func (p *progress) finish(summary string) {
 	}
 }
 
+// again shows the outcome of an attempt that is run again in place: the
+// run is not counted until its last attempt finishes.
+func (p *progress) again(summary string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last = summary
+	if p.bar != nil {
+		p.bar.Describe(p.cur + " again: " + summary)
+		return
+	}
+	if !p.quiet {
+		fmt.Fprintf(p.w, "[%d/%d] %s: %s\n", p.done, p.total, p.cur, summary)
+	}
+}
+
 // log prints a message without breaking the bar.
 func (p *progress) log(msg string) {
 	p.mu.Lock()
