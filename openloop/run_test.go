@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/schedprobe"
 	"github.com/mbench/mbench/openloop/stub"
 )
 
@@ -114,12 +115,23 @@ func TestTTFTAndITLAgainstStub(t *testing.T) {
 }
 
 // TestOpenLoopModestRate: 200 req/s Poisson for 1.5 s against a stub.
+// The precision of the sends and of TTFT (against the stub's own log) is
+// claimed only as far as the machine let the test run, which a scheduler
+// probe measures beside it (schedprobe: its own wake-ups, the run-queue
+// wait of this process's threads, steal time): where the probe saw no
+// hold-back of ClientLateMs, the run must not grade itself
+// client_limited and the aggregate bounds hold; on a loaded machine every
+// send later than ClientLateMs and every TTFT off by more than that must
+// coincide with a hold-back the probe saw, and the self-grade must count
+// the late sends the records show.
 func TestOpenLoopModestRate(t *testing.T) {
 	s := startStub(t, stub.Options{Tokens: 16, FirstToken: 2 * time.Millisecond})
 	var sink lockedBuffer
 	cfg := Config{Targets: []string{s.URL}, Model: "stub-model", Rate: 200, Shape: Shape{Input: 64, Output: 16},
 		Seed: 5, Warmup: 20, Duration: 1500 * time.Millisecond, Cell: "cell-x", Block: 3, Sink: &sink}
+	probe := schedprobe.Start(t)
 	res, err := Run(context.Background(), cfg)
+	probe.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,11 +148,42 @@ func TestOpenLoopModestRate(t *testing.T) {
 		t.Errorf("measured %d (stop %q), want %d (duration)", g.Sent, res.StopReason, wantMeasured)
 	}
 	t.Logf("grade %+v cpu %.0f%%", g, res.ClientCPUPct)
-	// Bounds are generous: 2 cores shared by several agents (load ~10) can
-	// deschedule the process for tens of ms. MeasurePrecision gives the
-	// real figures.
-	if !raceEnabled && (g.AchievedRatio < 0.98 || g.OKRatio != 1 || g.LagP50Ms > 1 || g.LagP99Ms > 50) {
-		t.Errorf("grade %+v: want achieved ≥ 0.98, all ok, lag p50 ≤ 1 ms, p99 ≤ 50 ms", g)
+	at := func(ns int64) time.Time { return res.Start.Add(time.Duration(ns)) }
+	var from, to time.Time
+	for _, r := range res.Records {
+		if r.Phase == PhaseMeasure {
+			if from.IsZero() {
+				from = at(r.ScheduledNs)
+			}
+			if d := at(r.DoneNs); d.After(to) {
+				to = d
+			}
+		}
+	}
+	late := time.Duration(ClientLateMs * float64(time.Millisecond))
+	// The machine let the run go when no sample period of the probe held
+	// it back by ClientLateMs: a send that late is the generator's fault.
+	letRun := probe.Worst(from, to) < late
+	t.Logf("%s; let run: %v", probe.Summary(from, to), letRun)
+	if g.OKRatio != 1 {
+		t.Errorf("grade %+v: want all ok", g)
+	}
+	nLate := 0
+	for _, r := range res.Records {
+		if r.Phase != PhaseMeasure || r.Lag() <= late {
+			continue
+		}
+		nLate++
+		if held := probe.HeldBack(at(r.ScheduledNs), at(r.SentNs)); held < r.Lag()/2 {
+			t.Errorf("request %d sent %v late while the OS held the process back only %v: the generator's own lateness", r.ID, r.Lag(), held)
+		}
+	}
+	if g.Late != nLate || (g.ClientLimited && !strings.Contains(g.Reason, fmt.Sprintf("%d of %d requests", nLate, g.Sent))) {
+		t.Errorf("grade %+v: the records show %d sends more than %v late", g, nLate, late)
+	}
+	// Bounds are generous: MeasurePrecision gives the real figures.
+	if letRun && !raceEnabled && (g.ClientLimited || g.AchievedRatio < 0.98 || g.LagP50Ms > 1 || g.LagP99Ms > 50) {
+		t.Errorf("grade %+v on a machine that let the run go: want not client_limited, achieved ≥ 0.98, lag p50 ≤ 1 ms, p99 ≤ 50 ms", g)
 	}
 	truth := map[string]stub.Entry{}
 	for _, e := range s.Entries() {
@@ -161,12 +204,23 @@ func TestOpenLoopModestRate(t *testing.T) {
 		if !ok || e.Model != "stub-model" || e.MaxTokens != 16 {
 			t.Fatalf("stub saw %+v for record %d", e, r.ID)
 		}
-		errs = append(errs, float64(r.TTFT()-e.TTFT())/1e6)
+		terr := r.TTFT() - e.TTFT()
+		errs = append(errs, float64(terr)/1e6)
+		if r.Phase == PhaseMeasure && absDur(terr) > late {
+			if held := probe.HeldBack(at(r.SentNs), at(r.FirstTokenNs)); held < absDur(terr)/2 {
+				t.Errorf("request %d: TTFT %v, the stub's %v, while the OS held the process back only %v", r.ID, r.TTFT(), e.TTFT(), held)
+			}
+		}
 	}
 	sort.Float64s(errs)
 	t.Logf("TTFT error vs stub: p50 %.3f ms p99 %.3f ms", stats.Quantile(errs, 0.5), stats.Quantile(errs, 0.99))
-	if !raceEnabled && (stats.Quantile(errs, 0.5) < 0 || stats.Quantile(errs, 0.5) > 2 || stats.Quantile(errs, 0.99) > 50) {
-		t.Errorf("TTFT error p50 %.3f p99 %.3f ms: want p50 in [0, 2] ms and p99 ≤ 50 ms", stats.Quantile(errs, 0.5), stats.Quantile(errs, 0.99))
+	// The client's TTFT spans the stub's (its send before the stub's
+	// receipt, its read after the stub's flush) on any machine.
+	if stats.Quantile(errs, 0.5) < 0 {
+		t.Errorf("TTFT error p50 %.3f ms: the client's TTFT below the stub's", stats.Quantile(errs, 0.5))
+	}
+	if letRun && !raceEnabled && (stats.Quantile(errs, 0.5) > 2 || stats.Quantile(errs, 0.99) > 50) {
+		t.Errorf("TTFT error p50 %.3f p99 %.3f ms on a machine that let the run go: want p50 ≤ 2 ms and p99 ≤ 50 ms", stats.Quantile(errs, 0.5), stats.Quantile(errs, 0.99))
 	}
 	// The sink holds the same records, readable strictly.
 	back, err := ReadRecords(&sink)
