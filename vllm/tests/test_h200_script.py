@@ -147,16 +147,32 @@ def _run_proof(tmp_path, monkeypatch, *args: str):
     return e.value.code, json.loads((tmp_path / "proof.json").read_text())
 
 
+def _check_verdicts(code, results):
+    """What the proof decides, from its own figures, on any machine.
+
+    gpu_us spans a batch's kernels, so it is never below their time. Where
+    the start event is recorded behind queued work (GPU-bound, batch queue)
+    it is their time: a pass. Elsewhere the fake GPU, like a real one, is
+    idle at the start event, and the host's time to the first launch, which
+    a loaded test machine stretches, is inside the span: a pass or not, the
+    verdict must be the 5% rule's and the exit status must follow.
+    """
+    for r in results:
+        assert r["status_gpu"] == "measured" and r["joined"] >= 30 and r["joined_noprof"] >= 30, r
+        assert "no cudaEventRecord" in r["trace_note"], r
+        assert r["ratio_p10"] >= 0.99, r
+        assert r["pass"] == (abs(r["ratio_p50"] - 1) <= 0.05), r
+        if r["path"] == "batch_queue" and r["load"] == "gpu_bound":
+            assert r["pass"], r
+    assert code == (0 if all(r["pass"] for r in results) else 1)
+
+
 def test_h200_script_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch):
     code, proof = _run_proof(tmp_path, monkeypatch)
     assert len(proof["results"]) == 8
-    for r in proof["results"]:
-        assert r["status_gpu"] == "measured" and r["joined"] >= 30 and r["joined_noprof"] >= 30, r
-        assert "no cudaEventRecord" in r["trace_note"], r
-        assert abs(r["ratio_p50"] - 1) <= 0.05 and r["pass"], r
+    _check_verdicts(code, proof["results"])
     cpu = [r for r in proof["results"] if r["load"] == "cpu_bound" and r["path"] == "batch_queue"]
     assert all(r["step_us_p50"] > 4 * r["gpu_us_p50"] for r in cpu)  # GPU mostly idle, still measured
-    assert code == 0
     assert proof["idle_gap"]["busy_us_p50"] > 0 and "torch_Event_record" in proof["call_costs_ns"]
     assert sorted(os.listdir(tmp_path)) == ["proof.json", "steps.tar.gz"]
     import tarfile
@@ -170,7 +186,7 @@ def test_h200_script_timers_mode_cases(tmp_path, monkeypatch):
     idle-gap probe or per-call costs."""
     code, proof = _run_proof(tmp_path, monkeypatch, "--cases", "main:batch_queue:gpu_bound,main:batch_queue:cpu_bound",
                              "--quick")
-    assert code == 0
+    _check_verdicts(code, proof["results"])
     assert [(r["version"], r["path"], r["load"]) for r in proof["results"]] == [
         ("main", "batch_queue", "gpu_bound"), ("main", "batch_queue", "cpu_bound")]
     assert proof["idle_gap"] == {} and proof["call_costs_ns"] == {} and proof["timer_cost"]
