@@ -87,14 +87,16 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 		}
 	}
 	sw := results.ExportInput{
-		InMemory:   inMemory,
-		Capacity:   capRep,
-		Dir:        dir,
-		Name:       st.Name,
-		Confidence: 0.95,
-		Blocks:     len(st.Blocks),
-		Env:        slurmEnv(st.Fingerprint, entries), // with the slurm job and nodes of the runs
-		Simulated:  st.Simulated,
+		InMemory: inMemory,
+		Dir:      dir,
+		Sweep: results.Sweep{
+			Capacity:   capRep,
+			Name:       st.Name,
+			Confidence: 0.95,
+			Blocks:     len(st.Blocks),
+			Env:        slurmEnv(st.Fingerprint, entries), // with the slurm job and nodes of the runs
+			Simulated:  st.Simulated,
+		},
 	}
 	// Everything written into the sweep directory was redacted when it was
 	// written, so export needs no secrets, and so no matrix file.

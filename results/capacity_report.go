@@ -206,35 +206,33 @@ func renderProbes(b *strings.Builder, v *reportView) {
 		}
 	}
 	p("\n")
-	if v.rep.dropped > 0 {
-		p("The per-probe comparisons with %s leave out %d rows (config × metric) at rates %s did not probe.\n\n", s.Baseline, v.rep.dropped, s.Baseline)
+	if v.dropped > 0 {
+		p("The per-probe comparisons with %s leave out %d rows (config × metric) at rates %s did not probe.\n\n", s.Baseline, v.dropped, s.Baseline)
 	}
-	if len(v.rep.Comparisons) > 0 {
+	if len(v.shown) > 0 {
 		renderComparisons(b, v)
 	}
 }
 
-// probedComparisons is rep with only the comparisons that have a baseline
+// probedComparisons is rows with only the comparisons that have a baseline
 // probe at the same shape and rate (in a capacity search the configs probe
 // different rates; the others would only say that the baseline did not
-// probe there).
-func probedComparisons(s *ExportInput, ordered []*cellData, rep *Report) *Report {
-	probed := map[string]bool{}
+// probe there), and the number left out.
+func probedComparisons(s *Sweep, ordered []*Cell, rows []ComparisonRow) (probed []ComparisonRow, dropped int) {
+	at := map[string]bool{}
 	for _, c := range ordered {
 		if c.Info.Config == s.Baseline {
-			probed[fmt.Sprintf("%s@%g", c.Info.Shape, c.Info.Rate)] = true
+			at[fmt.Sprintf("%s@%g", c.Info.Shape, c.Info.Rate)] = true
 		}
 	}
-	out := *rep
-	out.Comparisons = nil
-	for _, r := range rep.Comparisons {
-		if probed[fmt.Sprintf("%s@%g", r.Shape, r.Rate)] {
-			out.Comparisons = append(out.Comparisons, r)
+	for _, r := range rows {
+		if at[fmt.Sprintf("%s@%g", r.Shape, r.Rate)] {
+			probed = append(probed, r)
 		} else {
-			out.dropped++
+			dropped++
 		}
 	}
-	return &out
+	return probed, dropped
 }
 
 // IntervalText is a capacity interval in words: "[12, 13.5]", "≥ 64"

@@ -157,7 +157,9 @@ func TestCapacityReportSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	section := func(dir string) (string, bool) {
-		v := newReportView(&ExportInput{Dir: dir, Confidence: 0.95}, nil, &Report{})
+		sw := Sweep{Confidence: 0.95}
+		sw.Capacity, sw.CapacityErr = sweepCapacity(dir)
+		v := newReportView(&Analysis{Sweep: sw})
 		var b strings.Builder
 		renderHeadline(&b, v)
 		renderCapacityDetails(&b, v)

@@ -2,11 +2,8 @@ package results
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 
-	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/stats"
 )
 
@@ -30,24 +27,15 @@ type ClassComparison struct {
 }
 
 // classComparisons pairs each config's cells with the baseline's (same
-// shape and rate) and compares every class over the same requests. It reads
-// the runs' requests.jsonl; a run whose file cannot be read leaves its
-// block out.
-func classComparisons(s *ExportInput, cells []*cellData) []ClassComparison {
-	base := map[groupKey]*cellData{}
+// shape and rate) and compares every class over the same requests, by
+// the runs' request TTFTs (Run.TTFTs); a run without them (its
+// requests.jsonl could not be read) leaves its block out.
+func classComparisons(s *Sweep, cells []*Cell) []ClassComparison {
+	base := map[groupKey]*Cell{}
 	for _, c := range cells {
 		if c.Info.SameAs == "" && c.Info.Config == s.Baseline {
 			base[groupKey{c.Info.Shape, c.Info.Rate}] = c
 		}
-	}
-	ttfts := map[string]map[int]float64{} // run dir → id → TTFT ms of its completed measured requests
-	read := func(r *runData) map[int]float64 {
-		if m, ok := ttfts[r.Ref.Dir]; ok {
-			return m
-		}
-		m := readTTFTs(filepath.Join(s.Dir, r.Ref.Dir, "requests.jsonl"))
-		ttfts[r.Ref.Dir] = m
-		return m
 	}
 	var out []ClassComparison
 	for _, c := range cellOrder(s, cells) {
@@ -68,7 +56,7 @@ func classComparisons(s *ExportInput, cells []*cellData) []ClassComparison {
 				// config-independent basis; under the router's estimate,
 				// those in the class under both.
 				ids := intersect(br.Sum.Classes.Classes[ci].IDs, tr.Sum.Classes.Classes[ci].IDs)
-				bt, tt := read(br), read(tr)
+				bt, tt := br.TTFTs, tr.TTFTs
 				if bt == nil || tt == nil || len(ids) == 0 {
 					continue
 				}
@@ -104,28 +92,6 @@ func classComparisons(s *ExportInput, cells []*cellData) []ClassComparison {
 	return out
 }
 
-// readTTFTs reads a run's requests.jsonl: the TTFT in ms of each completed
-// measured request, by id; nil when the file cannot be read.
-func readTTFTs(path string) map[int]float64 {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	recs, err := openloop.ReadRecords(f)
-	if err != nil {
-		return nil
-	}
-	out := map[int]float64{}
-	for i := range recs {
-		r := &recs[i]
-		if r.Phase == openloop.PhaseMeasure && r.OK() && r.FirstTokenNs > 0 && r.SentNs > 0 {
-			out[r.ID] = float64(r.FirstTokenNs-r.SentNs) / 1e6
-		}
-	}
-	return out
-}
-
 // intersect returns the values in both ascending lists.
 func intersect(a, b []int) []int {
 	var out []int
@@ -149,7 +115,7 @@ var renderClassComparisons = tableSection("Request classes compared", classCompa
 
 // classComparisonTables is the table of classComparisons.
 func classComparisonTables(v *reportView) ([]sectionTable, string) {
-	rows := classComparisons(v.s, v.ordered)
+	rows := v.a.Classes
 	if len(rows) == 0 {
 		return nil, fmt.Sprintf("no class has requests completed under both a config and the baseline %s.", orDefault(v.s.Baseline, "(none)"))
 	}

@@ -2,7 +2,6 @@ package results
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -20,8 +19,8 @@ import (
 // every block.
 func classSweep(t *testing.T) ExportInput {
 	dir := t.TempDir()
-	s := ExportInput{Dir: dir, Name: "classes", Baseline: "base", Confidence: 0.95,
-		Cells: []CellInfo{{ID: "base", Config: "base", Shape: "agentic", Rate: 1}, {ID: "fast", Config: "fast", Shape: "agentic", Rate: 1}}}
+	s := ExportInput{Dir: dir, Sweep: Sweep{Name: "classes", Baseline: "base", Confidence: 0.95,
+		Cells: []CellInfo{{ID: "base", Config: "base", Shape: "agentic", Rate: 1}, {ID: "fast", Config: "fast", Shape: "agentic", Rate: 1}}}}
 	tokens := map[int]int{}
 	for id := range 20 {
 		tokens[id] = 1000
@@ -70,13 +69,8 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 // requests both completed (15 dropped), WARM unchanged; the report carries
 // the rows and the failures by class name the failure's class and mode.
 func TestClassComparisonsSameRequests(t *testing.T) {
-	s := classSweep(t)
-	rep := &Report{}
-	cells, err := loadCells(context.Background(), &s, rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := classComparisons(&s, cells)
+	a := analyzeDir(t, classSweep(t))
+	rows := a.Classes
 	byClass := map[string]ClassComparison{}
 	for _, r := range rows {
 		byClass[r.Class] = r
@@ -92,7 +86,7 @@ func TestClassComparisonsSameRequests(t *testing.T) {
 		t.Errorf("WARM: %+v, want 10 paired, unchanged", w)
 	}
 	var b strings.Builder
-	v := newReportView(&s, cells, rep)
+	v := newReportView(a)
 	renderClassComparisons(&b, v)
 	renderClassFailures(&b, v)
 	for _, want := range []string{"| fast | base | agentic | 1 | HEAVY | 9 | 1 |", "-50.0% [-50.0%, -50.0%]",

@@ -85,7 +85,7 @@ func classFailureTables(v *reportView) ([]sectionTable, string) {
 
 // failureModes lists a class's error classes over the cell's runs with
 // their counts, most frequent first.
-func failureModes(c *cellData, class int) string {
+func failureModes(c *Cell, class int) string {
 	counts := map[string]int{}
 	for _, r := range c.Runs {
 		if r.Sum == nil || r.Sum.Classes == nil || class >= len(r.Sum.Classes.Classes) {
@@ -123,7 +123,7 @@ func fmtCount(x float64) string {
 
 // classBasisOf is the class basis the runs used (the first run that
 // recorded one).
-func classBasisOf(ordered []*cellData) ClassBasis {
+func classBasisOf(ordered []*Cell) ClassBasis {
 	for _, c := range ordered {
 		for _, r := range c.Runs {
 			if r.Sum != nil && r.Sum.Classes != nil {
@@ -147,7 +147,7 @@ func basisWords(b ClassBasis) string {
 
 // singleClass reports the one class every cell with class figures falls
 // in entirely (every run's share of it is 1), when there is one.
-func singleClass(ordered []*cellData) (string, bool) {
+func singleClass(ordered []*Cell) (string, bool) {
 	only := ""
 	for _, c := range ordered {
 		for _, n := range ClassNames {
@@ -171,7 +171,7 @@ func singleClass(ordered []*cellData) (string, bool) {
 
 // classBoundsOf returns the class bounds the runs used (the first run that
 // recorded them), else the defaults.
-func classBoundsOf(ordered []*cellData) [3]int {
+func classBoundsOf(ordered []*Cell) [3]int {
 	for _, c := range ordered {
 		for _, r := range c.Runs {
 			if r.Sum != nil && r.Sum.Classes != nil {
@@ -184,7 +184,7 @@ func classBoundsOf(ordered []*cellData) [3]int {
 
 // allZero reports whether every run of every cell has each of keys zero
 // or absent.
-func allZero(ordered []*cellData, keys ...string) bool {
+func allZero(ordered []*Cell, keys ...string) bool {
 	for _, c := range ordered {
 		for _, k := range keys {
 			for _, x := range c.Sum.Metrics[k].Values {

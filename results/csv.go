@@ -44,19 +44,20 @@ func csvHeader() []string {
 // renderCSV writes tables.csv: one row per cell (level "cell": metric columns
 // hold the mean across used runs) and one per run (level "run"), cells in
 // table order, each cell row followed by its runs by block.
-func renderCSV(s *ExportInput, cells []*cellData) ([]byte, error) {
+func renderCSV(a *Analysis, redact func(string) string) ([]byte, error) {
+	s := &a.Sweep
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	red := func(row []string) []string {
 		for i := range row {
-			row[i] = s.redact(row[i])
+			row[i] = redact(row[i])
 		}
 		return row
 	}
 	if err := w.Write(csvHeader()); err != nil {
 		return nil, fmt.Errorf("export: tables.csv: %w", err)
 	}
-	for _, c := range cellOrder(s, cells) {
+	for _, c := range a.Ordered {
 		status := "ok"
 		if c.Sum.NRuns == 0 {
 			status = "missing"

@@ -10,19 +10,19 @@ import (
 // TestEnergyNote: the method section says where GPU energy came from, and
 // marks power integration as the fallback.
 func TestEnergyNote(t *testing.T) {
-	run := func(src ...string) *runData {
+	run := func(src ...string) *Run {
 		g := &GPUSummary{Available: true}
 		for _, s := range src {
 			g.PerGPU = append(g.PerGPU, probes.GPUStat{EnergySource: s})
 		}
-		return &runData{Sum: &RunSummary{GPU: g}}
+		return &Run{Sum: &RunSummary{GPU: g}}
 	}
-	cells := func(runs ...*runData) []*cellData { return []*cellData{{Runs: runs}} }
+	cells := func(runs ...*Run) []*Cell { return []*Cell{{Runs: runs}} }
 	for _, c := range []struct {
-		cells []*cellData
+		cells []*Cell
 		want  string
 	}{
-		{cells(&runData{Sum: &RunSummary{}}), ""},
+		{cells(&Run{Sum: &RunSummary{}}), ""},
 		{cells(run(probes.EnergyFromCounter), run(probes.EnergyFromCounter)), "counter: its rise from the first to the last sample of each run (2 GPU-runs)"},
 		{cells(run(probes.EnergyFromPower)), "**Integrated from power readings** on all 1 GPU-runs (a fallback"},
 		{cells(run(probes.EnergyFromCounter, probes.EnergyFromPower)), "counter on 1 GPU-runs; **integrated from power readings on 1** (a fallback"},

@@ -1,88 +1,38 @@
 package results
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/mbench/mbench/internal/durable"
+	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/probes"
 )
 
 // ExportInput describes a (possibly partial) sweep directory for Export:
-// what was planned, what ran, and the method to analyse it with.
+// the sweep to analyse, where its runs are, and how to write what is made
+// of it.
 type ExportInput struct {
-	Dir        string  // the sweep directory; run directories are relative to it
-	Name       string  // title of the report
-	Baseline   string  // config every other config is compared with
-	Confidence float64 // of CIs and tests; 0 means 0.95
-	// RecordedConfidence is the confidence the sweep ran at, when an export
-	// analyses it at another (Confidence): the stopping rule decided at it,
-	// and the method says so. 0: Confidence.
-	RecordedConfidence float64
-	Compare            []string // metrics compared with the baseline; nil means DefaultCompare
-	Metric             string   // the declared primary metric (repeat.metric): one Holm family, the one the stopping rule targets; "" means DefaultStopMetric
-	RelCI              float64  // stopping-rule target relative half-width (0: none shown)
-	Cells              []CellInfo
-	Runs               []RunRef
-	// Superseded are runs run again in place (after a client_limited
-	// verdict): the report says so; only the last attempt, in Runs, counts.
-	Superseded []RunRef
-	StopReason string // why the sweep stopped, in words ("" when it has not)
-	Blocks     int    // blocks planned or finished; 0 means the largest block in Runs
-	Env        map[string]string
-	Simulated  bool                // the engine is simengine: every output says so
-	Redact     func(string) string // applied to all text written, when non-nil
-	// Overrides are the changes to the recorded method asked for at export
-	// (a confidence, a baseline), in words; the report states them.
-	Overrides []string
-	// Stage1 is the number of first-stage blocks of the two-stage design
-	// (repeat.min), which plan the sweep; 0 makes every comparison an
-	// ordinary paired t.
-	Stage1 int
-	// RuleStop: the stopping rule ended the sweep (every comparison within
-	// target before repeat.max): comparisons take their spread from the
-	// blocks after the first stage.
-	RuleStop bool
-	// Design says in words how the block orders were made and how balanced
-	// they are ("" when not recorded).
-	Design string
+	Sweep
+	Dir    string              // the sweep directory; run directories are relative to it
+	Redact func(string) string // applied to all text written, when non-nil
 	// InMemory computes the exports without writing anything under Dir:
 	// report.md, tables.csv and the cell summaries go to Report.Contents,
 	// and report.html and the plots are not made. A read-only export (of a
-	// live sweep, or with overrides of the recorded method) uses it.
-	InMemory bool
-	// Capacity is the capacity search's analysis for an InMemory export
-	// (nil for a fixed-rate sweep); without InMemory the report reads
+	// live sweep, or with overrides of the recorded method) uses it, with
+	// Sweep.Capacity computed by the caller; without InMemory, Export reads
 	// Dir/capacity.json.
-	Capacity *CapacityReport
-}
-
-// CellInfo identifies one cell of the matrix. SameAs names the config (or
-// cell ID) an A/A control duplicates; its comparison with that original is
-// the measured noise floor.
-type CellInfo struct {
-	ID, Config, Shape string
-	Rate              float64
-	SameAs            string
-}
-
-// RunRef is one journal line: a run of a cell in a block, its directory
-// relative to ExportInput.Dir and its verdict. Only runs whose verdict is usable
-// (ok) count in the statistics; the others are listed with their reason.
-type RunRef struct {
-	Cell   string
-	Block  int
-	Dir    string
-	Status Verdict
-	Reason string
-	// Position is the run's 1-based position in its block's order (0:
-	// unknown); the nuisance fit of the position effect uses it.
-	Position int
+	InMemory bool
 }
 
 // Report is what Export wrote and found.
@@ -97,46 +47,6 @@ type Report struct {
 	// Contents holds what an InMemory export made, by path relative to Dir
 	// (report.md, tables.csv, cells/<id>/summary_A.json).
 	Contents map[string][]byte
-	dropped  int // comparisons a capacity search's report leaves out (no baseline probe at their rate)
-}
-
-// ComparisonRow is one comparison of a table: Config's cell against the
-// baseline's cell at the same shape and rate, for one metric.
-type ComparisonRow struct {
-	Metric   string  `json:"metric"` // as the user named it (ttft_p90)
-	Key      string  `json:"key"`    // RunMetrics key (p90_ttft_ms)
-	Config   string  `json:"config"`
-	Baseline string  `json:"baseline"`
-	Shape    string  `json:"shape"`
-	Rate     float64 `json:"rate"`
-	Cell     string  `json:"cell"`
-	BaseCell string  `json:"base_cell"`      // "" when the baseline cell is missing
-	Note     string  `json:"note,omitempty"` // why no comparison was possible, when a side has no data
-	Comparison
-}
-
-// Text is the formatted comparison, or "n/a (why)" when a side has no data.
-func (r ComparisonRow) Text() string {
-	if r.Note != "" {
-		return "n/a (" + r.Note + ")"
-	}
-	return r.Comparison.String()
-}
-
-// runData is one RunRef with what was read for it.
-type runData struct {
-	Ref     RunRef
-	Sum     *RunSummary
-	Metrics map[string]float64
-	Problem string // why the run is not used, when it is not
-}
-
-// cellData gathers one cell's runs.
-type cellData struct {
-	Info CellInfo
-	Runs []*runData       // every run of the cell, by block then dir
-	Used map[int]*runData // block → the run used for it
-	Sum  CellSummary
 }
 
 // Export reads every run's summary_A.json and writes, under s.Dir, the cell
@@ -145,32 +55,23 @@ type cellData struct {
 // Every file is written atomically. It works on partial sweeps: missing
 // cells, blocks and unreadable summaries are reported in the files and in
 // Report.Warnings; only bad arguments and write failures are errors.
-func Export(ctx context.Context, s ExportInput) (*Report, error) {
-	if s.Dir == "" {
+func Export(ctx context.Context, in ExportInput) (*Report, error) {
+	if in.Dir == "" {
 		return nil, errors.New("export: sweep directory not set")
 	}
-	if s.Confidence == 0 {
-		s.Confidence = 0.95
+	sw := in.Sweep
+	if !in.InMemory { // the directory's, not a caller's (which may be stale)
+		sw.Capacity, sw.CapacityErr = sweepCapacity(in.Dir)
 	}
-	if !(s.Confidence > 0 && s.Confidence < 1) {
-		return nil, fmt.Errorf("export: confidence %v must be between 0 and 1", s.Confidence)
-	}
-	if len(s.Compare) == 0 {
-		s.Compare = DefaultCompare
-	}
-	if s.Metric == "" {
-		s.Metric = DefaultStopMetric
-	}
-	rep := &Report{Dir: s.Dir}
-	cells, err := loadCells(ctx, &s, rep)
+	a, err := Analyze(sw, func(ref RunRef) (RunFile, error) { return readRun(ctx, in.Dir, ref) })
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("export: %w", err)
 	}
-	withSLOCompare(&s, cells)
-	w := &writer{s: &s, rep: rep}
-	for _, c := range cells {
+	rep := &Report{Dir: in.Dir, Warnings: append([]string(nil), a.Warnings...)}
+	w := &writer{in: &in, rep: rep}
+	for _, c := range a.Cells {
 		rep.Cells = append(rep.Cells, c.Sum)
-		b, err := encodeJSON(redactCell(c.Sum, s.redact))
+		b, err := encodeJSON(redactCell(c.Sum, in.redact))
 		if err != nil {
 			return nil, fmt.Errorf("export: encode cell %s: %w", c.Info.ID, err)
 		}
@@ -178,15 +79,16 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 			return nil, err
 		}
 	}
-	rep.Comparisons, rep.NoiseFloor, rep.Nuisance = comparisons(&s, cells)
+	rep.Comparisons, rep.NoiseFloor, rep.Nuisance = a.Comparisons, a.NoiseFloor, a.Nuisance
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
 	}
-	if err := w.write("report.md", []byte(s.redact(renderReport(&s, cells, rep)))); err != nil {
+	rd := renderer{redact: in.redact, logs: dirLogs{in.Dir}, warn: rep.warn}
+	if err := w.write("report.md", []byte(in.redact(renderReport(a)))); err != nil {
 		return nil, err
 	}
-	if !s.InMemory {
-		page, err := renderHTML(ctx, &s, cells, rep)
+	if !in.InMemory {
+		page, err := renderHTML(ctx, a, rd)
 		if err != nil {
 			return nil, err
 		}
@@ -194,26 +96,27 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 			return nil, err
 		}
 	}
-	csvText, err := renderCSV(&s, cells)
+	csvText, err := renderCSV(a, in.redact)
 	if err != nil {
 		return nil, err
 	}
 	if err := w.write("tables.csv", csvText); err != nil {
 		return nil, err
 	}
-	instText, err := renderInstancesCSV(&s, cells)
+	instText, err := renderInstancesCSV(a, in.redact)
 	if err != nil {
 		return nil, err
 	}
 	if err := w.write("instances.csv", instText); err != nil {
 		return nil, err
 	}
-	if !s.InMemory {
-		if err := writePlots(ctx, &s, cells, w); err != nil {
+	if !in.InMemory {
+		save := func(name string, data []byte) error { return w.write(filepath.Join("plots", name), data) }
+		if err := writePlots(ctx, a, rd, save); err != nil {
 			return nil, err
 		}
 	}
-	for _, c := range cells {
+	for _, c := range a.Cells {
 		for _, r := range c.Runs {
 			if r.Problem != "" && r.Ref.Status.Usable() {
 				rep.warn("cell %s block %d (%s): %s", r.Ref.Cell, r.Ref.Block, r.Ref.Dir, r.Problem)
@@ -225,30 +128,30 @@ func Export(ctx context.Context, s ExportInput) (*Report, error) {
 }
 
 // redact applies the sweep's redactor.
-func (s *ExportInput) redact(text string) string {
-	if s.Redact == nil {
+func (in *ExportInput) redact(text string) string {
+	if in.Redact == nil {
 		return text
 	}
-	return s.Redact(text)
+	return in.Redact(text)
 }
 
 // writer writes files under the sweep directory and records them.
 type writer struct {
-	s   *ExportInput
+	in  *ExportInput
 	rep *Report
 }
 
 // write writes rel (relative to the sweep directory) atomically, or, for
 // an InMemory export, keeps it in Report.Contents.
 func (w *writer) write(rel string, data []byte) error {
-	if w.s.InMemory {
+	if w.in.InMemory {
 		if w.rep.Contents == nil {
 			w.rep.Contents = map[string][]byte{}
 		}
 		w.rep.Contents[filepath.ToSlash(rel)] = data
 		return nil
 	}
-	path := filepath.Join(w.s.Dir, rel)
+	path := filepath.Join(w.in.Dir, rel)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
@@ -264,90 +167,122 @@ func (r *Report) warn(format string, args ...any) {
 	r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
 }
 
-// loadCells reads the runs of every cell and computes the cell summaries.
-func loadCells(ctx context.Context, s *ExportInput, rep *Report) ([]*cellData, error) {
-	byID := map[string]*cellData{}
-	var cells []*cellData
-	for _, ci := range s.Cells {
-		if !filepath.IsLocal(ci.ID) || filepath.Base(ci.ID) != ci.ID {
-			return nil, fmt.Errorf("export: cell ID %q is not a plain file name", ci.ID)
-		}
-		if byID[ci.ID] != nil {
-			return nil, fmt.Errorf("export: cell %s listed twice", ci.ID)
-		}
-		c := &cellData{Info: ci, Used: map[int]*runData{}}
-		byID[ci.ID] = c
-		cells = append(cells, c)
+// sweepCapacity is dir's capacity search (capacity.json): nil, nil for a
+// fixed-rate sweep, the error when the file exists but cannot be read.
+func sweepCapacity(dir string) (*CapacityReport, error) {
+	rep, err := ReadCapacity(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
-	blocks := s.Blocks
-	refs := append([]RunRef(nil), s.Runs...)
-	sort.SliceStable(refs, func(i, j int) bool {
-		if refs[i].Cell != refs[j].Cell {
-			return refs[i].Cell < refs[j].Cell
-		}
-		if refs[i].Block != refs[j].Block {
-			return refs[i].Block < refs[j].Block
-		}
-		return refs[i].Dir < refs[j].Dir
-	})
-	for _, ref := range refs {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("export: %w", err)
-		}
-		if s.Blocks == 0 && ref.Block > blocks {
-			blocks = ref.Block
-		}
-		c := byID[ref.Cell]
-		if c == nil {
-			rep.warn("run %s (block %d) belongs to no cell of the sweep; ignored", ref.Dir, ref.Block)
-			continue
-		}
-		r := &runData{Ref: ref}
-		c.Runs = append(c.Runs, r)
-		switch {
-		case ref.Status == VerdictFailed:
-			r.Problem = "run failed"
-		case !filepath.IsLocal(ref.Dir):
-			r.Problem = fmt.Sprintf("run directory %q is outside the sweep", ref.Dir)
-		default:
-			sum, err := ReadRunSummary(filepath.Join(s.Dir, ref.Dir, "summary_A.json"))
-			if errors.Is(err, fs.ErrNotExist) {
-				r.Problem = "its summary_A.json is missing"
-				break
-			}
-			if err != nil { // name the file relative to the sweep, not the machine
-				r.Problem = strings.ReplaceAll(err.Error(), s.Dir+string(filepath.Separator), "")
-				break
-			}
-			r.Sum, r.Metrics = sum, RunMetrics(sum)
-			if !ref.Status.Usable() {
-				// Read for what it tells (saturation, errors by class), but
-				// not a result.
-				r.Problem = "run " + string(ref.Status)
-				break
-			}
-			if prev := c.Used[ref.Block]; prev != nil {
-				rep.warn("cell %s block %d has two usable runs (%s, %s); using %s", ref.Cell, ref.Block, prev.Ref.Dir, ref.Dir, ref.Dir)
-				prev.Problem = "superseded by " + ref.Dir
-			}
-			c.Used[ref.Block] = r
-		}
-	}
-	for _, c := range cells {
-		c.Sum = summarizeCell(c, s, blocks)
-	}
-	return cells, nil
+	return rep, err
 }
 
-// lastBlock is the sweep's last block: Blocks when set, else the largest
-// block of its runs.
-func (s *ExportInput) lastBlock() int {
-	if s.Blocks > 0 {
-		return s.Blocks
+// readRun reads what the analysis takes of run ref: its summary, and for a
+// usable run with request classes the TTFT of each request. A summary that
+// is missing or unreadable is the run's problem, not an error; only a
+// canceled ctx is.
+func readRun(ctx context.Context, dir string, ref RunRef) (RunFile, error) {
+	if err := ctx.Err(); err != nil {
+		return RunFile{}, err
 	}
-	last := 0
-	for _, r := range s.Runs {
-		last = max(last, r.Block)
+	if !filepath.IsLocal(ref.Dir) {
+		return RunFile{Problem: fmt.Sprintf("run directory %q is outside the sweep", ref.Dir)}, nil
 	}
-	return last
+	sum, err := ReadRunSummary(filepath.Join(dir, ref.Dir, "summary_A.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return RunFile{Problem: "its summary_A.json is missing"}, nil
+	}
+	if err != nil { // name the file relative to the sweep, not the machine
+		return RunFile{Problem: strings.ReplaceAll(err.Error(), dir+string(filepath.Separator), "")}, nil
+	}
+	f := RunFile{Sum: sum}
+	if ref.Status.Usable() && sum.Classes != nil {
+		f.TTFTs = readTTFTs(filepath.Join(dir, ref.Dir, "requests.jsonl"))
+	}
+	return f, nil
+}
+
+// readTTFTs reads a run's requests.jsonl: the TTFT in ms of each completed
+// measured request, by id; nil when the file cannot be read.
+func readTTFTs(path string) map[int]float64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	recs, err := openloop.ReadRecords(f)
+	if err != nil {
+		return nil
+	}
+	out := map[int]float64{}
+	for i := range recs {
+		r := &recs[i]
+		if r.Phase == openloop.PhaseMeasure && r.OK() && r.FirstTokenNs > 0 && r.SentNs > 0 {
+			out[r.ID] = float64(r.FirstTokenNs-r.SentNs) / 1e6
+		}
+	}
+	return out
+}
+
+// dirLogs reads the runs' raw logs under a sweep directory.
+type dirLogs struct{ dir string }
+
+// StepDurations streams step_duration_us (> 0) of run's engine_step.jsonl
+// into add, parsing with probes (which owns the format) and skipping
+// malformed lines; a run without the file is not an error.
+func (l dirLogs) StepDurations(run string, add func(us float64)) error {
+	var rec probes.StepRecord
+	err := eachLine(filepath.Join(l.dir, run, "engine_step.jsonl"), func(line []byte) {
+		if probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) != nil {
+			return
+		}
+		if d, ok := rec.Get(probes.FieldStepDuration); ok && d > 0 && !math.IsInf(d, 0) {
+			add(d)
+		}
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// GPUSamples reads run's gpu.jsonl: nil, nil without one; with a bad line,
+// the samples before it and the error.
+func (l dirLogs) GPUSamples(run string) ([]probes.GPUSample, error) {
+	path := filepath.Join(l.dir, run, "gpu.jsonl")
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	samples, err := probes.ReadGPUSamples(f)
+	if err != nil {
+		return samples, fmt.Errorf("%s: %w", path, err)
+	}
+	return samples, nil
+}
+
+// eachLine calls fn for every non-empty line of a file, streaming.
+func eachLine(path string, fn func([]byte)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			fn(line)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+	}
 }

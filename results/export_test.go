@@ -216,10 +216,10 @@ func TestExportProblems(t *testing.T) {
 	if _, err := Export(ctx, ExportInput{}); err == nil {
 		t.Error("no directory: want an error")
 	}
-	if _, err := Export(ctx, ExportInput{Dir: t.TempDir(), Confidence: 1.5}); err == nil {
+	if _, err := Export(ctx, ExportInput{Dir: t.TempDir(), Sweep: Sweep{Confidence: 1.5}}); err == nil {
 		t.Error("confidence 1.5: want an error")
 	}
-	if _, err := Export(ctx, ExportInput{Dir: t.TempDir(), Cells: []CellInfo{{ID: "../escape"}}}); err == nil {
+	if _, err := Export(ctx, ExportInput{Dir: t.TempDir(), Sweep: Sweep{Cells: []CellInfo{{ID: "../escape"}}}}); err == nil {
 		t.Error("cell ID ../escape: want an error")
 	}
 	dir := copyTree(t, fixtureDir)

@@ -55,11 +55,11 @@ var fixtureBlockEffect = map[int]float64{1: 1.00, 2: 1.06, 3: 0.96}
 
 // fixtureSweep describes the fake sweep rooted at dir.
 func fixtureSweep(dir string) ExportInput {
-	s := ExportInput{Dir: dir, Name: "microbench3 (fixture)", Baseline: "plain", Confidence: 0.95, RelCI: 0.05, Blocks: 3,
+	s := ExportInput{Dir: dir, Sweep: Sweep{Name: "microbench3 (fixture)", Baseline: "plain", Confidence: 0.95, RelCI: 0.05, Blocks: 3,
 		StopReason: "max blocks reached (3): 4 of 10 cells are still above the 5% target",
 		Env:        map[string]string{"mbench": "v0.0.0-fixture", "engine_version": "sim 0.1", "gpu": "simulated H20", "host": "dash0.internal"},
 		Simulated:  true, Stage1: 2,
-		Design: "williams-reversed-pairs, not balanced after 3 blocks (fixture)"}
+		Design: "williams-reversed-pairs, not balanced after 3 blocks (fixture)"}}
 	for i, c := range fixtureCells {
 		s.Cells = append(s.Cells, c.CellInfo)
 		if c.ttftMs == 0 {
@@ -192,4 +192,15 @@ func writeFile(t *testing.T, path string, data []byte) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// analyzeDir analyses the sweep of in as Export does, reading its runs
+// under in.Dir.
+func analyzeDir(t *testing.T, in ExportInput) *Analysis {
+	t.Helper()
+	a, err := Analyze(in.Sweep, func(ref RunRef) (RunFile, error) { return readRun(context.Background(), in.Dir, ref) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

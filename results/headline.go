@@ -34,12 +34,12 @@ func newHeadline(v *reportView) headline {
 	s := v.s
 	h := headline{Metric: s.Metric, Key: ResolveMetric(s.Metric), Baseline: s.Baseline, Confidence: s.Confidence,
 		NotResults: VerdictCounts{}, Stop: s.StopReason, Capacity: v.capacity}
-	for _, r := range v.rep.Comparisons {
+	for _, r := range v.shown {
 		if r.Primary {
 			h.Rows = append(h.Rows, r)
 		}
 	}
-	for _, r := range v.rep.NoiseFloor {
+	for _, r := range v.a.NoiseFloor {
 		if r.Primary {
 			h.AA = append(h.AA, r)
 		}

@@ -92,8 +92,8 @@ func TestAAVerdict(t *testing.T) {
 // TestSectionsCollapse: a section with nothing to show for this sweep is
 // one line; with something to show it is a table.
 func TestSectionsCollapse(t *testing.T) {
-	cell := func(metrics map[string][]float64) *cellData {
-		c := &cellData{Info: CellInfo{ID: "c", Config: "plain", Shape: "s", Rate: 1}}
+	cell := func(metrics map[string][]float64) *Cell {
+		c := &Cell{Info: CellInfo{ID: "c", Config: "plain", Shape: "s", Rate: 1}}
 		c.Sum.Metrics, c.Sum.NRuns = map[string]MetricStats{}, 1
 		for k, xs := range metrics {
 			m := xs[0]
@@ -101,9 +101,9 @@ func TestSectionsCollapse(t *testing.T) {
 		}
 		return c
 	}
-	render := func(sec mdSection, cells ...*cellData) string {
+	render := func(sec mdSection, cells ...*Cell) string {
 		var b strings.Builder
-		sec(&b, &reportView{s: &ExportInput{}, ordered: cells, rep: &Report{}})
+		sec(&b, &reportView{a: &Analysis{}, s: &Sweep{}, ordered: cells})
 		return b.String()
 	}
 	oneLine := func(name, got string) {

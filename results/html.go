@@ -5,11 +5,9 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -104,7 +102,7 @@ type htmlCellKey struct {
 }
 
 // keyOf is the htmlCellKey of c.
-func keyOf(c *cellData) htmlCellKey {
+func keyOf(c *Cell) htmlCellKey {
 	return htmlCellKey{Cell: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: c.Info.Rate}
 }
 
@@ -207,16 +205,16 @@ type htmlPage struct {
 }
 
 // renderHTML writes report.html.
-func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Report) ([]byte, error) {
-	v := newReportView(s, cells, rep)
-	ordered := v.ordered
+func renderHTML(ctx context.Context, a *Analysis, rd renderer) ([]byte, error) {
+	v := newReportView(a)
+	s, ordered := v.s, v.ordered
 	pg := htmlPage{Title: "mbench report: " + orDefault(s.Name, "sweep"), CSP: htmlCSP,
 		Overrides: s.Overrides, CSS: template.CSS(htmlCSS), JS: template.JS(htmlJS),
 		Head: newHTMLHead(v), Capacity: newHTMLCapacity(v), Errors: newHTMLErrors(ordered), Tables: htmlTablesOf(classInstanceTables(v))}
-	for _, r := range v.rep.Comparisons {
+	for _, r := range v.shown {
 		pg.Comparisons = append(pg.Comparisons, htmlComparisonOf(r))
 	}
-	for _, r := range v.rep.NoiseFloor {
+	for _, r := range a.NoiseFloor {
 		pg.NoiseFloor = append(pg.NoiseFloor, htmlComparisonOf(r))
 	}
 	for _, l := range problemLines(v) {
@@ -263,7 +261,7 @@ func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Rep
 		} else if pt, ok := saturatedPoint(c); ok {
 			data.TTFT = append(data.TTFT, pt)
 		}
-		if cdf, ok := cellStepCDF(s, c, i, rep); ok {
+		if cdf, ok := cellStepCDF(rd, c, i); ok {
 			data.StepCDFs = append(data.StepCDFs, cdf)
 		}
 		for _, r := range c.Runs {
@@ -275,7 +273,7 @@ func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Rep
 			}
 			pg.Runs = append(pg.Runs, rr)
 			if r.Sum != nil && filepath.IsLocal(r.Ref.Dir) {
-				if g := runGPU(s, c, r, rep); len(g.Series) > 0 {
+				if g := runGPU(rd, c, r); len(g.Series) > 0 {
 					data.GPU = append(data.GPU, g)
 				} else {
 					bare = append(bare, fmt.Sprintf("%s b%d", c.Info.ID, r.Ref.Block))
@@ -302,14 +300,14 @@ func renderHTML(ctx context.Context, s *ExportInput, cells []*cellData, rep *Rep
 	if err := t.Execute(&buf, pg); err != nil {
 		return nil, fmt.Errorf("export: report.html: %w", err)
 	}
-	return []byte(s.redact(buf.String())), nil
+	return []byte(rd.redact(buf.String())), nil
 }
 
 // saturatedPoint is the TTFT p90 of a cell without a usable run whose runs
 // saturated: the mean of those runs' values, marked as not a result, so that
 // the plot shows where the engine stopped keeping up instead of dropping
 // the cell.
-func saturatedPoint(c *cellData) (htmlPoint, bool) {
+func saturatedPoint(c *Cell) (htmlPoint, bool) {
 	var xs []float64
 	for _, r := range c.Runs {
 		if r.Ref.Status == VerdictSaturated && r.Sum != nil && r.Sum.P90TTFTMs != nil {
@@ -404,15 +402,15 @@ func htmlRunValue(x float64, ok bool, hm htmlMetric) htmlValue {
 }
 
 // cellStepCDF is the step-duration quantiles of a cell's used runs (a
-// reservoir sample of their engine_step.jsonl), when it has any.
-func cellStepCDF(s *ExportInput, c *cellData, i int, rep *Report) (htmlCDF, bool) {
+// reservoir sample of their step logs), when it has any.
+func cellStepCDF(rd renderer, c *Cell, i int) (htmlCDF, bool) {
 	res := reservoir{rng: rand.New(rand.NewPCG(uint64(i)+1, 0x5eed))}
 	for _, r := range c.Runs {
 		if r.Sum == nil || r.Problem != "" || !filepath.IsLocal(r.Ref.Dir) {
 			continue
 		}
-		if err := readSteps(filepath.Join(s.Dir, r.Ref.Dir, "engine_step.jsonl"), &res); err != nil && !errors.Is(err, os.ErrNotExist) {
-			rep.warn("report.html step CDF: %v", err)
+		if err := rd.logs.StepDurations(r.Ref.Dir, res.add); err != nil {
+			rd.warn("report.html step CDF: %v", err)
 		}
 	}
 	if len(res.xs) == 0 {
@@ -427,9 +425,9 @@ func cellStepCDF(s *ExportInput, c *cellData, i int, rep *Report) (htmlCDF, bool
 }
 
 // runGPU is a run's GPU samples, thinned to htmlGPUMaxPoints per GPU.
-func runGPU(s *ExportInput, c *cellData, r *runData, rep *Report) htmlGPU {
+func runGPU(rd renderer, c *Cell, r *Run) htmlGPU {
 	g := htmlGPU{htmlCellKey: keyOf(c), Block: r.Ref.Block, Series: []htmlGPUSeries{}}
-	series, first := gpuSamples(s, r, rep, "report.html GPU series")
+	series, first := gpuSamples(rd, r, "report.html GPU series")
 	for _, k := range probes.SortedGPUKeys(series) {
 		xs := series[k]
 		step := max(1, (len(xs)+htmlGPUMaxPoints-1)/htmlGPUMaxPoints)

@@ -107,7 +107,7 @@ func newHTMLCapacity(v *reportView) *htmlCapacity {
 }
 
 // newHTMLErrors is the failed-requests table of the page.
-func newHTMLErrors(ordered []*cellData) htmlErrors {
+func newHTMLErrors(ordered []*Cell) htmlErrors {
 	rows, classes := errorRows(ordered)
 	out := htmlErrors{Classes: classes}
 	for _, r := range rows {

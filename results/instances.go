@@ -156,7 +156,7 @@ var instancesHeader = []string{"level", "cell", "config", "shape", "rate", "bloc
 // over its used runs) and per run (level "run"), a row per instance (kind
 // "instance": its hit rates) and per GPU (kind "gpu": its mean util), in the
 // order the run scraped and sampled them.
-func renderInstancesCSV(s *ExportInput, cells []*cellData) ([]byte, error) {
+func renderInstancesCSV(a *Analysis, redact func(string) string) ([]byte, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	rows := [][]string{instancesHeader}
@@ -167,7 +167,7 @@ func renderInstancesCSV(s *ExportInput, cells []*cellData) ([]byte, error) {
 		}
 		return ""
 	}
-	for _, c := range cellOrder(s, cells) {
+	for _, c := range a.Ordered {
 		head := []string{c.Info.ID, c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate)}
 		for k, t := range instanceTargets(c) {
 			rows = append(rows, append(append([]string{"cell"}, head...), "", "instance", strconv.Itoa(k), t,
@@ -199,7 +199,7 @@ func renderInstancesCSV(s *ExportInput, cells []*cellData) ([]byte, error) {
 	}
 	for _, row := range rows {
 		for i := range row {
-			row[i] = s.redact(row[i])
+			row[i] = redact(row[i])
 		}
 		if err := w.Write(row); err != nil {
 			return nil, fmt.Errorf("export: instances.csv: %w", err)

@@ -80,7 +80,7 @@ func gpuUtilTables(v *reportView) ([]sectionTable, string) {
 
 // instanceTargets are the instances of a cell's first run with them, in
 // scrape order (the order of the inst<k> metrics).
-func instanceTargets(c *cellData) []string {
+func instanceTargets(c *Cell) []string {
 	for _, r := range c.Runs {
 		if r.Sum != nil && r.Sum.Instances != nil {
 			var out []string
@@ -95,7 +95,7 @@ func instanceTargets(c *cellData) []string {
 
 // cellGPUs names the GPUs of a cell's first run with samples ("host:gpu"),
 // in the order of the gpu<k> metrics.
-func cellGPUs(c *cellData) []string {
+func cellGPUs(c *Cell) []string {
 	for _, r := range c.Runs {
 		if r.Sum != nil && r.Sum.GPU != nil && len(r.Sum.GPU.PerGPU) > 0 {
 			var out []string

@@ -12,7 +12,7 @@ import (
 // and counts max_tokens = min_tokens) are one line.
 func renderOutputLengths(b *strings.Builder, v *reportView) {
 	type row struct {
-		c                      *cellData
+		c                      *Cell
 		mean, median, p90, max float64
 		n                      int
 	}

@@ -12,7 +12,7 @@ import (
 // metric, the stopping rule, the comparisons and the nuisance effect, in
 // plain words, with this sweep's figures.
 func renderMethod(b *strings.Builder, v *reportView) {
-	s, rep := v.s, v.rep
+	s := v.s
 	conf, alpha := 100*s.Confidence, 1-s.Confidence
 	b.WriteString("## Method\n\n")
 	b.WriteString("- **Design.** Every block runs every cell once. The orders come from a Williams design (a balanced Latin square), seeded and recorded in sweep.json, taken as pairs of mirror-image blocks: after an even number of blocks every cell has, on average, run in the middle of the block and every pair of cells has run in both orders equally often, so a machine that warms or drifts during a block cannot favour one config; after a whole square every cell has been in every position and after every other cell equally often.")
@@ -47,11 +47,11 @@ func renderMethod(b *strings.Builder, v *reportView) {
 		b.WriteString("- **GPU energy** (`gpu_energy_j`). " + note + "\n")
 	}
 	b.WriteString("- **Position in the block (nuisance effect).** Fitted across the whole sweep, per metric: log(value) = cell + block + γ·position. When γ is significant it is taken out of every comparison (each block's log ratio is corrected by γ times the two cells' distance in the block, and γ's uncertainty is added to the CI).\n\n")
-	if len(rep.Nuisance) == 0 {
+	if len(v.a.Nuisance) == 0 {
 		return
 	}
 	b.WriteString("| Metric | Effect per position later in the block | p | Runs | Used in the comparisons |\n|---|---|---|---|---|\n")
-	for _, n := range rep.Nuisance {
+	for _, n := range v.a.Nuisance {
 		if !n.Estimated {
 			fmt.Fprintf(b, "| %s | not estimable (too few runs or no position spread) | — | %d | no |\n", n.Metric, n.Runs)
 			continue
@@ -68,7 +68,7 @@ func renderMethod(b *strings.Builder, v *reportView) {
 // energyNote says where the runs' GPU energy came from: NVML's total-energy
 // counter, or power integrated over the samples (the fallback, marked);
 // "" when no run has GPU samples.
-func energyNote(ordered []*cellData) string {
+func energyNote(ordered []*Cell) string {
 	var counter, power int
 	for _, c := range ordered {
 		for _, r := range c.Runs {

@@ -1,18 +1,13 @@
 package results
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"github.com/mbench/mbench/stats"
-	"io"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sort"
+
+	"github.com/mbench/mbench/stats"
 
 	"github.com/mbench/mbench/probes"
 	"gonum.org/v1/plot"
@@ -24,9 +19,9 @@ import (
 // Plots drawn from the runs' raw logs: engine steps and GPU samples.
 
 // stepCDFPlot draws the CDF of step_duration_us per config from the runs'
-// engine_step.jsonl, or returns nil when no run has one.
-func stepCDFPlot(ctx context.Context, s *ExportInput, ordered []*cellData, rep *Report) *plot.Plot {
-	p := newPlot(s, "Engine step duration CDF", "step_duration (µs, log scale)", "fraction of steps ≤ x")
+// step logs, or returns nil when no run has one.
+func stepCDFPlot(ctx context.Context, rd renderer, s *Sweep, ordered []*Cell) *plot.Plot {
+	p := newPlot(rd, s, "Engine step duration CDF", "step_duration (µs, log scale)", "fraction of steps ≤ x")
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, logTicks{}
 	p.Y.Min, p.Y.Max = 0, 1
 	drawn := 0
@@ -37,8 +32,8 @@ func stepCDFPlot(ctx context.Context, s *ExportInput, ordered []*cellData, rep *
 				if c.Info.Config != cfg || r.Sum == nil || r.Problem != "" || ctx.Err() != nil {
 					continue
 				}
-				if err := readSteps(filepath.Join(s.Dir, r.Ref.Dir, "engine_step.jsonl"), &res); err != nil && !errors.Is(err, os.ErrNotExist) {
-					rep.warn("step CDF: %v", err)
+				if err := rd.logs.StepDurations(r.Ref.Dir, res.add); err != nil {
+					rd.warn("step CDF: %v", err)
 				}
 			}
 		}
@@ -58,7 +53,7 @@ func stepCDFPlot(ctx context.Context, s *ExportInput, ordered []*cellData, rep *
 		}
 		l.Color, l.Dashes, l.Width = plotutil.Color(i), plotutil.Dashes(i), vg.Points(1.5)
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("%s (%d steps)", s.redact(cfg), res.seen), l)
+		p.Legend.Add(fmt.Sprintf("%s (%d steps)", rd.redact(cfg), res.seen), l)
 		drawn++
 	}
 	if drawn == 0 {
@@ -89,58 +84,13 @@ func (r *reservoir) add(x float64) {
 	}
 }
 
-// readSteps streams step_duration_us (> 0) of an engine_step.jsonl into res,
-// parsing with probes (which owns the format) and skipping malformed lines.
-func readSteps(path string, res *reservoir) error {
-	var rec probes.StepRecord
-	return eachLine(path, func(line []byte) {
-		if probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) != nil {
-			return
-		}
-		if d, ok := rec.Get(probes.FieldStepDuration); ok && d > 0 && !math.IsInf(d, 0) {
-			res.add(d)
-		}
-	})
-}
-
-// eachLine calls fn for every non-empty line of a file, streaming.
-func eachLine(path string, fn func([]byte)) error {
-	f, err := os.Open(path)
+// gpuSamples is a run's GPU samples per GPU, sorted by time, and the
+// first sample's time (µs); nil when the run has none. A bad line is a
+// warning: what was read before it is kept.
+func gpuSamples(rd renderer, r *Run, what string) (map[probes.GPUKey][]probes.GPUSample, int64) {
+	samples, err := rd.logs.GPUSamples(r.Ref.Dir)
 	if err != nil {
-		return err
-	}
-	defer f.Close()
-	br := bufio.NewReaderSize(f, 64<<10)
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			fn(line)
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
-		}
-	}
-}
-
-// gpuSamples reads a run's gpu.jsonl into its samples per GPU, sorted by
-// time, and the first sample's time (µs); nil when the run has none. A bad
-// line is a warning: what was read before it is kept.
-func gpuSamples(s *ExportInput, r *runData, rep *Report, what string) (map[probes.GPUKey][]probes.GPUSample, int64) {
-	path := filepath.Join(s.Dir, r.Ref.Dir, "gpu.jsonl")
-	f, err := os.Open(path)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			rep.warn("%s: %v", what, err)
-		}
-		return nil, 0
-	}
-	samples, err := probes.ReadGPUSamples(f)
-	f.Close()
-	if err != nil {
-		rep.warn("%s: %s: %v", what, path, err)
+		rd.warn("%s: %v", what, err)
 	}
 	series := map[probes.GPUKey][]probes.GPUSample{}
 	first := int64(math.MaxInt64)
@@ -161,15 +111,15 @@ func gpuSamples(s *ExportInput, r *runData, rep *Report, what string) (map[probe
 	return series, first
 }
 
-// gpuPlot draws GPU utilisation over time for one run from its gpu.jsonl, or
+// gpuPlot draws GPU utilisation over time for one run from its samples, or
 // returns nil when the run has none.
-func gpuPlot(s *ExportInput, c *cellData, r *runData, rep *Report) *plot.Plot {
-	series, first := gpuSamples(s, r, rep, "gpu plot")
+func gpuPlot(rd renderer, s *Sweep, c *Cell, r *Run) *plot.Plot {
+	series, first := gpuSamples(rd, r, "gpu plot")
 	if len(series) == 0 {
 		return nil
 	}
 	title := fmt.Sprintf("GPU utilisation: %s b%d (%s, rate=%g, %s)", c.Info.ID, r.Ref.Block, c.Info.Config, c.Info.Rate, c.Info.Shape)
-	p := newPlot(s, title, "time since first sample (s)", "GPU utilisation (%)")
+	p := newPlot(rd, s, title, "time since first sample (s)", "GPU utilisation (%)")
 	p.Y.Min, p.Y.Max = 0, 100+15*float64(len(series)) // headroom for the legend
 	p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 25, Label: "25"}, {Value: 50, Label: "50"}, {Value: 75, Label: "75"}, {Value: 100, Label: "100"}}
 	for i, k := range probes.SortedGPUKeys(series) {
@@ -183,7 +133,7 @@ func gpuPlot(s *ExportInput, c *cellData, r *runData, rep *Report) *plot.Plot {
 		}
 		l.Color, l.Dashes = plotutil.Color(i), plotutil.Dashes(i)
 		p.Add(l)
-		p.Legend.Add(s.redact(fmt.Sprintf("%s gpu%d", k.Host, k.GPU)), l)
+		p.Legend.Add(rd.redact(fmt.Sprintf("%s gpu%d", k.Host, k.GPU)), l)
 	}
 	p.Legend.Top = true
 	return p

@@ -27,20 +27,20 @@ var plotW, plotH = 20 * vg.Centimeter, 12 * vg.Centimeter
 // the step-duration CDF per config, and GPU utilisation over time per run.
 // A plot that cannot be drawn is a warning; a file that cannot be written is
 // an error.
-func writePlots(ctx context.Context, s *ExportInput, cells []*cellData, w *writer) error {
-	ordered := cellOrder(s, cells)
+func writePlots(ctx context.Context, a *Analysis, rd renderer, save func(name string, data []byte) error) error {
+	s, ordered := &a.Sweep, a.Ordered
 	shapes, _ := shapesOf(ordered)
 	for _, sh := range shapes {
-		p := ttftPlot(s, ordered, sh)
-		if err := savePlot(w, p, "ttft_p90_vs_rate_"+fileSafe(sh)); err != nil {
+		p := ttftPlot(rd, s, ordered, sh)
+		if err := savePlot(rd, save, p, "ttft_p90_vs_rate_"+fileSafe(sh)); err != nil {
 			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	if p := stepCDFPlot(ctx, s, ordered, w.rep); p != nil {
-		if err := savePlot(w, p, "step_duration_cdf"); err != nil {
+	if p := stepCDFPlot(ctx, rd, s, ordered); p != nil {
+		if err := savePlot(rd, save, p, "step_duration_cdf"); err != nil {
 			return err
 		}
 	}
@@ -52,11 +52,11 @@ func writePlots(ctx context.Context, s *ExportInput, cells []*cellData, w *write
 			if !filepath.IsLocal(r.Ref.Dir) {
 				continue
 			}
-			p := gpuPlot(s, c, r, w.rep)
+			p := gpuPlot(rd, s, c, r)
 			if p == nil {
 				continue
 			}
-			if err := savePlot(w, p, fmt.Sprintf("gpu_util_%s_b%d", c.Info.ID, r.Ref.Block)); err != nil {
+			if err := savePlot(rd, save, p, fmt.Sprintf("gpu_util_%s_b%d", c.Info.ID, r.Ref.Block)); err != nil {
 				return err
 			}
 		}
@@ -64,9 +64,10 @@ func writePlots(ctx context.Context, s *ExportInput, cells []*cellData, w *write
 	return nil
 }
 
-// savePlot renders p as PNG and SVG under plots/. gonum/plot panics on some
-// degenerate input; that becomes a warning, not a crash.
-func savePlot(w *writer, p *plot.Plot, base string) error {
+// savePlot renders p as PNG and SVG and saves each as base.png, base.svg.
+// gonum/plot panics on some degenerate input; that becomes a warning, not a
+// crash.
+func savePlot(rd renderer, save func(name string, data []byte) error, p *plot.Plot, base string) error {
 	for _, format := range []string{"png", "svg"} {
 		var buf bytes.Buffer
 		err := func() (err error) {
@@ -83,10 +84,10 @@ func savePlot(w *writer, p *plot.Plot, base string) error {
 			return err
 		}()
 		if err != nil {
-			w.rep.warn("plot %s.%s not drawn: %v", base, format, err)
+			rd.warn("plot %s.%s not drawn: %v", base, format, err)
 			continue
 		}
-		if err := w.write(filepath.Join("plots", base+"."+format), buf.Bytes()); err != nil {
+		if err := save(base+"."+format, buf.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -104,12 +105,12 @@ func fileSafe(s string) string {
 }
 
 // newPlot returns a plot with a title, axis labels and a white background.
-func newPlot(s *ExportInput, title, x, y string) *plot.Plot {
+func newPlot(rd renderer, s *Sweep, title, x, y string) *plot.Plot {
 	p := plot.New()
 	if s.Simulated {
 		title += " — SIMULATED ENGINE"
 	}
-	p.Title.Text = s.redact(title)
+	p.Title.Text = rd.redact(title)
 	p.X.Label.Text, p.Y.Label.Text = x, y
 	p.Add(plotter.NewGrid())
 	return p
@@ -127,8 +128,8 @@ func (e errPoints) YError(i int) (float64, float64) { return e.lo[i], e.hi[i] }
 // ttftPlot draws TTFT p90 against rate, one line per config, with CI error
 // bars; saturated cells get a cross. The Y axis is logarithmic when the
 // values span more than 5×.
-func ttftPlot(s *ExportInput, ordered []*cellData, shape string) *plot.Plot {
-	p := newPlot(s, "TTFT p90 vs rate ("+shape+")", "offered rate (req/s)", "TTFT p90 (ms), mean ± CI")
+func ttftPlot(rd renderer, s *Sweep, ordered []*Cell, shape string) *plot.Plot {
+	p := newPlot(rd, s, "TTFT p90 vs rate ("+shape+")", "offered rate (req/s)", "TTFT p90 (ms), mean ± CI")
 	minY, maxY := math.Inf(1), math.Inf(-1)
 	all := ttftSeries(s, ordered, shape)
 	minMean, maxMean := math.Inf(1), math.Inf(-1)
@@ -207,7 +208,7 @@ func ttftPlot(s *ExportInput, ordered []*cellData, shape string) *plot.Plot {
 			eb.Color = plotutil.Color(i)
 			p.Add(eb)
 		}
-		p.Legend.Add(s.redact(se.cfg), l, pts)
+		p.Legend.Add(rd.redact(se.cfg), l, pts)
 		if len(se.sat) > 0 {
 			if sc, err := plotter.NewScatter(se.sat); err == nil {
 				sc.Shape, sc.Color, sc.Radius = draw.CrossGlyph{}, plotutil.Color(i), vg.Points(7)
@@ -227,7 +228,7 @@ func ttftPlot(s *ExportInput, ordered []*cellData, shape string) *plot.Plot {
 // cells graded saturated also in sat; a cell with no usable run but
 // saturated runs is drawn at the mean of those (no CI), so that where
 // saturation set in shows.
-func ttftSeries(s *ExportInput, ordered []*cellData, shape string) []ttftSeriesData {
+func ttftSeries(s *Sweep, ordered []*Cell, shape string) []ttftSeriesData {
 	var all []ttftSeriesData
 	for _, cfg := range configsOf(ordered, s) {
 		se := ttftSeriesData{cfg: cfg}

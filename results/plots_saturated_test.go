@@ -1,7 +1,6 @@
 package results
 
 import (
-	"context"
 	"testing"
 )
 
@@ -10,14 +9,10 @@ import (
 // instead of the line stopping short of it.
 func TestTTFTPlotShowsSaturatedCells(t *testing.T) {
 	dir := copyTree(t, fixtureDir)
-	s := fixtureSweep(dir)
-	s.Confidence, s.Metric = 0.95, DefaultStopMetric
-	cells, err := loadCells(context.Background(), &s, &Report{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := analyzeDir(t, fixtureSweep(dir))
+	cells := a.Cells
 	var noop *ttftSeriesData
-	for _, se := range ttftSeries(&s, cells, "4096x256") {
+	for _, se := range ttftSeries(&a.Sweep, cells, "4096x256") {
 		if se.cfg == "noop_connector" {
 			noop = &se
 		}

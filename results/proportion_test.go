@@ -10,17 +10,17 @@ import (
 // "67.0% ±71.0"), and below 100% where every request of three blocks met
 // the SLO (the t interval had zero width there).
 func TestSLOAttainmentInterval(t *testing.T) {
-	cell := func(attain []float64, completed int) *cellData {
-		c := &cellData{Info: CellInfo{ID: "c", Config: "plain", Shape: "s", Rate: 1}, Used: map[int]*runData{}}
+	cell := func(attain []float64, completed int) *Cell {
+		c := &Cell{Info: CellInfo{ID: "c", Config: "plain", Shape: "s", Rate: 1}, Used: map[int]*Run{}}
 		for i, a := range attain {
 			met := int(a * float64(completed))
 			s := &RunSummary{Completed: completed, SLOAttainment: &a, SLOMet: &met, Errors: map[string]int{}}
-			r := &runData{Ref: RunRef{Cell: "c", Block: i + 1, Status: VerdictOK}, Sum: s, Metrics: RunMetrics(s)}
+			r := &Run{Ref: RunRef{Cell: "c", Block: i + 1, Status: VerdictOK}, Sum: s, Metrics: RunMetrics(s)}
 			c.Runs, c.Used[i+1] = append(c.Runs, r), r
 		}
 		return c
 	}
-	in := &ExportInput{Confidence: 0.95}
+	in := &Sweep{Confidence: 0.95}
 	cases := []struct {
 		name    string
 		attain  []float64

@@ -1,9 +1,7 @@
 package results
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"math"
 	"slices"
@@ -17,31 +15,26 @@ const SimulatedBanner = "**SIMULATED ENGINE — numbers model an engine, not vLL
 // out as an incomplete decomposition.
 const unaccountedLarge = 0.10
 
-// reportView is what every section of report.md reads: the sweep, its
-// cells in table order, the export's findings (for a capacity search, the
-// comparisons at rates both sides probed) and the headline drawn from them.
+// reportView is what every section of report.md reads: the analysis, its
+// cells in table order, the comparisons the report shows (for a capacity
+// search, those at rates both sides probed), the capacity search and the
+// headline drawn from them.
 type reportView struct {
-	s        *ExportInput
-	ordered  []*cellData
-	rep      *Report
+	a        *Analysis
+	s        *Sweep
+	ordered  []*Cell
+	shown    []ComparisonRow // the comparisons with the baseline the report shows
+	dropped  int             // comparisons a capacity search's report leaves out (no baseline probe at their rate)
 	capacity *CapacityReport // capacity.json; nil for a fixed-rate sweep
 	capErr   error           // capacity.json exists but could not be read
 	headline headline
 }
 
-// newReportView reads what the sections share.
-func newReportView(s *ExportInput, cells []*cellData, rep *Report) *reportView {
-	v := &reportView{s: s, ordered: cellOrder(s, cells), rep: rep}
-	if s.InMemory {
-		v.capacity = s.Capacity // computed by the caller; the directory's may be stale
-	} else {
-		v.capacity, v.capErr = ReadCapacity(s.Dir)
-		if errors.Is(v.capErr, fs.ErrNotExist) {
-			v.capacity, v.capErr = nil, nil
-		}
-	}
-	if v.capacity != nil || v.capErr != nil {
-		v.rep = probedComparisons(s, v.ordered, rep)
+// newReportView gathers what the sections share.
+func newReportView(a *Analysis) *reportView {
+	v := &reportView{a: a, s: &a.Sweep, ordered: a.Ordered, shown: a.Comparisons, capacity: a.Sweep.Capacity, capErr: a.Sweep.CapacityErr}
+	if v.searched() {
+		v.shown, v.dropped = probedComparisons(v.s, v.ordered, a.Comparisons)
 	}
 	v.headline = newHeadline(v)
 	return v
@@ -74,7 +67,8 @@ func mdSections(v *reportView) []mdSection {
 
 // renderReport writes report.md: the title, the headline, then every
 // section of mdSections.
-func renderReport(s *ExportInput, cells []*cellData, rep *Report) string {
+func renderReport(a *Analysis) string {
+	s := &a.Sweep
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# mbench report: %s\n\n", orDefault(s.Name, "sweep"))
@@ -84,7 +78,7 @@ func renderReport(s *ExportInput, cells []*cellData, rep *Report) string {
 	for _, o := range s.Overrides {
 		p("**Analysed with an override at export**: %s.\n\n", o)
 	}
-	v := newReportView(s, cells, rep)
+	v := newReportView(a)
 	renderHeadline(&b, v)
 	for _, sec := range mdSections(v) {
 		sec(&b, v)
@@ -128,7 +122,7 @@ func renderEnv(b *strings.Builder, v *reportView) {
 }
 
 // shapesOf returns the shapes in table order and, per shape, its rates.
-func shapesOf(ordered []*cellData) (shapes []string, rates map[string][]float64) {
+func shapesOf(ordered []*Cell) (shapes []string, rates map[string][]float64) {
 	rates = map[string][]float64{}
 	for _, c := range ordered {
 		sh := c.Info.Shape
@@ -144,7 +138,7 @@ func shapesOf(ordered []*cellData) (shapes []string, rates map[string][]float64)
 }
 
 // configsOf returns the configs of ordered cells in table order.
-func configsOf(ordered []*cellData, s *ExportInput) []string {
+func configsOf(ordered []*Cell, s *Sweep) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, want := range []bool{true, false} {
@@ -207,7 +201,7 @@ func renderTTFT(b *strings.Builder, v *reportView) {
 }
 
 // findCell returns the original (non-A/A) cell of config at shape and rate.
-func findCell(ordered []*cellData, cfg, shape string, rate float64) *cellData {
+func findCell(ordered []*Cell, cfg, shape string, rate float64) *Cell {
 	for _, c := range ordered {
 		if c.Info.Config == cfg && c.Info.Shape == shape && c.Info.Rate == rate {
 			return c
@@ -217,7 +211,7 @@ func findCell(ordered []*cellData, cfg, shape string, rate float64) *cellData {
 }
 
 // ttftCell formats a cell's TTFT p90 for the comparison table.
-func ttftCell(c *cellData) string {
+func ttftCell(c *Cell) string {
 	if c == nil {
 		return "—"
 	}
@@ -241,7 +235,7 @@ func ttftCell(c *cellData) string {
 }
 
 // firstReason returns the first saturation (or client-limit) reason of a cell.
-func firstReason(c *cellData, saturation bool) string {
+func firstReason(c *Cell, saturation bool) string {
 	for _, r := range c.Sum.Runs {
 		if saturation && r.Saturated {
 			return fmt.Sprintf("b%d: %s", r.Block, orDefault(r.SaturationReason, "marked saturated"))

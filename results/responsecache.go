@@ -53,7 +53,7 @@ func engineLabel(kind string) string {
 
 // stepless is the name of the engine when every cell's runs are of one
 // engine kind that writes no per-step log, else "".
-func stepless(cells []*cellData) string {
+func stepless(cells []*Cell) string {
 	name := ""
 	for _, c := range cells {
 		p, err := engines.Lookup(engines.Kind(c.Sum.Engine))

@@ -36,11 +36,11 @@ func TestEngineNames(t *testing.T) {
 			t.Errorf("engineLabel(%q) = %q, want %q", kind, got, want)
 		}
 	}
-	cell := func(engine string) *cellData { c := &cellData{}; c.Sum.Engine = engine; return c }
-	if got := stepless([]*cellData{cell("llamacpp"), cell("llamacpp")}); got != "llama.cpp llama-server" {
+	cell := func(engine string) *Cell { c := &Cell{}; c.Sum.Engine = engine; return c }
+	if got := stepless([]*Cell{cell("llamacpp"), cell("llamacpp")}); got != "llama.cpp llama-server" {
 		t.Errorf("stepless(llamacpp cells) = %q", got)
 	}
-	for _, cs := range [][]*cellData{{cell("vllm")}, {cell("llamacpp"), cell("vllm")}, {cell("")}, {}} {
+	for _, cs := range [][]*Cell{{cell("vllm")}, {cell("llamacpp"), cell("vllm")}, {cell("")}, {}} {
 		if got := stepless(cs); got != "" {
 			t.Errorf("stepless(%d cells) = %q, want \"\"", len(cs), got)
 		}

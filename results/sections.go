@@ -27,12 +27,12 @@ func appendOnce(list []string, s string) []string {
 // (the primary one first, as in the headline, with the Mann–Whitney p) and
 // the A/A table.
 func renderComparisons(b *strings.Builder, v *reportView) {
-	s, rep := v.s, v.rep
+	s := v.s
 	fmt.Fprintf(b, "## Comparisons with %s\n\n", orDefault(s.Baseline, "the baseline"))
 	switch {
 	case s.Baseline == "":
 		b.WriteString("No baseline config named: no comparisons.\n\n")
-	case len(rep.Comparisons) == 0:
+	case len(v.shown) == 0:
 		b.WriteString("Only the baseline config ran: nothing to compare.\n\n")
 	default:
 		for _, metric := range comparedMetrics(s) {
@@ -41,7 +41,7 @@ func renderComparisons(b *strings.Builder, v *reportView) {
 				role = "primary"
 			}
 			fmt.Fprintf(b, "### %s (%s) — %s\n\n| Config | Shape | Rate | Change vs %s | p (Holm) | p (Mann–Whitney) | Blocks |\n|---|---|---|---|---|---|---|\n", metric, ResolveMetric(metric), role, s.Baseline)
-			for _, r := range rep.Comparisons {
+			for _, r := range v.shown {
 				if r.Metric == metric {
 					fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %d |\n", r.Config, r.Shape, r.Rate, r.Text(), fmtP(r.PAdj, r.N), fmtP(r.PMW, r.N), r.N)
 				}
@@ -50,13 +50,13 @@ func renderComparisons(b *strings.Builder, v *reportView) {
 		}
 	}
 	b.WriteString("## A/A noise floor\n\n")
-	if len(rep.NoiseFloor) == 0 {
+	if len(v.a.NoiseFloor) == 0 {
 		b.WriteString("No A/A control in this sweep. Declare one (for example `plain_aa: {same_as: plain}`) to measure the noise floor of the comparisons directly.\n\n")
 		return
 	}
 	b.WriteString("An A/A control runs the same config as its original under another name, so any difference between the two is noise: these rows are the measured noise floor of the comparisons above (same method; on the primary metric they are in the same Holm family as the comparisons, on secondary metrics Holm-corrected within each metric).\n\n")
 	b.WriteString("| A/A config | Same as | Shape | Rate | Metric | Difference | p (Holm) | Blocks |\n|---|---|---|---|---|---|---|---|\n")
-	for _, r := range rep.NoiseFloor {
+	for _, r := range v.a.NoiseFloor {
 		metric := r.Metric + " (secondary)"
 		if r.Primary {
 			metric = r.Metric + " (primary)"
@@ -64,7 +64,7 @@ func renderComparisons(b *strings.Builder, v *reportView) {
 		fmt.Fprintf(b, "| %s | %s | %s | %g | %s | %s | %s | %d |\n", r.Config, r.Baseline, r.Shape, r.Rate, metric, r.Text(), fmtP(r.PAdj, r.N), r.N)
 	}
 	b.WriteString("\n")
-	for _, r := range rep.NoiseFloor {
+	for _, r := range v.a.NoiseFloor {
 		if r.Significant() {
 			fmt.Fprintf(b, "**Warning**: the A/A control %s differs from %s in %s at rate=%g (%s); the comparisons above are not trustworthy until this is explained (ordering, warm-up, thermal state).\n\n", r.Config, r.Baseline, r.Metric, r.Rate, r.Shape)
 		}
@@ -132,11 +132,11 @@ func problemLines(v *reportView) []string {
 			}
 		}
 	}
-	return append(lines, v.rep.Warnings...)
+	return append(lines, v.a.Warnings...)
 }
 
 // anyCellHas reports whether some cell's summary has the metric key.
-func anyCellHas(ordered []*cellData, key string) bool {
+func anyCellHas(ordered []*Cell, key string) bool {
 	for _, c := range ordered {
 		if _, ok := c.Sum.Metrics[key]; ok {
 			return true

@@ -117,7 +117,7 @@ func applySLO(s *RunSummary, recs []Record, o *SLO) {
 
 // withSLOCompare adds the SLO metrics to the compared metrics when some cell
 // has them and the sweep does not list them already.
-func withSLOCompare(s *ExportInput, cells []*cellData) {
+func withSLOCompare(s *Sweep, cells []*Cell) {
 	listed := map[string]bool{ResolveMetric(s.Metric): true}
 	for _, m := range s.Compare {
 		listed[ResolveMetric(m)] = true

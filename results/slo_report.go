@@ -42,7 +42,7 @@ func renderSLO(b *strings.Builder, v *reportView) {
 }
 
 // cellSLOs lists the distinct SLOs of a cell's used runs, in words.
-func cellSLOs(c *cellData) []string {
+func cellSLOs(c *Cell) []string {
 	seen := map[string]bool{}
 	for _, r := range c.Used {
 		if r.Sum != nil && r.Sum.SLO != nil {

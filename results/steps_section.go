@@ -48,7 +48,7 @@ type cellStepFacts struct {
 	incomplete  []string
 }
 
-func stepFacts(c *cellData) cellStepFacts {
+func stepFacts(c *Cell) cellStepFacts {
 	var f cellStepFacts
 	blocks := make([]int, 0, len(c.Used))
 	for b := range c.Used {
@@ -85,7 +85,7 @@ func renderSteps(b *strings.Builder, v *reportView) {
 }
 
 // renderStepTable is renderSteps over the cells in report order.
-func renderStepTable(b *strings.Builder, ordered []*cellData) {
+func renderStepTable(b *strings.Builder, ordered []*Cell) {
 	if !anyCellHas(ordered, "step_duration_us_p50") {
 		if name := stepless(ordered); name != "" {
 			collapsed(b, "Per-step latency", "%s writes no per-step log (engine_step.jsonl): per-step latency is not measured for this engine.", name)

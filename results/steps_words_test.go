@@ -32,10 +32,10 @@ func TestStepPath(t *testing.T) {
 	}
 }
 
-func stepCell(config string, m map[string]float64, st *probes.StepStats) *cellData {
-	return &cellData{
+func stepCell(config string, m map[string]float64, st *probes.StepStats) *Cell {
+	return &Cell{
 		Info: CellInfo{ID: config, Config: config, Shape: "s", Rate: 1},
-		Used: map[int]*runData{0: {Sum: &RunSummary{EngineStep: st}}},
+		Used: map[int]*Run{0: {Sum: &RunSummary{EngineStep: st}}},
 		Sum:  CellSummary{Metrics: metricsOf(m)},
 	}
 }
@@ -58,7 +58,7 @@ func TestRenderStepsGPUWords(t *testing.T) {
 	}, &probes.StepStats{NSteps: 500, BatchQueueSteps: 500,
 		GPU: probes.GPUTiming{Measured: true, Steps: 500, Source: "CUDA events around GPUModelRunner._model_forward"}})
 	var b strings.Builder
-	renderStepTable(&b, []*cellData{cpuBound, measured})
+	renderStepTable(&b, []*Cell{cpuBound, measured})
 	out := b.String()
 	rows := map[string]string{}
 	for _, l := range strings.Split(out, "\n") {

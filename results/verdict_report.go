@@ -97,13 +97,13 @@ func renderVerdicts(b *strings.Builder, v *reportView) {
 
 // errorRow is a run with failed measured requests.
 type errorRow struct {
-	cell *cellData
-	run  *runData
+	cell *Cell
+	run  *Run
 }
 
 // errorRows lists the runs with failed measured requests, in table order,
 // and the error classes present among them.
-func errorRows(ordered []*cellData) ([]errorRow, []string) {
+func errorRows(ordered []*Cell) ([]errorRow, []string) {
 	byClass := map[string]int{}
 	var rows []errorRow
 	for _, c := range ordered {
@@ -139,7 +139,7 @@ func classOrder(m map[string]int) []string {
 
 // notResults is " (3 saturated)" for a cell whose runs are not results,
 // "" when it has none.
-func notResults(c *cellData) string {
+func notResults(c *Cell) string {
 	vc := VerdictCounts{}
 	for _, r := range c.Runs {
 		if !r.Ref.Status.Usable() {
@@ -156,7 +156,7 @@ func notResults(c *cellData) string {
 // usable runs come from different blocks: their means are then over
 // different blocks, while each comparison uses only the blocks both sides
 // have. "" when every cell with a usable run has the same blocks.
-func blockMismatch(ordered []*cellData, configs []string, shape string, rate float64) string {
+func blockMismatch(ordered []*Cell, configs []string, shape string, rate float64) string {
 	var parts []string
 	var first string
 	same := true
@@ -188,7 +188,7 @@ func blockMismatch(ordered []*cellData, configs []string, shape string, rate flo
 // usageMarks are the lines for the runs whose completed requests' token
 // counts the streams did not vouch for (RunSummary.UsageMissing,
 // ShortOutputs): their verdicts stand, and what rests on the counts is said.
-func usageMarks(ordered []*cellData) []string {
+func usageMarks(ordered []*Cell) []string {
 	var lines []string
 	for _, c := range ordered {
 		for _, r := range c.Runs {
@@ -221,7 +221,7 @@ func renderUsageMarks(b *strings.Builder, lines []string) {
 // renderSuperseded says which runs were run again in place, and why: the
 // load generator fell behind (client_limited), which says nothing of the
 // engine. Only the last attempt counts.
-func renderSuperseded(b *strings.Builder, s *ExportInput) {
+func renderSuperseded(b *strings.Builder, s *Sweep) {
 	if len(s.Superseded) == 0 {
 		return
 	}
