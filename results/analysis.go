@@ -241,3 +241,13 @@ func (s *Sweep) lastBlock() int {
 	}
 	return last
 }
+
+// AnyCellHas reports whether some cell's summary has the metric key.
+func AnyCellHas(ordered []*Cell, key string) bool {
+	for _, c := range ordered {
+		if _, ok := c.Sum.Metrics[key]; ok {
+			return true
+		}
+	}
+	return false
+}

@@ -193,7 +193,7 @@ func comparisons(s *Sweep, cells []*Cell) (main, aa []ComparisonRow, nuis []Nuis
 		originals[k][c.Info.Config] = c
 	}
 	ordered := cellOrder(s, cells)
-	for _, metric := range comparedMetrics(s) {
+	for _, metric := range s.ComparedMetrics() {
 		key := ResolveMetric(metric)
 		primary := key == ResolveMetric(s.Metric)
 		nu := EstimatePosition(positionObs(cells, key), s.Confidence)
@@ -228,9 +228,9 @@ func comparisons(s *Sweep, cells []*Cell) (main, aa []ComparisonRow, nuis []Nuis
 	return main, aa, nuis
 }
 
-// comparedMetrics is the primary metric first, then the other compared
-// metrics in their order.
-func comparedMetrics(s *Sweep) []string {
+// ComparedMetrics are the metrics compared with the baseline: the primary
+// metric first, then the other compared metrics in their order.
+func (s *Sweep) ComparedMetrics() []string {
 	out := []string{s.Metric}
 	for _, m := range s.Compare {
 		if ResolveMetric(m) != ResolveMetric(s.Metric) {
@@ -262,7 +262,7 @@ func compareCells(s *Sweep, metric, key string, base, c *Cell, nu Nuisance) Comp
 		row.Baseline = c.Info.SameAs
 	}
 	if base == nil {
-		row.Comparison = Comparison{Confidence: s.Confidence, P: 1, PAdj: 1, PMW: 1, Saturated: c.saturated()}
+		row.Comparison = Comparison{Confidence: s.Confidence, P: 1, PAdj: 1, PMW: 1, Saturated: c.Saturated()}
 		row.Note = "no " + row.Baseline + " cell at this shape and rate"
 		return row
 	}
@@ -277,7 +277,7 @@ func compareCells(s *Sweep, metric, key string, base, c *Cell, nu Nuisance) Comp
 		}
 	}
 	row.Comparison = PrintedComparison(ref, treat, dpos, nu, spreadFor(s, dpos), s.Confidence)
-	row.Saturated = base.saturated() || c.saturated()
+	row.Saturated = base.Saturated() || c.Saturated()
 	switch {
 	case len(tu) == 0:
 		row.Note = "cell missing: no run with verdict ok"

@@ -124,7 +124,7 @@ func withSLOCompare(s *Sweep, cells []*Cell) {
 	}
 	out := append([]string(nil), s.Compare...)
 	for _, m := range sloMetrics {
-		if !listed[m] && anyCellHas(cells, m) {
+		if !listed[m] && AnyCellHas(cells, m) {
 			out = append(out, m)
 		}
 	}
