@@ -50,7 +50,7 @@ func TestInstrumentInstallsPlugin(t *testing.T) {
 		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)
 	}
 	pkg := filepath.Join(out, ".state", "mbench_vllm")
-	for _, f := range []string{"mbench_vllm/plugin.py", "mbench_vllm/noop.py", "mbench_vllm-0.1.0.dist-info/entry_points.txt"} {
+	for _, f := range []string{"mbench_vllm/plugin.py", "mbench_vllm/noop.py", "mbench_vllm/_fastwrap.c", "mbench_vllm/_fastwrap_state.h", "mbench_vllm-0.1.0.dist-info/entry_points.txt"} {
 		if _, err := os.Stat(filepath.Join(pkg, f)); err != nil {
 			t.Errorf("plugin not installed: %v", err)
 		}

@@ -57,6 +57,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [os.path.join(ROOT, "vllm"), os.path.join(ROOT, "vllm", "tests")]
+# The engine thread's timers as a real engine gets them: the C ones where
+# they build (mbench_vllm/native.py), said in the first line.
+os.environ.setdefault("MBENCH_VLLM_NATIVE", "1")
 
 from standins import VERSIONS, fake_vllm  # noqa: E402
 from standins import runner as rn  # noqa: E402
@@ -432,18 +435,34 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--cases", default="",
+                    help="only these cases, e.g. main:batch_queue:gpu_bound,main:batch_queue:cpu_bound "
+                         "(version:path:load; default all 8)")
+    ap.add_argument("--quick", action="store_true",
+                    help="skip the idle-gap probe and the per-call costs (the timer cost still runs)")
     a = ap.parse_args()
+    want = {tuple(c.split(":")) for c in a.cases.split(",") if c}
+    bad = [c for c in want if len(c) != 3 or c[0] not in ("0.18", "main") or c[1] not in ("batch_queue", "step")
+           or c[2] not in ("gpu_bound", "cpu_bound")]
+    if bad:
+        sys.exit(f"--cases: {':'.join(bad[0])} is not version:path:load (0.18|main, batch_queue|step, "
+                 "gpu_bound|cpu_bound)")
     _load_torch()
     os.makedirs(a.out, exist_ok=True)
     import tarfile
     import tempfile
 
     logs = tempfile.mkdtemp(prefix="mbench_steps_")
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    from mbench_vllm._recorder import timers_status
+
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}; timers: "
+          f"{timers_status()['timers_detail']}", flush=True)
     results = []
     for version in ("0.18", "main"):
         for load_name in ("gpu_bound", "cpu_bound"):
             for bq in (True, False):
+                if want and (version, "batch_queue" if bq else "step", load_name) not in want:
+                    continue
                 r = run(version, load_name, bq, a.steps, logs)
                 r.update(run(version, load_name, bq, a.steps, logs, profile=False))
                 results.append(r)
@@ -463,14 +482,15 @@ def main() -> None:
     from mbench_vllm.gpu import choose_events
 
     make, api = choose_events(torch)
-    gap = gap_probe(make) if make is not None else {}
+    gap = gap_probe(make) if make is not None and not a.quick else {}
     if gap:
         print(f"Idle-GPU start gap ({api}, the 1 ms product alone between two events): idle "
               f"{gap['idle_us_p50']:.1f} us vs busy {gap['busy_us_p50']:.1f} us: the start event on an idle GPU "
               f"adds {gap['idle_start_cost_us']:.1f} us; host dispatch of the product {gap['host_dispatch_us_p50']:.1f} us",
               flush=True)
-    costs = call_costs()
-    print("Engine-thread CPU per call (ns): " + ", ".join(f"{k} {v:.0f}" for k, v in costs.items()), flush=True)
+    costs = {} if a.quick else call_costs()
+    if costs:
+        print("Engine-thread CPU per call (ns): " + ", ".join(f"{k} {v:.0f}" for k, v in costs.items()), flush=True)
     ok = all(r["pass"] for r in results)
     with tarfile.open(os.path.join(a.out, "steps.tar.gz"), "w:gz") as tar:  # one file for all step logs
         for name in sorted(os.listdir(logs)):

@@ -43,12 +43,30 @@ import time
 from array import array
 from collections import deque
 
-from . import __version__
+from . import __version__, native
 from .steplog import (F_BQ, M_EXEC, M_LAUNCH, M_SCHED, M_UPD, S_DEC, S_DUR, S_FLAGS, S_GF, S_PID, S_RUN,
                       S_TOTAL, S_TS, S_WAITING, STEP_BYTES, STEP_HEADER, STEP_SLOTS)
 
 _perf_ns = time.perf_counter_ns
 _wall_ns = time.time_ns
+
+# The C hot path (native.py, _fastwrap.c) where it builds here, else None.
+# State and StepLog derive from its types, so their hot fields are C fields
+# that its timers reach directly and Python code reads as attributes.
+NATIVE = native.load()
+# The implementation hooks.py wraps methods with from now on: NATIVE, or
+# None for the Python wrappers (always usable; tests switch between them).
+FAST = NATIVE
+_CoreBase = NATIVE.Core if NATIVE is not None else object
+_RingBase = NATIVE.Ring if NATIVE is not None else object
+
+
+def timers_status() -> dict:
+    """Which timer implementation is active: the status line's ``timers``."""
+    if FAST is not None:
+        return {"timers": "c", "timers_detail": f"C wrappers: {native.detail}"}
+    why = native.detail if NATIVE is None else "the Python wrappers were chosen (tests)"
+    return {"timers": "python", "timers_detail": f"Python wrappers: {why}"}
 
 FLUSH_INTERVAL_NS = 1_000_000_000  # records reach the file at least once a second
 _TIMER_PERIOD_S = 0.5
@@ -77,7 +95,7 @@ def _fmt_worker(r: tuple) -> str:
     return f'{{"ts_us":{ts},"get_finished_us":{gf / 1e3},"pid":{pid}}}\n'
 
 
-class StepLog:
+class StepLog(_RingBase):
     """The engine process's step log: step records in a ring of fixed
     binary records, written by the flusher.
 
@@ -105,6 +123,12 @@ class StepLog:
         self.last_flush_ns = _perf_ns()
         self.broken = False
         self._dropped_seen = 0
+        # The C step timer wakes the flusher at wake_at queued records (once
+        # until the next flush: woken) and calls State._poke once a flush
+        # interval when no flush came.
+        self.wake_at, self.interval_ns = WAKE_AT, FLUSH_INTERVAL_NS
+        self.woken = False
+        self.last_poke_ns = 0
 
     def put(self, acc: array) -> int:
         """Queue one record (the engine thread). Returns its index, or -1
@@ -155,6 +179,7 @@ class StepLog:
                 self._write(b"".join(parts))
             self.done = n
             self.last_flush_ns = _perf_ns()
+            self.woken = False
         if self.dropped != self._dropped_seen:
             self._dropped_seen = self.dropped
             STATE.problem("step records", f"{self.dropped} step records dropped: the flusher fell "
@@ -247,12 +272,13 @@ def status_line(pid: int, vllm: str, path: str | None, gpu: dict, problems: dict
     if path:
         d["path"] = path
     d.update(gpu)
+    d.update(timers_status())
     if problems:
         d["incomplete"] = [{"hook": k, "reason": v} for k, v in sorted(problems.items())]
     return json.dumps(d, separators=(",", ":")) + "\n"
 
 
-class State:
+class State(_CoreBase):
     """Hook state of this process. One instance: ``STATE``."""
 
     def __init__(self) -> None:
@@ -417,6 +443,17 @@ class State:
         w = self._worker_writer or self.worker_writer()
         w.put((_wall_ns() // 1000, dur_ns, self.pid))
         if t_end_ns - w.last_flush_ns >= FLUSH_INTERVAL_NS and not self.timer_alive():
+            w.flush()
+
+    def _poke(self, t1: int) -> None:
+        """From the C step timer: wake the flusher (WAKE_AT records queued);
+        flush from the step path when no flusher thread runs."""
+        w = self._writer
+        if w is None:
+            return
+        if w.n - w.done >= WAKE_AT and not self._wake.is_set():
+            self._wake.set()
+        if t1 - w.last_flush_ns >= FLUSH_INTERVAL_NS and not self.timer_alive():
             w.flush()
 
     def emit(self, engine, t0: int, t1: int) -> None:

@@ -40,6 +40,7 @@ def report(out=sys.stdout) -> int:
     """Print the report; return the exit status."""
     w = out.write
     w(f"mbench_vllm {__version__}\n")
+    w(timers_line())  # before vLLM's import: the build happens at install even without vLLM here
     try:
         import vllm  # noqa: F401
     except Exception as exc:
@@ -178,6 +179,18 @@ def gpu_timer_line() -> str:
     return "gpu_us: missing: GPUModelRunner has no _model_forward: GPU time not measured\n"
 
 
+def timers_line() -> str:
+    """Which timer implementation engines here will use: builds the C one
+    (native.py) now, so engine processes load it from the cache at start."""
+    from . import native
+
+    mod = native.module or native.load(want_build=True)
+    if mod is not None:
+        return f"timers: C ({native.detail}); the status line says timers=c\n"
+    return (f"timers: Python wrappers ({native.detail}): correct, but several us more per step "
+            "on the engine thread; the status line says timers=python\n")
+
+
 TIMERS = ("step_duration_us", "schedule_us", "build_meta_us", "execute_us", "launch_us",
           "wait_us", "update_us", "get_finished_us", "unaccounted_us", "gpu_us")
 
@@ -240,6 +253,9 @@ def summarize(path: str, out=sys.stdout) -> int:
     else:
         why = sorted({s.get("gpu_reason", "") for s in status.values() if s.get("gpu_reason")})
         w("  GPU time: not measured: " + ("; ".join(why) or "no gpu_us and no status line saying why") + "\n")
+    for s_ in status.values():
+        if s_.get("timers"):
+            w(f"  timers (pid {s_.get('pid')}): {s_.get('timers_detail') or s_['timers']}\n")
     for s_ in status.values():
         for p in s_.get("incomplete", []):
             w(f"  decomposition incomplete: {p.get('hook')}: {p.get('reason')} (pid {s_.get('pid')})\n")

@@ -37,6 +37,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _recorder as _rec
 from ._recorder import STATE, _perf_ns
 from .steplog import S_BATCH, S_EXEC, S_GF, S_LAUNCH, S_META, S_SCHED, S_UPD, S_WAIT
 
@@ -146,16 +147,33 @@ def _is_wrapped(f) -> bool:
 def _mark(f, orig):
     setattr(f, MARK, True)
     f.__wrapped__ = orig
-    f.__name__ = getattr(orig, "__name__", f.__name__)
-    f.__qualname__ = getattr(orig, "__qualname__", f.__qualname__)
+    for name in ("__name__", "__qualname__"):
+        v = getattr(orig, name, None)
+        if v is not None:
+            setattr(f, name, v)
     f.__doc__ = getattr(orig, "__doc__", None)
     return f
+
+
+# Each wrap_* below returns the C Timer of _fastwrap.c where it is loaded
+# (_recorder.FAST), else the Python wrapper, which is the specification:
+# the C code does the same, in the same order.
+
+
+def _late_setup(engine) -> None:
+    """The step timer's call for an engine not set up at construction."""
+    from .engine import after_engine_init
+
+    after_engine_init(engine, late=True)
 
 
 def wrap_step(orig, batch_queue: bool = False):
     """One engine step: a call of step() or step_with_batch_queue()."""
     if _is_wrapped(orig):
         return orig
+    fw = _rec.FAST
+    if fw is not None:
+        return _mark(fw.Timer(orig, STATE, fw.K_STEP, bq=batch_queue, hook=_late_setup), orig)
     st = STATE
     perf = _perf_ns
     ident = threading.get_ident
@@ -167,9 +185,7 @@ def wrap_step(orig, batch_queue: bool = False):
         if READY not in self.__dict__:
             # Not set up at construction (an engine class the plugin did not
             # see being built): hook the objects it uses now, late.
-            from .engine import after_engine_init
-
-            after_engine_init(self, late=True)
+            _late_setup(self)
         st.in_step = True
         st.step_thread = ident()
         st.acc[:] = st.tmpl[bq]
@@ -204,6 +220,9 @@ def wrap_launch(orig):
     thread's wait for a batch is timed (``wait_us``): no per-future work."""
     if _is_wrapped(orig):
         return orig
+    fw = _rec.FAST
+    if fw is not None:
+        return _mark(fw.Timer(orig, STATE, fw.K_LAUNCH, hook=_time_future_class, seen=_future_classes), orig)
     st = STATE
     perf = _perf_ns
     seen = _future_classes
@@ -243,6 +262,9 @@ def _time_future_class(cls) -> None:
 def _wrap_result(orig):
     """A future class's result(): the engine thread's wait, during a step,
     outside a launch (the executor's own done()/result() check), once."""
+    fw = _rec.FAST
+    if fw is not None:
+        return _mark(fw.Timer(orig, STATE, fw.K_WAIT), orig)
     st = STATE
     perf = _perf_ns
     ident = threading.get_ident
@@ -270,6 +292,9 @@ def wrap_schedule(orig):
     and, pickled, to worker processes), the identity gpu_us joins on."""
     if _is_wrapped(orig):
         return orig
+    fw = _rec.FAST
+    if fw is not None:
+        return _mark(fw.Timer(orig, STATE, fw.K_SCHED), orig)
     st = STATE
     perf = _perf_ns
 
@@ -300,6 +325,9 @@ def wrap_meta(orig):
     """build_connector_meta or Scheduler._build_kv_connector_meta."""
     if _is_wrapped(orig):
         return orig
+    fw = _rec.FAST
+    if fw is not None:
+        return _mark(fw.Timer(orig, STATE, fw.K_META), orig)
     st = STATE
     perf = _perf_ns
 
@@ -320,6 +348,9 @@ def wrap_meta(orig):
 def wrap_update(orig):
     if _is_wrapped(orig):
         return orig
+    fw = _rec.FAST
+    if fw is not None:
+        return _mark(fw.Timer(orig, STATE, fw.K_UPDATE), orig)
     st = STATE
     perf = _perf_ns
 
@@ -348,6 +379,9 @@ def wrap_get_finished(orig):
     """Worker-side finished-transfer poll (get_finished / get_transfer_results)."""
     if _is_wrapped(orig):
         return orig
+    fw = _rec.FAST
+    if fw is not None:
+        return _mark(fw.Timer(orig, STATE, fw.K_GF, hook=STATE.record_get_finished), orig)
     st = STATE
     perf = _perf_ns
     ident = threading.get_ident

@@ -9,9 +9,12 @@ hand-off, main's inline AsyncOutputFuture) with zero injected work, a KV
 connector (so build_connector_meta and get_finished are hooked too) and a
 batch of ``running`` decode requests whose SchedulerOutput dicts vLLM
 builds anew every step. The same loop on fresh, unpatched classes is the
-baseline. N steps per variant, in 20 chunks run in pairs (baseline chunk,
-instrumented chunk); the overhead is the median over pairs of the
-difference, so load that changes during the run cancels within a pair.
+baseline. N steps per variant, in 100 chunks (BENCH_CHUNKS) run in pairs
+(baseline chunk, instrumented chunk, in ABBA order); the overhead is the
+median over pairs of the difference, so load that changes during the run
+cancels within a pair. The timers are the C ones where they build
+(``timers c``; mbench_vllm/native.py), the Python wrappers with
+MBENCH_VLLM_NATIVE=0 (``timers python``).
 Reported per step:
 
 * engine-thread CPU (``time.thread_time_ns`` of the thread that runs the
@@ -36,6 +39,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
+# The C timers where they build (mbench_vllm/native.py); MBENCH_VLLM_NATIVE=0
+# measures the Python wrappers instead.
+os.environ.setdefault("MBENCH_VLLM_NATIVE", "1")
 
 from helpers import config, engine, read_lines  # noqa: E402
 from standins import VERSIONS, fake_vllm  # noqa: E402
@@ -81,8 +87,9 @@ def measure(n: int = 100_000, chunks: int = 20, running: int = 256, version: str
         _chunk(inst.step_fn, 2000)
         b = {k: [] for k in ("thread", "process", "wall")}
         i = {k: [] for k in b}
-        for _ in range(chunks):
-            for res, fn in ((b, base.step_fn), (i, inst.step_fn)):
+        for c in range(chunks):  # pairs in ABBA order: a drift cancels within two pairs
+            order = ((b, base.step_fn), (i, inst.step_fn))
+            for res, fn in (order if c % 2 == 0 else order[::-1]):
                 for k, v in _chunk(fn, per).items():
                     res[k].append(v)
         STATE.flush_all()
@@ -94,8 +101,11 @@ def measure(n: int = 100_000, chunks: int = 20, running: int = 256, version: str
         os.environ.pop("MBENCH_STEP_LOG", None)
     else:
         os.environ["MBENCH_STEP_LOG"] = saved_env
+    from mbench_vllm._recorder import timers_status
+
     out = {"steps": per * chunks, "chunks": chunks, "lines_written": n_lines, "running": running,
-           "version": version, "path": "batch_queue" if async_scheduling else "step"}
+           "version": version, "path": "batch_queue" if async_scheduling else "step",
+           "timers": timers_status()["timers"]}
     for k in b:
         out[f"baseline_{k}_us"] = statistics.median(b[k])
         out[f"instrumented_{k}_us"] = statistics.median(i[k])
@@ -106,7 +116,8 @@ def measure(n: int = 100_000, chunks: int = 20, running: int = 256, version: str
 
 def report(r: dict) -> str:
     return (
-        f"vLLM {r['version']} {r['path']} path, {r['running']} running, {r['steps']} steps per variant "
+        f"vLLM {r['version']} {r['path']} path, {r['timers']} timers, {r['running']} running, "
+        f"{r['steps']} steps per variant "
         f"({r['chunks']} paired chunks, median of differences): engine-thread CPU "
         f"{r['baseline_thread_us']:.2f} -> {r['instrumented_thread_us']:.2f} us/step "
         f"(overhead {r['overhead_thread_us']:.2f}); wall overhead {r['overhead_wall_us']:.2f} us/step "
@@ -148,11 +159,15 @@ def machine() -> str:
 
 
 def main() -> None:
+    from mbench_vllm._recorder import timers_status
+
     print(machine(), flush=True)
+    print(f"timers: {timers_status()['timers_detail']}", flush=True)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    chunks = int(os.environ.get("BENCH_CHUNKS", "100"))
     for version in ("0.18", "main"):
         for running in [int(x) for x in sys.argv[2:]] or [256, 1024]:
-            print(report(measure(n, running=running, version=version)), flush=True)
+            print(report(measure(n, chunks=chunks, running=running, version=version)), flush=True)
 
 
 if __name__ == "__main__":

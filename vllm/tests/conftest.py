@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
+
+# Before mbench_vllm is imported: build the C timers (_fastwrap.c) from
+# source into a fresh cache, so every run proves the build, and test both
+# implementations (the step_log fixture's params).
+os.environ.setdefault("MBENCH_VLLM_NATIVE", "1")
+os.environ.setdefault("MBENCH_VLLM_CACHE", tempfile.mkdtemp(prefix="mbench_vllm_cache_"))
 
 PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -15,9 +22,33 @@ for p in (PKG_DIR, TESTS_DIR):
         sys.path.insert(0, p)
 
 
+def use_impl(impl: str) -> None:
+    """Wrap with the C timers ("c") or the Python wrappers ("python") from
+    now on; skips "c" where the C module did not build (a failure where
+    MBENCH_REQUIRE_NATIVE=1, as in CI)."""
+    from mbench_vllm import _recorder, native
+
+    if impl == "c" and _recorder.NATIVE is None:
+        if os.environ.get("MBENCH_REQUIRE_NATIVE") == "1":
+            pytest.fail(f"the C timers are required (MBENCH_REQUIRE_NATIVE=1) but did not load: {native.detail}")
+        pytest.skip(f"no C timers here: {native.detail}")
+    _recorder.FAST = _recorder.NATIVE if impl == "c" else None
+
+
+@pytest.fixture(params=["c", "python"])
+def impl(request):
+    """The timer implementation a test runs on (both, in turn)."""
+    use_impl(request.param)
+    yield request.param
+    from mbench_vllm import _recorder
+
+    _recorder.FAST = _recorder.NATIVE
+
+
 @pytest.fixture
-def step_log(tmp_path, monkeypatch):
-    """MBENCH_STEP_LOG in tmp_path; plugin and fake vllm reset around the test."""
+def step_log(impl, tmp_path, monkeypatch):
+    """MBENCH_STEP_LOG in tmp_path; plugin and fake vllm reset around the
+    test; run once per timer implementation."""
     from mbench_vllm import plugin
 
     path = str(tmp_path / "engine_step.jsonl")

@@ -22,7 +22,10 @@ SCENARIO = os.path.join(HERE, "scenario.py")
 
 
 def _run(step_log: str, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MBENCH_STEP_LOG=step_log)
+    from mbench_vllm import _recorder
+
+    # The child uses the implementation this test runs on (conftest's impl).
+    env = dict(os.environ, MBENCH_STEP_LOG=step_log, MBENCH_VLLM_NATIVE="0" if _recorder.FAST is None else "1")
     env.pop("VLLM_PLUGINS", None)
     r = subprocess.run([sys.executable, SCENARIO, *args], env=env, capture_output=True,
                        text=True, timeout=120)

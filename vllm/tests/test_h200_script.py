@@ -120,7 +120,8 @@ def fake_torch() -> types.ModuleType:
     return torch
 
 
-def test_h200_script_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch):
+def _run_proof(tmp_path, monkeypatch, *args: str):
+    """h200_proof.py's main() on the fake torch: (exit code, proof.json)."""
     torch = fake_torch()
     fakegpu.install()
     monkeypatch.setitem(sys.modules, "torch", torch)
@@ -129,7 +130,7 @@ def test_h200_script_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("h200_proof", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    monkeypatch.setattr(sys, "argv", ["h200_proof.py", "--out", str(tmp_path), "--steps", "40"])
+    monkeypatch.setattr(sys, "argv", ["h200_proof.py", "--out", str(tmp_path), "--steps", "40", *args])
     saved = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
     try:
         with pytest.raises(SystemExit) as e:
@@ -143,7 +144,11 @@ def test_h200_script_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch):
         plugin._reset_for_tests()
         os.environ.pop("MBENCH_STEP_LOG", None)
         mod.rn.RUNNER_BASE = None
-    proof = json.loads((tmp_path / "proof.json").read_text())
+    return e.value.code, json.loads((tmp_path / "proof.json").read_text())
+
+
+def test_h200_script_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch):
+    code, proof = _run_proof(tmp_path, monkeypatch)
     assert len(proof["results"]) == 8
     for r in proof["results"]:
         assert r["status_gpu"] == "measured" and r["joined"] >= 30 and r["joined_noprof"] >= 30, r
@@ -151,13 +156,38 @@ def test_h200_script_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch):
         assert abs(r["ratio_p50"] - 1) <= 0.05 and r["pass"], r
     cpu = [r for r in proof["results"] if r["load"] == "cpu_bound" and r["path"] == "batch_queue"]
     assert all(r["step_us_p50"] > 4 * r["gpu_us_p50"] for r in cpu)  # GPU mostly idle, still measured
-    assert e.value.code == 0
+    assert code == 0
     assert proof["idle_gap"]["busy_us_p50"] > 0 and "torch_Event_record" in proof["call_costs_ns"]
     assert sorted(os.listdir(tmp_path)) == ["proof.json", "steps.tar.gz"]
     import tarfile
 
     with tarfile.open(tmp_path / "steps.tar.gz") as tar:
         assert len(tar.getnames()) == 16  # 8 profiled runs and the same 8 without the profiler
+
+
+def test_h200_script_timers_mode_cases(tmp_path, monkeypatch):
+    """run.sh timers: the two main batch-queue cases, the timer cost, no
+    idle-gap probe or per-call costs."""
+    code, proof = _run_proof(tmp_path, monkeypatch, "--cases", "main:batch_queue:gpu_bound,main:batch_queue:cpu_bound",
+                             "--quick")
+    assert code == 0
+    assert [(r["version"], r["path"], r["load"]) for r in proof["results"]] == [
+        ("main", "batch_queue", "gpu_bound"), ("main", "batch_queue", "cpu_bound")]
+    assert proof["idle_gap"] == {} and proof["call_costs_ns"] == {} and proof["timer_cost"]
+    import tarfile
+
+    with tarfile.open(tmp_path / "steps.tar.gz") as tar:
+        assert len(tar.getnames()) == 4
+
+
+def test_h200_script_rejects_unknown_cases(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["h200_proof.py", "--out", str(tmp_path), "--cases", "main:bq:gpu_bound"])
+    spec = importlib.util.spec_from_file_location("h200_proof", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit) as e:
+        mod.main()
+    assert "main:bq:gpu_bound is not version:path:load" in str(e.value.code)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
