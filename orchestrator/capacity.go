@@ -11,6 +11,8 @@ import (
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/internal/plan"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/report"
+	"github.com/mbench/mbench/results/sweepdir"
 )
 
 // A capacity search (the matrix's capacity: section) replaces the fixed-rate
@@ -190,7 +192,7 @@ func (s *sweep) recordCapacityStop(rc *recordedCapacity, rep results.CapacityRep
 	var parts []string
 	for _, sr := range rep.Searches {
 		_, note := plan.Search(rc.Capacity, &sr)
-		parts = append(parts, fmt.Sprintf("%s %s: %s %s", sr.Config, sr.Shape, results.IntervalText(sr.Lo, sr.Hi), note))
+		parts = append(parts, fmt.Sprintf("%s %s: %s %s", sr.Config, sr.Shape, report.IntervalText(sr.Lo, sr.Hi), note))
 	}
 	reason := "capacity search finished: " + strings.Join(parts, "; ")
 	s.logf("sweep stopped: %s", reason)
@@ -201,7 +203,7 @@ func (s *sweep) recordCapacityStop(rc *recordedCapacity, rep results.CapacityRep
 // or failed with confidence): their sweep exits 3 like a cell without a
 // usable run.
 func capacityUnusable(dir string) []string {
-	rep, err := results.ReadCapacity(dir)
+	rep, err := sweepdir.ReadCapacity(dir)
 	if err != nil {
 		return nil
 	}

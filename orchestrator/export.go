@@ -10,6 +10,8 @@ import (
 	"sort"
 
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/report"
+	"github.com/mbench/mbench/results/sweepdir"
 )
 
 // ExportOverrides change how an export analyses a sweep, against what the
@@ -30,7 +32,7 @@ var ErrBadOverride = errors.New("bad export override")
 // it reads a sweep that another mbench is running, or one on a read-only
 // file system. A run whose journal line is being written when it reads is
 // left out (a torn last line); every file it reads is written atomically.
-func ExportView(ctx context.Context, dir string, ov ExportOverrides) (*results.Report, error) {
+func ExportView(ctx context.Context, dir string, ov ExportOverrides) (*report.Exported, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
 	}
@@ -45,7 +47,7 @@ func ExportView(ctx context.Context, dir string, ov ExportOverrides) (*results.R
 // and first removes temporary files an interrupted writer left. The method
 // (baseline, compared metrics, confidence) is the one recorded in
 // sweep.json, changed only by ov.
-func ExportReport(ctx context.Context, dir string, ov ExportOverrides) (*results.Report, error) {
+func ExportReport(ctx context.Context, dir string, ov ExportOverrides) (*report.Exported, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
 	}
@@ -62,13 +64,13 @@ func ExportReport(ctx context.Context, dir string, ov ExportOverrides) (*results
 }
 
 // exportReport is ExportReport for a caller that holds the directory's lock.
-func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*results.Report, error) {
+func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*report.Exported, error) {
 	return exportSweep(ctx, dir, ov, false)
 }
 
 // exportSweep computes the exports of dir: written into it, or, inMemory,
 // returned in Report.Contents with nothing written.
-func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory bool) (*results.Report, error) {
+func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory bool) (*report.Exported, error) {
 	st, err := ReadSweep(dir)
 	if err != nil {
 		return nil, err
@@ -82,19 +84,21 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 		return nil, fmt.Errorf("export %s: %w", dir, err)
 	}
 	if capRep != nil && !inMemory {
-		if err := results.WriteCapacity(filepath.Join(dir, results.CapacityFile), capRep); err != nil {
+		if err := sweepdir.WriteCapacity(filepath.Join(dir, results.CapacityFile), capRep); err != nil {
 			return nil, fmt.Errorf("export %s: %w", dir, err)
 		}
 	}
-	sw := results.ExportInput{
-		InMemory:   inMemory,
-		Capacity:   capRep,
-		Dir:        dir,
-		Name:       st.Name,
-		Confidence: 0.95,
-		Blocks:     len(st.Blocks),
-		Env:        slurmEnv(st.Fingerprint, entries), // with the slurm job and nodes of the runs
-		Simulated:  st.Simulated,
+	sw := report.ExportInput{
+		InMemory: inMemory,
+		Dir:      dir,
+		Sweep: results.Sweep{
+			Capacity:   capRep,
+			Name:       st.Name,
+			Confidence: 0.95,
+			Blocks:     len(st.Blocks),
+			Env:        slurmEnv(st.Fingerprint, entries), // with the slurm job and nodes of the runs
+			Simulated:  st.Simulated,
+		},
 	}
 	// Everything written into the sweep directory was redacted when it was
 	// written, so export needs no secrets, and so no matrix file.
@@ -167,7 +171,7 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 		e := idx[k]
 		sw.Runs = append(sw.Runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason, Position: pos[k]})
 	}
-	rep, err := results.Export(ctx, sw)
+	rep, err := report.Export(ctx, sw)
 	if err != nil {
 		return nil, fmt.Errorf("export %s: %w", dir, err)
 	}

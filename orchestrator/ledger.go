@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/sweepdir"
 )
 
 // ledger is a sweep's record of its finished runs: the journal (one durable
@@ -99,7 +100,7 @@ func (rv runValues) get(dir string, e JournalEntry, metric string) (float64, boo
 		return v, !math.IsNaN(v)
 	}
 	v := math.NaN()
-	if sum, err := results.ReadRunSummary(filepath.Join(dir, e.Dir, "summary_A.json")); err == nil {
+	if sum, err := sweepdir.ReadRunSummary(filepath.Join(dir, e.Dir, "summary_A.json")); err == nil {
 		if x, ok := results.RunMetric(sum, metric); ok {
 			v = x
 		}

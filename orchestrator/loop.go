@@ -9,6 +9,7 @@ import (
 
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/report"
 	"github.com/mbench/mbench/shquote"
 )
 
@@ -112,7 +113,7 @@ func (s *sweep) resumeHint() string {
 
 // unusableCells names the cells of rep with no usable run, with the
 // verdicts of the runs they had.
-func unusableCells(rep *results.Report, journal map[runKey]JournalEntry) []string {
+func unusableCells(rep *report.Exported, journal map[runKey]JournalEntry) []string {
 	var out []string
 	for _, c := range rep.Cells {
 		if c.NRuns > 0 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/sweepdir"
 )
 
 // scripted is a measurer that starts nothing: each run's ttft_p90 and
@@ -38,7 +39,7 @@ func (f *scripted) measure(_ context.Context, r run) (*results.RunSummary, error
 	if v != results.VerdictOK {
 		sum.VerdictReasons = []string{string(v) + ": scripted"}
 	}
-	if err := results.WriteRunSummary(filepath.Join(r.dir, "summary_A.json"), sum); err != nil {
+	if err := sweepdir.WriteRunSummary(filepath.Join(r.dir, "summary_A.json"), sum); err != nil {
 		return nil, err
 	}
 	return sum, nil
@@ -330,7 +331,7 @@ func TestLoopCapacityReplay(t *testing.T) {
 		t.Errorf("the journal's runs differ from the recorded rounds:\nrecorded %v\njournal  %v", planned, ran)
 	}
 
-	rep, err := results.ReadCapacity(out)
+	rep, err := sweepdir.ReadCapacity(out)
 	if err != nil {
 		t.Fatal(err)
 	}

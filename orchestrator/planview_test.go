@@ -9,6 +9,7 @@ import (
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/sweepdir"
 )
 
 // viewSweep is a sweep of testdata/two-configs.yaml in a temporary directory whose journal
@@ -30,7 +31,7 @@ func viewSweep(t *testing.T, status ...results.Verdict) *sweep {
 				t.Fatal(err)
 			}
 			p90 := float64(b)
-			if err := results.WriteRunSummary(filepath.Join(dir, rel, "summary_A.json"), &results.RunSummary{Cell: c.ID, Block: b, P90TTFTMs: &p90}); err != nil {
+			if err := sweepdir.WriteRunSummary(filepath.Join(dir, rel, "summary_A.json"), &results.RunSummary{Cell: c.ID, Block: b, P90TTFTMs: &p90}); err != nil {
 				t.Fatal(err)
 			}
 			s.ledger.runs[runKey{c.ID, b}] = JournalEntry{Cell: c.ID, Block: b, Status: status[b-1], Dir: rel}

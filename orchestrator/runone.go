@@ -13,6 +13,7 @@ import (
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/sweepdir"
 )
 
 // run is one run to measure: a cell in a block, with the block's workload
@@ -118,7 +119,7 @@ func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error
 	basis, classTok := s.classTokens(cell, newTok)
 	sum.Classes = results.SummarizeClasses(res.Records, basis, classTok, s.m.ClassBounds)
 	sum.Instances = results.SummarizeInstances(s.profile().Metrics, before, after)
-	if err := results.WriteRunSummary(filepath.Join(dir, "summary_A.json"), sum); err != nil {
+	if err := sweepdir.WriteRunSummary(filepath.Join(dir, "summary_A.json"), sum); err != nil {
 		return nil, fmt.Errorf("write summary_A.json: %w", err)
 	}
 	return sum, nil

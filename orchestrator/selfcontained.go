@@ -14,6 +14,7 @@ import (
 	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/sweepdir"
 )
 
 // matrixCopyName is the matrix's copy inside a results directory.
@@ -109,7 +110,7 @@ func runFilesProblem(dir string, e JournalEntry) string {
 	if !filepath.IsLocal(e.Dir) {
 		return "its directory is outside the sweep"
 	}
-	sum, err := results.ReadRunSummary(filepath.Join(dir, e.Dir, "summary_A.json"))
+	sum, err := sweepdir.ReadRunSummary(filepath.Join(dir, e.Dir, "summary_A.json"))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if _, derr := os.Stat(filepath.Join(dir, e.Dir)); errors.Is(derr, fs.ErrNotExist) {

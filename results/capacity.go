@@ -2,13 +2,11 @@ package results
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
 
-	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/stats"
 )
 
@@ -279,7 +277,7 @@ func analyzeSearch(spec CapacitySpec, cfg, shape string, runs []CapacityRun) Cap
 // first of its attempts that counts (else its last), each bound by its own
 // CI; the probe's verdict combines them (combineVerdicts).
 func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityProbe {
-	bounds := spec.bounds()
+	bounds := spec.Constraints()
 	slices.SortFunc(runs, func(a, b CapacityRun) int {
 		return cmp.Or(cmp.Compare(a.Block, b.Block), cmp.Compare(a.Attempt, b.Attempt))
 	})
@@ -483,11 +481,14 @@ func CompareBrackets(base, treat *CapacitySearch, confidence float64) Comparison
 	return c
 }
 
-// WriteCapacity writes rep as dir/capacity.json, atomically.
-func WriteCapacity(path string, rep *CapacityReport) error {
-	data, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", CapacityFile, err)
+// CapacityChange is a comparison as "sustains 12.0% less load [−15.1, −8.7]".
+func CapacityChange(c Comparison) string {
+	if c.N < 2 {
+		return c.String()
 	}
-	return durable.WriteFile(path, append(data, '\n'), 0o644)
+	word := "more"
+	if c.Effect < 0 {
+		word = "less"
+	}
+	return fmt.Sprintf("sustains %.1f%% %s load [%+.1f, %+.1f]", math.Abs(100*c.Effect), word, 100*c.Lo, 100*c.Hi)
 }

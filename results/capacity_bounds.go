@@ -31,8 +31,8 @@ func (b Bound) String() string {
 	return b.Metric
 }
 
-// limit is the bound's value.
-func (b Bound) limit() float64 {
+// Limit is the bound's value.
+func (b Bound) Limit() float64 {
 	if b.MaxMs != nil {
 		return *b.MaxMs
 	}
@@ -51,9 +51,9 @@ func (b Bound) slack(v float64) float64 {
 	return (v - *b.Min) / *b.Min
 }
 
-// Bounds are the spec's constraints: Bounds, or the one of Metric and MaxMs
+// Constraints are the spec's bounds: Bounds, or the one of Metric and MaxMs
 // (a search recorded before several were possible).
-func (s CapacitySpec) bounds() []Bound {
+func (s CapacitySpec) Constraints() []Bound {
 	if len(s.Bounds) > 0 {
 		return s.Bounds
 	}
@@ -63,7 +63,7 @@ func (s CapacitySpec) bounds() []Bound {
 
 // BoundsText is the spec's constraints in words, joined with commas.
 func (s CapacitySpec) BoundsText() string {
-	bs := s.bounds()
+	bs := s.Constraints()
 	parts := make([]string, len(bs))
 	for i, b := range bs {
 		parts[i] = b.String()
@@ -78,14 +78,6 @@ func (s CapacitySpec) Unit() string {
 		return "in flight"
 	}
 	return "req/s"
-}
-
-// unitWord is what the search probes, in words (plural).
-func (s CapacitySpec) unitWord() string {
-	if s.Over == "concurrency" {
-		return "in-flight levels"
-	}
-	return "rates"
 }
 
 // ProbeBound is what one bound says of a probe: the mean over its ok

@@ -1,10 +1,9 @@
 package results
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -51,7 +50,7 @@ func capRuns(cfg string, rates []float64, blocks int, metric func(rate float64, 
 	for _, r := range rates {
 		for b := 1; b <= blocks; b++ {
 			v := metric(r, b)
-			run := CapacityRun{Config: cfg, Shape: "s", Cell: cfg + "-" + fmtNum(r), Rate: r, Block: b, Status: VerdictOK, Value: v}
+			run := CapacityRun{Config: cfg, Shape: "s", Cell: cfg + "-" + fmt.Sprint(r), Rate: r, Block: b, Status: VerdictOK, Value: v}
 			switch {
 			case math.IsInf(v, 1):
 				run.Status, run.Value = VerdictSaturated, math.NaN()
@@ -147,39 +146,6 @@ func TestAnalyzeCapacityPairedRatio(t *testing.T) {
 	}
 	if tw.Effect != 0 || tw.Significant() {
 		t.Errorf("twin: %+v: want exactly 0 and not significant", tw.Comparison)
-	}
-}
-
-func TestCapacityReportSection(t *testing.T) {
-	dir := t.TempDir()
-	rep := AnalyzeCapacity(testSpec(), capRuns("plain", []float64{10, 80}, 4, func(r float64, b int) float64 { return 2 * r }))
-	if err := WriteCapacity(filepath.Join(dir, CapacityFile), &rep); err != nil {
-		t.Fatal(err)
-	}
-	section := func(dir string) (string, bool) {
-		v := newReportView(&ExportInput{Dir: dir, Confidence: 0.95}, nil, &Report{})
-		var b strings.Builder
-		renderHeadline(&b, v)
-		renderCapacityDetails(&b, v)
-		return b.String(), v.searched()
-	}
-	got, searched := section(dir)
-	for _, want := range []string{"## Capacity at the SLO (ttft_p90 ≤ 100 ms)", "| plain | s | [10.0, 80.0] |", "| taxed | s | none probed |", "| plain | s | 80 | fails |"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("section lacks %q:\n%s", want, got)
-		}
-	}
-	if !searched {
-		t.Errorf("a sweep with %s is not read as a capacity search", CapacityFile)
-	}
-	if none, searched := section(t.TempDir()); searched || strings.Contains(none, "Capacity") {
-		t.Errorf("a fixed-rate sweep got a capacity section: %q", none)
-	}
-	if err := os.WriteFile(filepath.Join(dir, CapacityFile), []byte("{"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if bad, _ := section(dir); !strings.Contains(bad, "could not be read") {
-		t.Errorf("a corrupt capacity.json is not reported: %q", bad)
 	}
 }
 

@@ -1,9 +1,10 @@
 package results
 
 import (
-	"github.com/mbench/mbench/stats"
 	"math"
 	"sort"
+
+	"github.com/mbench/mbench/stats"
 )
 
 // CellSummary is cells/<id>/summary_A.json: a cell across its runs.
@@ -64,7 +65,7 @@ type CellRun struct {
 }
 
 // summarizeCell computes a cell's across-run statistics.
-func summarizeCell(c *cellData, s *ExportInput, blocks int) CellSummary {
+func summarizeCell(c *Cell, s *Sweep, blocks int) CellSummary {
 	cs := CellSummary{
 		Cell: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: c.Info.Rate,
 		SameAs: c.Info.SameAs, Simulated: s.Simulated, Confidence: s.Confidence,
@@ -120,7 +121,7 @@ func summarizeCell(c *cellData, s *ExportInput, blocks int) CellSummary {
 }
 
 // metricByBlock returns block → value of metric key over the used runs.
-func (c *cellData) metricByBlock(key string) map[int]float64 {
+func (c *Cell) metricByBlock(key string) map[int]float64 {
 	out := map[int]float64{}
 	for b, r := range c.Used {
 		if v, ok := r.Metrics[key]; ok {
@@ -133,7 +134,7 @@ func (c *cellData) metricByBlock(key string) map[int]float64 {
 // trialsByBlock is block → the trials behind proportion metric key in each
 // used run (proportionTrials); false when key is not such a proportion or
 // a run lacks its count.
-func (c *cellData) trialsByBlock(key string) (map[int]float64, bool) {
+func (c *Cell) trialsByBlock(key string) (map[int]float64, bool) {
 	out := map[int]float64{}
 	for b, r := range c.Used {
 		if _, has := r.Metrics[key]; !has {
@@ -169,36 +170,8 @@ func (ms *MetricStats) proportion(trials map[int]float64, confidence float64) {
 	ms.Interval = IntervalWilson
 }
 
-// saturated reports whether any run of the cell was graded saturated.
-func (c *cellData) saturated() bool { return c.Sum.SaturatedRuns > 0 }
-
-// plotted is metric key of the cell as the plots draw it: its statistics
-// over the usable runs, or, for a cell with none but with saturated runs,
-// the mean of those (no CI), so that a plot shows where saturation set in
-// (marked so) rather than leave the cell out.
-func (c *cellData) plotted(key string) (MetricStats, bool) {
-	if m, ok := c.Sum.Metrics[key]; ok && m.Mean != nil {
-		return m, true
-	}
-	if v, ok := c.saturatedMean(key); ok && c.saturated() {
-		return MetricStats{Mean: &v}, true
-	}
-	return MetricStats{}, false
-}
-
-// saturatedMean is the mean of metric key over the cell's saturated runs.
-func (c *cellData) saturatedMean(key string) (float64, bool) {
-	var xs []float64
-	for _, r := range c.Runs {
-		if v, ok := r.Metrics[key]; ok && r.Sum != nil && (r.Sum.Saturated || r.Ref.Status == VerdictSaturated) {
-			xs = append(xs, v)
-		}
-	}
-	if len(xs) == 0 {
-		return 0, false
-	}
-	return stats.Mean(xs), true
-}
+// Saturated reports whether any run of the cell was graded Saturated.
+func (c *Cell) Saturated() bool { return c.Sum.SaturatedRuns > 0 }
 
 // metricStats computes mean, CI and CV of per-block values.
 func metricStats(byBlock map[int]float64, confidence float64) MetricStats {
@@ -219,16 +192,4 @@ func metricStats(byBlock map[int]float64, confidence float64) MetricStats {
 	}
 	ms.CV = ptr(stats.CV(ms.Values))
 	return ms
-}
-
-// redactCell applies the redactor to every free-text field of a cell summary.
-func redactCell(cs CellSummary, red func(string) string) CellSummary {
-	cs.Cell, cs.Config, cs.Shape, cs.SameAs, cs.Engine = red(cs.Cell), red(cs.Config), red(cs.Shape), red(cs.SameAs), red(cs.Engine)
-	runs := make([]CellRun, len(cs.Runs))
-	for i, r := range cs.Runs {
-		r.Reason, r.Dir, r.SaturationReason, r.ClientLimitedReason = red(r.Reason), red(r.Dir), red(r.SaturationReason), red(r.ClientLimitedReason)
-		runs[i] = r
-	}
-	cs.Runs = runs
-	return cs
 }

@@ -174,10 +174,11 @@ func pct50and90(xs []float64) (*float64, *float64) {
 	return ptr(stats.PercentileSorted(xs, 50)), ptr(stats.PercentileSorted(xs, 90))
 }
 
-// classKey is a class name as a metric key part: WARM → warm, HEAVY+ →
-// heavy_plus.
-func classKey(name string) string {
-	return strings.ReplaceAll(strings.ToLower(name), "+", "_plus")
+// ClassMetric is the metric key of what (share, p90_ttft_ms, …) for a
+// class: class_<class>_<what>, the class in lower case (HEAVY+ →
+// heavy_plus); with what "", the prefix of them all.
+func ClassMetric(class, what string) string {
+	return "class_" + strings.ReplaceAll(strings.ToLower(class), "+", "_plus") + "_" + what
 }
 
 // addClassMetrics flattens a run's class and per-instance figures into its
@@ -192,7 +193,7 @@ func addClassMetrics(s *RunSummary, out map[string]float64) {
 	}
 	if c := s.Classes; c != nil {
 		for _, st := range c.Classes {
-			p := "class_" + classKey(st.Class) + "_"
+			p := ClassMetric(st.Class, "")
 			out[p+"share"] = st.Share
 			out[p+"requests"] = float64(st.Requests)
 			out[p+"completed"] = float64(st.Completed)
@@ -211,14 +212,4 @@ func addClassMetrics(s *RunSummary, out map[string]float64) {
 		}
 	}
 	addInstanceMetrics(s, put)
-}
-
-// classCSVMetrics are the class and per-instance columns of tables.csv.
-func classCSVMetrics() []string {
-	var out []string
-	for _, n := range ClassNames {
-		p := "class_" + classKey(n) + "_"
-		out = append(out, p+"requests", p+"completed", p+"share", p+"input_p50", p+"failed", p+"fail_rate", p+"failed_input_p50", p+"median_ttft_ms", p+"p90_ttft_ms", p+"p90_tpot_ms", p+"median_e2el_ms")
-	}
-	return append(out, instanceCSVMetrics...)
 }

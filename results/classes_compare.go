@@ -1,12 +1,8 @@
 package results
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 
-	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/stats"
 )
 
@@ -30,24 +26,15 @@ type ClassComparison struct {
 }
 
 // classComparisons pairs each config's cells with the baseline's (same
-// shape and rate) and compares every class over the same requests. It reads
-// the runs' requests.jsonl; a run whose file cannot be read leaves its
-// block out.
-func classComparisons(s *ExportInput, cells []*cellData) []ClassComparison {
-	base := map[groupKey]*cellData{}
+// shape and rate) and compares every class over the same requests, by
+// the runs' request TTFTs (Run.TTFTs); a run without them (its
+// requests.jsonl could not be read) leaves its block out.
+func classComparisons(s *Sweep, cells []*Cell) []ClassComparison {
+	base := map[groupKey]*Cell{}
 	for _, c := range cells {
 		if c.Info.SameAs == "" && c.Info.Config == s.Baseline {
 			base[groupKey{c.Info.Shape, c.Info.Rate}] = c
 		}
-	}
-	ttfts := map[string]map[int]float64{} // run dir → id → TTFT ms of its completed measured requests
-	read := func(r *runData) map[int]float64 {
-		if m, ok := ttfts[r.Ref.Dir]; ok {
-			return m
-		}
-		m := readTTFTs(filepath.Join(s.Dir, r.Ref.Dir, "requests.jsonl"))
-		ttfts[r.Ref.Dir] = m
-		return m
 	}
 	var out []ClassComparison
 	for _, c := range cellOrder(s, cells) {
@@ -68,7 +55,7 @@ func classComparisons(s *ExportInput, cells []*cellData) []ClassComparison {
 				// config-independent basis; under the router's estimate,
 				// those in the class under both.
 				ids := intersect(br.Sum.Classes.Classes[ci].IDs, tr.Sum.Classes.Classes[ci].IDs)
-				bt, tt := read(br), read(tr)
+				bt, tt := br.TTFTs, tr.TTFTs
 				if bt == nil || tt == nil || len(ids) == 0 {
 					continue
 				}
@@ -104,28 +91,6 @@ func classComparisons(s *ExportInput, cells []*cellData) []ClassComparison {
 	return out
 }
 
-// readTTFTs reads a run's requests.jsonl: the TTFT in ms of each completed
-// measured request, by id; nil when the file cannot be read.
-func readTTFTs(path string) map[int]float64 {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	recs, err := openloop.ReadRecords(f)
-	if err != nil {
-		return nil
-	}
-	out := map[int]float64{}
-	for i := range recs {
-		r := &recs[i]
-		if r.Phase == openloop.PhaseMeasure && r.OK() && r.FirstTokenNs > 0 && r.SentNs > 0 {
-			out[r.ID] = float64(r.FirstTokenNs-r.SentNs) / 1e6
-		}
-	}
-	return out
-}
-
 // intersect returns the values in both ascending lists.
 func intersect(a, b []int) []int {
 	var out []int
@@ -141,50 +106,4 @@ func intersect(a, b []int) []int {
 		}
 	}
 	return out
-}
-
-// renderClassComparisons writes the per-class comparisons with the
-// baseline over the same requests; one line when there are none.
-var renderClassComparisons = tableSection("Request classes compared", classComparisonTables)
-
-// classComparisonTables is the table of classComparisons.
-func classComparisonTables(v *reportView) ([]sectionTable, string) {
-	rows := classComparisons(v.s, v.ordered)
-	if len(rows) == 0 {
-		return nil, fmt.Sprintf("no class has requests completed under both a config and the baseline %s.", orDefault(v.s.Baseline, "(none)"))
-	}
-	t := sectionTable{ID: "class-comparisons", Title: "Request classes compared with the baseline",
-		Intro: fmt.Sprintf("Each class over the same requests: per block the requests of the class that completed under both runs (by request id), "+
-			"their TTFT median and p90 on each side, compared across blocks (change with %s CI; paired t). "+
-			"Paired = requests per block, dropped = the class's requests that failed on either side (means over blocks).", pctConf(v.s.Confidence)),
-		Head: []string{"Config", "vs", "Shape", "Rate", "Class", "Paired", "Dropped", "TTFT p50 (base → config, ms)", "TTFT p50 change", "TTFT p90 change", "Blocks"}}
-	if classBasisOf(v.ordered).DependsOnRouting() {
-		t.Notes = append(t.Notes, "The classes are the router's estimates, which differ between configs: a request is compared in a class only when both configs put it there.")
-	}
-	for _, r := range rows {
-		t.Rows = append(t.Rows, []string{r.Config, r.Baseline, r.Shape, fmtFloat(r.Rate), r.Class,
-			fmtCount(r.Paired), fmtCount(r.Dropped), fmtNum(r.BaseP50) + " → " + fmtNum(r.P50), changeText(r.TTFTP50, r.BaseP50, r.P50),
-			changeText(r.TTFTP90, r.BaseP90, r.P90), fmt.Sprint(r.TTFTP50.N)})
-	}
-	return []sectionTable{t}, ""
-}
-
-// changeText is a comparison's effect with its CI; with one block, the
-// change of that block (base → treat) without one.
-func changeText(c Comparison, base, treat float64) string {
-	if c.N < 2 {
-		if base <= 0 {
-			return "—"
-		}
-		return fmt.Sprintf("%+.1f%% (one block: no CI)", 100*(treat/base-1))
-	}
-	return fmt.Sprintf("%+.1f%% [%+.1f%%, %+.1f%%]", 100*c.Effect, 100*c.Lo, 100*c.Hi)
-}
-
-// pctConf is a confidence in percent (0: the 95% default).
-func pctConf(conf float64) string {
-	if conf <= 0 || conf >= 1 {
-		conf = 0.95
-	}
-	return fmt.Sprintf("%g%%", 100*conf)
 }

@@ -2,9 +2,10 @@ package results
 
 import (
 	"fmt"
-	"github.com/mbench/mbench/stats"
 	"math"
 	"sort"
+
+	"github.com/mbench/mbench/stats"
 )
 
 // Comparison is a paired comparison of one metric between a treatment and a
@@ -116,6 +117,29 @@ func (c Comparison) String() string {
 	return s
 }
 
+// ComparisonRow is one comparison of a table: Config's cell against the
+// baseline's cell at the same shape and rate, for one metric.
+type ComparisonRow struct {
+	Metric   string  `json:"metric"` // as the user named it (ttft_p90)
+	Key      string  `json:"key"`    // RunMetrics key (p90_ttft_ms)
+	Config   string  `json:"config"`
+	Baseline string  `json:"baseline"`
+	Shape    string  `json:"shape"`
+	Rate     float64 `json:"rate"`
+	Cell     string  `json:"cell"`
+	BaseCell string  `json:"base_cell"`      // "" when the baseline cell is missing
+	Note     string  `json:"note,omitempty"` // why no comparison was possible, when a side has no data
+	Comparison
+}
+
+// Text is the formatted comparison, or "n/a (why)" when a side has no data.
+func (r ComparisonRow) Text() string {
+	if r.Note != "" {
+		return "n/a (" + r.Note + ")"
+	}
+	return r.Comparison.String()
+}
+
 // groupKey identifies the cells that are compared with each other.
 type groupKey struct {
 	shape string
@@ -124,7 +148,7 @@ type groupKey struct {
 
 // cellOrder sorts cells for tables: shape in matrix order, rate ascending,
 // baseline config first, then configs in matrix order.
-func cellOrder(s *ExportInput, cells []*cellData) []*cellData {
+func cellOrder(s *Sweep, cells []*Cell) []*Cell {
 	shapeIdx, cfgIdx := map[string]int{}, map[string]int{s.Baseline: -1}
 	for _, c := range cells {
 		if _, ok := shapeIdx[c.Info.Shape]; !ok {
@@ -134,7 +158,7 @@ func cellOrder(s *ExportInput, cells []*cellData) []*cellData {
 			cfgIdx[c.Info.Config] = len(cfgIdx)
 		}
 	}
-	out := append([]*cellData(nil), cells...)
+	out := append([]*Cell(nil), cells...)
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i].Info, out[j].Info
 		if a.Shape != b.Shape {
@@ -154,9 +178,9 @@ func cellOrder(s *ExportInput, cells []*cellData) []*cellData {
 // compared metric. The primary metric's rows of both tables are one Holm
 // family; each secondary metric's rows of a table form their own family.
 // Every comparison is PrintedComparison's with the spread spreadFor picks. Only runs whose status is "ok" count.
-func comparisons(s *ExportInput, cells []*cellData) (main, aa []ComparisonRow, nuis []Nuisance) {
-	originals := map[groupKey]map[string]*cellData{}
-	byID := map[string]*cellData{}
+func comparisons(s *Sweep, cells []*Cell) (main, aa []ComparisonRow, nuis []Nuisance) {
+	originals := map[groupKey]map[string]*Cell{}
+	byID := map[string]*Cell{}
 	for _, c := range cells {
 		byID[c.Info.ID] = c
 		if c.Info.SameAs != "" {
@@ -164,12 +188,12 @@ func comparisons(s *ExportInput, cells []*cellData) (main, aa []ComparisonRow, n
 		}
 		k := groupKey{c.Info.Shape, c.Info.Rate}
 		if originals[k] == nil {
-			originals[k] = map[string]*cellData{}
+			originals[k] = map[string]*Cell{}
 		}
 		originals[k][c.Info.Config] = c
 	}
 	ordered := cellOrder(s, cells)
-	for _, metric := range comparedMetrics(s) {
+	for _, metric := range s.ComparedMetrics() {
 		key := ResolveMetric(metric)
 		primary := key == ResolveMetric(s.Metric)
 		nu := EstimatePosition(positionObs(cells, key), s.Confidence)
@@ -204,9 +228,9 @@ func comparisons(s *ExportInput, cells []*cellData) (main, aa []ComparisonRow, n
 	return main, aa, nuis
 }
 
-// comparedMetrics is the primary metric first, then the other compared
-// metrics in their order.
-func comparedMetrics(s *ExportInput) []string {
+// ComparedMetrics are the metrics compared with the baseline: the primary
+// metric first, then the other compared metrics in their order.
+func (s *Sweep) ComparedMetrics() []string {
 	out := []string{s.Metric}
 	for _, m := range s.Compare {
 		if ResolveMetric(m) != ResolveMetric(s.Metric) {
@@ -218,7 +242,7 @@ func comparedMetrics(s *ExportInput) []string {
 
 // positionObs lists every usable run of every cell with its position, for
 // the nuisance fit of metric key.
-func positionObs(cells []*cellData, key string) []Obs {
+func positionObs(cells []*Cell, key string) []Obs {
 	var obs []Obs
 	for _, c := range cells {
 		for b, r := range c.usable() {
@@ -231,14 +255,14 @@ func positionObs(cells []*cellData, key string) []Obs {
 }
 
 // compareCells compares one metric of cell c against base (nil: missing).
-func compareCells(s *ExportInput, metric, key string, base, c *cellData, nu Nuisance) ComparisonRow {
+func compareCells(s *Sweep, metric, key string, base, c *Cell, nu Nuisance) ComparisonRow {
 	row := ComparisonRow{Metric: metric, Key: key, Config: c.Info.Config, Baseline: s.Baseline,
 		Shape: c.Info.Shape, Rate: c.Info.Rate, Cell: c.Info.ID}
 	if c.Info.SameAs != "" {
 		row.Baseline = c.Info.SameAs
 	}
 	if base == nil {
-		row.Comparison = Comparison{Confidence: s.Confidence, P: 1, PAdj: 1, PMW: 1, Saturated: c.saturated()}
+		row.Comparison = Comparison{Confidence: s.Confidence, P: 1, PAdj: 1, PMW: 1, Saturated: c.Saturated()}
 		row.Note = "no " + row.Baseline + " cell at this shape and rate"
 		return row
 	}
@@ -253,7 +277,7 @@ func compareCells(s *ExportInput, metric, key string, base, c *cellData, nu Nuis
 		}
 	}
 	row.Comparison = PrintedComparison(ref, treat, dpos, nu, spreadFor(s, dpos), s.Confidence)
-	row.Saturated = base.saturated() || c.saturated()
+	row.Saturated = base.Saturated() || c.Saturated()
 	switch {
 	case len(tu) == 0:
 		row.Note = "cell missing: no run with verdict ok"
@@ -282,7 +306,7 @@ func PrintedComparison(base, treat, dpos map[int]float64, nu Nuisance, sp Spread
 // stops running once within target — takes it from the second stage (the
 // paired blocks after the first Stage1), as the rule judged it; any other
 // comparison from every block.
-func spreadFor(s *ExportInput, paired map[int]float64) Spread {
+func spreadFor(s *Sweep, paired map[int]float64) Spread {
 	if s.Stage1 <= 0 {
 		return Spread{}
 	}
@@ -298,8 +322,8 @@ func spreadFor(s *ExportInput, paired map[int]float64) Spread {
 
 // usable is block → the run used for it, restricted to runs whose status is
 // "ok": the only runs that are results.
-func (c *cellData) usable() map[int]*runData {
-	out := map[int]*runData{}
+func (c *Cell) usable() map[int]*Run {
+	out := map[int]*Run{}
 	for b, r := range c.Used {
 		if r.Ref.Status.Usable() {
 			out[b] = r
@@ -309,7 +333,7 @@ func (c *cellData) usable() map[int]*runData {
 }
 
 // usableByBlock is block → value of metric key over the usable runs.
-func (c *cellData) usableByBlock(key string) map[int]float64 {
+func (c *Cell) usableByBlock(key string) map[int]float64 {
 	out := map[int]float64{}
 	for b, r := range c.usable() {
 		if v, ok := r.Metrics[key]; ok {

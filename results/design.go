@@ -1,9 +1,10 @@
 package results
 
 import (
-	"github.com/mbench/mbench/stats"
 	"math"
 	"sort"
+
+	"github.com/mbench/mbench/stats"
 )
 
 // The two-stage method (docs/method.md, "Stopping rule"). The stopping rule

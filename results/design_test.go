@@ -1,7 +1,6 @@
 package results
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -169,58 +168,5 @@ func TestValidityTwoStageStopping(t *testing.T) {
 		if target >= 0.08 { // stops are the rule there, not luck
 			notAbove(fmt.Sprintf("target %.2f, sweeps stopped early", target), earlyFP, early)
 		}
-	}
-}
-
-// TestExportSpreadFollowsTheStop: the fixture's three blocks (first stage
-// 2) compared as the sweep stopped: to repeat.max or its budget, every
-// comparison with a CI is an ordinary paired t; ended by the stopping rule,
-// every one takes its spread from the second stage (block 3 alone gives no
-// spread, so there it falls back to the paired t and says so).
-func TestExportSpreadFollowsTheStop(t *testing.T) {
-	for _, ruleStop := range []bool{false, true} {
-		dir := copyTree(t, fixtureDir)
-		in := fixtureSweep(dir)
-		in.RuleStop = ruleStop
-		rep, err := Export(context.Background(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, r := range append(rep.Comparisons, rep.NoiseFloor...) {
-			if r.N < 2 {
-				continue
-			}
-			n++
-			if r.Method != MethodPairedT {
-				t.Errorf("ruleStop %v, %s %s: method %q; one second-stage block cannot give a spread", ruleStop, r.Cell, r.Metric, r.Method)
-			}
-		}
-		if n == 0 {
-			t.Fatal("no comparison with a CI in the fixture")
-		}
-	}
-	// With the stop by the rule and a first stage of one pair: the second
-	// stage is the paired blocks after the first (blocks 2–3 where every
-	// block has a usable run).
-	dir := copyTree(t, fixtureDir)
-	in := fixtureSweep(dir)
-	in.RuleStop, in.Stage1 = true, 1
-	rep, err := Export(context.Background(), in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	three := 0
-	for _, r := range append(rep.Comparisons, rep.NoiseFloor...) {
-		if r.N != 3 {
-			continue
-		}
-		three++
-		if r.Method != MethodSecondStage || r.SpreadBlocks != 2 {
-			t.Errorf("ruleStop, stage1 1, %s %s: method %q over %d blocks, want second-stage over blocks 2–3", r.Cell, r.Metric, r.Method, r.SpreadBlocks)
-		}
-	}
-	if three == 0 {
-		t.Fatal("no comparison over three blocks in the fixture")
 	}
 }

@@ -2,10 +2,11 @@ package results
 
 import (
 	"fmt"
-	"github.com/mbench/mbench/stats"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/mbench/mbench/stats"
 
 	"github.com/mbench/mbench/openloop"
 )

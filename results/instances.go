@@ -1,9 +1,6 @@
 package results
 
 import (
-	"bytes"
-	"encoding/csv"
-	"fmt"
 	"slices"
 	"strconv"
 
@@ -99,18 +96,14 @@ func SummarizeInstances(names probes.MetricNames, before, after []probes.Scrape)
 	return ic
 }
 
-// instanceCSVMetrics are the per-instance and per-GPU aggregate columns of
-// tables.csv (the rows per instance and GPU are instances.csv's).
-var instanceCSVMetrics = []string{"prefix_cache_hit_rate_mean_inst", "prefix_cache_hit_rate_std_inst",
-	"prefix_cache_hit_rate_min_inst", "prefix_cache_hit_rate_max_inst",
-	"external_hit_rate_mean_inst", "external_hit_rate_std_inst",
-	"effective_hit_rate_mean_inst", "effective_hit_rate_std_inst", "effective_hit_rate_min_inst", "effective_hit_rate_max_inst",
-	"gpu_util_min_gpu", "gpu_util_max_gpu", "gpu_util_imbalance"}
+// InstanceMetric is the metric key of what (prefix_hit_rate,
+// external_hit_rate, effective_hit_rate) for instance k, in the order the
+// run scraped its targets.
+func InstanceMetric(k int, what string) string { return "inst" + strconv.Itoa(k) + "_" + what }
 
-// instKey and gpuKey name the metrics of instance k (in the order the run
-// scraped its targets) and of GPU k (in the order the run sampled them).
-func instKey(k int, what string) string { return "inst" + strconv.Itoa(k) + "_" + what }
-func gpuKey(k int) string               { return "gpu" + strconv.Itoa(k) + "_util_mean" }
+// GPUUtilMetric is the metric key of GPU k's mean utilization, in the
+// order the run sampled its GPUs.
+func GPUUtilMetric(k int) string { return "gpu" + strconv.Itoa(k) + "_util_mean" }
 
 // addInstanceMetrics flattens a run's per-instance caches and per-GPU
 // utilization: the aggregates of instanceCSVMetrics, and per instance k
@@ -129,15 +122,15 @@ func addInstanceMetrics(s *RunSummary, put func(string, *float64)) {
 		put("effective_hit_rate_min_inst", ic.EffectiveHitRateMin)
 		put("effective_hit_rate_max_inst", ic.EffectiveHitRateMax)
 		for k, in := range ic.Instances {
-			put(instKey(k, "prefix_hit_rate"), in.HitRate)
-			put(instKey(k, "external_hit_rate"), in.ExternalHitRate)
-			put(instKey(k, "effective_hit_rate"), in.EffectiveHitRate)
+			put(InstanceMetric(k, "prefix_hit_rate"), in.HitRate)
+			put(InstanceMetric(k, "external_hit_rate"), in.ExternalHitRate)
+			put(InstanceMetric(k, "effective_hit_rate"), in.EffectiveHitRate)
 		}
 	}
 	if g := s.GPU; g != nil && g.Available && len(g.PerGPU) > 0 {
 		var means []float64
 		for k, p := range g.PerGPU {
-			put(gpuKey(k), ptr(p.UtilGPU.Mean))
+			put(GPUUtilMetric(k), ptr(p.UtilGPU.Mean))
 			means = append(means, p.UtilGPU.Mean)
 		}
 		put("gpu_util_min_gpu", ptr(slices.Min(means)))
@@ -146,68 +139,4 @@ func addInstanceMetrics(s *RunSummary, put func(string, *float64)) {
 			put("gpu_util_imbalance", ptr(g.Imbalance))
 		}
 	}
-}
-
-// instancesHeader are the columns of instances.csv.
-var instancesHeader = []string{"level", "cell", "config", "shape", "rate", "block", "kind", "index", "name",
-	"prefix_hit_rate", "external_hit_rate", "effective_hit_rate", "gpu_util_mean"}
-
-// renderInstancesCSV writes instances.csv: per cell (level "cell": means
-// over its used runs) and per run (level "run"), a row per instance (kind
-// "instance": its hit rates) and per GPU (kind "gpu": its mean util), in the
-// order the run scraped and sampled them.
-func renderInstancesCSV(s *ExportInput, cells []*cellData) ([]byte, error) {
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	rows := [][]string{instancesHeader}
-	opt := func(m map[string]MetricStats, k string) string { return optFloat(m[k].Mean) }
-	runOpt := func(m map[string]float64, k string) string {
-		if v, ok := m[k]; ok {
-			return fmtFloat(v)
-		}
-		return ""
-	}
-	for _, c := range cellOrder(s, cells) {
-		head := []string{c.Info.ID, c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate)}
-		for k, t := range instanceTargets(c) {
-			rows = append(rows, append(append([]string{"cell"}, head...), "", "instance", strconv.Itoa(k), t,
-				opt(c.Sum.Metrics, instKey(k, "prefix_hit_rate")), opt(c.Sum.Metrics, instKey(k, "external_hit_rate")),
-				opt(c.Sum.Metrics, instKey(k, "effective_hit_rate")), ""))
-		}
-		for k, g := range cellGPUs(c) {
-			rows = append(rows, append(append([]string{"cell"}, head...), "", "gpu", strconv.Itoa(k), g, "", "", "", opt(c.Sum.Metrics, gpuKey(k))))
-		}
-		for _, r := range c.Runs {
-			if r.Sum == nil {
-				continue
-			}
-			blk := strconv.Itoa(r.Ref.Block)
-			if ic := r.Sum.Instances; ic != nil {
-				for k, in := range ic.Instances {
-					rows = append(rows, append(append([]string{"run"}, head...), blk, "instance", strconv.Itoa(k), in.Target,
-						runOpt(r.Metrics, instKey(k, "prefix_hit_rate")), runOpt(r.Metrics, instKey(k, "external_hit_rate")),
-						runOpt(r.Metrics, instKey(k, "effective_hit_rate")), ""))
-				}
-			}
-			if g := r.Sum.GPU; g != nil && g.Available {
-				for k, p := range g.PerGPU {
-					rows = append(rows, append(append([]string{"run"}, head...), blk, "gpu", strconv.Itoa(k), fmt.Sprintf("%s:%d", p.Host, p.GPU),
-						"", "", "", runOpt(r.Metrics, gpuKey(k))))
-				}
-			}
-		}
-	}
-	for _, row := range rows {
-		for i := range row {
-			row[i] = s.redact(row[i])
-		}
-		if err := w.Write(row); err != nil {
-			return nil, fmt.Errorf("export: instances.csv: %w", err)
-		}
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		return nil, fmt.Errorf("export: instances.csv: %w", err)
-	}
-	return buf.Bytes(), nil
 }

@@ -1,15 +1,9 @@
 package results
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"os"
 	"reflect"
 	"regexp"
 	"strings"
-
-	"github.com/mbench/mbench/internal/durable"
 )
 
 // DefaultCompare are the metrics compared with the baseline when a sweep
@@ -119,69 +113,6 @@ func ResolveMetric(name string) string {
 func RunMetric(s *RunSummary, name string) (float64, bool) {
 	v, ok := RunMetrics(s)[ResolveMetric(name)]
 	return v, ok
-}
-
-// ReadRunSummary reads a run's summary_A.json.
-func ReadRunSummary(path string) (*RunSummary, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read run summary: %w", err)
-	}
-	s, err := parseRunSummary(b)
-	if err != nil {
-		return nil, fmt.Errorf("parse run summary %s: %w", path, err)
-	}
-	return s, nil
-}
-
-// parseRunSummary decodes a summary_A.json.
-func parseRunSummary(b []byte) (*RunSummary, error) {
-	var s RunSummary
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
-}
-
-// metricUnit guesses the unit of a metric key from its name, for tables.
-func metricUnit(key string) string {
-	switch {
-	case strings.HasSuffix(key, "_ms"):
-		return "ms"
-	case strings.Contains(key, "_us_"), strings.HasSuffix(key, "_us"):
-		return "µs"
-	}
-	return ""
-}
-
-// WriteRunSummary writes a run's summary_A.json atomically, indented, with
-// "<" and ">" left readable.
-func WriteRunSummary(path string, s *RunSummary) error {
-	_, err := WriteRunSummaryBytes(path, s)
-	return err
-}
-
-// WriteRunSummaryBytes is WriteRunSummary returning the bytes written, for a
-// caller that also prints them.
-func WriteRunSummaryBytes(path string, s *RunSummary) ([]byte, error) {
-	b, err := encodeJSON(s)
-	if err != nil {
-		return nil, fmt.Errorf("encode run summary %s: %w", path, err)
-	}
-	return b, durable.WriteFile(path, b, 0o644)
-}
-
-// encodeJSON encodes v indented by two spaces, without HTML escaping, with a
-// final newline.
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 // proportionTrials is the number of trials behind a run's proportion metric

@@ -117,14 +117,14 @@ func applySLO(s *RunSummary, recs []Record, o *SLO) {
 
 // withSLOCompare adds the SLO metrics to the compared metrics when some cell
 // has them and the sweep does not list them already.
-func withSLOCompare(s *ExportInput, cells []*cellData) {
+func withSLOCompare(s *Sweep, cells []*Cell) {
 	listed := map[string]bool{ResolveMetric(s.Metric): true}
 	for _, m := range s.Compare {
 		listed[ResolveMetric(m)] = true
 	}
 	out := append([]string(nil), s.Compare...)
 	for _, m := range sloMetrics {
-		if !listed[m] && anyCellHas(cells, m) {
+		if !listed[m] && AnyCellHas(cells, m) {
 			out = append(out, m)
 		}
 	}

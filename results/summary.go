@@ -2,10 +2,11 @@ package results
 
 import (
 	"fmt"
-	"github.com/mbench/mbench/stats"
 	"math"
 	"sort"
 	"time"
+
+	"github.com/mbench/mbench/stats"
 
 	"github.com/mbench/mbench/openloop"
 )

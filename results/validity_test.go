@@ -1,10 +1,11 @@
 package results
 
 import (
-	"github.com/mbench/mbench/stats"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/mbench/mbench/stats"
 )
 
 // The method of docs/design.md checked against known truth: synthetic

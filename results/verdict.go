@@ -254,3 +254,30 @@ func errorBreakdown(m map[string]int) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// VerdictCounts counts runs by verdict.
+type VerdictCounts map[Verdict]int
+
+// String is "40 ok, 3 saturated, 2 errors", in the order of Verdicts, ok
+// first.
+func (vc VerdictCounts) String() string {
+	var parts []string
+	if n := vc[VerdictOK]; n > 0 || vc.Total() == 0 {
+		parts = append(parts, fmt.Sprintf("%d ok", n))
+	}
+	for _, v := range Verdicts {
+		if v != VerdictOK && vc[v] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", vc[v], v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Total is the number of runs counted.
+func (vc VerdictCounts) Total() int {
+	n := 0
+	for _, k := range vc {
+		n += k
+	}
+	return n
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/sweepdir"
 	"github.com/urfave/cli/v2"
 )
 
@@ -202,7 +203,7 @@ func loadAction(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("load: summarize: %w", err)
 	}
-	data, err := results.WriteRunSummaryBytes(filepath.Join(out, "summary_A.json"), sum)
+	data, err := sweepdir.WriteRunSummaryBytes(filepath.Join(out, "summary_A.json"), sum)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}

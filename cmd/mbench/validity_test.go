@@ -10,6 +10,7 @@ import (
 
 	"github.com/mbench/mbench/orchestrator"
 	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/results/report"
 )
 
 // These tests check the method end to end against known truth on the
@@ -42,12 +43,12 @@ baseline: plain
 compare: [tpot_p90, step_duration_p50]
 `
 
-func validitySweep(t *testing.T, name string, seed int64, sim, extra string, randomize bool) *results.Report {
+func validitySweep(t *testing.T, name string, seed int64, sim, extra string, randomize bool) *report.Exported {
 	rep, _ := validitySweepDir(t, name, seed, sim, extra, randomize)
 	return rep
 }
 
-func validitySweepDir(t *testing.T, name string, seed int64, sim, extra string, randomize bool) (*results.Report, string) {
+func validitySweepDir(t *testing.T, name string, seed int64, sim, extra string, randomize bool) (*report.Exported, string) {
 	t.Helper()
 	dir := t.TempDir()
 	r := strings.NewReplacer("%NAME%", name, "%SEED%", fmt.Sprint(seed), "%SIM%", sim, "%EXTRA%", extra,
@@ -127,7 +128,7 @@ func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
 
 // busyRuns counts the runs of the sweep that the machine's own load graded
 // out (client_limited or saturated).
-func busyRuns(rep *results.Report) int {
+func busyRuns(rep *report.Exported) int {
 	n := 0
 	for _, c := range rep.Cells {
 		n += c.ClientLimitedRuns + c.SaturatedRuns

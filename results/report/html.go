@@ -1,0 +1,447 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/stats"
+)
+
+// report.html: one self-contained page (no network fetch: inline CSS and
+// JS, SVG drawn by the script, a Content-Security-Policy that forbids any
+// other source) with the report's tables, rendered here, and interactive
+// plots drawn in the browser from the data embedded as JSON.
+
+var (
+	//go:embed html/report.tmpl
+	htmlTemplate string
+	//go:embed html/report.css
+	htmlCSS string
+	//go:embed html/report.js
+	htmlJS string
+)
+
+// htmlCSP is the page's Content-Security-Policy: inline script and style
+// only, images from data: URLs, nothing else — a fetch would fail.
+const htmlCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+
+// htmlCDFPoints is the number of quantiles kept of each cell's step
+// durations (0, 1/(n−1), …, 1).
+const htmlCDFPoints = 101
+
+// htmlGPUMaxPoints bounds the samples kept per GPU of a run (evenly thinned).
+const htmlGPUMaxPoints = 400
+
+// htmlData is what the page's script draws from.
+type htmlData struct {
+	Simulated  bool              `json:"simulated"`
+	Confidence float64           `json:"confidence"`
+	Configs    []string          `json:"configs"`
+	Shapes     []string          `json:"shapes"`
+	SameAs     map[string]string `json:"same_as"` // A/A control → its original
+	TTFT       []htmlPoint       `json:"ttft"`
+	SLO        []htmlLimit       `json:"slo"` // lines drawn on the TTFT p90 plot
+	StepCDFs   []htmlCDF         `json:"step_cdfs"`
+	GPU        []htmlGPU         `json:"gpu"`
+	Capacity   *htmlCapacityData `json:"capacity,omitempty"`
+}
+
+// htmlLimit is a horizontal line on a plot: a bound in the metric's unit.
+type htmlLimit struct {
+	Label string  `json:"label"`
+	Value float64 `json:"value"`
+}
+
+// htmlCapacityData is what the capacity plot draws: every probe's metric
+// with its CI and verdict, and each search's interval.
+type htmlCapacityData struct {
+	Metric    string              `json:"metric"`
+	Limit     float64             `json:"limit"`
+	Bound     string              `json:"bound"`  // the first bound in words
+	XLabel    string              `json:"xlabel"` // what the search varies
+	YLabel    string              `json:"ylabel"` // the first bound's metric, with its unit
+	Probes    []htmlCapacityProbe `json:"probes"`
+	Intervals []htmlInterval      `json:"intervals"`
+}
+
+// htmlCapacityProbe is one probed rate of one search.
+type htmlCapacityProbe struct {
+	Config  string   `json:"config"`
+	Shape   string   `json:"shape"`
+	Rate    float64  `json:"rate"`
+	Mean    *float64 `json:"mean"`
+	Lo      *float64 `json:"lo"`
+	Hi      *float64 `json:"hi"`
+	Verdict string   `json:"verdict"`
+}
+
+// htmlInterval is a search's capacity interval (nil: open at that end).
+type htmlInterval struct {
+	Config string   `json:"config"`
+	Shape  string   `json:"shape"`
+	Lo     *float64 `json:"lo"`
+	Hi     *float64 `json:"hi"`
+}
+
+// htmlCellKey names the cell a datum belongs to.
+type htmlCellKey struct {
+	Cell   string  `json:"cell"`
+	Config string  `json:"config"`
+	Shape  string  `json:"shape"`
+	Rate   float64 `json:"rate"`
+}
+
+// keyOf is the htmlCellKey of c.
+func keyOf(c *results.Cell) htmlCellKey {
+	return htmlCellKey{Cell: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: c.Info.Rate}
+}
+
+// htmlPoint is one cell's TTFT p90 mean and CI; the CI's low end is
+// clipped at 0 (a latency is never negative), Clipped says when it was.
+type htmlPoint struct {
+	htmlCellKey
+	Mean      float64  `json:"mean"`
+	Lo        *float64 `json:"lo"`
+	Hi        *float64 `json:"hi"`
+	Clipped   bool     `json:"clipped"`
+	N         int      `json:"n"`
+	Saturated bool     `json:"saturated"`
+	// Unused: the cell has no usable run; the point is the mean of its
+	// saturated runs (not a result: drawn apart from the line).
+	Unused bool `json:"unused,omitempty"`
+}
+
+// htmlCDF is one cell's step-duration distribution as quantiles (µs).
+type htmlCDF struct {
+	htmlCellKey
+	Steps int       `json:"steps"`
+	Q     []float64 `json:"q"`
+}
+
+// htmlGPU is one run's GPU samples; Series is empty when it has none.
+type htmlGPU struct {
+	htmlCellKey
+	Block  int             `json:"block"`
+	Series []htmlGPUSeries `json:"series"`
+}
+
+// htmlGPUSeries is one GPU's samples: seconds since the run's first sample
+// and, per quantity, its values.
+type htmlGPUSeries struct {
+	Name string               `json:"name"`
+	T    []float64            `json:"t"`
+	Y    map[string][]float64 `json:"y"`
+}
+
+// htmlMetric is a column of the page's cell table.
+type htmlMetric struct {
+	Key, Label string
+	Scale      float64 // shown value = Scale × stored value
+	Unit       string
+}
+
+// htmlCellMetrics are the cell table's metric columns; a column no cell has
+// is left out.
+var htmlCellMetrics = []htmlMetric{
+	{"p90_ttft_ms", "TTFT p90", 1, " ms"}, {"p90_tpot_ms", "TPOT p90", 1, " ms"}, {"p90_e2el_ms", "E2EL p90", 1, " ms"},
+	{"request_throughput", "throughput", 1, " req/s"}, {results.MetricGoodput, "goodput", 1, " req/s"},
+	{results.MetricSLOAttainment, "SLO attainment", 100, "%"}, {"step_duration_us_p50", "step p50", 1, " µs"},
+}
+
+// htmlRunMetrics are the run table's metric columns.
+var htmlRunMetrics = []htmlMetric{{"p90_ttft_ms", "TTFT p90", 1, " ms"}, {"request_throughput", "throughput", 1, " req/s"},
+	{results.MetricGoodput, "goodput", 1, " req/s"}, {results.MetricSLOAttainment, "SLO attainment", 100, "%"}}
+
+// htmlValue is one number of a table: its exact value (for machines, in a
+// data attribute) and its text.
+type htmlValue struct {
+	Metric string
+	Value  string // strconv 'g' -1: parses back to the stored float64
+	Text   string
+}
+
+// htmlCellRow is one row of the cell table.
+type htmlCellRow struct {
+	ID, Config, Shape, Rate, SLO string
+	N                            int
+	Values                       []htmlValue
+}
+
+// htmlRunRow is one row of the run table.
+type htmlRunRow struct {
+	Cell, Config, Rate, Verdict, Reason, Dir string
+	Block                                    int
+	Values                                   []htmlValue
+}
+
+// htmlPage is the template's input.
+type htmlPage struct {
+	Title, Banner, CSP      string
+	Overrides               []string
+	CSS                     template.CSS
+	JS                      template.JS
+	Data                    template.JS
+	Head                    htmlHead
+	Capacity                *htmlCapacity
+	CellMetrics, RunMetrics []htmlMetric
+	Cells                   []htmlCellRow
+	Runs                    []htmlRunRow
+	Comparisons, NoiseFloor []htmlComparison
+	Problems                []string
+	Errors                  htmlErrors
+	GPUNote                 string      // the runs without GPU samples, in one line
+	HasSLO                  bool        // some cell's runs had an SLO (the cell table's SLO column)
+	Tables                  []htmlTable // the request-class and per-instance tables, as in report.md
+}
+
+// renderHTML writes report.html.
+func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, error) {
+	v := newReportView(a)
+	s, ordered := v.s, v.ordered
+	pg := htmlPage{Title: "mbench report: " + orDefault(s.Name, "sweep"), CSP: htmlCSP,
+		Overrides: s.Overrides, CSS: template.CSS(htmlCSS), JS: template.JS(htmlJS),
+		Head: newHTMLHead(v), Capacity: newHTMLCapacity(v), Errors: newHTMLErrors(ordered), Tables: htmlTablesOf(classInstanceTables(v))}
+	for _, r := range v.shown {
+		pg.Comparisons = append(pg.Comparisons, htmlComparisonOf(r))
+	}
+	for _, r := range a.NoiseFloor {
+		pg.NoiseFloor = append(pg.NoiseFloor, htmlComparisonOf(r))
+	}
+	for _, l := range problemLines(v) {
+		pg.Problems = append(pg.Problems, plainText(l))
+	}
+	if s.Simulated {
+		pg.Banner = "SIMULATED ENGINE — numbers model an engine, not vLLM"
+	}
+	for _, m := range htmlCellMetrics {
+		if results.AnyCellHas(ordered, m.Key) {
+			pg.CellMetrics = append(pg.CellMetrics, m)
+		}
+	}
+	for _, m := range htmlRunMetrics {
+		if results.AnyCellHas(ordered, m.Key) {
+			pg.RunMetrics = append(pg.RunMetrics, m)
+		}
+	}
+	data := htmlData{Simulated: s.Simulated, Confidence: s.Confidence, Configs: configsOf(ordered, s), StepCDFs: []htmlCDF{}, GPU: []htmlGPU{},
+		TTFT: []htmlPoint{}, SameAs: map[string]string{}, SLO: ttftLimits(v), Capacity: capacityData(v)}
+	data.Shapes, _ = shapesOf(ordered)
+	var bare []string
+	for i, c := range ordered {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("export: %w", err)
+		}
+		row := htmlCellRow{ID: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: fmtFloat(c.Info.Rate), N: c.Sum.NRuns}
+		if slos := cellSLOs(c); len(slos) > 0 {
+			row.SLO, pg.HasSLO = strings.Join(slos, "; "), true
+		}
+		for _, m := range pg.CellMetrics {
+			row.Values = append(row.Values, cellValue(c.Sum.Metrics[m.Key], m))
+		}
+		pg.Cells = append(pg.Cells, row)
+		if c.Info.SameAs != "" {
+			data.SameAs[c.Info.Config] = c.Info.SameAs
+		}
+		if m, ok := c.Sum.Metrics["p90_ttft_ms"]; ok && m.Mean != nil {
+			pt := htmlPoint{htmlCellKey: keyOf(c), Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.Saturated()}
+			if pt.Lo != nil && *pt.Lo < 0 {
+				pt.Lo, pt.Clipped = ptr(0), true
+			}
+			data.TTFT = append(data.TTFT, pt)
+		} else if pt, ok := saturatedPoint(c); ok {
+			data.TTFT = append(data.TTFT, pt)
+		}
+		if cdf, ok := cellStepCDF(rd, c, i); ok {
+			data.StepCDFs = append(data.StepCDFs, cdf)
+		}
+		for _, r := range c.Runs {
+			rr := htmlRunRow{Cell: c.Info.ID, Config: c.Info.Config, Rate: fmtFloat(c.Info.Rate), Block: r.Ref.Block,
+				Verdict: string(r.Ref.Status), Reason: orDefault(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir}
+			for _, m := range pg.RunMetrics {
+				v, ok := r.Metrics[m.Key]
+				rr.Values = append(rr.Values, htmlRunValue(v, ok, m))
+			}
+			pg.Runs = append(pg.Runs, rr)
+			if r.Sum != nil && filepath.IsLocal(r.Ref.Dir) {
+				if g := runGPU(rd, c, r); len(g.Series) > 0 {
+					data.GPU = append(data.GPU, g)
+				} else {
+					bare = append(bare, fmt.Sprintf("%s b%d", c.Info.ID, r.Ref.Block))
+				}
+			}
+		}
+	}
+	switch {
+	case len(bare) > 0 && len(data.GPU) == 0:
+		pg.GPUNote = fmt.Sprintf("No run has GPU samples (gpu.jsonl missing or empty in all %d runs): no GPU plots.", len(bare))
+	case len(bare) > 0:
+		pg.GPUNote = fmt.Sprintf("No GPU samples in %d runs: %s.", len(bare), strings.Join(bare, ", "))
+	}
+	js, err := json.Marshal(data) // escapes <, > and &: safe inside <script>
+	if err != nil {
+		return nil, fmt.Errorf("export: report.html data: %w", err)
+	}
+	pg.Data = template.JS(js)
+	t, err := template.New("report.html").Parse(htmlTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("export: report.html template: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, pg); err != nil {
+		return nil, fmt.Errorf("export: report.html: %w", err)
+	}
+	return []byte(rd.redact(buf.String())), nil
+}
+
+// saturatedPoint is the TTFT p90 of a cell without a usable run whose runs
+// saturated: the mean of those runs' values, marked as not a result, so that
+// the plot shows where the engine stopped keeping up instead of dropping
+// the cell.
+func saturatedPoint(c *results.Cell) (htmlPoint, bool) {
+	var xs []float64
+	for _, r := range c.Runs {
+		if r.Ref.Status == results.VerdictSaturated && r.Sum != nil && r.Sum.P90TTFTMs != nil {
+			xs = append(xs, *r.Sum.P90TTFTMs)
+		}
+	}
+	if len(xs) == 0 {
+		return htmlPoint{}, false
+	}
+	m := 0.0
+	for _, x := range xs {
+		m += x / float64(len(xs))
+	}
+	return htmlPoint{htmlCellKey: keyOf(c), Mean: m, N: len(xs), Saturated: true, Unused: true}, true
+}
+
+// ttftLimits are the lines the TTFT p90 plot draws: every TTFT bound the
+// runs' SLOs set, and a capacity search's limit when its metric is ttft_p90.
+func ttftLimits(v *reportView) []htmlLimit {
+	out := []htmlLimit{}
+	seen := map[float64]bool{}
+	add := func(label string, ms float64) {
+		if ms > 0 && !seen[ms] {
+			seen[ms] = true
+			out = append(out, htmlLimit{Label: label, Value: ms})
+		}
+	}
+	if c := v.capacity; c != nil {
+		for _, b := range c.Spec.Constraints() {
+			if b.MaxMs != nil && results.ResolveMetric(b.Metric) == "p90_ttft_ms" {
+				add("capacity limit: "+b.String(), *b.MaxMs)
+			}
+		}
+	}
+	for _, c := range v.ordered {
+		for _, r := range c.Used {
+			if r.Sum != nil && r.Sum.SLO != nil {
+				add(fmt.Sprintf("SLO: TTFT ≤ %g ms", r.Sum.SLO.TTFTMs), r.Sum.SLO.TTFTMs)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Value < out[j].Value })
+	return out
+}
+
+// capacityData is what the capacity plot draws, nil without a search.
+func capacityData(v *reportView) *htmlCapacityData {
+	rep := v.capacity
+	if rep == nil {
+		return nil
+	}
+	first := rep.Spec.Constraints()[0] // the plot shows the first bound's metric
+	d := &htmlCapacityData{Metric: first.Metric, Limit: first.Limit(), Bound: first.String(), XLabel: "offered rate (req/s)", YLabel: first.Metric + ", mean ± CI",
+		Probes: []htmlCapacityProbe{}, Intervals: []htmlInterval{}}
+	if rep.Spec.Over == "concurrency" {
+		d.XLabel = "requests in flight"
+	}
+	if first.MaxMs != nil {
+		d.YLabel = first.Metric + " (ms), mean ± CI"
+	}
+	for _, sr := range rep.Searches {
+		d.Intervals = append(d.Intervals, htmlInterval{Config: sr.Config, Shape: sr.Shape, Lo: sr.Lo, Hi: sr.Hi})
+		for _, p := range sr.Probes {
+			hp := htmlCapacityProbe{Config: sr.Config, Shape: sr.Shape, Rate: p.Rate, Mean: p.Mean, Lo: p.CILo, Hi: p.CIHi, Verdict: string(p.Verdict)}
+			if hp.Lo != nil && *hp.Lo < 0 {
+				hp.Lo = ptr(0)
+			}
+			d.Probes = append(d.Probes, hp)
+		}
+	}
+	return d
+}
+
+// cellValue formats a cell metric: "mean ±half" (or "(n=1)"), "—" without data.
+func cellValue(m results.MetricStats, hm htmlMetric) htmlValue {
+	v := htmlValue{Metric: hm.Key, Text: meanCI(m, hm.Scale, hm.Unit)}
+	if isProportion(hm.Key) {
+		v.Text = proportionCI(m)
+	}
+	if m.Mean != nil {
+		v.Value = strconv.FormatFloat(*m.Mean, 'g', -1, 64)
+	}
+	return v
+}
+
+// htmlRunValue formats one run's metric.
+func htmlRunValue(x float64, ok bool, hm htmlMetric) htmlValue {
+	if !ok {
+		return htmlValue{Metric: hm.Key, Text: "—"}
+	}
+	return htmlValue{Metric: hm.Key, Value: strconv.FormatFloat(x, 'g', -1, 64), Text: fmtNum(hm.Scale*x) + hm.Unit}
+}
+
+// cellStepCDF is the step-duration quantiles of a cell's used runs (a
+// reservoir sample of their step logs), when it has any.
+func cellStepCDF(rd renderer, c *results.Cell, i int) (htmlCDF, bool) {
+	res := reservoir{rng: rand.New(rand.NewPCG(uint64(i)+1, 0x5eed))}
+	for _, r := range c.Runs {
+		if r.Sum == nil || r.Problem != "" || !filepath.IsLocal(r.Ref.Dir) {
+			continue
+		}
+		if err := rd.logs.StepDurations(r.Ref.Dir, res.add); err != nil {
+			rd.warn("report.html step CDF: %v", err)
+		}
+	}
+	if len(res.xs) == 0 {
+		return htmlCDF{}, false
+	}
+	sort.Float64s(res.xs)
+	cdf := htmlCDF{htmlCellKey: keyOf(c), Steps: res.seen}
+	for k := 0; k < htmlCDFPoints; k++ {
+		cdf.Q = append(cdf.Q, stats.PercentileSorted(res.xs, 100*float64(k)/(htmlCDFPoints-1)))
+	}
+	return cdf, true
+}
+
+// runGPU is a run's GPU samples, thinned to htmlGPUMaxPoints per GPU.
+func runGPU(rd renderer, c *results.Cell, r *results.Run) htmlGPU {
+	g := htmlGPU{htmlCellKey: keyOf(c), Block: r.Ref.Block, Series: []htmlGPUSeries{}}
+	series, first := gpuSamples(rd, r, "report.html GPU series")
+	for _, k := range probes.SortedGPUKeys(series) {
+		xs := series[k]
+		step := max(1, (len(xs)+htmlGPUMaxPoints-1)/htmlGPUMaxPoints)
+		gs := htmlGPUSeries{Name: fmt.Sprintf("%s gpu%d", k.Host, k.GPU), Y: map[string][]float64{}}
+		for j := 0; j < len(xs); j += step {
+			v := xs[j]
+			gs.T = append(gs.T, float64(v.TsUs-first)/1e6)
+			gs.Y["util_gpu"] = append(gs.Y["util_gpu"], v.UtilGPU)
+			gs.Y["mem_used_mib"] = append(gs.Y["mem_used_mib"], v.MemUsedMiB)
+			gs.Y["power_w"] = append(gs.Y["power_w"], v.PowerW)
+			gs.Y["sm_clock_mhz"] = append(gs.Y["sm_clock_mhz"], v.SMClockMHz)
+		}
+		g.Series = append(g.Series, gs)
+	}
+	return g
+}

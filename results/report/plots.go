@@ -1,0 +1,323 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/mbench/mbench/results"
+	"github.com/mbench/mbench/stats"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// stepSampleCap bounds the step durations kept per config for the CDF
+// (reservoir sample), so memory does not grow with the step log.
+const stepSampleCap = 20000
+
+// plotW, plotH are the size of every plot.
+var plotW, plotH = 20 * vg.Centimeter, 12 * vg.Centimeter
+
+// writePlots writes plots/ as PNG and SVG: TTFT p90 against rate per shape,
+// the step-duration CDF per config, and GPU utilisation over time per run.
+// A plot that cannot be drawn is a warning; a file that cannot be written is
+// an error.
+func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func(name string, data []byte) error) error {
+	s, ordered := &a.Sweep, a.Ordered
+	shapes, _ := shapesOf(ordered)
+	for _, sh := range shapes {
+		p := ttftPlot(rd, s, ordered, sh)
+		if err := savePlot(rd, save, p, "ttft_p90_vs_rate_"+fileSafe(sh)); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if p := stepCDFPlot(ctx, rd, s, ordered); p != nil {
+		if err := savePlot(rd, save, p, "step_duration_cdf"); err != nil {
+			return err
+		}
+	}
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			if !filepath.IsLocal(r.Ref.Dir) {
+				continue
+			}
+			p := gpuPlot(rd, s, c, r)
+			if p == nil {
+				continue
+			}
+			if err := savePlot(rd, save, p, fmt.Sprintf("gpu_util_%s_b%d", c.Info.ID, r.Ref.Block)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// savePlot renders p as PNG and SVG and saves each as base.png, base.svg.
+// gonum/plot panics on some degenerate input; that becomes a warning, not a
+// crash.
+func savePlot(rd renderer, save func(name string, data []byte) error, p *plot.Plot, base string) error {
+	for _, format := range []string{"png", "svg"} {
+		var buf bytes.Buffer
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("drawing failed: %v", r)
+				}
+			}()
+			wt, err := p.WriterTo(plotW, plotH, format)
+			if err != nil {
+				return err
+			}
+			_, err = wt.WriteTo(&buf)
+			return err
+		}()
+		if err != nil {
+			rd.warn("plot %s.%s not drawn: %v", base, format, err)
+			continue
+		}
+		if err := save(base+"."+format, buf.Bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fileSafe replaces every character that is not safe in a file name.
+func fileSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// newPlot returns a plot with a title, axis labels and a white background.
+func newPlot(rd renderer, s *results.Sweep, title, x, y string) *plot.Plot {
+	p := plot.New()
+	if s.Simulated {
+		title += " — SIMULATED ENGINE"
+	}
+	p.Title.Text = rd.redact(title)
+	p.X.Label.Text, p.Y.Label.Text = x, y
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// errPoints are points with asymmetric Y errors.
+type errPoints struct {
+	plotter.XYs
+	lo, hi []float64
+}
+
+// YError implements plotter.YErrorer.
+func (e errPoints) YError(i int) (float64, float64) { return e.lo[i], e.hi[i] }
+
+// ttftPlot draws TTFT p90 against rate, one line per config, with CI error
+// bars; saturated cells get a cross. The Y axis is logarithmic when the
+// values span more than 5×.
+func ttftPlot(rd renderer, s *results.Sweep, ordered []*results.Cell, shape string) *plot.Plot {
+	p := newPlot(rd, s, "TTFT p90 vs rate ("+shape+")", "offered rate (req/s)", "TTFT p90 (ms), mean ± CI")
+	minY, maxY := math.Inf(1), math.Inf(-1)
+	all := ttftSeries(s, ordered, shape)
+	minMean, maxMean := math.Inf(1), math.Inf(-1)
+	for _, se := range all {
+		for _, xy := range se.pts.XYs {
+			minMean, maxMean = math.Min(minMean, xy.Y), math.Max(maxMean, xy.Y)
+		}
+	}
+	// The axis follows the means; a CI wider than the axis is clipped at it
+	// (its numbers are in report.md), so one runaway cell cannot squash the
+	// rest.
+	clipped := false
+	if len(all) > 0 {
+		floor, ceil := minMean/10, maxMean*10
+		for _, se := range all {
+			for j, xy := range se.pts.XYs {
+				if xy.Y-se.pts.lo[j] < floor {
+					se.pts.lo[j], clipped = xy.Y-floor, clipped || xy.Y-se.pts.lo[j] < 0.1*xy.Y
+				}
+				if xy.Y+se.pts.hi[j] > ceil {
+					se.pts.hi[j], clipped = ceil-xy.Y, true
+				}
+				minY, maxY = math.Min(minY, xy.Y-se.pts.lo[j]), math.Max(maxY, xy.Y+se.pts.hi[j])
+			}
+		}
+	}
+	if clipped {
+		p.Title.Text += " (CI bars clipped)"
+	}
+	logY := len(all) > 0 && maxY/math.Max(minY, 1e-9) > 5
+	if logY {
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, logTicks{}
+		p.Y.Label.Text += " (log scale)"
+	}
+	if len(all) > 0 { // headroom above the data for the legend, margins at the sides
+		if logY {
+			p.Y.Min, p.Y.Max = math.Max(minY, 1e-9)/1.5, maxY*math.Pow(maxY/math.Max(minY, 1e-9), 0.45)
+		} else {
+			p.Y.Min, p.Y.Max = 0, maxY*1.6
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, se := range all {
+			for _, xy := range se.pts.XYs {
+				lo, hi = math.Min(lo, xy.X), math.Max(hi, xy.X)
+			}
+		}
+		pad := math.Max((hi-lo)*0.05, 0.05*math.Max(hi, 1e-9))
+		p.X.Min, p.X.Max = lo-pad, hi+pad
+		// Dodge: shift each config a little so error bars at one rate do
+		// not hide each other.
+		step := pad / 4 / math.Max(1, float64(len(all)))
+		for i, se := range all {
+			off := (float64(i) - float64(len(all)-1)/2) * step
+			for j := range se.pts.XYs {
+				se.pts.XYs[j].X += off
+			}
+			for j := range se.sat {
+				se.sat[j].X += off
+			}
+		}
+	}
+	for i, se := range all {
+		if logY { // keep the bars' low ends above 0 on a log axis
+			for j := range se.pts.lo {
+				se.pts.lo[j] = math.Min(se.pts.lo[j], 0.9*se.pts.XYs[j].Y)
+			}
+		}
+		l, pts, err := plotter.NewLinePoints(se.pts.XYs)
+		if err != nil {
+			continue
+		}
+		l.Color, pts.Color, pts.Shape = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i)
+		l.Dashes = plotutil.Dashes(i)
+		p.Add(l, pts)
+		if eb, err := plotter.NewYErrorBars(se.pts); err == nil {
+			eb.Color = plotutil.Color(i)
+			p.Add(eb)
+		}
+		p.Legend.Add(rd.redact(se.cfg), l, pts)
+		if len(se.sat) > 0 {
+			if sc, err := plotter.NewScatter(se.sat); err == nil {
+				sc.Shape, sc.Color, sc.Radius = draw.CrossGlyph{}, plotutil.Color(i), vg.Points(7)
+				p.Add(sc)
+			}
+		}
+	}
+	if len(all) == 0 {
+		p.Title.Text += " (no data)"
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.Add("× saturated")
+	return p
+}
+
+// ttftSeries is one series of TTFT p90 means per config at shape, with the
+// cells graded saturated also in sat; a cell with no usable run but
+// saturated runs is drawn at the mean of those (no CI), so that where
+// saturation set in shows.
+func ttftSeries(s *results.Sweep, ordered []*results.Cell, shape string) []ttftSeriesData {
+	var all []ttftSeriesData
+	for _, cfg := range configsOf(ordered, s) {
+		se := ttftSeriesData{cfg: cfg}
+		for _, c := range ordered {
+			if c.Info.Config != cfg || c.Info.Shape != shape {
+				continue
+			}
+			m, ok := plotted(c, "p90_ttft_ms")
+			if !ok || !(*m.Mean > 0) {
+				continue
+			}
+			half := 0.0
+			if m.HalfWidth != nil {
+				half = *m.HalfWidth
+			}
+			se.pts.XYs = append(se.pts.XYs, plotter.XY{X: c.Info.Rate, Y: *m.Mean})
+			se.pts.lo, se.pts.hi = append(se.pts.lo, half), append(se.pts.hi, half)
+			if c.Saturated() {
+				se.sat = append(se.sat, plotter.XY{X: c.Info.Rate, Y: *m.Mean})
+			}
+		}
+		if len(se.pts.XYs) > 0 {
+			all = append(all, se)
+		}
+	}
+	return all
+}
+
+// ttftSeriesData is one config's points on the TTFT plot.
+type ttftSeriesData struct {
+	cfg string
+	pts errPoints
+	sat plotter.XYs
+}
+
+// logTicks marks a log axis at 1, 2 and 5 per decade (labelled) and the
+// other integers (minor), so values between powers of ten can be read.
+type logTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(lo > 0) || !(hi > lo) {
+		return nil
+	}
+	var ts []plot.Tick
+	decades := math.Ceil(math.Log10(hi)) - math.Floor(math.Log10(lo))
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		base := math.Pow(10, e)
+		for m := 1; m < 10; m++ {
+			v := float64(m) * base
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || ((m == 2 || m == 5) && decades <= 3) {
+				t.Label = strconv.FormatFloat(v, 'g', 4, 64)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// plotted is metric key of cell c as the plots draw it: its statistics
+// over the usable runs, or, for a cell with none but with saturated runs,
+// the mean of those (no CI), so that a plot shows where saturation set in
+// (marked so) rather than leave the cell out.
+func plotted(c *results.Cell, key string) (results.MetricStats, bool) {
+	if m, ok := c.Sum.Metrics[key]; ok && m.Mean != nil {
+		return m, true
+	}
+	if v, ok := saturatedMean(c, key); ok && c.Saturated() {
+		return results.MetricStats{Mean: &v}, true
+	}
+	return results.MetricStats{}, false
+}
+
+// saturatedMean is the mean of metric key over the cell's saturated runs.
+func saturatedMean(c *results.Cell, key string) (float64, bool) {
+	var xs []float64
+	for _, r := range c.Runs {
+		if v, ok := r.Metrics[key]; ok && r.Sum != nil && (r.Sum.Saturated || r.Ref.Status == results.VerdictSaturated) {
+			xs = append(xs, v)
+		}
+	}
+	if len(xs) == 0 {
+		return 0, false
+	}
+	return stats.Mean(xs), true
+}

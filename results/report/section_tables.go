@@ -1,0 +1,89 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+)
+
+// sectionTable is one table of a report section, written alike to report.md
+// and report.html: the per-class and per-instance sections build their
+// tables once and write them both ways.
+type sectionTable struct {
+	ID    string // the HTML table id
+	Title string // the section's heading ("" for a table that continues the section above)
+	Intro string
+	Notes []string // paragraphs after the intro (in bold where they warn)
+	Head  []string
+	Rows  [][]string
+}
+
+// writeMD writes t as a markdown section (heading, intro, notes, table).
+func (t sectionTable) writeMD(b *strings.Builder) {
+	if t.Title != "" {
+		fmt.Fprintf(b, "## %s\n\n", t.Title)
+	}
+	if t.Intro != "" {
+		b.WriteString(t.Intro + "\n\n")
+	}
+	for _, n := range t.Notes {
+		b.WriteString(n + "\n\n")
+	}
+	b.WriteString("| " + strings.Join(t.Head, " | ") + " |\n|" + strings.Repeat("---|", len(t.Head)) + "\n")
+	for _, r := range t.Rows {
+		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	b.WriteString("\n")
+}
+
+// tableSection is the report.md section of tables: f's tables, or, when f
+// says there is nothing to show, one line under title saying why.
+func tableSection(title string, f func(*reportView) ([]sectionTable, string)) mdSection {
+	return func(b *strings.Builder, v *reportView) {
+		ts, short := f(v)
+		if short != "" {
+			collapsed(b, title, "%s", short)
+			return
+		}
+		for _, t := range ts {
+			t.writeMD(b)
+		}
+	}
+}
+
+// classInstanceTables are the tables of the class and instance sections that have
+// something to show, for report.html.
+func classInstanceTables(v *reportView) []sectionTable {
+	var out []sectionTable
+	for _, f := range []func(*reportView) ([]sectionTable, string){classTables, classComparisonTables, classFailureTables, prefixCacheTables, gpuUtilTables} {
+		if ts, collapsedAs := f(v); collapsedAs == "" {
+			out = append(out, ts...)
+		}
+	}
+	for i := range out {
+		if out[i].ID == "" {
+			out[i].ID = fmt.Sprintf("section-table-%d", i)
+		}
+	}
+	return out
+}
+
+// htmlTable is a sectionTable as report.html's template takes it (markdown
+// emphasis stripped).
+type htmlTable struct {
+	ID, Title, Intro string
+	Notes            []string
+	Head             []string
+	Rows             [][]string
+}
+
+func htmlTablesOf(ts []sectionTable) []htmlTable {
+	var out []htmlTable
+	for _, t := range ts {
+		h := htmlTable{ID: t.ID, Title: t.Title, Intro: plainText(t.Intro), Head: t.Head, Rows: t.Rows}
+		for _, n := range t.Notes {
+			h.Notes = append(h.Notes, plainText(n))
+		}
+		out = append(out, h)
+	}
+	return out
+}

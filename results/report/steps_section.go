@@ -1,0 +1,202 @@
+package report
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/mbench/mbench/results"
+)
+
+// The per-step section of report.md: one row per cell with the step's
+// timed parts on the path the engine took, the GPU time where it was
+// measured (never inferred from wait_us or the step duration), and in words
+// which batch each part belongs to and what the timers do not cover.
+
+// stepColumns are the per-step parts shown, in order: metric key, header.
+var stepColumns = []struct{ key, head string }{
+	{"schedule_us_p50", "schedule"},
+	{"build_meta_us_p50", "build_meta"},
+	{"launch_us_p50", "launch"},
+	{"execute_us_p50", "execute"},
+	{"wait_us_p50", "wait"},
+	{"update_us_p50", "update"},
+	{"get_finished_us_p50", "get_finished"},
+}
+
+// noGPUWords is the reason given for a run whose summary predates the GPU
+// timer (no gpu_us, no reason recorded).
+const noGPUWords = "no step carried gpu_us and no status line said why"
+
+// stepPath says in words which path a cell's steps took.
+func stepPath(m map[string]results.MetricStats) string {
+	n, bq := m["n_steps"], m["batch_queue_steps"]
+	switch {
+	case !hasMetric(m, "batch_queue_steps") || *bq.Mean == 0:
+		return "step()"
+	case hasMetric(m, "n_steps") && *bq.Mean >= *n.Mean:
+		return "batch queue"
+	default:
+		return "mixed"
+	}
+}
+
+// cellStepFacts gathers, over a cell's used runs, the GPU timing and the
+// hooks the engine could not apply (from the step logs' status lines).
+type cellStepFacts struct {
+	gpuMeasured bool
+	gpuSource   []string
+	gpuReasons  []string
+	incomplete  []string
+}
+
+func stepFacts(c *results.Cell) cellStepFacts {
+	var f cellStepFacts
+	blocks := make([]int, 0, len(c.Used))
+	for b := range c.Used {
+		blocks = append(blocks, b)
+	}
+	sort.Ints(blocks)
+	for _, b := range blocks {
+		r := c.Used[b]
+		if r == nil || r.Sum == nil || r.Sum.EngineStep == nil {
+			continue
+		}
+		st := r.Sum.EngineStep
+		if st.GPU.Measured {
+			f.gpuMeasured = true
+			if st.GPU.Source != "" {
+				f.gpuSource = appendOnce(f.gpuSource, st.GPU.Source)
+			}
+		} else if st.NSteps > 0 {
+			f.gpuReasons = appendOnce(f.gpuReasons, orDefault(st.GPU.Reason, noGPUWords))
+		}
+		for _, s := range st.Incomplete {
+			f.incomplete = appendOnce(f.incomplete, s)
+		}
+	}
+	return f
+}
+
+// renderSteps writes the "Per-Step Latency" table and says in words
+// which batch each timer belongs to, whether GPU time was measured, and
+// where the timers do not decompose the step (a decomposition claimed
+// from timers that did not cover it: docs/design.md).
+func renderSteps(b *strings.Builder, v *reportView) {
+	renderStepTable(b, v.ordered)
+}
+
+// renderStepTable is renderSteps over the cells in report order.
+func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
+	if !results.AnyCellHas(ordered, "step_duration_us_p50") {
+		if name := stepless(ordered); name != "" {
+			collapsed(b, "Per-step latency", "%s writes no per-step log (engine_step.jsonl): per-step latency is not measured for this engine.", name)
+			return
+		}
+		collapsed(b, "Per-step latency", "no run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.")
+		return
+	}
+	b.WriteString("## Per-Step Latency (from engine_step.jsonl)\n\n")
+	b.WriteString("Mean over runs of each run's per-step p50 (p90 for the step), in µs. \"not timed\" means the engine did not log that part (it is never shown as 0). GPU time is gpu_us, measured with CUDA events around the model forward; where it was not measured the column says so — it is never taken from wait_us or the step duration.\n\n")
+	b.WriteString("| Config | Shape | Rate | Path | step p50 | step p90 |")
+	for _, col := range stepColumns {
+		b.WriteString(" " + col.head + " |")
+	}
+	b.WriteString(" GPU time | unaccounted share | n_steps per run |\n|---|---|---|---|---|---|")
+	b.WriteString(strings.Repeat("---|", len(stepColumns)) + "---|---|---|\n")
+	var noUnacc, noGetFin, bqCfgs, stepCfgs, gpuMeasured, unmatched, large, unhooked []string
+	var incomplete, gpuWhy []string
+	noGPU := map[string][]string{} // reason → configs
+	for _, c := range ordered {
+		m := c.Sum.Metrics
+		if _, ok := m["step_duration_us_p50"]; !ok {
+			fmt.Fprintf(b, "| %s | %s | %g | no data |%s\n", c.Info.Config, c.Info.Shape, c.Info.Rate, strings.Repeat(" |", len(stepColumns)+5))
+			continue
+		}
+		get := func(k string) string {
+			if v, ok := m[k]; ok && v.Mean != nil {
+				return fmtNum(*v.Mean)
+			}
+			return "not timed"
+		}
+		where := fmt.Sprintf("%s at rate=%g (%s)", c.Info.Config, c.Info.Rate, c.Info.Shape)
+		share := "not measured"
+		u, uok := m["unaccounted_us_mean"]
+		d, dok := m["step_duration_us_mean"]
+		switch {
+		case !uok || u.Mean == nil:
+			noUnacc = appendOnce(noUnacc, c.Info.Config)
+		case dok && d.Mean != nil && *d.Mean > 0:
+			frac := *u.Mean / *d.Mean
+			share = fmtPct(&frac)
+			if frac > unaccountedLarge {
+				large = append(large, fmt.Sprintf("%s: %s of step time is covered by no timer", where, share))
+			}
+		}
+		if !hasMetric(m, "get_finished_us_p50") {
+			noGetFin = appendOnce(noGetFin, c.Info.Config)
+		}
+		path := stepPath(m)
+		if path == "step()" {
+			stepCfgs = appendOnce(stepCfgs, c.Info.Config)
+		} else {
+			bqCfgs = appendOnce(bqCfgs, c.Info.Config)
+		}
+		facts := stepFacts(c)
+		gpu := "not measured"
+		if facts.gpuMeasured && hasMetric(m, "gpu_us_p50") {
+			gpu = get("gpu_us_p50")
+			gpuMeasured = appendOnce(gpuMeasured, fmt.Sprintf("%s (%s)", c.Info.Config, orDefault(strings.Join(facts.gpuSource, "; "), "CUDA events")))
+		} else {
+			why := orDefault(strings.Join(facts.gpuReasons, "; "), noGPUWords)
+			if _, ok := noGPU[why]; !ok {
+				gpuWhy = append(gpuWhy, why)
+			}
+			noGPU[why] = appendOnce(noGPU[why], c.Info.Config)
+		}
+		for _, s := range facts.incomplete {
+			incomplete = appendOnce(incomplete, fmt.Sprintf("%s: decomposition incomplete: %s", c.Info.Config, s))
+		}
+		if len(facts.incomplete) == 0 && (!hasMetric(m, "schedule_us_p50") || !hasMetric(m, "update_us_p50") ||
+			(!hasMetric(m, "execute_us_p50") && !hasMetric(m, "launch_us_p50"))) {
+			unhooked = appendOnce(unhooked, c.Info.Config)
+		}
+		if hasMetric(m, "worker_unmatched") && *m["worker_unmatched"].Mean > 0 {
+			unmatched = append(unmatched, fmt.Sprintf("%s: %s of %s worker get_finished lines per run fell in no step", where, get("worker_unmatched"), get("worker_lines")))
+		}
+		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s |", c.Info.Config, c.Info.Shape, c.Info.Rate, path, get("step_duration_us_p50"), get("step_duration_us_p90"))
+		for _, col := range stepColumns {
+			b.WriteString(" " + get(col.key) + " |")
+		}
+		fmt.Fprintf(b, " %s | %s | %s |\n", gpu, share, get("n_steps"))
+	}
+	b.WriteString("\n")
+	notes := []stepNote{
+		{bqCfgs, ", ", "%s ran the batch queue (async scheduling, on by default since vLLM 0.14, or pipeline parallelism): a step schedules and launches a new batch and collects an earlier one. schedule, build_meta and launch belong to the new batch (launch: handing it to the executor; with one GPU the CPU side of its forward); wait, update and the GPU time belong to the collected batch. wait is the engine thread blocked on that batch's result — not its GPU time: a CPU-bound step waits little while its GPU still works. There is no execute on this path.\n\n"},
+		{stepCfgs, ", ", "%s ran step() (no async scheduling): every part belongs to the step's one batch; execute spans handing it to the executor, waiting for its result and sampling.\n\n"},
+		{gpuMeasured, "; ", "GPU time measured for %s: gpu_us of the batch each step collected, joined to it by batch id.\n\n"},
+	}
+	for _, why := range gpuWhy {
+		notes = append(notes, stepNote{noGPU[why], ", ", "**GPU time not measured** for %s: " + strings.ReplaceAll(why, "%", "%%") + ". It is not inferred from wait or the step duration.\n\n"})
+	}
+	notes = append(notes,
+		stepNote{incomplete, "; ", "**%s**; the part a missing hook times is absent from every line and its time is in unaccounted.\n\n"},
+		stepNote{unhooked, ", ", "**Decomposition incomplete** for %s: schedule, update or the execute/launch phase was not timed and the log names no hook (no status line: an older plugin, or an engine that times fewer parts); that time is in unaccounted_us.\n\n"},
+		stepNote{noUnacc, ", ", "**Decomposition incomplete** for %s: the step log has no unaccounted_us, so nothing shows that the timers cover the whole step. The timed phases say what they cost, not what share of the step they are; \"all of the per-step cost is in one phase\" cannot be concluded from them.\n\n"},
+		stepNote{noGetFin, ", ", "get_finished was not timed for %s.\n\n"},
+		stepNote{unmatched, "; ", "Worker timings outside every step: %s; their time is in no step line.\n\n"},
+		stepNote{large, "; ", "**Decomposition incomplete**: %s.\n\n"},
+	)
+	for _, n := range notes {
+		if len(n.list) > 0 {
+			fmt.Fprintf(b, n.format, strings.Join(n.list, n.sep))
+		}
+	}
+}
+
+// stepNote is one sentence of the section: format takes the joined list.
+type stepNote struct {
+	list   []string
+	sep    string
+	format string
+}

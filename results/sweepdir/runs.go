@@ -1,0 +1,149 @@
+package sweepdir
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/probes"
+	"github.com/mbench/mbench/results"
+)
+
+// Analyze analyses the sweep sw whose run directories are under dir
+// (results.Analyze), reading each run's summary_A.json and, where the
+// class comparisons pair requests, its requests.jsonl. A missing or
+// unreadable file is the run's problem in the analysis; only a canceled
+// ctx and bad arguments are errors.
+func Analyze(ctx context.Context, dir string, sw results.Sweep) (*results.Analysis, error) {
+	return results.Analyze(sw, func(ref results.RunRef) (results.RunFile, error) { return readRun(ctx, dir, ref) })
+}
+
+// Capacity is dir's capacity search (capacity.json): nil, nil for a
+// fixed-rate sweep, the error when the file exists but cannot be read.
+func Capacity(dir string) (*results.CapacityReport, error) {
+	rep, err := ReadCapacity(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return rep, err
+}
+
+// readRun reads what the analysis takes of run ref: its summary, and for a
+// usable run with request classes the TTFT of each request. A summary that
+// is missing or unreadable is the run's problem, not an error; only a
+// canceled ctx is.
+func readRun(ctx context.Context, dir string, ref results.RunRef) (results.RunFile, error) {
+	if err := ctx.Err(); err != nil {
+		return results.RunFile{}, err
+	}
+	if !filepath.IsLocal(ref.Dir) {
+		return results.RunFile{Problem: fmt.Sprintf("run directory %q is outside the sweep", ref.Dir)}, nil
+	}
+	sum, err := ReadRunSummary(filepath.Join(dir, ref.Dir, "summary_A.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return results.RunFile{Problem: "its summary_A.json is missing"}, nil
+	}
+	if err != nil { // name the file relative to the sweep, not the machine
+		return results.RunFile{Problem: strings.ReplaceAll(err.Error(), dir+string(filepath.Separator), "")}, nil
+	}
+	f := results.RunFile{Sum: sum}
+	if ref.Status.Usable() && sum.Classes != nil {
+		f.TTFTs = readTTFTs(filepath.Join(dir, ref.Dir, "requests.jsonl"))
+	}
+	return f, nil
+}
+
+// readTTFTs reads a run's requests.jsonl: the TTFT in ms of each completed
+// measured request, by id; nil when the file cannot be read.
+func readTTFTs(path string) map[int]float64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	recs, err := openloop.ReadRecords(f)
+	if err != nil {
+		return nil
+	}
+	out := map[int]float64{}
+	for i := range recs {
+		r := &recs[i]
+		if r.Phase == openloop.PhaseMeasure && r.OK() && r.FirstTokenNs > 0 && r.SentNs > 0 {
+			out[r.ID] = float64(r.FirstTokenNs-r.SentNs) / 1e6
+		}
+	}
+	return out
+}
+
+// Logs reads the raw logs of the runs under a sweep directory, which
+// report.html and the plots draw (report.Logs).
+type Logs struct{ Dir string }
+
+// StepDurations streams step_duration_us (> 0) of run's engine_step.jsonl
+// into add, parsing with probes (which owns the format) and skipping
+// malformed lines; a run without the file is not an error.
+func (l Logs) StepDurations(run string, add func(us float64)) error {
+	var rec probes.StepRecord
+	err := eachLine(filepath.Join(l.Dir, run, "engine_step.jsonl"), func(line []byte) {
+		if probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) != nil {
+			return
+		}
+		if d, ok := rec.Get(probes.FieldStepDuration); ok && d > 0 && !math.IsInf(d, 0) {
+			add(d)
+		}
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// GPUSamples reads run's gpu.jsonl: nil, nil without one; with a bad line,
+// the samples before it and the error.
+func (l Logs) GPUSamples(run string) ([]probes.GPUSample, error) {
+	path := filepath.Join(l.Dir, run, "gpu.jsonl")
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	samples, err := probes.ReadGPUSamples(f)
+	if err != nil {
+		return samples, fmt.Errorf("%s: %w", path, err)
+	}
+	return samples, nil
+}
+
+// eachLine calls fn for every non-empty line of a file, streaming.
+func eachLine(path string, fn func([]byte)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			fn(line)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+	}
+}
