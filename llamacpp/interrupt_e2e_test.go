@@ -51,6 +51,7 @@ func measuring(out, model string) bool {
 // engine behind (local engines outlive mbench by design) and `mbench
 // resume` stops it, runs what is left and ends with no llama-server.
 func TestInterruptAndResumeAgainstLlamaServer(t *testing.T) {
+	t.Parallel()
 	bin := llamacpptest.Find(t)
 	mdl := model(t)
 	mat := testMatrix(t, bin, mdl, func(m map[string]any) {

@@ -67,6 +67,7 @@ func testMatrix(t *testing.T, server, model string, edit func(m map[string]any))
 // the engine and its version and says once that it writes no step log; and
 // no llama-server is left when the sweep ends.
 func TestSweepAgainstLlamaServer(t *testing.T) {
+	t.Parallel()
 	bin := llamacpptest.Find(t)
 	mdl := model(t)
 	mat := testMatrix(t, bin, mdl, nil)
