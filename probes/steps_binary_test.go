@@ -252,3 +252,34 @@ func TestHostBoundGPUSpans(t *testing.T) {
 		t.Errorf("all host-bound: %+v %v", st.GPU, err)
 	}
 }
+
+// TestPluginHostBoundSample: the plugin's raw log of an eager forward on
+// an idle GPU (written by vllm/tests/test_log_contract.py, every collecting
+// line's span marked host-bound) summarizes as GPU time not measured, each
+// marked span counted apart, none in gpu_us; and it decodes to the lines
+// the plugin's own reader made of it.
+func TestPluginHostBoundSample(t *testing.T) {
+	raw, err := os.ReadFile("testdata/plugin_host_bound.steplog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("testdata/plugin_host_bound.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := int64(bytes.Count(want, []byte(`"gpu_host_bound":1`)))
+	var copied bytes.Buffer
+	st, err := SummarizeSteps(context.Background(), bytes.NewReader(raw), 0, 0, &copied)
+	if err != nil || st.Malformed != 0 || st.NSteps != 12 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if g := st.GPU; g.Measured || g.HostBound != marked || marked < 10 || !strings.Contains(g.Reason, "host-bound") || g.HostBoundSpanP50 <= 0 {
+		t.Errorf("GPU %+v: want not measured, %d host-bound spans", g, marked)
+	}
+	if _, ok := st.Timers["gpu_us"]; ok {
+		t.Errorf("gpu_us %+v from host-bound spans", st.Timers["gpu_us"])
+	}
+	if got := int64(bytes.Count(copied.Bytes(), []byte(`"gpu_host_bound":1`))); got != marked {
+		t.Errorf("the copy keeps %d marks, the plugin's reader %d", got, marked)
+	}
+}

@@ -60,6 +60,35 @@ def test_plugin_log_matches_the_go_sample(step_log):
     assert st["gpu_time"] == "measured" and "incomplete" not in st
 
 
+HOST_SAMPLE = SAMPLE.replace("plugin_batch_queue", "plugin_host_bound")
+
+
+def test_plugin_host_bound_log_matches_the_go_sample(step_log):
+    """An eager forward on an idle GPU (4 kernels, each launched after 150 µs
+    of host work): the plugin marks the collecting lines' spans host-bound.
+    MBENCH_WRITE_SAMPLE=1 writes the raw log and its decoded lines beside
+    the batch-queue sample (plugin_host_bound.steplog/.jsonl), which the Go
+    side summarizes as not measured (probes: TestPluginHostBoundSample)."""
+    ns = fake_vllm(VERSIONS["main"], gpu=True)
+    t = Timings(schedule=1500 * US, execute=100 * US, update=800 * US, gpu=300 * US, kernels=4, launch=150 * US)
+    eng = engine(ns, config(t, connector=None, async_scheduling=True))
+    run_steps(eng, 12)
+    shutdown(eng)
+    flush()
+    lines = read_all(step_log)
+    timed = [d for d in lines if "gpu_us" in d]
+    assert len(timed) >= 10 and all(d.get("gpu_host_bound") == 1 for d in timed), timed
+    if os.environ.get("MBENCH_WRITE_SAMPLE") == "1":
+        with open(HOST_SAMPLE, "w", encoding="utf-8") as f:
+            for d in lines:
+                f.write(json.dumps(d, separators=(",", ":")) + "\n")
+        with open(step_log, "rb") as src, open(HOST_SAMPLE[:-len(".jsonl")] + ".steplog", "wb") as dst:
+            dst.write(src.read())
+    with open(HOST_SAMPLE, encoding="utf-8") as f:
+        want = [json.loads(x) for x in f if x.strip()]
+    assert {k for d in want for k in d} == {k for d in lines for k in d}
+
+
 def test_gpu_record_host_bound_flag_round_trip():
     """A GPU record carries the host-bound flag in its fifth slot; a record
     of four slots (written before the flag existed) still reads, unmarked;
