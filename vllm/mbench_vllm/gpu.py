@@ -50,6 +50,7 @@ why. Nothing here imports torch at module import time.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from time import perf_counter_ns
 
@@ -134,7 +135,13 @@ class GPUTimer:
         return torch
 
     def install_runner(self, runner) -> None:
-        """Hook the class of ``runner`` (the engine's in-process model runner)."""
+        """Hook the class of ``runner`` (the engine's in-process model runner),
+        unless the engine's environment turned GPU timing off
+        (``MBENCH_GPU_TIME=0``: the step timers alone, at their lower
+        engine-thread cost)."""
+        if os.environ.get("MBENCH_GPU_TIME", "1").strip().lower() in ("0", "off", "no", "false"):
+            self.not_measured("GPU timing turned off in the engine's environment (MBENCH_GPU_TIME=0)")
+            return
         cls = type(runner)
         if getattr(cls, "_model_forward", None) is None:
             self.not_measured(

@@ -127,6 +127,19 @@ def test_gpu_time_host_bound(step_log, version, async_scheduling):
 
 
 @pytest.mark.parametrize("version", PINNED)
+def test_gpu_time_turned_off(step_log, version, monkeypatch):
+    """MBENCH_GPU_TIME=0 in the engine's environment: torch and a GPU are
+    there, but no event is recorded, no line carries gpu_us, and the status
+    line says GPU time was turned off."""
+    monkeypatch.setenv("MBENCH_GPU_TIME", "0")
+    t = Timings(schedule=300 * US, execute=200 * US, update=200 * US, gpu=1 * MS, kernels=2, launch=5 * US)
+    eng, lines = _gpu_run(step_log, version, 8, t, async_scheduling=True)
+    assert len(lines) == 8 and not any("gpu_us" in ln for ln in lines)
+    st = read_status(step_log)
+    assert st and st[0]["gpu_time"] == "not_measured" and "MBENCH_GPU_TIME=0" in st[0]["gpu_reason"]
+
+
+@pytest.mark.parametrize("version", PINNED)
 def test_gpu_not_measured_without_torch(step_log, version):
     """No torch in the engine process: no gpu_us anywhere, and the status
     line (written at engine start, before any step) says why."""
