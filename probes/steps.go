@@ -52,7 +52,7 @@ type PathStats struct {
 }
 
 // stepSkip marks the fields SummarizeSteps does not read.
-const stepSkip = ^uint32(0) &^ (1<<NumTimers - 1) &^ (1 << FieldBatchQueue)
+const stepSkip = ^uint32(0) &^ (1<<NumTimers - 1) &^ (1 << FieldBatchQueue) &^ (1 << FieldGPUHostBound)
 
 // Path indexes of the per-path counters.
 const (
@@ -137,6 +137,9 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 		bw       *bufio.Writer
 		statuses statusSet
 		lastPath = pathStep
+		// hostSpans: the host-bound GPU spans (FieldGPUHostBound), which
+		// are upper bounds and never enter gpu_us.
+		hostSpans counter
 	)
 	if w != nil {
 		bw = bufio.NewWriterSize(w, 1<<16)
@@ -193,15 +196,20 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 					continue
 				}
 			}
-			if rec.Has&(1<<FieldGPU) == 0 || rec.Has&^(1<<FieldGPU|1<<FieldGPUBatch|1<<FieldPID|1<<FieldBatchQueue) != 0 {
+			if rec.Has&(1<<FieldGPU) == 0 || rec.Has&^(1<<FieldGPU|1<<FieldGPUBatch|1<<FieldPID|1<<FieldBatchQueue|1<<FieldGPUHostBound) != 0 {
 				st.malformed(lineNo, perr)
 				continue
 			}
 			if (fromUs != 0 && rec.TsUs < fromUs) || (toUs != 0 && rec.TsUs > toUs) {
 				continue
 			}
-			timers[path][FieldGPU].add(rec.Values[FieldGPU])
-			st.GPU.Late++
+			if rec.Has&(1<<FieldGPUHostBound) != 0 {
+				hostSpans.add(rec.Values[FieldGPU]) // an upper bound: kept apart
+				st.GPU.HostBound++
+			} else {
+				timers[path][FieldGPU].add(rec.Values[FieldGPU])
+				st.GPU.Late++
+			}
 		} else {
 			if (fromUs != 0 && rec.TsUs < fromUs) || (toUs != 0 && rec.TsUs > toUs) {
 				continue
@@ -220,11 +228,19 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 			}
 			lastPath = path
 			nPath[path]++
+			h := rec.Has & (1<<NumTimers - 1)
 			if rec.Has&(1<<FieldGPU) != 0 {
-				st.GPU.Steps++
+				if rec.Has&(1<<FieldGPUHostBound) != 0 {
+					// An upper bound, not GPU time: kept apart.
+					hostSpans.add(rec.Values[FieldGPU])
+					st.GPU.HostBound++
+					h &^= 1 << FieldGPU
+				} else {
+					st.GPU.Steps++
+				}
 			}
 			tp := &timers[path]
-			for h := rec.Has & (1<<NumTimers - 1); h != 0; h &= h - 1 {
+			for ; h != 0; h &= h - 1 {
 				i := bits.TrailingZeros32(h)
 				tp[i].add(rec.Values[i])
 			}
@@ -271,6 +287,9 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 			st.Paths = map[string]PathStats{}
 		}
 		st.Paths[pathNames[p]] = ps
+	}
+	if hostSpans.n > 0 {
+		st.GPU.HostBoundSpanP50 = hostSpans.quantiles().P50
 	}
 	statuses.finish(&st)
 	return st, nil

@@ -52,10 +52,13 @@ const (
 	slotPID
 )
 
-// Flags of a step record: the path, and (bits 8-11) the timers whose hooks
-// the engine applied; a timer whose bit is clear is absent.
+// Flags of a step record: the path, whether its GPU time is host-bound
+// (FieldGPUHostBound), and (bits 8-11) the timers whose hooks the engine
+// applied; a timer whose bit is clear is absent. A GPU record's optional
+// fifth slot holds the host-bound bit alike.
 const (
 	flagBatchQueue = 1
+	flagGPUHost    = 2
 	hookedSched    = 1 << 8
 	hookedExec     = 2 << 8
 	hookedUpd      = 4 << 8
@@ -340,6 +343,9 @@ func stepFromSlots(v []int64, rec *StepRecord) {
 	set(FieldUnaccounted, us(dur-acc))
 	if v[slotGPU] != 0 {
 		set(FieldGPU, us(v[slotGPU]))
+		if flags&flagGPUHost != 0 {
+			set(FieldGPUHostBound, 1)
+		}
 	}
 	if v[slotBatch] != 0 {
 		set(FieldBatch, float64(v[slotBatch]))
@@ -367,12 +373,16 @@ func gpuFromSlots(v []int64, rec *StepRecord) {
 		rec.Values[FieldGPUBatch] = float64(v[1])
 		rec.Has |= 1 << FieldGPUBatch
 	}
+	if len(v) > 4 && v[4]&flagGPUHost != 0 {
+		rec.Values[FieldGPUHostBound] = 1
+		rec.Has |= 1 << FieldGPUHostBound
+	}
 }
 
 // jsonKeyOrder is the key order of the plugin's JSONL step lines.
 var jsonKeyOrder = [...]int{
 	FieldStepDuration, FieldSchedule, FieldBuildMeta, FieldLaunch, FieldWait, FieldExecute,
-	FieldUpdate, FieldGetFinished, FieldUnaccounted, FieldGPU, FieldGPUBatch, FieldBatch,
+	FieldUpdate, FieldGetFinished, FieldUnaccounted, FieldGPU, FieldGPUHostBound, FieldGPUBatch, FieldBatch,
 	FieldNumRunning, FieldNumWaiting, FieldNumPrefillTokens, FieldNumDecodeTokens,
 	FieldBatchQueue, FieldPID,
 }

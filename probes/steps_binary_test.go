@@ -207,3 +207,79 @@ func FuzzStepLog(f *testing.F) {
 		LastStepEndUs(data)
 	})
 }
+
+// TestHostBoundGPUSpans: a GPU span the plugin marked host-bound (flag bit
+// 1 of a step record, the fifth slot of a GPU record, gpu_host_bound in
+// JSONL) is kept as such in the copy and left out of gpu_us: counted apart,
+// with its median, and where every span is host-bound GPU time is not
+// measured and the reason says why. A GPU record of four slots (before the
+// flag) still reads as GPU time.
+func TestHostBoundGPUSpans(t *testing.T) {
+	gpuRec := func(slots ...int64) []byte {
+		g := []byte{recMark, recKindGPU, 1, 0}
+		g = binary.LittleEndian.AppendUint32(g, uint32(8*len(slots)))
+		for _, x := range slots {
+			g = binary.LittleEndian.AppendUint64(g, uint64(x))
+		}
+		return g
+	}
+	exact, hb := sampleSlots(100, true), sampleSlots(200, true)
+	hb[slotGPU], hb[slotFlags] = 900_000, hb[slotFlags]|flagGPUHost
+	var log []byte
+	log = append(log, binStep(exact)...)
+	log = append(log, binStep(hb)...)
+	log = append(log, gpuRec(300, 9, 800_000, 77, flagGPUHost)...) // host-bound GPU record
+	log = append(log, gpuRec(400, 10, 2_000, 77)...)               // old four-slot GPU record
+	log = append(log, `{"ts_us":500,"step_duration_us":10,"gpu_us":1000,"gpu_host_bound":1,"batch":11,"pid":77}`+"\n"...)
+	var out bytes.Buffer
+	st, err := SummarizeSteps(context.Background(), bytes.NewReader(log), 0, 0, &out)
+	if err != nil || st.Malformed != 0 || st.NSteps != 3 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if g := st.GPU; !g.Measured || g.Steps != 1 || g.Late != 1 || g.HostBound != 3 || g.HostBoundSpanP50 < 850 || g.HostBoundSpanP50 > 950 {
+		t.Errorf("GPU %+v: want 1 step + 1 late GPU line measured, 3 host-bound with span p50 ~900 µs", g)
+	}
+	if q := st.Timers["gpu_us"]; q.P99 > 7.25+1e-9 || q.P50 < 2-1e-9 {
+		t.Errorf("gpu_us %+v: host-bound spans (800-1000 µs) entered GPU time (7.25 and 2 µs)", q)
+	}
+	copied := out.String()
+	if strings.Count(copied, `"gpu_host_bound":1`) != 3 {
+		t.Errorf("the copy keeps the host-bound marks of 3 records:\n%s", copied)
+	}
+	// Every span host-bound: not measured, and why.
+	st, err = SummarizeSteps(context.Background(), bytes.NewReader(binStep(hb)), 0, 0, nil)
+	if err != nil || st.GPU.Measured || !strings.Contains(st.GPU.Reason, "host-bound") || st.Timers["gpu_us"].P50 != 0 {
+		t.Errorf("all host-bound: %+v %v", st.GPU, err)
+	}
+}
+
+// TestPluginHostBoundSample: the plugin's raw log of an eager forward on
+// an idle GPU (written by vllm/tests/test_log_contract.py, every collecting
+// line's span marked host-bound) summarizes as GPU time not measured, each
+// marked span counted apart, none in gpu_us; and it decodes to the lines
+// the plugin's own reader made of it.
+func TestPluginHostBoundSample(t *testing.T) {
+	raw, err := os.ReadFile("testdata/plugin_host_bound.steplog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("testdata/plugin_host_bound.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := int64(bytes.Count(want, []byte(`"gpu_host_bound":1`)))
+	var copied bytes.Buffer
+	st, err := SummarizeSteps(context.Background(), bytes.NewReader(raw), 0, 0, &copied)
+	if err != nil || st.Malformed != 0 || st.NSteps != 12 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if g := st.GPU; g.Measured || g.HostBound != marked || marked < 10 || !strings.Contains(g.Reason, "host-bound") || g.HostBoundSpanP50 <= 0 {
+		t.Errorf("GPU %+v: want not measured, %d host-bound spans", g, marked)
+	}
+	if _, ok := st.Timers["gpu_us"]; ok {
+		t.Errorf("gpu_us %+v from host-bound spans", st.Timers["gpu_us"])
+	}
+	if got := int64(bytes.Count(copied.Bytes(), []byte(`"gpu_host_bound":1`))); got != marked {
+		t.Errorf("the copy keeps %d marks, the plugin's reader %d", got, marked)
+	}
+}

@@ -35,6 +35,12 @@ const (
 	// its own (a "gpu line": gpu_us without step_duration_us), when the
 	// batch's events completed after its step line was written.
 	FieldGPUBatch
+	// FieldGPUHostBound is 1 on a line whose gpu_us is host-bound: the GPU
+	// reached the forward's start event before the host had launched the
+	// forward, and the launch took more than 5% of the events' span, so the
+	// span holds host time — an upper bound of the forward's GPU time, not
+	// the GPU time. SummarizeSteps leaves such spans out of gpu_us.
+	FieldGPUHostBound
 	numFields
 )
 
@@ -46,7 +52,7 @@ var FieldNames = [numFields]string{
 	"step_duration_us", "schedule_us", "build_meta_us", "execute_us", "update_us",
 	"get_finished_us", "launch_us", "wait_us", "unaccounted_us", "gpu_us", "num_running",
 	"num_waiting", "num_prefill_tokens", "num_decode_tokens", "pid", "batch_queue", "batch",
-	"gpu_batch",
+	"gpu_batch", "gpu_host_bound",
 }
 
 // TimerNames are the timers summarized per step, in a stable order.
@@ -98,6 +104,8 @@ func fieldIndex(key []byte) int {
 		return FieldBatch
 	case "gpu_batch":
 		return FieldGPUBatch
+	case "gpu_host_bound":
+		return FieldGPUHostBound
 	case "num_running":
 		return FieldNumRunning
 	case "num_waiting":

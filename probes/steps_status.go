@@ -53,8 +53,15 @@ type GPUTiming struct {
 	// Measured is true when at least one kept step carried gpu_us.
 	Measured bool `json:"measured"`
 	// Steps counts kept step lines with gpu_us; Late counts GPU lines.
+	// Neither counts host-bound spans.
 	Steps int64 `json:"steps,omitempty"`
 	Late  int64 `json:"late,omitempty"`
+	// HostBound counts the kept lines whose GPU span was host-bound (the
+	// GPU waited for the host's launches, so the span holds host time):
+	// left out of gpu_us; HostBoundSpanP50 is their spans' median, µs, an
+	// upper bound of their GPU time.
+	HostBound        int64   `json:"host_bound,omitempty"`
+	HostBoundSpanP50 float64 `json:"host_bound_span_p50_us,omitempty"`
 	// Source is what the events bracket (from the status lines).
 	Source string `json:"source,omitempty"`
 	// Reason says why GPU time is not measured, when it is not.
@@ -131,6 +138,8 @@ func (s *statusSet) finish(st *StepStats) {
 	g.Source = strings.Join(sources, "; ")
 	switch {
 	case g.Measured:
+	case g.HostBound > 0:
+		g.Reason = fmt.Sprintf("every GPU-timed batch (%d) was host-bound: the GPU reached the forward's start event before the host had launched the forward, so the span of the CUDA events (p50 %.0f µs) holds host time — an upper bound, not the GPU time", g.HostBound, g.HostBoundSpanP50)
 	case len(reasons) > 0:
 		g.Reason = strings.Join(reasons, "; ")
 	case len(sources) > 0:

@@ -244,6 +244,9 @@ func gpuWords(g probes.GPUTiming) string {
 		if g.Source != "" {
 			s += "; " + g.Source
 		}
+		if g.HostBound > 0 {
+			s += fmt.Sprintf("; %d host-bound spans left out: the GPU reached the forward's start event before the host had launched it, so each span holds host time, an upper bound (p50 %.0f µs)", g.HostBound, g.HostBoundSpanP50)
+		}
 		return s + ")"
 	}
 	return "GPU time not measured: " + g.Reason

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mbench/mbench/probes"
 )
 
 // `mbench steps` shows every timed part and gpu_us per path, says which
@@ -68,5 +70,23 @@ func TestStepsCommandPerPath(t *testing.T) {
 	}
 	if g := js[0].Steps.GPU; !g.Measured || js[0].Steps.Paths["batch_queue"].Timers["launch_us"].N != 1 {
 		t.Errorf("json %+v", js[0].Steps)
+	}
+}
+
+// gpuWords never passes a host-bound span off as GPU time.
+func TestGPUWordsHostBound(t *testing.T) {
+	for _, tc := range []struct {
+		g    probes.GPUTiming
+		want string
+	}{
+		{probes.GPUTiming{Measured: true, Steps: 190, HostBound: 10, HostBoundSpanP50: 1123.5},
+			"GPU time measured (gpu_us on 190 steps; 10 host-bound spans left out: the GPU reached the forward's start event before the host had launched it, so each span holds host time, an upper bound (p50 1124 µs))"},
+		{probes.GPUTiming{HostBound: 200, Reason: "every GPU-timed batch (200) was host-bound"},
+			"GPU time not measured: every GPU-timed batch (200) was host-bound"},
+		{probes.GPUTiming{Measured: true, Steps: 5}, "GPU time measured (gpu_us on 5 steps)"},
+	} {
+		if got := gpuWords(tc.g); got != tc.want {
+			t.Errorf("%+v:\n got %s\nwant %s", tc.g, got, tc.want)
+		}
 	}
 }

@@ -48,6 +48,9 @@ type cellStepFacts struct {
 	gpuSource   []string
 	gpuReasons  []string
 	incomplete  []string
+	// hostBound of gpuTimed GPU-timed batches were host-bound: their span
+	// is an upper bound, left out of gpu_us.
+	hostBound, gpuTimed int64
 }
 
 func stepFacts(c *results.Cell) cellStepFacts {
@@ -63,6 +66,8 @@ func stepFacts(c *results.Cell) cellStepFacts {
 			continue
 		}
 		st := r.Sum.EngineStep
+		f.hostBound += st.GPU.HostBound
+		f.gpuTimed += st.GPU.Steps + st.GPU.Late + st.GPU.HostBound
 		if st.GPU.Measured {
 			f.gpuMeasured = true
 			if st.GPU.Source != "" {
@@ -104,7 +109,7 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 	}
 	b.WriteString(" GPU time | unaccounted share | n_steps per run |\n|---|---|---|---|---|---|")
 	b.WriteString(strings.Repeat("---|", len(stepColumns)) + "---|---|---|\n")
-	var noUnacc, noGetFin, bqCfgs, stepCfgs, gpuMeasured, unmatched, large, unhooked []string
+	var noUnacc, noGetFin, bqCfgs, stepCfgs, gpuMeasured, unmatched, large, unhooked, partly []string
 	var incomplete, gpuWhy []string
 	noGPU := map[string][]string{} // reason → configs
 	for _, c := range ordered {
@@ -147,6 +152,9 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 		if facts.gpuMeasured && hasMetric(m, "gpu_us_p50") {
 			gpu = get("gpu_us_p50")
 			gpuMeasured = appendOnce(gpuMeasured, fmt.Sprintf("%s (%s)", c.Info.Config, orDefault(strings.Join(facts.gpuSource, "; "), "CUDA events")))
+			if facts.hostBound > 0 {
+				partly = append(partly, fmt.Sprintf("%s: %d of %d GPU-timed batches", where, facts.hostBound, facts.gpuTimed))
+			}
 		} else {
 			why := orDefault(strings.Join(facts.gpuReasons, "; "), noGPUWords)
 			if _, ok := noGPU[why]; !ok {
@@ -175,6 +183,7 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 		{bqCfgs, ", ", "%s ran the batch queue (async scheduling, on by default since vLLM 0.14, or pipeline parallelism): a step schedules and launches a new batch and collects an earlier one. schedule, build_meta and launch belong to the new batch (launch: handing it to the executor; with one GPU the CPU side of its forward); wait, update and the GPU time belong to the collected batch. wait is the engine thread blocked on that batch's result — not its GPU time: a CPU-bound step waits little while its GPU still works. There is no execute on this path.\n\n"},
 		{stepCfgs, ", ", "%s ran step() (no async scheduling): every part belongs to the step's one batch; execute spans handing it to the executor, waiting for its result and sampling.\n\n"},
 		{gpuMeasured, "; ", "GPU time measured for %s: gpu_us of the batch each step collected, joined to it by batch id.\n\n"},
+		{partly, "; ", "**GPU time partly measured** — host-bound batches left out (%s): the GPU reached the forward's start event before the host had launched the forward, so their span holds host time, an upper bound of their GPU time; the column is the other batches' GPU time.\n\n"},
 	}
 	for _, why := range gpuWhy {
 		notes = append(notes, stepNote{noGPU[why], ", ", "**GPU time not measured** for %s: " + strings.ReplaceAll(why, "%", "%%") + ". It is not inferred from wait or the step duration.\n\n"})

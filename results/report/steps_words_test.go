@@ -89,3 +89,35 @@ func TestRenderStepsGPUWords(t *testing.T) {
 		}
 	}
 }
+
+// Host-bound GPU spans (the GPU reached the forward's start event before
+// the host had launched it) never show as GPU time: a cell whose every
+// span was host-bound says "not measured" with the reason the step log's
+// summary gives, and a cell with some says how many were left out beside
+// the others. GPU time.
+func TestRenderStepsHostBoundWords(t *testing.T) {
+	allHost := probes.StepStats{NSteps: 200, BatchQueueSteps: 200}
+	allHost.GPU = probes.GPUTiming{HostBound: 200, HostBoundSpanP50: 1123.5, Source: "CUDA events"}
+	allHost.GPU.Reason = "every GPU-timed batch (200) was host-bound: the GPU reached the forward's start event before the host had launched the forward, so the span of the CUDA events (p50 1124 µs) holds host time — an upper bound, not the GPU time"
+	hostCell := stepCell("eager", map[string]float64{"n_steps": 200, "batch_queue_steps": 200, "step_duration_us_p50": 6766,
+		"step_duration_us_p90": 7000, "wait_us_p50": 27}, &allHost)
+	mixed := stepCell("mixed", map[string]float64{"n_steps": 200, "batch_queue_steps": 200, "step_duration_us_p50": 5497,
+		"step_duration_us_p90": 5600, "wait_us_p50": 3757, "gpu_us_p50": 5494.4}, &probes.StepStats{NSteps: 200, BatchQueueSteps: 200,
+		GPU: probes.GPUTiming{Measured: true, Steps: 190, HostBound: 10, HostBoundSpanP50: 5600, Source: "CUDA events"}})
+	var b strings.Builder
+	renderStepTable(&b, []*results.Cell{hostCell, mixed})
+	out := b.String()
+	for _, want := range []string{
+		"**GPU time not measured** for eager: every GPU-timed batch (200) was host-bound",
+		"an upper bound, not the GPU time. It is not inferred from wait or the step duration.",
+		"**GPU time partly measured** — host-bound batches left out (mixed at rate=1 (s): 10 of 200 GPU-timed batches)",
+		"| 5494 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "1124 |") || strings.Contains(out, "1123") && strings.Contains(out, "| 1123") {
+		t.Errorf("a host-bound span shown as GPU time:\n%s", out)
+	}
+}

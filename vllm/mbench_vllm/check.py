@@ -101,7 +101,10 @@ TIMER_PATHS = """which path each timer covers (a line with "batch_queue":1 ran t
   both: gpu_us   GPU time of the line's batch ("batch"; the collected one): CUDA
                  events around GPUModelRunner._model_forward, one GPU (the
                  in-process executor) only; absent = not measured, never
-                 inferred from wait_us or the step duration
+                 inferred from wait_us or the step duration. With
+                 gpu_host_bound: 1 the GPU had reached the start event before
+                 the host finished launching the forward: the span holds host
+                 time, an upper bound, and is left out of GPU time
         build_meta_us inside schedule_us; get_finished_us: in-process workers
         (one GPU) inside execute_us / launch_us, other processes in worker files
 """
@@ -238,18 +241,27 @@ def summarize(path: str, out=sys.stdout) -> int:
             continue
         w(f"  path {name}: {len(lines)} steps\n")
         for k in TIMERS:
-            xs = [ln[k] for ln in lines if k in ln]
+            xs = [ln[k] for ln in lines if k in ln and not (k == "gpu_us" and ln.get("gpu_host_bound"))]
             if k == "gpu_us" and name.startswith("batch"):
-                xs += [g["gpu_us"] for g in gpu_lines]
+                xs += [g["gpu_us"] for g in gpu_lines if not g.get("gpu_host_bound")]
             if not xs:
                 w(f"    {k:<17} absent in every line\n")
                 continue
             w(f"    {k:<17} in {len(xs):>7} lines  p50 {_pct(xs, .5):10.1f}  "
               f"p90 {_pct(xs, .9):10.1f}  p99 {_pct(xs, .99):10.1f} us\n")
-    measured = any("gpu_us" in d for d in steps) or gpu_lines
-    if measured:
+    timed = [d for d in steps if "gpu_us" in d] + gpu_lines
+    host = [d["gpu_us"] for d in timed if d.get("gpu_host_bound")]
+    n_measured = len(timed) - len(host)
+    spans = (f"the GPU reached the forward's start event before the host had launched it, so the "
+             f"span of the events (p50 {_pct(host, .5):.1f} us) holds host time: an upper bound, "
+             "not GPU time") if host else ""
+    if n_measured:
         hooks = sorted({s.get("gpu_hook", "") for s in status.values() if s.get("gpu_hook")})
-        w(f"  GPU time: measured ({'; '.join(hooks) or 'CUDA events'})\n")
+        w(f"  GPU time: measured ({'; '.join(hooks) or 'CUDA events'})"
+          + (f" for {n_measured} of {len(timed)} batches; {len(host)} host-bound, left out: {spans}" if host else "")
+          + "\n")
+    elif host:
+        w(f"  GPU time: not measured: every GPU-timed batch was host-bound ({len(host)}): {spans}\n")
     else:
         why = sorted({s.get("gpu_reason", "") for s in status.values() if s.get("gpu_reason")})
         w("  GPU time: not measured: " + ("; ".join(why) or "no gpu_us and no status line saying why") + "\n")

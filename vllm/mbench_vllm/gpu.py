@@ -19,7 +19,16 @@ forward's kernels. When the GPU is idle (a CPU-bound engine), the start
 event completes at once, so the span also holds the host's time from the
 event record to the forward's first kernel (vLLM's own Python before it,
 the kernel launch latency) and any gap inside the forward where the host
-launched kernels slower than the GPU ran them. The plugin adds nothing
+launched kernels slower than the GPU ran them. So the wrapper also asks,
+once the forward has been launched, whether the GPU has already reached
+the start event (``start.query()``, no sync) and reads the host's launch
+time (two clock reads): if it had, and the launch took more than
+``HOST_SHARE`` of the span, the span holds host time and is written as
+*host-bound* (``gpu_host_bound``: an upper bound that readers leave out of
+gpu_us); if the GPU was still behind, every kernel was queued before it
+reached the start event and the span is the kernels'; if the launch was
+that short (a CUDA graph), the span is within ``HOST_SHARE`` of them. The
+plugin adds nothing
 between its event record and the call: the events are created and
 recorded once at install (a pool), ``torch.Event.record()`` (C, the
 current stream) is used where torch has it, and the wrapper does its
@@ -28,8 +37,10 @@ bookkeeping after the end event.
 Reading: the flusher thread (``_recorder.StepLog.flush``) calls
 ``GPU.resolve``: for each queued pair, oldest first, ``end.query()`` (no
 sync); a completed pair gives ``start.elapsed_time(end)``, summed per batch
-and written into the record of the step that collected that batch. The
-engine thread pays two event records and one deque append per forward.
+and written into the record of the step that collected that batch (with
+the host-bound flag when any of its forwards was). The engine thread pays
+two event records, one event query, two clock reads and one deque append
+per forward.
 
 Where the model runs in another process (multiproc executor: TP or PP > 1),
 or the runner has no ``_model_forward`` (the V2 model runner), or torch/CUDA
@@ -39,13 +50,20 @@ why. Nothing here imports torch at module import time.
 
 from __future__ import annotations
 
+import os
 from collections import deque
+from time import perf_counter_ns
 
 from .hooks import MARK, _mark
-from .steplog import S_BATCH, S_GPU, STEP_SLOTS, pack_gpu
+from .steplog import F_GPU_HOST, S_BATCH, S_FLAGS, S_GPU, STEP_SLOTS, pack_gpu
 
 MAX_PENDING = 4096  # event pairs kept unread before the oldest are dropped
 POOL = 256  # events created and recorded at install: 128 forwards in flight
+# A span whose start the GPU reached before the host finished launching is
+# host-bound when the launch took more than this share of it. The GPU can
+# only have idled inside the span while the host launched, so an unmarked
+# span's kernels take at least (1 - HOST_SHARE) of it.
+HOST_SHARE = 0.05
 
 
 class GPUTimer:
@@ -64,13 +82,13 @@ class GPUTimer:
             self.pending.clear()
             self.free.clear()
         else:
-            self.pending: deque = deque()  # (batch, start, end) in launch order
+            self.pending: deque = deque()  # (batch, start, end, host launch ns or 0) in launch order
             self.free: deque = deque()  # events to reuse
         self.dropped = 0
         self.created = 0  # events made after install (the pool ran dry)
         self.make = None  # the event factory chosen at install
         self.api = ""
-        self.unclaimed: dict = {}  # batch -> [gpu ns, flushes seen]
+        self.unclaimed: dict = {}  # batch -> [gpu ns, flushes seen, host-bound]
 
     def idle(self) -> bool:
         """No event pair or GPU time waits to be read or written."""
@@ -117,7 +135,13 @@ class GPUTimer:
         return torch
 
     def install_runner(self, runner) -> None:
-        """Hook the class of ``runner`` (the engine's in-process model runner)."""
+        """Hook the class of ``runner`` (the engine's in-process model runner),
+        unless the engine's environment turned GPU timing off
+        (``MBENCH_GPU_TIME=0``: the step timers alone, at their lower
+        engine-thread cost)."""
+        if os.environ.get("MBENCH_GPU_TIME", "1").strip().lower() in ("0", "off", "no", "false"):
+            self.not_measured("GPU timing turned off in the engine's environment (MBENCH_GPU_TIME=0)")
+            return
         cls = type(runner)
         if getattr(cls, "_model_forward", None) is None:
             self.not_measured(
@@ -162,12 +186,13 @@ class GPUTimer:
         from ._recorder import STATE, _MASK, _wall_ns
 
         un = self.unclaimed
-        for b, ns in done.items():
+        for b, (ns, hb) in done.items():
             u = un.get(b)
             if u is None:
-                un[b] = [ns, 0]
+                un[b] = [ns, 0, hb]
             else:
                 u[0] += ns
+                u[2] = u[2] or hb
         if hi > lo and un:
             q = log.q
             for k in range(lo, hi):
@@ -175,23 +200,26 @@ class GPUTimer:
                 u = un.pop(q[j + S_BATCH], None)
                 if u is not None:
                     q[j + S_GPU] = u[0]
+                    if u[2]:
+                        q[j + S_FLAGS] |= F_GPU_HOST
                     if not un:
                         break
         late: list = []
         for b in list(un):
-            ns, seen = un[b]
+            ns, seen, hb = un[b]
             if seen >= 2:  # no step record claimed it for two flushes
-                late.append(pack_gpu(_wall_ns() // 1000, b, ns, STATE.pid))
+                late.append(pack_gpu(_wall_ns() // 1000, b, ns, STATE.pid, hb))
                 del un[b]
             else:
                 un[b][1] = seen + 1
         return late
 
     def _read(self) -> dict:
+        """batch -> [span ns, host-bound] of the completed pairs."""
         done: dict = {}
         pending, free = self.pending, self.free
         while pending:
-            b, e0, e1 = pending[0]
+            b, e0, e1, host = pending[0]
             try:
                 if not e1.query():
                     break  # one stream: later pairs are not done either
@@ -200,7 +228,14 @@ class GPUTimer:
                 ns = None
             pending.popleft()
             if ns is not None and b:
-                done[b] = done.get(b, 0) + max(ns, 1)
+                ns = max(ns, 1)
+                hb = host > HOST_SHARE * ns
+                d = done.get(b)
+                if d is None:
+                    done[b] = [ns, hb]
+                else:
+                    d[0] += ns
+                    d[1] = d[1] or hb
             free.append(e0)
             free.append(e1)
         return done
@@ -254,6 +289,7 @@ def _wrap_forward(orig):
     st = STATE
     free, pending = g.free, g.pending
     pop, push = free.pop, pending.append
+    clock = perf_counter_ns
 
     def _model_forward(self, *args, **kwargs):
         if not g.measured:
@@ -263,6 +299,7 @@ def _wrap_forward(orig):
             e0 = pop()
         except IndexError:
             e0, e1 = g.grow()
+        t0 = clock()  # before the record: the span cannot start earlier
         try:
             e0.record()
         except Exception as exc:  # never break the forward over a timer
@@ -272,8 +309,14 @@ def _wrap_forward(orig):
             return orig(self, *args, **kwargs)
         finally:
             try:
+                # The host's launch time, where the GPU had already reached
+                # the start event (it then waited on the host); 0 where it
+                # was still behind (every kernel queued before it got there).
+                host = clock() - t0
+                if not e0.query():
+                    host = 0
                 e1.record()
-                push((st.batch_seq, e0, e1))
+                push((st.batch_seq, e0, e1, host))
                 if len(pending) > MAX_PENDING:  # no flusher reads them: keep memory bounded
                     pending.popleft()
                     g.dropped += 1

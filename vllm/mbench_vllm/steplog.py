@@ -32,14 +32,26 @@ Step record payload (int64 each, ns unless said):
     running, waiting       scheduler queue lengths; -1 = absent
     total_tokens           scheduled tokens of the step's batch; -1 = absent
     decode_tokens          of which decode tokens
-    flags       bit 0: step_with_batch_queue; bits 8-11: the timers whose
-                hooks are applied to this engine (schedule, execute,
-                update, launch/wait); a timer whose bit is clear is absent
+    flags       bit 0: step_with_batch_queue; bit 1: gpu is host-bound
+                (below); bits 8-11: the timers whose hooks are applied to
+                this engine (schedule, execute, update, launch/wait); a
+                timer whose bit is clear is absent
     pid
 
-GPU record payload: ts_us (wall µs when written), batch, gpu (ns), pid —
+GPU record payload: ts_us (wall µs when written), batch, gpu (ns), pid,
+flags (bit 1: host-bound; absent in records written before it existed) —
 the GPU time of a batch whose step record was written before its events
 completed (a "GPU line" in the JSONL format).
+
+*Host-bound* (``"gpu_host_bound": 1`` in the JSONL form): the GPU had
+reached the forward's start event before the host finished launching the
+forward, and the host's launch took more than 5% of the events' span. The
+span then holds host time (the GPU waited for launches), so it is an upper
+bound of the forward's GPU time, not the GPU time: readers leave it out of
+gpu_us. Where the GPU was still behind the host when the launch ended, every
+kernel of the forward was queued before the GPU reached the start event, and
+the span is the GPU's own; where the launch took at most 5% of the span, the
+span is within 5% of it.
 """
 
 from __future__ import annotations
@@ -57,9 +69,10 @@ VERSION = 1
  S_RUN, S_WAITING, S_TOTAL, S_DEC, S_FLAGS, S_PID) = range(18)
 STEP_SLOTS = 18
 STEP_BYTES = STEP_SLOTS * 8
-GPU_SLOTS = 5
+GPU_SLOTS = 6
 
 F_BQ = 1
+F_GPU_HOST = 2  # the line's gpu is host-bound (an upper bound, not GPU time)
 # Hooked-timer bits (flags >> 8).
 M_SCHED, M_EXEC, M_UPD, M_LAUNCH = 1, 2, 4, 8
 
@@ -74,8 +87,8 @@ GPU_HEADER = header(KIND_GPU, GPU_SLOTS * 8 - 8)
 _GPU = struct.Struct("<" + "q" * GPU_SLOTS)
 
 
-def pack_gpu(ts_us: int, batch, gpu_ns: int, pid: int) -> bytes:
-    return _GPU.pack(GPU_HEADER, ts_us, batch or 0, gpu_ns, pid)
+def pack_gpu(ts_us: int, batch, gpu_ns: int, pid: int, host_bound: bool = False) -> bytes:
+    return _GPU.pack(GPU_HEADER, ts_us, batch or 0, gpu_ns, pid, F_GPU_HOST if host_bound else 0)
 
 
 def step_dict(v) -> dict:
@@ -110,6 +123,8 @@ def step_dict(v) -> dict:
     d["unaccounted_us"] = (dur - acc) / 1e3
     if v[S_GPU]:
         d["gpu_us"] = v[S_GPU] / 1e3
+        if flags & F_GPU_HOST:
+            d["gpu_host_bound"] = 1
     if v[S_BATCH]:
         d["batch"] = v[S_BATCH]
     if v[S_RUN] >= 0:
@@ -172,8 +187,10 @@ def _decode(data: bytes) -> list[dict]:
             v = struct.unpack_from(f"<{ln // 8}q", data, i + 8)
             if kind == KIND_STEP and len(v) >= STEP_SLOTS - 1:
                 out.append(step_dict((STEP_HEADER,) + v))
-            elif kind == KIND_GPU and len(v) >= GPU_SLOTS - 1:
+            elif kind == KIND_GPU and len(v) >= 4:
                 d = {"ts_us": v[0], "gpu_us": v[2] / 1e3, "gpu_batch": v[1] or None, "pid": v[3]}
+                if len(v) >= 5 and v[4] & F_GPU_HOST:
+                    d["gpu_host_bound"] = 1
                 out.append(d)
             else:
                 raise _Bad(f"offset {i}: unknown record kind {kind} ({ln} bytes)", i, out)
