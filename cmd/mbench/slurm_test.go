@@ -404,11 +404,12 @@ func TestSlurmDryRun(t *testing.T) {
 // finishes, and nothing is left: not the allocation, not a step, not a
 // process of the sweep.
 func TestSlurmSweepOverSSH(t *testing.T) {
+	t.Parallel()
 	requireSlurm(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh and slurm")
 	}
-	_, _, workdir := sshHome(t, true)
+	_, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := writeSlurmMatrix(t, dir, "slurm-ssh", "3")
 	b, _ := os.ReadFile(m)
@@ -422,7 +423,7 @@ func TestSlurmSweepOverSSH(t *testing.T) {
 			_ = exec.Command("scancel", j).Run()
 		}
 	})
-	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
+	c := startMbenchEnv(t, dir, sshEnv(home), "run", m, "--out", out, "--quiet")
 	job := killAndResume(t, c, dir, out, 150*time.Second)
 	stop()
 	jobs := journalJobs(t, out)
