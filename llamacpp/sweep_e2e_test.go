@@ -66,8 +66,16 @@ func testMatrix(t *testing.T, server, model string, edit func(m map[string]any))
 // where four run several at once (requests_processing); the report names
 // the engine and its version and says once that it writes no step log; and
 // no llama-server is left when the sweep ends.
+//
+// It is a minute or more of real load (twelve runs), so it runs under
+// MBENCH_LONG=1 (.ci/run sets it); a plain `go test` still runs a sweep
+// against real llama-servers in TestInterruptAndResumeAgainstLlamaServer
+// and checks lost requests, usage and streaming in TestLoadAgainstLlamaServer.
 func TestSweepAgainstLlamaServer(t *testing.T) {
 	t.Parallel()
+	if os.Getenv("MBENCH_LONG") != "1" {
+		t.Skip("a long sweep against llama-server: MBENCH_LONG=1 runs it (.ci/run does)")
+	}
 	bin := llamacpptest.Find(t)
 	mdl := model(t)
 	mat := testMatrix(t, bin, mdl, nil)
