@@ -76,6 +76,12 @@ func (s *sweep) runCell(ctx context.Context, cell matrices.Cell, b int, seed int
 	// the engine: it is run again in place, at the same position of the
 	// same block (so the block stays paired), up to clientLimitedRetries
 	// times; the last attempt is journaled, naming the earlier ones.
+	// Attempts of a re-run in place that an interrupt cut short (none of
+	// them journaled) are kept, moved aside like any partial run; the
+	// sequence starts again at attempt 1.
+	if err := moveAsideRetries(filepath.Join(s.store.dir, "runs", cell.ID), b); err != nil {
+		return err
+	}
 	var earlier []AttemptEntry
 	var o *runOutcome
 	for attempt := 1; ; attempt++ {

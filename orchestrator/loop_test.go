@@ -383,3 +383,55 @@ func TestLoopCapacityReplay(t *testing.T) {
 		t.Errorf("resume with a tampered round: %v", err)
 	}
 }
+
+// TestLoopResumeMidRetry: a run graded client_limited is run again in
+// place (b<k>-try2); an interrupt during that attempt journals nothing for
+// the run, and the resume starts its attempts again: both earlier
+// attempts are kept, moved aside (b<k>.partial-1, b<k>-try2.partial-1), the
+// new attempt is journaled once, and no attempt directory is left that no
+// journal line names.
+func TestLoopResumeMidRetry(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := &scripted{script: func(r run) (float64, results.Verdict, error) {
+		if strings.HasSuffix(r.dir, "-try2") {
+			return allOK(r)
+		}
+		return 10, results.VerdictClientLimited, nil
+	}, after: func(n int) {
+		if n == 2 { // inside the second attempt of the first run
+			cancel()
+		}
+	}}
+	if _, err := Run(ctx, "testdata/loop.yaml", loopOpts(out, first)); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("interrupted sweep: %v; want ErrInterrupted", err)
+	}
+	if len(first.runs) != 2 || first.runs[0] != first.runs[1] {
+		t.Fatalf("measured %v; want one run twice (a re-run in place)", first.runs)
+	}
+	if j := journalOf(t, out); len(j) != 0 {
+		t.Fatalf("journal %+v after an interrupted re-run; want nothing", j)
+	}
+	key := strings.Split(first.runs[0], "/")
+	cellDir := filepath.Join(out, "runs", key[0])
+	second := &scripted{script: allOK}
+	if _, err := Resume(context.Background(), out, loopOpts(out, second)); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	for _, kept := range []string{key[1] + ".partial-1", key[1] + "-try2.partial-1"} {
+		if _, err := os.Stat(filepath.Join(cellDir, kept, "summary_A.json")); err != nil {
+			t.Errorf("an earlier attempt was not kept as %s: %v", kept, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cellDir, key[1]+"-try2")); err == nil {
+		t.Errorf("%s-try2 left in place: an attempt directory no journal line names", key[1])
+	}
+	j := journalOf(t, out)
+	keysOf(t, j)
+	for _, e := range j {
+		if fmt.Sprintf("%s/b%d", e.Cell, e.Block) == first.runs[0] && (e.Dir != filepath.Join("runs", key[0], key[1]) || e.Attempt != 0) {
+			t.Errorf("the re-run's journal line %+v: want its first attempt's directory", e)
+		}
+	}
+}

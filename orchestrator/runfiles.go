@@ -175,6 +175,24 @@ func moveAside(dir string) error {
 	}
 }
 
+// moveAsideRetries moves aside (moveAside) the re-run attempts of block b
+// in cellDir: b<k>-try<n>, not their own partials.
+func moveAsideRetries(cellDir string, b int) error {
+	tries, err := filepath.Glob(filepath.Join(cellDir, "b"+strconv.Itoa(b)+"-try*"))
+	if err != nil {
+		return fmt.Errorf("list re-run attempts: %w", err)
+	}
+	for _, d := range tries {
+		if strings.Contains(filepath.Base(d), ".partial-") {
+			continue
+		}
+		if err := moveAside(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // syncTree fsyncs every file of a run directory, the directory itself and
 // its parents up to the results directory (runs/<cell>/b<k>).
 func syncTree(dir string) error {

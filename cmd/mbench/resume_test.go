@@ -243,7 +243,10 @@ func checkFinished(t *testing.T, out string) []journalRec {
 	for _, d := range dirs {
 		rel, _ := filepath.Rel(out, d)
 		if base, _, partial := strings.Cut(rel, ".partial-"); partial {
-			if _, err := os.Stat(filepath.Join(out, base)); err != nil {
+			// An interrupted re-run attempt (b<k>-try<n>) is kept beside
+			// the run it was an attempt of (b<k>).
+			run, _, _ := strings.Cut(base, "-try")
+			if _, err := os.Stat(filepath.Join(out, run)); err != nil {
 				t.Errorf("partial %s without the run's real directory", rel)
 			}
 			continue
