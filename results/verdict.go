@@ -164,7 +164,18 @@ func Decide(s *RunSummary, p Policy) {
 	if len(cs) == 0 {
 		return
 	}
-	slices.SortStableFunc(cs, func(a, b cond) int { return slices.Index(Verdicts, a.v) - slices.Index(Verdicts, b.v) })
+	// A run that could not even send the requests it had to complete (the
+	// timeout or duration ends sending first) falls short whatever the
+	// engine did: incomplete is then the cause, and any saturation seen in
+	// it comes after. Otherwise a saturated engine explains a shortfall.
+	sentTooFew := p.MinCompleted > 0 && s.NumPrompts < p.MinCompleted && !s.Aborted
+	rank := func(v Verdict) int {
+		if sentTooFew && v == VerdictIncomplete {
+			return slices.Index(Verdicts, VerdictSaturated) - 1
+		}
+		return slices.Index(Verdicts, v)
+	}
+	slices.SortStableFunc(cs, func(a, b cond) int { return rank(a.v) - rank(b.v) })
 	s.Verdict = cs[0].v
 	for _, c := range cs {
 		s.VerdictReasons = append(s.VerdictReasons, string(c.v)+": "+c.why)

@@ -202,3 +202,28 @@ func TestTrendRuleHasAnAbsoluteFloor(t *testing.T) {
 		t.Errorf("a 10 ms rise: saturated %v (%s)", s.Saturated, s.SaturationReason)
 	}
 }
+
+// A run that could not send the requests it had to complete is incomplete
+// first, whatever saturation it also showed (the window, not the engine,
+// cut it short); one that sent them and completed too few is saturated
+// first where the engine's TTFT says so.
+func TestDecideShortfallCause(t *testing.T) {
+	for _, c := range []struct {
+		sent, completed int
+		want            []Verdict
+	}{
+		{40, 40, []Verdict{VerdictIncomplete, VerdictSaturated}},
+		{400, 100, []Verdict{VerdictSaturated, VerdictIncomplete}},
+	} {
+		s := &RunSummary{NumPrompts: c.sent, Completed: c.completed, Saturated: true, SaturationReason: "TTFT rises through the window"}
+		Decide(s, Policy{MinCompleted: 400})
+		var got []Verdict
+		for _, r := range s.VerdictReasons {
+			v, _, _ := strings.Cut(r, ":")
+			got = append(got, Verdict(v))
+		}
+		if s.Verdict != c.want[0] || len(got) != 2 || got[0] != c.want[0] || got[1] != c.want[1] {
+			t.Errorf("sent %d, completed %d of 400: verdict %s, reasons %q; want %v", c.sent, c.completed, s.Verdict, s.VerdictReasons, c.want)
+		}
+	}
+}
