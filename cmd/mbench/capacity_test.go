@@ -136,6 +136,15 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	if !strings.Contains(string(report), "## Capacity at the SLO (ttft_p90 ≤ 30 ms)") {
 		t.Errorf("report.md lacks the capacity section")
 	}
+	// The searches' own brackets also show the tax when taxed's upper end
+	// is at or below plain's lower end: the paired CI over 3 blocks (t on 2
+	// df) can span 0 on a busy machine whose noise the blocks carry while
+	// the brackets still separate.
+	bounds := map[string][2]float64{}
+	for _, s := range rep.Searches {
+		bounds[s.Config] = [2]float64{*s.Lo, *s.Hi} // both set: checked above
+	}
+	bracketsSeparate := bounds["taxed"][1] <= bounds["plain"][0]
 	switch c := rep.Comparisons[0]; {
 	case c.Config != "taxed" || c.N < 2:
 		t.Errorf("taxed vs plain: %+v: want the paired comparison over the blocks", c)
@@ -143,8 +152,10 @@ func TestCapacitySearchOnSim(t *testing.T) {
 		// A starved client makes the sim's 10 ms TTFTs noisy and grades runs
 		// out; the paired CI then spans 0 honestly.
 		t.Logf("busy machine: %d runs client_limited; taxed vs plain %+v is not checked", clientLimited, c)
+	case !(c.Hi < 0) && bracketsSeparate:
+		t.Logf("taxed vs plain %+v spans 0; the brackets separate: taxed ≤ %g ≤ plain", c, bounds["plain"][0])
 	case !(c.Hi < 0):
-		t.Errorf("taxed vs plain: %+v: want a paired CI entirely below 0 (the tax lowers the capacity)", c)
+		t.Errorf("taxed vs plain: %+v, brackets %v: want a paired CI entirely below 0 or taxed's bracket below plain's (the tax lowers the capacity)", c, bounds)
 	case !strings.Contains(string(report), "less load"):
 		t.Errorf("report.md lacks the comparison in words (\"sustains … less load\")")
 	}
