@@ -191,7 +191,6 @@ func median(xs []float64) float64 {
 // slots at 2, 8 and 40 req/s loses no request, and every request streams
 // its 16 tokens, one per chunk, and says how much of its prompt was cached.
 func TestLoadAgainstLlamaServer(t *testing.T) {
-	t.Parallel()
 	bin := llamacpptest.Find(t)
 	srv := llamacpptest.Start(t, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
 	for _, tc := range []struct {
@@ -244,7 +243,6 @@ func load(t *testing.T, prefix []string, url string, rate float64, n int) []open
 // the check holding when one batch's median is within 2 ms. A systematic
 // error of mbench's would be in every batch.
 func TestTTFTAgainstEngineTimings(t *testing.T) {
-	t.Parallel()
 	bin := llamacpptest.Find(t)
 	srv := llamacpptest.StartWith(t, llamacpptest.Options{Nice: -20}, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
 	var medians []string

@@ -72,7 +72,6 @@ func testMatrix(t *testing.T, server, model string, edit func(m map[string]any))
 // against real llama-servers in TestInterruptAndResumeAgainstLlamaServer
 // and checks lost requests, usage and streaming in TestLoadAgainstLlamaServer.
 func TestSweepAgainstLlamaServer(t *testing.T) {
-	t.Parallel()
 	if os.Getenv("MBENCH_LONG") != "1" {
 		t.Skip("a long sweep against llama-server: MBENCH_LONG=1 runs it (.ci/run does)")
 	}

@@ -25,7 +25,6 @@ import (
 //     said as failed requests, and the failures count neither as requests
 //     the engine left incomplete nor as load it could not carry.
 func TestTokenIDsAgainstLlamaServer(t *testing.T) {
-	t.Parallel()
 	bin := llamacpptest.Find(t)
 	m := llamacpp.TinyModel
 	m.Vocab = 20000

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,13 +16,14 @@ import (
 // multinode_test.go): pending and max_wait, refusals, time zones,
 // suspension, batch mode and the nodes' own mbench binary.
 
-// testBedPendingMaxWait: while every node is taken by another job, the
+// TestBedPendingMaxWait: while every node is taken by another job, the
 // sweep's allocation pends; mbench says which job waits, Slurm's reason and
 // for how long, and past max_wait it cancels the job and stops with an
 // error that says so. Killed with SIGKILL while its job pends, a resumed
 // mbench waits for that same job (no second one) once the nodes are free,
 // and finishes in it.
-func testBedPendingMaxWait(t *testing.T, bed *netnstest.Bed) {
+func TestBedPendingMaxWait(t *testing.T) {
+	bed := netnstest.Require(t)
 	hold := func() string {
 		out, err := bed.Slurm("sbatch", "--parsable", "--no-requeue", "--job-name=mbench-test-blocker", "--nodes=3", "--exclusive",
 			"--time=5", "--output=/dev/null", "--wrap=sleep 300")
@@ -69,7 +69,7 @@ func testBedPendingMaxWait(t *testing.T, bed *netnstest.Bed) {
 		t.Fatalf("after kill -9 the recorded job %q is %q, want PENDING", job, bed.JobState(job))
 	}
 	_, _ = bed.Slurm("scancel", blocker)
-	r := startMbenchEnv(t, dir, c.env, "resume", out)
+	r := startMbench(t, dir, "resume", out)
 	mustFinish(t, r, 120*time.Second)
 	if !strings.Contains(r.output(), "reusing slurm job "+job) {
 		t.Errorf("resume did not wait for and reuse pending job %s:\n%s", job, r.output())
@@ -80,9 +80,10 @@ func testBedPendingMaxWait(t *testing.T, bed *netnstest.Bed) {
 	bedTeardown(t, bed, out, job, "COMPLETED")
 }
 
-// testBedRefused: a request Slurm refuses stops the sweep with Slurm's own
+// TestBedRefused: a request Slurm refuses stops the sweep with Slurm's own
 // message, and leaves no job.
-func testBedRefused(t *testing.T, bed *netnstest.Bed) {
+func TestBedRefused(t *testing.T) {
+	bed := netnstest.Require(t)
 	for _, tc := range []struct{ slurm, want string }{
 		{"{time_limit: 10m, gpus_per_node: 1, nodes: 2, partition: nope}", "sbatch: error: invalid partition specified: nope"},
 		{"{time_limit: 10m, gpus_per_node: 1, nodes: 2, partition: mbn, mem: 100G}", "sbatch: error: Memory specification can not be satisfied"},
@@ -105,24 +106,28 @@ func testBedRefused(t *testing.T, bed *netnstest.Bed) {
 	}
 }
 
-// testBedTimeZones runs a sweep from a time zone 14 hours ahead of the
+// TestBedTimeZones runs a sweep from a time zone 14 hours ahead of the
 // cluster's (mbench's TZ, not the login node's: squeue runs there, over
 // SSH): nothing depends on either zone, so the first engine starts and the
 // sweep finishes.
-func testBedTimeZones(t *testing.T, bed *netnstest.Bed) {
+func TestBedTimeZones(t *testing.T) {
+	bed := netnstest.Require(t)
+	bed.SSHHome(t)
+	t.Setenv("TZ", "Etc/GMT-14")
 	login := bed.Hosts[0]
 	work := t.TempDir()
 	c, _, out := bedSweep(t, bed, "bed-tz", map[string]string{"%BLOCKS%": "1",
-		"%HOST%": "    address: '" + login.Addr + "'\n    workdir: '" + work + "'\n"}, bedSSHEnv(t, bed, "TZ=Etc/GMT-14")...)
+		"%HOST%": "    address: '" + login.Addr + "'\n    workdir: '" + work + "'\n"})
 	mustFinish(t, c, 120*time.Second)
 	jobs, _ := bedJournal(t, out, 1)
 	bedTeardown(t, bed, out, jobs[0], "COMPLETED")
 }
 
-// testBedSuspended: the sweep's allocation is suspended while mbench is
+// TestBedSuspended: the sweep's allocation is suspended while mbench is
 // down (killed with SIGKILL); resume cancels it rather than leave it
 // holding the nodes, and finishes in a new one.
-func testBedSuspended(t *testing.T, bed *netnstest.Bed) {
+func TestBedSuspended(t *testing.T) {
+	bed := netnstest.Require(t)
 	c, dir, out := bedSweep(t, bed, "bed-suspended", map[string]string{"%BLOCKS%": "2"})
 	waitJournaled(t, c, out)
 	c.kill()
@@ -133,7 +138,7 @@ func testBedSuspended(t *testing.T, bed *netnstest.Bed) {
 	if st := bed.WaitJobState(job, 10*time.Second, "SUSPENDED"); st != "SUSPENDED" {
 		t.Fatalf("job %s is %s, want SUSPENDED", job, st)
 	}
-	r := startMbenchEnv(t, dir, c.env, "resume", out)
+	r := startMbench(t, dir, "resume", out)
 	mustFinish(t, r, 120*time.Second)
 	if !strings.Contains(r.output(), "slurm job "+job+" of this sweep is SUSPENDED; cancelling it") {
 		t.Errorf("resume did not say it cancels the suspended job %s:\n%s", job, r.output())
@@ -148,28 +153,30 @@ func testBedSuspended(t *testing.T, bed *netnstest.Bed) {
 	bedTeardown(t, bed, out, jobs[1], "COMPLETED")
 }
 
-// testBedBatch runs mbench inside an allocation, as an sbatch job does:
+// TestBedBatch runs mbench inside an allocation, as an sbatch job does:
 // the job's script runs `mbench run` on the first node; mbench uses that
 // job (SLURM_JOB_ID) for its engines, asks for no job of its own, sends the
 // load from the node it runs on, and leaves the job to end with its
 // script, COMPLETED.
-func testBedBatch(t *testing.T, bed *netnstest.Bed) {
+func TestBedBatch(t *testing.T) {
+	bed := netnstest.Require(t)
+	unsetEnv(t, "SLURM_JOB_ID")
+	for _, kv := range bed.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
 	dir := t.TempDir()
 	m := writeBedMatrix(t, dir, map[string]string{"%NAME%": "bed-batch", "%BLOCKS%": "2"})
 	out := filepath.Join(dir, "out")
 	script := filepath.Join(dir, "job.sh")
 	writeTestFile(t, script, []byte(fmt.Sprintf("#!/bin/sh\nexport MBENCH_TEST_AS_MBENCH=1 MBENCH_TEST_MAIN=1\necho mbench-test-batch-node=$(hostname)\nexec %s run %s --out %s --quiet\n",
 		shellQuoteTest(os.Args[0]), shellQuoteTest(m), shellQuoteTest(out))))
-	// sbatch exports its environment to the job: the bed's, outside any
-	// allocation (bedEnv).
-	sbatch := exec.Command("sbatch", "--parsable", "--job-name=mbench-test-batch", "--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1",
+	o, err := bed.Slurm("sbatch", "--parsable", "--job-name=mbench-test-batch", "--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1",
 		"--gres=gpu:1", "--time=10", "--partition="+bed.Partition, "--output="+filepath.Join(dir, "job.log"), "--chdir="+dir, script)
-	sbatch.Env = overEnv(os.Environ(), bedEnv(bed))
-	o, err := sbatch.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sbatch: %v %s", err, o)
 	}
-	job := strings.TrimSpace(string(o))
+	job := strings.TrimSpace(o)
 	t.Cleanup(func() { _, _ = bed.Slurm("scancel", job) })
 	st := bed.WaitJobState(job, 3*time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	log, _ := os.ReadFile(filepath.Join(dir, "job.log"))
@@ -197,10 +204,11 @@ func testBedBatch(t *testing.T, bed *netnstest.Bed) {
 // shellQuoteTest quotes s for sh.
 func shellQuoteTest(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// testBedMbenchPath: a slurm host without an address may name the mbench
+// TestBedMbenchPath: a slurm host without an address may name the mbench
 // binary its nodes run (hosts.X.mbench_path, a copy on a filesystem they
 // share): the engines' {{.Self}} is that copy, not the one mbench runs from.
-func testBedMbenchPath(t *testing.T, bed *netnstest.Bed) {
+func TestBedMbenchPath(t *testing.T) {
+	bed := netnstest.Require(t)
 	bin := filepath.Join(t.TempDir(), "mbench-for-nodes")
 	data, err := os.ReadFile(os.Args[0])
 	if err != nil {

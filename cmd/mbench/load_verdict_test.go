@@ -17,10 +17,7 @@ import (
 // or that misreport usage: each run ends in the verdict, reason, exit status
 // and summary counts that say what happened.
 func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
-	// Not parallel with the package's other tests: the verdict is the
-	// subject (a run with long outputs must grade ok), and beside
-	// three other sweeps a busy machine's rising TTFT graded it
-	// saturated. Its cases still run beside each other.
+	t.Parallel()
 	cases := []struct {
 		name    string
 		opts    stub.Options

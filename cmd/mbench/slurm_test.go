@@ -18,9 +18,6 @@ import (
 // The Slurm tests run sim sweeps through a real Slurm (.ci/slurm-up.sh
 // starts a one-node cluster with 8 GPUs declared as generic resources).
 // They skip where sinfo does not answer, unless MBENCH_REQUIRE_SLURM=1.
-// Those that need no process-wide environment (HOME for SSH) run in
-// parallel: each sweep is a job of its own holding 2 of the node's 8 GPUs,
-// its engines on a port block of its own, and every check names its job.
 
 func requireSlurm(t *testing.T) {
 	t.Helper()
@@ -91,15 +88,7 @@ func slurmJob(out string) string {
 // squeue runs squeue with args and returns its lines.
 func squeue(t *testing.T, args ...string) []string {
 	t.Helper()
-	return squeueIn(nil, args...)
-}
-
-// squeueIn is squeue in the environment env puts over the test process's
-// (overEnv): the bed's cluster for its SLURM_CONF.
-func squeueIn(env []string, args ...string) []string {
-	cmd := exec.Command("squeue", append([]string{"-h"}, args...)...)
-	cmd.Env = overEnv(os.Environ(), env)
-	out, err := cmd.Output()
+	out, err := exec.Command("squeue", append([]string{"-h"}, args...)...).Output()
 	if err != nil {
 		return nil // a purged job: Slurm no longer lists it
 	}
@@ -107,11 +96,8 @@ func squeueIn(env []string, args ...string) []string {
 }
 
 // jobState is the job's state as squeue reports it ("" once purged).
-func jobState(t *testing.T, job string) string { return jobStateIn(nil, job) }
-
-// jobStateIn is jobState in env (squeueIn).
-func jobStateIn(env []string, job string) string {
-	s := squeueIn(env, "-t", "all", "-j", job, "-o", "%T")
+func jobState(t *testing.T, job string) string {
+	s := squeue(t, "-t", "all", "-j", job, "-o", "%T")
 	if len(s) == 0 {
 		return ""
 	}
@@ -218,17 +204,17 @@ func engineGPUs(t *testing.T, state string) map[string]bool {
 
 // killAndResume kills the sweep c with SIGKILL once it has journaled a run,
 // checks that the allocation it recorded outlives it, resumes the sweep in
-// out (in c's environment), waits up to limit for the resume to finish and checks that it
+// out, waits up to limit for the resume to finish and checks that it
 // reused that allocation; it returns the allocation's job id.
 func killAndResume(t *testing.T, c *mbenchChild, dir, out string, limit time.Duration) string {
 	t.Helper()
 	waitJournaled(t, c, out)
 	c.kill()
 	job := slurmJob(out)
-	if job == "" || jobStateIn(c.env, job) != "RUNNING" {
-		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING:\n%s", job, jobStateIn(c.env, job), c.output())
+	if job == "" || jobState(t, job) != "RUNNING" {
+		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING:\n%s", job, jobState(t, job), c.output())
 	}
-	r := startMbenchEnv(t, dir, c.env, "resume", out)
+	r := startMbench(t, dir, "resume", out)
 	mustFinish(t, r, limit)
 	if !strings.Contains(r.output(), "reusing slurm job "+job) {
 		t.Errorf("resume did not reuse allocation %s:\n%s", job, r.output())
@@ -242,7 +228,6 @@ func killAndResume(t *testing.T, c *mbenchChild, dir, out string, limit time.Dur
 // with SIGKILL mid-sweep, the allocation outlives it, and resume reuses it,
 // finishes, and cancels it.
 func TestSlurmSweepKill9Resume(t *testing.T) {
-	t.Parallel()
 	requireSlurm(t)
 	c, dir, out := startSlurmSweep(t, "slurm-kill9", "4")
 	most, stop := watchSteps(t, func() string { return slurmJob(out) })
@@ -322,7 +307,6 @@ func checkSlurmProbes(t *testing.T, out string, runs int) {
 // says so, journals no failed run for the lost one, and resume finishes the
 // sweep in a new allocation.
 func TestSlurmAllocationEnds(t *testing.T) {
-	t.Parallel()
 	requireSlurm(t)
 	c, dir, out := startSlurmSweep(t, "slurm-ends", "3")
 	waitJournaled(t, c, out)
@@ -404,12 +388,11 @@ func TestSlurmDryRun(t *testing.T) {
 // finishes, and nothing is left: not the allocation, not a step, not a
 // process of the sweep.
 func TestSlurmSweepOverSSH(t *testing.T) {
-	t.Parallel()
 	requireSlurm(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh and slurm")
 	}
-	_, home, workdir := sshHome(t, true)
+	_, _, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := writeSlurmMatrix(t, dir, "slurm-ssh", "3")
 	b, _ := os.ReadFile(m)
@@ -423,7 +406,7 @@ func TestSlurmSweepOverSSH(t *testing.T) {
 			_ = exec.Command("scancel", j).Run()
 		}
 	})
-	c := startMbenchEnv(t, dir, sshEnv(home), "run", m, "--out", out, "--quiet")
+	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
 	job := killAndResume(t, c, dir, out, 150*time.Second)
 	stop()
 	jobs := journalJobs(t, out)
@@ -516,7 +499,6 @@ func editedSlurmMatrix(t *testing.T, dir, name, blocks, from, to string) string 
 // new allocation, each cancelled when its block ends (Slurm's own record
 // says so), and --dry-run says so.
 func TestSlurmAllocationPerBlock(t *testing.T) {
-	t.Parallel()
 	requireSlurm(t)
 	dir := t.TempDir()
 	m := editedSlurmMatrix(t, dir, "slurm-per-block", "3", "slurm: {time_limit: 10m, gpus_per_node: 2}", "slurm: {time_limit: 10m, gpus_per_node: 2, allocation: block}")
@@ -547,14 +529,10 @@ func TestSlurmAllocationPerBlock(t *testing.T) {
 // and its TIMEOUT state, and the run it cut short is not journaled (resume
 // redoes it; TestSlurmAllocationEnds covers the resume).
 func TestSlurmTimeLimitEnds(t *testing.T) {
-	t.Parallel()
 	requireSlurm(t)
 	if testing.Short() {
 		t.Skip("waits for a one-minute Slurm time limit")
 	}
-	// A minute or more of waiting on Slurm's own clock: MBENCH_LONG=1 (CI).
-	// TestSlurmAllocationEnds checks the same error path in every run.
-	longTest(t)
 	dir := t.TempDir()
 	m := editedSlurmMatrix(t, dir, "slurm-timeout", "500", "time_limit: 10m", "time_limit: 1m")
 	out := filepath.Join(dir, "out")

@@ -15,10 +15,7 @@ import (
 // requests, or that sends no usage: each ends in the verdict, the one
 // reason, the exit status and the report line that say what happened.
 func TestVerdictsOfRealisticSweeps(t *testing.T) {
-	// Not parallel with the package's other tests: the verdict is the
-	// subject (a run with long outputs must grade ok), and beside
-	// three other sweeps a busy machine's rising TTFT graded it
-	// saturated. Its cases still run beside each other.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweeps")
 	}
