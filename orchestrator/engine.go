@@ -178,9 +178,19 @@ func (e *launcher) startProc(ctx context.Context, hostName string, node int, nam
 	if err != nil {
 		return nil, err
 	}
-	if busy, use := e.portInUse(ctx, hostName, node, h, u, port); busy {
-		return nil, fmt.Errorf("host %s: port %d: %w by another process (%s); stop it or change engine.port in the matrix (below the host's ephemeral port range, /proc/sys/net/ipv4/ip_local_port_range)",
-			hostName, port, errPortInUse, use)
+	// A process just stopped (an engine of the previous run, a leftover a
+	// crashed mbench left) can hold its port for a moment while the
+	// kernel tears it down: the port is given portFreeWait to free before
+	// the sweep stops on it.
+	for waited := time.Duration(0); ; waited += portPoll {
+		busy, use := e.portInUse(ctx, hostName, node, h, u, port)
+		if !busy {
+			break
+		}
+		if waited >= portFreeWait || clock.Sleep(ctx, portPoll) != nil {
+			return nil, fmt.Errorf("host %s: port %d: %w by another process (%s); stop it or change engine.port in the matrix (below the host's ephemeral port range, /proc/sys/net/ipv4/ip_local_port_range)",
+				hostName, port, errPortInUse, use)
+		}
 	}
 	logPath := e.fleet.path(hostName, "logs", fmt.Sprintf("%s.%d.log", name, e.launches))
 	spec := hosts.ProcSpec{
@@ -448,6 +458,13 @@ func portUse(procNetTCP string, port int) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// portFreeWait is how long a launch waits for its port to free, checking
+// every portPoll, before it stops the sweep with errPortInUse.
+const (
+	portFreeWait = 5 * time.Second
+	portPoll     = 100 * time.Millisecond
+)
 
 // errPortInUse stops a sweep: every later launch would fail the same way.
 var errPortInUse = errors.New("already in use")
