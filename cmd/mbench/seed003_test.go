@@ -95,11 +95,24 @@ func TestSeed003RoutedSweep(t *testing.T) {
 			t.Errorf("%s: classes %v (%v completed in classes of %v)", r.key, cls, n, r.summary["completed"])
 		}
 		if config == "pd_sep" {
+			// Concurrent legs: the router sends the decode leg without
+			// waiting for the prefill's answer, so it goes out first on
+			// most requests; a loaded machine can run the decode's send
+			// after a quick prefill answered on some (a router that waited
+			// would do so on every one). router's TestMooncakePD holds
+			// each leg to it exactly.
+			early := 0
 			for _, e := range routes {
-				if e["transfer_id"] == nil || e["split"] != "pd" || !(e["decode_sent_ms"].(float64) < e["prefill_ms"].(float64)) {
-					t.Errorf("%s: PD request %v not split by the bootstrap protocol with concurrent legs", r.key, e["id"])
+				if e["transfer_id"] == nil || e["split"] != "pd" {
+					t.Errorf("%s: PD request %v not split by the bootstrap protocol", r.key, e["id"])
 					break
 				}
+				if e["decode_sent_ms"].(float64) < e["prefill_ms"].(float64) {
+					early++
+				}
+			}
+			if 2*early < len(routes) {
+				t.Errorf("%s: the decode leg went out before the prefill answered on %d of %d requests: want most (concurrent legs)", r.key, early, len(routes))
 			}
 		}
 		per := r.summary["instances"].(map[string]any)["per_instance"].([]any)
