@@ -102,11 +102,25 @@ func TestSweepAgainstLlamaServer(t *testing.T) {
 	if len(planned) != 12 {
 		t.Fatalf("%d planned runs in %d run directories, want 3 configs × 2 rates × 2 blocks:\n%s", len(planned), len(runs), log)
 	}
-	var maxWaitNp1, maxRunNp4 float64
+	var maxWaitNp1, maxRunNp4, maxRunAny float64
+	// inFlight: per config, the largest client-side mean number of
+	// requests in flight over a run (from requests.jsonl): the load the
+	// gauges, read from /metrics once a second, had to show.
+	inFlight := map[string]float64{}
 	for _, dir := range runs {
 		s := readSummary(t, dir)
 		where := s.Config + " at " + formatRate(s.Rate) + " (" + filepath.Base(filepath.Dir(dir)) + "/" + filepath.Base(dir) + ")"
 		recs := readRecords(t, dir)
+		if len(recs) > 0 {
+			var busy, lo, hi int64 = 0, recs[0].SentNs, 0
+			for _, r := range recs {
+				busy += r.DoneNs - r.SentNs
+				lo, hi = min(lo, r.SentNs), max(hi, r.DoneNs)
+			}
+			if hi > lo {
+				inFlight[s.Config] = max(inFlight[s.Config], float64(busy)/float64(hi-lo))
+			}
+		}
 		if f := failures(recs); f != "" {
 			t.Errorf("%s: %s", where, f)
 		}
@@ -146,12 +160,25 @@ func TestSweepAgainstLlamaServer(t *testing.T) {
 				t.Errorf("%s: %v requests processing on one slot", where, pc.Running.Max)
 			}
 		}
+		maxRunAny = max(maxRunAny, pc.Running.Max)
 		if s.Config == "np4" {
 			maxRunNp4 = max(maxRunNp4, pc.Running.Max)
 		}
 	}
-	if maxWaitNp1 < 1 || maxRunNp4 < 2 {
-		t.Errorf("one slot never had a request deferred (max %v), or four never ran two at once (max %v)", maxWaitNp1, maxRunNp4)
+	// The gauges are read during the load: some request was seen processing.
+	// Queueing on one slot and overlap on four are asserted where the
+	// client kept two or more in flight on average (a once-a-second sample
+	// then sees them); a fast idle machine may leave less.
+	if maxRunAny < 1 {
+		t.Errorf("no /metrics scrape during the load saw a request processing (max %v)", maxRunAny)
+	}
+	t.Logf("client-side mean in flight, most of a run: np1 %.2f, np4 %.2f; gauges: np1 deferred max %v, np4 processing max %v",
+		inFlight["np1"], inFlight["np4"], maxWaitNp1, maxRunNp4)
+	if inFlight["np1"] >= 2 && maxWaitNp1 < 1 {
+		t.Errorf("one slot with %.2f requests in flight on average never had a request deferred (max %v)", inFlight["np1"], maxWaitNp1)
+	}
+	if inFlight["np4"] >= 2 && maxRunNp4 < 2 {
+		t.Errorf("four slots with %.2f requests in flight on average never ran two at once (max %v)", inFlight["np4"], maxRunNp4)
 	}
 	rep, err := os.ReadFile(filepath.Join(out, "report.md"))
 	if err != nil {

@@ -107,11 +107,16 @@ func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
 	}{{"step_duration_p50", 0.4, 0.6}, {"tpot_p90", 0.2, 0.8}} {
 		r := findRow(t, rep.Comparisons, "taxed", tc.metric)
 		t.Logf("taxed vs plain %s: %s (p_holm %.3g, %d blocks)", tc.metric, r.Text(), r.PAdj, r.N)
-		if tc.metric == "tpot_p90" && busyRuns(rep) > 0 && !r.Significant() {
+		// The sweep's own A/A control measures the client-side noise: where
+		// its tpot_p90 CI is at least half as wide as the +50% to find
+		// (±25%), 4 blocks cannot resolve it on this machine.
+		aaTPOT := findRow(t, rep.NoiseFloor, "plain_aa", "tpot_p90")
+		noisy := aaTPOT.Note == "" && (aaTPOT.Hi-aaTPOT.Lo)/2 >= 0.25
+		if tc.metric == "tpot_p90" && (busyRuns(rep) > 0 || noisy) && !r.Significant() {
 			// A starved client graded some runs client_limited or saturated
 			// and left the rest noisy: the client-side claim needs a machine
 			// that can measure it; the engine-side one above holds anyway.
-			t.Logf("busy machine: %d runs graded client_limited or saturated; the tpot_p90 claim is not checked", busyRuns(rep))
+			t.Logf("busy machine: %d runs graded client_limited or saturated, A/A tpot_p90 %s; the tpot_p90 claim is not checked", busyRuns(rep), aaTPOT.Text())
 			continue
 		}
 		if !r.Significant() || r.Effect < tc.lo || r.Effect > tc.hi {
