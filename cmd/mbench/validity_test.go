@@ -162,6 +162,10 @@ func TestValidityOrderingEffect(t *testing.T) {
 		// The warming sim on a starved machine graded runs out
 		// (client_limited, saturated): no pair left to show the bias with.
 		t.Logf("busy machine: %d runs graded client_limited or saturated; the fixed order's bias is not checked", busyRuns(naive))
+	case !n.Significant() && n.Note == "" && (n.Hi-n.Lo)/2 >= 0.10:
+		// The bias is about +10% (+10.9% [+5.6, +16.5] on a quiet
+		// machine): a CI at least that wide cannot show it.
+		t.Logf("busy machine: the fixed order's A/A CI is %s, too wide for its ~+10%% bias; not checked", n.Text())
 	case !n.Significant() || n.Effect <= 0:
 		t.Errorf("fixed order: %s; want the spurious positive effect of running second on a warming machine", n.Text())
 	}
