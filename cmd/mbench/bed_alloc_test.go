@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,14 +17,13 @@ import (
 // multinode_test.go): pending and max_wait, refusals, time zones,
 // suspension, batch mode and the nodes' own mbench binary.
 
-// TestBedPendingMaxWait: while every node is taken by another job, the
+// testBedPendingMaxWait: while every node is taken by another job, the
 // sweep's allocation pends; mbench says which job waits, Slurm's reason and
 // for how long, and past max_wait it cancels the job and stops with an
 // error that says so. Killed with SIGKILL while its job pends, a resumed
 // mbench waits for that same job (no second one) once the nodes are free,
 // and finishes in it.
-func TestBedPendingMaxWait(t *testing.T) {
-	bed := netnstest.Require(t)
+func testBedPendingMaxWait(t *testing.T, bed *netnstest.Bed) {
 	hold := func() string {
 		out, err := bed.Slurm("sbatch", "--parsable", "--no-requeue", "--job-name=mbench-test-blocker", "--nodes=3", "--exclusive",
 			"--time=5", "--output=/dev/null", "--wrap=sleep 300")
@@ -69,7 +69,7 @@ func TestBedPendingMaxWait(t *testing.T) {
 		t.Fatalf("after kill -9 the recorded job %q is %q, want PENDING", job, bed.JobState(job))
 	}
 	_, _ = bed.Slurm("scancel", blocker)
-	r := startMbench(t, dir, "resume", out)
+	r := startMbenchEnv(t, dir, c.env, "resume", out)
 	mustFinish(t, r, 120*time.Second)
 	if !strings.Contains(r.output(), "reusing slurm job "+job) {
 		t.Errorf("resume did not wait for and reuse pending job %s:\n%s", job, r.output())
@@ -80,10 +80,9 @@ func TestBedPendingMaxWait(t *testing.T) {
 	bedTeardown(t, bed, out, job, "COMPLETED")
 }
 
-// TestBedRefused: a request Slurm refuses stops the sweep with Slurm's own
+// testBedRefused: a request Slurm refuses stops the sweep with Slurm's own
 // message, and leaves no job.
-func TestBedRefused(t *testing.T) {
-	bed := netnstest.Require(t)
+func testBedRefused(t *testing.T, bed *netnstest.Bed) {
 	for _, tc := range []struct{ slurm, want string }{
 		{"{time_limit: 10m, gpus_per_node: 1, nodes: 2, partition: nope}", "sbatch: error: invalid partition specified: nope"},
 		{"{time_limit: 10m, gpus_per_node: 1, nodes: 2, partition: mbn, mem: 100G}", "sbatch: error: Memory specification can not be satisfied"},
@@ -106,28 +105,24 @@ func TestBedRefused(t *testing.T) {
 	}
 }
 
-// TestBedTimeZones runs a sweep from a time zone 14 hours ahead of the
+// testBedTimeZones runs a sweep from a time zone 14 hours ahead of the
 // cluster's (mbench's TZ, not the login node's: squeue runs there, over
 // SSH): nothing depends on either zone, so the first engine starts and the
 // sweep finishes.
-func TestBedTimeZones(t *testing.T) {
-	bed := netnstest.Require(t)
-	bed.SSHHome(t)
-	t.Setenv("TZ", "Etc/GMT-14")
+func testBedTimeZones(t *testing.T, bed *netnstest.Bed) {
 	login := bed.Hosts[0]
 	work := t.TempDir()
 	c, _, out := bedSweep(t, bed, "bed-tz", map[string]string{"%BLOCKS%": "1",
-		"%HOST%": "    address: '" + login.Addr + "'\n    workdir: '" + work + "'\n"})
+		"%HOST%": "    address: '" + login.Addr + "'\n    workdir: '" + work + "'\n"}, bedSSHEnv(t, bed, "TZ=Etc/GMT-14")...)
 	mustFinish(t, c, 120*time.Second)
 	jobs, _ := bedJournal(t, out, 1)
 	bedTeardown(t, bed, out, jobs[0], "COMPLETED")
 }
 
-// TestBedSuspended: the sweep's allocation is suspended while mbench is
+// testBedSuspended: the sweep's allocation is suspended while mbench is
 // down (killed with SIGKILL); resume cancels it rather than leave it
 // holding the nodes, and finishes in a new one.
-func TestBedSuspended(t *testing.T) {
-	bed := netnstest.Require(t)
+func testBedSuspended(t *testing.T, bed *netnstest.Bed) {
 	c, dir, out := bedSweep(t, bed, "bed-suspended", map[string]string{"%BLOCKS%": "2"})
 	waitJournaled(t, c, out)
 	c.kill()
@@ -138,7 +133,7 @@ func TestBedSuspended(t *testing.T) {
 	if st := bed.WaitJobState(job, 10*time.Second, "SUSPENDED"); st != "SUSPENDED" {
 		t.Fatalf("job %s is %s, want SUSPENDED", job, st)
 	}
-	r := startMbench(t, dir, "resume", out)
+	r := startMbenchEnv(t, dir, c.env, "resume", out)
 	mustFinish(t, r, 120*time.Second)
 	if !strings.Contains(r.output(), "slurm job "+job+" of this sweep is SUSPENDED; cancelling it") {
 		t.Errorf("resume did not say it cancels the suspended job %s:\n%s", job, r.output())
@@ -153,30 +148,28 @@ func TestBedSuspended(t *testing.T) {
 	bedTeardown(t, bed, out, jobs[1], "COMPLETED")
 }
 
-// TestBedBatch runs mbench inside an allocation, as an sbatch job does:
+// testBedBatch runs mbench inside an allocation, as an sbatch job does:
 // the job's script runs `mbench run` on the first node; mbench uses that
 // job (SLURM_JOB_ID) for its engines, asks for no job of its own, sends the
 // load from the node it runs on, and leaves the job to end with its
 // script, COMPLETED.
-func TestBedBatch(t *testing.T) {
-	bed := netnstest.Require(t)
-	unsetEnv(t, "SLURM_JOB_ID")
-	for _, kv := range bed.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
+func testBedBatch(t *testing.T, bed *netnstest.Bed) {
 	dir := t.TempDir()
 	m := writeBedMatrix(t, dir, map[string]string{"%NAME%": "bed-batch", "%BLOCKS%": "2"})
 	out := filepath.Join(dir, "out")
 	script := filepath.Join(dir, "job.sh")
 	writeTestFile(t, script, []byte(fmt.Sprintf("#!/bin/sh\nexport MBENCH_TEST_AS_MBENCH=1 MBENCH_TEST_MAIN=1\necho mbench-test-batch-node=$(hostname)\nexec %s run %s --out %s --quiet\n",
 		shellQuoteTest(os.Args[0]), shellQuoteTest(m), shellQuoteTest(out))))
-	o, err := bed.Slurm("sbatch", "--parsable", "--job-name=mbench-test-batch", "--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1",
+	// sbatch exports its environment to the job: the bed's, outside any
+	// allocation (bedEnv).
+	sbatch := exec.Command("sbatch", "--parsable", "--job-name=mbench-test-batch", "--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1",
 		"--gres=gpu:1", "--time=10", "--partition="+bed.Partition, "--output="+filepath.Join(dir, "job.log"), "--chdir="+dir, script)
+	sbatch.Env = overEnv(os.Environ(), bedEnv(bed))
+	o, err := sbatch.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sbatch: %v %s", err, o)
 	}
-	job := strings.TrimSpace(o)
+	job := strings.TrimSpace(string(o))
 	t.Cleanup(func() { _, _ = bed.Slurm("scancel", job) })
 	st := bed.WaitJobState(job, 3*time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	log, _ := os.ReadFile(filepath.Join(dir, "job.log"))
@@ -204,11 +197,10 @@ func TestBedBatch(t *testing.T) {
 // shellQuoteTest quotes s for sh.
 func shellQuoteTest(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// TestBedMbenchPath: a slurm host without an address may name the mbench
+// testBedMbenchPath: a slurm host without an address may name the mbench
 // binary its nodes run (hosts.X.mbench_path, a copy on a filesystem they
 // share): the engines' {{.Self}} is that copy, not the one mbench runs from.
-func TestBedMbenchPath(t *testing.T) {
-	bed := netnstest.Require(t)
+func testBedMbenchPath(t *testing.T, bed *netnstest.Bed) {
 	bin := filepath.Join(t.TempDir(), "mbench-for-nodes")
 	data, err := os.ReadFile(os.Args[0])
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -28,6 +29,8 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	selfEnv = func() []string { return []string{"MBENCH_TEST_AS_MBENCH=1"} }
+	flag.Parse()
+	widenParallel()
 	os.Exit(m.Run())
 }
 

@@ -19,7 +19,45 @@ import (
 // machine (127.0.0.1 on one node is not another's), and three SSH hosts,
 // each with its own sshd. mbench runs here, on the bed's "login node". They
 // skip where the bed is not up, unless MBENCH_REQUIRE_NETNS=1. They must not
-// run in parallel with each other: they share the bed's nodes.
+// run in parallel with each other (they share the bed's nodes and fixed
+// ports): TestBed runs them one after another, in a plain run the group
+// beside the package's other parallel tests (parallelWhenWide), so each gives the mbench it starts its
+// environment (the bed's SLURM_CONF, HOME, TZ: bedEnv, startMbenchEnv)
+// rather than setting the test process's.
+
+// TestBed runs the bed's tests in order while holding the bed (its lock).
+func TestBed(t *testing.T) {
+	parallelWhenWide(t)
+	bed := netnstest.Require(t)
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T, *netnstest.Bed)
+	}{
+		{"PendingMaxWait", testBedPendingMaxWait},
+		{"Refused", testBedRefused},
+		{"TimeZones", testBedTimeZones},
+		{"Suspended", testBedSuspended},
+		{"Batch", testBedBatch},
+		{"MbenchPath", testBedMbenchPath},
+		{"TwoNodeRouter", testBedTwoNodeRouter},
+		{"NodeFailure", testBedNodeFailure},
+		{"SSHTopology", testBedSSHTopology},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, bed) })
+	}
+}
+
+// bedEnv is the environment of an mbench on the bed's login node: the
+// bed's cluster (SLURM_CONF), outside any allocation whatever runs the test
+// (SLURM_JOB_ID removed: srun refuses an empty one), and extra.
+func bedEnv(bed *netnstest.Bed, extra ...string) []string {
+	return append(append(bed.Env(), "SLURM_JOB_ID"), extra...)
+}
+
+// bedSSHEnv is bedEnv with the bed's SSH client setup as HOME.
+func bedSSHEnv(t *testing.T, bed *netnstest.Bed, extra ...string) []string {
+	return bedEnv(bed, append([]string{"HOME=" + bed.SSHHomeDir(t), "SSH_AUTH_SOCK="}, extra...)...)
+}
 
 // bedMatrix is a sim sweep on the bed's cluster: %SLURM% is the slurm
 // section, %HOST% the host's other keys, %TOPO% the config's topology, %ROUTER% its router ("" for none),
@@ -72,14 +110,13 @@ func writeBedMatrix(t *testing.T, dir string, repl map[string]string) string {
 	return p
 }
 
-// bedSweep starts `mbench run` of a bed matrix with the bed's cluster.
-func bedSweep(t *testing.T, bed *netnstest.Bed, name string, repl map[string]string) (c *mbenchChild, dir, out string) {
+// bedSweep starts `mbench run` of a bed matrix with the bed's cluster, in
+// env (bedEnv when nil).
+func bedSweep(t *testing.T, bed *netnstest.Bed, name string, repl map[string]string, env ...string) (c *mbenchChild, dir, out string) {
 	t.Helper()
-	for _, kv := range bed.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
+	if env == nil {
+		env = bedEnv(bed)
 	}
-	unsetEnv(t, "SLURM_JOB_ID") // not inside an allocation, whatever runs the test
 	dir = t.TempDir()
 	repl = mapsWith(repl, "%NAME%", name)
 	m := writeBedMatrix(t, dir, repl)
@@ -89,7 +126,7 @@ func bedSweep(t *testing.T, bed *netnstest.Bed, name string, repl map[string]str
 			_, _ = bed.Slurm("scancel", j)
 		}
 	})
-	return startMbench(t, dir, "run", m, "--out", out, "--quiet"), dir, out
+	return startMbenchEnv(t, dir, env, "run", m, "--out", out, "--quiet"), dir, out
 }
 
 func mapsWith(m map[string]string, k, v string) map[string]string {
@@ -178,7 +215,7 @@ func bedTeardown(t *testing.T, bed *netnstest.Bed, out, job, want string) {
 	bed.NothingLeft(t, sweepIDOf(t, out), 10*time.Second)
 }
 
-// TestBedTwoNodeRouter runs a sweep on a two-node allocation of the bed's
+// testBedTwoNodeRouter runs a sweep on a two-node allocation of the bed's
 // cluster: one engine instance per node, a router on the first node whose
 // backends are on both (the one on its own node at loopback, the other at
 // that node's address, Slurm's NodeAddr), the load sent from here to the
@@ -186,8 +223,7 @@ func bedTeardown(t *testing.T, bed *netnstest.Bed, out, job, want string) {
 // the allocation and finishes. The journal names the job and both nodes
 // for every run, every run's requests reached both backends, the job ends
 // COMPLETED, and nothing is left on any node.
-func TestBedTwoNodeRouter(t *testing.T) {
-	bed := netnstest.Require(t)
+func testBedTwoNodeRouter(t *testing.T, bed *netnstest.Bed) {
 	c, dir, out := bedSweep(t, bed, "bed-router", nil)
 	job := killAndResume(t, c, dir, out, 150*time.Second)
 	jobs, nodes := bedJournal(t, out, 3)
@@ -226,8 +262,7 @@ func TestBedTwoNodeRouter(t *testing.T) {
 // allocation ended, journals no run for the one lost, and resume finishes
 // the sweep in a new allocation on the two nodes left, with nothing left
 // on any node.
-func TestBedNodeFailure(t *testing.T) {
-	bed := netnstest.Require(t)
+func testBedNodeFailure(t *testing.T, bed *netnstest.Bed) {
 	if len(bed.Nodes) < 3 {
 		t.Skip("needs three nodes")
 	}
@@ -261,7 +296,7 @@ func TestBedNodeFailure(t *testing.T) {
 			t.Errorf("journal line %d: %v %v: a run lost with the node was journaled", i+1, r["status"], r["reason"])
 		}
 	}
-	r := startMbench(t, dir, "resume", out)
+	r := startMbenchEnv(t, dir, c.env, "resume", out)
 	mustFinish(t, r, 150*time.Second)
 	jobs, nodes := bedJournal(t, out, 4)
 	last := jobs[len(jobs)-1]
@@ -304,16 +339,15 @@ repeat: {min: 3, max: 3, metric: ttft_p90, rel_ci: 0.05, confidence: 0.95}
 gate: {enabled: false}
 `
 
-// TestBedSSHTopology runs a sweep over three SSH hosts of the bed, each a
+// testBedSSHTopology runs a sweep over three SSH hosts of the bed, each a
 // namespace with its own sshd: a router on one whose backends are the
 // engines of the other two, reached at their addresses. mbench uploads
 // itself to each host, is killed with SIGKILL after the first run (the
 // tether stops the engines), and resume finishes. The journal is exact,
 // every run's requests reached both backends, each engine ran on its own
 // host, and nothing is left on any host.
-func TestBedSSHTopology(t *testing.T) {
-	bed := netnstest.Require(t)
-	bed.SSHHome(t)
+func testBedSSHTopology(t *testing.T, bed *netnstest.Bed) {
+	env := bedSSHEnv(t, bed)
 	dir := t.TempDir()
 	work := t.TempDir()
 	m := filepath.Join(dir, "m.yaml")
@@ -324,10 +358,10 @@ func TestBedSSHTopology(t *testing.T) {
 	body := strings.NewReplacer("%WORKDIR%", work, "%H1%", addr["mbn-h1"], "%H2%", addr["mbn-h2"], "%H3%", addr["mbn-h3"]).Replace(sshTopology)
 	writeTestFile(t, m, []byte(body))
 	out := filepath.Join(dir, "out")
-	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
+	c := startMbenchEnv(t, dir, env, "run", m, "--out", out, "--quiet")
 	waitJournaled(t, c, out)
 	c.kill()
-	r := startMbench(t, dir, "resume", out)
+	r := startMbenchEnv(t, dir, env, "resume", out)
 	mustFinish(t, r, 150*time.Second)
 	runs := readJSONLStrict(t, filepath.Join(out, "journal.jsonl"))
 	if len(runs) != 3 {
@@ -365,14 +399,5 @@ func TestBedSSHTopology(t *testing.T) {
 		if pf, _ := filepath.Glob(filepath.Join(work, h, id, "pids", "*.pid")); len(pf) > 0 {
 			t.Errorf("pidfiles left on %s: %v", h, pf)
 		}
-	}
-}
-
-// unsetEnv removes an environment variable for the test (srun refuses an
-// empty SLURM_JOB_ID, so t.Setenv(k, "") will not do).
-func unsetEnv(t *testing.T, k string) {
-	if v, ok := os.LookupEnv(k); ok {
-		os.Unsetenv(k)
-		t.Cleanup(func() { os.Setenv(k, v) })
 	}
 }

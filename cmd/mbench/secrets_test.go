@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,6 +98,7 @@ func TestSecretsNeverWritten(t *testing.T) {
 // mbenchChild is mbench running as a mbenchChild process of the test.
 type mbenchChild struct {
 	cmd            *exec.Cmd
+	env            []string // what startMbenchEnv put over the test process's environment
 	stdout, stderr lockedBuf
 	done           chan struct{}
 }
@@ -123,9 +125,17 @@ func (s *lockedBuf) String() string {
 // engines run in sessions of their own.
 func startMbench(t *testing.T, dir string, args ...string) *mbenchChild {
 	t.Helper()
-	c := &mbenchChild{cmd: exec.Command(os.Args[0], args...), done: make(chan struct{})}
+	return startMbenchEnv(t, dir, nil, args...)
+}
+
+// startMbenchEnv is startMbench with env over the test process's
+// environment ("K=V" sets K, a bare "K" removes it): a parallel test gives
+// its mbench what a serial one would t.Setenv.
+func startMbenchEnv(t *testing.T, dir string, env []string, args ...string) *mbenchChild {
+	t.Helper()
+	c := &mbenchChild{cmd: exec.Command(os.Args[0], args...), env: env, done: make(chan struct{})}
 	c.cmd.Dir = dir
-	c.cmd.Env = append(os.Environ(), "MBENCH_TEST_AS_MBENCH=1", "MBENCH_TEST_MAIN=1")
+	c.cmd.Env = append(overEnv(os.Environ(), env), "MBENCH_TEST_AS_MBENCH=1", "MBENCH_TEST_MAIN=1")
 	c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -133,6 +143,19 @@ func startMbench(t *testing.T, dir string, args ...string) *mbenchChild {
 	go func() { _ = c.cmd.Wait(); close(c.done) }()
 	t.Cleanup(c.kill)
 	return c
+}
+
+// overEnv is base with over applied: "K=V" sets K, a bare "K" removes it.
+func overEnv(base, over []string) []string {
+	out := slices.Clone(base)
+	for _, kv := range over {
+		k, _, _ := strings.Cut(kv, "=")
+		out = slices.DeleteFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		if strings.Contains(kv, "=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // wait waits up to d for the mbenchChild to exit and returns its exit code (-1:

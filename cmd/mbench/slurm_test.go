@@ -18,6 +18,9 @@ import (
 // The Slurm tests run sim sweeps through a real Slurm (.ci/slurm-up.sh
 // starts a one-node cluster with 8 GPUs declared as generic resources).
 // They skip where sinfo does not answer, unless MBENCH_REQUIRE_SLURM=1.
+// In a plain run (parallelWhenWide) the sweeps run in parallel: each is a
+// job of its own holding 2 of the node's 8 GPUs, its engines on a port
+// block of its own, and every check names its job.
 
 func requireSlurm(t *testing.T) {
 	t.Helper()
@@ -88,7 +91,15 @@ func slurmJob(out string) string {
 // squeue runs squeue with args and returns its lines.
 func squeue(t *testing.T, args ...string) []string {
 	t.Helper()
-	out, err := exec.Command("squeue", append([]string{"-h"}, args...)...).Output()
+	return squeueIn(nil, args...)
+}
+
+// squeueIn is squeue in the environment env puts over the test process's
+// (overEnv): the bed's cluster for its SLURM_CONF.
+func squeueIn(env []string, args ...string) []string {
+	cmd := exec.Command("squeue", append([]string{"-h"}, args...)...)
+	cmd.Env = overEnv(os.Environ(), env)
+	out, err := cmd.Output()
 	if err != nil {
 		return nil // a purged job: Slurm no longer lists it
 	}
@@ -96,8 +107,11 @@ func squeue(t *testing.T, args ...string) []string {
 }
 
 // jobState is the job's state as squeue reports it ("" once purged).
-func jobState(t *testing.T, job string) string {
-	s := squeue(t, "-t", "all", "-j", job, "-o", "%T")
+func jobState(t *testing.T, job string) string { return jobStateIn(nil, job) }
+
+// jobStateIn is jobState in env (squeueIn).
+func jobStateIn(env []string, job string) string {
+	s := squeueIn(env, "-t", "all", "-j", job, "-o", "%T")
 	if len(s) == 0 {
 		return ""
 	}
@@ -204,17 +218,17 @@ func engineGPUs(t *testing.T, state string) map[string]bool {
 
 // killAndResume kills the sweep c with SIGKILL once it has journaled a run,
 // checks that the allocation it recorded outlives it, resumes the sweep in
-// out, waits up to limit for the resume to finish and checks that it
+// out (in c's environment), waits up to limit for the resume to finish and checks that it
 // reused that allocation; it returns the allocation's job id.
 func killAndResume(t *testing.T, c *mbenchChild, dir, out string, limit time.Duration) string {
 	t.Helper()
 	waitJournaled(t, c, out)
 	c.kill()
 	job := slurmJob(out)
-	if job == "" || jobState(t, job) != "RUNNING" {
-		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING:\n%s", job, jobState(t, job), c.output())
+	if job == "" || jobStateIn(c.env, job) != "RUNNING" {
+		t.Fatalf("after kill -9 the recorded allocation %q is %q, want RUNNING:\n%s", job, jobStateIn(c.env, job), c.output())
 	}
-	r := startMbench(t, dir, "resume", out)
+	r := startMbenchEnv(t, dir, c.env, "resume", out)
 	mustFinish(t, r, limit)
 	if !strings.Contains(r.output(), "reusing slurm job "+job) {
 		t.Errorf("resume did not reuse allocation %s:\n%s", job, r.output())
@@ -228,6 +242,7 @@ func killAndResume(t *testing.T, c *mbenchChild, dir, out string, limit time.Dur
 // with SIGKILL mid-sweep, the allocation outlives it, and resume reuses it,
 // finishes, and cancels it.
 func TestSlurmSweepKill9Resume(t *testing.T) {
+	parallelWhenWide(t)
 	requireSlurm(t)
 	c, dir, out := startSlurmSweep(t, "slurm-kill9", "4")
 	most, stop := watchSteps(t, func() string { return slurmJob(out) })
@@ -307,6 +322,7 @@ func checkSlurmProbes(t *testing.T, out string, runs int) {
 // says so, journals no failed run for the lost one, and resume finishes the
 // sweep in a new allocation.
 func TestSlurmAllocationEnds(t *testing.T) {
+	parallelWhenWide(t)
 	requireSlurm(t)
 	c, dir, out := startSlurmSweep(t, "slurm-ends", "3")
 	waitJournaled(t, c, out)
@@ -388,11 +404,12 @@ func TestSlurmDryRun(t *testing.T) {
 // finishes, and nothing is left: not the allocation, not a step, not a
 // process of the sweep.
 func TestSlurmSweepOverSSH(t *testing.T) {
+	parallelWhenWide(t)
 	requireSlurm(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh and slurm")
 	}
-	_, _, workdir := sshHome(t, true)
+	_, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := writeSlurmMatrix(t, dir, "slurm-ssh", "3")
 	b, _ := os.ReadFile(m)
@@ -406,7 +423,7 @@ func TestSlurmSweepOverSSH(t *testing.T) {
 			_ = exec.Command("scancel", j).Run()
 		}
 	})
-	c := startMbench(t, dir, "run", m, "--out", out, "--quiet")
+	c := startMbenchEnv(t, dir, sshEnv(home), "run", m, "--out", out, "--quiet")
 	job := killAndResume(t, c, dir, out, 150*time.Second)
 	stop()
 	jobs := journalJobs(t, out)
@@ -499,6 +516,7 @@ func editedSlurmMatrix(t *testing.T, dir, name, blocks, from, to string) string 
 // new allocation, each cancelled when its block ends (Slurm's own record
 // says so), and --dry-run says so.
 func TestSlurmAllocationPerBlock(t *testing.T) {
+	parallelWhenWide(t)
 	requireSlurm(t)
 	dir := t.TempDir()
 	m := editedSlurmMatrix(t, dir, "slurm-per-block", "3", "slurm: {time_limit: 10m, gpus_per_node: 2}", "slurm: {time_limit: 10m, gpus_per_node: 2, allocation: block}")
@@ -533,6 +551,12 @@ func TestSlurmTimeLimitEnds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a one-minute Slurm time limit")
 	}
+	// 60-80 s of a sweep waiting on Slurm's own clock: MBENCH_LONG=1 (CI)
+	// only. A plain run checks the same error path with
+	// TestSlurmAllocationEnds (an allocation ended under a running sweep:
+	// "slurm allocation ended … mbench resume", no failed run journaled,
+	// resume finishes); only the TIMEOUT state name is this test's alone.
+	longTest(t)
 	dir := t.TempDir()
 	m := editedSlurmMatrix(t, dir, "slurm-timeout", "500", "time_limit: 10m", "time_limit: 1m")
 	out := filepath.Join(dir, "out")

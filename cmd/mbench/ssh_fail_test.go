@@ -71,7 +71,8 @@ func checkNothingLeft(t *testing.T, workdir, sweepID string) {
 // names the port, journals nothing (resume redoes the run once the port is
 // free), and starts no engine.
 func TestSSHPortInUse(t *testing.T) {
-	_, _, workdir := sshHome(t, true)
+	parallelWhenWide(t)
+	_, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, ", tunnel: true", "")
 	sshOneRate(t, m)
@@ -82,7 +83,7 @@ func TestSSHPortInUse(t *testing.T) {
 	}
 	defer ln.Close()
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := sshRunSweep(t, time.Minute, m, "--out", out, "--quiet")
+	stdout, stderr, err := sshRunSweep(t, home, time.Minute, m, "--out", out, "--quiet")
 	if err == nil || !strings.Contains(err.Error(), "port "+port+": already in use") || !strings.Contains(err.Error(), "mbench resume") {
 		t.Fatalf("want the sweep stopped with port %s already in use and the resume command; got %v\n%s\n%s", port, err, stdout, stderr)
 	}
@@ -102,10 +103,11 @@ func TestSSHPortInUse(t *testing.T) {
 // sweep's MBENCH_MARKER), the run must be journaled failed, and the sweep
 // must reconnect and finish its other run with nothing left behind.
 func TestSSHConnectionCut(t *testing.T) {
+	parallelWhenWide(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}
-	srv, _, workdir := sshHome(t, true)
+	srv, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, "", "")
 	body := strings.NewReplacer("rates: [10, 20]", "rates: [20]",
@@ -118,7 +120,7 @@ func TestSSHConnectionCut(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		o, e, err := sshRunSweep(t, 3*time.Minute, m, "--out", out)
+		o, e, err := sshRunSweep(t, home, 3*time.Minute, m, "--out", out)
 		done <- result{o, e, err}
 	}()
 	var pid int
@@ -201,6 +203,7 @@ func pidAlive(pid int) bool {
 // says why; accept-new never overrides a mismatch. (An unknown host accepted
 // under accept-new is TestSSHSweep.)
 func TestSSHHostKeys(t *testing.T) {
+	parallelWhenWide(t)
 	srv, home, workdir := sshHome(t, true)
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
 	other, _ := ssh.NewSignerFromKey(otherKey)
@@ -218,7 +221,7 @@ func TestSSHHostKeys(t *testing.T) {
 			dir := t.TempDir()
 			m := sshMatrixFile(t, dir, workdir, tc.policy, "")
 			out := filepath.Join(dir, "out")
-			_, stderr, err := sshRunSweep(t, time.Minute, m, "--out", out)
+			_, stderr, err := sshRunSweep(t, home, time.Minute, m, "--out", out)
 			if err == nil {
 				t.Fatalf("run succeeded against a host whose key is %s", tc.name)
 			}

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,10 +21,12 @@ import (
 // started from the mbench binary that the sweep uploads. sshdtest skips
 // them without sshd unless MBENCH_REQUIRE_SSHD=1.
 
-// sshHome starts sshd and points $HOME at a temporary directory whose
+// sshHome starts sshd and writes a temporary home directory whose
 // .ssh/config holds the "sshdtest" alias and whose .ssh/known_hosts holds
 // the server's key (knownHosts false leaves known_hosts empty). It returns
-// the server, the home directory and a remote work directory.
+// the server, the home directory and a remote work directory. The test
+// process's $HOME is left alone: sshRunSweep gives the home to the mbench
+// it starts, so that the SSH tests can run in parallel (parallelWhenWide).
 func sshHome(t *testing.T, knownHosts bool) (srv *sshdtest.Server, home, workdir string) {
 	t.Helper()
 	return sshHomeFor(t, sshdtest.Start(t), knownHosts)
@@ -48,10 +50,12 @@ func sshHomeFor(t *testing.T, srv *sshdtest.Server, knownHosts bool) (_ *sshdtes
 		kh = srv.KnownHostsLine() + "\n"
 	}
 	sshWrite(t, filepath.Join(sshDir, "known_hosts"), kh)
-	t.Setenv("HOME", home)
-	t.Setenv("SSH_AUTH_SOCK", "")
 	return srv, home, t.TempDir()
 }
+
+// sshEnv is the environment of an mbench whose SSH client setup is home's
+// (no agent).
+func sshEnv(home string) []string { return []string{"HOME=" + home, "SSH_AUTH_SOCK="} }
 
 func sshWrite(t *testing.T, path, data string) {
 	t.Helper()
@@ -164,11 +168,45 @@ func checkSweep(t *testing.T, out string, want int) []string {
 	return dirs
 }
 
-func sshRunSweep(t *testing.T, timeout time.Duration, args ...string) (string, string, error) {
+// sshRunSweep runs `mbench run ARGS...` as a child process with home's SSH
+// setup (sshEnv), waits up to timeout, and returns its stdout, its stderr
+// and the error it exited with (childErr): nil for a sweep that finished
+// with only a busy machine's verdicts, as runSweepCLI.
+func sshRunSweep(t *testing.T, home string, timeout time.Duration, args ...string) (string, string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return runSweepCLI(t, ctx, append([]string{"run"}, args...)...)
+	c := startMbenchEnv(t, t.TempDir(), sshEnv(home), append([]string{"run"}, args...)...)
+	code := c.wait(timeout)
+	if code == -1 {
+		c.kill()
+		return c.stdout.String(), c.stderr.String(), fmt.Errorf("mbench run still running after %s, killed", timeout)
+	}
+	err := childErr(code, c.stderr.String())
+	if onlyMachineVerdicts(t, err) {
+		err = nil
+	}
+	return c.stdout.String(), c.stderr.String(), err
+}
+
+// childError is the error an mbench child exited with: its exit status
+// and the error it printed last ("mbench: ..." to the end of stderr).
+type childError struct {
+	code int
+	msg  string
+}
+
+func (e childError) Error() string { return e.msg }
+func (e childError) ExitCode() int { return e.code }
+
+// childErr is nil for exit status 0, else the childError of code and stderr.
+func childErr(code int, stderr string) error {
+	if code == 0 {
+		return nil
+	}
+	msg := stderr
+	if i := strings.LastIndex(stderr, "mbench: "); i >= 0 && (i == 0 || stderr[i-1] == '\n') {
+		msg = stderr[i+len("mbench: "):]
+	}
+	return childError{code, strings.TrimSpace(msg)}
 }
 
 // TestSSHSweep runs a whole sweep on an SSH host that is not in
@@ -178,6 +216,7 @@ func sshRunSweep(t *testing.T, timeout time.Duration, args ...string) (string, s
 // that the remote probe's host samples land in the run directory, and that
 // nothing of the sweep is left running on the host.
 func TestSSHSweep(t *testing.T) {
+	parallelWhenWide(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}
@@ -185,7 +224,7 @@ func TestSSHSweep(t *testing.T) {
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, ", host_key_policy: accept-new", "")
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := sshRunSweep(t, 3*time.Minute, m, "--out", out)
+	stdout, stderr, err := sshRunSweep(t, home, 3*time.Minute, m, "--out", out)
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
@@ -236,7 +275,7 @@ func TestSSHSweep(t *testing.T) {
 	body := strings.Replace(sshRead(t, local), "address: sshdtest", "address: local", 1)
 	sshWrite(t, local, body)
 	lout := filepath.Join(dir, "local")
-	if stdout, stderr, err := sshRunSweep(t, 3*time.Minute, local, "--out", lout, "--quiet"); err != nil {
+	if stdout, stderr, err := sshRunSweep(t, home, 3*time.Minute, local, "--out", lout, "--quiet"); err != nil {
 		t.Fatalf("local run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
 	if a, b := strings.Join(runFiles(t, out), "\n"), strings.Join(runFiles(t, lout), "\n"); a != b {
@@ -285,16 +324,17 @@ func remotePids(t *testing.T, logDir string) map[int]bool {
 }
 
 func TestSSHSweepTunnel(t *testing.T) {
+	parallelWhenWide(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}
-	_, _, workdir := sshHome(t, true)
+	_, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, ", tunnel: true", "")
 	sshOneRate(t, m)
 	port := sshMatrixPort(t, m)
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := sshRunSweep(t, 3*time.Minute, m, "--out", out, "--quiet")
+	stdout, stderr, err := sshRunSweep(t, home, 3*time.Minute, m, "--out", out, "--quiet")
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
@@ -345,10 +385,11 @@ func requestTargets(t *testing.T, runDir string) map[string]int {
 }
 
 func TestSSHRouterTopology(t *testing.T) {
+	parallelWhenWide(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}
-	_, _, workdir := sshHome(t, true)
+	_, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, "", `
     topology: {instances_per_host: 3}
@@ -360,7 +401,7 @@ func TestSSHRouterTopology(t *testing.T) {
 	b, _ := os.ReadFile(m)
 	sshWrite(t, m, strings.ReplaceAll(string(b), "%RPORT%", rport))
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := sshRunSweep(t, 3*time.Minute, m, "--out", out, "--quiet")
+	stdout, stderr, err := sshRunSweep(t, home, 3*time.Minute, m, "--out", out, "--quiet")
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
@@ -390,14 +431,16 @@ func TestSSHSweepChattyLogin(t *testing.T) {
 	srv := sshdtest.StartFake(t)
 	srv.SetLoginNoise("Welcome to gpu0!\nLast login: never\n")
 	_, home, _ := sshHomeFor(t, srv, true)
-	dir := t.TempDir()
 	// The in-process server's commands inherit this process's $HOME (the
-	// temporary home), so a ~ workdir lands there.
+	// temporary home), so a ~ workdir lands there: this test sets it, and
+	// so runs alone.
+	t.Setenv("HOME", home)
+	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, "~/remote work", ", tunnel: true", "")
 	workdir := filepath.Join(home, "remote work")
 	sshOneRate(t, m)
 	out := filepath.Join(dir, "out")
-	stdout, stderr, err := sshRunSweep(t, 3*time.Minute, m, "--out", out, "--quiet")
+	stdout, stderr, err := sshRunSweep(t, home, 3*time.Minute, m, "--out", out, "--quiet")
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}

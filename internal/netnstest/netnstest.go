@@ -176,6 +176,17 @@ func (b *Bed) WaitJobState(job string, d time.Duration, states ...string) string
 // sets HOME to it for the test, and returns it.
 func (b *Bed) SSHHome(t testing.TB) string {
 	t.Helper()
+	home := b.SSHHomeDir(t)
+	t.Setenv("HOME", home)
+	t.Setenv("SSH_AUTH_SOCK", "")
+	return home
+}
+
+// SSHHomeDir writes the home directory SSHHome sets and returns it, for a
+// parallel test that gives it to the processes it starts (HOME=, and an
+// empty SSH_AUTH_SOCK) instead of setting the test process's environment.
+func (b *Bed) SSHHomeDir(t testing.TB) string {
+	t.Helper()
 	home := t.TempDir()
 	dir := filepath.Join(home, ".ssh")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -190,8 +201,6 @@ func (b *Bed) SSHHome(t testing.TB) string {
 			t.Fatal(err)
 		}
 	}
-	t.Setenv("HOME", home)
-	t.Setenv("SSH_AUTH_SOCK", "")
 	return home
 }
 
