@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/mbench/mbench/internal/llamacpptest"
+	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/llamacpp"
 	"github.com/mbench/mbench/openloop"
 )
@@ -191,6 +192,9 @@ func median(xs []float64) float64 {
 // slots at 2, 8 and 40 req/s loses no request, and every request streams
 // its 16 tokens, one per chunk, and says how much of its prompt was cached.
 func TestLoadAgainstLlamaServer(t *testing.T) {
+	// Beside the package's other waiting tests in a plain run (each its
+	// own server and model path); serial in CI's long run.
+	longrun.Parallel(t)
 	bin := llamacpptest.Find(t)
 	srv := llamacpptest.Start(t, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
 	for _, tc := range []struct {
@@ -241,7 +245,8 @@ func load(t *testing.T, prefix []string, url string, rate float64, n int) []open
 // reactor — can wait for a core): the server and mbench run at nice −20
 // (as root), and a batch of 30 requests is measured up to three times,
 // the check holding when one batch's median is within 2 ms. A systematic
-// error of mbench's would be in every batch.
+// error of mbench's would be in every batch. It runs before the package's
+// parallel tests, without their servers beside it.
 func TestTTFTAgainstEngineTimings(t *testing.T) {
 	bin := llamacpptest.Find(t)
 	srv := llamacpptest.StartWith(t, llamacpptest.Options{Nice: -20}, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")

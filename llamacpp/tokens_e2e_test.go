@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mbench/mbench/internal/llamacpptest"
+	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/llamacpp"
 )
 
@@ -25,6 +26,9 @@ import (
 //     said as failed requests, and the failures count neither as requests
 //     the engine left incomplete nor as load it could not carry.
 func TestTokenIDsAgainstLlamaServer(t *testing.T) {
+	// Beside the package's other waiting tests in a plain run (each its
+	// own server and model path); serial in CI's long run.
+	longrun.Parallel(t)
 	bin := llamacpptest.Find(t)
 	m := llamacpp.TinyModel
 	m.Vocab = 20000

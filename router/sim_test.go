@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/internal/simtest"
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/probes"
@@ -213,44 +215,54 @@ func TestPoliciesOnSim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end on the sim")
 	}
+	// The seeds' replays wait on the sims' steps, not on the cores: side
+	// by side in a plain run, one after another in CI's long run.
 	for _, seed := range []uint64{1, 2, 3} {
-		big := conversationTrace(t, seed, 120, 4)
-		trace, lines := sampleTrace(t, big, 120, int64(seed))
-		ideal := idealTokens(lines)
-		sims := make([]string, 4)
-		got := map[Policy]float64{}
-		for _, pol := range Policies {
-			// A fresh set of sims per policy: caches must start cold.
-			for i := range sims {
-				sims[i] = simtest.Start(t, fastSim())
-			}
-			// No load-aware override here (TestStickyOverride covers it): on
-			// a starved machine it would move sessions, and the ideal below
-			// assumes they stay.
-			url, log := startRouter(t, sims, nil, Options{Policy: pol, OverrideFactor: 1000})
-			got[pol] = pooled(replay(t, url, sims, trace))
-			if pol != RoundRobin {
-				home := map[string]int{}
-				for _, e := range log.Entries() {
-					if e.Reason == "override" {
-						home[e.Session] = e.Instance
-						continue
-					}
-					if h, ok := home[e.Session]; ok && e.Session != "" && h != e.Instance {
-						t.Errorf("seed %d %s: session %s moved from %d to %d without an override", seed, pol, e.Session, h, e.Instance)
-					}
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			longrun.Parallel(t)
+			policiesOnSim(t, seed)
+		})
+	}
+}
+
+// policiesOnSim is TestPoliciesOnSim for one seed's trace.
+func policiesOnSim(t *testing.T, seed uint64) {
+	big := conversationTrace(t, seed, 120, 4)
+	trace, lines := sampleTrace(t, big, 120, int64(seed))
+	ideal := idealTokens(lines)
+	sims := make([]string, 4)
+	got := map[Policy]float64{}
+	for _, pol := range Policies {
+		// A fresh set of sims per policy: caches must start cold.
+		for i := range sims {
+			sims[i] = simtest.Start(t, fastSim())
+		}
+		// No load-aware override here (TestStickyOverride covers it): on
+		// a starved machine it would move sessions, and the ideal below
+		// assumes they stay.
+		url, log := startRouter(t, sims, nil, Options{Policy: pol, OverrideFactor: 1000})
+		got[pol] = pooled(replay(t, url, sims, trace))
+		if pol != RoundRobin {
+			home := map[string]int{}
+			for _, e := range log.Entries() {
+				if e.Reason == "override" {
 					home[e.Session] = e.Instance
+					continue
 				}
+				if h, ok := home[e.Session]; ok && e.Session != "" && h != e.Instance {
+					t.Errorf("seed %d %s: session %s moved from %d to %d without an override", seed, pol, e.Session, h, e.Instance)
+				}
+				home[e.Session] = e.Instance
 			}
 		}
-		t.Logf("seed %d: %d requests, ideal %.4f; measured %v", seed, len(lines), ideal, got)
-		for _, pol := range []Policy{Sticky, Linear, LMetric} {
-			if got[pol] < ideal-0.06 || got[pol] > ideal+1e-9 {
-				t.Errorf("seed %d: %s hit rate %.4f, want within 6 pp below the ideal %.4f", seed, pol, got[pol], ideal)
-			}
-			if got[pol]-got[RoundRobin] < 0.15 {
-				t.Errorf("seed %d: %s hit rate %.4f, round-robin %.4f: want ≥ 15 pp more", seed, pol, got[pol], got[RoundRobin])
-			}
+	}
+	t.Logf("seed %d: %d requests, ideal %.4f; measured %v", seed, len(lines), ideal, got)
+	for _, pol := range []Policy{Sticky, Linear, LMetric} {
+		if got[pol] < ideal-0.06 || got[pol] > ideal+1e-9 {
+			t.Errorf("seed %d: %s hit rate %.4f, want within 6 pp below the ideal %.4f", seed, pol, got[pol], ideal)
+		}
+		if got[pol]-got[RoundRobin] < 0.15 {
+			t.Errorf("seed %d: %s hit rate %.4f, round-robin %.4f: want ≥ 15 pp more", seed, pol, got[pol], got[RoundRobin])
 		}
 	}
 }

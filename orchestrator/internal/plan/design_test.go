@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/stats"
@@ -133,7 +134,7 @@ func TestDesignErrorRates(t *testing.T) {
 	}
 	// notAbove: k false positives in n are consistent with a rate ≤ α (the
 	// one-sided binomial p of k or more at α is above 0.001).
-	notAbove := func(what string, k, n int) {
+	notAbove := func(t *testing.T, what string, k, n int) {
 		t.Helper()
 		if p := stats.BinomialTail(k, n, 0.05); p < 0.001 {
 			t.Errorf("%s: %d false positives in %d comparisons (%.1f%%) is above α = 5%% (one-sided binomial p = %.2g)", what, k, n, 100*float64(k)/float64(n), p)
@@ -142,62 +143,68 @@ func TestDesignErrorRates(t *testing.T) {
 	for _, wd := range worlds {
 		for _, stage1 := range []int{2, 4} {
 			for _, target := range []float64{0.04, 0.06, 0.10} {
-				var aaN, aaFP, taxN, taxCover, taxFound, early, earlyFP, earlyN, earlyTax, earlyCover, blocks, wide int
-				for seed := int64(1); seed <= seeds; seed++ {
-					o := synthSweep(seed, wd.w, stage1, maxBlocks, target, true)
-					blocks += o.blocks
-					for id, c := range o.comps {
-						if o.early && (c.Hi-c.Lo)/2 > target+1e-12 {
-							wide++
-						}
-						switch id[:2] {
-						case "aa", "no":
-							aaN++
-							if significantRaw(c) {
-								aaFP++
-							}
-							if o.early {
-								earlyN++
-								if significantRaw(c) {
-									earlyFP++
-								}
-							}
-						case "ta":
-							taxN++
-							in := c.Lo <= 0.25 && 0.25 <= c.Hi
-							if in {
-								taxCover++
-							}
-							if o.early {
-								earlyTax++
-								if in {
-									earlyCover++
-								}
-							}
-							if significantRaw(c) && c.Effect > 0 {
-								taxFound++
-							}
-						}
-					}
-					if o.early {
-						early++
-					}
-				}
-				rate := func(k, n int) float64 { return 100 * float64(k) / float64(max(n, 1)) }
 				what := fmt.Sprintf("%s, repeat.min %d, target ±%.0f%%", wd.name, stage1, 100*target)
-				t.Logf("%s: %d sweeps, %.1f blocks on average, %.0f%% ended by the rule; A/A and noop false positives %.1f%% (%.1f%% of those the rule ended); tax +25%% found %.1f%%, CI covers it %.1f%% (%.1f%% where the rule ended the sweep)",
-					what, seeds, float64(blocks)/seeds, rate(early, seeds), rate(aaFP, aaN), rate(earlyFP, earlyN), rate(taxFound, taxN), rate(taxCover, taxN), rate(earlyCover, earlyTax))
-				if wide > 0 {
-					t.Errorf("%s: %d printed primary CIs wider than the target in sweeps the rule ended as converged", what, wide)
-				}
-				notAbove(what+", all sweeps", aaFP, aaN)
-				notAbove(what+", sweeps the rule ended", earlyFP, earlyN)
-				if r := rate(taxCover, taxN); r < 93.5 {
-					t.Errorf("%s: tax CI coverage %.1f%% < 93.5%% (nominal 95%%)", what, r)
-				}
-				if r := rate(taxFound, taxN); r < 90 {
-					t.Errorf("%s: a +25%% tax found in %.1f%% of sweeps, want ≥ 90%%", what, r)
-				}
+				// 1,000 sweeps of pure computation each: side by side in a
+				// plain run (the cores are otherwise idle), one after
+				// another in CI's long run.
+				t.Run(what, func(t *testing.T) {
+					longrun.Parallel(t)
+					var aaN, aaFP, taxN, taxCover, taxFound, early, earlyFP, earlyN, earlyTax, earlyCover, blocks, wide int
+					for seed := int64(1); seed <= seeds; seed++ {
+						o := synthSweep(seed, wd.w, stage1, maxBlocks, target, true)
+						blocks += o.blocks
+						for id, c := range o.comps {
+							if o.early && (c.Hi-c.Lo)/2 > target+1e-12 {
+								wide++
+							}
+							switch id[:2] {
+							case "aa", "no":
+								aaN++
+								if significantRaw(c) {
+									aaFP++
+								}
+								if o.early {
+									earlyN++
+									if significantRaw(c) {
+										earlyFP++
+									}
+								}
+							case "ta":
+								taxN++
+								in := c.Lo <= 0.25 && 0.25 <= c.Hi
+								if in {
+									taxCover++
+								}
+								if o.early {
+									earlyTax++
+									if in {
+										earlyCover++
+									}
+								}
+								if significantRaw(c) && c.Effect > 0 {
+									taxFound++
+								}
+							}
+						}
+						if o.early {
+							early++
+						}
+					}
+					rate := func(k, n int) float64 { return 100 * float64(k) / float64(max(n, 1)) }
+					t.Logf("%s: %d sweeps, %.1f blocks on average, %.0f%% ended by the rule; A/A and noop false positives %.1f%% (%.1f%% of those the rule ended); tax +25%% found %.1f%%, CI covers it %.1f%% (%.1f%% where the rule ended the sweep)",
+						what, seeds, float64(blocks)/seeds, rate(early, seeds), rate(aaFP, aaN), rate(earlyFP, earlyN), rate(taxFound, taxN), rate(taxCover, taxN), rate(earlyCover, earlyTax))
+					if wide > 0 {
+						t.Errorf("%s: %d printed primary CIs wider than the target in sweeps the rule ended as converged", what, wide)
+					}
+					notAbove(t, what+", all sweeps", aaFP, aaN)
+					notAbove(t, what+", sweeps the rule ended", earlyFP, earlyN)
+					if r := rate(taxCover, taxN); r < 93.5 {
+						t.Errorf("%s: tax CI coverage %.1f%% < 93.5%% (nominal 95%%)", what, r)
+					}
+					if r := rate(taxFound, taxN); r < 90 {
+						t.Errorf("%s: a +25%% tax found in %.1f%% of sweeps, want ≥ 90%%", what, r)
+					}
+				})
 			}
 		}
 	}
