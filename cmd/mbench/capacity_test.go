@@ -48,7 +48,7 @@ baseline: plain
 // engine (the ground truth, measured independently) puts it, and finds the
 // taxed config's capacity lower with a paired CI that excludes 0.
 func TestCapacitySearchOnSim(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	longTest(t)
 	if testing.Short() {
 		t.Skip("end-to-end capacity search")
@@ -211,7 +211,7 @@ func TestCapacitySearchOnSim(t *testing.T) {
 // itself, interrupted and resumed, is orchestrator's TestLoopCapacityReplay
 // in-process and TestCapacitySearchOnSim on the simulated engine.)
 func TestCapacityPlanText(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, capacitySim+"capacity: {metric: ttft_p90, max_ms: 30, lo: 60, hi: 240, tolerance: 0.15, blocks: 3}\n")
 	mx, err := matrices.Load(m)
@@ -446,7 +446,7 @@ func sameSet(a, b []string) bool {
 // and the variable, each probe says what each bound found, and report.md
 // opens with the search in those terms.
 func TestCapacityConcurrencyConstraintsOnSim(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("end-to-end capacity search")
 	}

@@ -16,7 +16,7 @@ import (
 // first-token delay: the files are written and the summary's TTFT matches
 // the injected delay.
 func TestLoadCommand(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	srv, err := stub.Start(stub.Options{Tokens: 8, FirstToken: 20 * time.Millisecond, Gap: 2 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestLoadCommand(t *testing.T) {
 
 // TestLoadCommandBadFlags: bad input is a usage error (exit 2), never a run.
 func TestLoadCommandBadFlags(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, args := range [][]string{
 		{"load", "--url", "http://127.0.0.1:1", "--rate", "0", "--input", "1", "--output", "1", "--requests", "1", "--out", t.TempDir()},
 		{"load", "--url", "http://127.0.0.1:1", "--rate", "1", "--input", "1", "--output", "1", "--out", t.TempDir()},
@@ -71,7 +71,7 @@ func TestLoadCommandBadFlags(t *testing.T) {
 // TestEngineNeverReady: an engine command that exits before it is ready
 // fails its runs with the command and the last lines of its log.
 func TestEngineNeverReady(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, strings.Replace(strings.Replace(tinyMatrix, "rates: [10, 20]", "rates: [10]", 1),
 		"repeat: {min: 2, max: 2,", "repeat: {min: 1, max: 1,", 1)+"")

@@ -21,7 +21,7 @@ func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 	// beside three other sweeps a busy machine's rising TTFT graded it
 	// saturated, so where parallel tests run sweepParallel at a time it
 	// runs before them (its cases still beside each other).
-	parallelWhenNarrow(t)
+	defer parallelWhenNarrow(t)()
 	cases := []struct {
 		name    string
 		opts    stub.Options
@@ -52,7 +52,7 @@ func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t)()
 			c.opts.FirstToken = 10 * time.Millisecond
 			srv, err := stub.Start(c.opts)
 			if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"os"
-	"strconv"
 	"testing"
 )
 
@@ -20,55 +19,75 @@ func longTest(t *testing.T) {
 }
 
 // sweepParallel is how many parallel tests run at once in a plain
-// `go test`. The sweep tests spend their time waiting on load windows,
-// engine starts, sshd and Slurm, not computing (the whole package: about
-// 80 s of CPU in 330 s of wall on 2 cores), so GOMAXPROCS (2) at a time
-// leaves the cores idle; at 8 at a time the bursts of a loaded machine
-// pushed sweeps that must finish clean (a preemption-free LRU replay, long
-// outputs) into machine verdicts.
+// `go test`, TestBed aside. The sweep tests spend their time waiting on
+// load windows, engine starts, sshd and Slurm, not computing (the whole
+// package: about 80 s of CPU in 330 s of wall on 2 cores), so GOMAXPROCS
+// (2) at a time leaves the cores idle; at 8 at a time the bursts of a
+// loaded machine pushed sweeps that must finish clean (a preemption-free
+// LRU replay, long outputs) into machine verdicts.
 const sweepParallel = 4
 
-// wide is whether parallel tests run sweepParallel at a time (widenParallel).
+// wide is whether this is a plain run, whose parallel tests run
+// sweepParallel at a time beside TestBed (widenParallel).
 var wide bool
 
-// widenParallel sets -test.parallel to sweepParallel in a plain run. With
-// MBENCH_LONG=1 (.ci/run), whose statistical validation sweeps measure the
-// machine's noise, or with -test.parallel given, nothing changes: parallel
-// tests run at most GOMAXPROCS (or the given number) at a time, and the
-// bed, Slurm and SSH tests one after another (parallelWhenWide).
+// sweepSlots holds a token for each parallel test running in a plain run.
+var sweepSlots = make(chan struct{}, sweepParallel)
+
+// widenParallel makes a plain run wide. With MBENCH_LONG=1 (.ci/run),
+// whose statistical validation sweeps measure the machine's noise, or
+// with -test.parallel given, nothing changes: parallel tests run at most
+// GOMAXPROCS (or the given number) at a time, and the bed, Slurm and SSH
+// tests one after another (parallelWhenWide). A wide run lifts the testing
+// package's own limit and counts slots itself (parallel), so that TestBed,
+// the package's longest chain (its nine bed sweeps in a row), starts with
+// the parallel phase instead of in whatever order that phase frees slots.
+// (-v then counts a test's wait for its slot in its time.)
 func widenParallel() {
 	if os.Getenv("MBENCH_LONG") == "1" {
 		return
 	}
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	f := flag.Lookup("test.parallel")
-	if f == nil || given {
-		return
-	}
-	if n, err := strconv.Atoi(f.Value.String()); err == nil && n < sweepParallel {
-		wide = f.Value.Set(strconv.Itoa(sweepParallel)) == nil
+	if f := flag.Lookup("test.parallel"); f != nil && !given {
+		wide = f.Value.Set("1000") == nil
 	}
 }
 
-// parallelWhenWide marks a test that waits on real processes (the bed's
-// cluster, the one-node Slurm, sshd) parallel in a plain run, where it
-// runs beside the other sweeps; in CI's long run it stays serial, as it
-// always ran there.
-func parallelWhenWide(t *testing.T) {
+// parallel marks t parallel and returns what its test must defer. In a
+// plain run t then waits for one of sweepParallel slots, freed when the
+// test function returns — where the testing package frees its own, so
+// that a parent's parallel subtests, which run once it has returned, are
+// not kept waiting by it.
+func parallel(t *testing.T) (done func()) {
 	t.Helper()
-	if wide {
-		t.Parallel()
+	t.Parallel()
+	if !wide {
+		return func() {}
 	}
+	sweepSlots <- struct{}{}
+	return func() { <-sweepSlots }
 }
 
-// parallelWhenNarrow marks a test whose subject is a verdict that a busy
-// machine moves parallel only where parallel tests run at most GOMAXPROCS
-// at a time (CI's long run); in a plain run it runs before the parallel
-// tests, its own parallel cases beside each other only.
-func parallelWhenNarrow(t *testing.T) {
+// parallelWhenWide is parallel for a test that waits on real processes
+// (the one-node Slurm, sshd) in a plain run, where it runs beside the
+// other sweeps; in CI's long run it stays serial, as it always ran there.
+func parallelWhenWide(t *testing.T) (done func()) {
 	t.Helper()
 	if !wide {
-		t.Parallel()
+		return func() {}
 	}
+	return parallel(t)
+}
+
+// parallelWhenNarrow is parallel for a test whose subject is a verdict
+// that a busy machine moves: parallel only where parallel tests run at
+// most GOMAXPROCS at a time (CI's long run); in a plain run it runs before
+// the parallel tests, its own parallel cases beside each other only.
+func parallelWhenNarrow(t *testing.T) (done func()) {
+	t.Helper()
+	if wide {
+		return func() {}
+	}
+	return parallel(t)
 }

@@ -37,7 +37,7 @@ func lockHolderPID(out string) int {
 // changes nothing; after kill -9 of the holder the lock is free, and resume
 // finishes the sweep.
 func TestOneOwnerPerSweepDirectory(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
@@ -94,7 +94,7 @@ func TestOneOwnerPerSweepDirectory(t *testing.T) {
 // not change its report; a different confidence or baseline is a flag of
 // export, and the report says so.
 func TestExportUsesTheRecordedMethod(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
@@ -162,7 +162,7 @@ func TestExportUsesTheRecordedMethod(t *testing.T) {
 // another run's summary is redone, and temporary files left by kill -9 are
 // removed.
 func TestResumeAfterMoveAndDamage(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}

@@ -21,7 +21,7 @@ import (
 // (.state logs included) and the output of validate, run --dry-run, run and
 // export for them.
 func TestSecretsNeverWritten(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("secrets sweep")
 	}

@@ -48,7 +48,7 @@ gate: {enabled: false}
 `
 
 func TestSeed003RoutedSweep(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}

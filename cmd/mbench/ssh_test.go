@@ -216,7 +216,7 @@ func childErr(code int, stderr string) error {
 // that the remote probe's host samples land in the run directory, and that
 // nothing of the sweep is left running on the host.
 func TestSSHSweep(t *testing.T) {
-	parallelWhenWide(t)
+	defer parallelWhenWide(t)()
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}
@@ -324,7 +324,7 @@ func remotePids(t *testing.T, logDir string) map[int]bool {
 }
 
 func TestSSHSweepTunnel(t *testing.T) {
-	parallelWhenWide(t)
+	defer parallelWhenWide(t)()
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}
@@ -385,7 +385,7 @@ func requestTargets(t *testing.T, runDir string) map[string]int {
 }
 
 func TestSSHRouterTopology(t *testing.T) {
-	parallelWhenWide(t)
+	defer parallelWhenWide(t)()
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}

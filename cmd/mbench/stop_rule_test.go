@@ -15,7 +15,7 @@ import (
 // "converged" only when every primary comparison's CI as export prints it
 // is within the target, and report.md's stop line says so.
 func TestStoppingRuleClaimIsThePrintedCI(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	longTest(t)
 	if testing.Short() {
 		t.Skip("sim sweep")

@@ -45,7 +45,7 @@ func writeMatrix(t *testing.T, dir, body string) string {
 }
 
 func TestSweepEndToEndOnSim(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}

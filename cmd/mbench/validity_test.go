@@ -92,7 +92,7 @@ func aaHolds(r results.ComparisonRow) bool {
 }
 
 func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	longTest(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
@@ -147,7 +147,7 @@ func busyRuns(rep *report.Exported) int {
 // shows a spurious "tax"; with the Williams orders (mirror-image pairs of
 // blocks, whatever the seed) it is within noise.
 func TestValidityOrderingEffect(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	longTest(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep")

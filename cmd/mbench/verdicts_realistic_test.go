@@ -19,7 +19,7 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 	// beside three other sweeps a busy machine's rising TTFT graded it
 	// saturated, so where parallel tests run sweepParallel at a time it
 	// runs before them (its cases still beside each other).
-	parallelWhenNarrow(t)
+	defer parallelWhenNarrow(t)()
 	if testing.Short() {
 		t.Skip("sim sweeps")
 	}
@@ -48,7 +48,7 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t)()
 			dir := t.TempDir()
 			m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
 			writeSimMatrix(t, m, map[string]string{"%CONFIGS%": "  plain:\n    sim: " + c.sim, "%RATES%": "20", "%BLOCKS%": "1"})

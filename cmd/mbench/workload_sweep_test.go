@@ -156,7 +156,7 @@ gate: {enabled: false}
 // through a sweep; each run replays exactly request_limit requests, in
 // session order under max_inflight_sessions, with a prefix-cache hit rate.
 func TestWorkloadTraceSweep(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}
@@ -215,7 +215,7 @@ gate: {enabled: false}
 // and since fill prompts never share tokens with measured prompts, the
 // measured prompts' hit rate is the same with and without the fill.
 func TestWorkloadGammaAndCacheFillSweep(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}

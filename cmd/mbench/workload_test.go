@@ -80,7 +80,7 @@ func bySend(recs []openloop.Record) []openloop.Record {
 }
 
 func TestWorkloadSharedPrefixHitRate(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	base := serveSimInProcess(t, fastSim(8192)) // 131k tokens: nothing is evicted
 	for _, tc := range []struct {
 		name                   string
@@ -246,7 +246,7 @@ func predictTrace(lines []traceLine, recs []openloop.Record, capacity int) float
 }
 
 func TestWorkloadTraceLRUHitRate(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	const kvBlocks = 1024 // 32 trace blocks of 512 tokens: the trace's working set does not fit
 	lines := readTrace(t, syntheticTrace)
 	sim := fastSim(kvBlocks)
