@@ -185,6 +185,7 @@ def run(version: str, load_name: str, async_scheduling: bool, steps: int, out_di
     if os.path.exists(log):
         os.remove(log)
     os.environ["MBENCH_STEP_LOG"] = log
+    os.environ["MBENCH_GPU_TIME"] = "all"  # every batch against the profiler (the default samples 1 in 16)
     plugin._reset_for_tests()
     MODEL, t = load(load_name)
     rn.RUNNER_BASE = TorchRunner
@@ -417,33 +418,45 @@ def call_costs(n: int = 20000) -> dict:
     return out
 
 
-def timer_cost(chunks: int = 20, per: int = 200) -> dict:
-    """Engine-thread CPU of the GPU timer: paired chunks, timer on / off."""
+def timer_cost(setting: str, chunks: int = 30, per: int = 200) -> dict:
+    """Engine-thread CPU of the GPU timer with MBENCH_GPU_TIME=setting:
+    paired chunks (ABBA), the runner's _model_forward as installed (the
+    gate, the timed wrapper) against the bare method swapped back in."""
     global MODEL
     from mbench_vllm import plugin
-    from mbench_vllm.gpu import GPU
+    from mbench_vllm.gpu import GPU, find_runner
 
     os.environ["MBENCH_STEP_LOG"] = "/tmp/mbench_timer_cost.jsonl"
+    os.environ["MBENCH_GPU_TIME"] = setting
     plugin._reset_for_tests()
     MODEL = Model(256, 1024, 4)  # tiny: the CPU side dominates
     rn.RUNNER_BASE = TorchRunner
     ns = fake_vllm(VERSIONS["main"], gpu="real")
     eng = ns.EngineCore(VllmConfig(timings=Timings(), async_scheduling=True, decode=256), ns.Executor, False)
+    runner, why = find_runner(eng)
+    if runner is None or not GPU.measured:
+        raise SystemExit(f"timer cost: GPU timer not installed ({why or GPU.reason})")
+    cls = type(runner)
+    wrapped = cls.__dict__["_model_forward"]
+    bare = wrapped.__wrapped__
     for _ in range(50):
         eng.step_fn()
     GPU_API[0] = GPU.api
     on, off = [], []
-    for _ in range(chunks):
-        for flag, res in ((True, on), (False, off)):
-            GPU.measured = flag
+    for c in range(chunks):
+        arms = ((wrapped, on), (bare, off)) if c % 2 == 0 else ((bare, off), (wrapped, on))
+        for f, res in arms:
+            setattr(cls, "_model_forward", f)
             t0 = time.thread_time_ns()
             for _ in range(per):
                 eng.step_fn()
             res.append((time.thread_time_ns() - t0) / per / 1000)
-    GPU.measured = True
+    setattr(cls, "_model_forward", wrapped)
+    every, gate = GPU.every, GPU.gate
     plugin._reset_for_tests()
     d = [a - b for a, b in zip(on, off)]
-    return {"gpu_timer_engine_thread_us_per_step": statistics.median(d),
+    return {"setting": setting, "every": every, "gate": gate,
+            "gpu_timer_engine_thread_us_per_step": statistics.median(d),
             "step_engine_thread_us_timer_off": statistics.median(off)}
 
 
@@ -501,9 +514,12 @@ def main() -> None:
                       f"start {_f(r.get('launch_to_kernel_start_us_p50'))} us ({r.get('trace_matched', 0)}/"
                       f"{r.get('trace_forwards', 0)} forwards{'; ' + r['trace_note'] if r.get('trace_note') else ''}); "
                       f"gpu_us p50 without the profiler {_f(r.get('gpu_us_p50_noprof'))} us", flush=True)
-    cost = timer_cost()
-    print(f"GPU timer on the engine thread: {cost['gpu_timer_engine_thread_us_per_step']:.2f} us/step "
-          f"(step {cost['step_engine_thread_us_timer_off']:.1f} us without it; events: {GPU_API[0]})", flush=True)
+    cost = [timer_cost(setting) for setting in ("all", "")]
+    for c in cost:
+        what = ("every forward timed (MBENCH_GPU_TIME=all)" if c["every"] == 1 else
+                f"the default, a random 1 in {c['every']} forwards timed ({c['gate']} gate)")
+        print(f"GPU timer on the engine thread, {what}: {c['gpu_timer_engine_thread_us_per_step']:.2f} us/step "
+              f"(step {c['step_engine_thread_us_timer_off']:.1f} us without it; events: {GPU_API[0]})", flush=True)
     from mbench_vllm.gpu import choose_events
 
     make, api = choose_events(torch)

@@ -17,7 +17,10 @@
  *   Timer  a callable that wraps one vLLM method: a vectorcall that checks
  *          the guards, reads CLOCK_MONOTONIC (the clock of
  *          time.perf_counter_ns on Linux) around the call and adds the
- *          difference into its slot of `acc`. It is a method descriptor
+ *          difference into its slot of `acc`. One kind (K_GATE) times
+ *          nothing: it is the GPU timer's sampling gate (gpu.py), which
+ *          sends a random 1 in `every` calls to its hook (the timed
+ *          wrapper) and the others straight to the method. It is a method descriptor
  *          (Py_TPFLAGS_METHOD_DESCRIPTOR), so obj.method(...) calls it with
  *          no bound-method object, like a Python function.
  *
@@ -50,6 +53,7 @@ typedef struct {
     PyObject *hook;  /* the rare-case callback (see kinds) */
     PyObject *seen;  /* launch: the set of result classes already looked at */
     PyObject *dict;  /* __wrapped__, __name__, the wrapped mark */
+    unsigned long long rng, cut; /* gate: xorshift64* state; a draw below cut goes to hook */
 } Timer;
 
 #define ACC(st) ((long long *)(st)->acc.buf)
@@ -365,21 +369,41 @@ static PyObject *gf_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObj
     return out;
 }
 
-static const vectorcallfunc kind_calls[K_COUNT] = {step_vc, sched_vc, meta_vc, update_vc, launch_vc, wait_vc, gf_vc};
+/* The GPU timer's sampling gate (gpu.py's _wrap_forward, its Python twin):
+   a random 1 in `every` calls go to the timed wrapper (hook), the others to
+   the method itself. xorshift64* (Vigna 2016): one multiply per call. */
+static PyObject *gate_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Timer *t = (Timer *)op;
+    unsigned long long x = t->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t->rng = x;
+    if (x * 0x2545F4914F6CDD1DULL < t->cut) return PyObject_Vectorcall(t->hook, args, nargsf, kwnames);
+    PASS();
+}
+
+static const vectorcallfunc kind_calls[K_COUNT] = {step_vc, sched_vc, meta_vc, update_vc, launch_vc, wait_vc, gf_vc,
+                                                   gate_vc};
 
 static PyObject *timer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *names[] = {"func", "state", "kind", "bq", "hook", "seen", NULL};
+    static char *names[] = {"func", "state", "kind", "bq", "hook", "seen", "every", "seed", NULL};
     PyObject *func, *state, *hook = Py_None, *seen = Py_None;
     int kind, bq = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!i|pOO", names, &func, &CoreType, &state, &kind, &bq,
-                                     &hook, &seen))
+    unsigned long long every = 0, seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!i|pOOKK", names, &func, &CoreType, &state, &kind, &bq,
+                                     &hook, &seen, &every, &seed))
         return NULL;
     if (kind < 0 || kind >= K_COUNT || !PyCallable_Check(func)) {
         PyErr_SetString(PyExc_ValueError, "Timer(func, state, kind): func callable, kind a K_* constant");
         return NULL;
     }
-    if ((kind == K_STEP || kind == K_LAUNCH || kind == K_GF) && !PyCallable_Check(hook)) {
+    if ((kind == K_STEP || kind == K_LAUNCH || kind == K_GF || kind == K_GATE) && !PyCallable_Check(hook)) {
         PyErr_SetString(PyExc_ValueError, "this Timer kind needs a callable hook");
+        return NULL;
+    }
+    if (kind == K_GATE && (every < 1 || seed == 0)) {
+        PyErr_SetString(PyExc_ValueError, "a gate Timer needs every >= 1 and a nonzero seed");
         return NULL;
     }
     if (kind == K_LAUNCH && !PySet_Check(seen)) {
@@ -395,6 +419,9 @@ static PyObject *timer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     t->bq = bq ? 1 : 0;
     t->hook = Py_NewRef(hook);
     t->seen = Py_NewRef(seen);
+    t->rng = seed;
+    /* P(draw < cut) = 1/every: cut = 2^64 / every (every = 1: always). */
+    t->cut = every <= 1 ? ~0ULL : (~0ULL / every) + 1;
     return (PyObject *)t;
 }
 
@@ -460,7 +487,7 @@ static PyTypeObject TimerType = {
     .tp_name = "mbench_vllm._fastwrap.Timer",
     .tp_basicsize = sizeof(Timer),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "Timer(func, state, kind, bq=False, hook=None, seen=None): a timing wrapper of func.",
+    .tp_doc = "Timer(func, state, kind, bq=False, hook=None, seen=None, every=0, seed=0): a timing wrapper of func.",
     .tp_new = timer_new,
     .tp_dealloc = (destructor)timer_dealloc,
     .tp_traverse = (traverseproc)timer_traverse,
@@ -510,7 +537,7 @@ PyMODINIT_FUNC PyInit__fastwrap(void) {
         PyModule_AddIntConstant(m, "K_STEP", K_STEP) < 0 || PyModule_AddIntConstant(m, "K_SCHED", K_SCHED) < 0 ||
         PyModule_AddIntConstant(m, "K_META", K_META) < 0 || PyModule_AddIntConstant(m, "K_UPDATE", K_UPDATE) < 0 ||
         PyModule_AddIntConstant(m, "K_LAUNCH", K_LAUNCH) < 0 || PyModule_AddIntConstant(m, "K_WAIT", K_WAIT) < 0 ||
-        PyModule_AddIntConstant(m, "K_GF", K_GF) < 0) {
+        PyModule_AddIntConstant(m, "K_GF", K_GF) < 0 || PyModule_AddIntConstant(m, "K_GATE", K_GATE) < 0) {
         Py_XDECREF(layout);
         Py_DECREF(m);
         return NULL;

@@ -42,6 +42,18 @@ the host-bound flag when any of its forwards was). The engine thread pays
 two event records, one event query, two clock reads and one deque append
 per forward.
 
+Sampling: timing a forward costs the engine thread two event records, a
+query and the wrapper (13-26 us on the H200 host, more than the step
+timers' whole budget), so by default a random 1 in ``DEFAULT_EVERY``
+forwards is timed and the others run untouched behind a gate (the C
+``Timer`` kind ``K_GATE`` where the C timers load: one multiply per
+forward; else a Python wrapper). Each timed batch's gpu_us is its measured
+GPU time; the unsampled batches have none (never an estimate), and the
+status line's ``gpu_hook`` and ``gpu_sample_every`` say how many were
+sampled. ``MBENCH_GPU_TIME`` in the engine's environment sets it
+(``gpu_time_setting``): ``1/N`` a random 1 in N, ``all`` (or ``1``,
+``on``) every forward, ``0`` (or ``off``) none.
+
 Where the model runs in another process (multiproc executor: TP or PP > 1),
 or the runner has no ``_model_forward`` (the V2 model runner), or torch/CUDA
 is missing, GPU time is *not measured*, and the engine's status line says
@@ -51,6 +63,7 @@ why. Nothing here imports torch at module import time.
 from __future__ import annotations
 
 import os
+import random
 from collections import deque
 from time import perf_counter_ns
 
@@ -64,6 +77,27 @@ POOL = 256  # events created and recorded at install: 128 forwards in flight
 # only have idled inside the span while the host launched, so an unmarked
 # span's kernels take at least (1 - HOST_SHARE) of it.
 HOST_SHARE = 0.05
+DEFAULT_EVERY = 16  # a random 1 in 16 forwards timed unless MBENCH_GPU_TIME says otherwise
+ENV_GPU_TIME = "MBENCH_GPU_TIME"
+
+
+def gpu_time_setting(value: str | None) -> tuple[int, str]:
+    """(every, error) for the value of MBENCH_GPU_TIME: every = 0 (off),
+    1 (each forward) or N (a random 1 in N); error says why a value is not
+    understood (every is then 0: GPU time is not measured, and the status
+    line carries the error)."""
+    v = (value or "").strip().lower()
+    if v == "":
+        return DEFAULT_EVERY, ""
+    if v in ("0", "off", "no", "false", "none"):
+        return 0, ""
+    if v in ("1", "on", "yes", "true", "all", "every", "1/1"):
+        return 1, ""
+    num, sep, den = v.partition("/")
+    if sep and num.strip() == "1" and den.strip().isdigit() and 1 <= int(den) <= 1_000_000:
+        return int(den), ""
+    return 0, (f"{ENV_GPU_TIME}={value!r} is not understood: use 1/N (a random 1 in N forwards, "
+               f"N from 1 to 1000000; the default 1/{DEFAULT_EVERY}), all, or 0 (off)")
 
 
 class GPUTimer:
@@ -88,6 +122,9 @@ class GPUTimer:
         self.created = 0  # events made after install (the pool ran dry)
         self.make = None  # the event factory chosen at install
         self.api = ""
+        self.every = DEFAULT_EVERY  # a random 1 in every forwards is timed (install sets it)
+        self.rng = random.Random()  # the Python gate's draws (the C gate has its own)
+        self.gate = ""  # which gate: "" (none: every forward), "c", "python"
         self.unclaimed: dict = {}  # batch -> [gpu ns, flushes seen, host-bound]
 
     def idle(self) -> bool:
@@ -98,7 +135,7 @@ class GPUTimer:
     def status(self) -> dict:
         """The GPU part of the engine's status line (probes.EngineStatus)."""
         if self.measured:
-            return {"gpu_time": "measured", "gpu_hook": self.hook}
+            return {"gpu_time": "measured", "gpu_hook": self.hook, "gpu_sample_every": self.every}
         return {"gpu_time": "not_measured", "gpu_reason": self.reason}
 
     def not_measured(self, reason: str) -> None:
@@ -136,12 +173,18 @@ class GPUTimer:
 
     def install_runner(self, runner) -> None:
         """Hook the class of ``runner`` (the engine's in-process model runner),
-        unless the engine's environment turned GPU timing off
-        (``MBENCH_GPU_TIME=0``: the step timers alone, at their lower
-        engine-thread cost)."""
-        if os.environ.get("MBENCH_GPU_TIME", "1").strip().lower() in ("0", "off", "no", "false"):
-            self.not_measured("GPU timing turned off in the engine's environment (MBENCH_GPU_TIME=0)")
+        timing the share of forwards MBENCH_GPU_TIME asks for, unless the
+        engine's environment turned GPU timing off (``MBENCH_GPU_TIME=0``:
+        the step timers alone, at their lower engine-thread cost)."""
+        raw = os.environ.get(ENV_GPU_TIME)
+        every, err = gpu_time_setting(raw)
+        if err:
+            self.not_measured(err)
             return
+        if every == 0:
+            self.not_measured(f"GPU timing turned off in the engine's environment ({ENV_GPU_TIME}={raw})")
+            return
+        self.every = every
         cls = type(runner)
         if getattr(cls, "_model_forward", None) is None:
             self.not_measured(
@@ -166,8 +209,15 @@ class GPUTimer:
         self.make, self.api = make, api
         self.free.extend(pool)
         _patch(cls, "_model_forward", _wrap_forward)
+        # A class hooked by an earlier install keeps that install's gate.
+        f = getattr(cls, "_model_forward")
+        self.every = getattr(f, "_mbench_gpu_every", self.every)
+        self.gate = getattr(f, "_mbench_gpu_gate", "")
         self.measured = True
         self.hook = f"CUDA events ({api}) around {cls.__name__}._model_forward (in the engine process)"
+        if self.every > 1:
+            self.hook += (f", on a random 1 in {self.every} forwards ({self.gate} gate; "
+                          f"{ENV_GPU_TIME}=all times every one)")
 
     def grow(self):
         """Two more events (the pool ran dry: more than POOL/2 forwards unread)."""
@@ -281,6 +331,35 @@ def _patch(cls, name: str, wrapper) -> None:
 
 
 def _wrap_forward(orig):
+    """_model_forward behind the sampling gate: a random 1 in GPU.every
+    calls go to the timed wrapper, the others to the method itself."""
+    from . import _recorder
+
+    timed = _timed_forward(orig)
+    g = GPU
+    fw = _recorder.FAST
+    if g.every <= 1:
+        f, gate = timed, ""
+    elif fw is not None:
+        seed = int.from_bytes(os.urandom(8), "little") | 1
+        f = _mark(fw.Timer(orig, _recorder.STATE, fw.K_GATE, hook=timed, every=g.every, seed=seed), orig)
+        gate = "c"
+    else:
+        draw = g.rng.random
+        p = 1.0 / g.every
+
+        def _model_forward(self, *args, **kwargs):
+            if draw() >= p:
+                return orig(self, *args, **kwargs)
+            return timed(self, *args, **kwargs)
+
+        f, gate = _mark(_model_forward, orig), "python"
+    f._mbench_gpu_every = g.every
+    f._mbench_gpu_gate = gate
+    return f
+
+
+def _timed_forward(orig):
     """_model_forward between two CUDA events: nothing of the plugin's
     between the start event's record and the call."""
     from ._recorder import STATE

@@ -38,7 +38,7 @@ import time
 
 from . import steplog
 
-ABI = 1
+ABI = 2
 ENV_NATIVE = "MBENCH_VLLM_NATIVE"
 ENV_CACHE = "MBENCH_VLLM_CACHE"
 MODULE = "mbench_vllm._fastwrap"

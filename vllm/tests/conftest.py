@@ -47,12 +47,15 @@ def impl(request):
 
 @pytest.fixture
 def step_log(impl, tmp_path, monkeypatch):
-    """MBENCH_STEP_LOG in tmp_path; plugin and fake vllm reset around the
-    test; run once per timer implementation."""
+    """MBENCH_STEP_LOG in tmp_path, MBENCH_GPU_TIME=all; plugin and fake
+    vllm reset around the test; run once per timer implementation."""
     from mbench_vllm import plugin
 
     path = str(tmp_path / "engine_step.jsonl")
     monkeypatch.setenv("MBENCH_STEP_LOG", path)
+    # Every forward GPU-timed: the tests join each batch to its truth (the
+    # sampling gate's own tests set MBENCH_GPU_TIME themselves).
+    monkeypatch.setenv("MBENCH_GPU_TIME", "all")
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
     saved = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
     plugin._reset_for_tests()

@@ -193,7 +193,10 @@ def test_h200_script_timers_mode_cases(tmp_path, monkeypatch):
     _check_verdicts(code, proof["results"])
     assert [(r["version"], r["path"], r["load"]) for r in proof["results"]] == [
         ("main", "batch_queue", "gpu_bound"), ("main", "batch_queue", "cpu_bound")]
-    assert proof["idle_gap"] == {} and proof["call_costs_ns"] == {} and proof["timer_cost"]
+    assert proof["idle_gap"] == {} and proof["call_costs_ns"] == {}
+    # The GPU timer's cost timing every forward, then at the default sampling.
+    assert [(c["setting"], c["every"]) for c in proof["timer_cost"]] == [("all", 1), ("", 16)], proof["timer_cost"]
+    assert proof["timer_cost"][1]["gate"] in ("c", "python")
     import tarfile
 
     with tarfile.open(tmp_path / "steps.tar.gz") as tar:
