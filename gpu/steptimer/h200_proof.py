@@ -418,16 +418,29 @@ def call_costs(n: int = 20000) -> dict:
     return out
 
 
-def timer_cost(setting: str, chunks: int = 30, per: int = 200) -> dict:
-    """Engine-thread CPU of the GPU timer with MBENCH_GPU_TIME=setting:
-    paired chunks (ABBA), the runner's _model_forward as installed (the
-    gate, the timed wrapper) against the bare method swapped back in."""
+def _median_ci(d: list) -> tuple:
+    """The median of d and its 95% distribution-free interval (order
+    statistics of the binomial: ranks n/2 -/+ 1.96 sqrt(n)/2)."""
+    x = sorted(d)
+    n = len(x)
+    h = 0.98 * n ** 0.5
+    lo, hi = max(0, int(n / 2 - h)), min(n - 1, int(n / 2 + h + 0.999))
+    return statistics.median(x), x[lo], x[hi]
+
+
+def timer_cost(chunks: int = 60, per: int = 300) -> list:
+    """Engine-thread CPU of the GPU timer, in one engine: the runner's
+    _model_forward as the bare method, as the timed wrapper (every forward,
+    MBENCH_GPU_TIME=all) and behind the default gate (a random 1 in 16),
+    swapped in chunk by chunk in a rotating order; each arm's cost is the
+    median over chunks of its difference to the bare chunk beside it."""
     global MODEL
+    from mbench_vllm import gpu as gpumod
     from mbench_vllm import plugin
     from mbench_vllm.gpu import GPU, find_runner
 
     os.environ["MBENCH_STEP_LOG"] = "/tmp/mbench_timer_cost.jsonl"
-    os.environ["MBENCH_GPU_TIME"] = setting
+    os.environ.pop("MBENCH_GPU_TIME", None)  # the default: the gate
     plugin._reset_for_tests()
     MODEL = Model(256, 1024, 4)  # tiny: the CPU side dominates
     rn.RUNNER_BASE = TorchRunner
@@ -437,27 +450,33 @@ def timer_cost(setting: str, chunks: int = 30, per: int = 200) -> dict:
     if runner is None or not GPU.measured:
         raise SystemExit(f"timer cost: GPU timer not installed ({why or GPU.reason})")
     cls = type(runner)
-    wrapped = cls.__dict__["_model_forward"]
-    bare = wrapped.__wrapped__
-    for _ in range(50):
-        eng.step_fn()
+    gate = cls.__dict__["_model_forward"]
+    bare = gate.__wrapped__
+    every, gate_kind = GPU.every, GPU.gate
+    arms = {"bare": bare, "all": gpumod._timed_forward(bare), "default": gate}
+    for f in arms.values():
+        setattr(cls, "_model_forward", f)
+        for _ in range(30):
+            eng.step_fn()
     GPU_API[0] = GPU.api
-    on, off = [], []
+    got: dict = {k: [] for k in arms}
+    orders = (("bare", "all", "default"), ("all", "default", "bare"), ("default", "bare", "all"))
     for c in range(chunks):
-        arms = ((wrapped, on), (bare, off)) if c % 2 == 0 else ((bare, off), (wrapped, on))
-        for f, res in arms:
-            setattr(cls, "_model_forward", f)
+        for k in orders[c % 3]:
+            setattr(cls, "_model_forward", arms[k])
             t0 = time.thread_time_ns()
             for _ in range(per):
                 eng.step_fn()
-            res.append((time.thread_time_ns() - t0) / per / 1000)
-    setattr(cls, "_model_forward", wrapped)
-    every, gate = GPU.every, GPU.gate
+            got[k].append((time.thread_time_ns() - t0) / per / 1000)
+    setattr(cls, "_model_forward", gate)
     plugin._reset_for_tests()
-    d = [a - b for a, b in zip(on, off)]
-    return {"setting": setting, "every": every, "gate": gate,
-            "gpu_timer_engine_thread_us_per_step": statistics.median(d),
-            "step_engine_thread_us_timer_off": statistics.median(off)}
+    out = []
+    for k, setting, ev, g in (("all", "all", 1, ""), ("default", "", every, gate_kind)):
+        m, lo, hi = _median_ci([a - b for a, b in zip(got[k], got["bare"])])
+        out.append({"setting": setting, "every": ev, "gate": g, "gpu_timer_engine_thread_us_per_step": m,
+                    "ci95": [lo, hi], "chunks": chunks, "steps_per_chunk": per,
+                    "step_engine_thread_us_timer_off": statistics.median(got["bare"])})
+    return out
 
 
 GPU_API = [""]
@@ -471,13 +490,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--cost-chunks", type=int, default=60, help="chunks per arm of the GPU timer's cost")
     ap.add_argument("--cases", default="",
                     help="only these cases, e.g. main:batch_queue:gpu_bound,main:batch_queue:cpu_bound "
-                         "(version:path:load; default all 8)")
+                         "(version:path:load; default all 8; none: only the GPU timer's cost)")
     ap.add_argument("--quick", action="store_true",
                     help="skip the idle-gap probe and the per-call costs (the timer cost still runs)")
     a = ap.parse_args()
-    want = {tuple(c.split(":")) for c in a.cases.split(",") if c}
+    only_cost = a.cases == "none"  # the GPU timer's cost alone
+    want = set() if only_cost else {tuple(c.split(":")) for c in a.cases.split(",") if c}
     bad = [c for c in want if len(c) != 3 or c[0] not in ("0.18", "main") or c[1] not in ("batch_queue", "step")
            or c[2] not in ("gpu_bound", "cpu_bound")]
     if bad:
@@ -497,7 +518,7 @@ def main() -> None:
     for version in ("0.18", "main"):
         for load_name in ("gpu_bound", "cpu_bound"):
             for bq in (True, False):
-                if want and (version, "batch_queue" if bq else "step", load_name) not in want:
+                if only_cost or want and (version, "batch_queue" if bq else "step", load_name) not in want:
                     continue
                 r = run(version, load_name, bq, a.steps, logs)
                 r.update(run(version, load_name, bq, a.steps, logs, profile=False))
@@ -514,12 +535,13 @@ def main() -> None:
                       f"start {_f(r.get('launch_to_kernel_start_us_p50'))} us ({r.get('trace_matched', 0)}/"
                       f"{r.get('trace_forwards', 0)} forwards{'; ' + r['trace_note'] if r.get('trace_note') else ''}); "
                       f"gpu_us p50 without the profiler {_f(r.get('gpu_us_p50_noprof'))} us", flush=True)
-    cost = [timer_cost(setting) for setting in ("all", "")]
+    cost = timer_cost(chunks=a.cost_chunks)
     for c in cost:
         what = ("every forward timed (MBENCH_GPU_TIME=all)" if c["every"] == 1 else
                 f"the default, a random 1 in {c['every']} forwards timed ({c['gate']} gate)")
         print(f"GPU timer on the engine thread, {what}: {c['gpu_timer_engine_thread_us_per_step']:.2f} us/step "
-              f"(step {c['step_engine_thread_us_timer_off']:.1f} us without it; events: {GPU_API[0]})", flush=True)
+              f"(95% CI {c['ci95'][0]:.2f} to {c['ci95'][1]:.2f}; {c['chunks']} chunks of {c['steps_per_chunk']} steps; "
+              f"step {c['step_engine_thread_us_timer_off']:.1f} us without it; events: {GPU_API[0]})", flush=True)
     from mbench_vllm.gpu import choose_events
 
     make, api = choose_events(torch)
