@@ -251,6 +251,7 @@ def run(version: str, load_name: str, async_scheduling: bool, steps: int, out_di
     res = {
         "version": version, "load": load_name, "path": "batch_queue" if async_scheduling else "step",
         "steps": len(stepl), "joined": len(ratios), "status_gpu": status[-1].get("gpu_time") if status else None,
+        "gpu_hook": status[-1].get("gpu_hook") if status else None,
         "gpu_us_p50": statistics.median(p[1] for p in pairs) if pairs else None,
         "profiler_fwd_us_p50": statistics.median(p[2] for p in pairs) if pairs else None,
         "ratio_p10": q[0], "ratio_p50": med, "ratio_p90": q[-1],
@@ -428,19 +429,22 @@ def _median_ci(d: list) -> tuple:
     return statistics.median(x), x[lo], x[hi]
 
 
-def timer_cost(chunks: int = 60, per: int = 300) -> list:
+def timer_cost(chunks: int = 60, per: int = 300, events: str = "") -> list:
     """Engine-thread CPU of the GPU timer, in one engine: the runner's
     _model_forward as the bare method, as the timed wrapper (every forward,
     MBENCH_GPU_TIME=all) and behind the default gate (a random 1 in 16),
     swapped in chunk by chunk in a rotating order; each arm's cost is the
     median over chunks of its difference to the bare chunk beside it."""
     global MODEL
-    from mbench_vllm import gpu as gpumod
     from mbench_vllm import plugin
     from mbench_vllm.gpu import GPU, find_runner
 
     os.environ["MBENCH_STEP_LOG"] = "/tmp/mbench_timer_cost.jsonl"
     os.environ.pop("MBENCH_GPU_TIME", None)  # the default: the gate
+    if events:
+        os.environ["MBENCH_GPU_EVENTS"] = events
+    else:
+        os.environ.pop("MBENCH_GPU_EVENTS", None)
     plugin._reset_for_tests()
     MODEL = Model(256, 1024, 4)  # tiny: the CPU side dominates
     rn.RUNNER_BASE = TorchRunner
@@ -452,8 +456,8 @@ def timer_cost(chunks: int = 60, per: int = 300) -> list:
     cls = type(runner)
     gate = cls.__dict__["_model_forward"]
     bare = gate.__wrapped__
-    every, gate_kind = GPU.every, GPU.gate
-    arms = {"bare": bare, "all": gpumod._timed_forward(bare), "default": gate}
+    every, gate_kind, api = GPU.every, GPU.gate, GPU.api
+    arms = {"bare": bare, "all": GPU.timed(bare), "default": gate}
     for f in arms.values():
         setattr(cls, "_model_forward", f)
         for _ in range(30):
@@ -470,10 +474,11 @@ def timer_cost(chunks: int = 60, per: int = 300) -> list:
             got[k].append((time.thread_time_ns() - t0) / per / 1000)
     setattr(cls, "_model_forward", gate)
     plugin._reset_for_tests()
+    os.environ.pop("MBENCH_GPU_EVENTS", None)
     out = []
     for k, setting, ev, g in (("all", "all", 1, ""), ("default", "", every, gate_kind)):
         m, lo, hi = _median_ci([a - b for a, b in zip(got[k], got["bare"])])
-        out.append({"setting": setting, "every": ev, "gate": g, "gpu_timer_engine_thread_us_per_step": m,
+        out.append({"setting": setting, "every": ev, "gate": g, "events": api, "gpu_timer_engine_thread_us_per_step": m,
                     "ci95": [lo, hi], "chunks": chunks, "steps_per_chunk": per,
                     "step_engine_thread_us_timer_off": statistics.median(got["bare"])})
     return out
@@ -534,14 +539,15 @@ def main() -> None:
                       f"record to first launch p50 {_f(r.get('host_record_to_launch_us_p50'))} us, launch to kernel "
                       f"start {_f(r.get('launch_to_kernel_start_us_p50'))} us ({r.get('trace_matched', 0)}/"
                       f"{r.get('trace_forwards', 0)} forwards{'; ' + r['trace_note'] if r.get('trace_note') else ''}); "
-                      f"gpu_us p50 without the profiler {_f(r.get('gpu_us_p50_noprof'))} us", flush=True)
-    cost = timer_cost(chunks=a.cost_chunks)
+                      f"gpu_us p50 without the profiler {_f(r.get('gpu_us_p50_noprof'))} us; events: "
+                      f"{r.get('gpu_hook')}", flush=True)
+    cost = timer_cost(chunks=a.cost_chunks) + timer_cost(chunks=a.cost_chunks, events="torch")
     for c in cost:
         what = ("every forward timed (MBENCH_GPU_TIME=all)" if c["every"] == 1 else
                 f"the default, a random 1 in {c['every']} forwards timed ({c['gate']} gate)")
         print(f"GPU timer on the engine thread, {what}: {c['gpu_timer_engine_thread_us_per_step']:.2f} us/step "
               f"(95% CI {c['ci95'][0]:.2f} to {c['ci95'][1]:.2f}; {c['chunks']} chunks of {c['steps_per_chunk']} steps; "
-              f"step {c['step_engine_thread_us_timer_off']:.1f} us without it; events: {GPU_API[0]})", flush=True)
+              f"step {c['step_engine_thread_us_timer_off']:.1f} us without it; events: {c['events']})", flush=True)
     from mbench_vllm.gpu import choose_events
 
     make, api = choose_events(torch)

@@ -20,7 +20,9 @@
  *          difference into its slot of `acc`. One kind (K_GATE) times
  *          nothing: it is the GPU timer's sampling gate (gpu.py), which
  *          sends a random 1 in `every` calls to its hook (the timed
- *          wrapper) and the others straight to the method. It is a method descriptor
+ *          wrapper) and the others straight to the method; another
+ *          (K_FWD) is that timed wrapper on CUDA events of its own
+ *          (_fastwrap_events.h). It is a method descriptor
  *          (Py_TPFLAGS_METHOD_DESCRIPTOR), so obj.method(...) calls it with
  *          no bound-method object, like a Python function.
  *
@@ -77,6 +79,8 @@ static void exc_restore(saved_exc *s) {
     PyErr_Restore(s->a, s->b, s->c);
 #endif
 }
+
+#include "_fastwrap_events.h"
 
 /* After a call: the duration into slot `slot` (when the record exists). */
 static inline void add(Core *st, int slot, long long d) {
@@ -383,8 +387,52 @@ static PyObject *gate_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyO
     PASS();
 }
 
+/* The GPU timer's timed forward (gpu.py's _timed_forward, on the CUDA
+   driver's events: _fastwrap_events.h): the start event on torch's current
+   stream, the call, whether the GPU had reached the start event when the
+   launch ended (and the launch's host ns), the end event, the pair queued
+   with the batch being launched. A CUDA error stops the timer (gpu.py's
+   fail says why) and never the forward. */
+static PyObject *fwd_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Timer *t = (Timer *)op;
+    Events *ev = (Events *)t->seen;
+    if (!ev->on) PASS();
+    void *s;
+    if (ev_stream(ev, &s) < 0) {
+        PyErr_Clear();
+        ev_failed(ev, "reading torch's current stream", -1);
+        PASS();
+    }
+    cu_result r;
+    void *e0 = ev_take(ev, &r), *e1 = e0 ? ev_take(ev, &r) : NULL;
+    if (e1 == NULL) {
+        if (e0) ev_give(ev, e0);
+        ev_failed(ev, "cuEventCreate", r);
+        PASS();
+    }
+    long long t0 = now_ns(); /* before the record: the span cannot start earlier */
+    if ((r = cu.record(e0, s)) != CU_OK) {
+        ev_give(ev, e0);
+        ev_give(ev, e1);
+        ev_failed(ev, "cuEventRecord", r);
+        PASS();
+    }
+    PyObject *res = PyObject_Vectorcall(t->func, args, nargsf, kwnames);
+    long long host = now_ns() - t0;
+    r = cu.query(e0);
+    if (r == CU_NOT_READY) host = 0; /* the GPU was behind: every kernel queued before it got there */
+    if ((r != CU_OK && r != CU_NOT_READY) || (r = cu.record(e1, s)) != CU_OK) {
+        ev_give(ev, e0);
+        ev_give(ev, e1);
+        ev_failed(ev, "cuEventQuery/cuEventRecord", r);
+        return res;
+    }
+    ev_push(ev, t->st->batch_seq, e0, e1, host);
+    return res;
+}
+
 static const vectorcallfunc kind_calls[K_COUNT] = {step_vc, sched_vc, meta_vc, update_vc, launch_vc, wait_vc, gf_vc,
-                                                   gate_vc};
+                                                   gate_vc, fwd_vc};
 
 static PyObject *timer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"func", "state", "kind", "bq", "hook", "seen", "every", "seed", NULL};
@@ -400,6 +448,10 @@ static PyObject *timer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     }
     if ((kind == K_STEP || kind == K_LAUNCH || kind == K_GF || kind == K_GATE) && !PyCallable_Check(hook)) {
         PyErr_SetString(PyExc_ValueError, "this Timer kind needs a callable hook");
+        return NULL;
+    }
+    if (kind == K_FWD && !PyObject_TypeCheck(seen, &EventsType)) {
+        PyErr_SetString(PyExc_ValueError, "a forward Timer needs its Events (seen=)");
         return NULL;
     }
     if (kind == K_GATE && (every < 1 || seed == 0)) {
@@ -526,7 +578,9 @@ PyMODINIT_FUNC PyInit__fastwrap(void) {
         {&s_emit, "emit"}, {&s_poke, "_poke"}, {&s_problem, "problem"}, {&s_append, "append"}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         if (!(*strs[i].s = PyUnicode_InternFromString(strs[i].v))) return NULL;
-    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&RingType) < 0 || PyType_Ready(&TimerType) < 0) return NULL;
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&RingType) < 0 || PyType_Ready(&TimerType) < 0 ||
+        PyType_Ready(&EventsType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&fw_module);
     if (m == NULL) return NULL;
     PyObject *layout = Py_BuildValue("(iiiiiiiiiiiiiiiiii)", STEP_SLOTS, S_TS, S_DUR, S_SCHED, S_META, S_EXEC,
@@ -537,7 +591,8 @@ PyMODINIT_FUNC PyInit__fastwrap(void) {
         PyModule_AddIntConstant(m, "K_STEP", K_STEP) < 0 || PyModule_AddIntConstant(m, "K_SCHED", K_SCHED) < 0 ||
         PyModule_AddIntConstant(m, "K_META", K_META) < 0 || PyModule_AddIntConstant(m, "K_UPDATE", K_UPDATE) < 0 ||
         PyModule_AddIntConstant(m, "K_LAUNCH", K_LAUNCH) < 0 || PyModule_AddIntConstant(m, "K_WAIT", K_WAIT) < 0 ||
-        PyModule_AddIntConstant(m, "K_GF", K_GF) < 0 || PyModule_AddIntConstant(m, "K_GATE", K_GATE) < 0) {
+        PyModule_AddIntConstant(m, "K_GF", K_GF) < 0 || PyModule_AddIntConstant(m, "K_GATE", K_GATE) < 0 ||
+        PyModule_AddIntConstant(m, "K_FWD", K_FWD) < 0) {
         Py_XDECREF(layout);
         Py_DECREF(m);
         return NULL;
@@ -545,7 +600,9 @@ PyMODINIT_FUNC PyInit__fastwrap(void) {
     Py_INCREF(&CoreType);
     Py_INCREF(&RingType);
     Py_INCREF(&TimerType);
-    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0 ||
+    Py_INCREF(&EventsType);
+    if (PyModule_AddObject(m, "Events", (PyObject *)&EventsType) < 0 ||
+        PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0 ||
         PyModule_AddObject(m, "Ring", (PyObject *)&RingType) < 0 ||
         PyModule_AddObject(m, "Timer", (PyObject *)&TimerType) < 0) {
         Py_DECREF(m);

@@ -42,6 +42,15 @@ the host-bound flag when any of its forwards was). The engine thread pays
 two event records, one event query, two clock reads and one deque append
 per forward.
 
+Which events: where the C timers load, their own (``_fastwrap_events.h``):
+a pool made with the CUDA driver API (libcuda, found with dlopen; the
+library torch's runtime calls), recorded by a C ``Timer`` (kind
+``K_FWD``) on torch's current stream with one ``cuEventRecord`` each, read
+by the flusher with torch's context pushed; no Python on the timed path.
+Else, or with ``MBENCH_GPU_EVENTS=torch``, or where the driver's events do
+not work (the status line's ``gpu_hook`` says why), ``torch.Event`` as
+above. Both paths do the same steps in the same order.
+
 Sampling: timing a forward costs the engine thread two event records, a
 query and the wrapper (13-26 us on the H200 host, more than the step
 timers' whole budget), so by default a random 1 in ``DEFAULT_EVERY``
@@ -79,6 +88,11 @@ POOL = 256  # events created and recorded at install: 128 forwards in flight
 HOST_SHARE = 0.05
 DEFAULT_EVERY = 16  # a random 1 in 16 forwards timed unless MBENCH_GPU_TIME says otherwise
 ENV_GPU_TIME = "MBENCH_GPU_TIME"
+# Which events: "driver" (the C timers' own, on the CUDA driver API:
+# _fastwrap_events.h), "torch" (torch.Event), or unset: the driver's where
+# the C timers load and they work, else torch's.
+ENV_GPU_EVENTS = "MBENCH_GPU_EVENTS"
+ENV_LIBCUDA = "MBENCH_LIBCUDA"  # the CUDA driver library (default libcuda.so.1; the tests' fake)
 
 
 def gpu_time_setting(value: str | None) -> tuple[int, str]:
@@ -125,11 +139,15 @@ class GPUTimer:
         self.every = DEFAULT_EVERY  # a random 1 in every forwards is timed (install sets it)
         self.rng = random.Random()  # the Python gate's draws (the C gate has its own)
         self.gate = ""  # which gate: "" (none: every forward), "c", "python"
+        if getattr(self, "events", None) is not None:
+            self.events.on = 0
+            self.events.clear()
+        self.events = None  # the C Events where the driver's events are used
         self.unclaimed: dict = {}  # batch -> [gpu ns, flushes seen, host-bound]
 
     def idle(self) -> bool:
         """No event pair or GPU time waits to be read or written."""
-        return not self.pending and not self.unclaimed
+        return not self.pending and not self.unclaimed and (self.events is None or self.events.pending == 0)
 
     # ---- status ----------------------------------------------------------
     def status(self) -> dict:
@@ -141,6 +159,8 @@ class GPUTimer:
     def not_measured(self, reason: str) -> None:
         self.measured = False
         self.reason = reason
+        if self.events is not None:
+            self.events.on = 0
 
     def fail(self, reason: str) -> None:
         """Stop measuring mid-run; the status line says so from now on."""
@@ -194,7 +214,14 @@ class GPUTimer:
         torch = self.load_torch()
         if torch is None:
             return
+        why_not_driver = self.install_driver_events(torch)
+        if self.events is not None:
+            self.api = "CUDA driver events (cuEventRecord on torch's current stream, from C)"
+            self._hook(cls)
+            return
         make, api = choose_events(torch)
+        if why_not_driver:
+            api += f"; the CUDA driver's events were not used: {why_not_driver}"
         if make is None:
             self.not_measured(f"CUDA events do not work in the engine process: {api}")
             return
@@ -208,13 +235,49 @@ class GPUTimer:
             return
         self.make, self.api = make, api
         self.free.extend(pool)
-        _patch(cls, "_model_forward", _wrap_forward)
-        # A class hooked by an earlier install keeps that install's gate.
+        self._hook(cls)
+
+    def install_driver_events(self, torch) -> str:
+        """Make the C Events (self.events) unless MBENCH_GPU_EVENTS=torch or
+        the C timers did not load; "" when made, else why not."""
+        from . import _recorder
+
+        want = os.environ.get(ENV_GPU_EVENTS, "").strip().lower()
+        if want == "torch":
+            return f"{ENV_GPU_EVENTS}=torch"
+        fw = _recorder.FAST
+        if fw is None or not hasattr(fw, "Events"):
+            return "the C timers are not loaded"
+        try:
+            stream = torch._C._cuda_getCurrentRawStream
+            dev = int(torch.cuda.current_device())
+            self.events = fw.Events(os.environ.get(ENV_LIBCUDA) or "libcuda.so.1", POOL, MAX_PENDING, stream, dev,
+                                    self.fail)
+        except Exception as exc:
+            self.events = None
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
+    def timed(self, orig):
+        """The timed wrapper of orig on this install's events."""
+        from . import _recorder
+
+        if self.events is not None:
+            fw = _recorder.FAST
+            return _mark(fw.Timer(orig, _recorder.STATE, fw.K_FWD, seen=self.events), orig)
+        return _timed_forward(orig)
+
+    def _hook(self, cls) -> None:
+        """Wrap cls._model_forward for this install (a wrapper an earlier
+        install left on the class, with its events and gate, is replaced)."""
+        self.generation = getattr(GPUTimer, "_installs", 0) + 1
+        GPUTimer._installs = self.generation
         f = getattr(cls, "_model_forward")
-        self.every = getattr(f, "_mbench_gpu_every", self.every)
-        self.gate = getattr(f, "_mbench_gpu_gate", "")
+        if getattr(f, MARK, False) and getattr(f, "_mbench_gpu_gen", None) is not None:
+            setattr(cls, "_model_forward", f.__wrapped__)
+        _patch(cls, "_model_forward", _wrap_forward)
         self.measured = True
-        self.hook = f"CUDA events ({api}) around {cls.__name__}._model_forward (in the engine process)"
+        self.hook = f"CUDA events ({self.api}) around {cls.__name__}._model_forward (in the engine process)"
         if self.every > 1:
             self.hook += (f", on a random 1 in {self.every} forwards ({self.gate} gate; "
                           f"{ENV_GPU_TIME}=all times every one)")
@@ -267,28 +330,36 @@ class GPUTimer:
     def _read(self) -> dict:
         """batch -> [span ns, host-bound] of the completed pairs."""
         done: dict = {}
+        for b, ns, host in self.events.read() if self.events is not None else self._read_torch():
+            if ns is None or not b:
+                continue
+            hb = host > HOST_SHARE * ns
+            d = done.get(b)
+            if d is None:
+                done[b] = [ns, hb]
+            else:
+                d[0] += ns
+                d[1] = d[1] or hb
+        return done
+
+    def _read_torch(self) -> list:
+        """[(batch, span ns or None, host ns)] of the completed torch pairs,
+        oldest first, their events back in the pool."""
+        out: list = []
         pending, free = self.pending, self.free
         while pending:
             b, e0, e1, host = pending[0]
             try:
                 if not e1.query():
                     break  # one stream: later pairs are not done either
-                ns = int(e0.elapsed_time(e1) * 1e6)
+                ns = max(int(e0.elapsed_time(e1) * 1e6), 1)
             except Exception:
                 ns = None
             pending.popleft()
-            if ns is not None and b:
-                ns = max(ns, 1)
-                hb = host > HOST_SHARE * ns
-                d = done.get(b)
-                if d is None:
-                    done[b] = [ns, hb]
-                else:
-                    d[0] += ns
-                    d[1] = d[1] or hb
+            out.append((b, ns, host))
             free.append(e0)
             free.append(e1)
-        return done
+        return out
 
 
 def choose_events(torch):
@@ -335,8 +406,8 @@ def _wrap_forward(orig):
     calls go to the timed wrapper, the others to the method itself."""
     from . import _recorder
 
-    timed = _timed_forward(orig)
     g = GPU
+    timed = g.timed(orig)
     fw = _recorder.FAST
     if g.every <= 1:
         f, gate = timed, ""
@@ -354,8 +425,8 @@ def _wrap_forward(orig):
             return timed(self, *args, **kwargs)
 
         f, gate = _mark(_model_forward, orig), "python"
-    f._mbench_gpu_every = g.every
-    f._mbench_gpu_gate = gate
+    f._mbench_gpu_gen = g.generation
+    g.gate = gate
     return f
 
 

@@ -159,6 +159,73 @@ def test_gpu_time_sampled_by_default(step_log, impl, version, monkeypatch):
     assert "a random 1 in 16 forwards" in st[0]["gpu_hook"] and want_gate in st[0]["gpu_hook"], st[0]["gpu_hook"]
 
 
+@pytest.mark.parametrize("version", PINNED)
+def test_gpu_events_of_the_c_timers(step_log, impl, version, fake_libcuda):
+    """Where the C timers load, the GPU timer's events are their own, on the
+    CUDA driver's API (here the fake driver, which keeps the fake GPU's
+    stream): every collecting line's gpu_us is the batch's kernel time as
+    on torch's events, the status names the driver's events, two records
+    per forward, and the reads leave the reading thread's context stack as
+    they found it. With the Python wrappers, torch's events."""
+    t = Timings(schedule=300 * US, execute=200 * US, update=200 * US, gpu=2 * MS, kernels=3, launch=5 * US,
+                sample_gpu=50 * US, gpu_vary=True)
+    lib = fake_libcuda[1] if fake_libcuda else None
+    before = lib.fakecu_records() if lib else 0
+    eng, lines = _gpu_run(step_log, version, 30, t, async_scheduling=True)
+    assert _check_gpu_joined(lines, rel=0.03) >= 28
+    hook = read_status(step_log)[0]["gpu_hook"]
+    if impl == "c":
+        assert "CUDA driver events" in hook, hook
+        forwards = sum(1 for ln in lines if "batch" in ln)  # every launched batch's forward was timed
+        assert lib.fakecu_records() - before >= 2 * (forwards - 2), (lib.fakecu_records() - before, forwards)
+        assert lib.fakecu_depth() == 0
+    else:
+        assert "torch.Event" in hook and "CUDA driver events" not in hook, hook
+
+
+def test_gpu_driver_error_stops_the_timer_not_the_engine(step_log, impl, fake_libcuda, monkeypatch):
+    """A CUDA error on a record (the fake driver fails the 21st from now
+    with 700, CUDA_ERROR_ILLEGAL_ADDRESS): the timer stops and says so in
+    the status line (GPU time not measured, the call and the error), the
+    engine runs on, the lines written before it keep their gpu_us."""
+    if impl != "c":
+        pytest.skip("the driver's events are the C timers'")
+    lib = fake_libcuda[1]
+    t = Timings(schedule=300 * US, execute=200 * US, update=200 * US, gpu=1 * MS, kernels=2, launch=5 * US)
+    ns = fake_vllm(VERSIONS["main"], gpu=True)
+    eng = engine(ns, config(t, connector=None, async_scheduling=True))
+    lib.fakecu_fail_records_after(20, 700)
+    try:
+        run_steps(eng, 30)
+    finally:
+        lib.fakecu_fail_records_after(-1, 0)
+    shutdown(eng)
+    flush()
+    lines = read_lines(step_log)
+    assert len(lines) == 30
+    timed = [ln for ln in lines if "gpu_us" in ln]
+    assert 5 <= len(timed) <= 11, len(timed)
+    st = read_status(step_log)[-1]
+    assert st["gpu_time"] == "not_measured" and "cuEventRecord failed: CUDA driver error 700" in st["gpu_reason"], st
+
+
+@pytest.mark.parametrize("env,want", [
+    ({"MBENCH_LIBCUDA": "/nonexistent/libcuda.so.1"}, "the CUDA driver's events were not used: RuntimeError: /nonexistent/libcuda.so.1: dlopen failed"),
+    ({"MBENCH_GPU_EVENTS": "torch"}, "the CUDA driver's events were not used: MBENCH_GPU_EVENTS=torch")])
+def test_gpu_events_fall_back_to_torch(step_log, impl, monkeypatch, env, want):
+    """No usable CUDA driver library (or MBENCH_GPU_EVENTS=torch): torch's
+    events, and the status line says why the driver's were not used."""
+    if impl != "c":
+        pytest.skip("the driver's events are the C timers'")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    t = Timings(schedule=300 * US, execute=200 * US, update=200 * US, gpu=2 * MS, kernels=2, launch=5 * US)
+    eng, lines = _gpu_run(step_log, "main", 12, t, async_scheduling=True)
+    assert _check_gpu_joined(lines, rel=0.03) >= 10
+    hook = read_status(step_log)[0]["gpu_hook"]
+    assert "torch.Event" in hook and want in hook, hook
+
+
 @pytest.mark.parametrize("value,every", [
     (None, 16), ("", 16), (" 1/16 ", 16), ("1/4", 4), ("1/1", 1), ("all", 1), ("ON", 1), ("1", 1),
     ("0", 0), ("off", 0), ("false", 0)])
