@@ -386,6 +386,58 @@ def gap_probe(make, n: int = 100) -> dict:
             "host_dispatch_us_p50": statistics.median(host)}
 
 
+def forward_costs(reps: int = 40, per: int = 1000) -> dict:
+    """Engine-thread CPU per forward (ns, thread time) of the GPU timer's
+    wrappers around a trivial _model_forward, on an idle GPU (no kernels, so
+    no wait on the GPU blurs it): for each kind of events (the driver's,
+    then torch's) the timed wrapper and the default gate (a random 1 in 16
+    timed), each beside the bare call in a rotating order, the queue read
+    between blocks (outside the timing); medians over blocks."""
+    from mbench_vllm import plugin
+    from mbench_vllm.gpu import GPU
+
+    tt = time.thread_time_ns
+    out: dict = {}
+    for events in ("", "torch"):
+        plugin._reset_for_tests()
+        os.environ.pop("MBENCH_GPU_TIME", None)
+        os.environ.pop("MBENCH_GPU_EVENTS", None)
+        if events:
+            os.environ["MBENCH_GPU_EVENTS"] = events
+
+        class Runner:
+            def _model_forward(self, x):
+                return x
+
+        GPU.install_runner(Runner())
+        if not GPU.measured:
+            raise SystemExit(f"forward costs: GPU timer not installed ({GPU.reason})")
+        name = "driver events" if GPU.events is not None else "torch events"
+        gate = Runner.__dict__["_model_forward"]
+        bare = gate.__wrapped__
+        arms = {"bare": bare, f"{name}, every forward": GPU.timed(bare),
+                f"{name}, a random 1 in {GPU.every}": gate}
+        got: dict = {k: [] for k in arms}
+        r, order = Runner(), list(arms)
+        for i in range(reps):
+            for k in order[i % 3:] + order[:i % 3]:
+                f = arms[k]
+                t0 = tt()
+                for _ in range(per):
+                    f(r, 1)
+                got[k].append((tt() - t0) / per)
+                torch.cuda.synchronize()
+                GPU._read()
+                GPU.unclaimed.clear()
+        base = statistics.median(got["bare"])
+        out.setdefault("bare call", base)
+        for k in order[1:]:
+            out[k] = statistics.median(got[k]) - base
+    plugin._reset_for_tests()
+    os.environ.pop("MBENCH_GPU_EVENTS", None)
+    return out
+
+
 def call_costs(n: int = 20000) -> dict:
     """Engine-thread CPU per call (ns, thread time) of what a GPU timer can
     do per forward, on an idle GPU: which part of the timer's cost is what."""
@@ -541,6 +593,9 @@ def main() -> None:
                       f"{r.get('trace_forwards', 0)} forwards{'; ' + r['trace_note'] if r.get('trace_note') else ''}); "
                       f"gpu_us p50 without the profiler {_f(r.get('gpu_us_p50_noprof'))} us; events: "
                       f"{r.get('gpu_hook')}", flush=True)
+    fc = forward_costs()
+    print(f"GPU timer per forward, engine-thread ns beyond a bare call ({fc['bare call']:.0f} ns; idle GPU, "
+          "a trivial forward): " + ", ".join(f"{k} {v:.0f}" for k, v in fc.items() if k != "bare call"), flush=True)
     cost = timer_cost(chunks=a.cost_chunks) + timer_cost(chunks=a.cost_chunks, events="torch")
     for c in cost:
         what = ("every forward timed (MBENCH_GPU_TIME=all)" if c["every"] == 1 else
@@ -566,7 +621,7 @@ def main() -> None:
             tar.add(os.path.join(logs, name), arcname=name)
     with open(os.path.join(a.out, "proof.json"), "w") as f:
         json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "results": results,
-                   "timer_cost": cost, "idle_gap": gap, "call_costs_ns": costs, "all_pass": ok}, f, indent=1)
+                   "timer_cost": cost, "forward_costs_ns": fc, "idle_gap": gap, "call_costs_ns": costs, "all_pass": ok}, f, indent=1)
     print("ALL PASS" if ok else "SOME FAILED", flush=True)
     sys.exit(0 if ok else 1)
 

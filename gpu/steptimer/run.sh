@@ -64,7 +64,7 @@ cat "$OUT/gpu.txt"
 if [ "$MODE" = timers ]; then
   proof_args=(--cases main:batch_queue:gpu_bound,main:batch_queue:cpu_bound --quick)
 elif [ "$MODE" = cost ]; then
-  proof_args=(--cases none --quick --cost-chunks 120)
+  proof_args=(--cases none --quick --cost-chunks 80)
 else
   proof_args=()
 fi

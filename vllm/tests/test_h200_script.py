@@ -214,6 +214,8 @@ def test_h200_script_cost_only(tmp_path, monkeypatch):
     passes (nothing failed)."""
     code, proof = _run_proof(tmp_path, monkeypatch, "--cases", "none", "--quick", "--cost-chunks", "3")
     assert code == 0 and proof["results"] == [] and len(proof["timer_cost"]) == 4, proof
+    fc = proof["forward_costs_ns"]
+    assert fc["bare call"] > 0 and any(k.endswith("every forward") for k in fc), fc
 
 
 def test_h200_script_rejects_unknown_cases(tmp_path, monkeypatch):
