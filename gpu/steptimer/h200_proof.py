@@ -398,6 +398,8 @@ def forward_costs(reps: int = 40, per: int = 1000) -> dict:
 
     tt = time.thread_time_ns
     out: dict = {}
+    if hasattr(torch, "zeros"):
+        torch.zeros(1, device="cuda")  # torch's CUDA context current here, as in an engine with its model loaded
     for events in ("", "torch"):
         plugin._reset_for_tests()
         os.environ.pop("MBENCH_GPU_TIME", None)
@@ -413,6 +415,9 @@ def forward_costs(reps: int = 40, per: int = 1000) -> dict:
         if not GPU.measured:
             raise SystemExit(f"forward costs: GPU timer not installed ({GPU.reason})")
         name = "driver events" if GPU.events is not None else "torch events"
+        if events == "" and GPU.events is None:
+            out["driver events not used"] = GPU.api
+            continue
         gate = Runner.__dict__["_model_forward"]
         bare = gate.__wrapped__
         arms = {"bare": bare, f"{name}, every forward": GPU.timed(bare),
@@ -595,7 +600,8 @@ def main() -> None:
                       f"{r.get('gpu_hook')}", flush=True)
     fc = forward_costs()
     print(f"GPU timer per forward, engine-thread ns beyond a bare call ({fc['bare call']:.0f} ns; idle GPU, "
-          "a trivial forward): " + ", ".join(f"{k} {v:.0f}" for k, v in fc.items() if k != "bare call"), flush=True)
+          "a trivial forward): " + ", ".join(f"{k} {v:.0f}" if isinstance(v, float) else f"{k}: {v}"
+                                             for k, v in fc.items() if k != "bare call"), flush=True)
     cost = timer_cost(chunks=a.cost_chunks) + timer_cost(chunks=a.cost_chunks, events="torch")
     for c in cost:
         what = ("every forward timed (MBENCH_GPU_TIME=all)" if c["every"] == 1 else
