@@ -182,15 +182,11 @@ func (e *launcher) startProc(ctx context.Context, hostName string, node int, nam
 	// crashed mbench left) can hold its port for a moment while the
 	// kernel tears it down: the port is given portFreeWait to free before
 	// the sweep stops on it.
-	for waited := time.Duration(0); ; waited += portPoll {
-		busy, use := e.portInUse(ctx, hostName, node, h, u, port)
-		if !busy {
-			break
-		}
-		if waited >= portFreeWait || clock.Sleep(ctx, portPoll) != nil {
-			return nil, fmt.Errorf("host %s: port %d: %w by another process (%s); stop it or change engine.port in the matrix (below the host's ephemeral port range, /proc/sys/net/ipv4/ip_local_port_range)",
-				hostName, port, errPortInUse, use)
-		}
+	if busy, use := awaitFreePort(ctx, portFreeWait, portPoll, func() (bool, string) {
+		return e.portInUse(ctx, hostName, node, h, u, port)
+	}); busy {
+		return nil, fmt.Errorf("host %s: port %d: %w by another process (%s); stop it or change engine.port in the matrix (below the host's ephemeral port range, /proc/sys/net/ipv4/ip_local_port_range)",
+			hostName, port, errPortInUse, use)
 	}
 	logPath := e.fleet.path(hostName, "logs", fmt.Sprintf("%s.%d.log", name, e.launches))
 	spec := hosts.ProcSpec{
@@ -457,6 +453,24 @@ func portUse(procNetTCP string, port int) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// awaitFreePort asks inUse every poll until it reports the port free, for
+// at most wait of wall time from the first ask (a remote check over SSH
+// can itself take long: the wait does not grow with it). It returns
+// whether the port was still busy at the end, and what held it.
+func awaitFreePort(ctx context.Context, wait, poll time.Duration, inUse func() (bool, string)) (bool, string) {
+	deadline := time.Now().Add(wait)
+	for {
+		busy, use := inUse()
+		if !busy {
+			return false, ""
+		}
+		left := time.Until(deadline)
+		if left <= 0 || clock.Sleep(ctx, min(poll, left)) != nil {
+			return true, use
+		}
+	}
 }
 
 // portFreeWait is how long a launch waits for its port to free, checking

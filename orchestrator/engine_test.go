@@ -5,8 +5,10 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/hosts"
@@ -108,3 +110,62 @@ func TestPortInUseRealSockets(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestAwaitFreePort: a launch whose port a just-stopped process still
+// holds waits for it to free (here a real listener, closed once the wait
+// has seen it busy: the event, not a sleep), and then the port can be
+// listened on; a port held past the wait is reported busy with its holder;
+// the wait is wall time, so a slow check (a remote host over SSH) is asked
+// fewer times, never more: counted sleeps would ask wait/poll + 1 = 6 times.
+func TestAwaitFreePort(t *testing.T) {
+	s := &launcher{m: &matrices.Matrix{}}
+	ctx := context.Background()
+	h := hosts.NewLocal()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	url := "http://127.0.0.1:" + itoa(port)
+	sawBusy := make(chan struct{})
+	var once sync.Once
+	go func() { <-sawBusy; ln.Close() }()
+	busy, use := awaitFreePort(ctx, time.Minute, 10*time.Millisecond, func() (bool, string) {
+		b, u := s.portInUse(ctx, "local", 0, h, url, port)
+		if b {
+			once.Do(func() { close(sawBusy) })
+		}
+		return b, u
+	})
+	if busy {
+		t.Fatalf("port %d still reported busy (%s) after its listener closed", port, use)
+	}
+	again, err := net.Listen("tcp", "127.0.0.1:"+itoa(port))
+	if err != nil {
+		t.Fatalf("port %d was reported free but cannot be listened on: %v", port, err)
+	}
+	defer again.Close()
+
+	checks := 0
+	start := time.Now()
+	busy, use = awaitFreePort(ctx, 500*time.Millisecond, 100*time.Millisecond, func() (bool, string) {
+		checks++
+		time.Sleep(200 * time.Millisecond) // a slow remote check
+		return s.portInUse(ctx, "local", 0, h, url, port)
+	})
+	if !busy || !strings.Contains(use, "a listening socket") {
+		t.Errorf("a port held throughout: busy %v %q, want busy by a listening socket", busy, use)
+	}
+	if elapsed := time.Since(start); elapsed < 500*time.Millisecond {
+		t.Errorf("gave up after %v, before the 500ms wait", elapsed)
+	}
+	if checks > 3 {
+		t.Errorf("%d checks of 200ms in a 500ms wait: the wait counts sleeps, not wall time (at most 3)", checks)
+	}
+
+	ctx2, cancel := context.WithCancel(ctx)
+	cancel()
+	if busy, _ := awaitFreePort(ctx2, time.Minute, time.Second, func() (bool, string) { return true, "held" }); !busy {
+		t.Error("a cancelled wait reported the port free")
+	}
+}

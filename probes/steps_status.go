@@ -27,6 +27,9 @@ type EngineStatus struct {
 	GPUTime string `json:"gpu_time"`       // GPUMeasured or GPUNotMeasured
 	// GPUHook says what the CUDA events bracket (measured only).
 	GPUHook string `json:"gpu_hook,omitempty"`
+	// GPUSampleEvery is N where a random 1 in N forwards is timed (1: every
+	// one; measured only).
+	GPUSampleEvery int64 `json:"gpu_sample_every,omitempty"`
 	// GPUReason says why GPU time is not measured (not measured only).
 	GPUReason  string        `json:"gpu_reason,omitempty"`
 	Incomplete []HookProblem `json:"incomplete,omitempty"`
@@ -64,6 +67,10 @@ type GPUTiming struct {
 	HostBoundSpanP50 float64 `json:"host_bound_span_p50_us,omitempty"`
 	// Source is what the events bracket (from the status lines).
 	Source string `json:"source,omitempty"`
+	// SampleEvery is the largest N of the engines that timed a random 1 in
+	// N forwards (absent: every forward, or an older plugin); the other
+	// batches carry no gpu_us, never an estimate.
+	SampleEvery int64 `json:"sample_every,omitempty"`
 	// Reason says why GPU time is not measured, when it is not.
 	Reason string `json:"reason,omitempty"`
 }
@@ -131,6 +138,9 @@ func (s *statusSet) finish(st *StepStats) {
 		switch {
 		case es.GPUTime == GPUMeasured && es.GPUHook != "":
 			sources = appendUnique(sources, es.GPUHook)
+			if es.GPUSampleEvery > 1 && es.GPUSampleEvery > g.SampleEvery {
+				g.SampleEvery = es.GPUSampleEvery
+			}
 		case es.GPUTime != GPUMeasured:
 			reasons = appendUnique(reasons, orDefault(es.GPUReason, "the plugin did not say why"))
 		}

@@ -464,7 +464,7 @@ func TestTemplateOptionalKeys(t *testing.T) {
 // written after its step) count into gpu_us on the path before them; per
 // path timers split the steps; the all-paths timers are the union.
 func TestSummarizeStepsStatusGPUAndPaths(t *testing.T) {
-	log := `{"ts_us":5,"status":"engine","pid":7,"plugin":"0.2.0","vllm":"0.18.1","path":"batch_queue","gpu_time":"measured","gpu_hook":"cuda events around GPUModelRunner._model_forward","incomplete":[{"hook":"Scheduler.update_from_output","reason":"not a patchable method"}]}
+	log := `{"ts_us":5,"status":"engine","pid":7,"plugin":"0.2.0","vllm":"0.18.1","path":"batch_queue","gpu_time":"measured","gpu_hook":"cuda events around GPUModelRunner._model_forward","gpu_sample_every":16,"incomplete":[{"hook":"Scheduler.update_from_output","reason":"not a patchable method"}]}
 {"ts_us":10,"step_duration_us":600.5,"schedule_us":100.25,"launch_us":150.0,"wait_us":300.125,"update_us":40.0,"unaccounted_us":10.125,"gpu_us":250.5,"batch":1,"batch_queue":1,"pid":7}
 {"ts_us":20,"step_duration_us":300.5,"schedule_us":100.25,"launch_us":150.0,"unaccounted_us":50.25,"batch_queue":1,"pid":7}
 {"ts_us":25,"gpu_us":251.5,"gpu_batch":2,"pid":7}
@@ -488,8 +488,8 @@ func TestSummarizeStepsStatusGPUAndPaths(t *testing.T) {
 		t.Errorf("incomplete %q, want %q", st.Incomplete, want)
 	}
 	g := st.GPU
-	if !g.Measured || g.Steps != 2 || g.Late != 1 || !strings.Contains(g.Source, "_model_forward") {
-		t.Errorf("gpu %+v", g)
+	if !g.Measured || g.Steps != 2 || g.Late != 1 || !strings.Contains(g.Source, "_model_forward") || g.SampleEvery != 16 {
+		t.Errorf("gpu %+v (want sample_every 16 from the measuring engine's status)", g)
 	}
 	bq, step := st.Paths[StepPathBatchQueue], st.Paths[StepPathStep]
 	if bq.NSteps != 2 || step.NSteps != 1 {

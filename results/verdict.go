@@ -168,12 +168,15 @@ func Decide(s *RunSummary, p Policy) {
 	// timeout or duration ends sending first) falls short whatever the
 	// engine did: incomplete is then the cause, and any saturation seen in
 	// it comes after. Otherwise a saturated engine explains a shortfall.
+	// Failures beyond max_error_rate still come first: they are the
+	// engine's, whatever the window. Ranks are in half steps, so incomplete
+	// moved ahead of saturated sits strictly between errors and saturated.
 	sentTooFew := p.MinCompleted > 0 && s.NumPrompts < p.MinCompleted && !s.Aborted
 	rank := func(v Verdict) int {
 		if sentTooFew && v == VerdictIncomplete {
-			return slices.Index(Verdicts, VerdictSaturated) - 1
+			return 2*slices.Index(Verdicts, VerdictSaturated) - 1
 		}
-		return slices.Index(Verdicts, v)
+		return 2 * slices.Index(Verdicts, v)
 	}
 	slices.SortStableFunc(cs, func(a, b cond) int { return rank(a.v) - rank(b.v) })
 	s.Verdict = cs[0].v

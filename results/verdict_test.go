@@ -1,6 +1,7 @@
 package results
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,21 +210,28 @@ func TestTrendRuleHasAnAbsoluteFloor(t *testing.T) {
 // first where the engine's TTFT says so.
 func TestDecideShortfallCause(t *testing.T) {
 	for _, c := range []struct {
-		sent, completed int
-		want            []Verdict
+		sent, completed, failed int
+		want                    []Verdict
 	}{
-		{40, 40, []Verdict{VerdictIncomplete, VerdictSaturated}},
-		{400, 100, []Verdict{VerdictSaturated, VerdictIncomplete}},
+		{40, 40, 0, []Verdict{VerdictIncomplete, VerdictSaturated}},
+		{400, 100, 0, []Verdict{VerdictSaturated, VerdictIncomplete}},
+		// Failures beyond max_error_rate are the engine's: first, even in a
+		// window too short to send enough; the shortfall still before saturation.
+		{40, 10, 30, []Verdict{VerdictErrors, VerdictIncomplete, VerdictSaturated}},
+		{400, 100, 300, []Verdict{VerdictErrors, VerdictSaturated, VerdictIncomplete}},
 	} {
 		s := &RunSummary{NumPrompts: c.sent, Completed: c.completed, Saturated: true, SaturationReason: "TTFT rises through the window"}
+		if c.failed > 0 {
+			s.Errors = map[string]int{"http_5xx": c.failed}
+		}
 		Decide(s, Policy{MinCompleted: 400})
 		var got []Verdict
 		for _, r := range s.VerdictReasons {
 			v, _, _ := strings.Cut(r, ":")
 			got = append(got, Verdict(v))
 		}
-		if s.Verdict != c.want[0] || len(got) != 2 || got[0] != c.want[0] || got[1] != c.want[1] {
-			t.Errorf("sent %d, completed %d of 400: verdict %s, reasons %q; want %v", c.sent, c.completed, s.Verdict, s.VerdictReasons, c.want)
+		if s.Verdict != c.want[0] || !slices.Equal(got, c.want) {
+			t.Errorf("sent %d, completed %d, failed %d of 400: verdict %s, reasons %q; want %v", c.sent, c.completed, c.failed, s.Verdict, s.VerdictReasons, c.want)
 		}
 	}
 }

@@ -185,6 +185,7 @@ def run(version: str, load_name: str, async_scheduling: bool, steps: int, out_di
     if os.path.exists(log):
         os.remove(log)
     os.environ["MBENCH_STEP_LOG"] = log
+    os.environ["MBENCH_GPU_TIME"] = "all"  # every batch against the profiler (the default samples 1 in 16)
     plugin._reset_for_tests()
     MODEL, t = load(load_name)
     rn.RUNNER_BASE = TorchRunner
@@ -250,6 +251,7 @@ def run(version: str, load_name: str, async_scheduling: bool, steps: int, out_di
     res = {
         "version": version, "load": load_name, "path": "batch_queue" if async_scheduling else "step",
         "steps": len(stepl), "joined": len(ratios), "status_gpu": status[-1].get("gpu_time") if status else None,
+        "gpu_hook": status[-1].get("gpu_hook") if status else None,
         "gpu_us_p50": statistics.median(p[1] for p in pairs) if pairs else None,
         "profiler_fwd_us_p50": statistics.median(p[2] for p in pairs) if pairs else None,
         "ratio_p10": q[0], "ratio_p50": med, "ratio_p90": q[-1],
@@ -384,6 +386,63 @@ def gap_probe(make, n: int = 100) -> dict:
             "host_dispatch_us_p50": statistics.median(host)}
 
 
+def forward_costs(reps: int = 40, per: int = 1000) -> dict:
+    """Engine-thread CPU per forward (ns, thread time) of the GPU timer's
+    wrappers around a trivial _model_forward, on an idle GPU (no kernels, so
+    no wait on the GPU blurs it): for each kind of events (the driver's,
+    then torch's) the timed wrapper and the default gate (a random 1 in 16
+    timed), each beside the bare call in a rotating order, the queue read
+    between blocks (outside the timing); medians over blocks."""
+    from mbench_vllm import plugin
+    from mbench_vllm.gpu import GPU
+
+    tt = time.thread_time_ns
+    out: dict = {}
+    if hasattr(torch, "zeros"):
+        torch.zeros(1, device="cuda")  # torch's CUDA context current here, as in an engine with its model loaded
+    for events in ("", "torch"):
+        plugin._reset_for_tests()
+        os.environ.pop("MBENCH_GPU_TIME", None)
+        os.environ.pop("MBENCH_GPU_EVENTS", None)
+        if events:
+            os.environ["MBENCH_GPU_EVENTS"] = events
+
+        class Runner:
+            def _model_forward(self, x):
+                return x
+
+        GPU.install_runner(Runner())
+        if not GPU.measured:
+            raise SystemExit(f"forward costs: GPU timer not installed ({GPU.reason})")
+        name = "driver events" if GPU.events is not None else "torch events"
+        if events == "" and GPU.events is None:
+            out["driver events not used"] = GPU.api
+            continue
+        gate = Runner.__dict__["_model_forward"]
+        bare = gate.__wrapped__
+        arms = {"bare": bare, f"{name}, every forward": GPU.timed(bare),
+                f"{name}, a random 1 in {GPU.every}": gate}
+        got: dict = {k: [] for k in arms}
+        r, order = Runner(), list(arms)
+        for i in range(reps):
+            for k in order[i % 3:] + order[:i % 3]:
+                f = arms[k]
+                t0 = tt()
+                for _ in range(per):
+                    f(r, 1)
+                got[k].append((tt() - t0) / per)
+                torch.cuda.synchronize()
+                GPU._read()
+                GPU.unclaimed.clear()
+        base = statistics.median(got["bare"])
+        out.setdefault("bare call", base)
+        for k in order[1:]:
+            out[k] = statistics.median(got[k]) - base
+    plugin._reset_for_tests()
+    os.environ.pop("MBENCH_GPU_EVENTS", None)
+    return out
+
+
 def call_costs(n: int = 20000) -> dict:
     """Engine-thread CPU per call (ns, thread time) of what a GPU timer can
     do per forward, on an idle GPU: which part of the timer's cost is what."""
@@ -417,34 +476,69 @@ def call_costs(n: int = 20000) -> dict:
     return out
 
 
-def timer_cost(chunks: int = 20, per: int = 200) -> dict:
-    """Engine-thread CPU of the GPU timer: paired chunks, timer on / off."""
+def _median_ci(d: list) -> tuple:
+    """The median of d and its 95% distribution-free interval (order
+    statistics of the binomial: ranks n/2 -/+ 1.96 sqrt(n)/2)."""
+    x = sorted(d)
+    n = len(x)
+    h = 0.98 * n ** 0.5
+    lo, hi = max(0, int(n / 2 - h)), min(n - 1, int(n / 2 + h + 0.999))
+    return statistics.median(x), x[lo], x[hi]
+
+
+def timer_cost(chunks: int = 60, per: int = 300, events: str = "") -> list:
+    """Engine-thread CPU of the GPU timer, in one engine: the runner's
+    _model_forward as the bare method, as the timed wrapper (every forward,
+    MBENCH_GPU_TIME=all) and behind the default gate (a random 1 in 16),
+    swapped in chunk by chunk in a rotating order; each arm's cost is the
+    median over chunks of its difference to the bare chunk beside it."""
     global MODEL
     from mbench_vllm import plugin
-    from mbench_vllm.gpu import GPU
+    from mbench_vllm.gpu import GPU, find_runner
 
     os.environ["MBENCH_STEP_LOG"] = "/tmp/mbench_timer_cost.jsonl"
+    os.environ.pop("MBENCH_GPU_TIME", None)  # the default: the gate
+    if events:
+        os.environ["MBENCH_GPU_EVENTS"] = events
+    else:
+        os.environ.pop("MBENCH_GPU_EVENTS", None)
     plugin._reset_for_tests()
     MODEL = Model(256, 1024, 4)  # tiny: the CPU side dominates
     rn.RUNNER_BASE = TorchRunner
     ns = fake_vllm(VERSIONS["main"], gpu="real")
     eng = ns.EngineCore(VllmConfig(timings=Timings(), async_scheduling=True, decode=256), ns.Executor, False)
-    for _ in range(50):
-        eng.step_fn()
+    runner, why = find_runner(eng)
+    if runner is None or not GPU.measured:
+        raise SystemExit(f"timer cost: GPU timer not installed ({why or GPU.reason})")
+    cls = type(runner)
+    gate = cls.__dict__["_model_forward"]
+    bare = gate.__wrapped__
+    every, gate_kind, api = GPU.every, GPU.gate, GPU.api
+    arms = {"bare": bare, "all": GPU.timed(bare), "default": gate}
+    for f in arms.values():
+        setattr(cls, "_model_forward", f)
+        for _ in range(30):
+            eng.step_fn()
     GPU_API[0] = GPU.api
-    on, off = [], []
-    for _ in range(chunks):
-        for flag, res in ((True, on), (False, off)):
-            GPU.measured = flag
+    got: dict = {k: [] for k in arms}
+    orders = (("bare", "all", "default"), ("all", "default", "bare"), ("default", "bare", "all"))
+    for c in range(chunks):
+        for k in orders[c % 3]:
+            setattr(cls, "_model_forward", arms[k])
             t0 = time.thread_time_ns()
             for _ in range(per):
                 eng.step_fn()
-            res.append((time.thread_time_ns() - t0) / per / 1000)
-    GPU.measured = True
+            got[k].append((time.thread_time_ns() - t0) / per / 1000)
+    setattr(cls, "_model_forward", gate)
     plugin._reset_for_tests()
-    d = [a - b for a, b in zip(on, off)]
-    return {"gpu_timer_engine_thread_us_per_step": statistics.median(d),
-            "step_engine_thread_us_timer_off": statistics.median(off)}
+    os.environ.pop("MBENCH_GPU_EVENTS", None)
+    out = []
+    for k, setting, ev, g in (("all", "all", 1, ""), ("default", "", every, gate_kind)):
+        m, lo, hi = _median_ci([a - b for a, b in zip(got[k], got["bare"])])
+        out.append({"setting": setting, "every": ev, "gate": g, "events": api, "gpu_timer_engine_thread_us_per_step": m,
+                    "ci95": [lo, hi], "chunks": chunks, "steps_per_chunk": per,
+                    "step_engine_thread_us_timer_off": statistics.median(got["bare"])})
+    return out
 
 
 GPU_API = [""]
@@ -458,13 +552,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--cost-chunks", type=int, default=60, help="chunks per arm of the GPU timer's cost")
     ap.add_argument("--cases", default="",
                     help="only these cases, e.g. main:batch_queue:gpu_bound,main:batch_queue:cpu_bound "
-                         "(version:path:load; default all 8)")
+                         "(version:path:load; default all 8; none: only the GPU timer's cost)")
     ap.add_argument("--quick", action="store_true",
                     help="skip the idle-gap probe and the per-call costs (the timer cost still runs)")
     a = ap.parse_args()
-    want = {tuple(c.split(":")) for c in a.cases.split(",") if c}
+    only_cost = a.cases == "none"  # the GPU timer's cost alone
+    want = set() if only_cost else {tuple(c.split(":")) for c in a.cases.split(",") if c}
     bad = [c for c in want if len(c) != 3 or c[0] not in ("0.18", "main") or c[1] not in ("batch_queue", "step")
            or c[2] not in ("gpu_bound", "cpu_bound")]
     if bad:
@@ -484,7 +580,7 @@ def main() -> None:
     for version in ("0.18", "main"):
         for load_name in ("gpu_bound", "cpu_bound"):
             for bq in (True, False):
-                if want and (version, "batch_queue" if bq else "step", load_name) not in want:
+                if only_cost or want and (version, "batch_queue" if bq else "step", load_name) not in want:
                     continue
                 r = run(version, load_name, bq, a.steps, logs)
                 r.update(run(version, load_name, bq, a.steps, logs, profile=False))
@@ -500,10 +596,19 @@ def main() -> None:
                       f"record to first launch p50 {_f(r.get('host_record_to_launch_us_p50'))} us, launch to kernel "
                       f"start {_f(r.get('launch_to_kernel_start_us_p50'))} us ({r.get('trace_matched', 0)}/"
                       f"{r.get('trace_forwards', 0)} forwards{'; ' + r['trace_note'] if r.get('trace_note') else ''}); "
-                      f"gpu_us p50 without the profiler {_f(r.get('gpu_us_p50_noprof'))} us", flush=True)
-    cost = timer_cost()
-    print(f"GPU timer on the engine thread: {cost['gpu_timer_engine_thread_us_per_step']:.2f} us/step "
-          f"(step {cost['step_engine_thread_us_timer_off']:.1f} us without it; events: {GPU_API[0]})", flush=True)
+                      f"gpu_us p50 without the profiler {_f(r.get('gpu_us_p50_noprof'))} us; events: "
+                      f"{r.get('gpu_hook')}", flush=True)
+    fc = forward_costs()
+    print(f"GPU timer per forward, engine-thread ns beyond a bare call ({fc['bare call']:.0f} ns; idle GPU, "
+          "a trivial forward): " + ", ".join(f"{k} {v:.0f}" if isinstance(v, float) else f"{k}: {v}"
+                                             for k, v in fc.items() if k != "bare call"), flush=True)
+    cost = timer_cost(chunks=a.cost_chunks) + timer_cost(chunks=a.cost_chunks, events="torch")
+    for c in cost:
+        what = ("every forward timed (MBENCH_GPU_TIME=all)" if c["every"] == 1 else
+                f"the default, a random 1 in {c['every']} forwards timed ({c['gate']} gate)")
+        print(f"GPU timer on the engine thread, {what}: {c['gpu_timer_engine_thread_us_per_step']:.2f} us/step "
+              f"(95% CI {c['ci95'][0]:.2f} to {c['ci95'][1]:.2f}; {c['chunks']} chunks of {c['steps_per_chunk']} steps; "
+              f"step {c['step_engine_thread_us_timer_off']:.1f} us without it; events: {c['events']})", flush=True)
     from mbench_vllm.gpu import choose_events
 
     make, api = choose_events(torch)
@@ -522,7 +627,7 @@ def main() -> None:
             tar.add(os.path.join(logs, name), arcname=name)
     with open(os.path.join(a.out, "proof.json"), "w") as f:
         json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "results": results,
-                   "timer_cost": cost, "idle_gap": gap, "call_costs_ns": costs, "all_pass": ok}, f, indent=1)
+                   "timer_cost": cost, "forward_costs_ns": fc, "idle_gap": gap, "call_costs_ns": costs, "all_pass": ok}, f, indent=1)
     print("ALL PASS" if ok else "SOME FAILED", flush=True)
     sys.exit(0 if ok else 1)
 

@@ -4,6 +4,9 @@
 #
 #     bash gpu/steptimer/run.sh          everything (about 3-4 minutes)
 #     bash gpu/steptimer/run.sh timers   what the C timers changed (about 2-3 minutes)
+#     bash gpu/steptimer/run.sh cost     the engine-thread costs alone (about 3 minutes): the
+#                                        step timers' overhead with nothing beside it, and the
+#                                        GPU timer's (every forward; the default sampling)
 #
 # Needs python3 with torch (CUDA) and pytest, nothing else (no vLLM, no
 # network, no Go: the ingest benchmark runs from a test binary built
@@ -38,7 +41,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 MODE="${1:-all}"
-case "$MODE" in all | timers) ;; *) echo "usage: run.sh [all|timers]" >&2; exit 64 ;; esac
+case "$MODE" in all | timers | cost) ;; *) echo "usage: run.sh [all|timers|cost]" >&2; exit 64 ;; esac
 OUT="${OUT:-/tmp/steptimer-out}"
 mkdir -p "$OUT"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 MBENCH_VLLM_NATIVE=1
@@ -60,6 +63,8 @@ rc=0
 cat "$OUT/gpu.txt"
 if [ "$MODE" = timers ]; then
   proof_args=(--cases main:batch_queue:gpu_bound,main:batch_queue:cpu_bound --quick)
+elif [ "$MODE" = cost ]; then
+  proof_args=(--cases none --quick --cost-chunks 80)
 else
   proof_args=()
 fi
@@ -67,15 +72,21 @@ PYTHONPATH=vllm:vllm/tests timeout 150 python3 gpu/steptimer/h200_proof.py --out
   | grep -v -e "UserWarning: Warning: Profiler clears" -e "^  _warn_once" | tee "$OUT/proof.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 # The suite beside the benchmarks (16 cores; they measure their own thread's
-# CPU time, as paired chunks), after the GPU proof.
-(cd vllm && timeout 240 python3 -m pytest -q -p no:cacheprovider tests) > "$OUT/pytest.txt" 2>&1 &
-pyt=$!
+# CPU time, as paired chunks), after the GPU proof; "cost" runs the
+# benchmark alone.
+pyt=""
+if [ "$MODE" != cost ]; then
+  (cd vllm && timeout 240 python3 -m pytest -q -p no:cacheprovider tests) > "$OUT/pytest.txt" 2>&1 &
+  pyt=$!
+fi
 (cd vllm && timeout 120 python3 tests/bench_overhead.py 30000 256 1024) 2>&1 | tee "$OUT/overhead.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 if [ "$MODE" = timers ]; then # the Python wrappers, same machine, same run
   (cd vllm && MBENCH_VLLM_NATIVE=0 BENCH_CHUNKS=40 timeout 60 python3 tests/bench_overhead.py 8000 256 1024) 2>&1 \
     | grep -v "^machine:" | tee -a "$OUT/overhead.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+elif [ "$MODE" = cost ]; then
+  :
 elif [ -x .devbin/probes.test ]; then
   (cd probes && timeout 150 ../.devbin/probes.test -test.run XXX -test.bench 'BenchmarkSummarizeStepsFresh' \
     -test.benchtime 1x -test.cpu 2) > "$OUT/ingest.txt" 2>&1 || rc=1
@@ -83,7 +94,9 @@ elif [ -x .devbin/probes.test ]; then
 else
   echo "no .devbin/probes.test: ingest benchmark skipped" | tee "$OUT/ingest.txt"
 fi
-wait "$pyt" || rc=1
-tail -3 "$OUT/pytest.txt"
+if [ -n "$pyt" ]; then
+  wait "$pyt" || rc=1
+  tail -3 "$OUT/pytest.txt"
+fi
 echo "run.sh: exit $rc"
 exit $rc

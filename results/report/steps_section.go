@@ -182,7 +182,7 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 	notes := []stepNote{
 		{bqCfgs, ", ", "%s ran the batch queue (async scheduling, on by default since vLLM 0.14, or pipeline parallelism): a step schedules and launches a new batch and collects an earlier one. schedule, build_meta and launch belong to the new batch (launch: handing it to the executor; with one GPU the CPU side of its forward); wait, update and the GPU time belong to the collected batch. wait is the engine thread blocked on that batch's result — not its GPU time: a CPU-bound step waits little while its GPU still works. There is no execute on this path.\n\n"},
 		{stepCfgs, ", ", "%s ran step() (no async scheduling): every part belongs to the step's one batch; execute spans handing it to the executor, waiting for its result and sampling.\n\n"},
-		{gpuMeasured, "; ", "GPU time measured for %s: gpu_us of the batch each step collected, joined to it by batch id.\n\n"},
+		{gpuMeasured, "; ", "GPU time measured for %s: gpu_us of the batch each step collected, joined to it by batch id; where the source says a random 1 in N forwards, the column is those batches' GPU time and the others carry none (never an estimate).\n\n"},
 		{partly, "; ", "**GPU time partly measured** — host-bound batches left out (%s): the GPU reached the forward's start event before the host had launched the forward, so their span holds host time, an upper bound of their GPU time; the column is the other batches' GPU time.\n\n"},
 	}
 	for _, why := range gpuWhy {

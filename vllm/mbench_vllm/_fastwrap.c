@@ -17,7 +17,12 @@
  *   Timer  a callable that wraps one vLLM method: a vectorcall that checks
  *          the guards, reads CLOCK_MONOTONIC (the clock of
  *          time.perf_counter_ns on Linux) around the call and adds the
- *          difference into its slot of `acc`. It is a method descriptor
+ *          difference into its slot of `acc`. One kind (K_GATE) times
+ *          nothing: it is the GPU timer's sampling gate (gpu.py), which
+ *          sends a random 1 in `every` calls to its hook (the timed
+ *          wrapper) and the others straight to the method; another
+ *          (K_FWD) is that timed wrapper on CUDA events of its own
+ *          (_fastwrap_events.h). It is a method descriptor
  *          (Py_TPFLAGS_METHOD_DESCRIPTOR), so obj.method(...) calls it with
  *          no bound-method object, like a Python function.
  *
@@ -50,6 +55,7 @@ typedef struct {
     PyObject *hook;  /* the rare-case callback (see kinds) */
     PyObject *seen;  /* launch: the set of result classes already looked at */
     PyObject *dict;  /* __wrapped__, __name__, the wrapped mark */
+    unsigned long long rng, cut; /* gate: xorshift64* state; a draw below cut goes to hook */
 } Timer;
 
 #define ACC(st) ((long long *)(st)->acc.buf)
@@ -73,6 +79,8 @@ static void exc_restore(saved_exc *s) {
     PyErr_Restore(s->a, s->b, s->c);
 #endif
 }
+
+#include "_fastwrap_events.h"
 
 /* After a call: the duration into slot `slot` (when the record exists). */
 static inline void add(Core *st, int slot, long long d) {
@@ -365,21 +373,89 @@ static PyObject *gf_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObj
     return out;
 }
 
-static const vectorcallfunc kind_calls[K_COUNT] = {step_vc, sched_vc, meta_vc, update_vc, launch_vc, wait_vc, gf_vc};
+/* The GPU timer's sampling gate (gpu.py's _wrap_forward, its Python twin):
+   a random 1 in `every` calls go to the timed wrapper (hook), the others to
+   the method itself. xorshift64* (Vigna 2016): one multiply per call. */
+static PyObject *gate_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Timer *t = (Timer *)op;
+    unsigned long long x = t->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t->rng = x;
+    if (x * 0x2545F4914F6CDD1DULL < t->cut) return PyObject_Vectorcall(t->hook, args, nargsf, kwnames);
+    PASS();
+}
+
+/* The GPU timer's timed forward (gpu.py's _timed_forward, on the CUDA
+   driver's events: _fastwrap_events.h): the start event on torch's current
+   stream, the call, whether the GPU had reached the start event when the
+   launch ended (and the launch's host ns), the end event, the pair queued
+   with the batch being launched. A CUDA error stops the timer (gpu.py's
+   fail says why) and never the forward. */
+static PyObject *fwd_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Timer *t = (Timer *)op;
+    Events *ev = (Events *)t->seen;
+    if (!ev->on) PASS();
+    void *s;
+    if (ev_stream(ev, &s) < 0) {
+        PyErr_Clear();
+        ev_failed(ev, "reading torch's current stream", -1);
+        PASS();
+    }
+    cu_result r;
+    void *e0 = ev_take(ev, &r), *e1 = e0 ? ev_take(ev, &r) : NULL;
+    if (e1 == NULL) {
+        if (e0) ev_give(ev, e0);
+        ev_failed(ev, "cuEventCreate", r);
+        PASS();
+    }
+    long long t0 = now_ns(); /* before the record: the span cannot start earlier */
+    if ((r = cu.record(e0, s)) != CU_OK) {
+        ev_give(ev, e0);
+        ev_give(ev, e1);
+        ev_failed(ev, "cuEventRecord", r);
+        PASS();
+    }
+    PyObject *res = PyObject_Vectorcall(t->func, args, nargsf, kwnames);
+    long long host = now_ns() - t0;
+    r = cu.query(e0);
+    if (r == CU_NOT_READY) host = 0; /* the GPU was behind: every kernel queued before it got there */
+    if ((r != CU_OK && r != CU_NOT_READY) || (r = cu.record(e1, s)) != CU_OK) {
+        ev_give(ev, e0);
+        ev_give(ev, e1);
+        ev_failed(ev, "cuEventQuery/cuEventRecord", r);
+        return res;
+    }
+    ev_push(ev, t->st->batch_seq, e0, e1, host);
+    return res;
+}
+
+static const vectorcallfunc kind_calls[K_COUNT] = {step_vc, sched_vc, meta_vc, update_vc, launch_vc, wait_vc, gf_vc,
+                                                   gate_vc, fwd_vc};
 
 static PyObject *timer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *names[] = {"func", "state", "kind", "bq", "hook", "seen", NULL};
+    static char *names[] = {"func", "state", "kind", "bq", "hook", "seen", "every", "seed", NULL};
     PyObject *func, *state, *hook = Py_None, *seen = Py_None;
     int kind, bq = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!i|pOO", names, &func, &CoreType, &state, &kind, &bq,
-                                     &hook, &seen))
+    unsigned long long every = 0, seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!i|pOOKK", names, &func, &CoreType, &state, &kind, &bq,
+                                     &hook, &seen, &every, &seed))
         return NULL;
     if (kind < 0 || kind >= K_COUNT || !PyCallable_Check(func)) {
         PyErr_SetString(PyExc_ValueError, "Timer(func, state, kind): func callable, kind a K_* constant");
         return NULL;
     }
-    if ((kind == K_STEP || kind == K_LAUNCH || kind == K_GF) && !PyCallable_Check(hook)) {
+    if ((kind == K_STEP || kind == K_LAUNCH || kind == K_GF || kind == K_GATE) && !PyCallable_Check(hook)) {
         PyErr_SetString(PyExc_ValueError, "this Timer kind needs a callable hook");
+        return NULL;
+    }
+    if (kind == K_FWD && !PyObject_TypeCheck(seen, &EventsType)) {
+        PyErr_SetString(PyExc_ValueError, "a forward Timer needs its Events (seen=)");
+        return NULL;
+    }
+    if (kind == K_GATE && (every < 1 || seed == 0)) {
+        PyErr_SetString(PyExc_ValueError, "a gate Timer needs every >= 1 and a nonzero seed");
         return NULL;
     }
     if (kind == K_LAUNCH && !PySet_Check(seen)) {
@@ -395,6 +471,9 @@ static PyObject *timer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     t->bq = bq ? 1 : 0;
     t->hook = Py_NewRef(hook);
     t->seen = Py_NewRef(seen);
+    t->rng = seed;
+    /* P(draw < cut) = 1/every: cut = 2^64 / every (every = 1: always). */
+    t->cut = every <= 1 ? ~0ULL : (~0ULL / every) + 1;
     return (PyObject *)t;
 }
 
@@ -460,7 +539,7 @@ static PyTypeObject TimerType = {
     .tp_name = "mbench_vllm._fastwrap.Timer",
     .tp_basicsize = sizeof(Timer),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "Timer(func, state, kind, bq=False, hook=None, seen=None): a timing wrapper of func.",
+    .tp_doc = "Timer(func, state, kind, bq=False, hook=None, seen=None, every=0, seed=0): a timing wrapper of func.",
     .tp_new = timer_new,
     .tp_dealloc = (destructor)timer_dealloc,
     .tp_traverse = (traverseproc)timer_traverse,
@@ -499,7 +578,9 @@ PyMODINIT_FUNC PyInit__fastwrap(void) {
         {&s_emit, "emit"}, {&s_poke, "_poke"}, {&s_problem, "problem"}, {&s_append, "append"}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         if (!(*strs[i].s = PyUnicode_InternFromString(strs[i].v))) return NULL;
-    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&RingType) < 0 || PyType_Ready(&TimerType) < 0) return NULL;
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&RingType) < 0 || PyType_Ready(&TimerType) < 0 ||
+        PyType_Ready(&EventsType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&fw_module);
     if (m == NULL) return NULL;
     PyObject *layout = Py_BuildValue("(iiiiiiiiiiiiiiiiii)", STEP_SLOTS, S_TS, S_DUR, S_SCHED, S_META, S_EXEC,
@@ -510,7 +591,8 @@ PyMODINIT_FUNC PyInit__fastwrap(void) {
         PyModule_AddIntConstant(m, "K_STEP", K_STEP) < 0 || PyModule_AddIntConstant(m, "K_SCHED", K_SCHED) < 0 ||
         PyModule_AddIntConstant(m, "K_META", K_META) < 0 || PyModule_AddIntConstant(m, "K_UPDATE", K_UPDATE) < 0 ||
         PyModule_AddIntConstant(m, "K_LAUNCH", K_LAUNCH) < 0 || PyModule_AddIntConstant(m, "K_WAIT", K_WAIT) < 0 ||
-        PyModule_AddIntConstant(m, "K_GF", K_GF) < 0) {
+        PyModule_AddIntConstant(m, "K_GF", K_GF) < 0 || PyModule_AddIntConstant(m, "K_GATE", K_GATE) < 0 ||
+        PyModule_AddIntConstant(m, "K_FWD", K_FWD) < 0) {
         Py_XDECREF(layout);
         Py_DECREF(m);
         return NULL;
@@ -518,7 +600,9 @@ PyMODINIT_FUNC PyInit__fastwrap(void) {
     Py_INCREF(&CoreType);
     Py_INCREF(&RingType);
     Py_INCREF(&TimerType);
-    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0 ||
+    Py_INCREF(&EventsType);
+    if (PyModule_AddObject(m, "Events", (PyObject *)&EventsType) < 0 ||
+        PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0 ||
         PyModule_AddObject(m, "Ring", (PyObject *)&RingType) < 0 ||
         PyModule_AddObject(m, "Timer", (PyObject *)&TimerType) < 0) {
         Py_DECREF(m);

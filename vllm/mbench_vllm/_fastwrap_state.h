@@ -4,7 +4,7 @@
 #ifndef MBENCH_FASTWRAP_STATE_H
 #define MBENCH_FASTWRAP_STATE_H
 
-#define FASTWRAP_ABI 1
+#define FASTWRAP_ABI 3
 
 /* Slots of a step record: steplog.py's S_* (checked by native.py). */
 enum { S_HDR, S_TS, S_DUR, S_SCHED, S_META, S_EXEC, S_UPD, S_GF, S_LAUNCH, S_WAIT, S_GPU, S_BATCH,
@@ -12,7 +12,7 @@ enum { S_HDR, S_TS, S_DUR, S_SCHED, S_META, S_EXEC, S_UPD, S_GF, S_LAUNCH, S_WAI
 #define STEP_BYTES ((Py_ssize_t)(STEP_SLOTS * sizeof(long long)))
 
 /* What a Timer times (hooks.py: wrap_step, wrap_schedule, ...). */
-enum { K_STEP, K_SCHED, K_META, K_UPDATE, K_LAUNCH, K_WAIT, K_GF, K_COUNT };
+enum { K_STEP, K_SCHED, K_META, K_UPDATE, K_LAUNCH, K_WAIT, K_GF, K_GATE, K_FWD, K_COUNT };
 
 static inline long long now_ns(void) {
     struct timespec ts;

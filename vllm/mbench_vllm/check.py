@@ -177,8 +177,14 @@ def gpu_timer_line() -> str:
     except Exception as exc:
         return f"gpu_us: GPUModelRunner not importable ({type(exc).__name__}: {exc}): GPU time not measured\n"
     if callable(getattr(GPUModelRunner, "_model_forward", None)):
+        from .gpu import DEFAULT_EVERY, ENV_GPU_TIME, gpu_time_setting
+
+        every, err = gpu_time_setting(os.environ.get(ENV_GPU_TIME))
+        share = (f"{ENV_GPU_TIME} here: {err}" if err else "GPU timing off here (" + ENV_GPU_TIME + "=0)" if every == 0
+                 else "every forward timed here" if every == 1 else f"a random 1 in {every} forwards timed here")
         return ("gpu_us: OK (CUDA events around GPUModelRunner._model_forward; one GPU, the in-process "
-                "executor; the V2 model runner and TP/PP > 1 are not measured)\n")
+                f"executor; the V2 model runner and TP/PP > 1 are not measured; {share}; the default "
+                f"1/{DEFAULT_EVERY}, set {ENV_GPU_TIME}=1/N, all or 0 in the engine's environment)\n")
     return "gpu_us: missing: GPUModelRunner has no _model_forward: GPU time not measured\n"
 
 

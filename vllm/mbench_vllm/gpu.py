@@ -42,6 +42,27 @@ the host-bound flag when any of its forwards was). The engine thread pays
 two event records, one event query, two clock reads and one deque append
 per forward.
 
+Which events: where the C timers load, their own (``_fastwrap_events.h``):
+a pool made with the CUDA driver API (libcuda, found with dlopen; the
+library torch's runtime calls), recorded by a C ``Timer`` (kind
+``K_FWD``) on torch's current stream with one ``cuEventRecord`` each, read
+by the flusher with torch's context pushed; no Python on the timed path.
+Else, or with ``MBENCH_GPU_EVENTS=torch``, or where the driver's events do
+not work (the status line's ``gpu_hook`` says why), ``torch.Event`` as
+above. Both paths do the same steps in the same order.
+
+Sampling: timing a forward costs the engine thread two event records, a
+query and the wrapper (13-26 us on the H200 host, more than the step
+timers' whole budget), so by default a random 1 in ``DEFAULT_EVERY``
+forwards is timed and the others run untouched behind a gate (the C
+``Timer`` kind ``K_GATE`` where the C timers load: one multiply per
+forward; else a Python wrapper). Each timed batch's gpu_us is its measured
+GPU time; the unsampled batches have none (never an estimate), and the
+status line's ``gpu_hook`` and ``gpu_sample_every`` say how many were
+sampled. ``MBENCH_GPU_TIME`` in the engine's environment sets it
+(``gpu_time_setting``): ``1/N`` a random 1 in N, ``all`` (or ``1``,
+``on``) every forward, ``0`` (or ``off``) none.
+
 Where the model runs in another process (multiproc executor: TP or PP > 1),
 or the runner has no ``_model_forward`` (the V2 model runner), or torch/CUDA
 is missing, GPU time is *not measured*, and the engine's status line says
@@ -51,6 +72,7 @@ why. Nothing here imports torch at module import time.
 from __future__ import annotations
 
 import os
+import random
 from collections import deque
 from time import perf_counter_ns
 
@@ -64,6 +86,32 @@ POOL = 256  # events created and recorded at install: 128 forwards in flight
 # only have idled inside the span while the host launched, so an unmarked
 # span's kernels take at least (1 - HOST_SHARE) of it.
 HOST_SHARE = 0.05
+DEFAULT_EVERY = 16  # a random 1 in 16 forwards timed unless MBENCH_GPU_TIME says otherwise
+ENV_GPU_TIME = "MBENCH_GPU_TIME"
+# Which events: "driver" (the C timers' own, on the CUDA driver API:
+# _fastwrap_events.h), "torch" (torch.Event), or unset: the driver's where
+# the C timers load and they work, else torch's.
+ENV_GPU_EVENTS = "MBENCH_GPU_EVENTS"
+ENV_LIBCUDA = "MBENCH_LIBCUDA"  # the CUDA driver library (default libcuda.so.1; the tests' fake)
+
+
+def gpu_time_setting(value: str | None) -> tuple[int, str]:
+    """(every, error) for the value of MBENCH_GPU_TIME: every = 0 (off),
+    1 (each forward) or N (a random 1 in N); error says why a value is not
+    understood (every is then 0: GPU time is not measured, and the status
+    line carries the error)."""
+    v = (value or "").strip().lower()
+    if v == "":
+        return DEFAULT_EVERY, ""
+    if v in ("0", "off", "no", "false", "none"):
+        return 0, ""
+    if v in ("1", "on", "yes", "true", "all", "every", "1/1"):
+        return 1, ""
+    num, sep, den = v.partition("/")
+    if sep and num.strip() == "1" and den.strip().isdigit() and 1 <= int(den) <= 1_000_000:
+        return int(den), ""
+    return 0, (f"{ENV_GPU_TIME}={value!r} is not understood: use 1/N (a random 1 in N forwards, "
+               f"N from 1 to 1000000; the default 1/{DEFAULT_EVERY}), all, or 0 (off)")
 
 
 class GPUTimer:
@@ -88,22 +136,31 @@ class GPUTimer:
         self.created = 0  # events made after install (the pool ran dry)
         self.make = None  # the event factory chosen at install
         self.api = ""
+        self.every = DEFAULT_EVERY  # a random 1 in every forwards is timed (install sets it)
+        self.rng = random.Random()  # the Python gate's draws (the C gate has its own)
+        self.gate = ""  # which gate: "" (none: every forward), "c", "python"
+        if getattr(self, "events", None) is not None:
+            self.events.on = 0
+            self.events.clear()
+        self.events = None  # the C Events where the driver's events are used
         self.unclaimed: dict = {}  # batch -> [gpu ns, flushes seen, host-bound]
 
     def idle(self) -> bool:
         """No event pair or GPU time waits to be read or written."""
-        return not self.pending and not self.unclaimed
+        return not self.pending and not self.unclaimed and (self.events is None or self.events.pending == 0)
 
     # ---- status ----------------------------------------------------------
     def status(self) -> dict:
         """The GPU part of the engine's status line (probes.EngineStatus)."""
         if self.measured:
-            return {"gpu_time": "measured", "gpu_hook": self.hook}
+            return {"gpu_time": "measured", "gpu_hook": self.hook, "gpu_sample_every": self.every}
         return {"gpu_time": "not_measured", "gpu_reason": self.reason}
 
     def not_measured(self, reason: str) -> None:
         self.measured = False
         self.reason = reason
+        if self.events is not None:
+            self.events.on = 0
 
     def fail(self, reason: str) -> None:
         """Stop measuring mid-run; the status line says so from now on."""
@@ -136,12 +193,18 @@ class GPUTimer:
 
     def install_runner(self, runner) -> None:
         """Hook the class of ``runner`` (the engine's in-process model runner),
-        unless the engine's environment turned GPU timing off
-        (``MBENCH_GPU_TIME=0``: the step timers alone, at their lower
-        engine-thread cost)."""
-        if os.environ.get("MBENCH_GPU_TIME", "1").strip().lower() in ("0", "off", "no", "false"):
-            self.not_measured("GPU timing turned off in the engine's environment (MBENCH_GPU_TIME=0)")
+        timing the share of forwards MBENCH_GPU_TIME asks for, unless the
+        engine's environment turned GPU timing off (``MBENCH_GPU_TIME=0``:
+        the step timers alone, at their lower engine-thread cost)."""
+        raw = os.environ.get(ENV_GPU_TIME)
+        every, err = gpu_time_setting(raw)
+        if err:
+            self.not_measured(err)
             return
+        if every == 0:
+            self.not_measured(f"GPU timing turned off in the engine's environment ({ENV_GPU_TIME}={raw})")
+            return
+        self.every = every
         cls = type(runner)
         if getattr(cls, "_model_forward", None) is None:
             self.not_measured(
@@ -151,7 +214,14 @@ class GPUTimer:
         torch = self.load_torch()
         if torch is None:
             return
+        why_not_driver = self.install_driver_events(torch)
+        if self.events is not None:
+            self.api = "CUDA driver events (cuEventRecord on torch's current stream, from C)"
+            self._hook(cls)
+            return
         make, api = choose_events(torch)
+        if why_not_driver:
+            api += f"; the CUDA driver's events were not used: {why_not_driver}"
         if make is None:
             self.not_measured(f"CUDA events do not work in the engine process: {api}")
             return
@@ -165,9 +235,52 @@ class GPUTimer:
             return
         self.make, self.api = make, api
         self.free.extend(pool)
+        self._hook(cls)
+
+    def install_driver_events(self, torch) -> str:
+        """Make the C Events (self.events) unless MBENCH_GPU_EVENTS=torch or
+        the C timers did not load; "" when made, else why not."""
+        from . import _recorder
+
+        want = os.environ.get(ENV_GPU_EVENTS, "").strip().lower()
+        if want == "torch":
+            return f"{ENV_GPU_EVENTS}=torch"
+        fw = _recorder.FAST
+        if fw is None or not hasattr(fw, "Events"):
+            return "the C timers are not loaded"
+        try:
+            stream = torch._C._cuda_getCurrentRawStream
+            dev = int(torch.cuda.current_device())
+            self.events = fw.Events(os.environ.get(ENV_LIBCUDA) or "libcuda.so.1", POOL, MAX_PENDING, stream, dev,
+                                    self.fail)
+        except Exception as exc:
+            self.events = None
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
+    def timed(self, orig):
+        """The timed wrapper of orig on this install's events."""
+        from . import _recorder
+
+        if self.events is not None:
+            fw = _recorder.FAST
+            return _mark(fw.Timer(orig, _recorder.STATE, fw.K_FWD, seen=self.events), orig)
+        return _timed_forward(orig)
+
+    def _hook(self, cls) -> None:
+        """Wrap cls._model_forward for this install (a wrapper an earlier
+        install left on the class, with its events and gate, is replaced)."""
+        self.generation = getattr(GPUTimer, "_installs", 0) + 1
+        GPUTimer._installs = self.generation
+        f = getattr(cls, "_model_forward")
+        if getattr(f, MARK, False) and getattr(f, "_mbench_gpu_gen", None) is not None:
+            setattr(cls, "_model_forward", f.__wrapped__)
         _patch(cls, "_model_forward", _wrap_forward)
         self.measured = True
-        self.hook = f"CUDA events ({api}) around {cls.__name__}._model_forward (in the engine process)"
+        self.hook = f"CUDA events ({self.api}) around {cls.__name__}._model_forward (in the engine process)"
+        if self.every > 1:
+            self.hook += (f", on a random 1 in {self.every} forwards ({self.gate} gate; "
+                          f"{ENV_GPU_TIME}=all times every one)")
 
     def grow(self):
         """Two more events (the pool ran dry: more than POOL/2 forwards unread)."""
@@ -217,28 +330,36 @@ class GPUTimer:
     def _read(self) -> dict:
         """batch -> [span ns, host-bound] of the completed pairs."""
         done: dict = {}
+        for b, ns, host in self.events.read() if self.events is not None else self._read_torch():
+            if ns is None or not b:
+                continue
+            hb = host > HOST_SHARE * ns
+            d = done.get(b)
+            if d is None:
+                done[b] = [ns, hb]
+            else:
+                d[0] += ns
+                d[1] = d[1] or hb
+        return done
+
+    def _read_torch(self) -> list:
+        """[(batch, span ns or None, host ns)] of the completed torch pairs,
+        oldest first, their events back in the pool."""
+        out: list = []
         pending, free = self.pending, self.free
         while pending:
             b, e0, e1, host = pending[0]
             try:
                 if not e1.query():
                     break  # one stream: later pairs are not done either
-                ns = int(e0.elapsed_time(e1) * 1e6)
+                ns = max(int(e0.elapsed_time(e1) * 1e6), 1)
             except Exception:
                 ns = None
             pending.popleft()
-            if ns is not None and b:
-                ns = max(ns, 1)
-                hb = host > HOST_SHARE * ns
-                d = done.get(b)
-                if d is None:
-                    done[b] = [ns, hb]
-                else:
-                    d[0] += ns
-                    d[1] = d[1] or hb
+            out.append((b, ns, host))
             free.append(e0)
             free.append(e1)
-        return done
+        return out
 
 
 def choose_events(torch):
@@ -281,6 +402,35 @@ def _patch(cls, name: str, wrapper) -> None:
 
 
 def _wrap_forward(orig):
+    """_model_forward behind the sampling gate: a random 1 in GPU.every
+    calls go to the timed wrapper, the others to the method itself."""
+    from . import _recorder
+
+    g = GPU
+    timed = g.timed(orig)
+    fw = _recorder.FAST
+    if g.every <= 1:
+        f, gate = timed, ""
+    elif fw is not None:
+        seed = int.from_bytes(os.urandom(8), "little") | 1
+        f = _mark(fw.Timer(orig, _recorder.STATE, fw.K_GATE, hook=timed, every=g.every, seed=seed), orig)
+        gate = "c"
+    else:
+        draw = g.rng.random
+        p = 1.0 / g.every
+
+        def _model_forward(self, *args, **kwargs):
+            if draw() >= p:
+                return orig(self, *args, **kwargs)
+            return timed(self, *args, **kwargs)
+
+        f, gate = _mark(_model_forward, orig), "python"
+    f._mbench_gpu_gen = g.generation
+    g.gate = gate
+    return f
+
+
+def _timed_forward(orig):
     """_model_forward between two CUDA events: nothing of the plugin's
     between the start event's record and the call."""
     from ._recorder import STATE

@@ -38,12 +38,13 @@ import time
 
 from . import steplog
 
-ABI = 1
+ABI = 3
 ENV_NATIVE = "MBENCH_VLLM_NATIVE"
 ENV_CACHE = "MBENCH_VLLM_CACHE"
 MODULE = "mbench_vllm._fastwrap"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fastwrap.c")
-HEADERS = (os.path.join(os.path.dirname(SOURCE), "_fastwrap_state.h"),)  # included by SOURCE
+HEADERS = tuple(os.path.join(os.path.dirname(SOURCE), h)
+                for h in ("_fastwrap_state.h", "_fastwrap_events.h"))  # included by SOURCE
 BUILD_TIMEOUT_S = 120
 
 # What load() decided, for the status line and check.

@@ -45,14 +45,45 @@ def impl(request):
     _recorder.FAST = _recorder.NATIVE
 
 
+@pytest.fixture(scope="session")
+def fake_libcuda(tmp_path_factory):
+    """tests/fakecuda/fake_libcuda.c built (cc) and loaded: the fake CUDA
+    driver the C timers' events run on here; None without a compiler."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fakecuda", "fake_libcuda.c")
+    out = str(tmp_path_factory.mktemp("fakecuda") / "libcuda_fake.so")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", src, "-o", out], check=True, timeout=120)
+    return out, ctypes.CDLL(out)
+
+
 @pytest.fixture
-def step_log(impl, tmp_path, monkeypatch):
-    """MBENCH_STEP_LOG in tmp_path; plugin and fake vllm reset around the
-    test; run once per timer implementation."""
+def step_log(impl, tmp_path, monkeypatch, fake_libcuda):
+    """MBENCH_STEP_LOG in tmp_path, MBENCH_GPU_TIME=all; plugin and fake
+    vllm reset around the test; run once per timer implementation."""
     from mbench_vllm import plugin
 
     path = str(tmp_path / "engine_step.jsonl")
     monkeypatch.setenv("MBENCH_STEP_LOG", path)
+    # Every forward GPU-timed: the tests join each batch to its truth (the
+    # sampling gate's own tests set MBENCH_GPU_TIME themselves).
+    monkeypatch.setenv("MBENCH_GPU_TIME", "all")
+    # With the C timers the GPU timer's events are the fake CUDA driver's
+    # (the C Events); with the Python wrappers, the fake torch's Events.
+    from standins import fakegpu
+
+    if impl == "c" and fake_libcuda is not None:
+        monkeypatch.setenv("MBENCH_LIBCUDA", fake_libcuda[0])
+        fakegpu.attach_driver(fake_libcuda[1])
+    else:
+        if impl == "c" and os.environ.get("MBENCH_REQUIRE_NATIVE") == "1":
+            pytest.fail("no C compiler for the fake CUDA driver (MBENCH_REQUIRE_NATIVE=1)")
+        fakegpu.attach_driver(None)
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
     saved = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
     plugin._reset_for_tests()
@@ -61,6 +92,5 @@ def step_log(impl, tmp_path, monkeypatch):
     for k in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
         del sys.modules[k]
     sys.modules.update(saved)
-    from standins import fakegpu
-
     fakegpu.uninstall()
+    fakegpu.attach_driver(None)

@@ -53,6 +53,23 @@ def test_all_hooks_ok(step_log, version):
     assert "GPU-bound" not in text and "duration is the GPU time" not in text
 
 
+@pytest.mark.parametrize("value,words", [
+    (None, "a random 1 in 16 forwards timed here"), ("1/4", "a random 1 in 4 forwards timed here"),
+    ("all", "every forward timed here"), ("0", "GPU timing off here (MBENCH_GPU_TIME=0)"),
+    ("1/x", "MBENCH_GPU_TIME here: MBENCH_GPU_TIME='1/x' is not understood")])
+def test_check_says_which_forwards_are_timed(step_log, monkeypatch, value, words):
+    """check's gpu_us line says what MBENCH_GPU_TIME in this environment
+    (the engine's, when check runs where the engine will) times, and the
+    default."""
+    if value is None:
+        monkeypatch.delenv("MBENCH_GPU_TIME", raising=False)
+    else:
+        monkeypatch.setenv("MBENCH_GPU_TIME", value)
+    fake_vllm(VERSIONS["main"])
+    line = check.gpu_timer_line()
+    assert line.startswith("gpu_us: OK") and words in line and "the default 1/16" in line, line
+
+
 @pytest.mark.parametrize("kind", ["dataclass", "fieldinfo", "pydantic_fields", "true", "false", "absent"])
 def test_async_default_dataclass_and_pydantic(kind):
     """The async-scheduling default read from a stdlib dataclass, from a

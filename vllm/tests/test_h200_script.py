@@ -189,15 +189,33 @@ def test_h200_script_timers_mode_cases(tmp_path, monkeypatch):
     """run.sh timers: the two main batch-queue cases, the timer cost, no
     idle-gap probe or per-call costs."""
     code, proof = _run_proof(tmp_path, monkeypatch, "--cases", "main:batch_queue:gpu_bound,main:batch_queue:cpu_bound",
-                             "--quick")
+                             "--quick", "--cost-chunks", "6")
     _check_verdicts(code, proof["results"])
     assert [(r["version"], r["path"], r["load"]) for r in proof["results"]] == [
         ("main", "batch_queue", "gpu_bound"), ("main", "batch_queue", "cpu_bound")]
-    assert proof["idle_gap"] == {} and proof["call_costs_ns"] == {} and proof["timer_cost"]
+    assert proof["idle_gap"] == {} and proof["call_costs_ns"] == {}
+    # The GPU timer's cost timing every forward, then at the default sampling.
+    # The GPU timer's cost timing every forward, then at the default
+    # sampling: on this install's events, then on torch's.
+    assert [(c["setting"], c["every"]) for c in proof["timer_cost"]] == [("all", 1), ("", 16)] * 2, proof["timer_cost"]
+    assert proof["timer_cost"][1]["gate"] in ("c", "python")
+    assert "torch" in proof["timer_cost"][3]["events"], proof["timer_cost"]
+    for c in proof["timer_cost"]:
+        lo, hi = c["ci95"]
+        assert lo <= c["gpu_timer_engine_thread_us_per_step"] <= hi and c["chunks"] == 6, c
     import tarfile
 
     with tarfile.open(tmp_path / "steps.tar.gz") as tar:
         assert len(tar.getnames()) == 4
+
+
+def test_h200_script_cost_only(tmp_path, monkeypatch):
+    """--cases none: no case runs, only the GPU timer's cost; the proof
+    passes (nothing failed)."""
+    code, proof = _run_proof(tmp_path, monkeypatch, "--cases", "none", "--quick", "--cost-chunks", "3")
+    assert code == 0 and proof["results"] == [] and len(proof["timer_cost"]) == 4, proof
+    fc = proof["forward_costs_ns"]
+    assert fc["bare call"] > 0 and any(k.endswith("every forward") for k in fc), fc
 
 
 def test_h200_script_rejects_unknown_cases(tmp_path, monkeypatch):

@@ -127,6 +127,165 @@ def test_gpu_time_host_bound(step_log, version, async_scheduling):
 
 
 @pytest.mark.parametrize("version", PINNED)
+def test_gpu_time_sampled_by_default(step_log, impl, version, monkeypatch):
+    """MBENCH_GPU_TIME unset: a random 1 in 16 forwards is timed (behind the
+    C gate where the C timers load, else the Python one). Over 800 steps
+    the timed count is within 5 sd of 800/16 (binomial; outside it once in
+    ~10^6 runs); every timed batch's gpu_us is its kernel time; the other
+    lines carry no gpu_us (never an estimate); the status line says 1 in 16
+    and which gate."""
+    from mbench_vllm import gpu
+
+    monkeypatch.delenv("MBENCH_GPU_TIME")
+    t = Timings(schedule=20 * US, execute=20 * US, update=20 * US, gpu=150 * US, kernels=1, launch=2 * US,
+                sample_gpu=5 * US, gpu_vary=True)
+    eng, lines = _gpu_run(step_log, version, 800, t, async_scheduling=True)
+    collected = [ln for ln in lines if "update_us" in ln]
+    timed = [ln for ln in collected if "gpu_us" in ln]
+    late = read_gpu_lines(step_log)
+    n, k, p = len(collected), len(timed) + len(late), 1 / gpu.DEFAULT_EVERY
+    assert n >= 790, n
+    sd = (n * p * (1 - p)) ** 0.5
+    assert abs(k - n * p) <= 5 * sd, (k, n * p, sd)
+    dev = fakegpu.device()
+    for ln in timed:
+        truth = dev.kernel_ns(ln["batch"] - 1) / 1000
+        assert ln["gpu_us"] >= 0.999 * truth, (ln, truth)
+        if not ln.get("gpu_host_bound"):
+            assert ln["gpu_us"] <= truth / 0.95 + 0.5, (ln, truth)
+    st = read_status(step_log)
+    want_gate = "c gate" if impl == "c" else "python gate"
+    assert st and st[0]["gpu_time"] == "measured" and st[0]["gpu_sample_every"] == 16, st
+    assert "a random 1 in 16 forwards" in st[0]["gpu_hook"] and want_gate in st[0]["gpu_hook"], st[0]["gpu_hook"]
+
+
+@pytest.mark.parametrize("version", PINNED)
+def test_gpu_events_of_the_c_timers(step_log, impl, version, fake_libcuda):
+    """Where the C timers load, the GPU timer's events are their own, on the
+    CUDA driver's API (here the fake driver, which keeps the fake GPU's
+    stream): every collecting line's gpu_us is the batch's kernel time as
+    on torch's events, the status names the driver's events, two records
+    per forward, and the reads leave the reading thread's context stack as
+    they found it. With the Python wrappers, torch's events."""
+    t = Timings(schedule=300 * US, execute=200 * US, update=200 * US, gpu=2 * MS, kernels=3, launch=5 * US,
+                sample_gpu=50 * US, gpu_vary=True)
+    lib = fake_libcuda[1] if fake_libcuda else None
+    before = lib.fakecu_records() if lib else 0
+    eng, lines = _gpu_run(step_log, version, 30, t, async_scheduling=True)
+    assert _check_gpu_joined(lines, rel=0.03) >= 28
+    hook = read_status(step_log)[0]["gpu_hook"]
+    if impl == "c":
+        assert "CUDA driver events" in hook, hook
+        forwards = sum(1 for ln in lines if "batch" in ln)  # every launched batch's forward was timed
+        assert lib.fakecu_records() - before >= 2 * (forwards - 2), (lib.fakecu_records() - before, forwards)
+        assert lib.fakecu_depth() == 0
+    else:
+        assert "torch.Event" in hook and "CUDA driver events" not in hook, hook
+
+
+def test_gpu_driver_error_stops_the_timer_not_the_engine(step_log, impl, fake_libcuda, monkeypatch):
+    """A CUDA error on a record (the fake driver fails the 21st from now
+    with 700, CUDA_ERROR_ILLEGAL_ADDRESS): the timer stops and says so in
+    the status line (GPU time not measured, the call and the error), the
+    engine runs on, the lines written before it keep their gpu_us."""
+    if impl != "c":
+        pytest.skip("the driver's events are the C timers'")
+    lib = fake_libcuda[1]
+    t = Timings(schedule=300 * US, execute=200 * US, update=200 * US, gpu=1 * MS, kernels=2, launch=5 * US)
+    ns = fake_vllm(VERSIONS["main"], gpu=True)
+    eng = engine(ns, config(t, connector=None, async_scheduling=True))
+    lib.fakecu_fail_records_after(20, 700)
+    try:
+        run_steps(eng, 30)
+    finally:
+        lib.fakecu_fail_records_after(-1, 0)
+    shutdown(eng)
+    flush()
+    lines = read_lines(step_log)
+    assert len(lines) == 30
+    timed = [ln for ln in lines if "gpu_us" in ln]
+    assert 5 <= len(timed) <= 11, len(timed)
+    st = read_status(step_log)[-1]
+    assert st["gpu_time"] == "not_measured" and "cuEventRecord failed: CUDA driver error 700" in st["gpu_reason"], st
+
+
+@pytest.mark.parametrize("env,want", [
+    ({"MBENCH_LIBCUDA": "/nonexistent/libcuda.so.1"}, "the CUDA driver's events were not used: RuntimeError: /nonexistent/libcuda.so.1: dlopen failed"),
+    ({"MBENCH_GPU_EVENTS": "torch"}, "the CUDA driver's events were not used: MBENCH_GPU_EVENTS=torch")])
+def test_gpu_events_fall_back_to_torch(step_log, impl, monkeypatch, env, want):
+    """No usable CUDA driver library (or MBENCH_GPU_EVENTS=torch): torch's
+    events, and the status line says why the driver's were not used."""
+    if impl != "c":
+        pytest.skip("the driver's events are the C timers'")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    t = Timings(schedule=300 * US, execute=200 * US, update=200 * US, gpu=2 * MS, kernels=2, launch=5 * US)
+    eng, lines = _gpu_run(step_log, "main", 12, t, async_scheduling=True)
+    assert _check_gpu_joined(lines, rel=0.03) >= 10
+    hook = read_status(step_log)[0]["gpu_hook"]
+    assert "torch.Event" in hook and want in hook, hook
+
+
+@pytest.mark.parametrize("value,every", [
+    (None, 16), ("", 16), (" 1/16 ", 16), ("1/4", 4), ("1/1", 1), ("all", 1), ("ON", 1), ("1", 1),
+    ("0", 0), ("off", 0), ("false", 0)])
+def test_gpu_time_setting(value, every):
+    from mbench_vllm import gpu
+
+    assert gpu.gpu_time_setting(value) == (every, "")
+
+
+@pytest.mark.parametrize("value", ["2", "1/0", "1/x", "2/16", "1/2000000", "half", "-1"])
+def test_gpu_time_setting_refused(step_log, value, monkeypatch):
+    """A value MBENCH_GPU_TIME does not take: GPU time is not measured and
+    the status line (written before the first step) names the value and
+    what is accepted; the engine runs as without the GPU timer."""
+    from mbench_vllm import gpu
+
+    e, err = gpu.gpu_time_setting(value)
+    assert e == 0 and repr(value) in err and "1/N" in err, err
+    monkeypatch.setenv("MBENCH_GPU_TIME", value)
+    t = Timings(schedule=100 * US, execute=100 * US, update=100 * US, gpu=200 * US, kernels=1, launch=2 * US)
+    eng, lines = _gpu_run(step_log, "main", 6, t, async_scheduling=True)
+    assert len(lines) == 6 and not any("gpu_us" in ln for ln in lines)
+    st = read_status(step_log)
+    assert st and st[0]["gpu_time"] == "not_measured" and repr(value) in st[0]["gpu_reason"], st
+
+
+def test_c_gate_rate_over_seeds():
+    """The C gate sends a random 1 in N calls to its hook, for any seed:
+    200 seeds x 16,000 calls at N = 16 (and 40 seeds at N = 4 and 1), each
+    count within 5 sd of 1,000 (binomial), the pooled rate within 1%; the
+    others reach the method itself with their arguments; bad parameters are
+    refused."""
+    from mbench_vllm import _recorder
+
+    fw = _recorder.NATIVE
+    if fw is None:
+        pytest.skip("the C timers did not load here")
+    import os as _os
+
+    for every, seeds in ((16, 200), (4, 40), (1, 5)):
+        total = 0
+        for _ in range(seeds):
+            got = []
+            t = fw.Timer(lambda self, x: x, _recorder.STATE, fw.K_GATE, hook=lambda self, x: got.append(x) or -x,
+                         every=every, seed=int.from_bytes(_os.urandom(8), "little") | 1)
+            out = [t(None, i) for i in range(1, 16001)]
+            p = 1 / every
+            sd = (16000 * p * (1 - p)) ** 0.5
+            assert abs(len(got) - 16000 * p) <= 5 * sd + 0.5, (every, len(got))
+            assert got == [i for i in range(1, 16001) if out[i - 1] == -i] and all(out[i - 1] in (i, -i) for i in range(1, 16001))
+            total += len(got)
+        assert total / (seeds * 16000) == pytest.approx(1 / every, rel=0.01), (every, total)
+    for bad in ({"every": 0, "seed": 1}, {"every": 16, "seed": 0}, {"every": 16, "seed": 1, "hook": None}):
+        kw = dict(hook=lambda *a: None)
+        kw.update(bad)
+        with pytest.raises(ValueError):
+            fw.Timer(lambda *a: None, _recorder.STATE, fw.K_GATE, **kw)
+
+
+@pytest.mark.parametrize("version", PINNED)
 def test_gpu_time_turned_off(step_log, version, monkeypatch):
     """MBENCH_GPU_TIME=0 in the engine's environment: torch and a GPU are
     there, but no event is recorded, no line carries gpu_us, and the status

@@ -13,6 +13,13 @@ with its batch: the profiler's ground truth of GPU time.
 ``install()`` puts the fake ``torch`` into ``sys.modules``; without it the
 stand-ins run no GPU model and the plugin finds no torch — the
 "not measured" case.
+
+``attach_driver(lib)`` joins the fake CUDA driver (tests/fakecuda,
+loaded with ctypes) to the device: every launch moves its stream's end
+(``fakecu_free_at``), and the fake torch gains what the plugin's driver
+events read from a real one: ``torch._C._cuda_getCurrentRawStream``
+(torch's C binding, used by torch's own inductor; the legacy default
+stream is 0) and ``torch.cuda.current_device``.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ class Device:
         start = max(perf(), self.free_at)
         self.free_at = start + ns
         self.kernels.append((tag, start, ns))
+        if _DRIVER_END is not None:
+            _DRIVER_END.value = self.free_at
 
     def kernel_ns(self, tag) -> int:
         """The profiler's view: total kernel time of one tag (a batch)."""
@@ -73,10 +82,29 @@ class Stream:
         pass
 
 
+_DRIVER = None  # the fake CUDA driver (ctypes CDLL), when attached
+_DRIVER_END = None  # its fakecu_free_at
+
+
+def attach_driver(lib) -> None:
+    """Join the fake CUDA driver ``lib`` (a ctypes CDLL; None detaches)."""
+    global _DRIVER, _DRIVER_END
+    import ctypes
+
+    _DRIVER = lib
+    _DRIVER_END = None if lib is None else ctypes.c_longlong.in_dll(lib, "fakecu_free_at")
+    if lib is not None:
+        lib.fakecu_init()
+        _DRIVER_END.value = DEVICE.free_at
+
+
 def make_torch() -> types.ModuleType:
     torch = types.ModuleType("torch")
     torch.__path__ = []
+    if _DRIVER is not None:
+        torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0)
     cuda = types.ModuleType("torch.cuda")
+    cuda.current_device = lambda: 0
     cuda.is_available = lambda: True
     cuda.Event = Event
     cuda.Stream = Stream
@@ -95,6 +123,8 @@ def install() -> types.ModuleType:
     global DEVICE
     _set_aside()
     DEVICE = Device()
+    if _DRIVER_END is not None:
+        _DRIVER_END.value = 0
     torch = make_torch()
     sys.modules["torch"] = torch
     sys.modules["torch.cuda"] = torch.cuda
