@@ -172,7 +172,7 @@ def _check_verdicts(code, results):
 
 
 def test_h200_script_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch):
-    code, proof = _run_proof(tmp_path, monkeypatch)
+    code, proof = _run_proof(tmp_path, monkeypatch, "--cost-chunks", "6")
     assert len(proof["results"]) == 8
     _check_verdicts(code, proof["results"])
     cpu = [r for r in proof["results"] if r["load"] == "cpu_bound" and r["path"] == "batch_queue"]
