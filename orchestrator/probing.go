@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +37,11 @@ type instruments struct {
 
 	gpu      *gpuProbe // nil before open
 	probeSeq int       // remote probes started: names their files
+	// probeTag names this mbench process's probe files beside probeSeq:
+	// a resumed sweep's probe must not share a file with a probe the
+	// killed process left starting (a Slurm step that outlives it and
+	// truncates its output when it finally starts).
+	probeTag string
 }
 
 // hostInfo is what the instruments need to know of the hosts: whether a
@@ -270,7 +276,10 @@ func (s *instruments) startRemoteProbes(ctx context.Context, es *engineSet) []*r
 			continue
 		}
 		s.probeSeq++
-		base := s.fleet.path(name, "probes", fmt.Sprintf("probe.%d", s.probeSeq))
+		if s.probeTag == "" {
+			s.probeTag = strconv.FormatInt(time.Now().UnixNano(), 36)
+		}
+		base := s.fleet.path(name, "probes", fmt.Sprintf("probe.%s.%d", s.probeTag, s.probeSeq))
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
 		q := shquote.Quote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
