@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/llamacpptest"
+	"github.com/mbench/mbench/internal/longrun"
 )
 
 // lines counts the lines of a file (0 when it does not exist).
@@ -51,10 +52,13 @@ func measuring(out, model string) bool {
 // engine behind (local engines outlive mbench by design) and `mbench
 // resume` stops it, runs what is left and ends with no llama-server.
 //
-// It runs alone, before the package's parallel tests: beside their
-// llama-servers, resume's relaunch on the port of the leftover engine it
-// had just stopped found the port still in use in 2 of 3 runs (load ~9).
+// In a plain run it runs beside the package's other waiting tests (each
+// its own server and port block); serial in CI's long run. (Beside them,
+// resume's relaunch once found the port of the leftover engine it had just
+// stopped still held: a launch now waits for its port to free,
+// orchestrator.awaitFreePort.)
 func TestInterruptAndResumeAgainstLlamaServer(t *testing.T) {
+	longrun.Parallel(t)
 	bin := llamacpptest.Find(t)
 	mdl := model(t)
 	mat := testMatrix(t, bin, mdl, func(m map[string]any) {
