@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mbench/mbench/internal/longrun"
 )
 
 // closingServer reproduces how llama.cpp's llama-server (through its
@@ -210,6 +212,9 @@ func TestServerClosesAfterResponse(t *testing.T) {
 	for _, io := range []string{"reactor", "goroutines"} {
 		for _, mode := range []string{"keepalive-header", "close-header", "random"} {
 			t.Run(io+"/"+mode, func(t *testing.T) {
+				// Side by side in a plain run (each its own server); what
+				// they check is counts, not timing.
+				longrun.Parallel(t)
 				cs := startClosingServer(t, &closingServer{closeH: mode == "close-header", random: mode == "random", tokens: 4})
 				const n = 400
 				_, res := runIO(t, Config{Targets: []string{cs.url}, Model: "m", Rate: 400, Shape: Shape{Input: 8, Output: 4},

@@ -16,6 +16,7 @@ import (
 	"github.com/mbench/mbench/results"
 
 	"github.com/mbench/mbench/internal/chromiumtest"
+	"github.com/mbench/mbench/internal/longrun"
 )
 
 // The plot geometry of report.js (W, H, M there): the plotting area is
@@ -82,6 +83,7 @@ func floats(t *testing.T, re, s string) []float64 {
 // failure's reason and class listed, attainment within [0, 100%].
 // Screenshots go to the test's artifact directory (go test -artifacts).
 func TestHTMLReportAsSeen(t *testing.T) {
+	longrun.Parallel(t) // its own browser profile and copy of the sweep
 	browser := chromiumtest.Find(t)
 	dir := copyTree(t, fixtureDir)
 	editSummary(t, dir, "runs/noop-r0.5/b1", func(m map[string]any) { m["p90_ttft_ms"] = 5.0 })
@@ -211,6 +213,7 @@ func TestHTMLReportAsSeen(t *testing.T) {
 // intervals and paired result, and draws its probes against the limit with
 // each config's interval as a bar inside the plot.
 func TestHTMLCapacityAsSeen(t *testing.T) {
+	longrun.Parallel(t) // its own browser profile and copy of the sweep
 	browser := chromiumtest.Find(t)
 	dir := copyTree(t, fixtureDir)
 	const shape, limit = "4096x256", 600.0

@@ -17,6 +17,7 @@ import (
 	"github.com/mbench/mbench/results"
 
 	"github.com/mbench/mbench/internal/chromiumtest"
+	"github.com/mbench/mbench/internal/longrun"
 )
 
 // urlRE finds anything in a page that names another resource.
@@ -163,6 +164,7 @@ func readJSON(t *testing.T, path string, v any) {
 }
 
 func TestHTMLReportInBrowser(t *testing.T) {
+	longrun.Parallel(t) // its own browser profile and copy of the sweep
 	browser := chromiumtest.Find(t)
 	dir := copyTree(t, fixtureDir)
 	if _, err := Export(context.Background(), fixtureSweep(dir)); err != nil {
