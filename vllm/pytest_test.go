@@ -3,17 +3,22 @@ package vllm
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mbench/mbench/internal/longrun"
 )
 
-// timedFiles are the suite's files that measure the plugin's cost (paired
-// chunks of engine steps): in a plain run they run in a pytest of their
-// own beside the rest, which halves the suite's wall time on two cores;
-// CI's long run keeps the whole suite in one pytest, as it always ran.
-var timedFiles = []string{"tests/test_overhead.py"}
+// In a plain run the suite runs as three pytests side by side (about half
+// its wall time on two cores): the files that measure the plugin's cost
+// (paired chunks of engine steps), the H200 proof script's run on the fake
+// GPU, and the rest; CI's long run keeps the whole suite in one pytest, as
+// it always ran.
+var (
+	timedFiles = []string{"tests/test_overhead.py"}
+	proofFiles = []string{"tests/test_h200_script.py"}
+)
 
 // TestPytestSuite runs vllm/tests with Debian's python3-pytest. Without
 // pytest it skips, unless MBENCH_REQUIRE_PYTEST=1 (CI) makes that a failure.
@@ -33,12 +38,13 @@ func TestPytestSuite(t *testing.T) {
 		return
 	}
 	rest := []string{"tests"}
-	for _, f := range timedFiles {
+	for _, f := range append(slices.Clone(timedFiles), proofFiles...) {
 		rest = append(rest, "--ignore="+f)
 	}
-	// Every file runs once: the timed ones here, the others (whatever files
-	// the suite gains) in "rest".
+	// Every file runs once: the timed and proof ones in their groups, the
+	// others (whatever files the suite gains) in "rest".
 	t.Run("timed", func(t *testing.T) { t.Parallel(); runPytest(t, py, timedFiles...) })
+	t.Run("proof", func(t *testing.T) { t.Parallel(); runPytest(t, py, proofFiles...) })
 	t.Run("rest", func(t *testing.T) { t.Parallel(); runPytest(t, py, rest...) })
 }
 
