@@ -80,8 +80,6 @@ static void exc_restore(saved_exc *s) {
 #endif
 }
 
-#include "_fastwrap_events.h"
-
 /* After a call: the duration into slot `slot` (when the record exists). */
 static inline void add(Core *st, int slot, long long d) {
     if (st->have_acc) ACC(st)[slot] += d;
@@ -373,63 +371,8 @@ static PyObject *gf_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObj
     return out;
 }
 
-/* The GPU timer's sampling gate (gpu.py's _wrap_forward, its Python twin):
-   a random 1 in `every` calls go to the timed wrapper (hook), the others to
-   the method itself. xorshift64* (Vigna 2016): one multiply per call. */
-static PyObject *gate_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Timer *t = (Timer *)op;
-    unsigned long long x = t->rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    t->rng = x;
-    if (x * 0x2545F4914F6CDD1DULL < t->cut) return PyObject_Vectorcall(t->hook, args, nargsf, kwnames);
-    PASS();
-}
-
-/* The GPU timer's timed forward (gpu.py's _timed_forward, on the CUDA
-   driver's events: _fastwrap_events.h): the start event on torch's current
-   stream, the call, whether the GPU had reached the start event when the
-   launch ended (and the launch's host ns), the end event, the pair queued
-   with the batch being launched. A CUDA error stops the timer (gpu.py's
-   fail says why) and never the forward. */
-static PyObject *fwd_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Timer *t = (Timer *)op;
-    Events *ev = (Events *)t->seen;
-    if (!ev->on) PASS();
-    void *s;
-    if (ev_stream(ev, &s) < 0) {
-        PyErr_Clear();
-        ev_failed(ev, "reading torch's current stream", -1);
-        PASS();
-    }
-    cu_result r;
-    void *e0 = ev_take(ev, &r), *e1 = e0 ? ev_take(ev, &r) : NULL;
-    if (e1 == NULL) {
-        if (e0) ev_give(ev, e0);
-        ev_failed(ev, "cuEventCreate", r);
-        PASS();
-    }
-    long long t0 = now_ns(); /* before the record: the span cannot start earlier */
-    if ((r = cu.record(e0, s)) != CU_OK) {
-        ev_give(ev, e0);
-        ev_give(ev, e1);
-        ev_failed(ev, "cuEventRecord", r);
-        PASS();
-    }
-    PyObject *res = PyObject_Vectorcall(t->func, args, nargsf, kwnames);
-    long long host = now_ns() - t0;
-    r = cu.query(e0);
-    if (r == CU_NOT_READY) host = 0; /* the GPU was behind: every kernel queued before it got there */
-    if ((r != CU_OK && r != CU_NOT_READY) || (r = cu.record(e1, s)) != CU_OK) {
-        ev_give(ev, e0);
-        ev_give(ev, e1);
-        ev_failed(ev, "cuEventQuery/cuEventRecord", r);
-        return res;
-    }
-    ev_push(ev, t->st->batch_seq, e0, e1, host);
-    return res;
-}
+/* The GPU timer: CUDA events, its gate and its timed forward. */
+#include "_fastwrap_events.h"
 
 static const vectorcallfunc kind_calls[K_COUNT] = {step_vc, sched_vc, meta_vc, update_vc, launch_vc, wait_vc, gf_vc,
                                                    gate_vc, fwd_vc};

@@ -1,6 +1,6 @@
 /* _fastwrap_events.h: the GPU timer's CUDA events in C (gpu.py is the
  * specification; its torch path does the same with torch.Event). Included
- * once, by _fastwrap.c.
+ * once, by _fastwrap.c, after its Timer type.
  *
  * Events  a pool of CUDA events made with the CUDA driver API (libcuda, the
  *         library torch's runtime itself calls; found with dlopen, so this
@@ -13,7 +13,9 @@
  *         is loaded): that context is kept and made current around every
  *         read on other threads.
  *
- * The forward Timer (K_FWD, in _fastwrap.c) records a pair around
+ * Also here, the two Timer kinds of the GPU timer (the Timer type is
+ * _fastwrap.c's, which includes this file after it): the sampling gate
+ * (K_GATE) and the timed forward (K_FWD), which records a pair around
  * _model_forward on the current stream: the start event, the call, one
  * query of the start event (has the GPU reached it, i.e. was the GPU idle
  * while the host launched?), the end event; it queues (batch, start, end,
@@ -336,5 +338,63 @@ static PyTypeObject EventsType = {
     .tp_methods = events_methods,
     .tp_members = events_members,
 };
+
+/* The GPU timer's sampling gate (gpu.py's _wrap_forward, its Python twin):
+   a random 1 in `every` calls go to the timed wrapper (hook), the others to
+   the method itself. xorshift64* (Vigna 2016): one multiply per call. */
+static PyObject *gate_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Timer *t = (Timer *)op;
+    unsigned long long x = t->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t->rng = x;
+    if (x * 0x2545F4914F6CDD1DULL < t->cut) return PyObject_Vectorcall(t->hook, args, nargsf, kwnames);
+    PASS();
+}
+
+/* The GPU timer's timed forward (gpu.py's _timed_forward, on the CUDA
+   driver's events: _fastwrap_events.h): the start event on torch's current
+   stream, the call, whether the GPU had reached the start event when the
+   launch ended (and the launch's host ns), the end event, the pair queued
+   with the batch being launched. A CUDA error stops the timer (gpu.py's
+   fail says why) and never the forward. */
+static PyObject *fwd_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Timer *t = (Timer *)op;
+    Events *ev = (Events *)t->seen;
+    if (!ev->on) PASS();
+    void *s;
+    if (ev_stream(ev, &s) < 0) {
+        PyErr_Clear();
+        ev_failed(ev, "reading torch's current stream", -1);
+        PASS();
+    }
+    cu_result r;
+    void *e0 = ev_take(ev, &r), *e1 = e0 ? ev_take(ev, &r) : NULL;
+    if (e1 == NULL) {
+        if (e0) ev_give(ev, e0);
+        ev_failed(ev, "cuEventCreate", r);
+        PASS();
+    }
+    long long t0 = now_ns(); /* before the record: the span cannot start earlier */
+    if ((r = cu.record(e0, s)) != CU_OK) {
+        ev_give(ev, e0);
+        ev_give(ev, e1);
+        ev_failed(ev, "cuEventRecord", r);
+        PASS();
+    }
+    PyObject *res = PyObject_Vectorcall(t->func, args, nargsf, kwnames);
+    long long host = now_ns() - t0;
+    r = cu.query(e0);
+    if (r == CU_NOT_READY) host = 0; /* the GPU was behind: every kernel queued before it got there */
+    if ((r != CU_OK && r != CU_NOT_READY) || (r = cu.record(e1, s)) != CU_OK) {
+        ev_give(ev, e0);
+        ev_give(ev, e1);
+        ev_failed(ev, "cuEventQuery/cuEventRecord", r);
+        return res;
+    }
+    ev_push(ev, t->st->batch_seq, e0, e1, host);
+    return res;
+}
 
 #endif
