@@ -24,7 +24,10 @@ var escapeCases = []struct{ name, cmd string }{
 }
 
 // readChild waits until the engine (group pgid) has written its escaped
-// child's pid and the child has left the group.
+// child's pid, the child has left the group and has finished its exec (its
+// environment reads back: mid-exec /proc/<pid>/environ reads empty, and a
+// leftover scan, which finds an orphan by its environment, would not see
+// it yet — an instant no long-lived leftover is in).
 func readChild(t *testing.T, file string, pgid int) int {
 	t.Helper()
 	var pid int
@@ -32,7 +35,8 @@ func readChild(t *testing.T, file string, pgid int) int {
 		b, err := os.ReadFile(file)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		_, pgrp, _, ok := procStat(pid)
-		return err == nil && pid > 0 && alive(pid) && ok && pgrp != pgid
+		env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		return err == nil && pid > 0 && alive(pid) && ok && pgrp != pgid && len(env) > 0
 	}) {
 		t.Fatalf("the engine's escaped child did not start or leave the group %d (%s: %d)", pgid, file, pid)
 	}
