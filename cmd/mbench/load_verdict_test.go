@@ -64,16 +64,10 @@ func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 				"--requests", "20", "--model", "stub-model", "--out", out}, c.extra...)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			_, stderr, err := runCLI(t, ctx, args...)
-			if c.code == 0 && err != nil && exitStatus(err) == exitNoResult && strings.Contains(err.Error(), "not a result: client_limited:") {
-				t.Skipf("busy machine: %v", err)
-			}
-			if got := exitStatus(err); got != c.code || (c.reason != "" && !strings.Contains(err.Error(), c.reason)) {
-				t.Fatalf("exit %d (%v), want %d with %q\n%s", got, err, c.code, c.reason, stderr)
-			}
+			_, stderr, runErr := runCLI(t, ctx, args...)
 			data, err := os.ReadFile(filepath.Join(out, "summary_A.json"))
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%v (the run: %v)", err, runErr)
 			}
 			var s struct {
 				Verdict      string         `json:"verdict"`
@@ -86,13 +80,23 @@ func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 			if err := json.Unmarshal(data, &s); err != nil {
 				t.Fatal(err)
 			}
-			n := 0 // reasons other than a busy machine's: a true client_limited, a TTFT trend beside another verdict
+			// Reasons other than a busy machine's: the load generator falling
+			// behind (client_limited), or a rising TTFT where the stub's own
+			// first token always comes after a fixed 10 ms (the rise is the
+			// machine's scheduling of the stub or the client).
+			n := 0
 			for _, r := range s.Reasons {
 				machine := strings.HasPrefix(r, "client_limited: ") ||
 					(c.verdict != "saturated" && strings.HasPrefix(r, "saturated: TTFT rises through the window"))
 				if !machine {
 					n++
 				}
+			}
+			if c.code == 0 && exitStatus(runErr) == exitNoResult && n == 0 {
+				t.Skipf("busy machine: %v", runErr)
+			}
+			if got := exitStatus(runErr); got != c.code || (c.reason != "" && !strings.Contains(runErr.Error(), c.reason)) {
+				t.Fatalf("exit %d (%v), want %d with %q\n%s", got, runErr, c.code, c.reason, stderr)
 			}
 			if s.Verdict != c.verdict || (c.verdict != "ok" && n != 1) {
 				t.Errorf("verdict %s reasons %q, want %s with one reason", s.Verdict, s.Reasons, c.verdict)
