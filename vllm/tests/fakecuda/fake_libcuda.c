@@ -17,9 +17,9 @@
  *                              made it current: the engine's thread)
  *   cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2   a per-thread stack
  *
- * Test controls: fakecu_init, fakecu_set_free_at, fakecu_fail_records_after
- * (the n+1-th record from now returns code), fakecu_records, fakecu_depth
- * (the calling thread's push depth), fakecu_live (events not destroyed).
+ * Test controls: fakecu_free_at (the fake GPU writes it), fakecu_init,
+ * fakecu_fail_records_after (the n+1-th record from now returns code),
+ * fakecu_records, fakecu_depth (the calling thread's push depth).
  */
 #include <stdlib.h>
 #include <time.h>
@@ -30,7 +30,7 @@ typedef struct { int recorded; long long t; } ev;
 static int ctx_token;
 static int ready;
 long long fakecu_free_at; /* the stream's work ends here: the fake GPU writes it at every launch */
-static long long records, live, fail_after = -1;
+static long long records, fail_after = -1;
 static int fail_code;
 static __thread void *stack[16];
 static __thread int depth;
@@ -42,11 +42,9 @@ static long long now(void) {
 }
 
 void fakecu_init(void) { ready = 1; }
-void fakecu_set_free_at(long long t) { fakecu_free_at = t; }
 void fakecu_fail_records_after(long long n, int code) { fail_after = n; fail_code = code; }
 long long fakecu_records(void) { return records; }
 int fakecu_depth(void) { return depth; }
-long long fakecu_live(void) { return live; }
 
 CUresult cuCtxGetCurrent(void **c) {
     *c = depth > 0 ? stack[depth - 1] : ready ? (void *)&ctx_token : NULL;
@@ -67,7 +65,6 @@ CUresult cuEventCreate(void **e, unsigned flags) {
     (void)flags;
     ev *x = calloc(1, sizeof *x);
     if (x == NULL) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
-    live++;
     *e = x;
     return 0;
 }
@@ -103,6 +100,5 @@ CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
 }
 CUresult cuEventDestroy_v2(void *e) {
     free(e);
-    live--;
     return 0;
 }
