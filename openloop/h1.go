@@ -384,7 +384,7 @@ func readResponseHead(br *bufio.Reader, body *h1Body) (h1Head, error) {
 		if err != nil || status < 100 {
 			return h1Head{}, fmt.Errorf("%w: status line %.80q", errMalformedHTTP, line)
 		}
-		http11 := line[7] == '1'
+		http11 := line[7] >= '1' && line[7] <= '9' // as net/http: HTTP/1.2 is at least 1.1
 		keep, idleMax := http11, time.Duration(h1IdleMax)
 		*body = h1Body{br: br, rem: -1}
 		haveLen := false
@@ -407,7 +407,8 @@ func readResponseHead(br *bufio.Reader, body *h1Body) (h1Head, error) {
 			switch {
 			case bytes.EqualFold(name, []byte("Content-Length")):
 				v, err := strconv.ParseInt(string(value), 10, 64)
-				if err != nil || v < 0 {
+				if err != nil || v < 0 || value[0] == '+' || (haveLen && v != body.rem) {
+					// as net/http: digits only, and repeats must agree
 					return h1Head{}, fmt.Errorf("%w: Content-Length %.40q", errMalformedHTTP, value)
 				}
 				body.rem, haveLen = v, true

@@ -20,6 +20,8 @@ var h1Responses = []string{
 	"HTTP/1.0 200 OK\r\n\r\nread to the end",
 	"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil close",
 	"HTTP/1.1 204 No Content\r\n\r\n",
+	"HTTP/1.2 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", // a later minor version is chunked too
+	"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
 }
 
 // readH1 reads one response with the raw client's reader: status, body and
@@ -71,6 +73,8 @@ func TestH1Errors(t *testing.T) {
 		{"SSH-2.0-OpenSSH\r\n", errMalformedHTTP},
 		{"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", errMalformedHTTP},
 		{"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", errMalformedHTTP},
+		{"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello", errMalformedHTTP},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\nhello", errMalformedHTTP},
 	} {
 		_, _, _, err := readH1([]byte(c.in))
 		if !errors.Is(err, c.want) {
