@@ -9,8 +9,10 @@ hand-off, main's inline AsyncOutputFuture) with zero injected work, a KV
 connector (so build_connector_meta and get_finished are hooked too) and a
 batch of ``running`` decode requests whose SchedulerOutput dicts vLLM
 builds anew every step. The same loop on fresh, unpatched classes is the
-baseline. N steps per variant, in 100 chunks (BENCH_CHUNKS) run in pairs
-(baseline chunk, instrumented chunk, in ABBA order); the overhead is the
+baseline, and a second uninstrumented set the A/A control; each variant
+runs on 4 engines of its own (BENCH_ENGINES; see measure). N steps per
+variant, in 100 chunks (BENCH_CHUNKS) run in rounds (one chunk of each
+variant, in a rotating order, reversed every other round); the overhead is the
 median over pairs of the difference, so load that changes during the run
 cancels within a pair. The timers are the C ones where they build
 (``timers c``; mbench_vllm/native.py), the Python wrappers with
@@ -30,6 +32,7 @@ GPU: gpu/steptimer/h200_proof.py measures it on the H200.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -60,41 +63,61 @@ def _chunk(fn, n: int) -> dict:
     return {k: (e[k] - t[k]) / n / 1000 for k in t}
 
 
-def _engine(version: str, running: int, async_scheduling: bool):
-    return engine(fake_vllm(VERSIONS[version]),
-                  config(decode=running, async_scheduling=async_scheduling))
+def _engines(version: str, running: int, async_scheduling: bool, k: int) -> list:
+    """k engines of one fresh set of stand-in classes (one plugin load)."""
+    ns = fake_vllm(VERSIONS[version])
+    return [engine(ns, config(decode=running, async_scheduling=async_scheduling)) for _ in range(k)]
 
 
 def measure(n: int = 100_000, chunks: int = 20, running: int = 256, version: str = "main",
-            async_scheduling: bool = True) -> dict:
-    """Overhead of the instrumentation, µs per step (see the module doc)."""
+            async_scheduling: bool = True, engines: int | None = None, control: bool = True) -> dict:
+    """Overhead of the instrumentation, µs per step (see the module doc).
+
+    Each variant runs on ``engines`` engines of its own (BENCH_ENGINES, 4 by
+    default), a chunk pair on one engine of each, in turn: two engines of
+    one build differ by where their objects lie in memory, by up to a few
+    µs per step at 1,024 running, and one pair alone would carry that
+    difference as overhead. A third set of uninstrumented engines, measured
+    in the same rotation, is the A/A control (``control``): its median
+    difference against the baseline (``aa_*_us``) is what the method reads
+    where there is no difference at all.
+    """
     from mbench_vllm import plugin
     from mbench_vllm._recorder import STATE
 
     assert threading.current_thread() is threading.main_thread()
+    k = engines or int(os.environ.get("BENCH_ENGINES", "4"))
     saved_env = os.environ.get("MBENCH_STEP_LOG")
     per = max(1, n // chunks)
     with tempfile.TemporaryDirectory() as d:
         log = os.path.join(d, "engine_step.jsonl")
         plugin._reset_for_tests()
         os.environ.pop("MBENCH_STEP_LOG", None)
-        base = _engine(version, running, async_scheduling)  # plugin inactive: never patched
+        # plugin inactive: never patched
+        base = _engines(version, running, async_scheduling, k)
+        ctl = _engines(version, running, async_scheduling, k) if control else []
         os.environ["MBENCH_STEP_LOG"] = log
-        inst = _engine(version, running, async_scheduling)  # loads the plugin as vLLM does
-        assert getattr(inst.step_fn.__func__, "__mbench_wrapped__", False)
-        assert not getattr(base.step_fn.__func__, "__mbench_wrapped__", False)
-        _chunk(base.step_fn, 2000)
-        _chunk(inst.step_fn, 2000)
-        b = {k: [] for k in ("thread", "process", "wall")}
-        i = {k: [] for k in b}
-        for c in range(chunks):  # pairs in ABBA order: a drift cancels within two pairs
-            order = ((b, base.step_fn), (i, inst.step_fn))
-            for res, fn in (order if c % 2 == 0 else order[::-1]):
-                for k, v in _chunk(fn, per).items():
-                    res[k].append(v)
+        inst = _engines(version, running, async_scheduling, k)  # loads the plugin as vLLM does
+        assert all(getattr(e.step_fn.__func__, "__mbench_wrapped__", False) for e in inst)
+        assert not any(getattr(e.step_fn.__func__, "__mbench_wrapped__", False) for e in base + ctl)
+        warm = 2000 // k
+        for e in base + ctl + inst:
+            _chunk(e.step_fn, warm)
+        b = {x: [] for x in ("thread", "process", "wall")}
+        i = {x: [] for x in b}
+        a = {x: [] for x in b}
+        for c in range(chunks):
+            # The three variants in a rotating order, reversed every other
+            # round: a drift cancels over the rounds.
+            order = [(b, base[c % k]), (i, inst[c % k])] + ([(a, ctl[c % k])] if ctl else [])
+            r = (c // 2) % len(order)
+            order = order[r:] + order[:r]
+            for res, e in (order if c % 2 == 0 else order[::-1]):
+                for x, v in _chunk(e.step_fn, per).items():
+                    res[x].append(v)
         STATE.flush_all()
         n_lines = len(read_lines(log))
-        for e in (base, inst):
+        for e in base + ctl + inst:
             e.model_executor.shutdown()
         plugin._reset_for_tests()
     if saved_env is None:
@@ -103,25 +126,32 @@ def measure(n: int = 100_000, chunks: int = 20, running: int = 256, version: str
         os.environ["MBENCH_STEP_LOG"] = saved_env
     from mbench_vllm._recorder import timers_status
 
-    out = {"steps": per * chunks, "chunks": chunks, "lines_written": n_lines, "running": running,
+    out = {"steps": per * chunks, "chunks": chunks, "engines": k, "warmup_lines": warm * k,
+           "lines_written": n_lines, "running": running,
            "version": version, "path": "batch_queue" if async_scheduling else "step",
            "timers": timers_status()["timers"]}
-    for k in b:
-        out[f"baseline_{k}_us"] = statistics.median(b[k])
-        out[f"instrumented_{k}_us"] = statistics.median(i[k])
-        out[f"overhead_{k}_us"] = statistics.median(x - y for x, y in zip(i[k], b[k]))
+    for x in b:
+        out[f"baseline_{x}_us"] = statistics.median(b[x])
+        out[f"instrumented_{x}_us"] = statistics.median(i[x])
+        out[f"overhead_{x}_us"] = statistics.median(p - q for p, q in zip(i[x], b[x]))
+        out[f"aa_{x}_us"] = statistics.median(p - q for p, q in zip(a[x], b[x])) if ctl else float("nan")
     out["overhead_us_per_step"] = out["overhead_thread_us"]
     return out
 
 
 def report(r: dict) -> str:
+    if math.isnan(r["aa_thread_us"]):
+        ctl, wctl = f"no A/A control, {r['engines']} engines per variant", ""
+    else:
+        ctl = f"A/A control {r['aa_thread_us']:+.2f}, {r['engines']} engines per variant"
+        wctl = f"; A/A {r['aa_wall_us']:+.2f}"
     return (
         f"vLLM {r['version']} {r['path']} path, {r['timers']} timers, {r['running']} running, "
         f"{r['steps']} steps per variant "
-        f"({r['chunks']} paired chunks, median of differences): engine-thread CPU "
+        f"({r['chunks']} rounds of chunks, median of differences): engine-thread CPU "
         f"{r['baseline_thread_us']:.2f} -> {r['instrumented_thread_us']:.2f} us/step "
-        f"(overhead {r['overhead_thread_us']:.2f}); wall overhead {r['overhead_wall_us']:.2f} us/step "
-        f"(baseline {r['baseline_wall_us']:.2f}); all-threads CPU overhead {r['overhead_process_us']:.2f}"
+        f"(overhead {r['overhead_thread_us']:.2f}; {ctl}); wall overhead {r['overhead_wall_us']:.2f} us/step "
+        f"(baseline {r['baseline_wall_us']:.2f}{wctl}); all-threads CPU overhead {r['overhead_process_us']:.2f}"
     )
 
 

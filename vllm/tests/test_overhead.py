@@ -27,12 +27,14 @@ STEPS = 20_000 if os.environ.get("MBENCH_LONG") == "1" else 6_000
 
 @pytest.mark.parametrize("version", ["0.18", "main"])
 def test_overhead_per_step(step_log, capsys, version):
-    small = measure(n=STEPS, chunks=20, running=256, version=version)
-    big = measure(n=STEPS, chunks=20, running=1024, version=version)
+    # Two engines per variant, no A/A control: the figures' precision is the
+    # benchmark's business (bench_overhead.py), this test's is what they guard.
+    small = measure(n=STEPS, chunks=20, running=256, version=version, engines=2, control=False)
+    big = measure(n=STEPS, chunks=20, running=1024, version=version, engines=2, control=False)
     with capsys.disabled():
         print("\n[mbench_vllm overhead] " + report(small) + "\n[mbench_vllm overhead] " + report(big))
     for r in (small, big):
-        assert r["lines_written"] == r["steps"] + 2000
+        assert r["lines_written"] == r["steps"] + r["warmup_lines"]
         assert r["overhead_us_per_step"] < 40.0, report(r)
     # Nothing per request on the engine thread: 4x the batch, not 4x the cost.
     assert big["overhead_us_per_step"] < 2 * small["overhead_us_per_step"] + 10, (report(small), report(big))
