@@ -56,7 +56,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [os.path.join(ROOT, "vllm"), os.path.join(ROOT, "vllm", "tests")]
+sys.path[:0] = [HERE, os.path.join(ROOT, "vllm"), os.path.join(ROOT, "vllm", "tests")]
 # The engine thread's timers as a real engine gets them: the C ones where
 # they build (mbench_vllm/native.py), said in the first line.
 os.environ.setdefault("MBENCH_VLLM_NATIVE", "1")
@@ -65,6 +65,7 @@ from standins import VERSIONS, fake_vllm  # noqa: E402
 from standins import runner as rn  # noqa: E402
 from standins.common import KVTransferConfig, Timings, VllmConfig, spin  # noqa: E402
 from mbench_vllm import steplog  # noqa: E402
+from costs import call_costs, forward_costs, median_ci  # noqa: E402
 
 US, MS = 1_000, 1_000_000
 torch = None  # imported by main(): the script needs torch with CUDA
@@ -386,106 +387,6 @@ def gap_probe(make, n: int = 100) -> dict:
             "host_dispatch_us_p50": statistics.median(host)}
 
 
-def forward_costs(reps: int = 40, per: int = 1000) -> dict:
-    """Engine-thread CPU per forward (ns, thread time) of the GPU timer's
-    wrappers around a trivial _model_forward, on an idle GPU (no kernels, so
-    no wait on the GPU blurs it): for each kind of events (the driver's,
-    then torch's) the timed wrapper and the default gate (a random 1 in 16
-    timed), each beside the bare call in a rotating order, the queue read
-    between blocks (outside the timing); medians over blocks."""
-    from mbench_vllm import plugin
-    from mbench_vllm.gpu import GPU
-
-    tt = time.thread_time_ns
-    out: dict = {}
-    if hasattr(torch, "zeros"):
-        torch.zeros(1, device="cuda")  # torch's CUDA context current here, as in an engine with its model loaded
-    for events in ("", "torch"):
-        plugin._reset_for_tests()
-        os.environ.pop("MBENCH_GPU_TIME", None)
-        os.environ.pop("MBENCH_GPU_EVENTS", None)
-        if events:
-            os.environ["MBENCH_GPU_EVENTS"] = events
-
-        class Runner:
-            def _model_forward(self, x):
-                return x
-
-        GPU.install_runner(Runner())
-        if not GPU.measured:
-            raise SystemExit(f"forward costs: GPU timer not installed ({GPU.reason})")
-        name = "driver events" if GPU.events is not None else "torch events"
-        if events == "" and GPU.events is None:
-            out["driver events not used"] = GPU.api
-            continue
-        gate = Runner.__dict__["_model_forward"]
-        bare = gate.__wrapped__
-        arms = {"bare": bare, f"{name}, every forward": GPU.timed(bare),
-                f"{name}, a random 1 in {GPU.every}": gate}
-        got: dict = {k: [] for k in arms}
-        r, order = Runner(), list(arms)
-        for i in range(reps):
-            for k in order[i % 3:] + order[:i % 3]:
-                f = arms[k]
-                t0 = tt()
-                for _ in range(per):
-                    f(r, 1)
-                got[k].append((tt() - t0) / per)
-                torch.cuda.synchronize()
-                GPU._read()
-                GPU.unclaimed.clear()
-        base = statistics.median(got["bare"])
-        out.setdefault("bare call", base)
-        for k in order[1:]:
-            out[k] = statistics.median(got[k]) - base
-    plugin._reset_for_tests()
-    os.environ.pop("MBENCH_GPU_EVENTS", None)
-    return out
-
-
-def call_costs(n: int = 20000) -> dict:
-    """Engine-thread CPU per call (ns, thread time) of what a GPU timer can
-    do per forward, on an idle GPU: which part of the timer's cost is what."""
-    from collections import deque
-
-    out = {}
-    tt = time.thread_time_ns
-
-    def per(f, k=n):
-        t0 = tt()
-        for _ in range(k):
-            f()
-        return (tt() - t0) / k
-
-    out["cuda_current_stream"] = per(torch.cuda.current_stream)
-    ce = torch.cuda.Event(enable_timing=True)
-    out["cuda_Event_record"] = per(ce.record)
-    st = torch.cuda.current_stream()
-    out["cuda_Event_record_stream"] = per(lambda: ce.record(st))
-    out["cuda_Event_new"] = per(lambda: torch.cuda.Event(enable_timing=True), 2000)
-    if hasattr(torch, "Event"):
-        te = torch.Event(device="cuda", enable_timing=True)
-        out["torch_Event_record"] = per(te.record)
-        out["torch_Event_query"] = per(te.query)
-        out["torch_Event_new"] = per(lambda: torch.Event(device="cuda", enable_timing=True), 2000)
-    out["cuda_Event_query"] = per(ce.query)
-    d = deque()
-    out["deque_append_pop"] = per(lambda: (d.append(1), d.pop()))
-    out["perf_counter_ns"] = per(time.perf_counter_ns)
-    torch.cuda.synchronize()
-    return out
-
-
-def _median_ci(d: list) -> tuple:
-    """The median of d and its 95% distribution-free interval (order
-    statistics of the binomial: ranks n/2 -/+ 1.96 sqrt(n)/2)."""
-    x = sorted(d)
-    n = len(x)
-    h = 0.98 * n ** 0.5
-    lo, hi = max(0, int(n / 2 - h)), min(n - 1, int(n / 2 + h + 0.999))
-    return statistics.median(x), x[lo], x[hi]
-
-
 def timer_cost(chunks: int = 60, per: int = 300, events: str = "") -> list:
     """Engine-thread CPU of the GPU timer, in one engine: the runner's
     _model_forward as the bare method, as the timed wrapper (every forward,
@@ -534,7 +435,7 @@ def timer_cost(chunks: int = 60, per: int = 300, events: str = "") -> list:
     os.environ.pop("MBENCH_GPU_EVENTS", None)
     out = []
     for k, setting, ev, g in (("all", "all", 1, ""), ("default", "", every, gate_kind)):
-        m, lo, hi = _median_ci([a - b for a, b in zip(got[k], got["bare"])])
+        m, lo, hi = median_ci([a - b for a, b in zip(got[k], got["bare"])])
         out.append({"setting": setting, "every": ev, "gate": g, "events": api, "gpu_timer_engine_thread_us_per_step": m,
                     "ci95": [lo, hi], "chunks": chunks, "steps_per_chunk": per,
                     "step_engine_thread_us_timer_off": statistics.median(got["bare"])})
