@@ -276,6 +276,7 @@ class GPUTimer:
         if getattr(f, MARK, False) and getattr(f, "_mbench_gpu_gen", None) is not None:
             setattr(cls, "_model_forward", f.__wrapped__)
         _patch(cls, "_model_forward", _wrap_forward)
+        self.gate = getattr(getattr(cls, "_model_forward", None), "_mbench_gpu_gate", "")
         self.measured = True
         self.hook = f"CUDA events ({self.api}) around {cls.__name__}._model_forward (in the engine process)"
         if self.every > 1:
@@ -403,7 +404,9 @@ def _patch(cls, name: str, wrapper) -> None:
 
 def _wrap_forward(orig):
     """_model_forward behind the sampling gate: a random 1 in GPU.every
-    calls go to the timed wrapper, the others to the method itself."""
+    calls go to the timed wrapper, the others to the method itself. The
+    wrapper says which gate it is in ``_mbench_gpu_gate`` ("" when every
+    call is timed, "c", "python")."""
     from . import _recorder
 
     g = GPU
@@ -426,7 +429,7 @@ def _wrap_forward(orig):
 
         f, gate = _mark(_model_forward, orig), "python"
     f._mbench_gpu_gen = g.generation
-    g.gate = gate
+    f._mbench_gpu_gate = gate  # GPU._hook reads it off the class
     return f
 
 
