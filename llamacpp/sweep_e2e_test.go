@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/llamacpptest"
+	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/internal/porttest"
 	"github.com/mbench/mbench/openloop"
 	"go.yaml.in/yaml/v3"
@@ -72,7 +73,7 @@ func testMatrix(t *testing.T, server, model string, edit func(m map[string]any))
 // against real llama-servers in TestInterruptAndResumeAgainstLlamaServer
 // and checks lost requests, usage and streaming in TestLoadAgainstLlamaServer.
 func TestSweepAgainstLlamaServer(t *testing.T) {
-	if os.Getenv("MBENCH_LONG") != "1" {
+	if !longrun.On() {
 		t.Skip("a long sweep against llama-server: MBENCH_LONG=1 runs it (.ci/run does)")
 	}
 	bin := llamacpptest.Find(t)

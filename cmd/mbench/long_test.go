@@ -2,8 +2,9 @@ package main
 
 import (
 	"flag"
-	"os"
 	"testing"
+
+	"github.com/mbench/mbench/internal/longrun"
 )
 
 // longTest skips a long validation sweep — the method or a whole experiment
@@ -13,10 +14,14 @@ import (
 // `go test ./...` stays within minutes.
 func longTest(t *testing.T) {
 	t.Helper()
-	if os.Getenv("MBENCH_LONG") != "1" {
+	if !longrun.On() {
 		t.Skip("a long validation sweep on the simulated engine: MBENCH_LONG=1 runs it (.ci/run does)")
 	}
 }
+
+// The plain-versus-long decision is internal/longrun's, as in the other
+// packages; what is this package's own is the slot count below, since its
+// parallel tests are whole sweeps.
 
 // sweepParallel is how many parallel tests run at once in a plain
 // `go test`, TestBed aside. The sweep tests spend their time waiting on
@@ -44,7 +49,7 @@ var sweepSlots = make(chan struct{}, sweepParallel)
 // the parallel phase instead of in whatever order that phase frees slots.
 // (-v then counts a test's wait for its slot in its time.)
 func widenParallel() {
-	if os.Getenv("MBENCH_LONG") == "1" {
+	if longrun.On() {
 		return
 	}
 	given := false
