@@ -202,9 +202,10 @@ func EstimatePosition(obs []Obs, confidence float64) Nuisance {
 	if df < 2 {
 		return nu
 	}
+	cellOf, blockOf := groupIndex(use, func(o Obs) any { return o.Cell }), groupIndex(use, func(o Obs) any { return o.Block })
 	for _, v := range [][]float64{y, x} {
 		for it := 0; it < 50; it++ {
-			delta := demean(v, use, func(o Obs) any { return o.Cell }) + demean(v, use, func(o Obs) any { return o.Block })
+			delta := demean(v, cellOf) + demean(v, blockOf)
 			if delta < 1e-14 {
 				break
 			}
@@ -238,18 +239,40 @@ func EstimatePosition(obs []Obs, confidence float64) Nuisance {
 	return nu
 }
 
-// demean subtracts from v the mean of each group and returns the sum of the
-// squared group means removed.
-func demean(v []float64, obs []Obs, group func(Obs) any) float64 {
-	sum, n := map[any]float64{}, map[any]int{}
+// groupIndex numbers the groups of obs (in order of first appearance) and
+// returns each observation's group number.
+func groupIndex(obs []Obs, group func(Obs) any) groups {
+	ids := map[any]int{}
+	of := make([]int, len(obs))
 	for i, o := range obs {
 		k := group(o)
+		id, ok := ids[k]
+		if !ok {
+			id = len(ids)
+			ids[k] = id
+		}
+		of[i] = id
+	}
+	return groups{of: of, n: len(ids)}
+}
+
+// groups is a partition of observations: of[i] is observation i's group,
+// one of n.
+type groups struct {
+	of []int
+	n  int
+}
+
+// demean subtracts from v the mean of each group and returns the sum of the
+// squared group means removed.
+func demean(v []float64, g groups) float64 {
+	sum, n := make([]float64, g.n), make([]int, g.n)
+	for i, k := range g.of {
 		sum[k] += v[i]
 		n[k]++
 	}
 	var moved float64
-	for i, o := range obs {
-		k := group(o)
+	for i, k := range g.of {
 		m := sum[k] / float64(n[k])
 		v[i] -= m
 		moved += m * m / float64(n[k])

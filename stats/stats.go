@@ -9,6 +9,7 @@ package stats
 import (
 	"math"
 	"sort"
+	"sync"
 
 	"gonum.org/v1/gonum/stat/distuv"
 )
@@ -67,9 +68,36 @@ func PopStd(xs []float64) float64 {
 }
 
 // TQuantile is the q-quantile of Student's t with nu degrees of freedom.
+// Values are kept per (q, nu): the stopping rule and the design's
+// simulations ask for the same few thousands of times, and each is an
+// inverse incomplete beta function.
 func TQuantile(q, nu float64) float64 {
-	return distuv.StudentsT{Mu: 0, Sigma: 1, Nu: nu}.Quantile(q)
+	k := tqKey{q, nu}
+	tq.mu.Lock()
+	v, ok := tq.m[k]
+	tq.mu.Unlock()
+	if ok {
+		return v
+	}
+	v = distuv.StudentsT{Mu: 0, Sigma: 1, Nu: nu}.Quantile(q)
+	tq.mu.Lock()
+	if len(tq.m) < tqMax {
+		tq.m[k] = v
+	}
+	tq.mu.Unlock()
+	return v
 }
+
+type tqKey struct{ q, nu float64 }
+
+// tqMax bounds TQuantile's cache (a process asks for a few confidence
+// levels at degrees of freedom up to its number of runs).
+const tqMax = 1 << 14
+
+var tq = struct {
+	mu sync.Mutex
+	m  map[tqKey]float64
+}{m: map[tqKey]float64{}}
 
 // TTwoSidedP is the two-sided p-value of statistic t under Student's t with
 // nu degrees of freedom.

@@ -3,6 +3,8 @@ package stats
 import (
 	"math"
 	"testing"
+
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // near reports whether got is within tol of want (NaN equals NaN).
@@ -112,4 +114,34 @@ func TestGradeKSTest(t *testing.T) {
 			t.Errorf("λ=%v: D=%v p=%v, want D=%v p≈%v", c.lambda, gd, gp, d, c.p)
 		}
 	}
+}
+
+// TestTQuantileKeptValues: a kept quantile is the one computed afresh, on
+// the first call and on the next.
+func TestTQuantileKeptValues(t *testing.T) {
+	for _, q := range []float64{0.9, 0.95, 0.975, 0.995} {
+		for nu := 1.0; nu <= 200; nu++ {
+			want := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: nu}.Quantile(q)
+			for i := 0; i < 2; i++ {
+				if got := TQuantile(q, nu); got != want {
+					t.Fatalf("TQuantile(%g, %g) call %d = %v, want %v", q, nu, i+1, got, want)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkTQuantile: a kept quantile against computing it (the baseline,
+// in the same run).
+func BenchmarkTQuantile(b *testing.B) {
+	b.Run("computed", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			_ = distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(2 + i%50)}.Quantile(0.975)
+		}
+	})
+	b.Run("kept", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			_ = TQuantile(0.975, float64(2+i%50))
+		}
+	})
 }
