@@ -35,13 +35,29 @@ type instruments struct {
 	marker  string    // the sweep id: probe processes' pidfiles carry it
 	selfEnv []string  // environment of processes started from the mbench binary (tests)
 
-	gpu      *gpuProbe // nil before open
-	probeSeq int       // remote probes started: names their files
-	// probeTag names this mbench process's probe files beside probeSeq:
-	// a resumed sweep's probe must not share a file with a probe the
-	// killed process left starting (a Slurm step that outlives it and
-	// truncates its output when it finally starts).
-	probeTag string
+	gpu    *gpuProbe   // nil before open
+	probes *probeNames // names the remote probes' files
+}
+
+// probeNames names the files of the remote probes one mbench process
+// starts: probe.<tag>.<n>, n counting this process's probes, the tag
+// this process's own (its start time and pid). A resumed sweep's probe
+// must not share a file with a probe the killed process left starting: a
+// Slurm step that outlives it truncates its output when it finally starts.
+type probeNames struct {
+	tag string
+	n   int
+}
+
+// newProbeNames returns the names of the process pid started at start.
+func newProbeNames(start time.Time, pid int) *probeNames {
+	return &probeNames{tag: strconv.FormatInt(start.UnixNano(), 36) + "-" + strconv.Itoa(pid)}
+}
+
+// next is the next probe's file name stem.
+func (p *probeNames) next() string {
+	p.n++
+	return fmt.Sprintf("probe.%s.%d", p.tag, p.n)
 }
 
 // hostInfo is what the instruments need to know of the hosts: whether a
@@ -275,11 +291,7 @@ func (s *instruments) startRemoteProbes(ctx context.Context, es *engineSet) []*r
 			s.noteOnce("probe-"+name, "host %s: no mbench binary there (set hosts.%s.mbench_path): no GPU or host samples from it", name, name)
 			continue
 		}
-		s.probeSeq++
-		if s.probeTag == "" {
-			s.probeTag = strconv.FormatInt(time.Now().UnixNano(), 36)
-		}
-		base := s.fleet.path(name, "probes", fmt.Sprintf("probe.%s.%d", s.probeTag, s.probeSeq))
+		base := s.fleet.path(name, "probes", s.probes.next())
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
 		q := shquote.Quote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",
