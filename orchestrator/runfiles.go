@@ -97,8 +97,12 @@ func (s *runner) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd 
 	for wait := 5 * time.Millisecond; len(pending) > 0; wait = min(2*wait, 50*time.Millisecond) {
 		left := pending[:0]
 		for _, p := range pending {
-			ts, size := lastStepEndUs(ctx, p)
-			idleFlushed := s.isSim() && size > 0 && size == lastSize[p] && ts >= endUs-stepSlack.Microseconds()
+			known, ok := lastSize[p]
+			if !ok {
+				known = -1
+			}
+			ts, size := lastStepEndUs(ctx, p, known)
+			idleFlushed := s.isSim() && size > 0 && size == known && ts >= endUs-stepSlack.Microseconds()
 			lastSize[p] = size
 			if ts < endUs && !idleFlushed {
 				left = append(left, p)
@@ -116,21 +120,38 @@ func (s *runner) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd 
 }
 
 // lastStepEndUs is ts_us of the last complete record of p's step log, read
-// from its last 8 KiB (0 when there is none), and the log's size.
-func lastStepEndUs(ctx context.Context, p *engineProc) (tsUs, size int64) {
-	n, err := p.host.Size(ctx, p.stepLog)
-	if err != nil || n == 0 {
-		return 0, 0
+// from its last 8 KiB (0 when there is none), and the log's size. known is
+// a size the log had at an earlier poll (-1: none): the read then starts
+// 8 KiB before it and gives the size too, one command on the host instead
+// of two (a size, then a read).
+func lastStepEndUs(ctx context.Context, p *engineProc, known int64) (tsUs, size int64) {
+	const tailBytes = 8 << 10
+	if known <= 0 {
+		n, err := p.host.Size(ctx, p.stepLog)
+		if err != nil || n == 0 {
+			return 0, 0
+		}
+		known = n
 	}
+	off := max(0, known-tailBytes)
 	var tail bytes.Buffer
-	if _, err := p.host.Get(ctx, p.stepLog, max(0, n-8<<10), &tail); err != nil {
-		return 0, n
+	n, err := p.host.Get(ctx, p.stepLog, off, &tail)
+	if err != nil {
+		return 0, known
 	}
-	ts, ok := probes.LastStepEndUs(tail.Bytes())
+	if n == 0 && off > 0 { // shorter than it was: a new log, asked afresh
+		return lastStepEndUs(ctx, p, -1)
+	}
+	size = off + n
+	b := tail.Bytes()
+	if len(b) > tailBytes {
+		b = b[len(b)-tailBytes:]
+	}
+	ts, ok := probes.LastStepEndUs(b)
 	if !ok {
-		return 0, n
+		return 0, size
 	}
-	return ts, n
+	return ts, size
 }
 
 // mergeWorkers folds the worker-side get_finished timings that vLLM worker

@@ -40,6 +40,50 @@ func (h *fileHost) Get(_ context.Context, p string, off int64, w io.Writer) (int
 	return int64(n), err
 }
 
+// countingHost is a fileHost that counts the commands a host would run.
+type countingHost struct {
+	fileHost
+	sizes, gets int
+}
+
+func (h *countingHost) Size(ctx context.Context, p string) (int64, error) {
+	h.sizes++
+	return h.fileHost.Size(ctx, p)
+}
+
+func (h *countingHost) Get(ctx context.Context, p string, off int64, w io.Writer) (int64, error) {
+	h.gets++
+	return h.fileHost.Get(ctx, p, off, w)
+}
+
+// TestLastStepEndUsOneCommand: once a poll knows the log's size, the next
+// reads the last step and the new size with one command (a read from 8 KiB
+// before the known size); a log shorter than known is asked afresh.
+func TestLastStepEndUsOneCommand(t *testing.T) {
+	var log []byte
+	for i := int64(1); i <= 400; i++ { // about 22 KiB: more than the 8 KiB tail
+		log = append(log, stepLine(1_000_000*i)...)
+	}
+	h := &countingHost{fileHost: fileHost{files: map[string][]byte{"/s.jsonl": log}}}
+	p := &engineProc{host: h, stepLog: "/s.jsonl"}
+	ts, size := lastStepEndUs(context.Background(), p, -1)
+	if ts != 400_000_000 || size != int64(len(log)) || h.sizes != 1 || h.gets != 1 {
+		t.Fatalf("first poll: ts %d size %d (want 400000000, %d), %d sizes %d reads", ts, size, len(log), h.sizes, h.gets)
+	}
+	grown := append(append([]byte{}, log...), stepLine(401_000_000)+stepLine(402_000_000)...)
+	h.files["/s.jsonl"] = grown
+	ts, size = lastStepEndUs(context.Background(), p, size)
+	if ts != 402_000_000 || size != int64(len(grown)) || h.sizes != 1 || h.gets != 2 {
+		t.Fatalf("next poll: ts %d size %d (want 402000000, %d), %d sizes %d reads; want no size asked", ts, size, len(grown), h.sizes, h.gets)
+	}
+	short := []byte(stepLine(7))
+	h.files["/s.jsonl"] = short
+	ts, size = lastStepEndUs(context.Background(), p, size)
+	if ts != 7 || size != int64(len(short)) {
+		t.Fatalf("a new, shorter log: ts %d size %d, want 7 and %d", ts, size, len(short))
+	}
+}
+
 func stepLine(tsUs int64) string {
 	return fmt.Sprintf(`{"ts_us":%d,"step_duration_us":500.5,"num_running":1}`+"\n", tsUs)
 }
