@@ -110,7 +110,7 @@ def measure(n: int = 100_000, chunks: int = 20, running: int = 256, version: str
             # The three variants in a rotating order, reversed every other
             # round: a drift cancels over the rounds.
             order = [(b, base[c % k]), (i, inst[c % k])] + ([(a, ctl[c % k])] if ctl else [])
-            r = (c // 2) % len(order)
+            r = (c // 2) % len(order) if ctl else 0  # two variants: ABBA
             order = order[r:] + order[:r]
             for res, e in (order if c % 2 == 0 else order[::-1]):
                 for x, v in _chunk(e.step_fn, per).items():
