@@ -35,8 +35,8 @@ type instruments struct {
 	marker  string    // the sweep id: probe processes' pidfiles carry it
 	selfEnv []string  // environment of processes started from the mbench binary (tests)
 
-	gpu    *gpuProbe   // nil before open
-	probes *probeNames // names the remote probes' files
+	gpu        *gpuProbe   // nil before open
+	probeFiles *probeNames // names the remote probes' files (the field "probes" would read as the package)
 }
 
 // probeNames names the files of the remote probes one mbench process
@@ -291,7 +291,7 @@ func (s *instruments) startRemoteProbes(ctx context.Context, es *engineSet) []*r
 			s.noteOnce("probe-"+name, "host %s: no mbench binary there (set hosts.%s.mbench_path): no GPU or host samples from it", name, name)
 			continue
 		}
-		base := s.fleet.path(name, "probes", s.probes.next())
+		base := s.fleet.path(name, "probes", s.probeFiles.next())
 		rp := &remoteProbe{hostName: name, h: p.host, gpuF: base + ".gpu.jsonl", hostF: base + ".host.jsonl", logF: base + ".log"}
 		q := shquote.Quote
 		cmd := fmt.Sprintf("%s probe --interval %s --host %s --gpu-out %s --host-out %s",

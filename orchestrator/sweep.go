@@ -103,7 +103,7 @@ func (s *sweep) assemble(req openloop.Request) {
 	s.fleet = newFleet(s.m, s.store.dir, st.SweepID, s.sweepLog, opts)
 	s.engines = &launcher{sweepLog: s.sweepLog, m: s.m, fleet: s.fleet, marker: st.SweepID, seed: st.Seed, selfEnv: opts.SelfEnv}
 	s.instr = &instruments{sweepLog: s.sweepLog, m: s.m, fleet: s.fleet, hosts: s.fleet, engines: s.engines, marker: st.SweepID, selfEnv: opts.SelfEnv,
-		probes: newProbeNames(time.Now(), os.Getpid())}
+		probeFiles: newProbeNames(time.Now(), os.Getpid())}
 	s.runner = &runner{sweepLog: s.sweepLog, m: s.m, store: s.store, engines: s.engines, instr: s.instr, runtime: s.fleet.runtime,
 		request: req, force: opts.Force}
 	s.measurer = s.runner

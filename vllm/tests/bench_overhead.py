@@ -107,8 +107,9 @@ def measure(n: int = 100_000, chunks: int = 20, running: int = 256, version: str
         i = {x: [] for x in b}
         a = {x: [] for x in b}
         for c in range(chunks):
-            # The three variants in a rotating order, reversed every other
-            # round: a drift cancels over the rounds.
+            # With the control, the three variants in a rotating order; two
+            # variants in ABBA order; reversed every other round, so that a
+            # drift cancels over the rounds.
             order = [(b, base[c % k]), (i, inst[c % k])] + ([(a, ctl[c % k])] if ctl else [])
             r = (c // 2) % len(order) if ctl else 0  # two variants: ABBA
             order = order[r:] + order[:r]
