@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 func readTestdata(tb testing.TB, name string) string {
@@ -100,23 +100,25 @@ func TestScraperAndSummary(t *testing.T) {
 	}))
 	defer bad.Close()
 
-	var sink strings.Builder
+	// Each round's lines reach the sink after its scrapes were read, so
+	// the test waits on the write itself: a round whose handler ran but
+	// whose response was still being read when ctx ended is dropped.
+	sink := &signalWriter{wrote: make(chan struct{}, 8)}
 	clock := newFakeClock(false)
-	sc := &Scraper{Targets: []string{srv.URL}, Clock: clock, Sink: &sink}
+	sc := &Scraper{Targets: []string{srv.URL}, Clock: clock, Sink: sink}
 	ctx := context.Background()
 	before, err := sc.Round(ctx, PhaseBefore)
 	if err != nil || before[0].Err != "" {
 		t.Fatal(err, before)
 	}
+	<-sink.wrote
 	dctx, cancel := context.WithCancel(ctx)
 	done := make(chan []Scrape)
 	go func() { d, _ := sc.Run(dctx); done <- d }()
 	clock.waitTicker(1)
 	for i := int64(0); i < 3; i++ {
 		clock.Tick(1e9)
-		for n.Load() < 2+i { // this round has been served (it read the clock first)
-			time.Sleep(time.Millisecond)
-		}
+		<-sink.wrote // this round has been served, read and written
 	}
 	cancel()
 	during := <-done
@@ -140,6 +142,27 @@ func TestScraperAndSummary(t *testing.T) {
 	if err != nil || len(lines) != 5 || lines[0].Phase != PhaseBefore || lines[4].Phase != PhaseAfter {
 		t.Fatalf("metrics.jsonl: %d lines, %v", len(lines), err)
 	}
+}
+
+// signalWriter is a Sink that signals each Write on wrote.
+type signalWriter struct {
+	mu    sync.Mutex
+	b     strings.Builder
+	wrote chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	n, err := w.b.Write(p)
+	w.mu.Unlock()
+	w.wrote <- struct{}{}
+	return n, err
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 func TestSummarizeMetricsOldNamesAndReset(t *testing.T) {
