@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -103,7 +102,7 @@ func TestScraperAndSummary(t *testing.T) {
 	// Each round's lines reach the sink after its scrapes were read, so
 	// the test waits on the write itself: a round whose handler ran but
 	// whose response was still being read when ctx ended is dropped.
-	sink := &signalWriter{wrote: make(chan struct{}, 8)}
+	sink := &syncBuffer{wrote: make(chan struct{}, 8)}
 	clock := newFakeClock(false)
 	sc := &Scraper{Targets: []string{srv.URL}, Clock: clock, Sink: sink}
 	ctx := context.Background()
@@ -142,27 +141,6 @@ func TestScraperAndSummary(t *testing.T) {
 	if err != nil || len(lines) != 5 || lines[0].Phase != PhaseBefore || lines[4].Phase != PhaseAfter {
 		t.Fatalf("metrics.jsonl: %d lines, %v", len(lines), err)
 	}
-}
-
-// signalWriter is a Sink that signals each Write on wrote.
-type signalWriter struct {
-	mu    sync.Mutex
-	b     strings.Builder
-	wrote chan struct{}
-}
-
-func (w *signalWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	n, err := w.b.Write(p)
-	w.mu.Unlock()
-	w.wrote <- struct{}{}
-	return n, err
-}
-
-func (w *signalWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 func TestSummarizeMetricsOldNamesAndReset(t *testing.T) {

@@ -149,16 +149,23 @@ func TestMemoryInfoV2ErrorNotMixed(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the sampler goroutine and the test.
+// syncBuffer is a bytes.Buffer safe for a writing goroutine and the test;
+// with wrote set, each Write is also signalled on it, so a test can wait
+// on the write itself.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{}
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+	n, err := s.b.Write(p)
+	s.mu.Unlock()
+	if s.wrote != nil {
+		s.wrote <- struct{}{}
+	}
+	return n, err
 }
 
 func (s *syncBuffer) String() string {
