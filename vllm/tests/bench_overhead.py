@@ -1,6 +1,8 @@
 """Wrapper overhead per engine step, on vLLM's control flow.
 
     python tests/bench_overhead.py [N] [RUNNING...]
+    python tests/bench_overhead.py --procs K [N] [RUNNING...]
+
 
 Drives the transcriptions of vLLM's step loop (tests/standins: v0.18.1 and
 main, which cite the vLLM files they reproduce) on the batch-queue path
@@ -25,6 +27,15 @@ Reported per step:
   flusher formatting lines and counting tokens holds the GIL), and the
   machine's noise;
 * CPU of all threads (``time.process_time_ns``).
+
+With ``--procs K`` each measurement runs in a process of its own, K rounds
+of every (version, running) pair in a rotating order, and the summary gives
+per pair the median over the K processes with its 95% interval (order
+statistics), how many processes read <= 5 us, and the A/A and wall medians.
+One process's figure depends on where its objects happen to lie (two builds
+of one engine differ by several us per step at 1,024 running, and so do two
+processes of one build): within a process the paired chunks remove the
+machine's drift, across processes only the median does.
 
 The GPU timer's cost (two CUDA event records per forward) needs torch and a
 GPU: gpu/steptimer/h200_proof.py measures it on the H200.
@@ -189,15 +200,79 @@ def machine() -> str:
             f"{sys.version.split()[0]}")
 
 
+def median_interval(xs: list[float], z: float = 1.96) -> tuple[float, float, float]:
+    """The median of xs and its ~95% interval: the order statistics
+    n/2 -+ z*sqrt(n)/2 (distribution-free; the whole range below 6 values)."""
+    if not xs:
+        raise ValueError("no values")
+    o = sorted(xs)
+    n = len(o)
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half))
+    hi = min(n - 1, math.ceil(n / 2 + half))
+    return statistics.median(o), o[lo], o[hi]
+
+
+def summarize(rows: list[dict], target_us: float = 5.0) -> list[str]:
+    """One line per (version, running) of --procs rows (measure's dicts)."""
+    out = []
+    for key in sorted({(r["version"], r["running"]) for r in rows}):
+        sel = [r for r in rows if (r["version"], r["running"]) == key]
+        ov = [r["overhead_thread_us"] for r in sel]
+        med, lo, hi = median_interval(ov)
+        aa = [r["aa_thread_us"] for r in sel]
+        out.append(
+            f"vLLM {key[0]}, {key[1]} running, {len(sel)} processes: engine-thread overhead median {med:.2f} us/step "
+            f"(95% interval {lo:.2f}-{hi:.2f}; range {min(ov):.2f}-{max(ov):.2f}; "
+            f"{sum(x <= target_us for x in ov)} of {len(ov)} <= {target_us:g}); A/A median "
+            f"{statistics.median(aa):+.2f} (range {min(aa):+.2f} to {max(aa):+.2f}); wall overhead median "
+            f"{statistics.median(r['overhead_wall_us'] for r in sel):.2f}")
+    return out
+
+
+def _procs(k: int, n: int, runnings: list[int]) -> None:
+    """--procs: K rounds, a process per measurement, the pairs rotated."""
+    import json
+    import subprocess
+
+    pairs = [(v, r) for v in ("0.18", "main") for r in runnings]
+    rows = []
+    for rnd in range(k):
+        shift = rnd % len(pairs)
+        for version, running in pairs[shift:] + pairs[:shift]:
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", version, str(running), str(n)],
+                               capture_output=True, text=True, check=False)
+            if p.returncode != 0:
+                raise SystemExit(f"bench_overhead: the process for {version} at {running} running failed "
+                                 f"(exit {p.returncode}): {p.stderr.strip()[-2000:]}")
+            row = json.loads(p.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(f"round {rnd + 1}/{k}: {report(row)}", flush=True)
+    for line in summarize(rows):
+        print(line, flush=True)
+
+
 def main() -> None:
     from mbench_vllm._recorder import timers_status
 
+    args = sys.argv[1:]
+    chunks = int(os.environ.get("BENCH_CHUNKS", "100"))
+    if args[:1] == ["--one"]:  # one measurement, as JSON (a --procs child)
+        import json
+
+        print(json.dumps(measure(int(args[3]), chunks=chunks, running=int(args[2]), version=args[1])))
+        return
     print(machine(), flush=True)
     print(f"timers: {timers_status()['timers_detail']}", flush=True)
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    chunks = int(os.environ.get("BENCH_CHUNKS", "100"))
+    if args[:1] == ["--procs"]:
+        if len(args) < 2 or not args[1].isdigit() or int(args[1]) < 1:
+            raise SystemExit("usage: bench_overhead.py --procs K [N] [RUNNING...] (K >= 1 rounds)")
+        n = int(args[2]) if len(args) > 2 else 20_000
+        _procs(int(args[1]), n, [int(x) for x in args[3:]] or [256, 1024])
+        return
+    n = int(args[0]) if args else 100_000
     for version in ("0.18", "main"):
-        for running in [int(x) for x in sys.argv[2:]] or [256, 1024]:
+        for running in [int(x) for x in args[1:]] or [256, 1024]:
             print(report(measure(n, chunks=chunks, running=running, version=version)), flush=True)
 
 
