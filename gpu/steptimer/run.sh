@@ -7,6 +7,11 @@
 #     bash gpu/steptimer/run.sh cost     the engine-thread costs alone (about 3 minutes): the
 #                                        step timers' overhead with nothing beside it, and the
 #                                        GPU timer's (every forward; the default sampling)
+#     bash gpu/steptimer/run.sh overhead the step timers' overhead alone, one process per
+#                                        measurement (PROCS rounds, default 6, of both versions
+#                                        at 256 and 1,024 running: about 25 s a process there),
+#                                        summarized as the median over processes with its
+#                                        interval (tests/bench_overhead.py --procs); no GPU needed
 #
 # Needs python3 with torch (CUDA) and pytest, nothing else (no vLLM, no
 # network, no Go: the ingest benchmark runs from a test binary built
@@ -41,7 +46,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 MODE="${1:-all}"
-case "$MODE" in all | timers | cost) ;; *) echo "usage: run.sh [all|timers|cost]" >&2; exit 64 ;; esac
+case "$MODE" in all | timers | cost | overhead) ;; *) echo "usage: run.sh [all|timers|cost|overhead]" >&2; exit 64 ;; esac
 OUT="${OUT:-/tmp/steptimer-out}"
 mkdir -p "$OUT"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 MBENCH_VLLM_NATIVE=1
@@ -61,6 +66,13 @@ rc=0
   (cd vllm && python3 -c 'from mbench_vllm import native; native.load(want_build=True); print(native.status())')
 } > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
+if [ "$MODE" = overhead ]; then
+  (cd vllm && BENCH_CHUNKS=40 timeout "${OVERHEAD_S:-570}" python3 tests/bench_overhead.py --procs "${PROCS:-6}" 20000 256 1024) \
+    2>&1 | tee "$OUT/overhead.txt"
+  rc=${PIPESTATUS[0]}
+  echo "run.sh: exit $rc"
+  exit "$rc"
+fi
 if [ "$MODE" = timers ]; then
   proof_args=(--cases main:batch_queue:gpu_bound,main:batch_queue:cpu_bound --quick)
 elif [ "$MODE" = cost ]; then
