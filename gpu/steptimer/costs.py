@@ -1,7 +1,7 @@
 """The GPU timer's engine-thread costs that need no engine (h200_proof.py
-runs them): the wrappers around a trivial forward on an idle GPU, the CUDA
-and Python calls a timer may make per forward, and the median's interval
-the proof's chunked costs are quoted with. torch is whichever torch the
+runs them): the wrappers around a trivial forward on an idle GPU and the
+CUDA and Python calls a timer may make per forward (the proof quotes its
+chunked costs with vllm/tests/orderstats.median_ci). torch is whichever torch the
 proof loaded (a real one on the GPU machine, the fake one in
 vllm/tests/test_h200_script.py).
 """
@@ -105,13 +105,3 @@ def call_costs(n: int = 20000) -> dict:
     out["perf_counter_ns"] = per(time.perf_counter_ns)
     torch.cuda.synchronize()
     return out
-
-
-def median_ci(d: list) -> tuple:
-    """The median of d and its 95% distribution-free interval (order
-    statistics of the binomial: ranks n/2 -/+ 1.96 sqrt(n)/2)."""
-    x = sorted(d)
-    n = len(x)
-    h = 0.98 * n ** 0.5
-    lo, hi = max(0, int(n / 2 - h)), min(n - 1, int(n / 2 + h + 0.999))
-    return statistics.median(x), x[lo], x[hi]

@@ -65,7 +65,8 @@ from standins import VERSIONS, fake_vllm  # noqa: E402
 from standins import runner as rn  # noqa: E402
 from standins.common import KVTransferConfig, Timings, VllmConfig, spin  # noqa: E402
 from mbench_vllm import steplog  # noqa: E402
-from costs import call_costs, forward_costs, median_ci  # noqa: E402
+from costs import call_costs, forward_costs  # noqa: E402
+from orderstats import median_ci  # noqa: E402
 
 US, MS = 1_000, 1_000_000
 torch = None  # imported by main(): the script needs torch with CUDA

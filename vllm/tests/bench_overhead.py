@@ -3,7 +3,6 @@
     python tests/bench_overhead.py [N] [RUNNING...]
     python tests/bench_overhead.py --procs K [N] [RUNNING...]
 
-
 Drives the transcriptions of vLLM's step loop (tests/standins: v0.18.1 and
 main, which cite the vLLM files they reproduce) on the batch-queue path
 (async scheduling, vLLM's default; UniProcExecutor: 0.18.1's one-thread
@@ -30,8 +29,8 @@ Reported per step:
 
 With ``--procs K`` each measurement runs in a process of its own, K rounds
 of every (version, running) pair in a rotating order, and the summary gives
-per pair the median over the K processes with its 95% interval (order
-statistics), how many processes read <= 5 us, and the A/A and wall medians.
+per pair the median over the K processes with its 95% interval
+(orderstats.median_ci), how many processes read <= 5 us, and the A/A and wall medians.
 One process's figure depends on where its objects happen to lie (two builds
 of one engine differ by several us per step at 1,024 running, and so do two
 processes of one build): within a process the paired chunks remove the
@@ -59,6 +58,10 @@ os.environ.setdefault("MBENCH_VLLM_NATIVE", "1")
 
 from helpers import config, engine, read_lines  # noqa: E402
 from standins import VERSIONS, fake_vllm  # noqa: E402
+from orderstats import median_ci  # noqa: E402
+
+
+MEASURED = ("0.18", "main")  # the stand-in versions the benchmark drives
 
 
 def _clocks() -> dict:
@@ -200,26 +203,13 @@ def machine() -> str:
             f"{sys.version.split()[0]}")
 
 
-def median_interval(xs: list[float], z: float = 1.96) -> tuple[float, float, float]:
-    """The median of xs and its ~95% interval: the order statistics
-    n/2 -+ z*sqrt(n)/2 (distribution-free; the whole range below 6 values)."""
-    if not xs:
-        raise ValueError("no values")
-    o = sorted(xs)
-    n = len(o)
-    half = z * math.sqrt(n) / 2
-    lo = max(0, math.floor(n / 2 - half))
-    hi = min(n - 1, math.ceil(n / 2 + half))
-    return statistics.median(o), o[lo], o[hi]
-
-
 def summarize(rows: list[dict], target_us: float = 5.0) -> list[str]:
     """One line per (version, running) of --procs rows (measure's dicts)."""
     out = []
     for key in sorted({(r["version"], r["running"]) for r in rows}):
         sel = [r for r in rows if (r["version"], r["running"]) == key]
         ov = [r["overhead_thread_us"] for r in sel]
-        med, lo, hi = median_interval(ov)
+        med, lo, hi = median_ci(ov)
         aa = [r["aa_thread_us"] for r in sel]
         out.append(
             f"vLLM {key[0]}, {key[1]} running, {len(sel)} processes: engine-thread overhead median {med:.2f} us/step "
@@ -235,7 +225,7 @@ def _procs(k: int, n: int, runnings: list[int]) -> None:
     import json
     import subprocess
 
-    pairs = [(v, r) for v in ("0.18", "main") for r in runnings]
+    pairs = [(v, r) for v in MEASURED for r in runnings]
     rows = []
     for rnd in range(k):
         shift = rnd % len(pairs)
@@ -271,7 +261,7 @@ def main() -> None:
         _procs(int(args[1]), n, [int(x) for x in args[3:]] or [256, 1024])
         return
     n = int(args[0]) if args else 100_000
-    for version in ("0.18", "main"):
+    for version in MEASURED:
         for running in [int(x) for x in args[1:]] or [256, 1024]:
             print(report(measure(n, chunks=chunks, running=running, version=version)), flush=True)
 
