@@ -105,8 +105,12 @@ func BenchmarkStreamedRequestCPU(b *testing.B) {
 		}
 		runtime.GOMAXPROCS(max(2, len(cpus))) // the reactor needs two Ps (see run)
 	}
-	for _, io := range []string{"reactor", "reactor-eachwake", "goroutines"} {
+	for _, io := range streamedIOs {
 		b.Run("io="+io, func(b *testing.B) {
+			if io == "floor" || io == "floor-uring" {
+				benchFloor(b, p, io == "floor-uring", rate, dur, opts.Tokens)
+				return
+			}
 			for b.Loop() {
 				c0, err := cpuSeconds()
 				if err != nil {

@@ -62,12 +62,7 @@ func (c *rconn) recv(p []byte) (int, error) {
 		return unix.Read(c.fd, p)
 	}
 	x := &c.rx
-	x.iov.Base = &p[0]
-	x.iov.SetLen(len(p))
-	x.msg.Iov = &x.iov
-	x.msg.SetIovlen(1)
-	x.msg.Control = &x.oob[0]
-	x.msg.SetControllen(len(x.oob))
+	pointMsg(&x.msg, &x.iov, p, x.oob[:])
 	r, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&x.msg)), 0)
 	if errno != 0 {
 		return 0, errno
@@ -81,6 +76,16 @@ func (c *rconn) recv(p []byte) (int, error) {
 		}
 	}
 	return int(r), nil
+}
+
+// pointMsg points msg at p, through iov, and at oob for control messages.
+func pointMsg(msg *unix.Msghdr, iov *unix.Iovec, p, oob []byte) {
+	iov.Base = &p[0]
+	iov.SetLen(len(p))
+	msg.Iov = iov
+	msg.SetIovlen(1)
+	msg.Control = &oob[0]
+	msg.SetControllen(len(oob))
 }
 
 // parseRxStamp finds the SCM_TIMESTAMPNS message in a control buffer and

@@ -6,15 +6,19 @@
 #   cpu_bench.txt    BenchmarkStreamedRequestCPU: client pinned to CPUs 0,1,
 #                    stub on 2-5; 16 tokens at 2,000 req/s, and 128 and 16
 #                    tokens (2 ms apart) at 500 req/s (per extra chunk); io=reactor (default),
-#                    io=reactor-eachwake (no coalescing), io=goroutines
+#                    io=reactor-eachwake (no coalescing), io=goroutines, and
+#                    the floor client's io=floor and io=floor-uring
+#   syscall.txt      BenchmarkBareSyscall: one getppid(2), the entry and exit
+#                    that every read pays
 #   cpu.prof         a CPU profile of the reactor at 2,000 req/s (go tool pprof)
 #   bench_separate.txt / .json  bench-load, client on 0,1, stub on 2-5,
 #                    mbench and the vLLM client reconstruction
 #   bench_shared.txt / .json    the same with the stub on the client's 0,1
 #   energy.json      NVML's energy counter against integrated power over a
 #                    torch matmul load step (mbench probe's own samples)
-# RUNS, DUR (bench-load) and BENCH_DUR (CPU benchmark) shorten it for a try
-# on another machine; without torch the energy step is skipped.
+# RUNS, DUR (bench-load), BENCH_DUR and ROUNDS (CPU benchmark) shorten it for
+# a try on another machine; CPU_ONLY=1 stops after the CPU benchmark; without
+# torch the energy step is skipped.
 set -uo pipefail
 RUNS=${RUNS:-5} DUR=${DUR:-2s} BENCH_DUR=${BENCH_DUR:-3s}
 CLIENT_CPUS=${CLIENT_CPUS:-0,1} STUB_CPUS=${STUB_CPUS:-2-5} PYTHON=${PYTHON:-python3}
@@ -44,33 +48,45 @@ print(f"pin check: two spinners on CPU 0 used {cpu:.2f} CPU-s in 1 s: pinning {'
 PY
 
 # 1. Client CPU per streamed request, client on CLIENT_CPUS (0,1) and the
-#    stub on STUB_CPUS (2-5).
+#    stub on STUB_CPUS (2-5), ROUNDS rounds of the three loads, each load
+#    through every I/O mode: the load generator's (reactor, reactor-eachwake,
+#    goroutines) and the floor client's (floor: a recvmsg per read and
+#    nothing else; floor-uring: the same reads batched in one io_uring_enter
+#    per wake). Every line is tagged with its load.
+ROUNDS=${ROUNDS:-2}
 export MBENCH_CLIENT_CPUS=$CLIENT_CPUS MBENCH_STUB_CPUS=$STUB_CPUS MBENCH_DURATION=$BENCH_DUR
+uname -r; grep -H . /sys/devices/system/cpu/vulnerabilities/* 2>/dev/null | sed 's#.*/##' | tr '\n' ' '; echo
+taskset -c ${CLIENT_CPUS%%,*} $B/openloop.test -test.run '^$' -test.bench 'BareSyscall' -test.benchtime=2000000x 2>&1 | grep -E '^Benchmark' | tee "$OUT/syscall.txt"
 {
-  for round in 1 2; do
-    MBENCH_RATE=2000 MBENCH_TOKENS=16 MBENCH_GAP=1ms $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU' -test.benchtime=1x
-    MBENCH_RATE=500 MBENCH_TOKENS=128 MBENCH_GAP=2ms $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU' -test.benchtime=1x
-    MBENCH_RATE=500 MBENCH_TOKENS=16 MBENCH_GAP=2ms $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU' -test.benchtime=1x
+  for round in $(seq $ROUNDS); do
+    for load in 2000x16x1ms 500x128x2ms 500x16x2ms; do
+      IFS=x read -r rate tokens gap <<< "$load"
+      MBENCH_RATE=$rate MBENCH_TOKENS=$tokens MBENCH_GAP=$gap $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU' -test.benchtime=1x 2>&1 | sed "s/^/$load /"
+    done
   done
-  MBENCH_RATE=2000 MBENCH_TOKENS=16 MBENCH_GAP=1ms $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU/io=reactor$' -test.benchtime=1x -test.cpuprofile "$OUT/cpu.prof"
+  MBENCH_RATE=2000 MBENCH_TOKENS=16 MBENCH_GAP=1ms $B/openloop.test -test.cpu 2 -test.run '^$' -test.bench 'StreamedRequestCPU/io=reactor$' -test.benchtime=1x -test.cpuprofile "$OUT/cpu.prof" 2>&1 | sed "s/^/profiled /"
 } 2>&1 | grep -E 'Benchmark|ok|FAIL|panic' | tee "$OUT/cpu_bench.txt"
 unset MBENCH_CLIENT_CPUS MBENCH_STUB_CPUS MBENCH_DURATION
 # Per I/O mode: CPU per request at 2,000 req/s × 16 tokens, and per extra
-# chunk = (128 tokens − 16 tokens, both at 500 req/s) / 112, per round.
+# chunk = (128 tokens − 16 tokens, both at 500 req/s) / 112, per round; the
+# same for the system part.
 python3 - "$OUT/cpu_bench.txt" <<'PY'
 import re, sys
-rows = [l for l in open(sys.argv[1]) if l.startswith("BenchmarkStreamedRequestCPU/")]
-cases = ["2000x16", "500x128", "500x16"]
 got = {}
-for i, l in enumerate(rows[:18]):  # 2 rounds × 3 cases × 3 modes; the profiled run after
-    mode = re.match(r"BenchmarkStreamedRequestCPU/io=([a-z-]+?)-[0-9]+\s", l).group(1)
+for l in open(sys.argv[1]):
+    m = re.match(r"(\S+) BenchmarkStreamedRequestCPU/io=([a-z-]+?)-[0-9]+\s", l)
+    if not m or m.group(1) == "profiled":
+        continue
     cpu = float(re.search(r"([0-9.]+) client-cpu-ms/req", l).group(1))
-    got.setdefault((mode, cases[(i // 3) % 3]), []).append(cpu)
-for mode in ["reactor", "reactor-eachwake", "goroutines"]:
-    a, b, c = (got.get((mode, k), []) for k in cases)
-    chunk = [1e3 * (x - y) / 112 for x, y in zip(b, c)]
-    print(f"cpu {mode}: {a} ms/req at 2000 req/s x 16 tokens; per extra chunk {[round(x, 2) for x in chunk]} us")
+    sys_ = float(re.search(r"([0-9.]+) client-sys-ms/req", l).group(1))
+    got.setdefault((m.group(2), m.group(1)), []).append((cpu, sys_))
+for mode in ["reactor", "reactor-eachwake", "goroutines", "floor", "floor-uring"]:
+    a, b, c = (got.get((mode, k), []) for k in ["2000x16x1ms", "500x128x2ms", "500x16x2ms"])
+    chunk = [round(1e3 * (x[0] - y[0]) / 112, 2) for x, y in zip(b, c)]
+    chunk_sys = [round(1e3 * (x[1] - y[1]) / 112, 2) for x, y in zip(b, c)]
+    print(f"cpu {mode}: {[x[0] for x in a]} ms/req at 2000 req/s x 16 tokens (system {[x[1] for x in a]}); per extra chunk {chunk} us (system {chunk_sys})")
 PY
+if [ -n "${CPU_ONLY:-}" ]; then echo done; exit 0; fi
 
 # 2. bench-load: 5 runs per rate, 2 s each, the clients interleaved; the
 #    vLLM client reconstruction at the rates it can reach.
