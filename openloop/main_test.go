@@ -74,11 +74,13 @@ func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
 // (the client at least two, which the reactor needs) —
 // and the process's
 // CPU time, which is now the client's alone, is divided by the requests
-// sent. Three sub-benchmarks, run one after the other in each round:
+// sent. Sub-benchmarks, run one after the other in each round:
 // io=reactor (the default on Linux: requests as coroutines over one epoll
 // set, its waits coalesced while events are dense), io=reactor-eachwake
-// (the same, woken for every event: the baseline of the coalescing) and
-// io=goroutines (a goroutine per request). Beside the CPU it
+// (the same, woken for every event: the baseline of the coalescing),
+// io=goroutines (a goroutine per request), and on Linux the floor client's
+// io=floor and io=floor-uring (floor_linux_test.go: what any client that
+// reads each token pays, the baseline of mbench's own cost). Beside the CPU it
 // reports the system part of it and the voluntary context switches per
 // request (getrusage). Run it with -benchtime=1x -count=N.
 func BenchmarkStreamedRequestCPU(b *testing.B) {
