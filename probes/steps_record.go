@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // Field indexes of one engine_step.jsonl line. The first NumTimers are the
@@ -198,6 +199,13 @@ func setField(rec *StepRecord, tsSet *bool, idx int, tok []byte) bool {
 	}
 	if idx == -1 {
 		if !isInt {
+			// numValue takes up to 18 digits as an integer; ts_us is an
+			// int64 (a binary record's copy can hold any), so a longer
+			// integer is read exactly, not through a float.
+			if v, err := strconv.ParseInt(string(tok), 10, 64); err == nil {
+				rec.TsUs, *tsSet = v, true
+				return true
+			}
 			if math.IsNaN(f) || f < -9.2e18 || f > 9.2e18 {
 				return false
 			}
