@@ -69,15 +69,19 @@ type job struct {
 
 // prepare encodes j's request for the prompt toks (j.output tokens asked
 // for) ahead of its send time, so that sending j formats nothing. It returns
-// j.
-func (r *runner) prepare(j *job, toks []int32) *job {
+// j. The body is built in *scratch, which the caller keeps from one request
+// to the next (as it keeps toks): the request's own buffer is then the one
+// allocation of its exact size, where a body built in a fresh buffer was
+// allocated, grown and copied for every request.
+func (r *runner) prepare(j *job, toks []int32, scratch *[]byte) *job {
 	j.input = len(toks)
 	if r.cfg.Endpoint == EndpointChat {
 		text := string(appendPromptText(make([]byte, 0, 8*len(toks)), toks))
 		j.textPrompt = true
-		return r.encode(j, appendChatBody(make([]byte, 0, bodySize(r.model, 0)+len(text)+len(r.tail.fixed)), r.model, text, j.output, &r.tail))
+		return r.encode(j, appendChatBody(make([]byte, 0, bodySize(r.model, 0)+len(text)+len(r.tail.fixed)), r.model, text, j.output, &r.tail), false)
 	}
-	return r.encode(j, appendCompletionBody(make([]byte, 0, bodySize(r.model, len(toks))+len(r.tail.fixed)), r.model, toks, j.output, &r.tail))
+	*scratch = appendCompletionBody((*scratch)[:0], r.model, toks, j.output, &r.tail)
+	return r.encode(j, *scratch, true)
 }
 
 // prepareText is prepare for a text prompt (a dataset's): its input is a
@@ -86,13 +90,14 @@ func (r *runner) prepareText(j *job, prompt string) *job {
 	j.input, j.textPrompt = len(strings.Fields(prompt)), true
 	size := bodySize(r.model, 0) + len(prompt) + len(prompt)/8 + len(r.tail.fixed)
 	if r.cfg.Endpoint == EndpointChat {
-		return r.encode(j, appendChatBody(make([]byte, 0, size), r.model, prompt, j.output, &r.tail))
+		return r.encode(j, appendChatBody(make([]byte, 0, size), r.model, prompt, j.output, &r.tail), false)
 	}
-	return r.encode(j, appendCompletionTextBody(make([]byte, 0, size), r.model, prompt, j.output, &r.tail))
+	return r.encode(j, appendCompletionTextBody(make([]byte, 0, size), r.model, prompt, j.output, &r.tail), false)
 }
 
 // encode sets j's headers for body, for the client in use, and returns j.
-func (r *runner) encode(j *job, body []byte) *job {
+// A borrowed body is the caller's to reuse: j keeps a copy.
+func (r *runner) encode(j *job, body []byte, borrowed bool) *job {
 	j.target = -1
 	j.reqID = r.reqPrefix + strconv.Itoa(j.id)
 	session := j.session
@@ -100,6 +105,9 @@ func (r *runner) encode(j *job, body []byte) *job {
 		session = ""
 	}
 	if !r.cl.raw {
+		if borrowed {
+			body = bytes.Clone(body)
+		}
 		j.body = body
 		j.header = http.Header{"Content-Type": hdrJSON, "Accept": hdrSSE, "X-Request-Id": {j.reqID}, "X-Mbench-Id": {strconv.Itoa(j.id)}}
 		if session != "" {

@@ -112,6 +112,7 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 	}()
 	cfg := &r.cfg
 	var toks []int32
+	var body []byte // the request body's scratch (see prepare)
 	firstMeasured := int64(-1)
 	rampEnd := int64(-1) // requests scheduled before it are ramp requests
 	if rp := cfg.Arrival.Ramp; rp != nil && sch != nil {
@@ -153,7 +154,7 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 		} else {
 			var out, group int
 			toks, out, group = r.gen.open(i, toks)
-			j = r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks)
+			j = r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks, &body)
 		}
 		j.ramp = ramp
 		batch = append(batch, j)
@@ -184,6 +185,7 @@ func (r *runner) runFill() {
 	r.setPhase(PhaseFill)
 	sem := make(chan struct{}, fillConcurrency)
 	var toks []int32
+	var body []byte
 	for k := 0; k < f.Prefixes; k++ {
 		acquired := false
 		select {
@@ -198,7 +200,7 @@ func (r *runner) runFill() {
 			break
 		}
 		toks = r.gen.fill(k, toks)
-		j := r.prepare(&job{id: k, phase: PhaseFill, sched: r.clk.now(), output: 1}, toks)
+		j := r.prepare(&job{id: k, phase: PhaseFill, sched: r.clk.now(), output: 1}, toks, &body)
 		r.launch(j, func() { <-sem })
 	}
 	for range fillConcurrency {

@@ -157,6 +157,7 @@ func (r *runner) runSession(p *tracePlan, s []int, base, admitted int64) {
 	pc := newPacer(&r.clk, r.stopCh, &r.stopped, r.mode)
 	defer pc.close()
 	var toks []int32
+	var body []byte
 	prevDone := admitted
 	for k, ix := range s {
 		it := &p.items[ix]
@@ -171,7 +172,7 @@ func (r *runner) runSession(p *tracePlan, s []int, base, admitted int64) {
 		toks = r.gen.trace(ix, it.req, toks)
 		traceNs := base + it.sched
 		j := r.prepare(&job{id: ix, phase: phase, sched: max(traceNs, prevDone), traceNs: traceNs,
-			output: it.req.OutputLength, session: it.req.SessionID, turn: k + 1}, toks)
+			output: it.req.OutputLength, session: it.req.SessionID, turn: k + 1}, toks, &body)
 		if !pc.wait(j.sched) {
 			return
 		}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/mbench/mbench/stats"
+	"net/http"
 	"reflect"
 	"sort"
 	"strconv"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/mbench/mbench/internal/schedprobe"
 	"github.com/mbench/mbench/openloop/stub"
+	"github.com/mbench/mbench/stats"
 )
 
 func startStub(t *testing.T, o stub.Options) *stub.Server {
@@ -415,6 +416,40 @@ func TestCacheFill(t *testing.T) {
 			t.Fatalf("two requests share the prompt of request %s", e.ID)
 		}
 		seen[k] = true
+	}
+}
+
+// TestPromptsOwnTheirBytes: requests are prepared ahead in batches over one
+// reused body buffer (see prepare); through either client every request the
+// server took carries a prompt of its own, of the size asked for.
+func TestPromptsOwnTheirBytes(t *testing.T) {
+	for _, client := range []string{"raw", "net/http"} {
+		t.Run(client, func(t *testing.T) {
+			s := startStub(t, stub.Options{RecordPrompts: true})
+			cfg := Config{Targets: []string{s.URL}, Model: "m", Rate: 2000, Shape: Shape{Input: 24, Output: 1}, Requests: 150}
+			if client == "net/http" {
+				cfg.Client = &http.Client{}
+			}
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries := s.Entries()
+			if len(entries) != len(res.Records) || len(entries) < 150 {
+				t.Fatalf("server took %d requests, %d records", len(entries), len(res.Records))
+			}
+			seen := map[string]string{}
+			for _, e := range entries {
+				if len(e.Prompt) != 24 {
+					t.Fatalf("request %s: %d prompt tokens, want 24", e.ID, len(e.Prompt))
+				}
+				k := joinInts(e.Prompt)
+				if other, ok := seen[k]; ok {
+					t.Fatalf("requests %s and %s carry the same prompt", other, e.ID)
+				}
+				seen[k] = e.ID
+			}
+		})
 	}
 }
 
