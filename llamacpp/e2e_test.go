@@ -26,6 +26,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if target := os.Getenv(refClientEnv); target != "" {
+		if err := runRefClient(target, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	llamacpptest.Cleanup()
 	if binDir != "" {
@@ -238,28 +245,36 @@ func load(t *testing.T, prefix []string, url string, rate float64, n int) []open
 // request has the server to itself, so its log's timings, in order, are
 // the requests', in the order they were sent: no request's TTFT may be
 // below the prompt evaluation time llama-server logs for it, and the
-// median is within 2 ms above it.
+// median of what lies above it is within 2 ms, or, on a machine where the
+// server's own work around the prompt takes longer, within 1.5 ms of what
+// the reference client (ttft_reference_test.go: a write, then plain
+// reads) measures against the same log right after. (The two batches'
+// medians differ by −1.8 to +0.9 ms on a 2-core VM where the server's
+// own part is 2.3–4.1 ms: batches move with the server's wake-ups, and
+// mbench, which takes the kernel's receive time, mostly reads below the
+// reference.)
 //
 // Other tenants of a shared 2-core machine only ever add to the gap (each
 // thread that must wake — the server's HTTP and main threads, mbench's
-// reactor — can wait for a core): the server and mbench run at nice −20
-// (as root), and a batch of 30 requests is measured up to three times,
-// the check holding when one batch's median is within 2 ms. A systematic
-// error of mbench's would be in every batch. It runs before the package's
-// parallel tests, without their servers beside it.
+// reactor — can wait for a core): the server, mbench and the reference run
+// at nice −20 (as root), and a batch of 30 requests each is measured up to
+// three times, the check holding when one batch's median is within its
+// bound. A systematic error of mbench's would be in every batch. It runs
+// before the package's parallel tests, without their servers beside it.
 func TestTTFTAgainstEngineTimings(t *testing.T) {
 	bin := llamacpptest.Find(t)
 	srv := llamacpptest.StartWith(t, llamacpptest.Options{Nice: -20}, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
 	var medians []string
 	for batch := 1; batch <= 3; batch++ {
 		med, n, lo, hi := ttftGap(t, srv)
-		medians = append(medians, fmt.Sprintf("%.3f", med))
-		t.Logf("batch %d: TTFT − engine prompt eval over %d requests at 2 req/s: median %.3f ms, min %.3f, max %.3f", batch, n, med, lo, hi)
-		if med <= 2 {
+		ref := refGap(t, srv)
+		medians = append(medians, fmt.Sprintf("%.3f (reference %.3f)", med, ref))
+		t.Logf("batch %d: TTFT − engine prompt eval over %d requests at 2 req/s: median %.3f ms, min %.3f, max %.3f; the reference client's median %.3f ms", batch, n, med, lo, hi, ref)
+		if med <= max(2, ref+1.5) {
 			return
 		}
 	}
-	t.Errorf("median TTFT above the engine's prompt evaluation time by more than 2 ms in all 3 batches: %s ms", strings.Join(medians, ", "))
+	t.Errorf("median TTFT above the engine's prompt evaluation time by more than 2 ms and more than 1.5 ms above the reference client's in all 3 batches: %s ms", strings.Join(medians, ", "))
 }
 
 // ttftGap runs one batch of 30 requests at 2 req/s against srv and returns
