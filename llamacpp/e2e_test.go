@@ -283,7 +283,7 @@ func TestTTFTAgainstEngineTimings(t *testing.T) {
 func ttftGap(t *testing.T, srv *llamacpptest.Server) (med float64, n int, lo, hi float64) {
 	t.Helper()
 	logBefore, _ := os.ReadFile(srv.LogPath)
-	recs := load(t, []string{"nice", "-n", "-20"}, srv.URL, 2, 28)
+	recs := load(t, []string{"nice", "-n", "-20"}, srv.URL, 2, ttftMeasured)
 	logAll, _ := os.ReadFile(srv.LogPath)
 	timings := llamacpptest.Timings(logAll[len(logBefore):])
 	recs = slices.DeleteFunc(recs, func(r openloop.Record) bool { return !r.OK() })

@@ -33,9 +33,13 @@ import (
 // client.
 const refClientEnv = "MBENCH_TEST_TTFT_REFERENCE"
 
-// refRequests is the reference client's batch: as many requests as
-// mbench's batch sends (2 warmup and 28 measured).
-const refRequests = 30
+// ttftMeasured is the measured requests of a batch of mbench's (which sends
+// 2 warmup requests before them); refRequests is the reference client's
+// batch, as many requests in all.
+const (
+	ttftMeasured = 28
+	refRequests  = ttftMeasured + 2
+)
 
 // runRefClient is the reference client's process: it writes the TTFTs to w.
 func runRefClient(target string, w io.Writer) error {

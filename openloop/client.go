@@ -78,26 +78,28 @@ func (r *runner) prepare(j *job, toks []int32, scratch *[]byte) *job {
 	if r.cfg.Endpoint == EndpointChat {
 		text := string(appendPromptText(make([]byte, 0, 8*len(toks)), toks))
 		j.textPrompt = true
-		return r.encode(j, appendChatBody(make([]byte, 0, bodySize(r.model, 0)+len(text)+len(r.tail.fixed)), r.model, text, j.output, &r.tail), false)
+		*scratch = appendChatBody((*scratch)[:0], r.model, text, j.output, &r.tail)
+	} else {
+		*scratch = appendCompletionBody((*scratch)[:0], r.model, toks, j.output, &r.tail)
 	}
-	*scratch = appendCompletionBody((*scratch)[:0], r.model, toks, j.output, &r.tail)
-	return r.encode(j, *scratch, true)
+	return r.encode(j, *scratch)
 }
 
 // prepareText is prepare for a text prompt (a dataset's): its input is a
 // word count until the engine's usage.prompt_tokens replaces it.
-func (r *runner) prepareText(j *job, prompt string) *job {
+func (r *runner) prepareText(j *job, prompt string, scratch *[]byte) *job {
 	j.input, j.textPrompt = len(strings.Fields(prompt)), true
-	size := bodySize(r.model, 0) + len(prompt) + len(prompt)/8 + len(r.tail.fixed)
 	if r.cfg.Endpoint == EndpointChat {
-		return r.encode(j, appendChatBody(make([]byte, 0, size), r.model, prompt, j.output, &r.tail), false)
+		*scratch = appendChatBody((*scratch)[:0], r.model, prompt, j.output, &r.tail)
+	} else {
+		*scratch = appendCompletionTextBody((*scratch)[:0], r.model, prompt, j.output, &r.tail)
 	}
-	return r.encode(j, appendCompletionTextBody(make([]byte, 0, size), r.model, prompt, j.output, &r.tail), false)
+	return r.encode(j, *scratch)
 }
 
 // encode sets j's headers for body, for the client in use, and returns j.
-// A borrowed body is the caller's to reuse: j keeps a copy.
-func (r *runner) encode(j *job, body []byte, borrowed bool) *job {
+// body stays the caller's: j keeps the bytes in a buffer of its own.
+func (r *runner) encode(j *job, body []byte) *job {
 	j.target = -1
 	j.reqID = r.reqPrefix + strconv.Itoa(j.id)
 	session := j.session
@@ -105,10 +107,7 @@ func (r *runner) encode(j *job, body []byte, borrowed bool) *job {
 		session = ""
 	}
 	if !r.cl.raw {
-		if borrowed {
-			body = bytes.Clone(body)
-		}
-		j.body = body
+		j.body = bytes.Clone(body)
 		j.header = http.Header{"Content-Type": hdrJSON, "Accept": hdrSSE, "X-Request-Id": {j.reqID}, "X-Mbench-Id": {strconv.Itoa(j.id)}}
 		if session != "" {
 			j.header["X-Mbench-Session"] = []string{session}

@@ -150,7 +150,7 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 		var j *job
 		if r.gen.items != nil {
 			prompt, out := r.gen.dataset(i)
-			j = r.prepareText(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out}, prompt)
+			j = r.prepareText(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out}, prompt, &body)
 		} else {
 			var out, group int
 			toks, out, group = r.gen.open(i, toks)

@@ -140,6 +140,3 @@ func appendTokenList(b []byte, tokens []int32) []byte {
 	}
 	return b
 }
-
-// bodySize estimates the body length for a prompt of n tokens.
-func bodySize(model string, n int) int { return 160 + len(model) + 6*n }

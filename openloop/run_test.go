@@ -3,9 +3,11 @@ package openloop
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -420,36 +422,77 @@ func TestCacheFill(t *testing.T) {
 }
 
 // TestPromptsOwnTheirBytes: requests are prepared ahead in batches over one
-// reused body buffer (see prepare); through either client every request the
-// server took carries a prompt of its own, of the size asked for.
+// reused body buffer (see prepare); through either client, for token-id
+// prompts on both endpoints and for a dataset's text prompts, every body
+// the server took is whole and its own: token-id prompts differ from every
+// other request's and have the size asked for, and a dataset request's
+// prompt and max_tokens are one item's.
 func TestPromptsOwnTheirBytes(t *testing.T) {
-	for _, client := range []string{"raw", "net/http"} {
-		t.Run(client, func(t *testing.T) {
-			s := startStub(t, stub.Options{RecordPrompts: true})
-			cfg := Config{Targets: []string{s.URL}, Model: "m", Rate: 2000, Shape: Shape{Input: 24, Output: 1}, Requests: 150}
-			if client == "net/http" {
-				cfg.Client = &http.Client{}
-			}
-			res, err := Run(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			entries := s.Entries()
-			if len(entries) != len(res.Records) || len(entries) < 150 {
-				t.Fatalf("server took %d requests, %d records", len(entries), len(res.Records))
-			}
-			seen := map[string]string{}
-			for _, e := range entries {
-				if len(e.Prompt) != 24 {
-					t.Fatalf("request %s: %d prompt tokens, want 24", e.ID, len(e.Prompt))
+	items, err := LoadDataset(Dataset{Path: tinyShareGPT, Format: DatasetShareGPT}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		shape Shape
+		ep    Endpoint
+	}{
+		{"tokens", Shape{Input: 24, Output: 1}, EndpointCompletions},
+		{"chat", Shape{Input: 24, Output: 1}, EndpointChat},
+		{"dataset", Shape{Dataset: &Dataset{Path: tinyShareGPT, Format: DatasetShareGPT}}, EndpointCompletions},
+	} {
+		for _, client := range []string{"raw", "net/http"} {
+			t.Run(tc.name+"/"+client, func(t *testing.T) {
+				s := startStub(t, stub.Options{RecordPrompts: true, RecordRequests: true})
+				cfg := Config{Targets: []string{s.URL}, Model: "m", Rate: 2000, Shape: tc.shape, Endpoint: tc.ep, Requests: 150}
+				if client == "net/http" {
+					cfg.Client = &http.Client{}
 				}
-				k := joinInts(e.Prompt)
-				if other, ok := seen[k]; ok {
-					t.Fatalf("requests %s and %s carry the same prompt", other, e.ID)
+				res, err := Run(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
 				}
-				seen[k] = e.ID
-			}
-		})
+				entries := s.Entries()
+				if len(entries) != len(res.Records) || len(entries) < 150 {
+					t.Fatalf("server took %d requests, %d records", len(entries), len(res.Records))
+				}
+				seen := map[string]string{}
+				for _, e := range entries {
+					var body struct {
+						Prompt    json.RawMessage            `json:"prompt"`
+						Messages  []struct{ Content string } `json:"messages"`
+						MaxTokens int                        `json:"max_tokens"`
+					}
+					if err := json.Unmarshal([]byte(e.Body), &body); err != nil {
+						t.Fatalf("request %s: body %.80q: %v", e.ID, e.Body, err)
+					}
+					var key string
+					switch tc.name {
+					case "tokens":
+						if len(e.Prompt) != 24 {
+							t.Fatalf("request %s: %d prompt tokens, want 24", e.ID, len(e.Prompt))
+						}
+						key = joinInts(e.Prompt)
+					case "chat":
+						if len(body.Messages) != 1 || len(strings.Fields(body.Messages[0].Content)) != 24 {
+							t.Fatalf("request %s: messages %+v, want one of 24 words", e.ID, body.Messages)
+						}
+						key = body.Messages[0].Content
+					case "dataset":
+						var prompt string
+						_ = json.Unmarshal(body.Prompt, &prompt)
+						if !slices.ContainsFunc(items, func(it DatasetItem) bool { return it.Prompt == prompt && it.Output == body.MaxTokens }) {
+							t.Fatalf("request %s: prompt %q with max_tokens %d is no item of the dataset", e.ID, prompt, body.MaxTokens)
+						}
+						continue
+					}
+					if other, ok := seen[key]; ok {
+						t.Fatalf("requests %s and %s carry the same prompt", other, e.ID)
+					}
+					seen[key] = e.ID
+				}
+			})
+		}
 	}
 }
 
