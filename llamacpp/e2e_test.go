@@ -267,10 +267,16 @@ func TestTTFTAgainstEngineTimings(t *testing.T) {
 	var medians []string
 	for batch := 1; batch <= 3; batch++ {
 		med, n, lo, hi := ttftGap(t, srv)
+		t.Logf("batch %d: TTFT − engine prompt eval over %d requests at 2 req/s: median %.3f ms, min %.3f, max %.3f", batch, n, med, lo, hi)
+		if med <= 2 {
+			return
+		}
+		// Only then the reference: its batch at nice −20 holds back
+		// whatever else runs on the machine for another 15 s.
 		ref := refGap(t, srv)
 		medians = append(medians, fmt.Sprintf("%.3f (reference %.3f)", med, ref))
-		t.Logf("batch %d: TTFT − engine prompt eval over %d requests at 2 req/s: median %.3f ms, min %.3f, max %.3f; the reference client's median %.3f ms", batch, n, med, lo, hi, ref)
-		if med <= max(2, ref+1.5) {
+		t.Logf("batch %d: the reference client's median %.3f ms", batch, ref)
+		if med <= ref+1.5 {
 			return
 		}
 	}
