@@ -17,18 +17,21 @@ type Protocol string
 // Protocols.
 const (
 	// ProtocolNIXL is vLLM's toy proxy's (tests/v1/kv_connector/
-	// nixl_integration/toy_proxy_server.py at commit
-	// 030ea52effcb05071543c8c42b8f0145e94cee43): the prefill leg first,
-	// then the decode leg with the kv_transfer_params of the prefill's
-	// answer (NixlConnector, and MooncakeConnector before vLLM PR #31034).
+	// nixl_integration/toy_proxy_server.py at vLLM commit
+	// b36adfa349cfab0e79f3d736d5e5413bd3ee19f5, in 0.18.1): the prefill leg
+	// first (:155-190, :220-223), then the decode leg with the
+	// kv_transfer_params of the prefill's answer when it has any (:225-230)
+	// — NixlConnector, and MooncakeConnector before vLLM PR #31034. An
+	// answer without them (a prefill whose one token was EOS finishes other
+	// than length-capped, and NixlConnector then returns none:
+	// vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py:918-924)
+	// sends the decode leg the request as the client sent it, which
+	// computes the prompt itself, as the toy proxy does.
 	ProtocolNIXL Protocol = "nixl"
-	// ProtocolMooncake is vLLM's MooncakeConnector since PR #31034 (its
-	// example proxy, examples/online_serving/disaggregated_serving/
-	// mooncake_connector/mooncake_connector_proxy.py at commit
-	// f1b4b2802cde3faa894510acb65beead29f57597): both legs at once, paired
-	// by one X-Request-Id; the decode leg names the producer's bootstrap
-	// server and engine, learnt from the bootstrap server's GET /query
-	// (mooncake.go).
+	// ProtocolMooncake is vLLM's MooncakeConnector since PR #31034 (vLLM
+	// 0.18): its example proxy's bootstrap protocol (mooncake.go): both legs
+	// at once, paired by one transfer_id; the decode leg names the
+	// producer's bootstrap server and the engine its GET /query gave.
 	ProtocolMooncake Protocol = "mooncake"
 )
 
@@ -82,9 +85,10 @@ func (o ServerOptions) withDefaults() (ServerOptions, error) {
 // prefillBody is the prefill leg of a split request, as both vLLM proxies
 // build it: the request with kv_transfer_params, no streaming, max_tokens
 // (and max_completion_tokens, when given) 1, no stream_options (toy proxy
-// :158-167, Mooncake proxy :256-265), and no min_tokens or
-// min_completion_tokens (toy proxy :172-174: a P cannot honour them with
-// max_tokens 1; vLLM would refuse the request).
+// :161-175, Mooncake proxy :256-267), and, unlike them, no min_tokens or
+// min_completion_tokens: a prefill cannot honour them with max_tokens 1,
+// and vLLM refuses min_tokens > max_tokens (vllm/sampling_params.py:470-474
+// at b36adfa3).
 func prefillBody(fields map[string]json.RawMessage, params string) ([]byte, error) {
 	p := make(map[string]json.RawMessage, len(fields)+1)
 	for k, v := range fields {
@@ -104,8 +108,8 @@ func prefillBody(fields map[string]json.RawMessage, params string) ([]byte, erro
 
 // nixlPrefill runs the prefill leg of ProtocolNIXL on url and returns the
 // kv_transfer_params of its answer, which tell the decode instance where the
-// KV is (toy proxy :222-231). Unlike the toy proxy, an answer without them
-// is a 502, not a decode that silently recomputes the prompt.
+// KV is (toy proxy :225-230); none (null, {} or absent) when the prefill
+// sends no KV.
 func (s *Server) nixlPrefill(ctx context.Context, url string, h http.Header, fields map[string]json.RawMessage) (json.RawMessage, int, error) {
 	body, err := prefillBody(fields, `{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 	if err != nil {
@@ -120,9 +124,12 @@ func (s *Server) nixlPrefill(ctx context.Context, url string, h http.Header, fie
 	var ans struct {
 		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 	}
-	if err := json.Unmarshal(out, &ans); err != nil || len(ans.KVTransferParams) == 0 || string(ans.KVTransferParams) == "null" {
-		return nil, http.StatusBadGateway, fmt.Errorf("router: prefill on %s: no kv_transfer_params in its answer "+
-			"(is a KV connector configured? a MooncakeConnector of vLLM ≥ PR #31034 answers none: route with --kv-protocol mooncake)", url)
+	if err := json.Unmarshal(out, &ans); err != nil {
+		return nil, http.StatusBadGateway, fmt.Errorf("router: prefill on %s: its answer is not JSON: %w", url, err)
+	}
+	switch p := bytes.TrimSpace(ans.KVTransferParams); {
+	case len(p) == 0, string(p) == "null", string(bytes.Join(bytes.Fields(p), nil)) == "{}":
+		return nil, http.StatusOK, nil
 	}
 	return ans.KVTransferParams, http.StatusOK, nil
 }

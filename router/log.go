@@ -39,13 +39,17 @@ type Entry struct {
 	EngineLoads     []int     `json:"engine_loads,omitempty"` // load engine: the engines' waiting + running (-1: not known)
 	Scores          []float64 `json:"scores,omitempty"`
 	StartUnixUs     int64     `json:"start_unix_us"`
-	TransferID      string    `json:"transfer_id,omitempty"`    // the Mooncake protocol: the legs' shared X-Request-Id
+	TransferID      string    `json:"transfer_id,omitempty"`    // the Mooncake protocol: the legs' shared transfer_id ("xfer-" + their X-Request-Id)
 	DecodeSentMs    float64   `json:"decode_sent_ms,omitempty"` // the decode leg sent
 	PrefillMs       float64   `json:"prefill_ms,omitempty"`     // remote prefill answered
 	PrefillStatus   int       `json:"prefill_status,omitempty"` // its HTTP status
 	PrefillError    string    `json:"prefill_error,omitempty"`
-	FirstByteMs     float64   `json:"first_byte_ms,omitempty"` // first bytes of the answer
-	DoneMs          float64   `json:"done_ms"`
+	// Recompute: the nixl protocol's prefill answered no kv_transfer_params
+	// (its one token was EOS, or it has no KV connector), so the decode
+	// instance computed the prompt itself.
+	Recompute   bool    `json:"recompute,omitempty"`
+	FirstByteMs float64 `json:"first_byte_ms,omitempty"` // first bytes of the answer
+	DoneMs      float64 `json:"done_ms"`
 	// EngineCachedTokens is the engine's own count of the prompt tokens it
 	// did not compute (usage.prompt_tokens_details.cached_tokens), when it
 	// reports it: the truth to check cached_tokens_est against.

@@ -1,37 +1,48 @@
 package router
 
-// vLLM's bootstrap Mooncake protocol, as its example proxy speaks it
-// (examples/online_serving/disaggregated_serving/mooncake_connector/
-// mooncake_connector_proxy.py at commit
-// f1b4b2802cde3faa894510acb65beead29f57597; file:line below):
+// vLLM 0.18.1's MooncakeConnector bootstrap protocol, as its example proxy
+// speaks it. Citations are file:line at vLLM commit
+// b36adfa349cfab0e79f3d736d5e5413bd3ee19f5 (main's last commit before the
+// 0.18 branch cut; these files are unchanged since PR #31034's merge,
+// 0d6ccf68): the proxy is examples/online_serving/disaggregated_serving/
+// mooncake_connector/mooncake_connector_proxy.py, the server
+// vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_utils.py.
+// The exact bodies are golden files in internal/conformance, which the sim's
+// tests read too.
 //
-//   - Before serving, the proxy asks each producer's bootstrap server GET
-//     /query until it answers, learning its engine id per DP rank
-//     (:42-62), and answers 503 until then (:314-315).
-//   - Per request: one fresh id (:319), sent as X-Request-Id on both legs
-//     (:268, :294); the prefill leg {do_remote_decode: true} with
-//     max_tokens 1 (:256-265) fired without waiting (:325-329), and at once
-//     the decode leg {do_remote_prefill: true, remote_bootstrap_addr,
-//     remote_engine_id, remote_dp_rank} (:297-303), streamed back.
+//   - Before serving, the proxy waits for each producer's /health, then asks
+//     its bootstrap server GET /query (proxy :38-63), which answers 200 with
+//     its engines keyed by DP rank, {"0": {"engine_id": ..., "worker_addr":
+//     {tp: {pp: addr}}}} (mooncake_utils.py:28-32, :57, :126-127), and {}
+//     while no worker has registered (:42). The proxy answers 503 until then
+//     (:316-317).
+//   - Per request: one fresh uuid (:321), sent as X-Request-Id on both legs
+//     (:270, :296); the prefill leg carries {do_remote_decode: true,
+//     do_remote_prefill: false, transfer_id: "xfer-" + the uuid} with
+//     max_tokens 1 and the X-data-parallel-rank of the DP rank it goes to
+//     (:256-272), fired without waiting (:327-331); at once the decode leg
+//     {do_remote_decode: false, do_remote_prefill: true,
+//     remote_bootstrap_addr, remote_engine_id (the DP rank's, from /query),
+//     transfer_id} (:299-305), streamed back. The engines pair the legs by
+//     transfer_id (mooncake_connector.py:140-151, :698-707).
 //
-// The router sends the decode leg's fields under the names of the other
-// revisions of this protocol too, so one router speaks them all: the
-// bootstrap_server_host and bootstrap_server_port of PR #31034's first
-// version (commit 8fc582da949c433175f06b0a474cd57e7c88d077), and a
-// transfer_id on both legs, which later revisions pair the legs by. Unlike
-// the example it also sets ignore_eos on the prefill leg (a prefill whose
-// one token is EOS finishes FINISHED_STOPPED, and the connector never sends
-// its KV: mooncake_connector.py:426-429 at f1b4b280), and it does not leave
-// a failed prefill unseen: when the prefill leg fails before the decode's
-// first bytes, the decode leg is cancelled and the client gets the
+// The router differs from the example where the example loses requests: it
+// waits for /query to name an engine (the example takes {} as zero DP ranks
+// and cycles over none), treats any other answer — a 404 from an API port
+// given by mistake, another revision's shape — as not ready, saying which
+// port answered what; it sets ignore_eos on the prefill leg (a prefill whose
+// one token is EOS finishes other than length-capped, and the connector
+// never sends its KV: mooncake_connector.py:428-432); and when the prefill
+// leg fails before the decode's first bytes, the decode leg (which would
+// wait for KV that never comes) is cancelled and the client gets the
 // prefill's error.
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -50,11 +61,16 @@ type bootstrap struct {
 	host, port string
 	addr       string // http://host:port
 
-	mu       sync.Mutex
-	ready    bool
-	engineID string // of dp rank dpRank; "" when its /query is a 404 (8fc582da)
-	dpRank   int
-	lastErr  string
+	mu      sync.Mutex
+	engines []dpEngine // by DP rank, ascending; nil until /query named one
+	lastErr string
+	next    atomic.Uint64 // the DP rank the next request prefills on, as the proxy cycles them (:31-35)
+}
+
+// dpEngine is one DP rank's engine behind a bootstrap server.
+type dpEngine struct {
+	rank int
+	id   string
 }
 
 // setupBootstrap builds the bootstrap servers of the instances prefills may
@@ -95,7 +111,7 @@ func (s *Server) setupBootstrap() error {
 }
 
 // discoverBootstrap asks every bootstrap server's GET /query, each until it
-// answers, in the background until ctx ends.
+// names an engine, in the background until ctx ends.
 func (s *Server) discoverBootstrap(ctx context.Context) {
 	for _, i := range slices.Sorted(maps.Keys(s.boot)) {
 		b := s.boot[i]
@@ -103,7 +119,10 @@ func (s *Server) discoverBootstrap(ctx context.Context) {
 			wait := 50 * time.Millisecond
 			for {
 				if err := b.query(ctx, s.client); err == nil {
-					fmt.Fprintf(s.opt.Messages, "router: bootstrap server %s of %s ready (engine %q, dp rank %d)\n", b.addr, s.r.URL(i), b.engineID, b.dpRank)
+					b.mu.Lock()
+					engines := b.engines
+					b.mu.Unlock()
+					fmt.Fprintf(s.opt.Messages, "router: bootstrap server %s of %s ready (%d DP rank(s), rank %d engine %q)\n", b.addr, s.r.URL(i), len(engines), engines[0].rank, engines[0].id)
 					return
 				}
 				t := time.NewTimer(wait)
@@ -119,81 +138,124 @@ func (s *Server) discoverBootstrap(ctx context.Context) {
 	}
 }
 
-// query asks b's GET /query once. A 200 gives the engine of the lowest DP
-// rank; a 404 is the first revision's server, which has no /query and needs
-// no engine id; anything else (503 while workers register) is not ready.
+// queryEntry is one DP rank's entry in GET /query's answer (EngineEntry,
+// mooncake_utils.py:28-32).
+type queryEntry struct {
+	EngineID   string                       `json:"engine_id"`
+	WorkerAddr map[string]map[string]string `json:"worker_addr"` // tp_rank → pp_rank → address
+}
+
+// query asks b's GET /query once. Only a 200 with at least one DP rank's
+// engine is ready; {} is "no worker registered yet"; anything else — a 404
+// (an API port given as the bootstrap port), another shape — is not ready,
+// and the error says what the port answered.
 func (b *bootstrap) query(ctx context.Context, c *http.Client) error {
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(qctx, http.MethodGet, b.addr+"/query", nil)
-	resp, err := c.Do(req)
+	engines, err := b.ask(ctx, c)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil {
 		b.lastErr = err.Error()
 		return err
 	}
-	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusNotFound:
-		b.ready = true
-		return nil
-	case http.StatusOK:
-	default:
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		b.lastErr = fmt.Sprintf("GET /query: status %d: %s", resp.StatusCode, body)
-		return errors.New(b.lastErr)
-	}
-	var engines map[string]map[string]json.RawMessage // engine id → dp rank → workers
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&engines); err != nil {
-		b.lastErr = "GET /query: " + err.Error()
-		return err
-	}
-	best := -1
-	for id, ranks := range engines {
-		for r := range ranks {
-			if n, err := strconv.Atoi(r); err == nil && (best < 0 || n < best) {
-				best, b.engineID = n, id
-			}
-		}
-	}
-	if best < 0 {
-		b.lastErr = "GET /query: no engine registered"
-		return errors.New(b.lastErr)
-	}
-	b.dpRank, b.ready = best, true
+	b.engines, b.lastErr = engines, ""
 	return nil
 }
 
-// bootstrapReady is nil when every bootstrap server answered.
+func (b *bootstrap) ask(ctx context.Context, c *http.Client) ([]dpEngine, error) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(qctx, http.MethodGet, b.addr+"/query", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET /query on port %s: %w", b.port, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("GET /query on port %s: %w", b.port, err)
+	}
+	shown := string(body)
+	if len(shown) > 200 {
+		shown = shown[:200] + "…"
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("port %s answered GET /query with 404 %s: not a MooncakeConnector bootstrap server "+
+			"(an engine's API port? give each producer's VLLM_MOONCAKE_BOOTSTRAP_PORT)", b.port, shown)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("port %s answered GET /query with status %d: %s", b.port, resp.StatusCode, shown)
+	}
+	notShape := func(why string) error {
+		return fmt.Errorf("port %s answered GET /query with %s: not vLLM 0.18's bootstrap answer (%s; want {\"<dp_rank>\": {\"engine_id\": ..., \"worker_addr\": ...}})", b.port, shown, why)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return nil, notShape(err.Error())
+	}
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("port %s answered GET /query with {}: no worker has registered yet", b.port)
+	}
+	var engines []dpEngine
+	for k, v := range raw {
+		rank, err := strconv.Atoi(k)
+		if err != nil || rank < 0 {
+			return nil, notShape(fmt.Sprintf("key %q is not a DP rank", k))
+		}
+		var e queryEntry
+		d := json.NewDecoder(bytes.NewReader(v))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&e); err != nil {
+			return nil, notShape(fmt.Sprintf("DP rank %d: %v", rank, err))
+		}
+		if e.EngineID == "" || len(e.WorkerAddr) == 0 {
+			return nil, notShape(fmt.Sprintf("DP rank %d has no engine_id or worker_addr", rank))
+		}
+		engines = append(engines, dpEngine{rank, e.EngineID})
+	}
+	slices.SortFunc(engines, func(x, y dpEngine) int { return x.rank - y.rank })
+	return engines, nil
+}
+
+// bootstrapReady is nil when every bootstrap server named an engine.
 func (s *Server) bootstrapReady() error {
 	for _, i := range slices.Sorted(maps.Keys(s.boot)) {
 		b := s.boot[i]
 		b.mu.Lock()
-		ready, last := b.ready, b.lastErr
+		ready, last := b.engines != nil, b.lastErr
 		b.mu.Unlock()
 		if !ready {
 			if last == "" {
 				last = "not asked yet"
 			}
-			return fmt.Errorf("router: the bootstrap server %s of %s has not answered GET /query (%s)", b.addr, s.r.URL(i), last)
+			return fmt.Errorf("router: the bootstrap server %s of %s has not named an engine (%s)", b.addr, s.r.URL(i), last)
 		}
 	}
 	return nil
 }
 
-// decodeParams are the decode leg's kv_transfer_params (see the file's
-// comment).
-func (b *bootstrap) decodeParams(transferID string) string {
+// pick is the DP rank and engine the next request prefills on, cycling
+// over the ranks /query named.
+func (b *bootstrap) pick() dpEngine {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p := `{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":` + jsonString(b.addr)
-	if b.engineID != "" {
-		p += `,"remote_engine_id":` + jsonString(b.engineID)
-	}
-	port, _ := strconv.Atoi(b.port)
-	return p + `,"remote_dp_rank":` + strconv.Itoa(b.dpRank) + `,"transfer_id":` + jsonString(transferID) +
-		`,"bootstrap_server_host":` + jsonString(b.host) + `,"bootstrap_server_port":` + strconv.Itoa(port) + `}`
+	return b.engines[int((b.next.Add(1)-1)%uint64(len(b.engines)))]
+}
+
+// mooncakePrefillParams and mooncakeDecodeParams are the legs'
+// kv_transfer_params, their fields in the proxy's order
+// (internal/conformance's golden files hold them).
+type mooncakePrefillParams struct {
+	DoRemoteDecode  bool   `json:"do_remote_decode"`
+	DoRemotePrefill bool   `json:"do_remote_prefill"`
+	TransferID      string `json:"transfer_id"`
+}
+
+type mooncakeDecodeParams struct {
+	DoRemoteDecode      bool   `json:"do_remote_decode"`
+	DoRemotePrefill     bool   `json:"do_remote_prefill"`
+	RemoteBootstrapAddr string `json:"remote_bootstrap_addr"`
+	RemoteEngineID      string `json:"remote_engine_id"`
+	TransferID          string `json:"transfer_id"`
 }
 
 // newTransferID is a fresh random id, as uuid.uuid4() formats one.
@@ -214,13 +276,17 @@ type legResult struct {
 
 // serveMooncake runs a split request's two legs at once.
 func (s *Server) serveMooncake(w http.ResponseWriter, req *http.Request, d *Decision, e *Entry, endpoint string, fields map[string]json.RawMessage, start time.Time) {
-	id := newTransferID()
-	e.TransferID = id
+	requestID := newTransferID()
+	xfer := "xfer-" + requestID
+	e.TransferID = xfer
 	fail := func(status int, err error) {
 		e.Status, e.Error = status, err.Error()
 		http.Error(w, e.Error, status)
 	}
-	pBody, err := prefillBody(fields, `{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":`+jsonString(id)+`}`)
+	b := s.boot[d.Prefill]
+	dp := b.pick()
+	pParams, _ := json.Marshal(mooncakePrefillParams{DoRemoteDecode: true, TransferID: xfer})
+	pBody, err := prefillBody(fields, string(pParams))
 	if err == nil {
 		pBody, err = withField(pBody, "ignore_eos", "true")
 	}
@@ -228,18 +294,19 @@ func (s *Server) serveMooncake(w http.ResponseWriter, req *http.Request, d *Deci
 		fail(http.StatusInternalServerError, err)
 		return
 	}
+	dParams, _ := json.Marshal(mooncakeDecodeParams{DoRemotePrefill: true, RemoteBootstrapAddr: b.addr, RemoteEngineID: dp.id, TransferID: xfer})
 	dFields := maps.Clone(fields)
-	dFields["kv_transfer_params"] = json.RawMessage(s.boot[d.Prefill].decodeParams(id))
+	dFields["kv_transfer_params"] = dParams
 	dBody, err := json.Marshal(dFields)
 	if err != nil {
 		fail(http.StatusInternalServerError, err)
 		return
 	}
 	h := req.Header.Clone()
-	h.Set("X-Request-Id", id)
+	h.Set("X-Request-Id", requestID)
 	ph := h.Clone()
 	ph.Set("Accept", "application/json")
-	ph.Set("X-data-parallel-rank", strconv.Itoa(s.boot[d.Prefill].dpRank))
+	ph.Set("X-data-parallel-rank", strconv.Itoa(dp.rank))
 
 	ctx := req.Context()
 	dctx, dcancel := context.WithCancel(ctx)

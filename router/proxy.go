@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -27,6 +28,17 @@ type Server struct {
 	client *http.Client
 	log    *Log
 	boot   map[int]*bootstrap // Mooncake: bootstrap servers by instance
+
+	recomputeNoted sync.Map // instance → struct{}: its first prefill without KV was reported
+}
+
+// noteRecompute says, once per instance, that a nixl prefill sent no KV.
+func (s *Server) noteRecompute(i int) {
+	if _, seen := s.recomputeNoted.LoadOrStore(i, struct{}{}); !seen {
+		fmt.Fprintf(s.opt.Messages, "router: prefill on %s answered no kv_transfer_params: its decode computes the prompt itself, as vLLM's toy proxy does "+
+			"(a prefill whose one token is EOS sends no KV; if every request does this, is a KV connector configured? "+
+			"a MooncakeConnector of vLLM 0.18 answers none: route with --kv-protocol mooncake); each such request is logged recompute\n", s.r.URL(i))
+	}
 }
 
 // NewServer serves r's decisions, logging each request to log, splitting
@@ -172,7 +184,12 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endp
 			http.Error(w, err.Error(), status)
 			return
 		}
-		fields["kv_transfer_params"] = params
+		if params == nil { // no KV sent: the decode computes the prompt, as the toy proxy's does
+			e.Recompute = true
+			s.noteRecompute(d.Prefill)
+		} else {
+			fields["kv_transfer_params"] = params
+		}
 		if body, err = json.Marshal(fields); err != nil {
 			e.Status, e.Error = http.StatusInternalServerError, err.Error()
 			http.Error(w, err.Error(), e.Status)

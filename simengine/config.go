@@ -86,6 +86,10 @@ type Config struct {
 	// waits for a request's two legs to meet (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT;
 	// default DefaultMooncakeAbortTimeout).
 	MooncakeAbortTimeout time.Duration
+	// MooncakeRegisterDelay is how long after a MooncakeConnector
+	// producer's bootstrap server listens its worker registers; until then
+	// GET /query answers {} (0: at once).
+	MooncakeRegisterDelay time.Duration
 	// PromptTokensDetails adds usage.prompt_tokens_details.cached_tokens to
 	// every answer, as vLLM's --enable-prompt-tokens-details does.
 	PromptTokensDetails bool
@@ -229,6 +233,9 @@ func (c Config) Validate() error {
 	case KVConnectorMooncake:
 		if c.KVRole == KVRoleNone {
 			return fmt.Errorf("kv-connector: %s needs a kv-role (kv_producer, kv_consumer or kv_both)", c.KVConnector)
+		}
+		if c.MooncakeRegisterDelay < 0 {
+			return fmt.Errorf("mooncake register delay: must be ≥ 0, got %s", c.MooncakeRegisterDelay)
 		}
 		if c.MooncakeAbortTimeout < 0 {
 			return fmt.Errorf("mooncake-abort-timeout: must be > 0, got %s", c.MooncakeAbortTimeout)

@@ -30,9 +30,9 @@ const (
 // "remote_port"} go to the decode instance with the original request
 // (:229-231).
 //
-// MooncakeConnector: the decode leg names the producer's bootstrap server
-// and engine instead (remote_bootstrap_addr, remote_engine_id,
-// remote_dp_rank; mooncake.go), and the prefill's answer carries none.
+// MooncakeConnector: both legs carry one transfer_id, the decode leg names
+// the producer's bootstrap server and engine instead (remote_bootstrap_addr,
+// remote_engine_id; mooncake.go), and the prefill's answer carries none.
 type kvTransferParams struct {
 	DoRemoteDecode  bool    `json:"do_remote_decode"`
 	DoRemotePrefill bool    `json:"do_remote_prefill"`
@@ -40,9 +40,9 @@ type kvTransferParams struct {
 	RemoteBlockIDs  []int32 `json:"remote_block_ids"`
 	RemoteHost      *string `json:"remote_host"`
 	RemotePort      *int    `json:"remote_port"`
-	// MooncakeConnector's decode leg.
+	// MooncakeConnector's legs.
 	RemoteBootstrapAddr *string `json:"remote_bootstrap_addr"`
-	RemoteDPRank        *int    `json:"remote_dp_rank"`
+	TransferID          *string `json:"transfer_id"`
 }
 
 // decodeKVTransfer validates a request's kv_transfer_params against the

@@ -102,3 +102,38 @@ func TestPDRefusals(t *testing.T) {
 		t.Errorf("bad kv role: %v", err)
 	}
 }
+
+// TestPDPrefillEOS: a NixlConnector prefill leg without ignore_eos whose one
+// token is EOS finishes stopped, and its answer carries no
+// kv_transfer_params (vLLM's NixlConnector returns none unless the request
+// finished length-capped); a length-capped one carries them. Over 1,000
+// prefills (a pseudo-EOS has a 1 % chance per token) both occur.
+func TestPDPrefillEOS(t *testing.T) {
+	cfg := fastCfg()
+	cfg.KVRole = KVRoleProducer
+	p := startEngine(t, cfg)
+	var stops, lengths int
+	for k := range 1000 {
+		status, body := p.post(t, `{"prompt": `+idsPrompt(20, 100*k)+`, "max_tokens": 1, "stream": false, "kv_transfer_params": {"do_remote_decode": true}}`)
+		var ans struct {
+			Choices []struct {
+				Finish string `json:"finish_reason"`
+			} `json:"choices"`
+			KV json.RawMessage `json:"kv_transfer_params"`
+		}
+		if err := json.Unmarshal([]byte(body), &ans); status != 200 || err != nil || len(ans.Choices) != 1 {
+			t.Fatalf("prefill %d: %d %s %v", k, status, body, err)
+		}
+		switch f := ans.Choices[0].Finish; {
+		case f == "stop" && ans.KV == nil:
+			stops++
+		case f == "length" && ans.KV != nil:
+			lengths++
+		default:
+			t.Fatalf("prefill %d finished %q with kv_transfer_params %s: want them exactly when length-capped", k, f, ans.KV)
+		}
+	}
+	if stops == 0 || lengths == 0 {
+		t.Errorf("%d stopped, %d length-capped prefills: want both", stops, lengths)
+	}
+}

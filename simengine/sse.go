@@ -75,14 +75,14 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 		err.(*apiError).write(w)
 		return
 	}
-	if kt := req.KVTransfer; kt != nil && e.moon != nil && (kt.DoRemoteDecode || kt.DoRemotePrefill) {
-		req.xferKey = transferKey(r, chat)
+	if kt := req.KVTransfer; kt != nil && e.moon != nil && kt.TransferID != nil {
+		req.xferKey = *kt.TransferID // the legs pair by it (mooncake.go)
 	}
 	if req.KVTransfer != nil && req.KVTransfer.DoRemotePrefill {
 		pull := e.pullKV
 		if e.moon != nil {
 			pull = func(ctx context.Context, req *completionRequest) (int, error) {
-				return e.moon.pull(ctx, req.xferKey, req)
+				return e.moon.pull(ctx, req)
 			}
 		}
 		if _, err := pull(r.Context(), req); err != nil {
@@ -130,7 +130,9 @@ func (e *Engine) submit(req *completionRequest) (*seq, error) {
 		s.remoteKV, s.keepBlocks = kt.DoRemotePrefill, kt.DoRemoteDecode
 		if e.moon != nil && kt.DoRemoteDecode {
 			s.keepBlocks, s.xferKey = false, req.xferKey
-			e.moon.register(s.xferKey)
+			if s.xferKey != "" { // without a transfer_id its KV is never sent (mooncake.go)
+				e.moon.register(s.xferKey)
+			}
 		}
 	}
 	e.sch.add(s)
@@ -327,7 +329,7 @@ func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, r
 			`,"choices":[{"index":0,"message":{"role":"assistant","content":` + string(txt) + `},"logprobs":null,"finish_reason":` + string(fin) +
 			`,"stop_reason":null}],"usage":` + e.usageOf(s, rs.prompt, n)
 	}
-	if s.keepBlocks { // NixlConnector; a MooncakeConnector answers none (mooncake.go)
+	if s.keepBlocks && finish == "length" { // NixlConnector, length-capped only (nixl_connector.py:918-924 at vLLM b36adfa3); a MooncakeConnector answers none (mooncake.go)
 		e.mu.Lock()
 		blocks := s.sentBlocks
 		e.mu.Unlock()
