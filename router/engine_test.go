@@ -72,9 +72,9 @@ func TestCacheFromEngine(t *testing.T) {
 	}
 }
 
-// TestEngineLoad: with --load engine the router places by the engines' own
-// waiting + running counts, which see load the router did not send; the
-// shadow state does not.
+// TestEngineLoad: with --load engine (LMetric's default) the router places
+// by the engines' own waiting + running counts, which see load the router
+// did not send; the shadow state does not.
 func TestEngineLoad(t *testing.T) {
 	slow := fastSim()
 	slow.DecodeSeqUs = 20000 // 20 ms per decode step: requests stay in flight
@@ -91,8 +91,12 @@ func TestEngineLoad(t *testing.T) {
 			}
 		}()
 	}
-	for _, load := range []LoadSource{LoadEngine, LoadShadow} {
-		u, log := startRouter(t, []string{busy, idle}, nil, Options{Policy: Sticky, Load: load})
+	for _, o := range []Options{{Policy: Sticky, Load: LoadEngine}, {Policy: Sticky, Load: LoadShadow}, {Policy: LMetric}} {
+		load := o.Load
+		if load == "" {
+			load = LoadEngine // LMetric's default
+		}
+		u, log := startRouter(t, []string{busy, idle}, nil, o)
 		if load == LoadEngine {
 			var l []int
 			waitFor(t, func() bool {
@@ -104,7 +108,7 @@ func TestEngineLoad(t *testing.T) {
 		}
 		for k := range 4 {
 			req, _ := http.NewRequest(http.MethodPost, u+"/v1/completions", strings.NewReader(`{"prompt": [9, 9, `+itoa(k)+`], "max_tokens": 1}`))
-			req.Header.Set("X-Mbench-Session", string(load)+itoa(k))
+			req.Header.Set("X-Mbench-Session", string(o.Policy)+string(load)+itoa(k))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -118,7 +122,7 @@ func TestEngineLoad(t *testing.T) {
 			}
 		}
 		if want := map[LoadSource]int{LoadEngine: 4, LoadShadow: 2}[load]; onIdle != want {
-			t.Errorf("load %s: %d of 4 new sessions placed on the idle engine, want %d", load, onIdle, want)
+			t.Errorf("%s, load %s: %d of 4 new sessions placed on the idle engine, want %d", o.Policy, load, onIdle, want)
 		}
 	}
 }

@@ -8,8 +8,9 @@
 //
 // The router's view of the instances is its own shadow state: requests in
 // flight, pending prefill tokens, and the prompt blocks it has sent to each
-// instance (a prefix index, optionally LRU-bounded). It does not ask the
-// engines.
+// instance (a prefix index, LRU-bounded to a given size or to the KV
+// capacity the engine reports); with LoadEngine (LMetric's default) the
+// load is the engine's own, read from its /metrics.
 package router
 
 import (
@@ -77,18 +78,23 @@ type Options struct {
 	// engine reports (vllm:cache_config_info: num_gpu_blocks × block_size
 	// tokens) once its /metrics answers; unbounded until then.
 	CacheFromEngine bool
-	// Load is what counts as an instance's load: LoadShadow (default) or
-	// LoadEngine.
+	// Load is what counts as an instance's load: LoadEngine or
+	// LoadShadow. Default: LoadEngine for LMetric, whose BS is the engine's
+	// waiting + running + 1 (the agentic experiments' definition), else
+	// LoadShadow.
 	Load LoadSource
-	// Offload sends the prefill of a HEAVY request (more than HeavyTokens
-	// new tokens on its sticky instance) to another instance, and decodes
-	// on the sticky one, with at most MaxOffload offloads in flight.
+	// Offload sends the prefill of a HEAVY request (at least HeavyTokens
+	// new tokens on its sticky instance: a bound belongs to the class above
+	// it, as in Classes, so with the defaults exactly the HEAVY and HEAVY+
+	// requests are offloaded) to another instance, and decodes on the
+	// sticky one, with at most MaxOffload offloads in flight.
 	Offload     bool
 	HeavyTokens int // default 20000
 	MaxOffload  int // default 4
 	// Classes are the request-class bounds in new tokens: WARM below
 	// Classes[0], MEDIUM below Classes[1], HEAVY below Classes[2], HEAVY+
-	// above. Default 5000, 20000, 50000 (results.DefaultClassBounds).
+	// from there (a bound belongs to the class above it, as
+	// results.classIndex has it). Default 5000, 20000, 50000 (results.DefaultClassBounds).
 	Classes [3]int
 }
 
@@ -99,6 +105,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Load == "" {
 		o.Load = LoadShadow
+		if o.Policy == LMetric {
+			o.Load = LoadEngine
+		}
 	}
 	if _, err := ParseLoadSource(string(o.Load)); err != nil {
 		return o, err

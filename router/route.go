@@ -219,7 +219,7 @@ func (r *Router) Decide(session string, prompt []int64) *Decision {
 	d.CachedTokens = r.cached(d.Prefill, hashes, n)
 	d.NewTokens = n - d.CachedTokens
 	d.Class = classOf(d.NewTokens, r.opt.Classes)
-	if r.prefill == nil && r.opt.Offload && d.NewTokens > r.opt.HeavyTokens {
+	if r.prefill == nil && r.opt.Offload && d.NewTokens >= r.opt.HeavyTokens { // the class bounds' rule: a bound belongs to the class above it
 		// The cap is checked first: a capped offload picks no target, so it
 		// leaves the target rotation where it was.
 		if r.offloads >= r.opt.MaxOffload {

@@ -265,3 +265,41 @@ func TestCappedOffloadKeepsRotation(t *testing.T) {
 			second.Prefill, second.Reason, want, first.Prefill, home)
 	}
 }
+
+// TestHeavyBoundOneRule: the offload threshold and the class bounds follow
+// one rule — a bound belongs to the class above it — so with the defaults
+// a request of exactly 20,000 new tokens is HEAVY and offloaded, and one of
+// 19,999 is MEDIUM and not.
+func TestHeavyBoundOneRule(t *testing.T) {
+	for _, c := range []struct {
+		tokens  int
+		class   Class
+		offload bool
+	}{{19999, Medium, false}, {20000, Heavy, true}, {20001, Heavy, true}, {4999, Warm, false}, {5000, Medium, false}, {50000, HeavyLarge, true}} {
+		r := newRouter(t, 3, Options{Policy: Sticky, Offload: true})
+		d := r.Decide("s", prompt(uint64(c.tokens), 0, c.tokens))
+		if d.NewTokens != c.tokens || d.Class != c.class || (d.Split() == "offload") != c.offload {
+			t.Errorf("%d new tokens: %d estimated, class %s, split %q; want class %s, offloaded %v", c.tokens, d.NewTokens, d.Class, d.Split(), c.class, c.offload)
+		}
+	}
+}
+
+// TestLoadDefaults: LMetric's BS is the engine's waiting + running + 1 by
+// default (the agentic experiments' definition); the router's own count is
+// an option; the other policies count the router's requests by default.
+func TestLoadDefaults(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want LoadSource
+	}{
+		{Options{Policy: LMetric}, LoadEngine},
+		{Options{Policy: LMetric, Load: LoadShadow}, LoadShadow},
+		{Options{Policy: Linear}, LoadShadow},
+		{Options{}, LoadShadow},
+	} {
+		o, err := c.o.withDefaults()
+		if err != nil || o.Load != c.want {
+			t.Errorf("%+v: load %q (%v), want %q", c.o, o.Load, err, c.want)
+		}
+	}
+}

@@ -26,10 +26,10 @@ func routerCommand() *cli.Command {
 			&cli.Float64Flag{Name: "alpha", Value: 4, Usage: "linear: score = load − alpha·cache_hit (cache_hit in 0..1)"},
 			&cli.Float64Flag{Name: "override-factor", Value: 2, Usage: "a pinned instance above this many times the mean load is overridden"},
 			&cli.IntFlag{Name: "block-tokens", Value: 16, Usage: "block size of the router's prefix index"},
-			&cli.StringFlag{Name: "cache-blocks", Value: "0", Usage: "bound each instance's prefix index to this many blocks, LRU (0 = unbounded; auto = each engine's KV capacity from its /metrics, vllm:cache_config_info)"},
-			&cli.StringFlag{Name: "load", Value: string(router.LoadShadow), Usage: "what counts as an instance's load: shadow (the router's requests in flight) or engine (the engine's waiting + running from its /metrics, polled every 100 ms)"},
+			&cli.StringFlag{Name: "cache-blocks", Value: "auto", Usage: "bound each instance's prefix index to this many blocks, LRU (auto = each engine's KV capacity from its /metrics, vllm:cache_config_info, unbounded where it reports none; 0 = unbounded)"},
+			&cli.StringFlag{Name: "load", Usage: "what counts as an instance's load: engine (the engine's waiting + running from its /metrics, polled every 100 ms; lmetric's default, its BS = that + 1) or shadow (the router's requests in flight; the other policies' default)"},
 			&cli.BoolFlag{Name: "offload", Usage: "elastic offload: prefill HEAVY requests on another instance, decode on the sticky one"},
-			&cli.IntFlag{Name: "heavy-threshold", Value: 20000, Usage: "offload requests with more new tokens than this"},
+			&cli.IntFlag{Name: "heavy-threshold", Value: 20000, Usage: "offload requests with at least this many new tokens (a class bound's rule: 20000 new tokens is HEAVY, and offloaded)"},
 			&cli.IntFlag{Name: "max-offload", Value: 4, Usage: "offloaded prefills in flight at most"},
 			&cli.StringSliceFlag{Name: "prefill", Usage: "PD-separated: a producer (prefill) instance URL; repeat per instance; the targets decode"},
 			&cli.StringFlag{Name: "class-bounds", Value: "5000,20000,50000", Usage: "request classes of the routing log and /breakdown by estimated new tokens: WARM < a, MEDIUM < b, HEAVY < c, HEAVY+ (a matrix passes its class_bounds as {{.ClassBounds}})"},
@@ -66,9 +66,11 @@ func routerCommand() *cli.Command {
 					return usageError{fmt.Errorf("router: --cache-blocks: %q is not a block count or auto", c.String("cache-blocks"))}
 				}
 			}
-			load, err := router.ParseLoadSource(c.String("load"))
-			if err != nil {
-				return usageError{fmt.Errorf("router: --%w", err)}
+			var load router.LoadSource // "": the policy's default
+			if v := c.String("load"); v != "" {
+				if load, err = router.ParseLoadSource(v); err != nil {
+					return usageError{fmt.Errorf("router: --%w", err)}
+				}
 			}
 			r, err := router.New(targets, producers, router.Options{Policy: pol, Alpha: c.Float64("alpha"),
 				OverrideFactor: c.Float64("override-factor"), BlockTokens: c.Int("block-tokens"),
