@@ -21,8 +21,8 @@ import "fmt"
 // asked for is an engine that stopped early, counted per run
 // (Record.MaxTokens) rather than failed. A stream without a usage chunk is marked
 // (Record.UsageMissing): vLLM's client then recounts the tokens of the text
-// with the tokenizer (vllm/benchmarks/serve.py at commit 009e6d4a, lines
-// 606–621), which mbench does not have, so OutputTokens counts content
+// with the tokenizer (vllm/benchmarks/serve.py at vLLM commit b36adfa3, in
+// 0.18.1, lines 427–440), which mbench does not have, so OutputTokens counts content
 // chunks and the run says so.
 
 // check is the class and text of a failure that a stream ended with [DONE]

@@ -45,8 +45,8 @@ const (
 var sloMetrics = []string{MetricGoodput, MetricSLOAttainment}
 
 // meets reports whether a completed request meets every bound of o, by the
-// definitions of vLLM's calculate_metrics (vllm/benchmarks/serve.py at
-// commit 009e6d4a, lines 605–662):
+// definitions of vLLM's calculate_metrics (vllm/benchmarks/serve.py at vLLM
+// commit b36adfa3, in 0.18.1, lines 392–481):
 //
 //   - TTFT = first content chunk − send, E2EL = last content chunk − send
 //     (mbench's, as for the latency statistics);

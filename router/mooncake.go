@@ -3,8 +3,8 @@ package router
 // vLLM 0.18.1's MooncakeConnector bootstrap protocol, as its example proxy
 // speaks it. Citations are file:line at vLLM commit
 // b36adfa349cfab0e79f3d736d5e5413bd3ee19f5 (main's last commit before the
-// 0.18 branch cut; these files are unchanged since PR #31034's merge,
-// 0d6ccf68): the proxy is examples/online_serving/disaggregated_serving/
+// 0.18 branch cut; the protocol is the same from PR #31034's merge,
+// 0d6ccf68, to 9aaf83ef, 2026-05-19): the proxy is examples/online_serving/disaggregated_serving/
 // mooncake_connector/mooncake_connector_proxy.py, the server
 // vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_utils.py.
 // The exact bodies are golden files in internal/conformance, which the sim's

@@ -11,8 +11,9 @@ import (
 )
 
 // The chat endpoint, POST /v1/chat/completions. Its stream follows vLLM's
-// chat_completion_stream_generator (vllm/entrypoints/openai/serving_chat.py,
-// vLLM commit 003fe5932dc9, read for reference, not copied): a first chunk
+// chat_completion_stream_generator (vllm/entrypoints/openai/chat_completion/
+// serving.py:505-1272 at vLLM commit b36adfa3, in 0.18.1; read for
+// reference, not copied): a first chunk
 // with delta {"role":"assistant","content":""} sent with the engine's first
 // output, then one "chat.completion.chunk" per token whose
 // choices[0].delta.content is the token's text (logprobs null,

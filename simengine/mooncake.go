@@ -3,7 +3,8 @@ package simengine
 // The MooncakeConnector's bootstrap protocol, as the simulated engine models
 // it. It reproduces vLLM 0.18.1: citations are file:line at vLLM commit
 // b36adfa349cfab0e79f3d736d5e5413bd3ee19f5 (main's last commit before the
-// 0.18 branch cut; unchanged since PR #31034's merge, 0d6ccf68), under
+// 0.18 branch cut; the protocol is the same from PR #31034's merge,
+// 0d6ccf68, to 9aaf83ef, 2026-05-19), under
 // vllm/distributed/kv_transfer/kv_connector/v1/mooncake/ unless named
 // otherwise. The exact bodies are golden files in internal/conformance,
 // which the router's tests read too.

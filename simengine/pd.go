@@ -22,13 +22,15 @@ const (
 // kvTransferParams is the part of vLLM's kv_transfer_params the sim reads.
 //
 // NixlConnector (the default protocol): vLLM's toy proxy
-// (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py at commit
-// 030ea52effcb05071543c8c42b8f0145e94cee43) sends the prefill instance
-// {"do_remote_decode": true, ...} with max_tokens 1 (:158-167) and waits for
-// its answer (:222); the answer's kv_transfer_params {"do_remote_prefill":
-// true, "remote_engine_id", "remote_block_ids", "remote_host",
-// "remote_port"} go to the decode instance with the original request
-// (:229-231).
+// (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py at vLLM
+// commit b36adfa349cfab0e79f3d736d5e5413bd3ee19f5, in 0.18.1) sends the
+// prefill instance {"do_remote_decode": true, ...} with max_tokens 1
+// (:161-175) and waits for its answer (:220-223); the answer's
+// kv_transfer_params {"do_remote_prefill": true, "remote_engine_id",
+// "remote_block_ids", "remote_host", "remote_port", ...} — present only
+// when the prefill finished length-capped (vllm/distributed/kv_transfer/
+// kv_connector/v1/nixl_connector.py:918-924, :947-956) — go to the decode
+// instance with the original request (:225-230).
 //
 // MooncakeConnector: both legs carry one transfer_id, the decode leg names
 // the producer's bootstrap server and engine instead (remote_bootstrap_addr,

@@ -209,7 +209,8 @@ func (e *Engine) Handler() http.Handler {
 }
 
 // authorized is vLLM's AuthenticationMiddleware
-// (vllm/entrypoints/openai/server_utils.py:32-77 at commit 387dcddc): with
+// (vllm/entrypoints/openai/server_utils.py:38-83 at vLLM commit b36adfa3,
+// in 0.18.1): with
 // an API key, a request to a /v1 path other than OPTIONS needs
 // "Authorization: Bearer <key>" (the scheme case-insensitive); every other
 // path is open.

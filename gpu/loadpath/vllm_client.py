@@ -5,7 +5,9 @@ It does what vLLM's benchmark client does on its default path (the openai
 completions backend, Poisson arrivals, no concurrency cap), written anew here
 after reading vllm-project/vllm:
 
-- vllm/benchmarks/serve.py at 009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1:
+- vllm/benchmarks/serve.py at b36adfa349cfab0e79f3d736d5e5413bd3ee19f5
+  (main's last commit before the 0.18 cut, so in 0.18.1; get_request
+  L243-L339, benchmark()'s session L641-L655, its tasks L846):
   get_request() draws every gap up front from a gamma law (shape
   burstiness = 1: exponential), rescales their sum to n/rate, and before each
   request sleeps (asyncio.sleep) until start + its offset on time.time();
@@ -15,7 +17,7 @@ after reading vllm-project/vllm:
   trust_env=True, a 6 h total timeout, and starts each request as its own
   asyncio task (create_task), gathering them at the end.
 - vllm/benchmarks/lib/endpoint_request_func.py at
-  02cfb534df5674737558730b10f23d1b7aef9b7c:
+  b36adfa349cfab0e79f3d736d5e5413bd3ee19f5 (L152-L250):
   async_request_openai_completions() posts {"model", "prompt", "repetition_penalty": 1.0,
   "max_tokens", "logprobs": None, "stream": True, "stream_options":
   {"include_usage": True}} with the x-request-id header, takes

@@ -21,8 +21,11 @@ var files embed.FS
 
 // vLLM 0.18.1's MooncakeConnector bootstrap protocol, read at vLLM commit
 // b36adfa349cfab0e79f3d736d5e5413bd3ee19f5 (main's last commit before the
-// 0.18 release branch was cut; the files are unchanged since PR #31034's
-// merge, 0d6ccf68fa2c439e17d02f26c4044ed5df7f7099). Paths: mooncake_utils.py
+// 0.18 release branch was cut). The bodies are the same from PR #31034's
+// merge (0d6ccf68fa2c439e17d02f26c4044ed5df7f7099) to main's
+// 9aaf83ef502fc37bc647f6e474314d48ba36cd1c (2026-05-19): the connector's
+// internals changed, the bootstrap server's /query and the proxy's legs did
+// not. Paths: mooncake_utils.py
 // and mooncake_connector.py under
 // vllm/distributed/kv_transfer/kv_connector/v1/mooncake/; the proxy is
 // examples/online_serving/disaggregated_serving/mooncake_connector/

@@ -46,8 +46,8 @@ type Options struct {
 	RecordRequests bool
 	// APIKey, when set, refuses /v1 requests without "Authorization: Bearer
 	// APIKey" with 401 {"error":"Unauthorized"}, as vLLM's
-	// AuthenticationMiddleware does (vllm/entrypoints/openai/server_utils.py:32-77
-	// at commit 387dcddc).
+	// AuthenticationMiddleware does (vllm/entrypoints/openai/server_utils.py:38-83
+	// at vLLM commit b36adfa3, in 0.18.1).
 	APIKey string
 	// Fault, when set, picks the fault for each request; n counts requests
 	// from 0 in arrival order and id is the X-Mbench-Id header.
