@@ -43,6 +43,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -185,30 +186,43 @@ func (b *bootstrap) ask(ctx context.Context, c *http.Client) ([]dpEngine, error)
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("port %s answered GET /query with status %d: %s", b.port, resp.StatusCode, shown)
 	}
-	notShape := func(why string) error {
-		return fmt.Errorf("port %s answered GET /query with %s: not vLLM 0.18's bootstrap answer (%s; want {\"<dp_rank>\": {\"engine_id\": ..., \"worker_addr\": ...}})", b.port, shown, why)
+	engines, err := parseQuery(body)
+	switch {
+	case errors.Is(err, errNoWorker):
+		return nil, fmt.Errorf("port %s answered GET /query with {}: no worker has registered yet", b.port)
+	case err != nil:
+		return nil, fmt.Errorf("port %s answered GET /query with %s: not vLLM 0.18's bootstrap answer (%v; want {\"<dp_rank>\": {\"engine_id\": ..., \"worker_addr\": ...}})", b.port, shown, err)
 	}
+	return engines, nil
+}
+
+// errNoWorker is a /query answer of {}: no worker has registered yet.
+var errNoWorker = errors.New("no worker registered")
+
+// parseQuery reads a 200 answer of GET /query: the engines by DP rank,
+// ascending, or errNoWorker for {}, or why it is not the released shape.
+func parseQuery(body []byte) ([]dpEngine, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
-		return nil, notShape(err.Error())
+		return nil, err
 	}
 	if len(raw) == 0 {
-		return nil, fmt.Errorf("port %s answered GET /query with {}: no worker has registered yet", b.port)
+		return nil, errNoWorker
 	}
 	var engines []dpEngine
 	for k, v := range raw {
 		rank, err := strconv.Atoi(k)
-		if err != nil || rank < 0 {
-			return nil, notShape(fmt.Sprintf("key %q is not a DP rank", k))
+		if err != nil || rank < 0 || strconv.Itoa(rank) != k {
+			return nil, fmt.Errorf("key %q is not a DP rank", k)
 		}
 		var e queryEntry
 		d := json.NewDecoder(bytes.NewReader(v))
 		d.DisallowUnknownFields()
 		if err := d.Decode(&e); err != nil {
-			return nil, notShape(fmt.Sprintf("DP rank %d: %v", rank, err))
+			return nil, fmt.Errorf("DP rank %d: %w", rank, err)
 		}
 		if e.EngineID == "" || len(e.WorkerAddr) == 0 {
-			return nil, notShape(fmt.Sprintf("DP rank %d has no engine_id or worker_addr", rank))
+			return nil, fmt.Errorf("DP rank %d has no engine_id or worker_addr", rank)
 		}
 		engines = append(engines, dpEngine{rank, e.EngineID})
 	}
