@@ -2,7 +2,7 @@
 
 Stand-ins: tests/standins/v0_10.py, v0_18.py, main.py (sources cited there);
 ``vllm.plugins`` follows vllm/plugins/__init__.py at
-vllm-project/vllm@01425553bdbed63400efa72ff14a8f4ffe20bada.
+vllm-project/vllm@b36adfa349cfab0e79f3d736d5e5413bd3ee19f5 (in 0.18.1; docs/citations.md).
 """
 
 from __future__ import annotations

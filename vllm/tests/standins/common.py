@@ -6,7 +6,7 @@
 * ``SchedulerOutput`` / ``ModelRunnerOutput`` / ``Request``: the fields the
   plugin and the stand-ins read, with vLLM's names.
 * ``make_plugins_module``: a faithful copy of the *logic* of
-  vllm/plugins/__init__.py (vllm-project/vllm@01425553bdbed63400efa72ff14a8f4ffe20bada):
+  vllm/plugins/__init__.py (vllm-project/vllm@b36adfa349cfab0e79f3d736d5e5413bd3ee19f5, in 0.18.1, L14-L82):
   entry points of group ``vllm.general_plugins``, filtered by
   ``VLLM_PLUGINS`` (comma-separated; unset = all), loaded once per process.
 * ``install_modules``: puts a fake ``vllm`` package into ``sys.modules``.
