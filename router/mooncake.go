@@ -175,7 +175,7 @@ func (b *bootstrap) ask(ctx context.Context, c *http.Client) ([]dpEngine, error)
 	if err != nil {
 		return nil, fmt.Errorf("GET /query on port %s: %w", b.port, err)
 	}
-	shown := string(body)
+	shown := string(bytes.TrimSpace(body))
 	if len(shown) > 200 {
 		shown = shown[:200] + "…"
 	}

@@ -48,10 +48,11 @@ func simCommand() *cli.Command {
 			&cli.Int64Flag{Name: "seed", Usage: "seed of the launch factor, jitter and generated text"},
 			&cli.StringFlag{Name: "kv-role", Usage: "a modelled KV connector for disaggregated prefill: kv_producer, kv_consumer or kv_both (takes vLLM's kv_transfer_params)"},
 			&cli.Float64Flag{Name: "kv-transfer-us-per-token", Usage: "modelled cost of receiving one token's KV from a prefill instance (µs)"},
-			&cli.StringFlag{Name: "kv-connector", Value: simengine.KVConnectorNixl, Usage: "protocol of the modelled KV connector: NixlConnector (the prefill answers kv_transfer_params) or MooncakeConnector (vLLM's bootstrap protocol: a bootstrap server on producers, concurrent legs paired by X-Request-Id)"},
+			&cli.StringFlag{Name: "kv-connector", Value: simengine.KVConnectorNixl, Usage: "protocol of the modelled KV connector: NixlConnector (the prefill answers kv_transfer_params) or MooncakeConnector (vLLM 0.18's bootstrap protocol: a bootstrap server on producers, concurrent legs paired by their kv_transfer_params.transfer_id)"},
 			&cli.BoolFlag{Name: "enable-prompt-tokens-details", Usage: "report usage.prompt_tokens_details.cached_tokens, as vLLM's flag of the same name"},
 			&cli.IntFlag{Name: "bootstrap-port", Value: envInt("VLLM_MOONCAKE_BOOTSTRAP_PORT", simengine.DefaultBootstrapPort), Usage: "MooncakeConnector producer: the bootstrap server's port on --addr's host (default $VLLM_MOONCAKE_BOOTSTRAP_PORT, else 8998, as vLLM)"},
 			&cli.DurationFlag{Name: "mooncake-abort-timeout", Value: time.Duration(envInt("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", int(simengine.DefaultMooncakeAbortTimeout/time.Second))) * time.Second, Usage: "MooncakeConnector: how long a producer waits for a request's two legs to meet (default $VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT seconds, else 480 s, as vLLM)"},
+			&cli.DurationFlag{Name: "mooncake-register-delay", Usage: "MooncakeConnector producer: how long after its bootstrap server listens the worker registers; until then GET /query answers {}, as vLLM's does while its workers start (default at once)"},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
 		Action: func(c *cli.Context) error {
@@ -72,6 +73,7 @@ func simCommand() *cli.Command {
 				DriftPerS: c.Float64("drift-per-s"), KVRole: c.String("kv-role"),
 				KVTransferUsPerToken: c.Float64("kv-transfer-us-per-token"),
 				KVConnector:          c.String("kv-connector"), MooncakeAbortTimeout: c.Duration("mooncake-abort-timeout"),
+				MooncakeRegisterDelay: c.Duration("mooncake-register-delay"),
 			}
 			if cfg.KVConnector == simengine.KVConnectorMooncake {
 				host, _, err := net.SplitHostPort(cfg.Addr)
