@@ -26,7 +26,7 @@ func TestLoadCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	stdout, stderr, err := runCLI(t, ctx, "load", "--url", srv.URL, "--rate", "50", "--input", "32", "--output", "8",
-		"--requests", "40", "--warmup", "2", "--model", "stub-model", "--out", out)
+		"--requests", "40", "--warmup", "2", "--model", "stub-model", "--format", "json", "--out", out)
 	if err != nil && !onlyMachineVerdicts(t, err) {
 		t.Fatalf("load: %v\n%s\n%s", err, stdout, stderr)
 	}
@@ -57,7 +57,7 @@ func TestLoadCommandBadFlags(t *testing.T) {
 	defer parallel(t)()
 	for _, args := range [][]string{
 		{"load", "--url", "http://127.0.0.1:1", "--rate", "0", "--input", "1", "--output", "1", "--requests", "1", "--out", t.TempDir()},
-		{"load", "--url", "http://127.0.0.1:1", "--rate", "1", "--input", "1", "--output", "1", "--out", t.TempDir()},
+		{"load", "--url", "http://127.0.0.1:1", "--rate", "1", "--input", "1", "--output", "1", "--random-range-ratio", "1.5", "--out", t.TempDir()},
 		{"load", "--url", "http://127.0.0.1:1", "--rate", "1", "--input", "1", "--output", "1", "--requests", "1", "--arrival", "weibull", "--out", t.TempDir()},
 	} {
 		_, _, err := runCLI(t, context.Background(), args...)

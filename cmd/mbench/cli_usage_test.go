@@ -25,7 +25,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{append(load, "--trace", trace, "--rate", "1", "--time-scale", "NaN"), "--time-scale NaN"},
 		{append(load, "--trace", trace, "--rate", "1", "--time-scale", "Inf"), "--time-scale +Inf"},
 		{append(load, "--trace", trace, "--rate", "1", "--time-scale", "-1"), "--time-scale -1"},
-		{append(load, "--rate", "1", "--input", "4", "--output", "2", "--requests", "1", "--burstiness", "0.5"), "--burstiness 0.5 shapes gamma arrivals: give --arrival gamma"},
+		{append(load, "--rate", "1", "--input", "4", "--output", "2", "--requests", "1", "--burstiness", "0.5", "--arrival", "poisson"), "--burstiness 0.5 shapes gamma arrivals"},
 		{append(load, "--rate", "1", "--input", "4", "--output", "2", "--requests", "1", "--burstiness", "2", "--arrival", "constant"), "not --arrival constant"},
 		{[]string{"status", "a", "b"}, "exactly one DIR"},
 	}
@@ -58,8 +58,8 @@ func TestLoadReusedOutKeepsNoStaleSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Close()
-	if _, _, err := runCLI(t, context.Background(), append(args, "--url", srv.URL, "--model", "")...); exitStatus(err) != exitNoResult {
-		t.Fatalf("second run against a closed server: %v (exit %d), want exit 3", err, exitStatus(err))
+	if _, _, err := runCLI(t, context.Background(), append(args, "--url", srv.URL, "--model", "")...); exitStatus(err) != exitError || !strings.Contains(err.Error(), "cannot connect to "+srv.URL) {
+		t.Fatalf("second run against a closed server: %v (exit %d), want exit 1: cannot connect to %s", err, exitStatus(err), srv.URL)
 	}
 	if _, err := os.Stat(summary); !os.IsNotExist(err) {
 		t.Errorf("the first run's summary_A.json is still there after the second run ended without one (%v)", err)

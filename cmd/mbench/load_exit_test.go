@@ -39,8 +39,8 @@ func TestLoadExitStatus(t *testing.T) {
 		{"closed mid-stream", &stub.Fault{Break: true, BreakAfter: 1}, nil, exitNoResult, "connection_reset"},
 		{"hang", &stub.Fault{Hang: true}, []string{"--request-timeout", "200ms"}, exitNoResult, "timeout"},
 		{"hang, drain timeout", &stub.Fault{Hang: true}, []string{"--drain-timeout", "200ms", "--max-failed", "1"}, exitNoResult, "drained"},
-		{"dead port", nil, nil, exitNoResult, "connection_refused"},
-		{"dead port, no model", nil, []string{"--model", ""}, exitNoResult, ""},
+		{"dead port", nil, nil, exitError, ""},
+		{"dead port, no model", nil, []string{"--model", ""}, exitError, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

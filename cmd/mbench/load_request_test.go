@@ -29,7 +29,7 @@ func TestLoadRequestOptions(t *testing.T) {
 	defer cancel()
 	load := func(extra ...string) (string, string, string, error) {
 		out := filepath.Join(t.TempDir(), "load")
-		args := append([]string{"load", "--url", s.URL, "--input", "8", "--output", "6", "--out", out}, extra...)
+		args := append([]string{"load", "--url", s.URL, "--input", "8", "--output", "6", "--format", "json", "--out", out}, extra...)
 		stdout, stderr, err := runCLI(t, ctx, args...)
 		return out, stdout, stderr, err
 	}

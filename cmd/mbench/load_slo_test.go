@@ -44,7 +44,7 @@ func TestLoadSLOGoodput(t *testing.T) {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), "load")
 		args := append([]string{"load", "--url", fast.URL, "--url", slow.URL, "--rate", "50", "--input", "8", "--output", "4",
-			"--requests", "40", "--model", "stub-model", "--max-failed", "0.5", "--out", out}, extra...)
+			"--requests", "40", "--model", "stub-model", "--max-failed", "0.5", "--format", "json", "--out", out}, extra...)
 		stdout, stderr, err := runCLI(t, ctx, args...)
 		if err != nil && exitStatus(err) != exitNoResult { // the verdict does not matter here: the 500s make it incomplete
 			t.Fatalf("load: %v\n%s", err, stderr)

@@ -46,7 +46,11 @@ func main() {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP) // a closed terminal must not orphan engines
 	go func() {
 		<-sigs
-		fmt.Fprintln(os.Stderr, "mbench: interrupted: stopping the load and tearing down engines (interrupt again to exit at once)")
+		if len(os.Args) > 1 && os.Args[1] == "load" {
+			fmt.Fprintln(os.Stderr, "mbench load: interrupted: stopping the load; the requests measured so far are written (interrupt again to exit at once)")
+		} else {
+			fmt.Fprintln(os.Stderr, "mbench: interrupted: stopping the load and tearing down engines (interrupt again to exit at once)")
+		}
 		cancel()
 		<-sigs
 		fmt.Fprintln(os.Stderr, "mbench: second interrupt: killing engines and exiting now")
@@ -131,6 +135,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !strings.HasPrefix(args[1], "-") && !known[args[1]] {
 		return usageError{fmt.Errorf("unknown command %q; run mbench help for the list", args[1])}
 	}
+	if args[1] == "load" {
+		args = expandNargs(args)
+	}
+	ctx = context.WithValue(ctx, argsKey{}, args)
 	return app.RunContext(ctx, interspersed(cmds, args))
 }
 

@@ -17,7 +17,7 @@ func TestUsageErrorsTyped(t *testing.T) {
 		want string
 	}{
 		{[]string{"trace", "sample", "--in", "big.jsonl", "--requests", "3"}, "trace sample: required flag --output not set"},
-		{[]string{"load", "--rate", "1", "--input", "1", "--output", "1", "--requests", "1", "--out", t.TempDir()}, "load: required flag --url not set"},
+		{[]string{"load", "--base-url", "http://127.0.0.1:1", "--port", "8000", "--out", t.TempDir()}, "load: --base-url or --host/--port, not both"},
 		{[]string{"steps", "--format", "xml", "steps.jsonl"}, `steps: --format "xml": valid: text, markdown, json`},
 		{[]string{"trace", "stats", "--json", "--format", "text", "trace.jsonl"}, "trace stats: --json means --format json, but --format is text"},
 		{[]string{"bench-load", "--format", "csv"}, `bench-load: --format "csv": valid: text, json`},
