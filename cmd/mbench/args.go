@@ -154,3 +154,49 @@ func requireFlags(cmd *cli.Command) {
 		return action(c)
 	}
 }
+
+// flagHint adds the flag meant to urfave/cli's "flag provided but not
+// defined: -name": the command's flag nearest to what was typed (one or
+// two letters off, or the same name), written with the two dashes that
+// vLLM's and mbench's documentation use.
+func flagHint(cmd *cli.Command, err error) error {
+	const prefix = "flag provided but not defined: -"
+	msg := err.Error()
+	if !strings.HasPrefix(msg, prefix) {
+		return err
+	}
+	typed := strings.TrimLeft(strings.TrimPrefix(msg, prefix), "-")
+	best, dist := "", 3
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			if d := editDistance(typed, n); d < dist {
+				best, dist = n, d
+			}
+		}
+	}
+	if best == "" {
+		return fmt.Errorf("%s: --%s is not a flag of mbench %s (mbench %s --help lists them)", cmd.Name, typed, cmd.Name, cmd.Name)
+	}
+	return fmt.Errorf("%s: --%s is not a flag of mbench %s: did you mean --%s?", cmd.Name, typed, cmd.Name, best)
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}

@@ -127,7 +127,7 @@ func loadOutcome(sum *results.RunSummary, runErr error) error {
 	if sum.Verdict.Usable() {
 		return nil
 	}
-	return noResultError{fmt.Errorf("load: the run is not a result: %s", strings.Join(sum.VerdictReasons, "; "))}
+	return noResultError{fmt.Errorf("load: the run is not a result: %s", loadTerms(strings.Join(sum.VerdictReasons, "; ")))}
 }
 
 // rateLabel is the run's rate as a summary names it: the offered rate, a
@@ -165,4 +165,11 @@ func defaultOut(resultDir string, now time.Time) string {
 		resultDir = "."
 	}
 	return filepath.Join(resultDir, "mbench-load-"+now.Format("20060102-150405"))
+}
+
+// loadTerms says a verdict's reasons in mbench load's flags, not the
+// matrix's keys.
+func loadTerms(s string) string {
+	return strings.NewReplacer("max_error_rate", "--max-failed", "measure.drain_timeout", "--drain-timeout",
+		"measure.min_completed", "--min-completed", "min_completed", "--min-completed").Replace(s)
 }

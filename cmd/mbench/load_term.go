@@ -181,7 +181,7 @@ func writeSummaryTable(w io.Writer, lr *loadRun, sum *results.RunSummary, doc *l
 func verdictLine(sum *results.RunSummary) string {
 	line := fmt.Sprintf("verdict: %s", sum.Verdict)
 	if len(sum.VerdictReasons) > 0 {
-		line += " (" + strings.Join(sum.VerdictReasons, "; ") + ")"
+		line += " (" + loadTerms(strings.Join(sum.VerdictReasons, "; ")) + ")"
 	}
 	for _, k := range sortedKeys(sum.Errors) {
 		ex := sum.ErrorExamples[k]

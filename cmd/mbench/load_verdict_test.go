@@ -40,7 +40,7 @@ func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 			[]string{"--max-failed", "0.3"}, 0, "ok", "", map[string]int{"http_4xx": 4}, [2]int{}},
 		// The same at the default 1%: errors, and only errors.
 		{"a fifth fail", stub.Options{Fault: everyFifth(stub.Fault{Status: 400, Body: "bad request"})},
-			nil, exitNoResult, "errors", "not a result: errors: 4 of 20 measured requests failed (4 http_4xx), more than max_error_rate 0.01 allows",
+			nil, exitNoResult, "errors", "not a result: errors: 4 of 20 measured requests failed (4 http_4xx), more than --max-failed 0.01 allows",
 			map[string]int{"http_4xx": 4}, [2]int{}},
 		{"empty streams", stub.Options{Fault: always(stub.Fault{Empty: true})}, nil, exitNoResult, "errors",
 			"not a result: errors: 20 of 20 measured requests failed (20 empty_stream)", map[string]int{"empty_stream": 20}, [2]int{}},

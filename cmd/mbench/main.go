@@ -115,11 +115,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usageError{err}
 		},
 	}
-	usage := func(_ *cli.Context, err error, _ bool) error { return usageError{err} }
 	known := map[string]bool{"help": true, "h": true}
 	for _, c := range cmds {
 		requireFlags(c)
-		c.OnUsageError = usage
+		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError{flagHint(c, err)} }
 		known[c.Name] = true
 		for _, a := range c.Aliases {
 			known[a] = true

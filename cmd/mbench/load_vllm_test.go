@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mbench/mbench/openloop/stub"
+)
+
+// TestLoadVLLMCommandLine: a vllm bench serve command line, with vllm bench
+// serve replaced by mbench load, runs against an OpenAI-compatible server
+// and its --save-result file is read unchanged by a script written for
+// vLLM's saved result (testdata/read_vllm_result.py); its figures are the
+// ones summary_A.json holds, and summary_A.json keeps its own keys.
+func TestLoadVLLMCommandLine(t *testing.T) {
+	defer parallel(t)()
+	srv, err := stub.Start(stub.Options{Tokens: 4, FirstToken: 5 * time.Millisecond, Gap: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// As vLLM's docs write it: nargs flags (--goodput, --metadata) with
+	// several values after one flag, bool flags without values.
+	args := strings.Fields("load --backend vllm --base-url " + srv.URL + " --endpoint /v1/completions --model stub-model" +
+		" --dataset-name random --random-input-len 8 --random-output-len 4 --num-prompts 20 --request-rate 50 --burstiness 1" +
+		" --max-concurrency 4 --num-warmups 2 --ignore-eos --seed 3 --temperature 0 --percentile-metrics ttft,tpot,itl,e2el" +
+		" --metric-percentiles 25,50,99.9 --goodput ttft:1000 tpot:100 --save-result --result-dir " + dir +
+		" --result-filename r.json --metadata tp=1 note=x --disable-tqdm --out " + filepath.Join(dir, "load"))
+	stdout, stderr, err := runCLI(t, ctx, args...)
+	if err != nil && !onlyMachineVerdicts(t, err) {
+		t.Fatalf("load: %v\n%s\n%s", err, stdout, stderr)
+	}
+	for _, want := range []string{"============ Serving Benchmark Result ============", "Successful requests:                     20",
+		"Maximum request concurrency:             4", "P99.9 E2EL (ms):", "verdict: "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the summary table lacks %q:\n%s", want, stdout)
+		}
+	}
+	out, err := exec.CommandContext(ctx, "python3", "testdata/read_vllm_result.py", filepath.Join(dir, "r.json"), "25,50,99.9", "ttft,tpot,itl,e2el").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the vLLM reader: %v\n%s", err, out)
+	}
+	row := strings.Split(strings.TrimSpace(string(out)), ",")
+	if got := strings.Join(row[:5], ","); got != "stub-model,50,4,20,0" {
+		t.Errorf("model_id, request_rate, max_concurrency, completed, failed = %s, want stub-model,50,4,20,0", got)
+	}
+	if len(row) != 8+4*3 {
+		t.Errorf("the reader found %d columns, want 20: %s", len(row), out)
+	}
+	var sum map[string]any
+	data, err := os.ReadFile(filepath.Join(dir, "load", "summary_A.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &sum); err != nil {
+		t.Fatal(err)
+	}
+	var saved map[string]any
+	if data, err = os.ReadFile(filepath.Join(dir, "r.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &saved); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"median_ttft_ms", "p99.9_e2el_ms", "completed", "request_goodput", "max_output_tokens_per_s"} {
+		if sum[k] != saved[k] || sum[k] == nil {
+			t.Errorf("%s: summary_A.json %v, saved result %v", k, sum[k], saved[k])
+		}
+	}
+	// summary_A.json's own keys stay (a sweep's readers); vLLM's metadata
+	// goes to top level in the saved result only.
+	for _, k := range []string{"verdict", "rate", "percentiles", "errors", "metadata", "load", "simulated"} {
+		if _, ok := sum[k]; !ok {
+			t.Errorf("summary_A.json lost %q", k)
+		}
+	}
+	if saved["tp"] != "1" || saved["note"] != "x" || sum["tp"] != nil {
+		t.Errorf("metadata: saved tp=%v note=%v, summary tp=%v; want 1, x and none", saved["tp"], saved["note"], sum["tp"])
+	}
+	load := sum["load"].(map[string]any)
+	if load["base_urls"].([]any)[0] != srv.URL || load["seed"] != 3.0 || load["num_warmups"] != 2.0 || load["endpoint"] != "/v1/completions" ||
+		load["sampling"].(map[string]any)["temperature"] != 0.0 || load["max_concurrency"] != 4.0 || load["input_len"] != 8.0 {
+		t.Errorf("the load record cannot rerun the run: %v", load)
+	}
+	if sum["simulated"] != false {
+		t.Errorf("simulated = %v against a stub that is no mbench sim", sum["simulated"])
+	}
+}
+
+// TestLoadFlagErrorsNameTheFlag: a setting the spec refuses is named by
+// the flag the user typed, vLLM's name or mbench's, exit 2; an unknown
+// single-dash flag gets the flag meant; a vLLM flag mbench lacks says what
+// to do instead.
+func TestLoadFlagErrorsNameTheFlag(t *testing.T) {
+	defer parallel(t)()
+	base := []string{"load", "--base-url", "http://127.0.0.1:1", "--out", t.TempDir()}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--request-rate", "-2", "--num-prompts", "5"}, "--request-rate -2: must be > 0"},
+		{[]string{"--rate", "NaN", "--num-prompts", "5"}, "--rate NaN: must be > 0"},
+		{[]string{"--request-rate", "inf", "--duration", "1s"}, "--request-rate +Inf: an infinite rate"},
+		{[]string{"--random-input-len", "0"}, "--random-input-len 0: must be in [1,"},
+		{[]string{"--input", "0"}, "--input 0: must be in [1,"},
+		{[]string{"--concurrency", "0"}, "--concurrency 0: must be ≥ 1"},
+		{[]string{"--concurrency", "2", "--max-concurrency", "1"}, "--max-concurrency 1: a closed loop"},
+		{[]string{"--request-rate", "5", "--ramp-up-strategy", "exponential", "--ramp-up-start-rps", "0", "--ramp-duration", "10s"}, "--ramp-up-start-rps 0: an exponential ramp starts at a rate > 0"},
+		{[]string{"--top-p", "2"}, "--top-p 2: must be in (0, 1]"},
+		{[]string{"--dataset-name", "sonnet"}, "--dataset-name sonnet is not supported: use random"},
+		{[]string{"--backend", "tgi"}, `--backend "tgi" is not supported`},
+		{[]string{"--endpoint", "/v1/embeddings"}, `--endpoint "/v1/embeddings": valid: completions or /v1/completions`},
+		{[]string{"--profile"}, "--profile (vllm bench serve's) is not supported"},
+		{[]string{"--goodput", "ttft=x"}, "--goodput"},
+		{[]string{"-base-urll", "http://x"}, "did you mean --base-url?"},
+		{[]string{"--num-prompt", "5"}, "did you mean --num-prompts?"},
+	} {
+		_, _, err := runCLI(t, context.Background(), append(append([]string{}, base...), c.args...)...)
+		if exitStatus(err) != exitUsage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v (exit %d); want exit 2 saying %q", c.args, err, exitStatus(err), c.want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "max_error_rate") || strings.Contains(err.Error(), "openloop: config")) {
+			t.Errorf("%v: %v speaks the matrix, not the flags", c.args, err)
+		}
+	}
+}
