@@ -114,16 +114,25 @@ func asErrors(err error) Errors {
 
 // suggest returns ` (did you mean "x"?)` when one of valid is close to got.
 func suggest(got string, valid []string) string {
+	if best := Nearest(got, valid); best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return ""
+}
+
+// Nearest is the one of valid closest to got, at most two edits away
+// (case aside), or "" when none is or got is shorter than 3.
+func Nearest(got string, valid []string) string {
 	best, bestD := "", 3
 	for _, v := range valid {
 		if d := editDistance(strings.ToLower(got), strings.ToLower(v)); d < bestD {
 			best, bestD = v, d
 		}
 	}
-	if best == "" || len(got) < 3 {
+	if len(got) < 3 {
 		return ""
 	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
+	return best
 }
 
 // editDistance is the Levenshtein distance of a and b (bounded inputs only).

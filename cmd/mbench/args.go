@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mbench/mbench/matrices"
 	"github.com/urfave/cli/v2"
 )
 
@@ -166,37 +167,13 @@ func flagHint(cmd *cli.Command, err error) error {
 		return err
 	}
 	typed := strings.TrimLeft(strings.TrimPrefix(msg, prefix), "-")
-	best, dist := "", 3
+	var names []string
 	for _, f := range cmd.Flags {
-		for _, n := range f.Names() {
-			if d := editDistance(typed, n); d < dist {
-				best, dist = n, d
-			}
-		}
+		names = append(names, f.Names()...)
 	}
+	best := matrices.Nearest(typed, names)
 	if best == "" {
 		return fmt.Errorf("%s: --%s is not a flag of mbench %s (mbench %s --help lists them)", cmd.Name, typed, cmd.Name, cmd.Name)
 	}
 	return fmt.Errorf("%s: --%s is not a flag of mbench %s: did you mean --%s?", cmd.Name, typed, cmd.Name, best)
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
