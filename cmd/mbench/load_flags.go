@@ -229,18 +229,7 @@ var specSegRE = regexp.MustCompile(`^([a-z_ /]+?)(?: ("[^"]*"|[^ :]+))?: `)
 // place is returned as it is.
 func flagError(c *cli.Context, typed typedFlags, err error) error {
 	msg := err.Error()
-	var segs []string
-	var ends []int // where the message goes on after each segment
-	rest := msg
-	for {
-		m := specSegRE.FindStringSubmatch(rest)
-		if m == nil {
-			break
-		}
-		segs = append(segs, strings.TrimSpace(m[1]))
-		rest = rest[len(m[0]):]
-		ends = append(ends, len(msg)-len(rest))
-	}
+	segs, ends := specPath(msg)
 	table := loadFlagTable()
 	for n := len(segs); n > 0; n-- {
 		path := strings.Join(segs[:n], ".")
@@ -268,6 +257,21 @@ func flagError(c *cli.Context, typed typedFlags, err error) error {
 		return usageError{fmt.Errorf("load: --%s: %s", name, tail)}
 	}
 	return usageError{fmt.Errorf("load: %w", err)}
+}
+
+// specPath reads the path a spec message starts with: its segments, and
+// where the message goes on after each.
+func specPath(msg string) (segs []string, ends []int) {
+	rest := msg
+	for {
+		m := specSegRE.FindStringSubmatch(rest)
+		if m == nil {
+			return segs, ends
+		}
+		segs = append(segs, strings.TrimSpace(m[1]))
+		rest = rest[len(m[0]):]
+		ends = append(ends, len(msg)-len(rest))
+	}
 }
 
 func isSlice(v any) bool {
