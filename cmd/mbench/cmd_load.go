@@ -35,13 +35,9 @@ func loadAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	out := lr.out
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return fmt.Errorf("load: create --out %s: %w", out, err)
-	}
 	// A summary left by an earlier run in this --out would pass for this
 	// run's when this one ends without a summary (no model, an error).
-	if err := os.Remove(filepath.Join(out, "summary_A.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(filepath.Join(lr.out, "summary_A.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("load: remove the earlier run's summary_A.json: %w", err)
 	}
 	pre, err := preflight(c.Context, lr)
@@ -49,9 +45,33 @@ func loadAction(c *cli.Context) error {
 		return err
 	}
 	lr.simulated = pre.simulated
+	if lr.sweepRates > 0 {
+		return loadSweep(c, lr)
+	}
+	sum, doc, runErr, err := runLoad(c, lr)
+	if err != nil {
+		return err
+	}
+	if c.String("format") == "json" {
+		if _, err := c.App.Writer.Write(doc.summary); err != nil {
+			return err
+		}
+	} else {
+		writeSummaryTable(c.App.Writer, lr, sum, doc)
+	}
+	return loadOutcome(sum, runErr)
+}
+
+// runLoad runs one load and writes its files in lr.out; runErr is the load
+// generator's (a cancelled run still has a summary), err a run without one.
+func runLoad(c *cli.Context, lr *loadRun) (sum *results.RunSummary, doc *loadDoc, runErr, err error) {
+	out := lr.out
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, nil, nil, fmt.Errorf("load: create --out %s: %w", out, err)
+	}
 	f, err := os.Create(filepath.Join(out, "requests.jsonl"))
 	if err != nil {
-		return fmt.Errorf("load: %w", err)
+		return nil, nil, nil, fmt.Errorf("load: %w", err)
 	}
 	defer f.Close()
 	cfg := lr.cfg
@@ -63,48 +83,41 @@ func loadAction(c *cli.Context) error {
 	res, runErr := openloop.Run(c.Context, cfg)
 	prog.finish()
 	if res == nil {
+		scr.summary(nil)
 		switch {
 		case errors.Is(runErr, context.Canceled):
-			return fmt.Errorf("load: %w before the first request: nothing was measured", errLoadInterrupted)
+			return nil, nil, nil, fmt.Errorf("load: %w before the first request: nothing was measured", errLoadInterrupted)
 		case errors.Is(runErr, openloop.ErrTokenRange): // --token-ids (or the default) does not fit the engine's vocabulary
-			return usageError{fmt.Errorf("load: %w", runErr)}
+			return nil, nil, nil, usageError{fmt.Errorf("load: %w", runErr)}
 		case errors.Is(runErr, openloop.ErrModelLookup):
-			return noResultError{fmt.Errorf("load: %w (give --model)", runErr)}
+			return nil, nil, nil, noResultError{fmt.Errorf("load: %w (give --model)", runErr)}
 		}
-		return fmt.Errorf("load: %w", runErr)
+		return nil, nil, nil, fmt.Errorf("load: %w", runErr)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("load: write requests.jsonl: %w", err)
+		return nil, nil, nil, fmt.Errorf("load: write requests.jsonl: %w", err)
 	}
 	if cfg.Shape.Trace != nil || cfg.Shape.Dataset == nil {
 		fmt.Fprintf(c.App.ErrWriter, "load: prompt token ids %v (%s)\n", res.TokenIDs, res.TokenSource)
 	}
-	sum, err := results.SummarizeRun(results.RunInput{
+	sum, err = results.SummarizeRun(results.RunInput{
 		Cell: "load", Config: "load", Shape: cfg.Shape.Name, Rate: rateLabel(cfg), Engine: lr.engine(),
 		Simulated: lr.simulated, Arrival: lr.arrivalName(), Burstiness: cfg.Arrival.Burstiness, Policy: lr.policy,
-		Percentiles: lr.pcts, NaturalLength: cfg.Request.NaturalLength, Label: c.String("label"), Metadata: lr.meta,
+		Percentiles: lr.pcts, NaturalLength: cfg.Request.NaturalLength, Label: lr.label, Metadata: lr.meta,
 		Cache: scr.summary(res),
 	}.WithLoad(res))
 	if err != nil {
-		return fmt.Errorf("load: summarize: %w", err)
+		return nil, nil, nil, fmt.Errorf("load: summarize: %w", err)
 	}
-	doc, err := writeLoadResult(lr, sum, res)
-	if err != nil {
-		return err
-	}
-	if c.String("format") == "json" {
-		if _, err := c.App.Writer.Write(doc.summary); err != nil {
-			return err
-		}
-	} else {
-		writeSummaryTable(c.App.Writer, lr, sum, doc)
+	if doc, err = writeLoadResult(lr, sum, res); err != nil {
+		return nil, nil, nil, err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "load: wrote %s and requests.jsonl", filepath.Join(out, "summary_A.json"))
 	if doc.savedPath != "" {
 		fmt.Fprintf(c.App.ErrWriter, ", and %s", doc.savedPath)
 	}
 	fmt.Fprintln(c.App.ErrWriter)
-	return loadOutcome(sum, runErr)
+	return sum, doc, runErr, nil
 }
 
 // errLoadInterrupted is a load run stopped by Ctrl-C (exit 130).

@@ -70,13 +70,13 @@ func loadFlagTable() []specFlag {
 		{"shape.output", false, &cli.IntFlag{Name: "custom-output-len", Value: 256, Usage: "custom: output tokens of a prompt whose line gives none"}},
 		{"shape.trace", false, &cli.StringFlag{Name: "trace", Usage: "replay a Mooncake-format trace (rate becomes a multiplier)"}},
 		{"shape.trace.time_scale", false, &cli.Float64Flag{Name: "time-scale", Value: 1, Usage: "trace time compression (2 replays it twice as fast)"}},
-		{"shape.trace.request_limit", false, &cli.IntFlag{Name: "request-limit", Usage: "trace: at most this many requests"}},
+		{"shape.trace.request_limit", false, &cli.IntFlag{Name: "request-limit", Usage: "trace: at most this many requests (unset: all)"}},
 		{"shape.trace.max_inflight_sessions", false, &cli.IntFlag{Name: "max-inflight-sessions", Usage: "trace: sessions in flight at once (unset: unlimited)"}},
 
 		// When requests are sent.
 		{"rate", false, &cli.Float64Flag{Name: "rate", Aliases: []string{"request-rate"}, Usage: "offered request rate (req/s), or inf: every request at once (default inf with --num-prompts, as vLLM)"}},
-		{"arrival.in_flight", false, &cli.IntFlag{Name: "concurrency", Usage: "closed loop: keep N requests in flight, a new one sent as one finishes (instead of --rate)"}},
-		{"arrival.max_in_flight", false, &cli.IntFlag{Name: "max-concurrency", Usage: "at most N requests in flight; one due while N are in flight waits for a slot"}},
+		{"arrival.in_flight", false, &cli.IntFlag{Name: "concurrency", Usage: "closed loop: keep N requests in flight, a new one sent as one finishes (unset: none, an open loop at --rate)"}},
+		{"arrival.max_in_flight", false, &cli.IntFlag{Name: "max-concurrency", Usage: "at most N requests in flight; one due while N are in flight waits for a slot (unset: no cap)"}},
 		{"arrival.process", false, &cli.StringFlag{Name: "arrival", Usage: strings.Join(openloop.ArrivalProcesses, " | ") + " (default poisson; gamma when --burstiness is not 1)"}},
 		{"arrival.burstiness", false, &cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "gamma shape b: gaps ~ Gamma(b, 1/(rate·b)); 1 is Poisson, inf constant"}},
 		{"arrival.ramp.kind", false, &cli.StringFlag{Name: "ramp", Aliases: []string{"ramp-up-strategy"}, Usage: "ramp the rate up: linear | exponential"}},
@@ -88,8 +88,8 @@ func loadFlagTable() []specFlag {
 
 		// How long, and what is measured.
 		{"requests", false, &cli.IntFlag{Name: "requests", Aliases: []string{"num-prompts"}, Usage: "measured requests to send (default 1000 when no --duration or --min-completed, as vLLM)"}},
-		{"duration", false, &cli.DurationFlag{Name: "duration", Usage: "send for this long"}},
-		{"min_completed", false, &cli.IntFlag{Name: "min-completed", Usage: "measure until this many requests completed"}},
+		{"duration", false, &cli.DurationFlag{Name: "duration", Usage: "send for this long (unset: until --num-prompts are sent)"}},
+		{"min_completed", false, &cli.IntFlag{Name: "min-completed", Usage: "measure until this many requests completed (unset: none)"}},
 		{"warmup", false, &cli.IntFlag{Name: "warmup", Aliases: []string{"num-warmups"}, Usage: "warmup requests, sent first and not measured"}},
 		{"", false, &cli.Int64Flag{Name: "seed", Value: 1, Usage: "workload seed"}},
 		{"timeout", false, &cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "cap on the measured phase"}},
@@ -109,6 +109,10 @@ func loadFlagTable() []specFlag {
 		{"", false, &cli.StringFlag{Name: "result-filename", Usage: "name of the --save-result file (default: LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json, as vLLM)"}},
 		{"", false, &cli.StringFlag{Name: "format", Value: "text", Usage: "what stdout carries at the end: text (the summary table and the verdict) | json (summary_A.json)"}},
 		{"", false, &cli.BoolFlag{Name: "disable-tqdm", Usage: "no progress bar or progress lines on stderr"}},
+
+		// Several runs from one command.
+		{"", false, &cli.StringFlag{Name: "profile", Usage: "sweep: synchronous (one request at a time), then throughput (all at once), then --sweep-rates Poisson rates evenly between, as GuideLLM's sweep profile; a table of rate against TTFT, TPOT, throughput and verdict (unset: one run)"}},
+		{"", false, &cli.IntFlag{Name: "sweep-rates", Value: 5, Usage: "--profile sweep: the rates between synchronous and throughput"}},
 	}
 }
 
@@ -121,7 +125,6 @@ var vllmUnsupported = []struct {
 }{
 	{"use-beam-search", true, "mbench load sends sampled streaming requests only"},
 	{"logprobs", false, "logprobs are not requested; put them in --extra-body '{\"logprobs\": N}'"},
-	{"profile", true, "start the engine's profiler yourself (POST /start_profile) or use mbench run's engine step log"},
 	{"save-detailed", true, "every request's record is in --out's requests.jsonl"},
 	{"append-result", true, "give each run its own --result-filename"},
 	{"lora-modules", false, "give one LoRA adapter as --model"},
@@ -136,10 +139,13 @@ var vllmUnsupported = []struct {
 	{"chat-template-kwargs", false, "put them in --extra-body '{\"chat_template_kwargs\": {...}}'"},
 }
 
-// loadFlags is the table's flags, and the vLLM flags mbench refuses.
+// loadFlags is the table's flags, and the vLLM flags mbench refuses. A
+// usage that ends in "(default …)" or "(unset: …)" says the default in
+// words: the help shows it once, as the default, not beside the zero value.
 func loadFlags() []cli.Flag {
 	var fs []cli.Flag
 	for _, f := range loadFlagTable() {
+		defaultInWords(f.flag)
 		fs = append(fs, f.flag)
 	}
 	for _, u := range vllmUnsupported {
@@ -150,6 +156,37 @@ func loadFlags() []cli.Flag {
 		}
 	}
 	return fs
+}
+
+// usageDefaultRE is a default said in words at the end of a usage.
+var usageDefaultRE = regexp.MustCompile(`\s*\((?:default:?|unset:) ((?:[^()]|\([^()]*\))*)\)$`)
+
+// defaultInWords moves the default a usage says in words into the flag's
+// DefaultText.
+func defaultInWords(f cli.Flag) {
+	var usage, text *string
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		usage, text = &f.Usage, &f.DefaultText
+	case *cli.StringSliceFlag:
+		usage, text = &f.Usage, &f.DefaultText
+	case *cli.IntFlag:
+		usage, text = &f.Usage, &f.DefaultText
+	case *cli.Int64Flag:
+		usage, text = &f.Usage, &f.DefaultText
+	case *cli.Float64Flag:
+		usage, text = &f.Usage, &f.DefaultText
+	case *cli.DurationFlag:
+		usage, text = &f.Usage, &f.DefaultText
+	case *cli.BoolFlag:
+		usage, text = &f.Usage, &f.DefaultText
+	default:
+		return
+	}
+	if m := usageDefaultRE.FindStringSubmatchIndex(*usage); m != nil {
+		*text = (*usage)[m[2]:m[3]]
+		*usage = (*usage)[:m[0]]
+	}
 }
 
 // refuseUnsupported refuses a vLLM flag mbench does not implement.
@@ -166,6 +203,11 @@ func refuseUnsupported(c *cli.Context) error {
 // (argparse nargs): `--goodput ttft:100 tpot:50`, `--header a=1 b=2`.
 var nargsFlags = []string{"goodput", "header", "metadata"}
 
+// vllmProfile is --profile as vllm bench serve's bare switch (start the
+// engine's profiler), told apart from mbench's --profile sweep by having
+// no value.
+const vllmProfile = "vllm"
+
 // expandNargs rewrites `--goodput ttft:100 tpot:50` as `--goodput ttft:100
 // --goodput tpot:50` (and so for --header and --metadata), so that vLLM's
 // command lines parse as typed.
@@ -173,6 +215,10 @@ func expandNargs(args []string) []string {
 	var out []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
+		if (a == "--profile" || a == "-profile") && (i+1 == len(args) || strings.HasPrefix(args[i+1], "-")) {
+			out = append(out, "--profile="+vllmProfile)
+			continue
+		}
 		out = append(out, a)
 		name := strings.TrimLeft(a, "-")
 		if !strings.HasPrefix(a, "-") || strings.Contains(name, "=") || !slices.Contains(nargsFlags, name) || i+1 >= len(args) {

@@ -21,23 +21,24 @@ import (
 // what it is held to, and what the result records beside them in vLLM's
 // terms.
 type loadRun struct {
-	cfg       openloop.Config
-	policy    results.Policy
-	pcts      []float64 // percentiles to report, sorted
-	metrics   []string  // --percentile-metrics
-	meta      map[string]string
-	out       string
-	now       time.Time
-	backend   string // vLLM's name of the endpoint: openai (completions) or openai-chat
-	dataset   string // vLLM's dataset name: random, prefix_repetition, sharegpt, custom; trace
-	tokenizer string
-	rate      any // vLLM's request_rate: req/s, or "inf"
-	ready     time.Duration
-	simulated bool // the endpoint said it is mbench sim
-	label     string
-	save      bool
-	resultDir string
-	resultFn  string
+	cfg        openloop.Config
+	policy     results.Policy
+	pcts       []float64 // percentiles to report, sorted
+	metrics    []string  // --percentile-metrics
+	meta       map[string]string
+	out        string
+	now        time.Time
+	backend    string // vLLM's name of the endpoint: openai (completions) or openai-chat
+	dataset    string // vLLM's dataset name: random, prefix_repetition, sharegpt, custom; trace
+	tokenizer  string
+	rate       any // vLLM's request_rate: req/s, or "inf"
+	ready      time.Duration
+	simulated  bool // the endpoint said it is mbench sim
+	label      string
+	save       bool
+	resultDir  string
+	resultFn   string
+	sweepRates int // --profile sweep: the rates between synchronous and throughput (0: one run)
 	// rampFrom and rampTo are the ramp in vLLM's terms (req/s), when one
 	// was asked for.
 	rampFrom, rampTo float64
@@ -111,6 +112,9 @@ func loadSpec(c *cli.Context, typed typedFlags) (*loadRun, error) {
 	case "text", "json":
 	default:
 		return nil, usageError{fmt.Errorf("load: --format %q: valid: text, json", f)}
+	}
+	if err := loadProfile(c, lr); err != nil {
+		return nil, err
 	}
 	lr.out = c.String("out")
 	if lr.out == "" {
@@ -387,7 +391,7 @@ func loadArrival(c *cli.Context, typed typedFlags, lr *loadRun) error {
 	}
 	cfg.Arrival = a
 	lr.rate = any(cfg.Rate)
-	if math.IsInf(cfg.Rate, 1) || closed {
+	if math.IsInf(cfg.Rate, 1) || closed || (vllmRamp && a.Ramp != nil) { // vLLM's request_rate stays inf under its ramp
 		lr.rate = "inf"
 	}
 	return nil
@@ -470,4 +474,33 @@ func (lr *loadRun) engine() string {
 		return "sim"
 	}
 	return "external"
+}
+
+// loadProfile reads --profile: unset, one run; sweep, GuideLLM's sweep,
+// which chooses its own rates; vLLM's bare --profile (the engine's
+// profiler) is not supported.
+func loadProfile(c *cli.Context, lr *loadRun) error {
+	switch p := c.String("profile"); p {
+	case "":
+		return nil
+	case vllmProfile:
+		return usageError{errors.New("load: --profile (vllm bench serve's) is not supported: start the engine's profiler yourself (POST /start_profile); mbench load's --profile sweep runs a sweep of rates")}
+	case "sweep":
+	default:
+		return usageError{fmt.Errorf("load: --profile %q: valid: sweep (GuideLLM's synchronous is --concurrency 1, throughput --request-rate inf, poisson --request-rate R)", p)}
+	}
+	for _, f := range []string{"rate", "concurrency", "ramp", "ramp-up-end-rps", "duration", "min-completed"} {
+		if c.IsSet(f) {
+			return usageError{fmt.Errorf("load: --profile sweep chooses its own rates and runs --num-prompts requests at each: leave out --%s", f)}
+		}
+	}
+	n := c.Int("sweep-rates")
+	if n < 1 || n > 100 {
+		return usageError{fmt.Errorf("load: --sweep-rates %d: must be in [1, 100]", n)}
+	}
+	if lr.save {
+		return usageError{errors.New("load: --save-result writes one run's file; with --profile sweep every run's summary_A.json is in --out")}
+	}
+	lr.sweepRates = n
+	return nil
 }

@@ -133,3 +133,74 @@ func TestLoadFlagErrorsNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadHelpSaysEachDefaultOnce: no flag of mbench load shows a default
+// in words beside a zero default ("(not sent) (default: 0)"), nor a zero
+// default on a flag that refuses zero.
+func TestLoadHelpSaysEachDefaultOnce(t *testing.T) {
+	defer parallel(t)()
+	stdout, _, err := runCLI(t, context.Background(), "load", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(stdout, "\n") {
+		if strings.Count(line, "(default") > 1 || strings.Contains(line, "unset") ||
+			(strings.Contains(line, "(default: 0)") && (strings.Contains(line, "--concurrency") || strings.Contains(line, "--max-concurrency"))) {
+			t.Errorf("help line says its default twice or wrongly: %s", line)
+		}
+	}
+}
+
+// TestLoadProfileSweep: --profile sweep runs synchronous, throughput and
+// --sweep-rates Poisson rates evenly between their request throughputs,
+// each in its own directory, and prints one row per run; vLLM's bare
+// --profile is refused with what to do instead.
+func TestLoadProfileSweep(t *testing.T) {
+	defer parallel(t)()
+	srv, err := stub.Start(stub.Options{Tokens: 4, FirstToken: 20 * time.Millisecond, Gap: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	out := filepath.Join(t.TempDir(), "sweep")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stdout, stderr, err := runCLI(t, ctx, "load", "--base-url", srv.URL, "--model", "stub-model", "--random-input-len", "8",
+		"--random-output-len", "4", "--num-prompts", "20", "--profile", "sweep", "--sweep-rates", "2", "--disable-tqdm",
+		"--format", "json", "--out", out)
+	if err != nil && exitStatus(err) != exitNoResult {
+		t.Fatalf("sweep: %v\n%s", err, stderr)
+	}
+	var rows []struct {
+		Profile    string  `json:"profile"`
+		Out        string  `json:"out"`
+		Completed  int     `json:"completed"`
+		Throughput float64 `json:"request_throughput"`
+		Rate       any     `json:"request_rate"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if len(rows) != 4 || rows[0].Profile != "synchronous" || rows[1].Profile != "throughput" || rows[2].Profile != "poisson" || rows[3].Profile != "poisson" {
+		t.Fatalf("rows %+v; want synchronous, throughput, 2 poisson", rows)
+	}
+	lo, hi := rows[0].Throughput, rows[1].Throughput
+	for i, r := range rows[2:] {
+		want := lo + (hi-lo)*float64(i+1)/3
+		if got, ok := r.Rate.(float64); !ok || got != want {
+			t.Errorf("rate %d: %v, want %v (evenly between %v and %v)", i+1, r.Rate, want, lo, hi)
+		}
+	}
+	for _, r := range rows {
+		if r.Completed != 20 {
+			t.Errorf("%s: %d completed, want 20", r.Profile, r.Completed)
+		}
+		if _, err := os.Stat(filepath.Join(r.Out, "summary_A.json")); err != nil {
+			t.Error(err)
+		}
+	}
+	_, _, err = runCLI(t, ctx, "load", "--base-url", srv.URL, "--profile", "--num-prompts", "1", "--out", t.TempDir())
+	if exitStatus(err) != exitUsage || !strings.Contains(err.Error(), "--profile (vllm bench serve's) is not supported") {
+		t.Errorf("vLLM's bare --profile: %v", err)
+	}
+}
