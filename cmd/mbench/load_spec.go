@@ -133,7 +133,11 @@ func loadTargets(c *cli.Context, typed typedFlags) ([]string, error) {
 	if c.IsSet("host") || c.IsSet("port") {
 		return nil, usageError{fmt.Errorf("load: --%s or --host/--port, not both", typed.as(&cli.StringSliceFlag{Name: "url", Aliases: []string{"base-url"}}))}
 	}
+	flag := typed.as(&cli.StringSliceFlag{Name: "url", Aliases: []string{"base-url"}})
 	for i, u := range urls {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return nil, usageError{fmt.Errorf("load: --%s: %q has no scheme: give http://HOST:PORT (or https://)", flag, redactURL("http://"+u)[len("http://"):])}
+		}
 		urls[i] = strings.TrimRight(u, "/")
 	}
 	return urls, nil

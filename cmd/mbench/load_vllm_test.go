@@ -123,6 +123,7 @@ func TestLoadFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--goodput", "ttft=x"}, "--goodput"},
 		{[]string{"-base-urll", "http://x"}, "did you mean --base-url?"},
 		{[]string{"--num-prompt", "5"}, "did you mean --num-prompts?"},
+		{[]string{"--base-url", "u:pw@127.0.0.1:8000"}, `--base-url: "127.0.0.1:8000" has no scheme: give http://HOST:PORT`},
 	} {
 		_, _, err := runCLI(t, context.Background(), append(append([]string{}, base...), c.args...)...)
 		if exitStatus(err) != exitUsage || !strings.Contains(err.Error(), c.want) {
