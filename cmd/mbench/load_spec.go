@@ -136,7 +136,7 @@ func loadTargets(c *cli.Context, typed typedFlags) ([]string, error) {
 	flag := typed.as(&cli.StringSliceFlag{Name: "url", Aliases: []string{"base-url"}})
 	for i, u := range urls {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			return nil, usageError{fmt.Errorf("load: --%s: %q has no scheme: give http://HOST:PORT (or https://)", flag, redactURL("http://"+u)[len("http://"):])}
+			return nil, usageError{fmt.Errorf("load: --%s: %q has no scheme: give http://HOST:PORT (or https://)", flag, redactURL("http://" + u)[len("http://"):])}
 		}
 		urls[i] = strings.TrimRight(u, "/")
 	}
