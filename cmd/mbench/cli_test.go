@@ -27,7 +27,7 @@ func TestLoadCommand(t *testing.T) {
 	defer cancel()
 	stdout, stderr, err := runCLI(t, ctx, "load", "--url", srv.URL, "--rate", "50", "--input", "32", "--output", "8",
 		"--requests", "40", "--warmup", "2", "--model", "stub-model", "--out", out)
-	if err != nil && !onlyMachineVerdicts(t, err) {
+	if err := ranToEnd(t, err, out); err != nil {
 		t.Fatalf("load: %v\n%s\n%s", err, stdout, stderr)
 	}
 	if n := len(readJSONL(t, filepath.Join(out, "requests.jsonl"))); n != 42 {

@@ -161,8 +161,8 @@ func TestSSHConnectionCut(t *testing.T) {
 	cut := time.Now()
 	for _, p := range procs {
 		for pidAlive(p) {
-			if time.Since(cut) > 15*time.Second {
-				t.Fatalf("pid %d of the sweep still alive 15 s after the connection was cut", p)
+			if time.Since(cut) > time.Minute { // a hang: the tether ends them on the cut
+				t.Fatalf("pid %d of the sweep still alive a minute after the connection was cut", p)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
