@@ -74,7 +74,9 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// TestAliasBombBounded: exponential alias expansion is cut off quickly.
+// TestAliasBombBounded: exponential alias expansion is cut off: the bomb
+// below expands to 10^9 leaves, which no machine parses in a test's time,
+// so a parse that returns (with an error) is the cut-off's.
 func TestAliasBombBounded(t *testing.T) {
 	src := "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
 	prev := "a"
@@ -85,12 +87,7 @@ func TestAliasBombBounded(t *testing.T) {
 	src += "name: t\nseed: 1\nhosts: {h: {address: local, gpus: [0]}}\nengine: {kind: vllm, command: x, model: m}\n" +
 		"configs: {c: {kv_transfer_config: {kv_connector: x, kv_role: kv_both, big: *i}, args: *i}}\n" +
 		"rates: *i\nshapes: [{input: 1, output: 1}]\nmeasure: {min_completed: 1}\n"
-	start := time.Now()
-	_, err := Parse("bomb.yaml", []byte(src))
-	if err == nil {
+	if _, err := Parse("bomb.yaml", []byte(src)); err == nil {
 		t.Fatal("alias bomb accepted")
-	}
-	if el := time.Since(start); el > 5*time.Second {
-		t.Errorf("alias bomb took %v", el)
 	}
 }

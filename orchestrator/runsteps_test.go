@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
@@ -117,25 +118,28 @@ func TestStepLogSteps(t *testing.T) {
 		{"vllm, idle before the window's end: the bound", es.procs[1:2], false, 0},
 		{"sim, idle log closing the window", []*engineProc{{host: &fileHost{files: map[string][]byte{"/c": []byte(stepLine(end.UnixMicro() - 1000))}}, stepLog: "/c"}}, true, 5 * time.Second},
 	}
-	for _, c := range cases {
-		s.m.Engine.Kind = matrices.EngineVLLM
-		if c.sim {
-			s.m.Engine.Kind = matrices.EngineSim
+	// The waits run on synctest's clock: the bounds are the logic's.
+	synctest.Test(t, func(t *testing.T) {
+		for _, c := range cases {
+			s.m.Engine.Kind = matrices.EngineVLLM
+			if c.sim {
+				s.m.Engine.Kind = matrices.EngineSim
+			}
+			limit := 10 * time.Second
+			if c.maxWait == 0 {
+				limit = 30 * time.Millisecond
+			}
+			t0 := time.Now()
+			if err := s.waitStepsFlushed(context.Background(), &engineSet{procs: c.procs}, end, limit); err != nil {
+				t.Fatal(err)
+			}
+			if el := time.Since(t0); c.maxWait > 0 && el >= c.maxWait {
+				t.Errorf("%s: waited %v", c.name, el)
+			} else if c.maxWait == 0 && el < limit {
+				t.Errorf("%s: returned after %v, before its bound %v, with no step past the window", c.name, el, limit)
+			}
 		}
-		limit := 10 * time.Second
-		if c.maxWait == 0 {
-			limit = 30 * time.Millisecond
-		}
-		t0 := time.Now()
-		if err := s.waitStepsFlushed(context.Background(), &engineSet{procs: c.procs}, end, limit); err != nil {
-			t.Fatal(err)
-		}
-		if el := time.Since(t0); c.maxWait > 0 && el >= c.maxWait {
-			t.Errorf("%s: waited %v", c.name, el)
-		} else if c.maxWait == 0 && el < limit {
-			t.Errorf("%s: returned after %v, before its bound %v, with no step past the window", c.name, el, limit)
-		}
-	}
+	})
 }
 
 // TestMetricsWindow: the "before" snapshot is taken inside OnPhase (before

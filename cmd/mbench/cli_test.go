@@ -27,7 +27,7 @@ func TestLoadCommand(t *testing.T) {
 	defer cancel()
 	stdout, stderr, err := runCLI(t, ctx, "load", "--url", srv.URL, "--rate", "50", "--input", "32", "--output", "8",
 		"--requests", "40", "--warmup", "2", "--model", "stub-model", "--format", "json", "--out", out)
-	if err != nil && !onlyMachineVerdicts(t, err) {
+	if err := ranToEnd(t, err, out); err != nil {
 		t.Fatalf("load: %v\n%s\n%s", err, stdout, stderr)
 	}
 	if n := len(readJSONL(t, filepath.Join(out, "requests.jsonl"))); n != 42 {
@@ -44,8 +44,8 @@ func TestLoadCommand(t *testing.T) {
 	if s["completed"].(float64) != 40 {
 		t.Errorf("completed = %v, want 40", s["completed"])
 	}
-	if med := s["median_ttft_ms"].(float64); med < 20 || med > 30 {
-		t.Errorf("median TTFT %.2f ms; the stub's first token comes after 20 ms", med)
+	if med := s["median_ttft_ms"].(float64); med < 20 {
+		t.Errorf("median TTFT %.2f ms: below the 20 ms the stub waits before its first token", med)
 	}
 	if !strings.Contains(stdout, `"p90_ttft_ms"`) {
 		t.Errorf("the summary is not printed:\n%s", stdout)

@@ -50,7 +50,7 @@ func TestLoadReusedOutKeepsNoStaleSummary(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "load")
 	args := []string{"load", "--rate", "50", "--input", "4", "--output", "2", "--requests", "10", "--model", "stub-model", "--out", out}
-	if _, stderr, err := runCLI(t, context.Background(), append(args, "--url", srv.URL)...); err != nil && !onlyMachineVerdicts(t, err) {
+	if _, stderr, err := runSweepCLI(t, context.Background(), append(args, "--url", srv.URL)...); err != nil {
 		t.Fatalf("first run: %v\n%s", err, stderr)
 	}
 	summary := filepath.Join(out, "summary_A.json")

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -188,18 +189,11 @@ func checkNoFaultVerdicts(t *testing.T, runs []journalRec, cause string) {
 	}
 }
 
-// measuredVerdict reports whether a run measured (ok, or a verdict a busy
-// machine causes, which it logs) rather than failed.
+// measuredVerdict reports whether a run measured (measuredStatuses)
+// rather than failed.
 func measuredVerdict(t *testing.T, l journalRec) bool {
 	t.Helper()
-	switch l.Status {
-	case "ok":
-		return true
-	case "saturated", "client_limited":
-		t.Logf("run %s: %s (%s): the machine is busy", l.Dir, l.Status, l.Reason)
-		return true
-	}
-	return false
+	return slices.Contains(measuredStatuses, l.Status)
 }
 
 // runPhase names the phase an interrupted run directory was in.
@@ -366,12 +360,13 @@ func TestFaultSIGINT(t *testing.T) {
 		}
 		start := time.Now()
 		_ = c.cmd.Process.Signal(first)
-		limit := 10 * time.Second
+		// A hang guard, not a speed: which path mbench took is what its
+		// output says (checked below), and that it left no engine.
+		limit := time.Minute
 		if twice { // as soon as the first is being handled
-			waitChild(c, 5*time.Second, func() bool { return strings.Contains(c.stderr.String(), "mbench: interrupted") })
+			waitChild(c, time.Minute, func() bool { return strings.Contains(c.stderr.String(), "mbench: interrupted") })
 			start = time.Now()
 			_ = c.cmd.Process.Signal(os.Interrupt)
-			limit = 3 * time.Second
 		}
 		code := c.wait(limit)
 		took := time.Since(start)

@@ -62,10 +62,11 @@ func TestLoadOnTerminal(t *testing.T) {
 		go func() { defer wg.Done(); _, _ = io.Copy(&screen, ctl) }()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		out := filepath.Join(t.TempDir(), "load")
 		args := append([]string{"mbench", "load", "--base-url", srv.URL, "--model", "stub-model", "--random-input-len", "8",
-			"--random-output-len", "4", "--num-prompts", "30", "--request-rate", "60", "--out", filepath.Join(t.TempDir(), "load")}, extra...)
+			"--random-output-len", "4", "--num-prompts", "30", "--request-rate", "60", "--out", out}, extra...)
 		err := run(ctx, args, tty, tty)
-		if err != nil && !onlyMachineVerdicts(t, err) {
+		if err := ranToEnd(t, err, out); err != nil {
 			t.Fatalf("load: %v", err)
 		}
 		tty.Close() // the reader sees EOF (EIO) once the terminal side is closed
@@ -84,9 +85,10 @@ func TestLoadOnTerminal(t *testing.T) {
 	if s := show("--disable-tqdm"); strings.Contains(s, "in flight") || !strings.Contains(s, "Serving Benchmark Result") {
 		t.Errorf("--disable-tqdm: the bar is still drawn, or the table is gone:\n%s", s)
 	}
+	out := filepath.Join(t.TempDir(), "load")
 	_, stderr, err := runCLI(t, context.Background(), "load", "--base-url", srv.URL, "--model", "stub-model", "--random-input-len", "8",
-		"--random-output-len", "4", "--num-prompts", "30", "--request-rate", "60", "--out", filepath.Join(t.TempDir(), "load"))
-	if err != nil && !onlyMachineVerdicts(t, err) {
+		"--random-output-len", "4", "--num-prompts", "30", "--request-rate", "60", "--out", out)
+	if err := ranToEnd(t, err, out); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(stderr, "load: [done] 30/30 requests done (0 failed), 0 in flight") {

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mbench/mbench/internal/schedprobe"
 	"github.com/mbench/mbench/openloop"
 )
 
@@ -31,17 +30,8 @@ func loadRecords(t *testing.T, base string, args ...string) []openloop.Record {
 	defer cancel()
 	all := append([]string{"load", "--url", base, "--out", out}, args...)
 	stdout, stderr, err := runCLI(t, ctx, all...)
-	if err != nil {
-		// A busy machine may truthfully grade the run client_limited or
-		// saturated; its records are still what these tests check.
-		var sum struct {
-			Verdict string `json:"verdict"`
-		}
-		if data, rerr := os.ReadFile(filepath.Join(out, "summary_A.json")); rerr != nil || json.Unmarshal(data, &sum) != nil ||
-			(sum.Verdict != "client_limited" && sum.Verdict != "saturated") {
-			t.Fatalf("mbench %v: %v\nstdout:\n%s\nstderr:\n%s", all, err, stdout, stderr)
-		}
-		t.Logf("mbench %v: %v", all, err)
+	if err := ranToEnd(t, err, out); err != nil {
+		t.Fatalf("mbench %v: %v\nstdout:\n%s\nstderr:\n%s", all, err, stdout, stderr)
 	}
 	data, err := os.ReadFile(filepath.Join(out, "requests.jsonl"))
 	if err != nil {
@@ -152,12 +142,11 @@ func inflight(recs []openloop.Record, n int) (peak int, mean float64) {
 
 // checkClosedLoop holds a closed-loop run at level to its definition: no
 // send before a slot freed (the k-th send after the (k-level)-th
-// completion), the level reached, and — where the scheduler probe saw the
-// machine let the test run (no hold-back of openloop.ClientLateMs) — the
-// level held: mean in flight ≥ 0.9 × level. On a loaded machine the time a
-// freed slot waits for the next send is the OS's as much as the
-// generator's, so the mean is then logged, not judged.
-func checkClosedLoop(t *testing.T, where string, recs []openloop.Record, level int, probe *schedprobe.Probe, from, to time.Time) {
+// completion), the level reached and never exceeded. How promptly a freed
+// slot gets its next send (the mean in flight against the level) is the
+// machine's as much as the generator's: a timing claim, logged here and
+// measured by `mbench bench-load`.
+func checkClosedLoop(t *testing.T, where string, recs []openloop.Record, level int) {
 	t.Helper()
 	var sends, dones []int64
 	for _, r := range recs {
@@ -172,13 +161,9 @@ func checkClosedLoop(t *testing.T, where string, recs []openloop.Record, level i
 		}
 	}
 	peak, mean := inflight(recs, level)
-	letRun := probe.Worst(from, to) < time.Duration(openloop.ClientLateMs*float64(time.Millisecond))
-	t.Logf("%s: level %d: peak %d, mean in flight %.3f; %s; let run: %v", where, level, peak, mean, probe.Summary(from, to), letRun)
+	t.Logf("%s: level %d: peak %d, mean in flight %.3f", where, level, peak, mean)
 	if peak != level || mean > float64(level) {
 		t.Errorf("%s: in flight: peak %d mean %.3f, want level %d", where, peak, mean, level)
-	}
-	if letRun && mean < 0.9*float64(level) {
-		t.Errorf("%s: mean in flight %.3f on a machine that let the run go, want ≥ %.1f", where, mean, 0.9*float64(level))
 	}
 }
 
@@ -188,13 +173,11 @@ func checkClosedLoop(t *testing.T, where string, recs []openloop.Record, level i
 func TestLoadConcurrency(t *testing.T) {
 	defer parallel(t)()
 	base := serveSimInProcess(t, fastSim(4096))
-	probe, from := schedprobe.Start(t), time.Now()
 	recs := loadRecords(t, base, "--concurrency", "5", "--requests", "60", "--warmup", "5", "--model", "sim-model", "--input", "64", "--output", "8")
-	probe.Stop()
 	if len(recs) != 65 {
 		t.Fatalf("%d records, want 65", len(recs))
 	}
-	checkClosedLoop(t, "load", recs, 5, probe, from, time.Now())
+	checkClosedLoop(t, "load", recs, 5)
 	for _, r := range recs {
 		if r.SentNs < r.ScheduledNs {
 			t.Errorf("request %d sent before its slot freed: %+v", r.ID, r)
@@ -221,16 +204,13 @@ func TestConcurrencySweep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}
-	probe, from := schedprobe.Start(t), time.Now()
 	runs := runWorkloadSweep(t, concurrencySweep, 2)
-	probe.Stop()
-	to := time.Now()
 	for _, r := range runs {
 		level := int(r.summary["rate"].(float64))
 		if r.summary["arrival"] != "concurrency" {
 			t.Errorf("run %s: arrival %v", r.key, r.summary["arrival"])
 		}
-		checkClosedLoop(t, "run "+r.key, r.recs, level, probe, from, to)
+		checkClosedLoop(t, "run "+r.key, r.recs, level)
 		if c := r.summary["completed"].(float64); c < 40 {
 			t.Errorf("run %s: completed %v, want ≥ min_completed 40", r.key, c)
 		}

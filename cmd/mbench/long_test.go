@@ -84,15 +84,3 @@ func parallelWhenWide(t *testing.T) (done func()) {
 	}
 	return parallel(t)
 }
-
-// parallelWhenNarrow is parallel for a test whose subject is a verdict
-// that a busy machine moves: parallel only where parallel tests run at
-// most GOMAXPROCS at a time (CI's long run); in a plain run it runs before
-// the parallel tests, its own parallel cases beside each other only.
-func parallelWhenNarrow(t *testing.T) (done func()) {
-	t.Helper()
-	if wide {
-		return func() {}
-	}
-	return parallel(t)
-}

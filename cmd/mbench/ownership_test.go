@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,7 +85,7 @@ func TestOneOwnerPerSweepDirectory(t *testing.T) {
 	}
 	c.wait(time.Minute)
 	r := startMbench(t, dir, "resume", out, "--quiet")
-	mustComplete(t, r, 2*time.Minute)
+	mustFinish(t, r, 2*time.Minute)
 	if j := checkFinished(t, out); len(j) != 4 {
 		t.Errorf("%d journal lines after resume, want 4 (2 configs × 1 rate × 2 blocks)", len(j))
 	}
@@ -218,52 +219,69 @@ func TestResumeAfterMoveAndDamage(t *testing.T) {
 	}
 }
 
-// mustComplete waits for a mbenchChild that must finish its sweep, with or
-// without a usable run in every cell (exit 0 or 3): on a loaded machine a
-// run may truthfully be client_limited or saturated, which is not what the
-// tests that call it are about.
-func mustComplete(t *testing.T, c *mbenchChild, d time.Duration) {
-	t.Helper()
-	if code := c.wait(d); code != 0 && code != exitNoResult {
-		c.kill()
-		t.Fatalf("mbench %v: exit %d (want 0 or 3 within %s)\n%s", c.cmd.Args[1:], code, d, c.output())
-	}
-}
+// measuredStatuses are the statuses of a run that ran its load and wrote
+// its records: ok, or one of the two verdicts graded from timing — the load
+// generator's send lag (client_limited) and the engine's queue (saturated)
+// — which on the simulated engine the machine's speed decides, not mbench's
+// code. A test whose subject is the sweep's plumbing (files, journal,
+// resume, hosts) asserts its claims on each such run alike; the verdicts
+// are tested from given records (results) and scripted engines.
+var measuredStatuses = []string{"ok", "client_limited", "saturated"}
 
-// onlyMachineVerdicts reports whether err is a finished command (exit 3)
-// whose runs that are not results are all saturated or client_limited: the
-// verdicts a busy test machine truthfully gives (a loaded CPU slows the
-// simulated engine and the load generator). Tests whose subject is not the
-// verdicts accept it; the verdicts themselves are tested elsewhere.
-func onlyMachineVerdicts(t *testing.T, err error) bool {
+// ranToEnd returns nil where err is the exit of a command that ran to its
+// end with every run measured (measuredStatuses): exit 0, or exit 3 (not
+// every cell has a result) with the runs' statuses read from out's journal
+// (a sweep) or summary_A.json (mbench load). Otherwise it returns err,
+// with the statuses that were not measured.
+func ranToEnd(t *testing.T, err error, out string) error {
 	t.Helper()
-	if err == nil || exitCode(err) != exitNoResult {
-		return false
+	if err == nil || exitCode(err) != exitNoResult || out == "" {
+		return err
 	}
-	msg := err.Error()
-	for _, v := range []string{"failed", "errors", "incomplete", "gpu_contended", "throttled"} {
-		if strings.Contains(msg, " "+v+",") || strings.Contains(msg, " "+v+"\n") || strings.HasSuffix(msg, " "+v) ||
-			strings.Contains(msg, "not a result: "+v+":") {
-			return false
+	var statuses []string
+	if _, serr := os.Stat(filepath.Join(out, "journal.jsonl")); serr == nil {
+		for _, l := range readJSONL(t, filepath.Join(out, "journal.jsonl")) {
+			st, _ := l["status"].(string)
+			statuses = append(statuses, st)
+		}
+	} else if data, rerr := os.ReadFile(filepath.Join(out, "summary_A.json")); rerr == nil {
+		var s struct{ Verdict string }
+		if json.Unmarshal(data, &s) == nil {
+			statuses = append(statuses, s.Verdict)
 		}
 	}
-	ok := strings.Contains(msg, "saturated") || strings.Contains(msg, "client_limited")
-	if ok {
-		t.Logf("busy machine: %v", err)
+	for _, st := range statuses {
+		if !slices.Contains(measuredStatuses, st) {
+			return fmt.Errorf("%w (a run %s)", err, st)
+		}
 	}
-	return ok
+	if len(statuses) == 0 {
+		return err
+	}
+	return nil
+}
+
+// outOf is the results directory a command line names: --out's value, or
+// resume's and export's argument, relative to dir.
+func outOf(dir string, args []string) string {
+	for i, a := range args {
+		if i+1 < len(args) && (a == "--out" || (i == 0 && (a == "resume" || a == "export"))) {
+			if filepath.IsAbs(args[i+1]) {
+				return args[i+1]
+			}
+			return filepath.Join(dir, args[i+1])
+		}
+	}
+	return ""
 }
 
 // runSweepCLI is runCLI for a test whose subject is not the verdicts: a
-// sweep that finished with only the verdicts of a busy machine
-// (onlyMachineVerdicts) is a finished sweep, and its error is dropped.
+// command that ran to its end with every run measured (ranToEnd) returns
+// no error.
 func runSweepCLI(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
 	t.Helper()
 	stdout, stderr, err := runCLI(t, ctx, args...)
-	if onlyMachineVerdicts(t, err) {
-		err = nil
-	}
-	return stdout, stderr, err
+	return stdout, stderr, ranToEnd(t, err, outOf("", args))
 }
 
 // finishedSweep runs the small sim sweep (2 configs × 1 rate × 2 blocks) to

@@ -106,7 +106,7 @@ type journalRec struct {
 	Cell, Status, Dir, Reason string
 	Block                     int
 	// Superseded are the attempts of a run run again in place (after
-	// client_limited ones, a busy machine's), each with its directory.
+	// client_limited ones), each with its directory.
 	Superseded []struct{ Dir string }
 }
 

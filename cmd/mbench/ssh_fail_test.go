@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -161,16 +162,16 @@ func TestSSHConnectionCut(t *testing.T) {
 	cut := time.Now()
 	for _, p := range procs {
 		for pidAlive(p) {
-			if time.Since(cut) > 15*time.Second {
-				t.Fatalf("pid %d of the sweep still alive 15 s after the connection was cut", p)
+			if time.Since(cut) > time.Minute { // a hang: the tether ends them on the cut
+				t.Fatalf("pid %d of the sweep still alive a minute after the connection was cut", p)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	t.Logf("pids %v (engine pgid %d) gone %v after the cut", procs, pid, time.Since(cut).Round(time.Millisecond))
 	r := <-done
-	// b1 fails by design; when a busy machine also grades b2 out
-	// (client_limited, saturated) the sweep ends with no usable run, which
+	// b1 fails by design; where timing also grades b2 out (client_limited,
+	// saturated: measuredStatuses) the sweep ends with no usable run, which
 	// the journal checks below tell apart.
 	if r.err != nil && !strings.Contains(r.err.Error(), "no usable run") {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
@@ -182,8 +183,8 @@ func TestSSHConnectionCut(t *testing.T) {
 	if !strings.HasPrefix(status["b1"], "failed") || !strings.Contains(status["b1"], "connection lost") {
 		t.Errorf("cut run b1: %s, want failed on the lost connection", status["b1"])
 	}
-	if !strings.HasPrefix(status["b2"], "ok") && !strings.HasPrefix(status["b2"], "saturated") && !strings.HasPrefix(status["b2"], "client_limited") {
-		t.Errorf("run b2 after reconnecting: %s, want ok", status["b2"])
+	if st, _, _ := strings.Cut(status["b2"], ":"); !slices.Contains(measuredStatuses, st) {
+		t.Errorf("run b2 after reconnecting: %s, want it measured", status["b2"])
 	}
 	if srv.Accepted() < 2 {
 		t.Errorf("sshd accepted %d connections: mbench did not reconnect", srv.Accepted())

@@ -11,9 +11,12 @@ import (
 	"time"
 )
 
-// TestStoppingRuleClaimIsThePrintedCI: a sweep the stopping rule ends says
-// "converged" only when every primary comparison's CI as export prints it
-// is within the target, and report.md's stop line says so.
+// TestStoppingRuleClaimIsThePrintedCI: a sweep says "converged" exactly
+// when every primary comparison's CI as export prints it is within the
+// target, the rule's half-widths are the printed ones, and report.md's stop
+// line says so. Which way it went (the rule ending the sweep, or the blocks
+// running out while timing verdicts left runs out) is the machine's; the
+// claim holds either way.
 func TestStoppingRuleClaimIsThePrintedCI(t *testing.T) {
 	defer parallel(t)()
 	longTest(t)
@@ -44,13 +47,6 @@ func TestStoppingRuleClaimIsThePrintedCI(t *testing.T) {
 	if err != nil || json.Unmarshal(b, &st) != nil {
 		t.Fatalf("sweep.json: %v", err)
 	}
-	if !st.Stop.ByRule {
-		j, _ := os.ReadFile(filepath.Join(out, "journal.jsonl"))
-		t.Skipf("the rule did not end the sweep (a busy machine's runs are not results): %s\n%s\n%s", st.Stop.Reason, b, j)
-	}
-	if !st.Stop.Converged || !strings.HasPrefix(st.Stop.Reason, "converged: ") {
-		t.Errorf("stopped by the rule but %q (converged %v)", st.Stop.Reason, st.Stop.Converged)
-	}
 	stdout, _, err := runCLI(t, ctx, "export", out, "--format", "json")
 	var js struct {
 		Comparisons []struct {
@@ -65,14 +61,14 @@ func TestStoppingRuleClaimIsThePrintedCI(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(stdout), &js) != nil {
 		t.Fatalf("export --format json: %v", err)
 	}
-	n := 0
+	n, within := 0, true
 	for _, c := range js.Comparisons {
 		if c.Metric != "ttft_p90" {
 			continue
 		}
 		n++
 		if half := (c.Hi - c.Lo) / 2; c.N < 2 || half > 0.5 {
-			t.Errorf("%s: printed CI [%+.3f, %+.3f] over %d blocks, half-width %.3f above the target 0.5 the sweep claims to have met", c.Config, c.Lo, c.Hi, c.N, half)
+			within = false
 		}
 		for k, h := range st.Stop.CompHalf {
 			if strings.HasPrefix(k, c.Config+" vs ") && math.Abs(h-(c.Hi-c.Lo)/2) > 1e-9 {
@@ -80,11 +76,17 @@ func TestStoppingRuleClaimIsThePrintedCI(t *testing.T) {
 			}
 		}
 	}
+	if st.Stop.Converged != within || st.Stop.Converged != strings.HasPrefix(st.Stop.Reason, "converged: ") || (st.Stop.Converged && !st.Stop.ByRule) {
+		t.Errorf("stop %q (converged %v, by the rule %v), while every printed CI within the target 0.5: %v\n%s", st.Stop.Reason, st.Stop.Converged, st.Stop.ByRule, within, stdout)
+	}
 	if n == 0 {
 		t.Fatal("no primary comparison in the export")
 	}
 	rep, _ := os.ReadFile(filepath.Join(out, "report.md"))
-	if !strings.Contains(string(rep), "converged: every comparison on the primary metric ttft_p90 has a 95% CI half-width ≤ ±50.0%") {
-		t.Errorf("report.md does not give the stop in the rule's words")
+	if !strings.Contains(string(rep), st.Stop.Reason) {
+		t.Errorf("report.md does not give the stop in the rule's words: %q", st.Stop.Reason)
+	}
+	if st.Stop.Converged && !strings.Contains(string(rep), "converged: every comparison on the primary metric ttft_p90 has a 95% CI half-width ≤ ±50.0%") {
+		t.Errorf("report.md does not give the convergence in the rule's words")
 	}
 }

@@ -15,11 +15,9 @@ import (
 // requests, or that sends no usage: each ends in the verdict, the one
 // reason, the exit status and the report line that say what happened.
 func TestVerdictsOfRealisticSweeps(t *testing.T) {
-	// The verdict is the subject (a run with long outputs must grade ok):
-	// beside three other sweeps a busy machine's rising TTFT graded it
-	// saturated, so where parallel tests run sweepParallel at a time it
-	// runs before them (its cases still beside each other).
-	defer parallelWhenNarrow(t)()
+	// The verdict is the subject: the one each case's engine causes, or a
+	// timing verdict that outranks it with its reason (verdictFollows).
+	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("sim sweeps")
 	}
@@ -64,19 +62,16 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet")
-			if c.verdict == "ok" && err != nil && strings.Contains(err.Error(), "1 client_limited") {
-				t.Skipf("busy machine: %v", err)
-			}
-			switch {
-			case c.verdict == "ok" && err != nil:
-				j, _ := os.ReadFile(filepath.Join(out, "journal.jsonl"))
-				t.Fatalf("run: %v, want exit 0\n%s\n%s\njournal:\n%s", err, stdout, stderr, j)
-			case c.verdict != "ok" && (exitStatus(err) != exitNoResult || !strings.Contains(err.Error(), "1 "+c.verdict)):
-				t.Fatalf("run: %v, want exit 3 naming the verdict %s\n%s", err, c.verdict, stderr)
-			}
 			j := readJSONL(t, filepath.Join(out, "journal.jsonl"))
-			if len(j) != 1 || j[0]["status"] != c.verdict {
-				t.Fatalf("journal %v: want one run %s", j, c.verdict)
+			if len(j) != 1 {
+				t.Fatalf("run: %v\n%s\n%s\njournal %v: want one run", err, stdout, stderr, j)
+			}
+			got, _ := j[0]["status"].(string)
+			switch {
+			case got == "ok" && err != nil:
+				t.Fatalf("run: %v, want exit 0 for an ok run\n%s\n%s", err, stdout, stderr)
+			case got != "ok" && (exitStatus(err) != exitNoResult || !strings.Contains(err.Error(), "1 "+got)):
+				t.Fatalf("run: %v, want exit 3 naming the verdict %s\n%s", err, got, stderr)
 			}
 			var sum struct {
 				Reasons      []string       `json:"verdict_reasons"`
@@ -88,9 +83,12 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 			if err != nil || json.Unmarshal(data, &sum) != nil {
 				t.Fatalf("summary: %v", err)
 			}
-			var reasons []string // a busy machine may add a true client_limited
+			if !verdictFollows(got, c.verdict, sum.Reasons) {
+				t.Fatalf("run %s (reasons %q), want %s", got, sum.Reasons, c.verdict)
+			}
+			var reasons []string // the engine's, not timing's (timingReason)
 			for _, r := range sum.Reasons {
-				if !strings.HasPrefix(r, "client_limited: ") {
+				if !timingReason(r) {
 					reasons = append(reasons, r)
 				}
 			}
@@ -106,9 +104,14 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 			if strings.Contains(c.sim, "no_usage") && (sum.UsageMissing == 0 || sum.UsageMissing != sum.Completed) {
 				t.Errorf("usage_missing_requests %d of %d completed, want all", sum.UsageMissing, sum.Completed)
 			}
+			// The report's count line names the run's verdict.
+			want := c.report
+			if got != c.verdict {
+				want = strings.Replace(want, "1 "+c.verdict, "1 "+got, 1)
+			}
 			rep, err := os.ReadFile(filepath.Join(out, "report.md"))
-			if err != nil || !strings.Contains(string(rep), c.report) {
-				t.Errorf("report.md lacks %q (%v)", c.report, err)
+			if err != nil || !strings.Contains(string(rep), want) {
+				t.Errorf("report.md lacks %q (%v)", want, err)
 			}
 		})
 	}

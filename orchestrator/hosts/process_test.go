@@ -16,7 +16,7 @@ import (
 
 const testMarker = "mbench-test-marker"
 
-func testSpec(t *testing.T, name, command string) ProcSpec {
+func testSpec(t testing.TB, name, command string) ProcSpec {
 	dir := t.TempDir()
 	return ProcSpec{Name: name, Command: command, StateDir: filepath.Join(dir, "state"),
 		LogPath: filepath.Join(dir, "logs", name+".log"), Marker: testMarker, Tether: true}

@@ -147,5 +147,5 @@ func TestOddProcessName(t *testing.T) {
 	if err := p.Stop(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, p.Pid(), time.Second)
+	waitGone(t, p.Pid(), time.Minute)
 }

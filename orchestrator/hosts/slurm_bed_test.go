@@ -65,17 +65,15 @@ func TestBedSlurmStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLog(t, ctx, p, "mbench-up")
-	t0 := time.Now()
-	if err := p.Stop(ctx, 10*time.Second); err != nil {
-		t.Fatal(err)
+	// A day's grace: a Stop that did not see the engine exit by itself
+	// would wait past the test's context.
+	if err := p.Stop(ctx, 24*time.Hour); err != nil || ctx.Err() != nil {
+		t.Fatalf("Stop of an engine that exits on SIGTERM: %v (context: %v)", err, ctx.Err())
 	}
 	logb, _ := os.ReadFile(clean.LogPath)
 	log := string(logb)
 	if !strings.Contains(log, "mbench-got-TERM") || !strings.Contains(log, "mbench-clean-exit") || strings.Contains(log, "Killed") {
 		t.Errorf("an engine that exits on SIGTERM was not let exit cleanly:\n%s", log)
-	}
-	if took := time.Since(t0); took > 8*time.Second {
-		t.Errorf("a stop of an engine that exits at once on SIGTERM took %v", took)
 	}
 
 	deaf := testSpec(t, "engine-c-1", `trap 'echo mbench-got-TERM' TERM; echo mbench-up; while :; do sleep 0.05; done`)
@@ -93,7 +91,7 @@ func TestBedSlurmStop(t *testing.T) {
 		t.Errorf("the step on node 1 runs in namespace %q, want %s", got, s.Nodes()[1])
 	}
 	const grace = 1500 * time.Millisecond
-	t0 = time.Now()
+	t0 := time.Now()
 	if err := p.Stop(ctx, grace); err != nil {
 		t.Fatal(err)
 	}

