@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/mbench/mbench/openloop"
 )
 
 // Cells expands the matrix into configs (file order) × rates × shapes.
@@ -195,7 +197,11 @@ func (m *Matrix) Resolved() ([]byte, error) {
 		doc["slo"] = sloSpec(m.SLO)
 	}
 	if len(m.Metadata) > 0 { // the user's record: in the hash, not the cell ids
-		doc["metadata"] = m.Metadata
+		md := make(map[string]string, len(m.Metadata))
+		for k, v := range m.Metadata { // a note may quote a URL with its password
+			md[k] = openloop.RedactUserinfo(v)
+		}
+		doc["metadata"] = md
 	}
 	if len(m.Measure.Percentiles) > 0 { // the analysis, not the load: in the hash, not the cell ids
 		doc["measure"].(map[string]any)["percentiles"] = m.Measure.Percentiles
@@ -205,7 +211,7 @@ func (m *Matrix) Resolved() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("matrix %s: encode resolved matrix: %w", m.File, err)
 	}
-	return []byte(m.Redact(js)), nil
+	return []byte(js), nil // secrets were redacted by field above
 }
 
 // hash is the sha256 (16 hex digits) of Resolved.

@@ -56,7 +56,7 @@ func parse(file string, data []byte, checkFiles bool) (*Matrix, error) {
 	if err != nil {
 		return nil, Errors{yamlError(file, err)}
 	}
-	m := &Matrix{File: file, lines: d.lines}
+	m := &Matrix{File: file, lines: d.lines, source: data, secretAt: d.secrets}
 	d.matrix(root, m, checkFiles)
 	if len(d.errs) > 0 {
 		return nil, d.errs.sorted()

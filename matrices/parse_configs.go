@@ -11,8 +11,7 @@ import (
 )
 
 var (
-	simFlagRE  = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
-	secretName = regexp.MustCompile(`(?i)TOKEN|KEY|SECRET|PASSWORD`)
+	simFlagRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
 )
 
 // reservedSimFlags are set by the command template, not by sim: maps.
@@ -285,14 +284,22 @@ func (d *decoder) env(v *yaml.Node, path string) map[string]EnvValue {
 			continue
 		}
 		d.lines[fp] = val.Line
-		ev := EnvValue{Secret: secretName.MatchString(p.key)}
+		ev := EnvValue{Secret: secretEnvName(p.key)}
+		valNode := val
 		if val.Kind == yaml.MappingNode {
 			d.object(val, fp, val.Line, []field{
-				{"value", true, func(v *yaml.Node, vp string) { ev.Value, _ = d.scalarText(v, vp); d.lines[fp] = v.Line }},
+				{"value", true, func(v *yaml.Node, vp string) {
+					ev.Value, _ = d.scalarText(v, vp)
+					d.lines[fp] = v.Line
+					valNode = d.deref(v)
+				}},
 				{"secret", false, func(v *yaml.Node, vp string) { ev.Secret = d.boolean(v, vp) || ev.Secret }},
 			})
 		} else {
 			ev.Value, _ = d.scalarText(val, fp)
+		}
+		if ev.Secret && valNode != nil {
+			d.secret(valNode)
 		}
 		out[p.key] = ev
 	}

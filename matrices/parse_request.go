@@ -50,6 +50,9 @@ func (d *decoder) request(v *yaml.Node, m *Matrix) {
 			q.Headers = map[string]string{}
 			for _, kv := range ps {
 				q.Headers[kv.key], _ = d.str(kv.v, join(p, kv.key))
+				if n := d.deref(kv.v); n != nil { // a header may carry a credential
+					d.secret(n)
+				}
 			}
 		}},
 		{"api_key_env", false, func(v *yaml.Node, p string) {

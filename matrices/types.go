@@ -44,7 +44,9 @@ type Matrix struct {
 	// kept in sweep.json and shown in the report's environment.
 	Metadata map[string]string
 
-	lines map[string]int // field path → line, for errors found after Parse
+	lines    map[string]int   // field path → line, for errors found after Parse
+	source   []byte           // the file as read
+	secretAt map[yamlPos]bool // where secret values stand in source
 }
 
 // Host is a machine engines run on.

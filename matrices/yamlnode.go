@@ -24,12 +24,16 @@ type decoder struct {
 	errs    Errors
 	steps   int
 	tooDeep bool
-	lines   map[string]int // field path → line of its value
+	lines   map[string]int   // field path → line of its value
+	secrets map[yamlPos]bool // where secret values stand (RedactedSource)
 }
 
 func newDecoder(file string) *decoder {
-	return &decoder{file: file, lines: map[string]int{}}
+	return &decoder{file: file, lines: map[string]int{}, secrets: map[yamlPos]bool{}}
 }
+
+// secret marks v's value as secret: RedactedSource replaces it.
+func (d *decoder) secret(v *yaml.Node) { d.secrets[yamlPos{v.Line, v.Column}] = true }
 
 // add records a problem.
 func (d *decoder) add(line int, field, valid, format string, args ...any) {

@@ -28,6 +28,7 @@ type runner struct {
 	clk         clock
 	cl          *client
 	bases       []string // base URLs, per target
+	shown       []string // bases as records and messages name them: credentials redacted
 	model       string
 	tokens      TokenRange  // prompt token ids (first contact)
 	tokenSource TokenSource // where tokens came from
@@ -102,6 +103,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for _, t := range cfg.Targets {
 		b := strings.TrimRight(t, "/")
 		r.bases = append(r.bases, b)
+		r.shown = append(r.shown, RedactUserinfo(b))
 		urls = append(urls, b+cfg.Endpoint.Path())
 	}
 	budget := &memBudget{limit: cfg.StreamMemory}
@@ -158,7 +160,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			vocab = served.Vocab
 		}
 	}
-	r.tokens, r.tokenSource, err = ChooseTokens(cfg.TokenIDs, vocab, "the model "+r.model+" at "+r.bases[0])
+	r.tokens, r.tokenSource, err = ChooseTokens(cfg.TokenIDs, vocab, "the model "+r.model+" at "+r.shown[0])
 	if err != nil {
 		return nil, fmt.Errorf("openloop: %w", err)
 	}
@@ -341,7 +343,7 @@ func (r *runner) execute(j *job) *Record {
 	if t < 0 {
 		t = r.pickTarget()
 	}
-	rec.Target = r.bases[t]
+	rec.Target = r.shown[t]
 	var onFirst func()
 	var ttftTimer *time.Timer
 	if d := r.cfg.AbortIf.MaxTTFT; d > 0 && j.phase != PhaseFill {
@@ -363,6 +365,9 @@ func (r *runner) execute(j *job) *Record {
 // finish counts a finished request, applies the stop conditions it can
 // trigger and hands the record to the sink.
 func (r *runner) finish(rec *Record) {
+	if rec.Error != "" { // a transport's message may quote the URL it was given
+		rec.Error = RedactUserinfo(rec.Error)
+	}
 	if rec.OK() {
 		r.okAll.Add(1)
 	} else {

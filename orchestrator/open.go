@@ -62,7 +62,7 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 		for _, c := range removed {
 			s.logf("removed cell %s (%s rate=%g %s): its results stay on disk but leave the report", c.ID, c.Config, c.Rate, c.Shape)
 		}
-		if err := s.store.keepMatrixCopy(matrixPath, m.Redact); err != nil {
+		if err := s.store.keepMatrixCopy(m); err != nil {
 			return nil, err
 		}
 		if err := s.store.save(); err != nil {
@@ -77,7 +77,7 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 			MatrixHash: m.Hash, Resolved: resolved, Seed: m.Seed, Randomize: m.Repeat.Randomize,
 			Cells: cellRecords(m), Fingerprint: fingerprintOf(m, opts.Version), Created: time.Now().UTC(), Simulated: m.Engine.Kind == matrices.EngineSim,
 			Stage1: m.Repeat.Min}
-		if err := s.store.keepMatrixCopy(matrixPath, m.Redact); err != nil {
+		if err := s.store.keepMatrixCopy(m); err != nil {
 			return nil, err
 		}
 		if err := s.store.save(); err != nil {

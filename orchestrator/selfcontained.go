@@ -20,18 +20,17 @@ import (
 // matrixCopyName is the matrix's copy inside a results directory.
 const matrixCopyName = "matrix.yaml"
 
-// keepMatrixCopy writes the matrix file, secrets redacted, into the results
-// directory and records it in the sweep state.
-func (st *store) keepMatrixCopy(matrixPath string, redact func(string) string) error {
-	data, err := os.ReadFile(matrixPath)
+// keepMatrixCopy writes the matrix file, its secret fields redacted, into
+// the results directory and records it in the sweep state.
+func (st *store) keepMatrixCopy(m *matrices.Matrix) error {
+	data, redacted, err := m.RedactedSource()
 	if err != nil {
 		return fmt.Errorf("copy the matrix into the results directory: %w", err)
 	}
-	redacted := redact(string(data))
-	if err := durable.WriteFile(filepath.Join(st.dir, matrixCopyName), []byte(redacted), 0o644); err != nil {
+	if err := durable.WriteFile(filepath.Join(st.dir, matrixCopyName), data, 0o644); err != nil {
 		return fmt.Errorf("copy the matrix into the results directory: %w", err)
 	}
-	st.state.MatrixCopy, st.state.MatrixSecrets = matrixCopyName, redacted != string(data)
+	st.state.MatrixCopy, st.state.MatrixSecrets = matrixCopyName, redacted
 	return nil
 }
 

@@ -14,57 +14,67 @@ import (
 	"time"
 )
 
-// TestSecretsNeverWritten plants two secrets in a sim matrix — one by name
-// (HF_TOKEN), one marked secret: true — checks that they do reach the
-// engine's environment, then greps every file under the results directory
-// (.state logs included) and the output of validate, run --dry-run, run and
-// export for them.
+// TestSecretsNeverWritten plants a secret of every shape in a sim matrix —
+// env values secret by name (HF_TOKEN) and by secret: true, a header value,
+// the API key read from request.api_key_env's variable, a URL's password in
+// metadata — beside short secret values that occur in the file as other
+// fields' text ("false", "2") and a setting whose name only looks like a
+// secret's (TOKENIZERS_PARALLELISM: "false"). It checks that the values
+// reach the engine, that the sweep runs and its records hold the settings
+// unaltered, then greps every file under the results directory (.state logs
+// included) and the output of validate, run --dry-run, run and export for
+// the distinctive ones.
 func TestSecretsNeverWritten(t *testing.T) {
 	defer parallel(t)()
 	if testing.Short() {
 		t.Skip("secrets sweep")
 	}
-	const tok, other = "s3cr3t-planted-value", "other-planted"
+	const tok, other, header, apiKey, pass = "s3cr3t-planted-value", "other-planted", "sk-head3r-planted", "sk-envkey-planted", "pa55-planted"
+	secrets := []string{tok, other, header, apiKey, pass}
 	dir := t.TempDir()
 	m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
 	writeSimMatrix(t, m, map[string]string{
-		"%ENV%":     "  env:\n    HF_TOKEN: " + tok + "\n",
-		"%CONFIGS%": simTwoConfigs + "\n    env:\n      PLAIN_NAME: {value: " + other + ", secret: true}",
-		"%RATES%":   "40", "%BLOCKS%": "1",
+		"%ENV%": "  env:\n    HF_TOKEN: " + tok + "\n    TOKENIZERS_PARALLELISM: \"false\"\n    FLAG_KEY: \"false\"\n    API_KEY: \"2\"\n",
+		"%CONFIGS%": simTwoConfigs + "\n    env:\n      PLAIN_NAME: {value: " + other + ", secret: true}" +
+			"\nrequest:\n  headers: {X-Api-Key: " + header + "}\n  api_key_env: MBENCH_TEST_PLANTED_KEY" +
+			"\nmetadata: {proxy: 'http://alice:" + pass + "@proxy.example:3128/'}",
+		"%RATES%": "40", "%BLOCKS%": "1",
 	})
 	t.Cleanup(func() { killMarked(out) })
+	env := []string{"MBENCH_TEST_PLANTED_KEY=" + apiKey}
 
 	var outputs []string
 	for _, args := range [][]string{{"validate", m}, {"run", m, "--dry-run"}} {
-		c := startMbench(t, dir, args...)
+		c := startMbenchEnv(t, dir, env, args...)
 		mustFinish(t, c, time.Minute)
 		outputs = append(outputs, c.output())
 	}
-	c := startMbench(t, dir, "run", m, "--out", out) // progress and logs on
-	// The secrets must really be in play: both reach the walk engine.
+	c := startMbenchEnv(t, dir, env, "run", m, "--out", out) // progress and logs on
+	// The secrets must really be in play: all reach the walk engine.
+	inEnv := []string{"HF_TOKEN=" + tok, "PLAIN_NAME=" + other, "TOKENIZERS_PARALLELISM=false", "FLAG_KEY=false", "API_KEY=2"}
 	seen := map[string]bool{}
 	waitChild(c, 2*time.Minute, func() bool {
 		for _, p := range pidfileProcs(t, out) {
 			env, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
-			for _, kv := range []string{"HF_TOKEN=" + tok, "PLAIN_NAME=" + other} {
+			for _, kv := range inEnv {
 				if bytes.Contains(env, []byte(kv+"\x00")) {
 					seen[kv] = true
 				}
 			}
 		}
-		return len(seen) == 2
+		return len(seen) == len(inEnv)
 	})
-	if len(seen) != 2 {
-		t.Errorf("the planted secrets never reached the engine (seen %v): the test would prove nothing", seen)
+	if len(seen) != len(inEnv) {
+		t.Errorf("the planted values never reached the engine (seen %v): the test would prove nothing", seen)
 	}
 	mustFinish(t, c, 2*time.Minute)
 	outputs = append(outputs, c.output())
-	c = startMbench(t, dir, "export", out)
+	c = startMbenchEnv(t, dir, env, "export", out)
 	mustFinish(t, c, time.Minute)
 	outputs = append(outputs, c.output())
 
 	for i, o := range outputs {
-		for _, s := range []string{tok, other} {
+		for _, s := range secrets {
 			if strings.Contains(o, s) {
 				t.Errorf("command output %d contains the secret %q:\n%s", i, s, o)
 			}
@@ -77,7 +87,7 @@ func TestSecretsNeverWritten(t *testing.T) {
 		}
 		n++
 		b, err := os.ReadFile(p)
-		for _, s := range []string{tok, other} {
+		for _, s := range secrets {
 			if bytes.Contains(b, []byte(s)) {
 				t.Errorf("%s contains the secret %q", p, s)
 			}
@@ -87,7 +97,30 @@ func TestSecretsNeverWritten(t *testing.T) {
 	if err != nil || n < 20 {
 		t.Fatalf("walked %d files under %s: %v", n, out, err)
 	}
+	// The records keep every setting as it was: the copy of the matrix is
+	// the matrix with its secret fields alone redacted.
+	cp, err := os.ReadFile(filepath.Join(out, "matrix.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`TOKENIZERS_PARALLELISM: "false"`, `FLAG_KEY: "***"`, `API_KEY: "***"`, `X-Api-Key: "***"`, "port: " + portOf(t, m), "http://alice:***@proxy.example:3128/"} {
+		if !strings.Contains(string(cp), want) {
+			t.Errorf("the matrix copy lacks %s:\n%s", want, cp)
+		}
+	}
 	assertNoEngines(t, out, 3*time.Second)
+}
+
+// portOf is the engine port written in the matrix file at path.
+func portOf(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), "port: ")
+	port, _, _ := strings.Cut(rest, "\n")
+	return port
 }
 
 // The helpers below run mbench as a mbenchChild process and find a sweep's engines

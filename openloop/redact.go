@@ -1,0 +1,28 @@
+package openloop
+
+import (
+	"regexp"
+	"strings"
+)
+
+// userinfoRE finds the userinfo of a URL (scheme://USERINFO@host): group 1
+// is the scheme and "://", group 2 the userinfo.
+var userinfoRE = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)([^/?#\s@]+)@`)
+
+// RedactUserinfo replaces the credentials of every URL in s with "***": the
+// password of http://user:PASSWORD@host, or the whole userinfo when it has
+// no password (http://TOKEN@host carries a token as its user). A target URL
+// may carry credentials, and records, summaries and messages name their
+// target; the user name beside a password stays, as it grants nothing.
+func RedactUserinfo(s string) string {
+	if !strings.Contains(s, "@") {
+		return s
+	}
+	return userinfoRE.ReplaceAllStringFunc(s, func(m string) string {
+		sm := userinfoRE.FindStringSubmatch(m)
+		if user, _, ok := strings.Cut(sm[2], ":"); ok {
+			return sm[1] + user + ":***@"
+		}
+		return sm[1] + "***@"
+	})
+}
