@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/mbench/mbench/internal/userfile"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -28,17 +28,9 @@ const nameValid = "letters, digits, _ . - (at least one)"
 // Load reads the matrix file at path and parses it. Beyond Parse, it checks
 // that trace files named by shapes exist.
 func Load(path string) (*Matrix, error) {
-	f, err := os.Open(path)
+	data, err := userfile.ReadFile(path, "matrix file", maxFileSize)
 	if err != nil {
 		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read matrix: %v", err), cause: err}}
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read matrix: %v", err), cause: err}}
-	}
-	if len(data) > maxFileSize {
-		return nil, Errors{{File: path, Msg: fmt.Sprintf("matrix is larger than %d bytes", maxFileSize)}}
 	}
 	return parse(path, data, true)
 }

@@ -1,11 +1,13 @@
 package matrices
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/mbench/mbench/internal/userfile"
 	"github.com/mbench/mbench/openloop"
 	"go.yaml.in/yaml/v3"
 )
@@ -109,7 +111,7 @@ func (d *decoder) inFlight(v *yaml.Node, path string, m *Matrix) {
 	}
 	seen := map[int]int{}
 	for i, e := range es {
-		n := d.intField(e, ps[i], 1, 1<<20)
+		n := d.intField(e, ps[i], 1, openloop.MaxInFlight)
 		if n < 1 {
 			continue
 		}
@@ -240,7 +242,9 @@ func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool)
 	}
 	// The load generator's own parser: a bad line is refused before
 	// anything launches.
-	if _, err := openloop.LoadDataset(openloop.Dataset{Path: ds.Path, Format: ds.Format}, s.Output); err != nil {
+	if _, err := openloop.LoadDataset(openloop.Dataset{Path: ds.Path, Format: ds.Format}, s.Output); errors.Is(err, userfile.ErrRefused) {
+		d.add(pl, path+".dataset.path", "a prompt file relative to the matrix file", "%v", strings.TrimPrefix(err.Error(), "dataset: "))
+	} else if err != nil {
 		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see docs/loadgen.md, Prompts from files)", "bad dataset: %v", err)
 	}
 }

@@ -1,7 +1,9 @@
 package matrices
 
 import (
+	"errors"
 	"fmt"
+	"github.com/mbench/mbench/internal/userfile"
 	"github.com/mbench/mbench/openloop"
 	"os"
 	"path/filepath"
@@ -38,6 +40,10 @@ func (d *decoder) rates(v *yaml.Node, m *Matrix) {
 	for i, e := range es {
 		r, ok := d.number(e, ps[i], true)
 		if !ok {
+			continue
+		}
+		if err := openloop.CheckRate(r); err != nil {
+			d.add(e.Line, ps[i], "a number > 0", "%s", strings.TrimPrefix(err.Error(), "rate: "))
 			continue
 		}
 		if first, dup := seen[r]; dup {
@@ -205,7 +211,9 @@ func (d *decoder) trace(v *yaml.Node, path, file string, checkFiles bool) *Trace
 				} else {
 					// The trace format is the load generator's: checked with its
 					// parser, so a bad line is refused before anything launches.
-					if _, err := openloop.LoadTrace(t.Path); err != nil {
+					if _, err := openloop.LoadTrace(t.Path); errors.Is(err, userfile.ErrRefused) {
+						d.add(v.Line, p, "a trace file (JSONL) relative to the matrix file", "%v", strings.TrimPrefix(err.Error(), "trace: "))
+					} else if err != nil {
 						d.add(v.Line, p, "one JSON object a line with timestamp (ms), input_length, output_length, hash_ids", "bad trace: %v", err)
 					}
 				}
@@ -228,7 +236,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 		{"burstiness", false, func(v *yaml.Node, p string) { m.Arrival.Burstiness, _ = d.number(v, p, true) }},
 		{"in_flight", false, func(v *yaml.Node, p string) { d.inFlight(v, p, m) }},
 		{"ramp", false, func(v *yaml.Node, p string) { m.Arrival.Ramp = d.ramp(v, p) }},
-		{"max_in_flight", false, func(v *yaml.Node, p string) { m.Arrival.MaxInFlight = d.intField(v, p, 1, 1<<20) }},
+		{"max_in_flight", false, func(v *yaml.Node, p string) { m.Arrival.MaxInFlight = d.intField(v, p, 1, openloop.MaxInFlight) }},
 	})
 	if l := d.lines["arrival.max_in_flight"]; l > 0 && m.Arrival.Process == openloop.ArrivalConcurrency {
 		d.add(l, "arrival.max_in_flight", "a rate process (poisson, gamma, constant), or remove max_in_flight", "a closed loop keeps in_flight requests in flight; it takes no cap")

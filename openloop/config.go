@@ -7,7 +7,10 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
+
+	"github.com/mbench/mbench/internal/userfile"
 )
 
 // Config is one open-loop run against one or more OpenAI-compatible servers.
@@ -145,13 +148,19 @@ func (c *Config) validate() error {
 	if err := c.Shape.Validate(); err != nil {
 		return fmt.Errorf("shape %q: %w", c.Shape.Name, err)
 	}
+	if err := c.Shape.checkFiles(); err != nil {
+		return err
+	}
 	if c.Shape.Trace != nil {
-		if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
-			return fmt.Errorf("rate: the trace rate multiplier must be > 0 (or 0 for 1), got %v", c.Rate)
+		if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate > MaxRate {
+			return fmt.Errorf("rate: the trace rate multiplier must be > 0 (or 0 for 1) and at most %g, got %v", float64(MaxRate), c.Rate)
 		}
 	} else {
 		if !(c.Rate > 0) && c.Arrival.Process != ArrivalConcurrency {
 			return fmt.Errorf("rate: must be > 0 req/s, got %v", c.Rate)
+		}
+		if err := CheckRate(c.Rate); err != nil {
+			return fmt.Errorf("%w; for every request at once give rate inf (a burst) with a number of requests", err)
 		}
 		if c.MinCompleted <= 0 && c.Requests <= 0 && c.Duration <= 0 {
 			return errors.New("stop condition: set min_completed, requests or duration")
@@ -185,6 +194,52 @@ func (c *Config) validate() error {
 	}
 	if !validHeaderValue(c.RequestIDPrefix) {
 		return fmt.Errorf("request id prefix %q: control characters cannot go in a header", c.RequestIDPrefix)
+	}
+	return nil
+}
+
+// Bounds shared by every way a run is described (a matrix, mbench load's
+// flags): beyond them a run cannot be what was asked for on any machine, and
+// trying costs the machine (an in-flight level allocates its state up front;
+// a finite rate of 1e308 req/s opens connections until file descriptors run
+// out).
+const (
+	MaxInFlight = 1 << 20 // requests in flight: concurrency, in_flight, max_in_flight
+	MaxRate     = 1e6     // req/s offered at a finite rate; a trace's rate multiplier
+)
+
+// CheckRate refuses a finite rate above MaxRate; an infinite one is a burst
+// (every request at once) and is not bounded here.
+func CheckRate(rate float64) error {
+	if math.IsNaN(rate) || (rate > MaxRate && !math.IsInf(rate, 1)) {
+		return fmt.Errorf("rate: %v req/s is more than one load generator offers (at most %g req/s)", rate, float64(MaxRate))
+	}
+	return nil
+}
+
+// checkFiles refuses, before any contact with the engine, a trace or
+// dataset that is not a regular file within its size limit.
+func (s Shape) checkFiles() error {
+	check := func(kind, path string, limit int64) error {
+		if path == "" {
+			return nil
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil // reported where the file is read, with the read's context
+		}
+		if err := userfile.Check(fi, kind+" file "+path, limit); err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
+		return nil
+	}
+	if s.Trace != nil {
+		if err := check("trace", s.Trace.Path, MaxTraceFile); err != nil {
+			return err
+		}
+	}
+	if s.Dataset != nil {
+		return check("dataset", s.Dataset.Path, MaxDatasetFile)
 	}
 	return nil
 }

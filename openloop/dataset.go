@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mbench/mbench/internal/userfile"
 )
 
 // DatasetFormat names the layout of a prompt file.
@@ -99,7 +100,7 @@ var datasetCache struct {
 // cachedDataset parses d, or returns the last parse when it was of the same
 // file version (a sweep reads the same file every run).
 func cachedDataset(d Dataset) ([]DatasetItem, error) {
-	f, err := os.Open(d.Path)
+	f, err := userfile.Open(d.Path, "dataset file "+d.Path, MaxDatasetFile)
 	if err != nil {
 		return nil, fmt.Errorf("dataset: %w", err)
 	}
@@ -234,8 +235,8 @@ func ParseDatasetJSONL(name string, r io.Reader) ([]DatasetItem, error) {
 func eachLine(r io.Reader, fn func(line int, b []byte) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for line := 1; ; line++ {
-		b, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(b)) > 0 {
+		b, err := readLine(br, maxDatasetLine)
+		if len(bytes.TrimSpace(b)) > 0 && (err == nil || errors.Is(err, io.EOF)) {
 			if ferr := fn(line, b); ferr != nil {
 				return fmt.Errorf("%d: %w", line, ferr)
 			}

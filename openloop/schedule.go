@@ -57,8 +57,11 @@ func (a Arrival) Validate() error {
 			return fmt.Errorf("arrival: %w", err)
 		}
 	}
-	if a.MaxInFlight < 0 {
-		return fmt.Errorf("arrival: max_in_flight: must be ≥ 0, got %d", a.MaxInFlight)
+	if a.MaxInFlight < 0 || a.MaxInFlight > MaxInFlight {
+		return fmt.Errorf("arrival: max_in_flight: must be ≥ 0 and at most %d, got %d", MaxInFlight, a.MaxInFlight)
+	}
+	if a.InFlight > MaxInFlight {
+		return fmt.Errorf("arrival: in_flight: at most %d requests in flight, got %d", MaxInFlight, a.InFlight)
 	}
 	if a.MaxInFlight > 0 && a.Process == ArrivalConcurrency {
 		return errors.New("arrival: max_in_flight: a closed loop keeps in_flight requests in flight; it takes no cap")

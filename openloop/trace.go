@@ -8,8 +8,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
+
+	"github.com/mbench/mbench/internal/userfile"
 )
 
 // TraceRequest is one line of a Mooncake-format trace:
@@ -40,9 +41,20 @@ type traceLine struct {
 	Turn         *int            `json:"turn"`
 }
 
-// LoadTrace reads and parses the trace file at path.
+// File limits: a trace or dataset larger than this, or a line of one
+// longer than its limit, is refused before it is read whole (a model file
+// given by mistake, a file without newlines).
+const (
+	MaxTraceFile   = 2 << 30
+	MaxDatasetFile = 2 << 30
+	maxTraceLine   = 1 << 20
+	maxDatasetLine = 64 << 20
+)
+
+// LoadTrace reads and parses the trace file at path: a regular file of at
+// most MaxTraceFile bytes, streamed a line at a time.
 func LoadTrace(path string) ([]TraceRequest, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path, "trace file "+path, MaxTraceFile)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
@@ -62,8 +74,8 @@ func ParseTrace(r io.Reader, name string) ([]TraceRequest, error) {
 	}
 	seen := map[sessionTurn]int{}
 	for line := 1; ; line++ {
-		b, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(b)) > 0 {
+		b, err := readLine(br, maxTraceLine)
+		if len(bytes.TrimSpace(b)) > 0 && (err == nil || errors.Is(err, io.EOF)) {
 			tr, perr := parseTraceLine(b, name, line)
 			if perr != nil {
 				return nil, perr
@@ -161,4 +173,21 @@ func (t *TraceRequest) sessionKey() string {
 		return "s:" + t.SessionID
 	}
 	return "line:" + strconv.Itoa(t.Line)
+}
+
+// readLine reads one line (its newline included) of at most max bytes; a
+// longer one is an error, so that a file without newlines is not read whole
+// into memory.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var b []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(b)+len(frag) > max {
+			return nil, fmt.Errorf("line longer than %s: is this the right file?", userfile.Size(int64(max)))
+		}
+		b = append(b, frag...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return b, err
+		}
+	}
 }
