@@ -66,12 +66,20 @@ func (m *Matrix) Describe(w io.Writer) error {
 	return err
 }
 
+// manyCells is the count beyond which Describe states a sweep's size
+// before its table of cells.
+const manyCells = 100
+
 // describeCells writes a fixed-rate sweep's cells and its block plan.
 func (m *Matrix) describeCells(b *strings.Builder) {
+	cells := m.Cells()
+	if len(cells) > manyCells { // the size first, before a long table
+		fmt.Fprintf(b, "%d cells (%d configs × %d rates × %d shapes) × %d blocks (min) ≈ %s; up to %d runs\n",
+			len(cells), len(m.ConfigOrder), len(m.Rates), len(m.Shapes), m.Repeat.Min, m.EstimateDuration(), len(cells)*m.Repeat.Max)
+	}
 	t := table.NewWriter()
 	t.SetStyle(table.StyleLight)
 	t.AppendHeader(table.Row{"cell", "config", "rate", "shape", "same_as"})
-	cells := m.Cells()
 	for _, c := range cells {
 		t.AppendRow(table.Row{c.ID, c.Config, strconv.FormatFloat(c.Rate, 'g', -1, 64), c.Shape.Name, c.SameAs})
 	}

@@ -53,6 +53,9 @@ func parse(file string, data []byte, checkFiles bool) (*Matrix, error) {
 	if len(d.errs) > 0 {
 		return nil, d.errs.sorted()
 	}
+	if err := m.checkSize(); err != nil {
+		return nil, Errors{{File: file, Line: m.lines["repeat"], Field: "limits", Msg: err.Error(), cause: err}}
+	}
 	h, err := m.hash()
 	if err != nil {
 		return nil, Errors{{File: file, Msg: "cannot hash the resolved matrix: " + err.Error(), cause: err}}
@@ -120,7 +123,7 @@ func parserProblem(msg string) bool {
 
 // topKeys lists the top-level keys in documentation order.
 var topKeys = []string{"name", "seed", "hosts", "engine", "configs", "rates", "shapes",
-	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "class_basis", "capacity", "slo", "endpoint", "request", "metadata"}
+	"arrival", "measure", "repeat", "baseline", "compare", "gate", "probe", "class_bounds", "class_basis", "capacity", "slo", "endpoint", "request", "metadata", "limits"}
 
 // matrix decodes the whole document; sections are decoded in dependency
 // order whatever their order in the file, and cross-field checks run only on
@@ -161,6 +164,14 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 	}
 	if v := nodes["shapes"]; v != nil {
 		d.shapes(v, m, checkFiles)
+	}
+	d.limits(nodes["limits"], m)
+	line := root.Line
+	if v := nodes["rates"]; v != nil {
+		line = v.Line
+	}
+	if !d.checkCells(m, line) {
+		return // nothing may expand them
 	}
 	d.workload(nodes, m)
 	d.capacity(nodes, m)

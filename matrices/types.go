@@ -43,6 +43,8 @@ type Matrix struct {
 	// Metadata is the user's record of the sweep (metadata: {key: value}),
 	// kept in sweep.json and shown in the report's environment.
 	Metadata map[string]string
+	// Limits bound the sweep's size (limits.go); not part of the hash.
+	Limits Limits
 
 	lines    map[string]int   // field path → line, for errors found after Parse
 	source   []byte           // the file as read
