@@ -42,14 +42,22 @@ var commands = []func() *cli.Command{
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// A reader that went away (mbench run … | head) must not kill mbench
+	// mid-sweep with its engines up: with SIGPIPE handled, a write to the
+	// closed pipe fails instead, and the sweep goes on. Handled, not
+	// ignored, so that the engines mbench starts get the default.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP) // a closed terminal must not orphan engines
+	// A closed terminal (SIGHUP) and SIGQUIT (Ctrl-\) tear down as Ctrl-C
+	// does: no engine may outlive mbench, and no goroutine dump hides why.
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	cmd := commandName(os.Args)
 	go func() {
-		<-sigs
-		if len(os.Args) > 1 && os.Args[1] == "load" {
-			fmt.Fprintln(os.Stderr, "mbench load: interrupted: stopping the load; the requests measured so far are written (interrupt again to exit at once)")
-		} else {
-			fmt.Fprintln(os.Stderr, "mbench: interrupted: stopping the load and tearing down engines (interrupt again to exit at once)")
+		sig := <-sigs
+		msg, exitNow := interruptNotice(cmd, sig)
+		fmt.Fprintln(os.Stderr, msg)
+		if exitNow {
+			os.Exit(exitInterrupted)
 		}
 		cancel()
 		<-sigs
@@ -62,6 +70,46 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mbench:", err)
 		os.Exit(exitCode(err))
 	}
+}
+
+// commandName is the subcommand args name ("" when none).
+func commandName(args []string) string {
+	for _, a := range args[1:] {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
+}
+
+// interruptNotice is what mbench says on the first signal, in the words of
+// the command it interrupts, and whether it exits at once: a command that
+// starts nothing has nothing to tear down.
+func interruptNotice(cmd string, sig os.Signal) (msg string, exitNow bool) {
+	name := map[os.Signal]string{os.Interrupt: "interrupt", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGQUIT: "SIGQUIT"}[sig]
+	if name == "" {
+		name = sig.String()
+	}
+	how := "interrupted"
+	if sig != os.Interrupt {
+		how += " (" + name + ")"
+	}
+	switch cmd {
+	case "load":
+		return fmt.Sprintf("mbench load: %s: stopping the load; the requests measured so far are written (interrupt again to exit at once)", how), false
+	case "run", "resume", "bench-load":
+		return fmt.Sprintf("mbench: %s: stopping the load and tearing down engines (interrupt again to exit at once)", how), false
+	case "sim", "router", "probe", "bench-stub": // a sweep's own processes: their parent (a sweep, a Slurm step) stops them
+		return fmt.Sprintf("mbench %s: stopping on %s", cmd, name), false
+	case "export":
+		return fmt.Sprintf("mbench export: %s: stopping the export (interrupt again to exit at once)", how), false
+	}
+	if cmd == "" {
+		cmd = "mbench"
+	} else {
+		cmd = "mbench " + cmd
+	}
+	return fmt.Sprintf("%s: %s: stopped (it starts nothing, so there is nothing to tear down)", cmd, how), true
 }
 
 // The exit statuses of mbench (README.md: "Exit status").
