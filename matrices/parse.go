@@ -243,6 +243,7 @@ func (d *decoder) hosts(n *yaml.Node, m *Matrix) {
 			{"workdir", false, func(v *yaml.Node, fp string) { h.Workdir = d.nonEmpty(v, fp) }},
 			{"mbench_path", false, func(v *yaml.Node, fp string) { h.MbenchPath, _ = d.str(v, fp) }},
 			{"slurm", false, func(v *yaml.Node, fp string) { h.Slurm = d.slurm(v, fp) }},
+			{"connect_timeout", false, func(v *yaml.Node, fp string) { h.ConnectTimeout = d.positiveDuration(v, fp) }},
 		})
 		d.checkHostKind(&h, path, p.k.Line)
 		m.Hosts[p.key] = h

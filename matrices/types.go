@@ -61,6 +61,10 @@ type Host struct {
 	Workdir       string // default "~/.mbench"
 	MbenchPath    string // mbench binary on the host ("" = the orchestrator decides)
 	Slurm         *Slurm // allocated by Slurm (parse_slurm.go); Address is then ""
+	// ConnectTimeout bounds one SSH connection attempt, TCP connect and
+	// handshake (connect_timeout; 0 = 15 s); a host that answers none of a
+	// reconnection's 5 attempts is lost. Not part of the hash.
+	ConnectTimeout time.Duration
 }
 
 // IsLocal reports whether the host is this machine.

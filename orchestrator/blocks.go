@@ -189,6 +189,12 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 			// Not the run's fault: resume redoes it in a new allocation.
 			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
 		}
+		if err := s.fleet.lostHost(ctx, runErr); err != nil {
+			// Not the run's fault either: the host is lost, not the run.
+			// No journal line, so resume redoes it once the host answers.
+			return nil, fmt.Errorf("run %s b%d: %w; the run is not journaled: once the host answers again, mbench resume %s redoes it",
+				cell.ID, block, err, s.store.dir)
+		}
 		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
 			// Not the run's fault, and every later run would fail the same
 			// way: stop the sweep with no journal line, so resume redoes it.

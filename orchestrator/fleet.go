@@ -93,7 +93,7 @@ func (f *fleet) dialMachine(ctx context.Context, name string) (hosts.Host, error
 	if isLocal(hc.Address) {
 		return hosts.NewLocal(), nil
 	}
-	h, err := f.dial(ctx, hosts.SSHConfig{Name: name, Address: hc.Address, HostKeyPolicy: hc.HostKeyPolicy, Warn: f.warn})
+	h, err := f.dial(ctx, hosts.SSHConfig{Name: name, Address: hc.Address, HostKeyPolicy: hc.HostKeyPolicy, Warn: f.warn, DialTimeout: hc.ConnectTimeout})
 	if err != nil {
 		if !strings.Contains(err.Error(), "host "+name) {
 			err = fmt.Errorf("host %s (%s): %w", name, hc.Address, err)

@@ -128,6 +128,11 @@ func (e *ExitError) Error() string {
 // ErrConnectionLost is wrapped by errors caused by a lost SSH connection.
 var ErrConnectionLost = errors.New("ssh connection lost")
 
+// ErrHostUnreachable is wrapped by the error of a host that no attempt of
+// a reconnection reached: the host has stopped answering, as opposed to a
+// connection that broke and was made again.
+var ErrHostUnreachable = errors.New("host stopped answering")
+
 // transport executes sh command lines on a machine. Everything else is shared.
 type transport interface {
 	// exec runs cmd (a POSIX sh command line). With stdin nil, cancelling ctx
