@@ -18,12 +18,12 @@ import (
 const maxFileSize = 4 << 20
 
 var (
-	nameRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,100}$`) // within a file name, with mbench's prefixes
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	yamlErrRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 )
 
-const nameValid = "letters, digits, _ . - (at least one)"
+const nameValid = "letters, digits, _ . - (1 to 100 of them)"
 
 // Load reads the matrix file at path and parses it. Beyond Parse, it checks
 // that trace files named by shapes exist.
@@ -46,7 +46,11 @@ func parse(file string, data []byte, checkFiles bool) (*Matrix, error) {
 	d := newDecoder(file)
 	root, err := decodeYAML(data)
 	if err != nil {
-		return nil, Errors{yamlError(file, err)}
+		e := yamlError(file, err)
+		if e.Line == 0 && strings.Contains(e.Msg, "control characters") { // the scanner names no line
+			e.Line, e.Msg = controlLine(data), e.Msg+" (a NUL or another control character; only tab, newline and carriage return may appear)"
+		}
+		return nil, Errors{e}
 	}
 	m := &Matrix{File: file, lines: d.lines, source: data, secretAt: d.secrets}
 	d.matrix(root, m, checkFiles)
@@ -407,4 +411,19 @@ func (d *decoder) positiveDuration(v *yaml.Node, path string) time.Duration {
 		d.add(v.Line, path, "a duration > 0 such as 90s or 15m", "must be greater than zero")
 	}
 	return x
+}
+
+// controlLine is the 1-based line of data's first control character other
+// than tab, newline and carriage return (0 when none).
+func controlLine(data []byte) int {
+	line := 1
+	for _, c := range data {
+		switch {
+		case c == '\n':
+			line++
+		case c < 0x20 && c != '\t' && c != '\r', c == 0x7f:
+			return line
+		}
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package matrices
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"text/template"
@@ -48,7 +49,12 @@ var TemplateVars = []string{"Model", "Port", "GPUs", "Instance", "Host", "Addres
 var allowedFuncs = map[string]bool{"add": true, "eq": true, "ne": true, "lt": true,
 	"le": true, "gt": true, "ge": true, "and": true, "or": true, "not": true}
 
-var funcs = template.FuncMap{"add": func(a, b int) int { return a + b }}
+var funcs = template.FuncMap{"add": func(a, b int) (int, error) {
+	if (b > 0 && a > math.MaxInt-b) || (b < 0 && a < math.MinInt-b) {
+		return 0, fmt.Errorf("add %d %d overflows a 64-bit integer", a, b)
+	}
+	return a + b, nil
+}}
 
 // maxRendered bounds the size of one rendered template.
 const maxRendered = 256 << 10

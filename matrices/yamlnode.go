@@ -1,12 +1,14 @@
 package matrices
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -98,6 +100,9 @@ func describe(n *yaml.Node) string {
 	case "!!null":
 		return "an empty value"
 	case "!!str":
+		if _, err := strconv.ParseFloat(n.Value, 64); n.Style == 0 && errors.Is(err, strconv.ErrRange) {
+			return "number " + v + ", beyond what a float64 holds" // 1e400: YAML takes it for a string
+		}
 		return fmt.Sprintf("string %q", v)
 	case "!!int":
 		return "integer " + v
@@ -226,6 +231,11 @@ func (d *decoder) object(n *yaml.Node, path string, line int, fields []field) bo
 	for _, p := range ps {
 		i := slices.Index(names, p.key)
 		if i < 0 {
+			if vis := visibleKey(p.key); vis != p.key { // a zero-width space, a control character, a NUL
+				d.add(p.k.Line, join(path, strconv.Quote(p.key)), strings.Join(names, ", "),
+					"unknown key: it holds invisible or control characters%s", suggest(vis, names))
+				continue
+			}
 			d.add(p.k.Line, join(path, p.key), strings.Join(names, ", "), "unknown key%s", suggest(p.key, names))
 			continue
 		}
@@ -370,4 +380,15 @@ func (d *decoder) list(v *yaml.Node, path string) ([]*yaml.Node, []string, bool)
 		paths = append(paths, p)
 	}
 	return out, paths, true
+}
+
+// visibleKey is key without the runes a terminal does not show (zero-width
+// spaces, control characters, NUL): what the user believes they typed.
+func visibleKey(key string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return -1
+	}, key)
 }
