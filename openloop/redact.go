@@ -26,3 +26,24 @@ func RedactUserinfo(s string) string {
 		return sm[1] + "***@"
 	})
 }
+
+// RedactError is err with its message's credentials redacted (as
+// RedactUserinfo); err itself when it names none.
+func RedactError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if msg := err.Error(); RedactUserinfo(msg) != msg {
+		return redactedError{RedactUserinfo(msg), err}
+	}
+	return err
+}
+
+// redactedError says msg and is err for errors.Is and errors.As.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }

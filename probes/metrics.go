@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/mbench/mbench/openloop"
 )
 
 // ParseMetrics parses the Prometheus text exposition format (vLLM's
@@ -54,27 +56,28 @@ func ScrapeMetrics(ctx context.Context, c *http.Client, url string) (Scrape, err
 }
 
 func scrapeAt(ctx context.Context, c *http.Client, url string, clock Clock) (Scrape, error) {
-	s := Scrape{TsUs: clock.Now().UnixMicro(), Target: url}
+	shown := openloop.RedactUserinfo(url) // a target may carry credentials; records and messages do not
+	s := Scrape{TsUs: clock.Now().UnixMicro(), Target: shown}
 	if c == nil {
 		c = http.DefaultClient
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return s, fmt.Errorf("scrape %s: %w", url, err)
+		return s, fmt.Errorf("scrape %s: %w", shown, openloop.RedactError(err))
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	resp, err := c.Do(req)
 	if err != nil {
-		return s, fmt.Errorf("scrape %s: %w", url, err)
+		return s, fmt.Errorf("scrape %s: %w", shown, openloop.RedactError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-		return s, fmt.Errorf("scrape %s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
+		return s, fmt.Errorf("scrape %s: HTTP %d: %s", shown, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	v, err := ParseMetrics(io.LimitReader(resp.Body, maxMetricsBody))
 	if err != nil {
-		return s, fmt.Errorf("scrape %s: %w", url, err)
+		return s, fmt.Errorf("scrape %s: %w", shown, openloop.RedactError(err))
 	}
 	s.Values = v
 	return s, nil

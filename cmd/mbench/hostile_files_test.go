@@ -38,7 +38,7 @@ func TestLoadRefusesHostileInput(t *testing.T) {
 		{[]string{"--rate", "1", "--trace", big}, "trace file " + big + " is 8.0 GiB; limit 2 GiB: is this the right file?"},
 		{[]string{"--rate", "1", "--requests", "3", "--output", "8", "--dataset", fifo, "--dataset-format", "sharegpt"}, "dataset file " + fifo + " is a FIFO"},
 		{[]string{"--rate", "1", "--requests", "3", "--output", "8", "--dataset", big}, "dataset file " + big + " is 8.0 GiB; limit 2 GiB"},
-		{[]string{"--concurrency", "1000000000000", "--input", "8", "--output", "8", "--requests", "2"}, "in_flight: at most 1048576 requests in flight"},
+		{[]string{"--concurrency", "1000000000000", "--input", "8", "--output", "8", "--requests", "2"}, "at most 1048576 requests in flight"},
 		{[]string{"--rate", "1e308", "--input", "8", "--output", "8", "--requests", "2"}, "1e+308 req/s is more than one load generator offers"},
 	} {
 		_, stderr, err := runCLI(t, ctx, append(base, c.args...)...)

@@ -47,7 +47,7 @@ func TestLoadSecretsNeverWritten(t *testing.T) {
 		for name, text := range files {
 			for _, sec := range []string{pass, userTok, header, key} {
 				if strings.Contains(text, sec) {
-					t.Errorf("--url %s: %s contains %q", u, name, sec)
+					t.Errorf("--url %s: %s contains %q:\n%s", u, name, sec, text)
 				}
 			}
 		}
