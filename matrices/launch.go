@@ -170,19 +170,29 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if bounds == [3]int{} {
 		bounds = defaultClassBounds
 	}
+	// lists are {{.Targets}} and {{.Producers}} as a process at a place
+	// sees them, rendered once per place (once per instance was quadratic
+	// in the instances when they share a host).
+	type lists struct{ quoted, plain, producers string }
+	seen := map[place]lists{}
 	vars := func(at place, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
-		targets, producers := urls(at)
-		q, qp, tg := shquote.Quote, shquote.Path, shquote.Join(targets)
+		ls, ok := seen[at]
+		if !ok {
+			targets, producers := urls(at)
+			ls = lists{shquote.Join(targets), strings.Join(targets, " "), strings.Join(producers, ",")}
+			seen[at] = ls
+		}
+		q, qp, tg := shquote.Quote, shquote.Path, ls.quoted
 		if !quote {
 			q = func(s string) string { return s }
-			qp, tg = q, strings.Join(targets, " ")
+			qp, tg = q, ls.plain
 		}
 		hn := at.host
 		nodeName, nodeAddr := m.nodeOf(at, bind, rt)
 		return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(m.Hosts[hn].nodeGPUs(gpus)),
 			"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": configArgs,
 			"Config": q(root), "Self": qp(self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
-			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(strings.Join(producers, ",")),
+			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(ls.producers),
 			"BootstrapPorts": q(bootstrapPorts), "ClassBounds": q(joinInts(bounds[:])),
 			"NodeName": q(nodeName), "NodeAddress": q(nodeAddr)}
 	}
