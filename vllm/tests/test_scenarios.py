@@ -552,3 +552,24 @@ def test_multiproc_tp2_worker_files(step_log):
         assert {ln["pid"] for ln in wl} <= pids
         assert len(wl) == 12, (f, len(wl))
         assert os.path.basename(f).startswith("engine_step.worker.")
+
+
+def test_v2_model_runner_says_how_to_measure(step_log):
+    """vLLM 0.26.0 runs dense models on the V2 model runner by default
+    (config/vllm.py@ffd46bfab _is_default_v2_model_runner_model: any non-MoE
+    generate model; the H200 run's log: "Using V2 Model Runner" for a Llama),
+    which has no _model_forward: GPU time is not measured, and the status
+    line names the switch that selects the V1 runner."""
+    fake_vllm(VERSIONS["main"], gpu=True)
+    from mbench_vllm.gpu import GPU
+
+    class ModelRunnerV2:  # vllm/v1/worker/gpu/model_runner.py: the model is called in execute_model
+        def execute_model(self, scheduler_output):
+            return None
+
+    GPU.install_runner(ModelRunnerV2())
+    st = GPU.status()
+    assert st["gpu_time"] == "not_measured"
+    assert "ModelRunnerV2 has no _model_forward" in st["gpu_reason"]
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in st["gpu_reason"]
+
