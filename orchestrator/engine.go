@@ -245,7 +245,7 @@ func (e *launcher) waitReady(ctx context.Context, p *engineProc, path string, ti
 		select {
 		case <-p.proc.Done():
 			return fmt.Errorf("%s on host %s exited before it was ready (%v); command: %s; last lines of %s:\n%s",
-				p.name, p.hostName, p.proc.Err(), e.redact(p.command), p.logPath, e.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
+				p.name, p.hostName, p.proc.Err(), e.redact(p.command), p.logPath, e.redact(logExcerpt(p.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20)))
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+path, nil)
@@ -257,7 +257,7 @@ func (e *launcher) waitReady(ctx context.Context, p *engineProc, path string, ti
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s on host %s: not ready after %s (GET %s%s never answered 200); command: %s; last lines of %s:\n%s",
-				p.name, p.hostName, timeout, p.url, path, e.redact(p.command), p.logPath, e.redact(p.proc.LogTail(context.WithoutCancel(ctx), 20)))
+				p.name, p.hostName, timeout, p.url, path, e.redact(p.command), p.logPath, e.redact(logExcerpt(p.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20)))
 		}
 		t := time.NewTimer(wait)
 		select {

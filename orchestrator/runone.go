@@ -167,7 +167,7 @@ func (s *runner) loadOutcome(ctx context.Context, es *engineSet, sinkErr, loadEr
 		return ctx.Err()
 	}
 	if dead := es.deadAfterLoad(ctx); dead != nil {
-		tail := dead.proc.LogTail(context.WithoutCancel(ctx), 20)
+		tail := logExcerpt(dead.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20)
 		s.engines.stop(context.WithoutCancel(ctx)) // es is the running set
 		return fmt.Errorf("%s on host %s exited during the run (%v); last lines of its log:\n%s", dead.name, dead.hostName, dead.proc.Err(), s.redact(tail))
 	}

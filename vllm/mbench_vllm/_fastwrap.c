@@ -54,6 +54,7 @@ typedef struct {
     int kind, bq;    /* what it times; the step's path (step Timer) */
     PyObject *hook;  /* the rare-case callback (see kinds) */
     PyObject *seen;  /* launch: the set of result classes already looked at */
+    PyObject *sched_type; /* step: the class of the engine's scheduler when last hooked */
     PyObject *dict;  /* __wrapped__, __name__, the wrapped mark */
     unsigned long long rng, cut; /* gate: xorshift64* state; a draw below cut goes to hook */
 } Timer;
@@ -98,13 +99,30 @@ static PyObject *step_vc(PyObject *op, PyObject *const *args, size_t nargsf, PyO
         PyErr_Clear(); /* no instance dict: not an engine the plugin sets up */
     } else {
         int ready = PyDict_Contains(d, s_ready);
-        Py_DECREF(d);
-        if (ready < 0) return NULL;
-        if (!ready) { /* not set up at construction: hook its objects now, late */
-            PyObject *r = PyObject_CallOneArg(t->hook, self);
-            if (r == NULL) return NULL;
-            Py_DECREF(r);
+        /* Whatever EngineCore.scheduler holds now, whatever its class (one
+           installed after the engine was built included): a class not seen
+           at the last step goes to the hook, which hooks it. */
+        PyObject *sched = ready < 0 ? NULL : PyDict_GetItemWithError(d, s_scheduler); /* borrowed */
+        int stale = sched != NULL && (PyObject *)Py_TYPE(sched) != t->sched_type;
+        if (ready < 0 || (sched == NULL && PyErr_Occurred())) {
+            Py_DECREF(d);
+            return NULL;
         }
+        if (!ready || stale) { /* not set up at construction, or a new scheduler class: hook it now */
+            PyObject *r = PyObject_CallOneArg(t->hook, self);
+            if (r == NULL) {
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_DECREF(r);
+            sched = PyDict_GetItemWithError(d, s_scheduler);
+            if (sched == NULL && PyErr_Occurred()) {
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_XSETREF(t->sched_type, sched ? Py_NewRef((PyObject *)Py_TYPE(sched)) : NULL);
+        }
+        Py_DECREF(d);
     }
     if (!st->have_acc || !st->have_tmpl) PASS();
     st->in_step = 1;
@@ -425,6 +443,7 @@ static int timer_traverse(Timer *t, visitproc visit, void *arg) {
     Py_VISIT(t->st);
     Py_VISIT(t->hook);
     Py_VISIT(t->seen);
+    Py_VISIT(t->sched_type);
     Py_VISIT(t->dict);
     return 0;
 }
@@ -434,6 +453,7 @@ static int timer_clear(Timer *t) {
     Py_CLEAR(t->st);
     Py_CLEAR(t->hook);
     Py_CLEAR(t->seen);
+    Py_CLEAR(t->sched_type);
     Py_CLEAR(t->dict);
     return 0;
 }

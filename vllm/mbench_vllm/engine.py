@@ -150,6 +150,38 @@ def _hook_engine_objects(engine) -> dict[str, str]:
         if callable(getattr(cls, name, None)):
             _patch_resolved(cls, name, _step_wrapper(name))
     problems: dict[str, str] = {}
+    _hook_scheduler(engine, problems)
+    ex = getattr(engine, "model_executor", None)
+    st.has_launch = False
+    if ex is not None:
+        ok = True
+        for name in ("execute_model", "sample_tokens"):
+            bound = getattr(ex, name, None)
+            if bound is None or not callable(bound):
+                if name == "execute_model":  # sample_tokens is 0.11+ only
+                    ok = False
+                    problems[f"executor.{name}"] = f"{type(ex).__name__} has no {name}"
+                continue
+            if not _is_wrapped(getattr(bound, "__func__", bound)):
+                try:
+                    setattr(ex, name, wrap_launch(bound))
+                except Exception as exc:
+                    ok = False
+                    problems[f"executor.{name}"] = repr(exc)
+        st.has_launch = ok
+    else:
+        problems["executor"] = "engine has no model_executor attribute"
+    st.refresh_template()
+    fn = engine.__dict__.get("step_fn")
+    func = getattr(fn, "__func__", None)
+    if func is not None and not _is_wrapped(func) and getattr(fn, "__self__", None) is engine:
+        engine.step_fn = types.MethodType(_step_wrapper(func.__name__)(func), engine)
+    return problems
+
+
+def _hook_scheduler(engine, problems: dict[str, str]) -> None:
+    """Hook the class of the object ``engine.scheduler`` holds now."""
+    st = STATE
     sched = getattr(engine, "scheduler", None)
     if sched is None:
         problems["Scheduler"] = "engine has no scheduler attribute"
@@ -177,29 +209,18 @@ def _hook_engine_objects(engine) -> dict[str, str]:
         if conn is not None and st.has_meta:
             instrument_connector(conn, "SCHEDULER")
     st.has_execute = st.has_schedule and st.has_update
-    ex = getattr(engine, "model_executor", None)
-    st.has_launch = False
-    if ex is not None:
-        ok = True
-        for name in ("execute_model", "sample_tokens"):
-            bound = getattr(ex, name, None)
-            if bound is None or not callable(bound):
-                if name == "execute_model":  # sample_tokens is 0.11+ only
-                    ok = False
-                    problems[f"executor.{name}"] = f"{type(ex).__name__} has no {name}"
-                continue
-            if not _is_wrapped(getattr(bound, "__func__", bound)):
-                try:
-                    setattr(ex, name, wrap_launch(bound))
-                except Exception as exc:
-                    ok = False
-                    problems[f"executor.{name}"] = repr(exc)
-        st.has_launch = ok
-    else:
-        problems["executor"] = "engine has no model_executor attribute"
-    st.refresh_template()
-    fn = engine.__dict__.get("step_fn")
-    func = getattr(fn, "__func__", None)
-    if func is not None and not _is_wrapped(func) and getattr(fn, "__self__", None) is engine:
-        engine.step_fn = types.MethodType(_step_wrapper(func.__name__)(func), engine)
-    return problems
+
+
+def rehook_scheduler(engine) -> None:
+    """A step found ``engine.scheduler`` holding an object of a class not
+    seen at its last step (a platform's scheduler installed after the engine
+    was built): hook that class as at construction; a hook that cannot be
+    applied is a problem in the status line. Never raises."""
+    problems: dict[str, str] = {}
+    try:
+        _hook_scheduler(engine, problems)
+    except Exception as exc:
+        problems["scheduler set-up"] = f"failed: {exc!r}"
+    STATE.refresh_template()
+    for k, v in problems.items():
+        STATE.problem(k, v)

@@ -209,7 +209,9 @@ class GPUTimer:
         if getattr(cls, "_model_forward", None) is None:
             self.not_measured(
                 f"{cls.__name__} has no _model_forward to bracket with CUDA events "
-                "(the V2 model runner calls the model inside execute_model)")
+                "(the V2 model runner calls the model inside execute_model; vLLM 0.26 runs every "
+                "dense model on it by default: VLLM_USE_V2_MODEL_RUNNER=0 in the engine's "
+                "environment selects the V1 runner, whose forwards are timed)")
             return
         torch = self.load_torch()
         if torch is None:

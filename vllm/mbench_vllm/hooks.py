@@ -161,10 +161,17 @@ def _mark(f, orig):
 
 
 def _late_setup(engine) -> None:
-    """The step timer's call for an engine not set up at construction."""
-    from .engine import after_engine_init
+    """The step timer's call, before a step, for an engine not set up at
+    construction (all its objects are hooked now, late) or whose
+    ``scheduler`` holds an object of a class not seen at its last step (a
+    platform's scheduler installed after the engine was built: that class is
+    hooked, so its ``schedule()`` is timed whether or not it calls super())."""
+    from .engine import after_engine_init, rehook_scheduler
 
-    after_engine_init(engine, late=True)
+    if READY not in engine.__dict__:
+        after_engine_init(engine, late=True)
+    else:
+        rehook_scheduler(engine)
 
 
 def wrap_step(orig, batch_queue: bool = False):
@@ -178,14 +185,20 @@ def wrap_step(orig, batch_queue: bool = False):
     perf = _perf_ns
     ident = threading.get_ident
     bq = int(batch_queue)
+    seen = [None]  # the class of the engine's scheduler when last hooked
 
     def step(self, *args, **kwargs):
         if st.in_step:
             return orig(self, *args, **kwargs)
-        if READY not in self.__dict__:
+        d = self.__dict__
+        sched = d.get("scheduler")
+        if READY not in d or (sched is not None and type(sched) is not seen[0]):
             # Not set up at construction (an engine class the plugin did not
-            # see being built): hook the objects it uses now, late.
+            # see being built), or a scheduler of a class not seen at the
+            # last step: hook what the engine uses now.
             _late_setup(self)
+            sched = d.get("scheduler")
+            seen[0] = None if sched is None else type(sched)
         st.in_step = True
         st.step_thread = ident()
         st.acc[:] = st.tmpl[bq]

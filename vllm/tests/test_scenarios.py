@@ -393,6 +393,56 @@ def test_platform_scheduler_created_after_plugin_load(step_log, version):
 
 
 @pytest.mark.parametrize("version", PINNED)
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_scheduler_installed_after_engine_built(step_log, version, async_scheduling):
+    """A platform's scheduler class, defined after load_general_plugins() and
+    put into EngineCore.scheduler after the engine was built, overriding
+    schedule() without calling super(): the step timer times whatever the
+    engine's scheduler holds when a step runs. Every line after the switch
+    carries schedule_us of at least the schedule() time the scheduler itself
+    measured (so it is not counted in execute_us / launch_us), and the
+    parts still add up to the step."""
+    ns = fake_vllm(VERSIONS[version])
+    ns.plugins.load_general_plugins()
+    from standins.common import make_scheduler_output, perf, spin
+
+    seen = []
+
+    class PlatformScheduler(ns.Scheduler):
+        def schedule(self, *throttle):
+            t0 = perf()
+            spin(self.vllm_config.timings.schedule)
+            so = make_scheduler_output(self.vllm_config, self.steps)
+            self.steps += 1
+            seen.append(perf() - t0)
+            return so
+
+    t = Timings(schedule=1 * MS, execute=2 * MS)
+    eng = engine(ns, config(t, connector=None, async_scheduling=async_scheduling))
+    assert type(eng.scheduler) is ns.Scheduler
+    run_steps(eng, 4)
+    old = eng.scheduler
+    eng.scheduler = PlatformScheduler(vllm_config=old.vllm_config, kv_cache_config="kvcfg",
+                                      include_finished_set=False, log_stats=False)
+    eng.scheduler.steps = old.steps
+    run_steps(eng, 18)
+    shutdown(eng)
+    flush()
+    lines = read_lines(step_log)
+    assert len(lines) == 22
+    after = lines[4:]
+    assert len(seen) == 18
+    for ln, own_ns in zip(after, seen):
+        assert ln["schedule_us"] >= own_ns / 1000, ln
+        parts = ("schedule_us", "launch_us", "wait_us", "update_us") if async_scheduling else \
+            ("schedule_us", "execute_us", "update_us")
+        assert ln["unaccounted_us"] == pytest.approx(
+            ln["step_duration_us"] - sum(ln.get(k, 0.0) for k in parts), abs=0.002)
+    assert all("schedule_us" in ln for ln in lines[:4])
+    assert not read_status(step_log)[-1].get("incomplete")
+
+
+@pytest.mark.parametrize("version", PINNED)
 def test_deferred_sampling_is_launch_time(step_log, version):
     """Every 3rd batch waits for structured-output tokens: its sampling is
     launched after update_from_output, in the same call: in launch_us, and
@@ -502,3 +552,24 @@ def test_multiproc_tp2_worker_files(step_log):
         assert {ln["pid"] for ln in wl} <= pids
         assert len(wl) == 12, (f, len(wl))
         assert os.path.basename(f).startswith("engine_step.worker.")
+
+
+def test_v2_model_runner_says_how_to_measure(step_log):
+    """vLLM 0.26.0 runs dense models on the V2 model runner by default
+    (config/vllm.py@ffd46bfab _is_default_v2_model_runner_model: any non-MoE
+    generate model; the H200 run's log: "Using V2 Model Runner" for a Llama),
+    which has no _model_forward: GPU time is not measured, and the status
+    line names the switch that selects the V1 runner."""
+    fake_vllm(VERSIONS["main"], gpu=True)
+    from mbench_vllm.gpu import GPU
+
+    class ModelRunnerV2:  # vllm/v1/worker/gpu/model_runner.py: the model is called in execute_model
+        def execute_model(self, scheduler_output):
+            return None
+
+    GPU.install_runner(ModelRunnerV2())
+    st = GPU.status()
+    assert st["gpu_time"] == "not_measured"
+    assert "ModelRunnerV2 has no _model_forward" in st["gpu_reason"]
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in st["gpu_reason"]
+
