@@ -213,8 +213,10 @@ func TestLoadAgainstLlamaServer(t *testing.T) {
 			t.Errorf("rate %g: %s", tc.rate, f)
 		}
 		for _, r := range recs {
-			if r.OK() && (r.OutputTokens != 16 || r.CachedTokens == nil || len(r.ITLMs) != 15) {
-				t.Errorf("rate %g: request %d: %d output tokens, %d gaps, cached %v; want 16 tokens, one per chunk, and cached_tokens", tc.rate, r.ID, r.OutputTokens, len(r.ITLMs), r.CachedTokens)
+			// 16 chunks of one token each, then the final chunk (empty
+			// text, finish_reason length, usage): 17 chunks with choices.
+			if r.OK() && (r.OutputTokens != 16 || r.CachedTokens == nil || len(r.ITLMs) != 16 || r.FinishReason != openloop.FinishLength) {
+				t.Errorf("rate %g: request %d: %d output tokens, %d gaps, finish %q, cached %v; want 16 tokens, one per chunk, then the final chunk, length, and cached_tokens", tc.rate, r.ID, r.OutputTokens, len(r.ITLMs), r.FinishReason, r.CachedTokens)
 				break
 			}
 		}

@@ -29,6 +29,13 @@ type Model struct {
 	F16     bool   // weights as F16 (half the file) instead of F32
 	Seed    uint64 // the weights are a pure function of the seed
 	Name    string // general.name; "" = "mbench-tiny-llama"
+	// Ends steers the output layer toward the end-of-sequence token </s>
+	// instead of away from it: every completion that may end at
+	// end-of-sequence is the engine's one-token answer (</s>, streamed as
+	// empty text), while a request that ignores EOS (llama-server then
+	// biases every end-of-generation token to −∞) runs to max_tokens as
+	// with the default model.
+	Ends bool
 }
 
 // TinyModel is the model the CI tests serve: 2 blocks of width 128 with a
@@ -202,7 +209,9 @@ func (m Model) tensors() []tensor {
 		ones("output_norm.weight", w),
 		{name: "output.weight", dims: []uint64{w, v}, typ: typ, fill: func(emit func(float32)) {
 			for id := range v {
-				if id < FirstOrdinary {
+				if m.Ends && id == EOSID {
+					emit(steer)
+				} else if id < FirstOrdinary {
 					emit(-steer)
 				} else {
 					emit(0)

@@ -38,9 +38,15 @@ func testMatrix(t *testing.T, server, model string, edit func(m map[string]any))
 	e["command"] = server + strings.TrimPrefix(cmd, "llama-server")
 	e["model"] = model
 	e["port"], _ = strconv.Atoi(porttest.Base(t))
-	// A drain long enough that a run on an overloaded machine finishes
-	// late rather than cutting off the requests the engine still serves.
-	m["measure"] = map[string]any{"warmup_requests": 0, "min_completed": 40, "timeout": "60s", "drain_timeout": "2m"}
+	// The shipped measure section, warm-up included (the metrics window
+	// must hold none of it), with a drain long enough that a run on an
+	// overloaded machine finishes late rather than cutting off the
+	// requests the engine still serves.
+	ms := m["measure"].(map[string]any)
+	if ms["warmup_requests"] != 4 {
+		t.Fatalf("matrices/llamacpp.yaml: measure.warmup_requests %v, want the 4 this test was written for", ms["warmup_requests"])
+	}
+	ms["min_completed"], ms["timeout"], ms["drain_timeout"] = 40, "60s", "2m"
 	m["rates"] = []any{6, 16}
 	m["repeat"] = map[string]any{"min": 2, "max": 2, "metric": "ttft_p90"}
 	if edit != nil {
@@ -59,7 +65,8 @@ func testMatrix(t *testing.T, server, model string, edit func(m map[string]any))
 
 // TestSweepAgainstLlamaServer runs matrices/llamacpp.yaml's three configs
 // at 6 and 16 req/s for two blocks against real llama-servers and holds
-// every run to what the engine says: no request lost; the prefix cache's
+// every run to what the engine says, with the shipped warm-up of 4
+// requests: no request lost; the prefix cache's
 // hits and lookups from its /metrics equal the sum of the responses'
 // usage (cached_tokens over prompt tokens), recounted here from
 // requests.jsonl; no hit with --no-cache-prompt, most of the shared

@@ -136,6 +136,9 @@ func (m *Matrix) measureSpec() map[string]any {
 	if x.MaxErrorRateSet { // only when set, so cells of older matrices keep their hashes
 		spec["max_error_rate"] = x.MaxErrorRate
 	}
+	if x.AllowShortOutputs { // only when set: matrices without it keep their hash
+		spec["allow_short_outputs"] = true
+	}
 	if x.RequestTimeout > 0 { // only when set: matrices without it keep their hash
 		spec["request_timeout"] = x.RequestTimeout.String()
 	}

@@ -263,6 +263,7 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 		}},
 		{"request_timeout", false, func(v *yaml.Node, p string) { mm.RequestTimeout = d.duration(v, p) }},
 		{"include_ramp", false, func(v *yaml.Node, p string) { mm.IncludeRamp = d.boolean(v, p) }},
+		{"allow_short_outputs", false, func(v *yaml.Node, p string) { mm.AllowShortOutputs = d.boolean(v, p) }},
 		{"percentiles", false, func(v *yaml.Node, p string) { mm.Percentiles = d.percentiles(v, p) }},
 		{"abort_if", false, func(v *yaml.Node, p string) {
 			d.object(v, p, v.Line, []field{

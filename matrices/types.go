@@ -216,6 +216,10 @@ type Measure struct {
 	MaxErrorRateSet bool
 	// IncludeRamp measures the requests sent during arrival.ramp.
 	IncludeRamp bool
+	// AllowShortOutputs keeps runs whose fixed-length outputs the engine
+	// cut short results (measure.allow_short_outputs; default false: such
+	// a run is short_outputs).
+	AllowShortOutputs bool
 	// Percentiles are the percentiles of TTFT, TPOT, ITL and E2EL each
 	// summary reports beyond p50, p90, p95 and p99 (measure.percentiles).
 	Percentiles []float64

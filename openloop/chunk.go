@@ -13,7 +13,14 @@ import (
 type chunk struct {
 	// text: choices[0].text (completions), or choices[0].delta.content or
 	// .reasoning_content (chat completions), is a non-empty string.
-	text             bool
+	text bool
+	// choices: choices is a non-empty array whose first element is an
+	// object — the chunk vLLM's benchmark client times (TTFT, ITL,
+	// latency), whatever its text.
+	choices bool
+	// finish: choices[0].finish_reason when it is a string (nil: null or
+	// absent); raw JSON string contents, valid until the next scan.
+	finish           []byte
 	usage            bool // usage is an object with completion_tokens
 	completionTokens int
 	prompt           bool // usage.prompt_tokens is a non-negative integer
@@ -46,13 +53,14 @@ const (
 	kPromptTokens
 	kPromptDetails
 	kCachedTokens
+	kFinishReason
 )
 
 // keyNames is what each key index decodes to.
 var keyNames = [...]string{kChoices: "choices", kUsage: "usage", kError: "error", kObject: "object", kMessage: "message",
 	kText: "text", kDelta: "delta", kContent: "content", kReasoning: "reasoning_content",
 	kCompletionTokens: "completion_tokens", kPromptTokens: "prompt_tokens",
-	kPromptDetails: "prompt_tokens_details", kCachedTokens: "cached_tokens"}
+	kPromptDetails: "prompt_tokens_details", kCachedTokens: "cached_tokens", kFinishReason: "finish_reason"}
 
 // keyOf names the raw key (JSON string contents): one of the k constants,
 // kOther for any other key. A key without escapes (all of vLLM's) is
@@ -85,6 +93,8 @@ func keyOf(raw []byte) int {
 		return kPromptDetails
 	case "cached_tokens":
 		return kCachedTokens
+	case "finish_reason":
+		return kFinishReason
 	}
 	if !hasBackslash(raw) {
 		return kOther
@@ -159,7 +169,7 @@ func (c *chunk) scanMessage(b []byte, i int) (int, error) {
 
 // scanChoices reads "choices": [ {..."text": "..."...}, ... ].
 func (c *chunk) scanChoices(b []byte, i int) (int, error) {
-	c.text = false
+	c.text, c.choices, c.finish = false, false, nil
 	if b[i] != '[' {
 		return skipValue(b, i)
 	}
@@ -175,10 +185,20 @@ func (c *chunk) scanChoices(b []byte, i int) (int, error) {
 		var err error
 		if first && b[i] == '{' {
 			var text, content, reasoning bool
+			c.choices = true
 			i, err = scanObject(b, i, func(key []byte, b []byte, i int) (int, error) {
 				switch keyOf(key) {
 				case kText:
 					return scanNonEmpty(b, i, &text)
+				case kFinishReason:
+					c.finish = nil
+					if b[i] == '"' {
+						s, e, next, err := scanString(b, i)
+						if err == nil {
+							c.finish = b[s:e]
+						}
+						return next, err
+					}
 				case kDelta:
 					content, reasoning = false, false
 					if b[i] == '{' {

@@ -343,6 +343,7 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 	st := &sc.st
 	rec.FirstTokenNs, rec.LastTokenNs = st.firstNs, st.lastNs
 	rec.ITLMs = st.itlMs()
+	rec.FinishReason = st.finish
 	rec.OutputTokens = st.chunks
 	if j.textPrompt && st.havePrompt {
 		rec.InputTokens = st.usagePrompt

@@ -74,7 +74,10 @@ func joinClasses() string {
 
 // ClassifyHTTP is the class of a non-200 answer with the start of its body.
 // vLLM answers 400 with "maximum context length" (or "max_model_len") in the
-// message when a prompt does not fit.
+// message when a prompt does not fit; llama.cpp's llama-server answers 400
+// with type "exceed_context_size_error" and "exceeds the available context
+// size" (tools/server/server-common.cpp:51-53 and
+// server-context.cpp:3180-3197 at 80fb11ac).
 func ClassifyHTTP(status int, body string) ErrorClass {
 	switch {
 	case status == 429:
@@ -95,7 +98,7 @@ func ClassifyHTTP(status int, body string) ErrorClass {
 
 func isContextLength(body string) bool {
 	b := strings.ToLower(body)
-	for _, s := range []string{"maximum context length", "max_model_len", "context length", "too long", "max-model-len"} {
+	for _, s := range []string{"maximum context length", "max_model_len", "context length", "too long", "max-model-len", "exceed_context_size_error", "context size"} {
 		if strings.Contains(b, s) {
 			return true
 		}

@@ -79,7 +79,12 @@ type Grade struct {
 	KSD           float64 `json:"ks_d"`
 	KSP           float64 `json:"ks_p"`
 	ClientLimited bool    `json:"client_limited"`
-	Reason        string  `json:"reason,omitempty"` // why it is client-limited, in words
+	// Unreachable counts the measured requests that were never written
+	// because the server refused or dropped the connection: they are the
+	// server's failures (the run's errors say so), not sends the generator
+	// missed, and are left out of the rest of the grade.
+	Unreachable int    `json:"unreachable,omitempty"`
+	Reason      string `json:"reason,omitempty"` // why it is client-limited, in words
 }
 
 // SelfGrade grades the measured records of a run offered at rate req/s with
@@ -93,12 +98,21 @@ type Grade struct {
 // trace rather than a parametric law.
 func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
 	var sent, lags, heads []float64
+	var g Grade
 	ok, scheduled := 0, 0
 	trace := false
 	first, last := int64(math.MaxInt64), int64(math.MinInt64)
 	for i := range recs {
 		r := &recs[i]
 		if r.Phase != PhaseMeasure {
+			continue
+		}
+		if r.SentNs == 0 && (r.ErrorClass == ErrClassConnRefused || r.ErrorClass == ErrClassConnReset) {
+			// The server refused or dropped the connection before the
+			// request could be written (an engine that died): the
+			// generator was on time, so the request is not one it failed
+			// to send.
+			g.Unreachable++
 			continue
 		}
 		scheduled++
@@ -118,7 +132,7 @@ func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
 			ok++
 		}
 	}
-	g := Grade{Sent: len(sent)}
+	g.Sent = len(sent)
 	if scheduled == 0 {
 		return g
 	}

@@ -110,6 +110,17 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 		}
 		close(jobs)
 	}()
+	// hand gives the batch to the dispatcher; false: the run stopped.
+	hand := func() bool {
+		select {
+		case jobs <- batch:
+			batch = make([]*job, 0, jobBatch)
+			return true
+		case <-r.stopCh:
+			batch = nil
+			return false
+		}
+	}
 	cfg := &r.cfg
 	var toks []int32
 	var body []byte // the request body's scratch (see prepare)
@@ -147,6 +158,27 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 				return
 			}
 		}
+		if i == cfg.Warmup && i > 0 {
+			// The warm-up requests finish before the next one is sent, as
+			// vllm bench serve gathers its warm-ups before it starts
+			// (vllm/benchmarks/serve.py at commit be292b7c, lines
+			// 706–725): so the measured window — and the engine counters
+			// snapshotted as it opens (Config.OnPhase) — holds none of
+			// their work. The schedule resumes from that moment, shifted
+			// whole: its gaps are the process's own.
+			if len(batch) > 0 && !hand() {
+				return
+			}
+			select {
+			case <-r.warmDone:
+			case <-r.stopCh:
+				return
+			}
+			base = r.clk.now() + int64(openLead) - off
+			if sch == nil { // a closed loop: no slot is due before now
+				base = r.clk.now()
+			}
+		}
 		var j *job
 		if r.gen.items != nil {
 			prompt, out := r.gen.dataset(i)
@@ -161,11 +193,7 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 		if len(batch) < jobBatch && len(jobs) > 0 {
 			continue
 		}
-		select {
-		case jobs <- batch:
-			batch = make([]*job, 0, jobBatch)
-		case <-r.stopCh:
-			batch = nil
+		if !hand() {
 			return
 		}
 	}

@@ -35,8 +35,8 @@ type Record struct {
 	ScheduledNs  int64  `json:"scheduled_ns"`      // intended send time
 	SentNs       int64  `json:"sent_ns"`           // actual send time: when the request had been written (0: never written, e.g. connection refused)
 	HeadNs       int64  `json:"head_ns,omitempty"` // the response head (status line and headers) received: the server acknowledged the request (0: no response)
-	FirstTokenNs int64  `json:"first_token_ns"`    // first content chunk
-	LastTokenNs  int64  `json:"last_token_ns"`     // last content chunk
+	FirstTokenNs int64  `json:"first_token_ns"`    // first chunk that carried choices, whatever its text (vLLM's client's first token)
+	LastTokenNs  int64  `json:"last_token_ns"`     // last chunk that carried choices, empty text included (the end vLLM's client times to)
 	DoneNs       int64  `json:"done_ns"`           // end of the stream, or the failure
 	InputTokens  int    `json:"input_tokens"`      // prompt token ids sent; for a text prompt (chat, dataset) the engine's usage.prompt_tokens, or the words sent without it
 	OutputTokens int    `json:"output_tokens"`     // from the usage chunk (see UsageMissing)
@@ -44,7 +44,7 @@ type Record struct {
 	// the prompt tokens the engine's prefix cache held; nil when the engine
 	// did not say.
 	CachedTokens *int       `json:"cached_tokens,omitempty"`
-	ITLMs        []float64  `json:"itl_ms"` // gaps between consecutive content chunks, ms
+	ITLMs        []float64  `json:"itl_ms"` // gaps between consecutive chunks that carried choices, ms
 	Status       string     `json:"status"` // StatusOK or StatusError
 	Error        string     `json:"error,omitempty"`
 	ErrorClass   ErrorClass `json:"error_class,omitempty"` // what kind of failure (see ErrorClasses); empty when ok
@@ -68,35 +68,89 @@ type Record struct {
 	// again on a new connection (SentNs is the second send).
 	Resent    bool `json:"resent,omitempty"`
 	MaxTokens int  `json:"max_tokens,omitempty"` // the max_tokens (= min_tokens, with ignore_eos) the request asked for
+	// FinishReason is the last choices[0].finish_reason the stream gave
+	// (FinishStop, FinishLength or the engine's own word); empty when it
+	// gave none.
+	FinishReason string `json:"finish_reason,omitempty"`
 }
+
+// The finish reasons every OpenAI-compatible engine gives: the model ended
+// (end of generation, a stop string) or max_tokens was reached (or, for
+// llama-server, the slot's context ran out).
+const (
+	FinishStop   = "stop"
+	FinishLength = "length"
+)
 
 // OK reports whether the request completed successfully.
 func (r *Record) OK() bool { return r.Status == StatusOK }
 
+// The request latencies, defined here once and called by every summary,
+// class table, SLO check and report. They follow vLLM's benchmark client
+// to the chunk (vllm/benchmarks/lib/endpoint_request_func.py at commit
+// be292b7c, async_request_openai_completions, lines 221–249): its clock
+// starts when the request is sent (mbench: SentNs, when it had been
+// written), its first token is the first chunk that carries choices
+// (FirstTokenNs), whatever the text, and its end ("latency") the last such
+// chunk (LastTokenNs), empty text included — so the end-of-generation
+// token that llama-server streams as an empty chunk, and the chunk with
+// the finish reason, count. Each returns ok = false when it was not
+// measured (no chunk with choices, or never sent).
+
 // TTFT is the time to first token from the actual send (vllm bench serve's
-// definition); 0 when there was no content chunk.
-func (r *Record) TTFT() time.Duration {
-	if r.FirstTokenNs == 0 {
-		return 0
-	}
-	return time.Duration(r.FirstTokenNs - r.SentNs)
+// definition); 0 when it was not measured.
+func (r *Record) TTFT() time.Duration { d, _ := r.ttftNs(); return time.Duration(d) }
+
+// E2EL is the end-to-end latency: the last chunk with choices minus the
+// send; 0 when it was not measured.
+func (r *Record) E2EL() time.Duration { d, _ := r.e2elNs(); return time.Duration(d) }
+
+// TTFTMs is TTFT in ms.
+func (r *Record) TTFTMs() (float64, bool) {
+	d, ok := r.ttftNs()
+	return float64(d) / 1e6, ok
 }
 
-// TTFTIntended is the time to first token from the intended send time. It
-// includes any generator lag, so coordinated omission cannot hide delay.
-func (r *Record) TTFTIntended() time.Duration {
-	if r.FirstTokenNs == 0 {
-		return 0
-	}
-	return time.Duration(r.FirstTokenNs - r.ScheduledNs)
+// E2ELMs is E2EL in ms; measured only where TTFT is.
+func (r *Record) E2ELMs() (float64, bool) {
+	d, ok := r.e2elNs()
+	return float64(d) / 1e6, ok
 }
 
-// E2EL is the end-to-end latency: last content chunk minus send.
-func (r *Record) E2EL() time.Duration {
-	if r.LastTokenNs == 0 {
-		return 0
+// TPOTMs is the time per output token after the first, in ms: (E2EL −
+// TTFT) / (output tokens − 1), measured only with more than one output
+// token (vLLM's serve.py leaves TPOT out for a one-token output).
+func (r *Record) TPOTMs() (float64, bool) {
+	t, ok := r.TTFTMs()
+	e, ok2 := r.E2ELMs()
+	if !ok || !ok2 || r.OutputTokens <= 1 {
+		return 0, false
 	}
-	return time.Duration(r.LastTokenNs - r.SentNs)
+	return (e - t) / float64(r.OutputTokens-1), true
+}
+
+// TTFTIntendedMs is the time to first token from the intended send time,
+// in ms. It includes any generator lag, so coordinated omission cannot
+// hide delay; measured where TTFT is and the schedule gave a time.
+func (r *Record) TTFTIntendedMs() (float64, bool) {
+	if _, ok := r.ttftNs(); !ok || r.ScheduledNs <= 0 {
+		return 0, false
+	}
+	return float64(r.FirstTokenNs-r.ScheduledNs) / 1e6, true
+}
+
+func (r *Record) ttftNs() (int64, bool) {
+	if r.FirstTokenNs <= 0 || r.SentNs <= 0 {
+		return 0, false
+	}
+	return r.FirstTokenNs - r.SentNs, true
+}
+
+func (r *Record) e2elNs() (int64, bool) {
+	if _, ok := r.ttftNs(); !ok || r.LastTokenNs <= 0 {
+		return 0, false
+	}
+	return r.LastTokenNs - r.SentNs, true
 }
 
 // Lag is the send lag: actual minus intended send time, less any wait for
@@ -175,6 +229,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	if r.Resent {
 		b = append(b, `,"resent":true`...)
+	}
+	if r.FinishReason != "" {
+		b = appendStringField(b, "finish_reason", r.FinishReason)
 	}
 	return append(b, '}')
 }

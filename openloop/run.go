@@ -69,7 +69,11 @@ type runner struct {
 	rr                            atomic.Uint64
 	phase                         atomic.Value // string
 	measureOnce                   sync.Once
-	fillCount                     int
+	// warmLeft counts the warm-up requests not yet finished; warmDone is
+	// closed when the last one has (see buildOpen).
+	warmLeft  atomic.Int64
+	warmDone  chan struct{}
+	fillCount int
 
 	sink    *recordSink
 	records []Record // the sink's, once it has closed
@@ -77,7 +81,9 @@ type runner struct {
 
 // newRunner is a runner for cfg (validated) that paces sends with mode.
 func newRunner(cfg Config, mode int) *runner {
-	return &runner{cfg: cfg, mode: mode, stopCh: make(chan struct{})}
+	r := &runner{cfg: cfg, mode: mode, stopCh: make(chan struct{}), warmDone: make(chan struct{})}
+	r.warmLeft.Store(int64(cfg.Warmup))
+	return r
 }
 
 // ErrModelLookup marks a run that could not start because the first target
@@ -367,6 +373,9 @@ func (r *runner) execute(j *job) *Record {
 func (r *runner) finish(rec *Record) {
 	if rec.Error != "" { // a transport's message may quote the URL it was given
 		rec.Error = RedactUserinfo(rec.Error)
+	}
+	if rec.Phase == PhaseWarmup && r.warmLeft.Add(-1) == 0 {
+		close(r.warmDone)
 	}
 	if rec.OK() {
 		r.okAll.Add(1)

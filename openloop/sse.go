@@ -223,16 +223,21 @@ func trimEOL(b []byte) []byte {
 
 // streamState accumulates what a completion stream tells about one request.
 type streamState struct {
+	// firstNs and lastNs are the arrivals of the first and the last chunk
+	// that carried choices, whatever their text: the events vLLM's
+	// benchmark client times (see TTFT).
 	firstNs, lastNs int64
+	choices         int     // chunks that carried choices
 	chunks          int     // content chunks (non-empty choices[0].text or .delta.content)
-	times           []int64 // arrival of every content chunk, for ITL
+	times           []int64 // arrival of every chunk that carried choices, for ITL
+	finish          string  // the last finish_reason the stream gave ("" if none)
 	usageOut        int
 	haveUsage       bool
 	usagePrompt     int    // usage.prompt_tokens
 	havePrompt      bool   // the usage chunk gave prompt_tokens
 	usageCached     int    // usage.prompt_tokens_details.cached_tokens
 	haveCached      bool   // the usage chunk gave cached_tokens
-	onFirst         func() // called at the first content chunk, if set
+	onFirst         func() // called at the first chunk with choices, if set
 	// floorNs: no time of the stream reads earlier (the response head's;
 	// then each event's). Two clock readings converted from the kernel's
 	// receive times can be nanoseconds out of order.
@@ -273,16 +278,22 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 		if c.isErr {
 			return &errStream{msg: string(c.errMsg)}
 		}
-		if c.text {
-			if st.chunks == 0 {
+		if c.choices {
+			if st.choices == 0 {
 				st.firstNs = t
 				if st.onFirst != nil {
 					st.onFirst()
 				}
 			}
 			st.lastNs = t
-			st.chunks++
+			st.choices++
 			st.times = append(st.times, t)
+			if c.finish != nil {
+				st.finish = finishReason(c.finish)
+			}
+		}
+		if c.text {
+			st.chunks++
 		}
 		if c.usage {
 			st.usageOut, st.haveUsage = c.completionTokens, true
@@ -300,7 +311,22 @@ func isDone(data []byte) bool {
 	return string(bytes.TrimSpace(data)) == "[DONE]"
 }
 
-// itlMs returns the gaps between consecutive content chunks in ms.
+// finishReason is a finish_reason's raw JSON string contents as a string,
+// without allocating for the two reasons every engine gives.
+func finishReason(raw []byte) string {
+	switch string(raw) {
+	case FinishStop:
+		return FinishStop
+	case FinishLength:
+		return FinishLength
+	}
+	if len(raw) > 64 {
+		raw = raw[:64]
+	}
+	return string(raw)
+}
+
+// itlMs returns the gaps between consecutive chunks with choices in ms.
 func (st *streamState) itlMs() []float64 {
 	if len(st.times) < 2 {
 		return []float64{}

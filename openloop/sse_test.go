@@ -100,7 +100,7 @@ func TestConsume(t *testing.T) {
 			if st.chunks != tc.chunks || st.usageOut != tc.usage || st.haveUsage != tc.haveUsage {
 				t.Errorf("chunks %d usage %d/%v, want %d %d/%v", st.chunks, st.usageOut, st.haveUsage, tc.chunks, tc.usage, tc.haveUsage)
 			}
-			if st.chunks > 0 && (st.firstNs == 0 || st.lastNs < st.firstNs || len(st.itlMs()) != st.chunks-1) {
+			if st.choices > 0 && (st.firstNs == 0 || st.lastNs < st.firstNs || len(st.itlMs()) != st.choices-1) {
 				t.Errorf("times first %d last %d itl %v", st.firstNs, st.lastNs, st.itlMs())
 			}
 		})

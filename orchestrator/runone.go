@@ -289,7 +289,8 @@ func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
 // policy is what a run of cell is held to for its verdict.
 func (s *runner) policy(cell matrices.Cell) results.Policy {
 	p := results.Policy{MinCompleted: minCompleted(s.m.Measure.MinCompleted, cell.Shape),
-		MaxErrorRate: s.m.Measure.MaxErrorRate, MaxErrorRateSet: s.m.Measure.MaxErrorRateSet}
+		MaxErrorRate: s.m.Measure.MaxErrorRate, MaxErrorRateSet: s.m.Measure.MaxErrorRateSet,
+		AllowShortOutputs: s.m.Measure.AllowShortOutputs}
 	if s.m.SLO != nil {
 		slo := results.SLO(*s.m.SLO)
 		p.SLO = &slo

@@ -133,18 +133,14 @@ func SummarizeClasses(recs []Record, basis ClassBasis, tokens map[int]int, bound
 		st[c].Completed++
 		total++
 		in[c] = append(in[c], float64(r.InputTokens))
-		if r.FirstTokenNs <= 0 || r.SentNs <= 0 {
-			continue
+		if t, ok := r.TTFTMs(); ok {
+			ttft[c] = append(ttft[c], t)
 		}
-		t := float64(r.FirstTokenNs-r.SentNs) / 1e6
-		ttft[c] = append(ttft[c], t)
-		if r.LastTokenNs <= 0 {
-			continue
+		if e, ok := r.E2ELMs(); ok {
+			e2el[c] = append(e2el[c], e)
 		}
-		e := float64(r.LastTokenNs-r.SentNs) / 1e6
-		e2el[c] = append(e2el[c], e)
-		if r.OutputTokens > 1 {
-			tpot[c] = append(tpot[c], (e-t)/float64(r.OutputTokens-1))
+		if p, ok := r.TPOTMs(); ok {
+			tpot[c] = append(tpot[c], p)
 		}
 	}
 	for c := range 4 {

@@ -48,8 +48,8 @@ var sloMetrics = []string{MetricGoodput, MetricSLOAttainment}
 // definitions of vLLM's calculate_metrics (vllm/benchmarks/serve.py at vLLM
 // commit b36adfa3, in 0.18.1, lines 392–481):
 //
-//   - TTFT = first content chunk − send, E2EL = last content chunk − send
-//     (mbench's, as for the latency statistics);
+//   - TTFT, E2EL and TPOT as Record.TTFTMs, E2ELMs and TPOTMs define them
+//     (as for the latency statistics);
 //   - TPOT = (E2EL − TTFT) / (output tokens − 1) when output tokens > 1,
 //     else 0, so a one-token answer meets any TPOT bound ("if output_len <= 1,
 //     we regard tpot as 0 for goodput", lines 624–630);
@@ -59,15 +59,12 @@ var sloMetrics = []string{MetricGoodput, MetricSLOAttainment}
 // Where vLLM would take a missing first-token time as 0, mbench does not
 // count an unmeasured TTFT or E2EL as met.
 func (o SLO) meets(r *Record) bool {
-	if r.FirstTokenNs <= 0 || r.SentNs <= 0 || r.LastTokenNs <= 0 {
+	ttft, ok := r.TTFTMs()
+	e2el, ok2 := r.E2ELMs()
+	if !ok || !ok2 {
 		return false
 	}
-	ttft := float64(r.FirstTokenNs-r.SentNs) / 1e6
-	e2el := float64(r.LastTokenNs-r.SentNs) / 1e6
-	tpot := 0.0
-	if r.OutputTokens > 1 {
-		tpot = (e2el - ttft) / float64(r.OutputTokens-1)
-	}
+	tpot, _ := r.TPOTMs() // 0 for a one-token answer
 	return (o.TTFTMs <= 0 || ttft <= o.TTFTMs) &&
 		(o.TPOTMs <= 0 || tpot <= o.TPOTMs) &&
 		(o.E2ELMs <= 0 || e2el <= o.E2ELMs)

@@ -205,16 +205,21 @@ type RunSummary struct {
 	// no usage chunk (their output tokens are content chunks, an undercount
 	// where a chunk carries several tokens); ShortOutputs those whose usage
 	// reports fewer tokens than the max_tokens = min_tokens asked for (the
-	// engine stopped early), ShortOutputExample the first of them in words.
-	// They mark the run; they do not change its verdict.
-	UsageMissing       int            `json:"usage_missing_requests"`
-	ShortOutputs       int            `json:"short_output_requests"`
-	ShortOutputExample string         `json:"short_output_example,omitempty"`
-	EngineStep         *StepStats     `json:"engine_step,omitempty"`
-	GPU                *GPUSummary    `json:"gpu,omitempty"`
-	PrefixCache        *CacheSummary  `json:"prefix_cache,omitempty"`
-	ResponseCache      *ResponseCache `json:"response_cache,omitempty"` // the prefix cache as the responses' usage tells it
-	Gate               *GateRecord    `json:"gate,omitempty"`
+	// engine stopped early), ShortOutputExample the first of them in words,
+	// ShortOutputMeanShare their mean share of the tokens asked for and
+	// ShortOutputFinish their finish reasons counted ("none" when the
+	// stream gave none). Missing usage marks the run; short outputs make
+	// it short_outputs unless the matrix allows them (Decide).
+	UsageMissing         int            `json:"usage_missing_requests"`
+	ShortOutputs         int            `json:"short_output_requests"`
+	ShortOutputExample   string         `json:"short_output_example,omitempty"`
+	ShortOutputMeanShare *float64       `json:"short_output_mean_share,omitempty"`
+	ShortOutputFinish    map[string]int `json:"short_output_finish_reasons,omitempty"`
+	EngineStep           *StepStats     `json:"engine_step,omitempty"`
+	GPU                  *GPUSummary    `json:"gpu,omitempty"`
+	PrefixCache          *CacheSummary  `json:"prefix_cache,omitempty"`
+	ResponseCache        *ResponseCache `json:"response_cache,omitempty"` // the prefix cache as the responses' usage tells it
+	Gate                 *GateRecord    `json:"gate,omitempty"`
 
 	// Classes is latency by request class, Instances the prefix cache per
 	// instance and its spread; see classes.go.
@@ -360,23 +365,21 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		s.TotalOutputTokens += int64(r.OutputTokens)
 		markUsage(s, r, in.NaturalLength)
 		itl = append(itl, r.ITLMs...)
-		if r.FirstTokenNs <= 0 || r.SentNs <= 0 {
+		t, ok := r.TTFTMs()
+		if !ok {
 			continue
 		}
-		t := float64(r.FirstTokenNs-r.SentNs) / 1e6
 		ttft = append(ttft, t)
 		trendX = append(trendX, float64(r.SentNs)/1e9)
 		trendY = append(trendY, t)
-		if r.ScheduledNs > 0 {
-			intended = append(intended, float64(r.FirstTokenNs-r.ScheduledNs)/1e6)
+		if ti, ok := r.TTFTIntendedMs(); ok {
+			intended = append(intended, ti)
 		}
-		if r.LastTokenNs <= 0 {
-			continue
+		if e, ok := r.E2ELMs(); ok {
+			e2el = append(e2el, e)
 		}
-		e := float64(r.LastTokenNs-r.SentNs) / 1e6
-		e2el = append(e2el, e)
-		if r.OutputTokens > 1 {
-			tpot = append(tpot, (e-t)/float64(r.OutputTokens-1))
+		if p, ok := r.TPOTMs(); ok {
+			tpot = append(tpot, p)
 		}
 	}
 	if s.Duration > 0 {
@@ -419,5 +422,18 @@ func markUsage(s *RunSummary, r *Record, natural bool) {
 		if s.ShortOutputExample == "" {
 			s.ShortOutputExample = fmt.Sprintf("request %d: %d of the %d tokens asked for", r.ID, r.OutputTokens, r.MaxTokens)
 		}
+		share := float64(r.OutputTokens) / float64(r.MaxTokens)
+		if s.ShortOutputMeanShare == nil {
+			s.ShortOutputMeanShare = ptr(0.0)
+		}
+		*s.ShortOutputMeanShare += (share - *s.ShortOutputMeanShare) / float64(s.ShortOutputs)
+		if s.ShortOutputFinish == nil {
+			s.ShortOutputFinish = map[string]int{}
+		}
+		fr := r.FinishReason
+		if fr == "" {
+			fr = "none"
+		}
+		s.ShortOutputFinish[fr]++
 	}
 }

@@ -30,6 +30,12 @@ const (
 	// VerdictIncomplete: fewer than min_completed measured requests
 	// completed before measure.timeout (or the run was aborted).
 	VerdictIncomplete Verdict = "incomplete"
+	// VerdictShortOutputs: with fixed lengths asked (max_tokens =
+	// min_tokens, ignore_eos), the engine ended some outputs before the
+	// tokens asked for (a stop string, a slot's context running out): the
+	// run measured another workload than the one asked for. A matrix that
+	// accepts this sets measure.allow_short_outputs.
+	VerdictShortOutputs Verdict = "short_outputs"
 	// VerdictClientLimited: the load generator did not send on schedule.
 	VerdictClientLimited Verdict = "client_limited"
 	// VerdictGPUContended: a process other than the engine used one of the
@@ -44,7 +50,7 @@ const (
 
 // Verdicts lists every verdict in the order of precedence.
 var Verdicts = []Verdict{VerdictFailed, VerdictErrors, VerdictSaturated, VerdictIncomplete,
-	VerdictClientLimited, VerdictGPUContended, VerdictThrottled, VerdictOK}
+	VerdictShortOutputs, VerdictClientLimited, VerdictGPUContended, VerdictThrottled, VerdictOK}
 
 // Valid reports whether v is one of Verdicts.
 func (v Verdict) Valid() bool {
@@ -110,6 +116,9 @@ type Policy struct {
 	// SLO, when set, is what the run's goodput and SLO attainment count
 	// against (slo.go); it does not change the verdict.
 	SLO *SLO
+	// AllowShortOutputs keeps a run with outputs the engine cut short
+	// (RunSummary.ShortOutputs) a result (measure.allow_short_outputs).
+	AllowShortOutputs bool
 }
 
 func (p Policy) maxErrorRate() float64 {
@@ -150,6 +159,9 @@ func Decide(s *RunSummary, p Policy) {
 	}
 	if why := incompleteReason(s, p, engineFailed, cut, erred); why != "" {
 		cs = append(cs, cond{VerdictIncomplete, why})
+	}
+	if s.ShortOutputs > 0 && !p.AllowShortOutputs {
+		cs = append(cs, cond{VerdictShortOutputs, shortOutputsReason(s)})
 	}
 	if s.ClientLimited {
 		cs = append(cs, cond{VerdictClientLimited, s.ClientLimitedReason})
@@ -222,6 +234,23 @@ func incompleteReason(s *RunSummary, p Policy, engineFailed, cut int, erred bool
 		parts[len(parts)-1] += fmt.Sprintf("; %d were still in flight when the run ended", cut)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// shortOutputsReason says how many outputs the engine cut short, how
+// short, and the finish reasons it gave.
+func shortOutputsReason(s *RunSummary) string {
+	why := fmt.Sprintf("%d of %d completed measured requests ended before the tokens asked for with fixed lengths", s.ShortOutputs, s.Completed)
+	if s.ShortOutputMeanShare != nil {
+		why += fmt.Sprintf(" (on average %.1f%% of them", 100**s.ShortOutputMeanShare)
+		if len(s.ShortOutputFinish) > 0 {
+			why += "; finish reasons: " + errorBreakdown(s.ShortOutputFinish)
+		}
+		why += ")"
+	}
+	if s.ShortOutputExample != "" {
+		why += "; e.g. " + s.ShortOutputExample
+	}
+	return why + ": the engine cut them short (a stop string, a slot's context, a length limit of its own), so the run measured shorter outputs than its shape; measure.allow_short_outputs: true accepts them"
 }
 
 // stopPhrase says when sending stopped, for the incomplete reason.

@@ -143,20 +143,30 @@ func TestVerdictOverTheSameWindow(t *testing.T) {
 }
 
 // Requests whose token counts the stream did not vouch for mark the run:
-// counted in the summary, the verdict unchanged.
+// counted in the summary. Outputs the engine cut short with fixed lengths
+// make the run short_outputs — how many, how short, the finish reasons —
+// unless the policy allows them.
 func TestUsageMarks(t *testing.T) {
 	in := longRun(40, 100*time.Millisecond, 8, 10)
 	for i := 0; i < 10; i++ {
 		in.Records[i].UsageMissing = true
 	}
 	in.Records[20].OutputTokens, in.Records[21].OutputTokens = 5, 7
+	in.Records[20].FinishReason, in.Records[21].FinishReason = "stop", "stop"
 	s, err := SummarizeRun(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Verdict != VerdictOK || s.UsageMissing != 10 || s.ShortOutputs != 2 || s.ShortOutputExample != "request 20: 5 of the 8 tokens asked for" {
-		t.Errorf("verdict %s usage_missing %d short %d (%q)", s.Verdict, s.UsageMissing, s.ShortOutputs, s.ShortOutputExample)
+	const why = "short_outputs: 2 of 40 completed measured requests ended before the tokens asked for with fixed lengths (on average 75.0% of them; finish reasons: 2 stop); e.g. request 20: 5 of the 8 tokens asked for"
+	if s.Verdict != VerdictShortOutputs || len(s.VerdictReasons) != 1 || !strings.HasPrefix(s.VerdictReasons[0], why) ||
+		s.UsageMissing != 10 || s.ShortOutputs != 2 || s.ShortOutputFinish["stop"] != 2 {
+		t.Errorf("verdict %s %q usage_missing %d short %d finish %v; want short_outputs %q", s.Verdict, s.VerdictReasons, s.UsageMissing, s.ShortOutputs, s.ShortOutputFinish, why)
 	}
+	in.Policy.AllowShortOutputs = true
+	if s, _ = SummarizeRun(in); s.Verdict != VerdictOK || s.ShortOutputs != 2 {
+		t.Errorf("allowed: verdict %s short %d, want ok and 2", s.Verdict, s.ShortOutputs)
+	}
+	in.Policy.AllowShortOutputs = false
 	// With natural lengths max_tokens is only a cap: shorter is normal.
 	in.NaturalLength = true
 	if s, _ = SummarizeRun(in); s.ShortOutputs != 0 || s.UsageMissing != 10 {

@@ -78,7 +78,9 @@ func TestLoadChatEndpointSameTokens(t *testing.T) {
 		}
 	}
 	for _, r := range chat {
-		if r.UsageMissing || len(r.ITLMs) != 5 || r.TTFT() <= 0 || r.E2EL() < r.TTFT() {
+		// 6 gaps: the role chunk carries choices (vLLM's chat client's
+		// first token), then 6 content chunks.
+		if r.UsageMissing || len(r.ITLMs) != 6 || r.TTFT() <= 0 || r.E2EL() < r.TTFT() {
 			t.Errorf("chat record %+v", r)
 		}
 	}
@@ -124,7 +126,7 @@ func TestChatSweep(t *testing.T) {
 		t.Errorf("summary: completed %v, input %v, output %v; want 48 and 5 tokens each", completed, r.summary["total_input_tokens"], r.summary["total_output_tokens"])
 	}
 	for _, rec := range r.recs {
-		if rec.OutputTokens != 5 || rec.InputTokens != 48 || len(rec.ITLMs) != 4 {
+		if rec.OutputTokens != 5 || rec.InputTokens != 48 || len(rec.ITLMs) != 5 { // the role chunk, then 5 content chunks
 			t.Errorf("record %+v", rec)
 		}
 	}

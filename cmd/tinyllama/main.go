@@ -38,6 +38,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&m.F16, "f16", m.F16, "F16 weights instead of F32")
 	fs.Uint64Var(&m.Seed, "seed", m.Seed, "weights seed")
 	fs.StringVar(&m.Name, "name", m.Name, "general.name (default mbench-tiny-llama)")
+	fs.BoolVar(&m.Ends, "ends", m.Ends, "steer toward </s>: every request that may end at end-of-sequence is a one-token answer")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

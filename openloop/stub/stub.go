@@ -66,9 +66,19 @@ type Fault struct {
 	NoUsage     bool   // omit the usage chunk
 	Malformed   bool   // after the content chunks, send a chunk that is not JSON
 	Hang        bool   // send nothing (not even headers) until the client goes away
-	// Empty makes every chunk carry empty text (delta.content ""), so the
-	// stream has no content token; usage still counts the chunks.
+	// Empty makes every chunk carry empty text (delta.content "") and the
+	// usage chunk count 0 tokens (unless Usage says otherwise): an engine
+	// that produced nothing.
 	Empty bool
+	// EOSAt > 0 ends a completions stream the way llama.cpp's llama-server
+	// ends one at end of generation (tools/server/server-context.cpp:1833-1877
+	// and server-task.cpp:374-410 at 80fb11ac): the EOSAt-th token (at
+	// most the tokens asked for) is the end-of-generation token, streamed as
+	// a chunk with empty text at its due time, followed at once by the final
+	// chunk — empty text, finish_reason "stop", and the usage (completion
+	// tokens counting the end-of-generation token) in the same chunk.
+	// EOSAt = 1 is the one-token answer: no content at all.
+	EOSAt int
 	// Usage, when set, is the usage chunk's completion_tokens given the
 	// chunks sent (nil: the chunks sent).
 	Usage func(chunks int) int `json:"-"`
@@ -300,6 +310,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	prefix := `data: {"id":` + id + `,"object":"` + object + `","created":0,"model":` + strconv.Quote(s.opts.Model) + `,"choices":[{"index":0,`
 	head := []byte(prefix + token + `,"logprobs":null,"finish_reason":`)
 	buf := make([]byte, 0, 2*len(head)+64)
+	eos := f.EOSAt > 0 && !chat
+	if eos {
+		tokens = min(tokens, f.EOSAt)
+	}
 	due := e.Arrival.Add(s.opts.FirstToken)
 	for k := range tokens {
 		if k > 0 {
@@ -315,13 +329,19 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		if chat && k == 0 {
 			buf = append(buf, prefix+`"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
 		}
-		buf = append(buf, head...)
-		if k == tokens-1 {
-			buf = append(buf, `"length"`...)
+		if eos && k == tokens-1 {
+			buf = append(buf, prefix+`"text":"","logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+			buf = append(buf, prefix+`"text":"","logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":`+
+				strconv.Itoa(promptLen(req.Prompt))+`,"total_tokens":0,"completion_tokens":`+strconv.Itoa(tokens)+`}}`+"\n\n"...)
 		} else {
-			buf = append(buf, `null`...)
+			buf = append(buf, head...)
+			if k == tokens-1 {
+				buf = append(buf, `"length"`...)
+			} else {
+				buf = append(buf, `null`...)
+			}
+			buf = append(buf, tail...)
 		}
-		buf = append(buf, tail...)
 		if _, err := w.Write(buf); err != nil {
 			return
 		}
@@ -345,7 +365,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		msg, _ := json.Marshal(f.StreamError)
 		_, _ = w.Write([]byte(`data: {"error":{"object":"error","message":` + string(msg) + `,"type":"InternalServerError","code":500}}` + "\n\n"))
 	}
-	if !f.NoUsage && f.StreamError == "" {
+	if !f.NoUsage && f.StreamError == "" && !eos {
 		p := strconv.Itoa(promptLen(req.Prompt))
 		if chat {
 			words := 0
@@ -355,6 +375,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			p = strconv.Itoa(words)
 		}
 		out := e.Chunks
+		if f.Empty {
+			out = 0
+		}
 		if f.Usage != nil {
 			out = f.Usage(e.Chunks)
 		}

@@ -21,13 +21,15 @@ const VerdictRule = "Each run gets one verdict, decided in one place from its su
 	"(a significant slope, and the last quarter's median TTFT above the first quarter's by half the median); " +
 	"**incomplete** when fewer than measure.min_completed measured requests completed (the reason says when sending stopped; " +
 	"a run the failures themselves cut short is errors only); " +
+	"**short_outputs** when, with fixed lengths asked, the engine ended outputs before the tokens asked for (unless measure.allow_short_outputs); " +
 	"**client_limited** when the load generator did not send on schedule; " +
 	"**gpu_contended** when a process other than the engine used one of the run's GPUs during the window; " +
 	"**throttled** when a GPU was power or thermally throttled for more of the window than allowed; " +
 	"else **ok**. The first that applies is the verdict; every one that applied is recorded. " +
-	"A request counts as completed only when its stream ended with [DONE], carried a content token (else empty_stream) " +
-	"and a usage no lower than the content chunks and no higher than max_tokens (else usage_mismatch); " +
-	"requests with no usage chunk or fewer tokens than asked for are counted per run, not failed. " +
+	"A request counts as completed when its stream ended with [DONE] and the engine produced something — a chunk with choices and " +
+	"a content token, a usage of at least one token, or a finish reason (else empty_stream) — " +
+	"with a usage no lower than the content chunks and no higher than max_tokens (else usage_mismatch); " +
+	"requests with no usage chunk are counted per run, not failed. " +
 	"Only ok runs count in the tables, the comparisons and the stopping rule."
 
 // renderVerdicts writes the verdict section: counts, and the failed
@@ -161,7 +163,8 @@ func blockMismatch(ordered []*results.Cell, configs []string, shape string, rate
 
 // usageMarks are the lines for the runs whose completed requests' token
 // counts the streams did not vouch for (RunSummary.UsageMissing,
-// ShortOutputs): their verdicts stand, and what rests on the counts is said.
+// ShortOutputs): what rests on the counts is said (short outputs make a
+// run short_outputs unless the matrix allows them).
 func usageMarks(ordered []*results.Cell) []string {
 	var lines []string
 	for _, c := range ordered {
@@ -175,12 +178,26 @@ func usageMarks(ordered []*results.Cell) []string {
 					where, n, r.Sum.Completed))
 			}
 			if n := r.Sum.ShortOutputs; n > 0 {
-				lines = append(lines, fmt.Sprintf("- %s: %d of %d completed requests got fewer output tokens than the max_tokens = min_tokens asked for (%s): the engine stopped early (does it honour ignore_eos and min_tokens?), so the runs measured shorter outputs than the shape says.",
-					where, n, r.Sum.Completed, r.Sum.ShortOutputExample))
+				lines = append(lines, fmt.Sprintf("- %s: %d of %d completed requests got fewer output tokens than the max_tokens = min_tokens asked for (%s%s): the engine stopped early (a stop string, a slot's context; does it honour ignore_eos and min_tokens?), so the run measured shorter outputs than the shape says.",
+					where, n, r.Sum.Completed, r.Sum.ShortOutputExample, finishNote(r.Sum.ShortOutputFinish)))
 			}
 		}
 	}
 	return lines
+}
+
+// finishNote is "; finish reasons: 40 stop" for a short-output line, ""
+// when the engine gave none.
+func finishNote(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", m[k], k)
+	}
+	return "; finish reasons: " + strings.Join(parts, ", ")
 }
 
 // renderUsageMarks writes the lines of usageMarks under their heading.

@@ -77,8 +77,8 @@ func readTTFTs(path string) map[int]float64 {
 	out := map[int]float64{}
 	for i := range recs {
 		r := &recs[i]
-		if r.Phase == openloop.PhaseMeasure && r.OK() && r.FirstTokenNs > 0 && r.SentNs > 0 {
-			out[r.ID] = float64(r.FirstTokenNs-r.SentNs) / 1e6
+		if t, ok := r.TTFTMs(); ok && r.Phase == openloop.PhaseMeasure && r.OK() {
+			out[r.ID] = t
 		}
 	}
 	return out
