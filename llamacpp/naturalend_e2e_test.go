@@ -2,6 +2,7 @@ package llamacpp_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,6 +25,10 @@ import (
 //   - with fixed lengths the same model runs to max_tokens (llama-server
 //     biases </s> to −∞), and the end is the final chunk: 16 gaps for 16
 //     tokens, finish_reason length;
+//   - with fixed lengths, outputs the slot's context cuts short (a prompt of
+//     1000 tokens, 64 asked for, 1024 per slot: llama-server stops at the
+//     context with finish_reason length) make the run short_outputs, with
+//     the count and the finish reasons;
 //   - a prompt longer than a slot's context is llama-server's 400
 //     exceed_context_size_error, classed context_length.
 func TestNaturalEndsAgainstLlamaServer(t *testing.T) {
@@ -38,12 +43,13 @@ func TestNaturalEndsAgainstLlamaServer(t *testing.T) {
 	// 2 slots of 1024 tokens each.
 	srv := llamacpptest.Start(t, bin, p, "--parallel", "2", "-c", "2048", "-t", "1")
 
+	var lastDir string
 	loadRecs := func(extra ...string) ([]openloop.Record, int, string) {
 		t.Helper()
-		dir := t.TempDir()
-		args := append([]string{"load", "--url", srv.URL, "--rate", "4", "--seed", "3", "--warmup", "0", "--out", dir}, extra...)
+		lastDir = t.TempDir()
+		args := append([]string{"load", "--url", srv.URL, "--rate", "4", "--seed", "3", "--warmup", "0", "--out", lastDir}, extra...)
 		code, out := mbench(t, context.Background(), args...)
-		return readRecords(t, dir), code, out
+		return readRecords(t, lastDir), code, out
 	}
 
 	logBefore, _ := os.ReadFile(srv.LogPath)
@@ -84,6 +90,33 @@ func TestNaturalEndsAgainstLlamaServer(t *testing.T) {
 		if r.OK() && (r.OutputTokens != 16 || r.FinishReason != openloop.FinishLength || len(r.ITLMs) != 16) {
 			t.Errorf("fixed lengths: request %d: %d output tokens, finish %q, %d gaps; want 16, length, 16", r.ID, r.OutputTokens, r.FinishReason, len(r.ITLMs))
 		}
+	}
+
+	recs, code, out = loadRecs("--input", "1000", "--output", "64", "--requests", "4")
+	if code != 3 {
+		t.Errorf("outputs cut short by the slot's context: mbench load exit %d, want 3 (not a result):\n%s", code, out)
+	}
+	short := 0
+	for _, r := range recs {
+		if r.OK() && r.OutputTokens < 64 && r.FinishReason == openloop.FinishLength {
+			short++
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(lastDir, "summary_A.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Verdict string         `json:"verdict"`
+		Short   int            `json:"short_output_requests"`
+		Finish  map[string]int `json:"short_output_finish_reasons"`
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if short != 4 || sum.Verdict != "short_outputs" || sum.Short != 4 || sum.Finish[openloop.FinishLength] != 4 {
+		t.Errorf("outputs cut short by the slot's context: %d records short with finish length; summary verdict %q, short_output_requests %d, finish reasons %v; want 4, short_outputs, 4, 4 length",
+			short, sum.Verdict, sum.Short, sum.Finish)
 	}
 
 	recs, code, out = loadRecs("--input", "1100", "--output", "4", "--requests", "3")

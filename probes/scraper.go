@@ -150,6 +150,10 @@ type CacheSummary struct {
 	Preemptions     float64 `json:"preemptions"`
 	Running         Level   `json:"running"`
 	Waiting         Level   `json:"waiting"`
+	// WaitingExported says the engine exports its queue (MetricNames.Waiting)
+	// and the during-scrapes read it: Waiting is then the engine's own
+	// word on whether requests waited, not a zero for want of a series.
+	WaitingExported bool `json:"waiting_exported,omitempty"`
 	// KVUsage is the KV-cache usage gauge (a fraction of the cache), nil
 	// when the engine exports none.
 	KVUsage      *Level `json:"kv_usage,omitempty"`
@@ -287,7 +291,7 @@ func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSum
 		cs.ExternalHitRate, cs.ExternalValid = cs.ExternalHits/cs.ExternalQueries, true
 	}
 	cs.Running, _, cs.DuringRounds = levels(during, n.Running)
-	cs.Waiting, _, _ = levels(during, n.Waiting)
+	cs.Waiting, cs.WaitingExported, _ = levels(during, n.Waiting)
 	if kv, seen, _ := levels(during, n.KVUsage); seen {
 		cs.KVUsage = &kv
 	}

@@ -68,13 +68,34 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 		rise := tr.Slope * tr.Span
 		first, last := quarterMedians(x, y)
 		if floor := max(TrendMinRise*med, TrendMinRiseMs); tr.P < TrendAlpha && rise > floor && last-first > floor {
-			why = append(why, fmt.Sprintf("TTFT rises through the window: +%.3g ms over %.0f s (slope %.3g ms/s, p=%.2g), more than half the median TTFT %.3g ms (and %g ms), and the last quarter's median TTFT %.3g ms is that far above the first quarter's %.3g ms", rise, tr.Span, tr.Slope, tr.P, med, TrendMinRiseMs, last, first))
+			trend := fmt.Sprintf("TTFT rises through the window: +%.3g ms over %.0f s (slope %.3g ms/s, p=%.2g), more than half the median TTFT %.3g ms (and %g ms), and the last quarter's median TTFT %.3g ms is that far above the first quarter's %.3g ms", rise, tr.Span, tr.Slope, tr.P, med, TrendMinRiseMs, last, first)
+			switch q := s.PrefixCache; {
+			case !engineQueueSays(q):
+				why = append(why, trend)
+			case q.Waiting.Max > 0:
+				why = append(why, fmt.Sprintf("%s, and the engine's queue held up to %.0f requests waiting (mean %.2g over %d scrapes)", trend, q.Waiting.Max, q.Waiting.Mean, q.DuringRounds))
+			default:
+				s.TTFTDriftMs = ptr(rise)
+				s.DriftReason = fmt.Sprintf("%s, while the engine's own queue stayed empty in all %d scrapes of the window: the engine slowed down (its own time per request rose), which is a drift of +%.3g ms, not saturation", trend, q.DuringRounds, rise)
+			}
 		}
 	}
 	if len(why) > 0 {
 		s.Saturated = true
 		s.SaturationReason = strings.Join(why, "; ")
 	}
+}
+
+// EngineQueueMinRounds is the fewest during-window scrapes of the engine's
+// queue gauge that let the queue, rather than TTFT's trend alone, decide
+// whether a rising TTFT is saturation.
+const EngineQueueMinRounds = 3
+
+// engineQueueSays reports whether the engine exported its queue
+// (vllm:num_requests_waiting, llamacpp:requests_deferred) and it was read
+// often enough through the window to speak for it.
+func engineQueueSays(q *CacheSummary) bool {
+	return q != nil && q.WaitingExported && q.DuringRounds >= EngineQueueMinRounds
 }
 
 // quarterMedians is the median TTFT of the requests sent in the first and

@@ -160,8 +160,15 @@ type RunSummary struct {
 	ThrRatio         *float64 `json:"thr_ratio"`
 	Saturated        bool     `json:"saturated"`
 	SaturationReason string   `json:"saturation_reason,omitempty"`
-	Aborted          bool     `json:"aborted"`
-	AbortReason      string   `json:"abort_reason,omitempty"`
+	// TTFTDriftMs is the rise of TTFT through the window (the fitted
+	// slope × the window) when it passed the saturation trend test but the
+	// engine's own queue stayed empty: the engine slowed down (contention,
+	// clocks, its own per-token time rising), which is not saturation.
+	// DriftReason says so in words. Absent when there was no such rise.
+	TTFTDriftMs *float64 `json:"ttft_drift_ms,omitempty"`
+	DriftReason string   `json:"drift_reason,omitempty"`
+	Aborted     bool     `json:"aborted"`
+	AbortReason string   `json:"abort_reason,omitempty"`
 	// AbortCause is why the run was aborted (overload, failures, harness).
 	AbortCause openloop.AbortCause `json:"abort_cause,omitempty"`
 	// CutWaiting and CutStreaming count the measured requests the harness

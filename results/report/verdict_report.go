@@ -43,14 +43,18 @@ func renderVerdicts(b *strings.Builder, v *reportView) {
 		}
 	}
 	rows, classes := errorRows(v.ordered)
-	marks := usageMarks(v.ordered)
-	if len(rows) == 0 && len(marks) == 0 && len(v.s.Superseded) == 0 && counts[results.VerdictOK] == counts.Total() {
+	marks, drifts := usageMarks(v.ordered), driftMarks(v.ordered)
+	if len(rows) == 0 && len(marks) == 0 && len(drifts) == 0 && len(v.s.Superseded) == 0 && counts[results.VerdictOK] == counts.Total() {
 		collapsed(b, "Run verdicts", "%d runs: %s; no measured request failed.", counts.Total(), counts)
 		return
 	}
 	b.WriteString("## Run verdicts\n\n")
 	fmt.Fprintf(b, "%d runs: %s. (The rule is in the Method section.)\n\n", counts.Total(), counts)
 	renderUsageMarks(b, marks)
+	if len(drifts) > 0 {
+		b.WriteString("### The engine slowed down (not saturation)\n\n")
+		b.WriteString(strings.Join(drifts, "\n") + "\n\n")
+	}
 	renderSuperseded(b, v.s)
 	if len(rows) == 0 {
 		b.WriteString("No measured request failed.\n\n")
@@ -181,6 +185,23 @@ func usageMarks(ordered []*results.Cell) []string {
 				lines = append(lines, fmt.Sprintf("- %s: %d of %d completed requests got fewer output tokens than the max_tokens = min_tokens asked for (%s%s): the engine stopped early (a stop string, a slot's context; does it honour ignore_eos and min_tokens?), so the run measured shorter outputs than the shape says.",
 					where, n, r.Sum.Completed, r.Sum.ShortOutputExample, finishNote(r.Sum.ShortOutputFinish)))
 			}
+		}
+	}
+	return lines
+}
+
+// driftMarks are the lines for the runs whose TTFT rose through the window
+// while the engine's own queue stayed empty (RunSummary.TTFTDriftMs): the
+// engine slowed down, by how much.
+func driftMarks(ordered []*results.Cell) []string {
+	var lines []string
+	for _, c := range ordered {
+		for _, r := range c.Runs {
+			if r.Sum == nil || r.Sum.TTFTDriftMs == nil {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("- %s (%s rate=%g) b%d: TTFT drifted +%.3g ms: %s.",
+				c.Info.ID, c.Info.Config, c.Info.Rate, r.Ref.Block, *r.Sum.TTFTDriftMs, r.Sum.DriftReason))
 		}
 	}
 	return lines
