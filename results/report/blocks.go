@@ -1,0 +1,91 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/mbench/mbench/results"
+)
+
+// blockMetrics are the per-block figures report.md lists for every
+// config: the primary metric, the client's median time per output token,
+// and the engine's own median step time where its step log has one (the
+// engine's per-token time, which moves when the engine slows down whatever
+// the client sees).
+func blockMetrics(s *results.Sweep) []string {
+	out := []string{s.Metric}
+	if s.Metric == "" {
+		out[0] = results.DefaultStopMetric
+	}
+	for _, m := range []string{"tpot_p50", "step_duration_p50"} {
+		if results.ResolveMetric(m) != results.ResolveMetric(out[0]) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// renderBlocks writes each block's figures per config, so that a drift
+// across the sweep (an engine or a host that slows down between blocks) is
+// seen with its size: one table per metric, a row per cell, a column per
+// block, and the largest over the smallest of the row. A run that is not a
+// result shows its verdict instead of a value.
+func renderBlocks(b *strings.Builder, v *reportView) {
+	maxBlock := 0
+	for _, c := range v.ordered {
+		for _, r := range c.Runs {
+			maxBlock = max(maxBlock, r.Ref.Block)
+		}
+	}
+	if maxBlock == 0 {
+		return
+	}
+	var tables []string
+	for _, metric := range blockMetrics(v.s) {
+		var rows []string
+		for _, c := range v.ordered {
+			vals := make([]string, maxBlock)
+			lo, hi, seen := 0.0, 0.0, false
+			for _, r := range c.Runs {
+				cell := string(r.Ref.Status)
+				if x, ok := results.RunMetric(r.Sum, metric); ok && r.Ref.Status.Usable() {
+					cell = fmt.Sprintf("%.4g", x)
+					if !seen || x < lo {
+						lo = x
+					}
+					hi = max(hi, x)
+					seen = true
+				} else if r.Sum != nil && r.Ref.Status.Usable() {
+					cell = "—"
+				}
+				if r.Ref.Block >= 1 {
+					vals[r.Ref.Block-1] = cell // the last attempt of a block wins, as in the tables
+				}
+			}
+			if !seen {
+				continue
+			}
+			spread := "—"
+			if lo > 0 {
+				spread = fmt.Sprintf("%.3f", hi/lo)
+			}
+			rows = append(rows, fmt.Sprintf("| %s | %s | %g | %s | %s |", c.Info.Config, c.Info.Shape, c.Info.Rate, strings.Join(vals, " | "), spread))
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		var t strings.Builder
+		fmt.Fprintf(&t, "### %s (%s)\n\n| Config | Shape | Rate |", metric, results.ResolveMetric(metric))
+		for k := 1; k <= maxBlock; k++ {
+			fmt.Fprintf(&t, " b%d |", k)
+		}
+		t.WriteString(" max/min |\n|---|---|---|" + strings.Repeat("---|", maxBlock) + "---|\n")
+		t.WriteString(strings.Join(rows, "\n") + "\n\n")
+		tables = append(tables, t.String())
+	}
+	if len(tables) == 0 {
+		return
+	}
+	b.WriteString("## Per block\n\nEach block's figure per config (runs that are not results show their verdict), and the largest over the smallest of each row: a drift across the sweep shows here with its size, whatever the paired comparisons cancel.\n\n")
+	b.WriteString(strings.Join(tables, ""))
+}
