@@ -104,7 +104,7 @@ for i, j in enumerate(journal):
         gaps, heads = [""] * len(t), [""] * len(t)
         eng_prompt = med([x[1] for x in t])
         eng_tok = med([x[3] / (x[4] - 1) for x in t if x[3] is not None and x[4] and x[4] > 1])
-        if f"np{slots}" != s["config"]:
+        if f"np{slots}" != s["config"].removesuffix("_aa"):
             say(f"NOTE: run {j['dir']} is {s['config']} but its engine log says {slots} slots")
         if s["rate"] <= 4:  # no two requests at once: the log's order is the send order
             ok = sorted((r for r in recs if r["status"] == "ok"), key=lambda r: r["sent_ns"])
@@ -124,7 +124,7 @@ for i, j in enumerate(journal):
                  nv("util_gpu", "mean"), nv("util_gpu", "max"), smi_util, nv("power_w", "mean"), smi_pow,
                  nv("mem_used_mib", "max"), smi_mem, g.get("energy_j"), len(win),
                  nv("mem_reserved_mib", "max"), g.get("mem_source", "?")])
-    if not gpu_run_written and s["config"] != "np1" and s["rate"] > 4:
+    if not gpu_run_written and s["config"] != "np1" and s["rate"] >= 4:
         src = os.path.join(d, "gpu.jsonl")
         if os.path.exists(src):
             with open(os.path.join(out, "gpu-run.jsonl"), "w") as f:

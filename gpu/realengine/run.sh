@@ -5,9 +5,9 @@
 #      gpu/realengine/pack.sh packed into .gpu-realengine/ (about 4 minutes);
 #   2. writes a random-weight llama of 8 blocks × 512 (60 M parameters,
 #      241 MB) with the carried tinyllama;
-#   3. runs a short mbench sweep on it — 8 slots against 1, at 4 and 32
-#      req/s, 2 blocks, the GPU gate on, NVML sampled every 100 ms — with
-#      nvidia-smi sampling beside it;
+#   3. runs a short mbench sweep on it — 8 slots against 1 and an A/A copy
+#      of the 8 slots, at 4 req/s, 2 blocks, the GPU gate on, NVML sampled
+#      every 100 ms — with nvidia-smi sampling beside it;
 #   4. writes under $OUT: run.log (this script's steps and timings),
 #      report.md (mbench's), runs.tsv (every run: verdict, TTFT, TPOT, lost
 #      requests, and its GPU figures from NVML), gpu-run.jsonl (one run's NVML
@@ -71,7 +71,7 @@ if [ "$mode" = gpu ]; then
   gpus="gpus: [0]"
   topo=""
   ngl="-ngl 99"
-  rates="[4, 32]"
+  rates="[4]"   # one rate: with the A/A copy, 6 runs fit the 9 minutes beside the build
   slots=8
   gate="{enabled: true, timeout: 10s, temp_band_c: 5}"
 else
@@ -113,6 +113,7 @@ engine:
 configs:
   np$slots: {args: [--parallel, "$slots"]$topo}
   np1: {args: [--parallel, "1"]$topo}
+  np${slots}_aa: {same_as: np$slots}   # A/A control: its comparison is the noise floor
 rates: $rates
 shapes:
   - {name: 256x64, input: 256, output: 64}
@@ -130,7 +131,7 @@ if [ "$mode" = gpu ]; then
     --format=csv,nounits -lms 200 >"$OUT/nvidia-smi.csv" 2>&1 &
   smi=$!
 fi
-log "mbench run (2 configs × 2 rates × $blocks blocks)"
+log "mbench run (2 configs and an A/A copy × rates $rates × $blocks blocks)"
 set +e
 "$C/bin/mbench" run "$W/matrix.yaml" --out "$W/sweep" >"$W/mbench.out" 2>&1
 rc=$?
