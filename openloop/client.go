@@ -265,7 +265,7 @@ var errRequestTimeout = errors.New("request timeout")
 
 // do sends j to target t and fills rec (whose identity fields are already
 // set): times, tokens, status. rec.SentNs is taken when the request has been
-// written. onFirst, if not nil, runs at the first content chunk. The
+// written. onFirst, if not nil, runs at the first chunk with choices. The
 // returned function, when not nil, finishes with the connection (back to the
 // pool, or closed) and releases the request's state; call it after recording
 // rec.

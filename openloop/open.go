@@ -158,14 +158,17 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 				return
 			}
 		}
-		if i == cfg.Warmup && i > 0 {
+		if i == cfg.Warmup && i > 0 && cfg.Arrival.Ramp == nil {
 			// The warm-up requests finish before the next one is sent, as
 			// vllm bench serve gathers its warm-ups before it starts
 			// (vllm/benchmarks/serve.py at commit be292b7c, lines
 			// 706–725): so the measured window — and the engine counters
 			// snapshotted as it opens (Config.OnPhase) — holds none of
 			// their work. The schedule resumes from that moment, shifted
-			// whole: its gaps are the process's own.
+			// whole: its gaps are the process's own. A rate ramp runs on
+			// without the wait: it is one schedule from its start, and
+			// its own requests (phase ramp) are in flight as the measured
+			// phase begins anyway.
 			if len(batch) > 0 && !hand() {
 				return
 			}

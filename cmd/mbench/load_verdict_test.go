@@ -45,8 +45,11 @@ func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 		{"usage above max_tokens", stub.Options{Fault: always(stub.Fault{Usage: func(int) int { return 400 }})}, nil, exitNoResult, "errors",
 			"not a result: errors: 20 of 20 measured requests failed (20 usage_mismatch)", map[string]int{"usage_mismatch": 20}, [2]int{}},
 		{"no usage", stub.Options{Fault: always(stub.Fault{NoUsage: true})}, nil, 0, "ok", "", map[string]int{}, [2]int{20, 0}},
-		// An engine that stops after 3 of the 16 tokens asked for.
-		{"stopped early", stub.Options{Tokens: 3}, nil, 0, "ok", "", map[string]int{}, [2]int{0, 20}},
+		// An engine that stops after 3 of the 16 tokens asked for, with
+		// fixed lengths: the run measured shorter outputs than asked.
+		{"stopped early", stub.Options{Tokens: 3}, nil, exitNoResult, "short_outputs",
+			"not a result: short_outputs: 20 of 20 completed measured requests ended before the tokens asked for with fixed lengths (on average 18.8% of them; finish reasons: 20 length)",
+			map[string]int{}, [2]int{0, 20}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

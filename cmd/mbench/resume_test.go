@@ -418,14 +418,20 @@ func checkSeeds(t *testing.T, out string, st sweepRecord, j []journalRec) {
 		if _, ok := rate[l.Cell]; !ok || l.Status != "ok" {
 			continue
 		}
-		// Arrival offsets from request 0 (the run's start offset varies).
-		at := map[int]int64{}
+		// Arrival offsets from the first request of each phase (the run's
+		// start varies, and the measured schedule resumes, shifted whole,
+		// when the warm-up has finished).
+		at, phase, first := map[int]int64{}, map[int]string{}, map[string]int64{}
 		for _, r := range readJSONLStrict(t, filepath.Join(out, l.Dir, "requests.jsonl")) {
-			at[int(r["id"].(float64))] = int64(r["scheduled_ns"].(float64))
+			id, ns, p := int(r["id"].(float64)), int64(r["scheduled_ns"].(float64)), r["phase"].(string)
+			at[id], phase[id] = ns, p
+			if f, ok := first[p]; !ok || ns < f {
+				first[p] = ns
+			}
 		}
 		var sched []string
 		for id := 1; id < 20; id++ {
-			sched = append(sched, strconv.FormatInt(at[id]-at[0], 10))
+			sched = append(sched, strconv.FormatInt(at[id]-first[phase[id]], 10))
 		}
 		s := strings.Join(sched, ",")
 		k := fmt.Sprintf("b%d r%g", l.Block, rate[l.Cell])
