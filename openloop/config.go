@@ -120,13 +120,19 @@ type Result struct {
 	Offered                float64 // offered rate of the measured phase, req/s
 	Aborted                bool
 	AbortReason            string
-	AbortCause             AbortCause  // why it was aborted (when Aborted)
-	ClientCPUPct           float64     // this process's CPU during the run, % of one core
-	StopReason             string      // min_completed, requests, duration, timeout, trace_end, aborted, canceled
-	Model                  string      // the model requests named
-	TokenIDs               TokenRange  // the range prompt token ids were drawn from
-	TokenSource            TokenSource // where TokenIDs came from
-	Grade                  Grade       // the generator's self-grading over the measured requests
+	AbortCause             AbortCause // why it was aborted (when Aborted)
+	ClientCPUPct           float64    // this process's CPU during the run, % of one core
+	// HostBusyPct and HostStealPct are the whole machine's busy CPU and the
+	// CPU its hypervisor stole during the run, % of all its cores (what the
+	// load generator shared its cores with: the engine, when local, and any
+	// other tenant); HostCPUKnown says the OS gave them.
+	HostBusyPct, HostStealPct float64
+	HostCPUKnown              bool
+	StopReason                string      // min_completed, requests, duration, timeout, trace_end, aborted, canceled
+	Model                     string      // the model requests named
+	TokenIDs                  TokenRange  // the range prompt token ids were drawn from
+	TokenSource               TokenSource // where TokenIDs came from
+	Grade                     Grade       // the generator's self-grading over the measured requests
 }
 
 func (c *Config) validate() error {

@@ -187,6 +187,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}
 	cpu0, cpuErr := cpuSeconds()
+	host0 := readHostTimes()
 	r.clk = clock{start: time.Now()}
 	var cancel context.CancelCauseFunc
 	r.reqCtx, cancel = context.WithCancelCause(context.WithoutCancel(ctx))
@@ -231,6 +232,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	<-progStopped
 
 	res := r.result(plan)
+	res.HostBusyPct, res.HostStealPct, res.HostCPUKnown = hostShare(host0, readHostTimes(), time.Since(r.clk.start).Seconds())
 	if cpuErr == nil {
 		if cpu1, err := cpuSeconds(); err == nil {
 			if wall := time.Since(r.clk.start).Seconds(); wall > 0 {

@@ -1,6 +1,9 @@
 package openloop
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 // TestSelfGradeUnreachable: requests the server refused or dropped before
 // they could be written (an engine killed mid-run) are the server's
@@ -30,5 +33,22 @@ func TestSelfGradeUnreachable(t *testing.T) {
 	}
 	if g := SelfGrade(mk(ErrClassCanceled), 100, a); !g.ClientLimited || g.Unreachable != 0 {
 		t.Errorf("never sent, canceled: client_limited %v, unreachable %d; want true, 0", g.ClientLimited, g.Unreachable)
+	}
+}
+
+// TestHostShare: the machine's busy and stolen CPU over a run, as a share
+// of all its cores; unknown when either reading is.
+func TestHostShare(t *testing.T) {
+	a := hostTimes{busy: 100, steal: 5, cores: 4, ok: true}
+	b := hostTimes{busy: 106, steal: 5.4, cores: 4, ok: true}
+	busy, steal, ok := hostShare(a, b, 2) // 8 core-seconds
+	if !ok || busy != 75 || steal < 4.99 || steal > 5.01 {
+		t.Errorf("busy %v%% steal %v%% ok %v; want 75, 5, true", busy, steal, ok)
+	}
+	if _, _, ok := hostShare(hostTimes{}, b, 2); ok {
+		t.Error("an unknown first reading gave a share")
+	}
+	if h := readHostTimes(); runtime.GOOS == "linux" && (!h.ok || h.cores < 1 || h.busy <= 0) {
+		t.Errorf("this Linux machine's CPU times: %+v", h)
 	}
 }

@@ -57,6 +57,9 @@ type RunInput struct {
 	// canceled); "" when not known.
 	StopReason   string
 	ClientCPUPct float64
+	// HostCPU is the load generator's machine during the run
+	// (openloop.Result.HostBusyPct, HostStealPct); nil when not known.
+	HostCPU *HostCPU
 	// Grade is the load generator's self-grading of the run
 	// (openloop.Result.Grade). When nil, SummarizeRun computes it with
 	// openloop.SelfGrade(Records, Offered, {Arrival, Burstiness}), the
@@ -88,6 +91,9 @@ func (in RunInput) WithLoad(res *openloop.Result) RunInput {
 	in.Offered, in.Aborted, in.AbortReason, in.AbortCause, in.ClientCPUPct = res.Offered, res.Aborted, res.AbortReason, res.AbortCause, res.ClientCPUPct
 	in.StopReason = res.StopReason
 	in.Grade = &res.Grade
+	if res.HostCPUKnown {
+		in.HostCPU = &HostCPU{BusyPct: res.HostBusyPct, StealPct: res.HostStealPct, ClientPct: res.ClientCPUPct}
+	}
 	return in
 }
 
@@ -186,13 +192,17 @@ type RunSummary struct {
 	// scheduled rate of the same requests; the KS test of the sent gaps
 	// against the offered gap law on a 0.1 ms grid (null when it does not
 	// apply: constant arrivals, trace replay, fewer than 20 sends).
-	SendLagP50Ms        *float64 `json:"send_lag_p50_ms"`
-	SendLagP99Ms        *float64 `json:"send_lag_p99_ms"`
-	SendLagMaxMs        *float64 `json:"send_lag_max_ms"`
-	AchievedSendRatio   *float64 `json:"achieved_send_ratio"`
-	KSStat              *float64 `json:"ks_stat"`
-	KSP                 *float64 `json:"ks_p"`
-	ClientCPUPct        float64  `json:"client_cpu_pct"`
+	SendLagP50Ms      *float64 `json:"send_lag_p50_ms"`
+	SendLagP99Ms      *float64 `json:"send_lag_p99_ms"`
+	SendLagMaxMs      *float64 `json:"send_lag_max_ms"`
+	AchievedSendRatio *float64 `json:"achieved_send_ratio"`
+	KSStat            *float64 `json:"ks_stat"`
+	KSP               *float64 `json:"ks_p"`
+	ClientCPUPct      float64  `json:"client_cpu_pct"`
+	// HostCPU is the CPU of the machine mbench ran on during the run:
+	// contention the load generator shared its cores with; absent when
+	// the OS did not say.
+	HostCPU             *HostCPU `json:"host_cpu,omitempty"`
 	ClientLimited       bool     `json:"client_limited"`
 	ClientLimitedReason string   `json:"client_limited_reason,omitempty"`
 
@@ -328,7 +338,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	s := &RunSummary{
 		Simulated: in.Simulated, Engine: in.Engine, Cell: in.Cell, Config: in.Config, Shape: in.Shape,
 		Rate: in.Rate, Block: in.Block, Arrival: in.Arrival, OfferedRate: in.Offered,
-		Aborted: in.Aborted, AbortReason: in.AbortReason, AbortCause: in.AbortCause, StopReason: in.StopReason, ClientCPUPct: in.ClientCPUPct,
+		Aborted: in.Aborted, AbortReason: in.AbortReason, AbortCause: in.AbortCause, StopReason: in.StopReason, ClientCPUPct: in.ClientCPUPct, HostCPU: in.HostCPU,
 		Errors: map[string]int{}, ErrorExamples: map[string]string{}, EngineStep: in.Steps, GPU: in.GPU, PrefixCache: in.Cache, Gate: in.Gate,
 		ResponseCache: summarizeResponseCache(in.Records),
 	}
@@ -415,6 +425,18 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	gradeSaturation(s, trendX, trendY, ttft)
 	Decide(s, in.Policy)
 	return s, nil
+}
+
+// HostCPU is the CPU of the load generator's machine over a run, each as a
+// percentage: BusyPct and StealPct of all its cores (busy: user, nice,
+// system, irq, softirq; steal: time the hypervisor ran something else),
+// ClientPct of one core (mbench's own, client_cpu_pct). BusyPct well above
+// ClientPct on a machine with the engine is the engine's share and any
+// other tenant's; steal is time no process on it got.
+type HostCPU struct {
+	BusyPct   float64 `json:"busy_pct"`
+	StealPct  float64 `json:"steal_pct"`
+	ClientPct float64 `json:"client_pct"`
 }
 
 // markUsage counts a completed request whose token count is not what the
