@@ -132,11 +132,16 @@ func TestChatSweep(t *testing.T) {
 	}
 }
 
-// inflight is openloop.Concurrency between the n-th and the last send.
+// inflight is openloop.Concurrency between the n-th and the last measured
+// send.
 func inflight(recs []openloop.Record, n int) (peak int, mean float64) {
+	// Over the measured phase: it starts once the warm-up has finished,
+	// and the level is held from its n-th send.
 	var sends []int64
 	for _, r := range recs {
-		sends = append(sends, r.SentNs)
+		if r.Phase == openloop.PhaseMeasure {
+			sends = append(sends, r.SentNs)
+		}
 	}
 	sort.Slice(sends, func(i, j int) bool { return sends[i] < sends[j] })
 	return openloop.Concurrency(recs, sends[n-1], sends[len(sends)-1])
