@@ -132,16 +132,19 @@ func failures(recs []openloop.Record) string {
 }
 
 type summary struct {
-	Engine      string `json:"engine"`
-	Config      string `json:"config"`
-	Rate        float64
-	Failed      int
-	Completed   int
-	PrefixCache *struct {
+	Engine           string   `json:"engine"`
+	Config           string   `json:"config"`
+	SaturationReason string   `json:"saturation_reason"`
+	TTFTDriftMs      *float64 `json:"ttft_drift_ms"`
+	Rate             float64
+	Failed           int
+	Completed        int
+	PrefixCache      *struct {
 		Hits, Queries float64
 		HitRate       float64 `json:"hit_rate"`
 		Running       struct{ Mean, Max float64 }
 		Waiting       struct{ Mean, Max float64 }
+		WaitingExp    bool                         `json:"waiting_exported"`
 		KVUsage       *struct{ Mean, Max float64 } `json:"kv_usage"`
 	} `json:"prefix_cache"`
 	ResponseCache *struct {

@@ -152,6 +152,17 @@ func TestSweepAgainstLlamaServer(t *testing.T) {
 		if pc.KVUsage != nil {
 			t.Errorf("%s: kv_usage %+v, but llama-server exports no KV-usage gauge", where, pc.KVUsage)
 		}
+		// llama-server exports its queue (requests_deferred): a rising TTFT
+		// is saturation only with requests deferred, a drift only without.
+		if !pc.WaitingExp {
+			t.Errorf("%s: prefix_cache.waiting_exported false, but llama-server exports llamacpp:requests_deferred", where)
+		}
+		if strings.Contains(s.SaturationReason, "TTFT rises") && !strings.Contains(s.SaturationReason, "engine's queue held") {
+			t.Errorf("%s: saturated by TTFT's trend without the engine's queue: %s", where, s.SaturationReason)
+		}
+		if s.TTFTDriftMs != nil && pc.Waiting.Max != 0 {
+			t.Errorf("%s: a drift of %v ms reported while the engine deferred up to %v requests", where, *s.TTFTDriftMs, pc.Waiting.Max)
+		}
 		switch s.Config {
 		case "np4_nocache":
 			if pc.Hits != 0 || pc.Queries == 0 {
