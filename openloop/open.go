@@ -161,7 +161,7 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 		if i == cfg.Warmup && i > 0 && cfg.Arrival.Ramp == nil {
 			// The warm-up requests finish before the next one is sent, as
 			// vllm bench serve gathers its warm-ups before it starts
-			// (vllm/benchmarks/serve.py at commit be292b7c, lines
+			// (vllm/benchmarks/serve.py at vLLM commit b36adfa3 (in 0.18.1), lines
 			// 706–725): so the measured window — and the engine counters
 			// snapshotted as it opens (Config.OnPhase) — holds none of
 			// their work. The schedule resumes from that moment, shifted

@@ -88,7 +88,7 @@ func (r *Record) OK() bool { return r.Status == StatusOK }
 // The request latencies, defined here once and called by every summary,
 // class table, SLO check and report. They follow vLLM's benchmark client
 // to the chunk (vllm/benchmarks/lib/endpoint_request_func.py at commit
-// be292b7c, async_request_openai_completions, lines 221–249): its clock
+// b36adfa3, in 0.18.1; async_request_openai_completions, lines 221–249): its clock
 // starts when the request is sent (mbench: SentNs, when it had been
 // written), its first token is the first chunk that carries choices
 // (FirstTokenNs), whatever the text, and its end ("latency") the last such

@@ -6,7 +6,7 @@ import "fmt"
 // completed request. vLLM's own benchmark client counts a 200 response as
 // a success once a chunk carried choices, whatever its text, and fails it
 // otherwise ("Never received a valid chunk to calculate TTFT",
-// vllm/benchmarks/lib/endpoint_request_func.py at commit be292b7c, lines
+// vllm/benchmarks/lib/endpoint_request_func.py at vLLM commit b36adfa3 (in 0.18.1), lines
 // 221–249). mbench asks in addition that the engine produced something: a
 // content token, or — for a natural end that streamed no text, such as
 // llama-server's one-token answer whose end-of-generation token streams as
