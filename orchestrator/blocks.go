@@ -107,7 +107,7 @@ func (s *sweep) runCell(ctx context.Context, cell matrices.Cell, b int, seed int
 func briefReason(why string) string {
 	lines := strings.Split(strings.TrimSpace(why), "\n")
 	first, last := strings.TrimSpace(lines[0]), strings.TrimSpace(lines[len(lines)-1])
-	if len(lines) == 1 || last == "" {
+	if len(lines) == 1 || last == "" || strings.HasSuffix(first, last) {
 		return first
 	}
 	return first + " … " + last
@@ -120,11 +120,11 @@ func (s *sweep) skipDead(id string, b int, why string) error {
 	}
 	now := time.Now().UTC()
 	e := JournalEntry{Cell: id, Block: b, Status: results.VerdictFailed, Started: now, Finished: now,
-		Reason: "skipped: the cell failed " + fmt.Sprint(s.opts.FailLimit) + " consecutive runs: " + briefReason(why)}
+		Reason: "skipped: " + why}
 	if _, err := s.store.ledger.record(e); err != nil {
 		return err
 	}
-	s.prog.finish("skipped (cell failed)")
+	s.prog.skip() // the give-up was said once, when it happened
 	return nil
 }
 
@@ -195,6 +195,12 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 			return nil, fmt.Errorf("run %s b%d: %w; the run is not journaled: once the host answers again, mbench resume %s redoes it",
 				cell.ID, block, err, s.store.dir)
 		}
+		var cse *configStartError
+		if errors.As(runErr, &cse) && !s.opts.KeepGoing {
+			// Every run of the config would burn a launch the same way:
+			// stop with no journal line, so resume (once fixed) redoes it.
+			return nil, fmt.Errorf("run %s b%d: %w\n(with --keep-going the sweep goes on with the other configs and marks %s failed)", cell.ID, block, runErr, cse.config)
+		}
 		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
 			// Not the run's fault, and every later run would fail the same
 			// way: stop the sweep with no journal line, so resume redoes it.
@@ -221,11 +227,14 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	}
 	switch {
 	case entry.Status == results.VerdictFailed:
-		s.prog.finish("FAILED: " + firstLine(entry.Reason))
+		s.prog.finish("FAILED: " + briefReason(entry.Reason)) // the log's last line is the cause
 	case !entry.Status.Usable():
 		s.prog.finish(fmt.Sprintf("NOT A RESULT (%s): %s", entry.Status, firstLine(entry.Reason)))
 	default:
 		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2)))
+	}
+	if cse := (*configStartError)(nil); errors.As(runErr, &cse) {
+		s.giveUpConfig(cse)
 	}
 	return &runOutcome{entry: entry, summary: sum, gaveUp: gaveUp}, nil
 }
@@ -235,4 +244,17 @@ func fmtPtr(v *float64, prec int) string {
 		return "-"
 	}
 	return strconv.FormatFloat(*v, 'f', prec, 64)
+}
+
+// giveUpConfig skips every later run of a config whose engine does not
+// start (--keep-going), and says so once.
+func (s *sweep) giveUpConfig(cse *configStartError) {
+	why := fmt.Sprintf("config %s's engine failed before it was ready on %d launches: %s", cse.config, cse.launches, cse.last.cause)
+	for id, c := range s.cells {
+		if c.Config == cse.config {
+			s.store.ledger.giveUp(id, why)
+		}
+	}
+	s.logf("config %s: its engine failed before it was ready on %d launches with the same cause: %s (log: %s on host %s); marked failed, its other runs skipped (--keep-going)",
+		cse.config, cse.launches, cse.last.cause, cse.last.logPath, cse.last.hostName)
 }

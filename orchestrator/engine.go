@@ -244,8 +244,10 @@ func (e *launcher) waitReady(ctx context.Context, p *engineProc, path string, ti
 	for {
 		select {
 		case <-p.proc.Done():
-			return fmt.Errorf("%s on host %s exited before it was ready (%v); command: %s; last lines of %s:\n%s",
-				p.name, p.hostName, p.proc.Err(), e.redact(p.command), p.logPath, e.redact(logExcerpt(p.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20)))
+			tail := e.redact(logExcerpt(p.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20))
+			return &startError{cause: logCause(tail, fmt.Sprint(p.proc.Err())), logPath: p.logPath, hostName: p.hostName,
+				msg: fmt.Sprintf("%s on host %s exited before it was ready (%v); command: %s; last lines of %s:\n%s",
+					p.name, p.hostName, p.proc.Err(), e.redact(p.command), p.logPath, tail)}
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+path, nil)
@@ -256,8 +258,10 @@ func (e *launcher) waitReady(ctx context.Context, p *engineProc, path string, ti
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s on host %s: not ready after %s (GET %s%s never answered 200); command: %s; last lines of %s:\n%s",
-				p.name, p.hostName, timeout, p.url, path, e.redact(p.command), p.logPath, e.redact(logExcerpt(p.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20)))
+			tail := e.redact(logExcerpt(p.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20))
+			return &startError{cause: logCause(tail, "not ready after "+timeout.String()), logPath: p.logPath, hostName: p.hostName,
+				msg: fmt.Sprintf("%s on host %s: not ready after %s (GET %s%s never answered 200); command: %s; last lines of %s:\n%s",
+					p.name, p.hostName, timeout, p.url, path, e.redact(p.command), p.logPath, tail)}
 		}
 		t := time.NewTimer(wait)
 		select {

@@ -54,7 +54,8 @@ func (l *ledger) done(cell string, block int) bool {
 	return ok
 }
 
-// deadReason is why cell was given up, "" when it was not.
+// deadReason is why cell was given up ("the cell failed 3 consecutive
+// runs: …"), "" when it was not.
 func (l *ledger) deadReason(cell string) string { return l.dead[cell] }
 
 // record appends e to the journal (durably) and counts it. gaveUp reports
@@ -77,7 +78,15 @@ func (l *ledger) count(e JournalEntry) {
 	}
 	l.fails[e.Cell]++
 	if l.fails[e.Cell] >= l.failLimit && l.dead[e.Cell] == "" {
-		l.dead[e.Cell] = e.Reason
+		l.dead[e.Cell] = fmt.Sprintf("the cell failed %d consecutive runs: %s", l.failLimit, briefReason(e.Reason))
+	}
+}
+
+// giveUp gives cell up for why (its later runs are skipped), unless it was
+// already.
+func (l *ledger) giveUp(cell, why string) {
+	if l.dead[cell] == "" {
+		l.dead[cell] = why
 	}
 }
 

@@ -46,7 +46,7 @@ func TestLedger(t *testing.T) {
 			t.Errorf("%s b%d %s: gaveUp %v, want %v", st.cell, st.block, st.v, got, st.gaveUp)
 		}
 	}
-	if l.deadReason("a") != "failed reason" || l.deadReason("b") != "" || !l.done("a", 7) || l.done("b", 2) {
+	if l.deadReason("a") != "the cell failed 3 consecutive runs: failed reason" || l.deadReason("b") != "" || !l.done("a", 7) || l.done("b", 2) {
 		t.Errorf("dead %v, runs %d", l.dead, len(l.runs))
 	}
 	// A crash tore the journal's last line: reopening repairs it and
@@ -61,7 +61,7 @@ func TestLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(l2.runs) != len(steps) || l2.deadReason("a") != "failed reason" || l2.fails["a"] != l.fails["a"] || l2.done("b", 2) {
+	if len(l2.runs) != len(steps) || l2.deadReason("a") != "the cell failed 3 consecutive runs: failed reason" || l2.fails["a"] != l.fails["a"] || l2.done("b", 2) {
 		t.Errorf("replayed ledger: %d runs, dead %v, fails %v; want %d runs and the same state", len(l2.runs), l2.dead, l2.fails, len(steps))
 	}
 	entries, torn, err := readJournal(dir)

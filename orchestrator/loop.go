@@ -22,10 +22,20 @@ func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, er
 		return nil, err
 	}
 	s.prog = newProgress(s.opts.Stderr, s.store.plannedRuns(s.m.Repeat.Min), s.opts.Quiet)
-	for k := range s.store.ledger.runs {
+	notResults := 0
+	for k, e := range s.store.ledger.runs {
 		if _, ok := s.cells[k.cell]; ok {
 			s.prog.done++
+			if !e.Status.Usable() {
+				notResults++
+			}
 		}
+	}
+	if s.prog.done > 0 {
+		s.logf("%s", resumeLine(s.store.dir, s.prog.done, s.prog.total, notResults))
+	}
+	if s.m.Repeat.Budget > 0 {
+		s.prog.setBudget(s.store.state.Created.Add(s.m.Repeat.Budget))
 	}
 	defer s.prog.close()
 	var err error
@@ -132,4 +142,19 @@ func unusableCells(rep *report.Exported, journal map[runKey]JournalEntry) []stri
 		out = append(out, fmt.Sprintf("%s (%s rate=%g %s): %s", c.Cell, c.Config, c.Rate, c.Shape, why))
 	}
 	return out
+}
+
+// resumeLine says where a resumed sweep starts: "resuming DIR: 7 of 20
+// runs done (2 not results), 13 to go".
+func resumeLine(dir string, done, total, notResults int) string {
+	s := fmt.Sprintf("resuming %s: %d of %d runs done", dir, done, total)
+	if notResults > 0 {
+		s += fmt.Sprintf(" (%d not results)", notResults)
+	}
+	if left := total - done; left > 0 {
+		s += fmt.Sprintf(", %d to go", left)
+	} else {
+		s += "; the stopping rule decides whether more blocks run"
+	}
+	return s
 }

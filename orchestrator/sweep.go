@@ -37,6 +37,10 @@ type Options struct {
 	// FailLimit is the number of consecutive failed runs after which a cell
 	// is marked failed and skipped (default 3).
 	FailLimit int
+	// KeepGoing goes on with the other configs when a config's engine fails
+	// before it is ready twice with the same cause (it is marked failed);
+	// without it the sweep stops there.
+	KeepGoing bool
 	// ResumeHint is the command line printed when the sweep is interrupted.
 	ResumeHint string
 	// MatrixOverride is the matrix file resume reads instead of the one the

@@ -69,7 +69,8 @@ func TestLoadCommandBadFlags(t *testing.T) {
 }
 
 // TestEngineNeverReady: an engine command that exits before it is ready
-// fails its runs with the command and the last lines of its log.
+// fails its runs with the command and the last lines of its log (with
+// --keep-going; without it the sweep stops: TestStartFailureStopsTheSweep).
 func TestEngineNeverReady(t *testing.T) {
 	defer parallel(t)()
 	dir := t.TempDir()
@@ -81,7 +82,7 @@ func TestEngineNeverReady(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet")
+	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet", "--keep-going")
 	// The walk cell has no usable run: the sweep says which, and exits 3.
 	if ec, ok := err.(exitCoder); !ok || ec.ExitCode() != exitNoResult || !strings.Contains(err.Error(), "(walk rate=10 64x8): 1 failed") {
 		t.Fatalf("run: %v, want exit 3 naming the walk cell\n%s\n%s", err, stdout, stderr)

@@ -23,6 +23,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the exact commands per host and run nothing"},
 			&cli.BoolFlag{Name: "force", Usage: "mix results even if the environment fingerprint changed"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress output"},
+			&cli.BoolFlag{Name: "keep-going", Usage: "when a config's engine fails before it is ready twice with the same cause, mark it failed and go on with the other configs (default: stop the sweep)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -48,6 +49,7 @@ func resumeCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "force", Usage: "mix results even if the environment fingerprint changed"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress output"},
+			&cli.BoolFlag{Name: "keep-going", Usage: "when a config's engine fails before it is ready twice with the same cause, mark it failed and go on with the other configs (default: stop the sweep)"},
 			&cli.StringFlag{Name: "matrix", Usage: "the sweep's matrix file, when it moved or holds secrets (it must be the matrix the sweep ran)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -71,15 +73,16 @@ func sweepOptions(c *cli.Context) (orchestrator.Options, error) {
 		return orchestrator.Options{}, fmt.Errorf("find the mbench binary: %w", err)
 	}
 	o := orchestrator.Options{
-		Self:    self,
-		SelfEnv: selfEnv(),
-		Out:     c.String("out"),
-		DryRun:  c.Bool("dry-run"),
-		Force:   c.Bool("force"),
-		Quiet:   c.Bool("quiet"),
-		Version: version,
-		Stdout:  c.App.Writer,
-		Stderr:  c.App.ErrWriter,
+		Self:      self,
+		SelfEnv:   selfEnv(),
+		Out:       c.String("out"),
+		DryRun:    c.Bool("dry-run"),
+		Force:     c.Bool("force"),
+		Quiet:     c.Bool("quiet"),
+		KeepGoing: c.Bool("keep-going"),
+		Version:   version,
+		Stdout:    c.App.Writer,
+		Stderr:    c.App.ErrWriter,
 		// Inside a Slurm job (sbatch), its allocation is the slurm host's.
 		SlurmJob: os.Getenv("SLURM_JOB_ID"),
 	}
