@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -111,7 +112,12 @@ func TestLoopResumeMidBlock(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	first := &scripted{script: allOK, after: func(n int) {
+	first := &scripted{script: func(r run) (float64, results.Verdict, error) {
+		if r.cell.Config == "taxed" && r.block == 1 {
+			return 20, results.VerdictSaturated, nil
+		}
+		return allOK(r)
+	}, after: func(n int) {
 		if n == 5 { // the second run of block 2
 			cancel()
 		}
@@ -125,9 +131,26 @@ func TestLoopResumeMidBlock(t *testing.T) {
 	}
 
 	second := &scripted{script: allOK}
-	o, err := Resume(context.Background(), out, loopOpts(out, second))
+	var stderr bytes.Buffer
+	opts := loopOpts(out, second)
+	opts.Quiet, opts.Stderr = false, &stderr
+	o, err := Resume(context.Background(), out, opts)
 	if err != nil {
 		t.Fatalf("resume: %v", err)
+	}
+	// The resume says where it starts; the run lines follow, and nothing
+	// after the sweep's stop.
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if want := "resuming " + out + ": 4 of 12 runs done (1 not results), 8 to go"; !slices.Contains(lines, want) {
+		t.Errorf("resume printed\n%s\nwant the line %q", stderr.String(), want)
+	}
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "sweep stopped: ") {
+		t.Errorf("last line %q, want the sweep's stop", last)
+	}
+	for _, l := range lines {
+		if strings.HasSuffix(l, ": ") || strings.HasPrefix(l, "[0/") {
+			t.Errorf("an empty or uncounted line: %q", l)
+		}
 	}
 	planned = plannedOrder(t, out)
 	if len(planned) != 12 || !slices.Equal(second.runs, planned[4:]) {
@@ -140,7 +163,7 @@ func TestLoopResumeMidBlock(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "runs", interrupted[0], interrupted[1]+".partial-1")); err != nil {
 		t.Errorf("the interrupted run's directory was not kept aside: %v", err)
 	}
-	if o.Verdicts[results.VerdictOK] != 12 || o.StopReason != "reached repeat.max = 4 blocks" || len(o.Unusable) != 0 {
+	if o.Verdicts[results.VerdictOK] != 11 || o.StopReason != "reached repeat.max = 4 blocks" || len(o.Unusable) != 0 {
 		t.Errorf("outcome %+v", o)
 	}
 	if _, err := os.Stat(o.Report); err != nil {
