@@ -68,39 +68,47 @@ func TestLoadCommandBadFlags(t *testing.T) {
 	}
 }
 
-// TestEngineNeverReady: an engine command that exits before it is ready
-// fails its runs with the command and the last lines of its log (with
-// --keep-going; without it the sweep stops: TestStartFailureStopsTheSweep).
+// TestEngineNeverReady: with --keep-going a config whose engine exits
+// before it is ready (twice, with the same cause) fails one run with the
+// command and the last lines of its log, is marked failed once on the
+// terminal, and its other runs are skipped without a launch; the other
+// config is measured, and the sweep exits 3 naming the cell (without
+// --keep-going the sweep stops: TestStartFailureStopsTheSweep).
 func TestEngineNeverReady(t *testing.T) {
 	defer parallel(t)()
 	dir := t.TempDir()
-	m := writeMatrix(t, dir, strings.Replace(strings.Replace(tinyMatrix, "rates: [10, 20]", "rates: [10]", 1),
-		"repeat: {min: 2, max: 2,", "repeat: {min: 1, max: 1,", 1)+"")
-	// A sim flag the sim refuses: it exits at once with a usage error.
-	data, _ := os.ReadFile(m)
-	os.WriteFile(m, []byte(strings.Replace(string(data), "walk_ns_per_block: 2000}", "walk_ns_per_block: 2000, token_budget: -5}", 1)), 0o644)
+	m := badFlagMatrix(t, dir) // 2 configs × 1 rate × 2 blocks
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet", "--keep-going")
+	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--keep-going")
 	// The walk cell has no usable run: the sweep says which, and exits 3.
-	if ec, ok := err.(exitCoder); !ok || ec.ExitCode() != exitNoResult || !strings.Contains(err.Error(), "(walk rate=10 64x8): 1 failed") {
+	if ec, ok := err.(exitCoder); !ok || ec.ExitCode() != exitNoResult || !strings.Contains(err.Error(), "(walk rate=10 64x8): 2 failed") {
 		t.Fatalf("run: %v, want exit 3 naming the walk cell\n%s\n%s", err, stdout, stderr)
 	}
-	var failed int
+	if logs := engineLogs(t, out, "token-budget"); len(logs) != 2 {
+		t.Errorf("walk launched %d times, want 2 (its launch and one relaunch)", len(logs))
+	}
+	if n := strings.Count(stderr, "; marked failed, its other runs skipped (--keep-going)"); n != 1 {
+		t.Errorf("the terminal says %d times that walk is marked failed, want once:\n%s", n, stderr)
+	}
+	var failed, skipped int
 	for _, l := range readJSONL(t, filepath.Join(out, "journal.jsonl")) {
-		if l["status"] != "failed" {
-			continue
-		}
-		failed++
-		reason := l["reason"].(string)
-		for _, want := range []string{"exited before it was ready", "sim --addr", "token-budget"} {
-			if !strings.Contains(reason, want) {
-				t.Errorf("failed run's reason lacks %q:\n%s", want, reason)
+		reason, _ := l["reason"].(string)
+		switch {
+		case l["status"] != "failed":
+		case strings.HasPrefix(reason, "skipped: config walk's engine failed before it was ready on 2 launches: ") && strings.Contains(reason, "token-budget"):
+			skipped++
+		default:
+			failed++
+			for _, want := range []string{"exited before it was ready", "sim --addr", "token-budget"} {
+				if !strings.Contains(reason, want) {
+					t.Errorf("failed run's reason lacks %q:\n%s", want, reason)
+				}
 			}
 		}
 	}
-	if failed != 1 {
-		t.Errorf("%d failed runs, want 1 (the walk config)", failed)
+	if failed != 1 || skipped != 1 {
+		t.Errorf("%d failed runs and %d skipped, want 1 and 1 (the walk config's two)", failed, skipped)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator"
 	"github.com/mbench/mbench/shquote"
 	"github.com/urfave/cli/v2"
@@ -32,6 +33,15 @@ func runCommand() *cli.Command {
 			opts, err := sweepOptions(c)
 			if err != nil {
 				return err
+			}
+			if !opts.DryRun { // validate's checks, before any engine starts
+				m, err := matrices.Load(c.Args().First())
+				if err != nil {
+					return err
+				}
+				if err := preflight(c, m, false); err != nil {
+					return fmt.Errorf("%w\nnothing was started (mbench validate %s runs these checks)", err, shquote.Quote(c.Args().First()))
+				}
 			}
 			o, err := orchestrator.Run(c.Context, c.Args().First(), opts)
 			return finishSweep(c, o, err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/orchestrator"
 	"github.com/urfave/cli/v2"
 )
 
@@ -13,8 +14,11 @@ import (
 func validateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "validate",
-		Usage:     "check a matrix: list its cells, estimate the sweep's duration, show the launch commands, warn about cells that cannot give a result",
+		Usage:     "check a matrix before a GPU is held: list its cells, estimate the sweep's duration, show the launch commands, check the engine binary and model file on each host and the local ports, warn about cells that cannot give a result",
 		ArgsUsage: "MATRIX",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "offline", Usage: "check only what this machine can tell: dial no host"},
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError{errors.New("validate: want exactly one argument, the matrix file")}
@@ -30,10 +34,23 @@ func validateCommand() *cli.Command {
 			for _, w := range ws {
 				fmt.Fprintln(c.App.ErrWriter, "warning:", w.String(m.File))
 			}
-			return err
+			if err != nil {
+				return err
+			}
+			return preflight(c, m, c.Bool("offline"))
 		},
 	}
 
+}
+
+// preflight runs the checks a sweep of m needs before anything starts
+// (orchestrator.Preflight): validate's, and run's before its sweep.
+func preflight(c *cli.Context, m *matrices.Matrix, offline bool) error {
+	var sim []string
+	for _, f := range simCommand().Flags {
+		sim = append(sim, f.Names()[0])
+	}
+	return orchestrator.Preflight(c.Context, m, orchestrator.PreflightOptions{Offline: offline, SimFlags: sim, Stderr: c.App.ErrWriter})
 }
 
 // matrixWarnings is m.Warnings plus what needs the trace files read: trace

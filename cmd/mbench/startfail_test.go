@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -36,57 +39,188 @@ baseline: np4
 gate: {enabled: false}
 `
 
-func writeMissingBinaryMatrix(t *testing.T, dir string) string {
+// writeMissingBinaryMatrix writes the matrix with model as engine.model
+// ("" = a file that exists).
+func writeMissingBinaryMatrix(t *testing.T, dir, model string) string {
 	t.Helper()
-	model := filepath.Join(dir, "model.gguf")
-	if err := os.WriteFile(model, []byte("not read: the engine never starts"), 0o644); err != nil {
-		t.Fatal(err)
+	if model == "" {
+		model = filepath.Join(dir, "model.gguf")
+		if err := os.WriteFile(model, []byte("not read: the engine never starts"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return writeMatrix(t, dir, strings.ReplaceAll(missingBinaryMatrix, "%MODEL%", model))
 }
 
-// runMissingBinary runs the missing-binary matrix with the flags given,
-// into out.
-func runMissingBinary(t *testing.T, flags ...string) (out, stdout, stderr string, err error) {
+// lineOf is the line of the first line of the file at path that contains
+// s (0: none).
+func lineOf(t *testing.T, path, s string) int {
 	t.Helper()
-	dir := t.TempDir()
-	m := writeMissingBinaryMatrix(t, dir)
-	out = filepath.Join(dir, "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	stdout, stderr, err = runCLI(t, ctx, append([]string{"run", m, "--out", out}, flags...)...)
-	return out, stdout, stderr, err
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			return i + 1
+		}
+	}
+	return 0
 }
 
-// engineLogs lists the engine logs of a local sweep: one per launch.
-func engineLogs(t *testing.T, out string) []string {
+// TestMissingBinaryRefusedBeforeALaunch: `mbench run` checks the engine
+// binary on the host's PATH before it starts anything: the matrix whose
+// binary is not installed exits 1 with "not found" and the command's
+// file:line, and launches nothing (no results directory).
+func TestMissingBinaryRefusedBeforeALaunch(t *testing.T) {
+	defer parallel(t)()
+	dir := t.TempDir()
+	m := writeMissingBinaryMatrix(t, dir, "")
+	out := filepath.Join(dir, "out")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out)
+	if err == nil || exitCode(err) != exitError {
+		t.Fatalf("run: exit %d (%v), want 1\n%s\n%s", exitCode(err), err, stdout, stderr)
+	}
+	want := fmt.Sprintf("%s:%d: engine.command: host local: \"llama-server-not-installed\"", m, lineOf(t, m, "command:"))
+	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), `"not found"`) || !strings.Contains(err.Error(), "nothing was started") {
+		t.Errorf("error %q\nwant it to hold %q, \"not found\" and that nothing was started", err, want)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("a results directory was made: the sweep began")
+	}
+}
+
+// TestValidateRefusals: validate refuses, each with its file:line, a sim
+// flag the simulated engine does not know (with the nearest name), a model
+// file that is not there, an engine binary not on the host's PATH and a
+// port another process holds; --offline still checks the local host but
+// dials no remote one, which validate without it must reach.
+func TestValidateRefusals(t *testing.T) {
+	defer parallel(t)()
+	ctx := context.Background()
+	check := func(name string, args []string, code int, want string) {
+		t.Helper()
+		_, stderr, err := runCLI(t, ctx, append([]string{"validate"}, args...)...)
+		if got := exitCode(err); err == nil && code != 0 || err != nil && got != code {
+			t.Errorf("%s: exit %d (%v), want %d\n%s", name, got, err, code, stderr)
+			return
+		}
+		if want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: error %v\nwant it to hold %q", name, err, want)
+		}
+	}
+
+	typo := writeMatrix(t, t.TempDir(), strings.Replace(tinyMatrix, "prefill_token_us: 0.5", "prefil_token_us: 0.5", 1))
+	check("sim flag typo", []string{typo}, exitUsage,
+		fmt.Sprintf("%s:%d: engine.sim.prefil_token_us: unknown sim flag (did you mean \"prefill_token_us\"?)", typo, lineOf(t, typo, "prefil_token_us")))
+
+	sub := t.TempDir()
+	noModel := writeMissingBinaryMatrix(t, sub, filepath.Join(sub, "no-such-model.gguf"))
+	check("missing model", []string{"--offline", noModel}, exitError,
+		fmt.Sprintf("%s:%d: engine.model: host local has no %s", noModel, lineOf(t, noModel, "model:"), filepath.Join(sub, "no-such-model.gguf")))
+	check("missing binary", []string{"--offline", noModel}, exitError,
+		fmt.Sprintf("%s:%d: engine.command: host local: \"llama-server-not-installed\"", noModel, lineOf(t, noModel, "command:")))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	busy := writeMatrix(t, t.TempDir(), regexp.MustCompile(`port: %PORT%`).ReplaceAllString(tinyMatrix, fmt.Sprintf("port: %d", port)))
+	check("port in use", []string{busy}, exitError,
+		fmt.Sprintf("%s:%d: engine.port: host local: port %d (config plain) is already in use (a listening socket)", busy, lineOf(t, busy, "port:"), port))
+
+	// An SSH host on a closed port: only a check that dials it can fail.
+	remote := writeMatrix(t, t.TempDir(), strings.Replace(strings.Replace(missingBinaryMatrix, "local: {address: local}", "gpu0: {address: '127.0.0.1:1', workdir: /tmp/w}", 1),
+		"%MODEL%", "/models/m.gguf", 1))
+	check("unreachable host, offline", []string{"--offline", remote}, 0, "")
+	check("unreachable host", []string{remote}, exitError, fmt.Sprintf("%s:%d: hosts.gpu0: cannot reach the host to check it", remote, lineOf(t, remote, "gpu0:")))
+	check("valid", []string{writeMatrix(t, t.TempDir(), tinyMatrix)}, 0, "")
+}
+
+// TestSSHValidateChecksTheHost: over SSH the binary and the model file are
+// looked for on the host itself (command -v and test -e through sshd), so
+// a binary that is on this machine's PATH but not on the host's is
+// refused there.
+func TestSSHValidateChecksTheHost(t *testing.T) {
+	defer parallelWhenWide(t)()
+	_, home, workdir := sshHome(t, true)
+	dir := t.TempDir()
+	body := strings.NewReplacer("local: {address: local}", "gpu0: {address: sshdtest, workdir: '"+workdir+"'}",
+		"llama-server-not-installed", "sh", "%MODEL%", filepath.Join(dir, "model.gguf")).Replace(missingBinaryMatrix)
+	m := writeMatrix(t, dir, body)
+	c := startMbenchEnv(t, dir, sshEnv(home), "validate", m)
+	if code := c.wait(time.Minute); code != exitError || !strings.Contains(c.stderr.String(), "engine.model: host gpu0 has no "+filepath.Join(dir, "model.gguf")) {
+		t.Errorf("validate with a model file missing on the host: exit %d\n%s", code, c.stderr.String())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.gguf"), nil, 0o644); err != nil { // sshd's host is this machine
+		t.Fatal(err)
+	}
+	c = startMbenchEnv(t, dir, sshEnv(home), "validate", m)
+	if code := c.wait(time.Minute); code != 0 {
+		t.Errorf("validate with sh and the model on the host: exit %d\n%s", code, c.stderr.String())
+	}
+	sshWrite(t, m, strings.Replace(sshRead(t, m), "command: sh ", "command: sh-not-on-the-host ", 1))
+	c = startMbenchEnv(t, dir, sshEnv(home), "validate", m)
+	if code := c.wait(time.Minute); code != exitError || !strings.Contains(c.stderr.String(), `engine.command: host gpu0: "sh-not-on-the-host"`) {
+		t.Errorf("validate with a binary missing on the host: exit %d\n%s", code, c.stderr.String())
+	}
+}
+
+// engineLogs lists the engine logs of a local sweep that hold s: one per
+// launch.
+func engineLogs(t *testing.T, out, s string) []string {
 	t.Helper()
 	logs, err := filepath.Glob(filepath.Join(out, ".state", "logs", "engine-*.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return logs
+	var with []string
+	for _, l := range logs {
+		if b, _ := os.ReadFile(l); strings.Contains(string(b), s) {
+			with = append(with, l)
+		}
+	}
+	return with
 }
 
-// TestStartFailureStopsTheSweep: an engine binary that is not installed
-// fails its launch and its one relaunch with the same cause; the sweep
-// stops there (2 launches for 12 planned runs), exits 1 with the cause
-// from the log's last line, the log's path and the resume command, and
-// journals nothing, so resume redoes the run once the binary is there.
+// badFlagMatrix is tinyMatrix with a walk config whose engine refuses its
+// flag's value and exits before it is ready (a flag the preflight cannot
+// judge: the value, not the name, is wrong).
+func badFlagMatrix(t *testing.T, dir string) string {
+	t.Helper()
+	return writeMatrix(t, dir, strings.Replace(strings.Replace(tinyMatrix, "rates: [10, 20]", "rates: [10]", 1),
+		"walk_ns_per_block: 2000}", "walk_ns_per_block: 2000, token_budget: -5}", 1))
+}
+
+// TestStartFailureStopsTheSweep: a config whose engine exits before it is
+// ready fails its launch and its one relaunch with the same cause; the
+// sweep stops there (2 launches of it), exits 1 with the cause from the
+// log's last line, the log's path and the resume command, and journals
+// none of its runs, so resume redoes it once fixed.
 func TestStartFailureStopsTheSweep(t *testing.T) {
 	defer parallel(t)()
-	out, stdout, stderr, err := runMissingBinary(t)
-	if code := exitCode(err); err == nil || code != exitError {
-		t.Fatalf("run: exit %d (%v), want 1\n%s\n%s", code, err, stdout, stderr)
+	dir := t.TempDir()
+	m := badFlagMatrix(t, dir)
+	out := filepath.Join(dir, "out")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out)
+	if err == nil || exitCode(err) != exitError {
+		t.Fatalf("run: exit %d (%v), want 1\n%s\n%s", exitCode(err), err, stdout, stderr)
 	}
-	logs := engineLogs(t, out)
+	logs := engineLogs(t, out, "token-budget")
 	if len(logs) != 2 {
-		t.Errorf("%d launches (%v), want 2: the launch and its one relaunch", len(logs), logs)
+		t.Fatalf("%d launches of walk (%v), want 2: the launch and its one relaunch", len(logs), logs)
 	}
 	msg := err.Error()
 	for _, want := range []string{
-		"its engine failed before it was ready on 2 launches with the same cause: sh: 1: llama-server-not-installed: not found",
-		filepath.Join(out, ".state", "logs", "engine-local-0.2.log") + ":\nsh: 1: llama-server-not-installed: not found",
+		"config walk: its engine failed before it was ready on 2 launches with the same cause: ",
+		"last lines of " + logs[1] + ":\n",
+		"token-budget",
 		"--keep-going",
 		"continue with: mbench resume " + out,
 	} {
@@ -94,49 +228,13 @@ func TestStartFailureStopsTheSweep(t *testing.T) {
 			t.Errorf("the error lacks %q:\n%s", want, msg)
 		}
 	}
-	if !strings.Contains(stderr, "launching it once more") {
+	if !strings.Contains(stderr, "config walk: the engine failed before it was ready (") || !strings.Contains(stderr, "launching it once more") {
 		t.Errorf("the relaunch is not said on the terminal:\n%s", stderr)
 	}
-	if b, _ := os.ReadFile(filepath.Join(out, "journal.jsonl")); len(strings.TrimSpace(string(b))) != 0 {
-		t.Errorf("runs journaled: resume would not redo them:\n%s", b)
-	}
-}
-
-// TestStartFailureKeepGoing: with --keep-going every config whose engine
-// does not start is launched twice, journaled failed once with its cause,
-// and its other runs are skipped without a launch; the sweep finishes with
-// exit 3 (cells without a usable run).
-func TestStartFailureKeepGoing(t *testing.T) {
-	defer parallel(t)()
-	out, stdout, stderr, err := runMissingBinary(t, "--keep-going")
-	if code := exitCode(err); code != exitNoResult {
-		t.Fatalf("run: exit %d (%v), want 3\n%s\n%s", code, err, stdout, stderr)
-	}
-	if logs := engineLogs(t, out); len(logs) != 6 {
-		t.Errorf("%d launches, want 6: 2 for each of the 3 configs", len(logs))
-	}
-	if n := strings.Count(stderr, "marked failed, its other runs skipped (--keep-going)"); n != 3 {
-		t.Errorf("the terminal says %d times that a config is marked failed, want once per config (3):\n%s", n, stderr)
-	}
-	if !strings.Contains(stderr, "not found") {
-		t.Errorf("the terminal lacks the cause:\n%s", stderr)
-	}
-	var failed, skipped int
 	for _, l := range readJSONL(t, filepath.Join(out, "journal.jsonl")) {
-		reason, _ := l["reason"].(string)
-		switch {
-		case l["status"] != "failed":
-			t.Errorf("run %v %v: status %v, want failed", l["cell"], l["block"], l["status"])
-		case strings.HasPrefix(reason, "skipped: config ") && strings.Contains(reason, "failed before it was ready on 2 launches: sh: 1: llama-server-not-installed: not found"):
-			skipped++
-		case strings.Contains(reason, "on 2 launches with the same cause"):
-			failed++
-		default:
-			t.Errorf("reason %q", reason)
+		if l["status"] == "failed" {
+			t.Errorf("a failed run journaled: resume would not redo it: %v", l)
 		}
-	}
-	if failed != 3 || skipped != 9 {
-		t.Errorf("%d runs failed and %d skipped, want 3 (one per config) and 9", failed, skipped)
 	}
 }
 
