@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/mbench/mbench/stats"
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // Comparison is a paired comparison of one metric between a treatment and a
@@ -91,8 +92,24 @@ func (c Comparison) Significant() bool {
 // HalfWidthPct is the CI half-width in percent, (Hi − Lo)/2 · 100.
 func (c Comparison) HalfWidthPct() float64 { return (c.Hi - c.Lo) / 2 * 100 }
 
+// DetectablePct is the smallest change, in percent, that the comparison
+// would have found 4 times in 5 (its minimum detectable effect at 80%
+// power): a true change of this size lands outside the CI's reach of 0
+// with probability 0.8. It is the half-width scaled by (z₁₋α/₂ + z₀.₈) /
+// z₁₋α/₂ in log space (2.80/1.96 = 1.43× at 95%), the normal
+// approximation of the t test's power; 0 with fewer than two blocks.
+func (c Comparison) DetectablePct() float64 {
+	if c.N < 2 {
+		return 0
+	}
+	z := distuv.UnitNormal.Quantile(1 - c.alpha()/2)
+	return (math.Exp(c.HalfLog*(z+distuv.UnitNormal.Quantile(0.8))/z) - 1) * 100
+}
+
 // String formats the comparison for a table: "+12.3% [+8.1, +16.6]" when
-// significant, "within noise (±4.2%)" when not (never a bare number),
+// significant, "within noise (±4.2%; could detect ±6.0%)" when not (never
+// a bare number; beside the half-width, the change it could have found:
+// DetectablePct),
 // "n/a (1 block)" with fewer than two paired blocks; a saturated comparison
 // gets the suffix " [saturated]".
 func (c Comparison) String() string {
@@ -106,15 +123,23 @@ func (c Comparison) String() string {
 		s = fmt.Sprintf("n/a (%d %s)", c.N, unit)
 	case c.Significant():
 		s = fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", 100*c.Effect, 100*c.Lo, 100*c.Hi)
-	case c.HalfWidthPct() >= 1000: // a CI over a few wild blocks: its size, not digits of it
-		s = fmt.Sprintf("within noise (±%.3g%%)", c.HalfWidthPct())
 	default:
-		s = fmt.Sprintf("within noise (±%.1f%%)", c.HalfWidthPct())
+		s = "within noise (±" + Pct(c.HalfWidthPct()) + "; could detect ±" + Pct(c.DetectablePct()) + ")"
 	}
 	if c.Saturated {
 		s += " [saturated]"
 	}
 	return s
+}
+
+// Pct is a percentage as a comparison's words give it: one decimal, or three
+// significant digits from 1000% (a CI over a few wild blocks: its size, not
+// digits of it).
+func Pct(x float64) string {
+	if x >= 1000 {
+		return fmt.Sprintf("%.3g%%", x)
+	}
+	return fmt.Sprintf("%.1f%%", x)
 }
 
 // ComparisonRow is one comparison of a table: Config's cell against the

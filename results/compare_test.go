@@ -51,12 +51,12 @@ func TestComparisonString(t *testing.T) {
 	}{
 		{"effect", Comparison{N: 5, Effect: 0.123, Lo: 0.081, Hi: 0.166, P: 0.001, PAdj: 0.004, Confidence: 0.95}, "+12.3% [+8.1, +16.6]"},
 		{"negative effect", Comparison{N: 5, Effect: -0.06, Lo: -0.09, Hi: -0.031, PAdj: 0.01, Confidence: 0.95}, "-6.0% [-9.0, -3.1]"},
-		{"CI includes 0", Comparison{N: 5, Effect: 0.02, Lo: -0.03, Hi: 0.07, P: 0.3, PAdj: 0.3, Confidence: 0.95}, "within noise (±5.0%)"},
-		{"significant alone, not after Holm", Comparison{N: 5, Effect: 0.05, Lo: 0.01, Hi: 0.09, P: 0.03, PAdj: 0.12, Confidence: 0.95}, "within noise (±4.0%)"},
+		{"CI includes 0", Comparison{N: 5, Effect: 0.02, Lo: -0.03, Hi: 0.07, HalfLog: 0.0491, P: 0.3, PAdj: 0.3, Confidence: 0.95}, "within noise (±5.0%; could detect ±7.3%)"},
+		{"significant alone, not after Holm", Comparison{N: 5, Effect: 0.05, Lo: 0.01, Hi: 0.09, HalfLog: 0.0381, P: 0.03, PAdj: 0.12, Confidence: 0.95}, "within noise (±4.0%; could detect ±5.6%)"},
 		{"one block", Comparison{N: 1, Effect: 0.3}, "n/a (1 block)"},
 		{"no block", Comparison{}, "n/a (0 blocks)"},
 		{"saturated effect", Comparison{N: 3, Effect: 0.29, Lo: 0.2, Hi: 0.38, PAdj: 0.001, Confidence: 0.95, Saturated: true}, "+29.0% [+20.0, +38.0] [saturated]"},
-		{"saturated noise", Comparison{N: 3, Effect: 0.29, Lo: -0.2, Hi: 0.9, PAdj: 0.3, Confidence: 0.95, Saturated: true}, "within noise (±55.0%) [saturated]"},
+		{"saturated noise", Comparison{N: 3, Effect: 0.29, Lo: -0.2, Hi: 0.9, HalfLog: 0.4325, PAdj: 0.3, Confidence: 0.95, Saturated: true}, "within noise (±55.0%; could detect ±85.6%) [saturated]"},
 		{"saturated n/a", Comparison{N: 1, Saturated: true}, "n/a (1 block) [saturated]"},
 	}
 	for _, c := range cases {
@@ -73,7 +73,7 @@ func TestCompareEdgeCases(t *testing.T) {
 		t.Errorf("exact ratio: p=%v %q", c.P, c.String())
 	}
 	c = Compare(map[int]float64{1: 100, 2: 200}, map[int]float64{1: 100, 2: 200}, 0.95)
-	if c.P != 1 || c.String() != "within noise (±0.0%)" {
+	if c.P != 1 || c.String() != "within noise (±0.0%; could detect ±0.0%)" {
 		t.Errorf("identical: p=%v %q", c.P, c.String())
 	}
 	// Zero, negative and infinite values cannot be log ratios: left out.

@@ -16,7 +16,7 @@
 //     comparisons"): Student-t confidence intervals, coefficient of variation,
 //     paired log-ratio comparisons with Holm correction, the two-stage spread
 //     and the position-in-block effect, and the comparison's wording
-//     ("+12.3% [+8.1, +16.6]", "within noise (±4.2%)", "n/a (1 block)");
+//     ("+12.3% [+8.1, +16.6]", "within noise (±4.2%; could detect ±6.0%)", "n/a (1 block)");
 //   - the capacity search's analysis (probes judged against their bounds,
 //     brackets, paired capacity comparisons);
 //   - the analysis of a sweep (Analyze): its cells and their summaries, the

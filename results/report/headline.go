@@ -23,6 +23,7 @@ type headline struct {
 	AA         []results.ComparisonRow // the primary metric's A/A rows
 	AAText     string                  // the A/A controls' verdict in words
 	AAFailed   bool                    // some A/A control differs from its original
+	TooWide    string                  // the within-noise comparisons wider than the target, in words ("" = none)
 	Runs       int                     // runs journaled
 	Results    int                     // runs that are results (verdict ok, summary read)
 	NotResults results.VerdictCounts   // the other runs by verdict ("ok" here: an ok run whose summary could not be read)
@@ -46,7 +47,8 @@ func newHeadline(v *reportView) headline {
 			h.AA = append(h.AA, r)
 		}
 	}
-	h.AAText, h.AAFailed = aaVerdict(h.AA, h.Metric)
+	h.AAText, h.AAFailed = aaVerdict(h.AA, h.Metric, s.RelCI)
+	h.TooWide = tooWide(h.Rows, s.RelCI)
 	for _, c := range v.ordered {
 		for _, r := range c.Runs {
 			h.Runs++
@@ -64,8 +66,12 @@ func newHeadline(v *reportView) headline {
 }
 
 // aaVerdict says in words what the A/A controls found on the primary
-// metric, and whether any of them differs from its original.
-func aaVerdict(rows []results.ComparisonRow, metric string) (string, bool) {
+// metric, and whether any of them differs from its original. The noise
+// floor holds only when every compared control is within noise and its CI
+// within the target half-width (repeat.rel_ci, a fraction; 0 = none):
+// a wider interval measures no floor, and says how large an effect it
+// leaves unseen.
+func aaVerdict(rows []results.ComparisonRow, metric string, target float64) (string, bool) {
 	if len(rows) == 0 {
 		return "no A/A control in this sweep: the noise floor is measured only by each comparison's own CI (declare one, e.g. `plain_aa: {same_as: plain}`)", false
 	}
@@ -88,11 +94,40 @@ func aaVerdict(rows []results.ComparisonRow, metric string) (string, bool) {
 	case len(untested) == len(rows):
 		return "the A/A controls could not be compared (" + strings.Join(untested, "; ") + "): the noise floor is not measured", false
 	}
-	text := fmt.Sprintf("no A/A control differs from its original on %s (%d of %d within noise, CI half-widths up to ±%.1f%%): the noise floor holds", metric, len(rows)-len(untested), len(rows), widest)
+	compared := fmt.Sprintf("%d of %d within noise on %s", len(rows)-len(untested), len(rows), metric)
+	var text string
+	switch {
+	case target > 0 && widest <= 100*target:
+		text = fmt.Sprintf("no A/A control differs from its original on %s (%d of %d within noise, CI half-widths up to ±%.1f%%, within the ±%.1f%% target): the noise floor holds", metric, len(rows)-len(untested), len(rows), widest, 100*target)
+	case target > 0:
+		text = fmt.Sprintf("the A/A control is too wide (±%s) to measure the noise floor: effects below ±%s cannot be told from noise (%s; the target, repeat.rel_ci, is ±%.1f%%)", results.Pct(widest), results.Pct(widest), compared, 100*target)
+	default:
+		text = fmt.Sprintf("no A/A control differs from its original (%s), and with no target (repeat.rel_ci) to hold it to, the floor is what it measured: effects below ±%s cannot be told from noise", compared, results.Pct(widest))
+	}
 	if len(untested) > 0 {
 		text += "; not compared: " + strings.Join(untested, "; ")
 	}
 	return text, false
+}
+
+// tooWide names the within-noise comparisons whose CI is wider than the
+// target half-width (a fraction; 0 = none): "within noise" there rules out
+// only effects beyond the half-width.
+func tooWide(rows []results.ComparisonRow, target float64) string {
+	if target <= 0 {
+		return ""
+	}
+	var wide []string
+	for _, r := range rows {
+		if r.Note != "" || r.N < 2 || r.Significant() || r.HalfWidthPct() <= 100*target {
+			continue
+		}
+		wide = append(wide, fmt.Sprintf("%s at rate=%g (%s): ±%s (it could detect ±%s)", r.Config, r.Rate, r.Shape, results.Pct(r.HalfWidthPct()), results.Pct(r.DetectablePct())))
+	}
+	if len(wide) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s wider than the ±%.1f%% target: effects below the half-width cannot be told from noise there", strings.Join(wide, "; "), 100*target)
 }
 
 // resultLine is "what counts as a result" with this sweep's counts.
@@ -139,7 +174,7 @@ func renderHeadline(b *strings.Builder, v *reportView) {
 		case len(h.Rows) == 0:
 			p("Only the baseline config (%s) ran: nothing to compare. The absolute tables below are the result.\n\n", h.Baseline)
 		default:
-			p("**%s** (%s, the primary metric) of each config against **%s**, paired by block: the change with its %.0f%% CI where the Holm-corrected test finds one, else \"within noise (±half-width)\".\n\n",
+			p("**%s** (%s, the primary metric) of each config against **%s**, paired by block: the change with its %.0f%% CI where the Holm-corrected test finds one, else \"within noise (±half-width; could detect ±d)\", d the change it would have found 4 times in 5.\n\n",
 				h.Metric, h.Key, h.Baseline, 100*h.Confidence)
 			p("| Config | Shape | Rate | %s vs %s | p (Holm) | Blocks |\n|---|---|---|---|---|---|\n", h.Metric, h.Baseline)
 			for _, r := range h.Rows {
@@ -147,6 +182,9 @@ func renderHeadline(b *strings.Builder, v *reportView) {
 			}
 			p("\n")
 		}
+	}
+	if h.TooWide != "" {
+		p("- **Within noise, but too wide to tell**: %s.\n", h.TooWide)
 	}
 	p("- **A/A controls**: %s.\n", h.AAText)
 	p("- **What counts as a result**: %s.\n", h.resultLine())

@@ -47,7 +47,8 @@ func TestReportOpensWithHeadline(t *testing.T) {
 	if primary == 0 {
 		t.Fatal("the fixture has no primary comparisons")
 	}
-	for _, want := range []string{"**A/A controls**: no A/A control differs from its original on ttft_p90 (2 of 2 within noise",
+	for _, want := range []string{"**A/A controls**: the A/A control is too wide (±13.5%) to measure the noise floor: effects below ±13.5% cannot be told from noise (2 of 2 within noise on ttft_p90; the target, repeat.rel_ci, is ±5.0%)",
+		"**Within noise, but too wide to tell**: noop_connector at rate=0.5 (4096x256): ±24.4% (it could detect ±39.4%)",
 		"**What counts as a result**: only runs with verdict ok count", "23 of 27 runs are results; 4 are not (1 failed, 3 saturated)",
 		"2 cells have no usable run: noop_connector at rate=2 (4096x256), mooncake_producer at rate=2 (4096x256)",
 		"**Why the sweep stopped**: max blocks reached (3)"} {
@@ -70,6 +71,10 @@ func TestAAVerdict(t *testing.T) {
 		Comparison: results.Comparison{N: 4, P: 0.6, PAdj: 0.6, Lo: -0.03, Hi: 0.04, Confidence: 0.95}}
 	differs := within
 	differs.Rate, differs.Comparison = 2, results.Comparison{N: 4, P: 0.001, PAdj: 0.002, Effect: 0.1, Lo: 0.05, Hi: 0.15, Confidence: 0.95}
+	wide := within // two wild blocks: a CI that measures nothing
+	wide.Comparison = results.Comparison{N: 2, P: 0.5, PAdj: 0.5, Lo: -0.9, Hi: 6.624, Confidence: 0.95}
+	oneBlock := within // one usable block on a side: no CI at all
+	oneBlock.Comparison = results.Comparison{N: 1, P: 1, PAdj: 1, Confidence: 0.95}
 	missing := within
 	missing.Rate, missing.Note, missing.Comparison = 3, "cell missing: no run with verdict ok", results.Comparison{}
 	for _, c := range []struct {
@@ -79,15 +84,43 @@ func TestAAVerdict(t *testing.T) {
 		want string
 	}{
 		{"none", nil, false, "no A/A control in this sweep"},
-		{"within", []results.ComparisonRow{within}, false, "no A/A control differs from its original on m (1 of 1 within noise, CI half-widths up to ±3.5%): the noise floor holds"},
+		{"within", []results.ComparisonRow{within}, false, "no A/A control differs from its original on m (1 of 1 within noise, CI half-widths up to ±3.5%, within the ±5.0% target): the noise floor holds"},
+		{"too wide", []results.ComparisonRow{wide}, false, "the A/A control is too wide (±376.2%) to measure the noise floor: effects below ±376.2% cannot be told from noise (1 of 1 within noise on m; the target, repeat.rel_ci, is ±5.0%)"},
+		{"one block", []results.ComparisonRow{oneBlock}, false, "the A/A controls could not be compared (plain_aa vs plain at rate=1 (s): n/a (1 block)): the noise floor is not measured"},
 		{"differs", []results.ComparisonRow{within, differs}, true, "**an A/A control differs from its original on m** (plain_aa vs plain at rate=2 (s): +10.0% [+5.0, +15.0])"},
 		{"untested", []results.ComparisonRow{missing}, false, "could not be compared"},
 		{"partly", []results.ComparisonRow{within, missing}, false, "the noise floor holds; not compared: plain_aa vs plain at rate=3 (s): n/a"},
 	} {
-		got, bad := aaVerdict(c.rows, "m")
-		if bad != c.bad || !strings.Contains(got, c.want) {
+		got, bad := aaVerdict(c.rows, "m", 0.05)
+		if bad != c.bad || !strings.Contains(got, c.want) || strings.Contains(got, "holds") != strings.Contains(c.want, "holds") {
 			t.Errorf("%s: %q (differs %v), want %q (differs %v)", c.name, got, bad, c.want, c.bad)
 		}
+	}
+	// With no target the floor is what the controls measured, never "holds".
+	if got, _ := aaVerdict([]results.ComparisonRow{within}, "m", 0); strings.Contains(got, "holds") || !strings.Contains(got, "effects below ±3.5% cannot be told from noise") {
+		t.Errorf("no target: %q", got)
+	}
+}
+
+// TestTooWide: a within-noise comparison wider than the target says what
+// it could have detected; one within the target, a significant one and one
+// without a CI say nothing.
+func TestTooWide(t *testing.T) {
+	row := func(cfg string, c results.Comparison) results.ComparisonRow {
+		return results.ComparisonRow{Config: cfg, Baseline: "plain", Shape: "s", Rate: 2, Comparison: c}
+	}
+	rows := []results.ComparisonRow{
+		row("narrow", results.Comparison{N: 4, PAdj: 0.5, Lo: -0.03, Hi: 0.04, HalfLog: 0.035, Confidence: 0.95}),
+		row("wide", results.Comparison{N: 4, PAdj: 0.5, Lo: -0.1, Hi: 0.14, HalfLog: 0.118, Confidence: 0.95}),
+		row("found", results.Comparison{N: 4, PAdj: 0.001, Effect: 0.3, Lo: 0.1, Hi: 0.5, HalfLog: 0.15, Confidence: 0.95}),
+		row("one", results.Comparison{N: 1, PAdj: 1}),
+	}
+	want := "wide at rate=2 (s): ±12.0% (it could detect ±18.4%) wider than the ±5.0% target: effects below the half-width cannot be told from noise there"
+	if got := tooWide(rows, 0.05); got != want {
+		t.Errorf("tooWide: %q\nwant %q", got, want)
+	}
+	if got := tooWide(rows[:1], 0.05); got != "" {
+		t.Errorf("within the target: %q", got)
 	}
 }
 

@@ -19,6 +19,7 @@ type htmlHead struct {
 	Empty                 string // why there are no comparisons, when there are none
 	Rows                  []htmlComparison
 	AA, Results, Stop     string
+	TooWide               string // the within-noise comparisons wider than the target ("" = none)
 	AAFailed              bool
 }
 
@@ -56,7 +57,7 @@ type htmlErrorRow struct {
 func newHTMLHead(v *reportView) htmlHead {
 	h := v.headline
 	out := htmlHead{Metric: h.Metric, Key: h.Key, Baseline: h.Baseline, Confidence: int(math.Round(100 * h.Confidence)),
-		AA: plainText(h.AAText), AAFailed: h.AAFailed, Results: plainText(h.resultLine()), Stop: h.stopLine()}
+		AA: plainText(h.AAText), AAFailed: h.AAFailed, TooWide: h.TooWide, Results: plainText(h.resultLine()), Stop: h.stopLine()}
 	switch {
 	case h.Baseline == "":
 		out.Empty = "No baseline config named: nothing is compared."

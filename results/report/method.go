@@ -42,7 +42,7 @@ func renderMethod(b *strings.Builder, v *reportView) {
 	} else {
 		b.WriteString("- **Stopping rule.** No first stage recorded: every comparison is an ordinary paired t over all blocks.\n")
 	}
-	fmt.Fprintf(b, "- **Comparisons.** Per block the log ratio config/baseline; its mean gets a %.0f%% Student-t CI, shown as a percent change [low, high]. A change is printed only when the Holm-corrected p < %.2g and the CI excludes 0; otherwise it is \"within noise (±half-width)\", never a number of its own. Only runs whose verdict is ok count. The Mann–Whitney U p (unpaired, uncorrected) is shown for reference.\n", conf, alpha)
+	fmt.Fprintf(b, "- **Comparisons.** Per block the log ratio config/baseline; its mean gets a %.0f%% Student-t CI, shown as a percent change [low, high]. A change is printed only when the Holm-corrected p < %.2g and the CI excludes 0; otherwise it is \"within noise (±half-width; could detect ±d)\", never a number of its own, where d is the smallest change the comparison would have found 4 times in 5 (its minimum detectable effect at 80%% power: the half-width × (z₁₋α/₂ + z₀.₈)/z₁₋α/₂ in log space, 1.43× at 95%%). The A/A line says the noise floor holds only when every A/A interval is within the target half-width (repeat.rel_ci); a wider one measures no floor, and effects below its half-width cannot be told from noise. Only runs whose verdict is ok count. The Mann–Whitney U p (unpaired, uncorrected) is shown for reference.\n", conf, alpha)
 	b.WriteString("- **What counts as a result.** " + VerdictRule + "\n")
 	if note := energyNote(v.ordered); note != "" {
 		b.WriteString("- **GPU energy** (`gpu_energy_j`). " + note + "\n")
