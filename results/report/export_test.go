@@ -100,6 +100,7 @@ func TestExportGolden(t *testing.T) {
 		}
 	}
 	wantFiles := []string{"cells/plain-r0.5/summary_A.json", "cells/mc_prod-r2/summary_A.json", "report.md", "tables.csv",
+		"plots/comparisons_forest.png", "plots/comparisons_forest.svg",
 		"plots/ttft_p90_vs_rate_4096x256.png", "plots/ttft_p90_vs_rate_4096x256.svg",
 		"plots/step_duration_cdf.png", "plots/step_duration_cdf.svg",
 		"plots/gpu_util_plain-r0.5_b1.png", "plots/gpu_util_mc_both-r2_b1.svg"}
@@ -110,6 +111,15 @@ func TestExportGolden(t *testing.T) {
 	for _, f := range wantFiles {
 		if !have[f] {
 			t.Errorf("Export did not write %s (wrote %v)", f, rep.Files)
+		}
+	}
+	// The forest plot has a row per primary comparison, A/A controls
+	// included, and names a row it cannot draw with why.
+	forest, _ := os.ReadFile(filepath.Join(dir, "plots", "comparisons_forest.svg"))
+	for _, want := range []string{"mooncake_both vs plain, rate=2 4096x256", "A/A plain_aa vs plain, rate=0.5 4096x256",
+		"noop_connector vs plain, rate=2 4096x256: n/a (cell missing", "within noise", "A/A control"} {
+		if !strings.Contains(string(forest), want) {
+			t.Errorf("the forest plot lacks %q", want)
 		}
 	}
 	if have["plots/gpu_util_plain-r2_b1.png"] {

@@ -25,14 +25,24 @@ const stepSampleCap = 20000
 // plotW, plotH are the size of every plot.
 var plotW, plotH = 20 * vg.Centimeter, 12 * vg.Centimeter
 
-// writePlots writes plots/ as PNG and SVG: TTFT p90 against rate per shape,
+// writePlots writes plots/ as PNG and SVG: every primary comparison's change
+// with its CI (comparisons_forest), TTFT p90 against rate per shape with two
+// rates or more,
 // the step-duration CDF per config, and GPU utilisation over time per run.
 // A plot that cannot be drawn is a warning; a file that cannot be written is
 // an error.
 func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func(name string, data []byte) error) error {
 	s, ordered := &a.Sweep, a.Ordered
 	shapes, _ := shapesOf(ordered)
+	if p := forestPlot(rd, a); p != nil {
+		if err := savePlot(rd, save, p, "comparisons_forest"); err != nil {
+			return err
+		}
+	}
 	for _, sh := range shapes {
+		if len(ratesOf(ordered, sh)) < 2 {
+			continue // one rate is a point, not a curve: the forest plot shows its comparisons
+		}
 		p := ttftPlot(rd, s, ordered, sh)
 		if err := savePlot(rd, save, p, "ttft_p90_vs_rate_"+fileSafe(sh)); err != nil {
 			return err
@@ -222,8 +232,24 @@ func ttftPlot(rd renderer, s *results.Sweep, ordered []*results.Cell, shape stri
 		p.Title.Text += " (no data)"
 	}
 	p.Legend.Top, p.Legend.Left = true, true
-	p.Legend.Add("× saturated")
+	for _, se := range all {
+		if len(se.sat) > 0 { // the cross is explained only where one is drawn
+			p.Legend.Add("× saturated")
+			break
+		}
+	}
 	return p
+}
+
+// ratesOf is the distinct rates of the cells at shape.
+func ratesOf(ordered []*results.Cell, shape string) map[float64]bool {
+	out := map[float64]bool{}
+	for _, c := range ordered {
+		if c.Info.Shape == shape {
+			out[c.Info.Rate] = true
+		}
+	}
+	return out
 }
 
 // ttftSeries is one series of TTFT p90 means per config at shape, with the
