@@ -261,3 +261,17 @@ func TestSSHStartFailureStopsTheSweep(t *testing.T) {
 		t.Errorf("%d launches on the host (%v), want 2", len(logs), logs)
 	}
 }
+
+// TestStartingMatricesValidate: matrices/ holds a matrix to start from for
+// each kind of host, and each passes validate's checks that need no host
+// (--offline): the local sim demo, vLLM over SSH, on one Slurm node and on
+// several.
+func TestStartingMatricesValidate(t *testing.T) {
+	defer parallel(t)()
+	for _, f := range []string{"sim.yaml", "vllm-ssh.yaml", "vllm-slurm.yaml", "vllm-slurm-2nodes.yaml"} {
+		stdout, stderr, err := runCLI(t, context.Background(), "validate", "--offline", filepath.Join("..", "..", "matrices", f))
+		if err != nil || !strings.Contains(stdout, "config plain") {
+			t.Errorf("validate --offline %s: %v\n%s\n%s", f, err, stdout, stderr)
+		}
+	}
+}
