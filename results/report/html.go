@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -200,9 +201,10 @@ type htmlPage struct {
 	Comparisons, NoiseFloor []htmlComparison
 	Problems                []string
 	Errors                  htmlErrors
-	GPUNote                 string      // the runs without GPU samples, in one line
-	HasSLO                  bool        // some cell's runs had an SLO (the cell table's SLO column)
-	Tables                  []htmlTable // the request-class and per-instance tables, as in report.md
+	GPUNote                 string       // the runs without GPU samples, in one line
+	Forest                  template.URL // plots/comparisons_forest.png as a data: URL ("" = no comparison)
+	HasSLO                  bool         // some cell's runs had an SLO (the cell table's SLO column)
+	Tables                  []htmlTable  // the request-class and per-instance tables, as in report.md
 }
 
 // renderHTML writes report.html.
@@ -214,6 +216,13 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 		Head: newHTMLHead(v), Capacity: newHTMLCapacity(v), Errors: newHTMLErrors(ordered), Tables: htmlTablesOf(classInstanceTables(v))}
 	for _, r := range v.shown {
 		pg.Comparisons = append(pg.Comparisons, htmlComparisonOf(r))
+	}
+	if fp := forestPlot(rd, a); fp != nil { // drawn as in plots/, inline: the page fetches nothing
+		if png, err := plotBytes(fp, "png"); err == nil {
+			pg.Forest = template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png))
+		} else {
+			rd.warn("report.html: forest plot not drawn: %v", err)
+		}
 	}
 	for _, r := range a.NoiseFloor {
 		pg.NoiseFloor = append(pg.NoiseFloor, htmlComparisonOf(r))

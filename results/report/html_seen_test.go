@@ -105,6 +105,12 @@ func TestHTMLReportAsSeen(t *testing.T) {
 	t.Logf("screenshots: %s", strings.Join(shots, " "))
 	p := checkHTMLReport(t, browser, dir)
 
+	// The forest plot (every comparison's change and CI) is decoded and
+	// drawn by the browser: its onload records its width.
+	if m := regexp.MustCompile(`<img id="forest"[^>]*data-drawn="(\d+)"`).FindStringSubmatch(p.DOM); m == nil || m[1] == "0" {
+		t.Errorf("the forest plot is not drawn in the page: %v", m)
+	}
+
 	ttft := svgOf(t, p.DOM, "ttft")
 	// CI bars: "M x,lo V hi …" with lo and hi inside the plotting area.
 	bars := regexp.MustCompile(`<path class="ci" d="M([\d.]+),([\d.-]+)V([\d.-]+)`).FindAllStringSubmatch(ttft, -1)

@@ -81,29 +81,35 @@ func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func
 // crash.
 func savePlot(rd renderer, save func(name string, data []byte) error, p *plot.Plot, base string) error {
 	for _, format := range []string{"png", "svg"} {
-		var buf bytes.Buffer
-		err := func() (err error) {
-			defer func() {
-				if r := recover(); r != nil {
-					err = fmt.Errorf("drawing failed: %v", r)
-				}
-			}()
-			wt, err := p.WriterTo(plotW, plotH, format)
-			if err != nil {
-				return err
-			}
-			_, err = wt.WriteTo(&buf)
-			return err
-		}()
+		b, err := plotBytes(p, format)
 		if err != nil {
 			rd.warn("plot %s.%s not drawn: %v", base, format, err)
 			continue
 		}
-		if err := save(base+"."+format, buf.Bytes()); err != nil {
+		if err := save(base+"."+format, b); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// plotBytes renders p in format (png, svg); a panic of gonum/plot on
+// degenerate input is an error.
+func plotBytes(p *plot.Plot, format string) (_ []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("drawing failed: %v", r)
+		}
+	}()
+	wt, err := p.WriterTo(plotW, plotH, format)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := wt.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // fileSafe replaces every character that is not safe in a file name.
