@@ -60,7 +60,7 @@ func checkHTMLReport(t *testing.T, browser, dir string) *chromiumtest.Page {
 	for _, loc := range urlRE.FindAllStringIndex(string(src), -1) {
 		u := string(src[loc[0]:loc[1]])
 		inline := strings.HasPrefix(string(src[loc[0]:]), `src="data:image/png;base64,`) // the forest plot, in the page itself
-		if u != "http://www.w3.org/2000/svg" && !inline { // the SVG namespace: a name, never fetched
+		if u != "http://www.w3.org/2000/svg" && !inline {                                // the SVG namespace: a name, never fetched
 			t.Errorf("report.html names another resource: %q", u)
 		}
 	}

@@ -27,7 +27,7 @@ var plotW, plotH = 20 * vg.Centimeter, 12 * vg.Centimeter
 
 // writePlots writes plots/ as PNG and SVG: every primary comparison's change
 // with its CI (comparisons_forest), TTFT p90 against rate per shape with two
-// rates or more,
+// rates or more, a timeline of every run that is not a result,
 // the step-duration CDF per config, and GPU utilisation over time per run.
 // A plot that cannot be drawn is a warning; a file that cannot be written is
 // an error.
@@ -63,6 +63,11 @@ func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func
 			}
 			if !filepath.IsLocal(r.Ref.Dir) {
 				continue
+			}
+			if !(r.Problem == "" && r.Sum != nil && r.Ref.Status.Usable()) { // not a result: see why over its time
+				if err := saveStacked(rd, save, timelinePlots(rd, s, c, r), timelineName(c.Info.ID, r.Ref.Block)); err != nil {
+					return err
+				}
 			}
 			p := gpuPlot(rd, s, c, r)
 			if p == nil {

@@ -129,7 +129,7 @@ func problemLines(v *reportView) []string {
 		}
 		for _, r := range c.Sum.Runs {
 			if !r.Used {
-				lines = append(lines, fmt.Sprintf("run %s b%d: **%s** — %s", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded")))
+				lines = append(lines, fmt.Sprintf("run %s b%d: **%s** — %s (timeline: plots/%s.svg)", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded"), timelineName(c.Info.ID, r.Block)))
 			}
 		}
 	}

@@ -107,10 +107,39 @@ func (l Logs) StepDurations(run string, add func(us float64)) error {
 	return err
 }
 
+// StepWaiting streams the engine's queue (num_waiting) of run's
+// engine_step.jsonl with each line's time (ts_us) into add, skipping lines
+// without either; a run without the file is not an error.
+func (l Logs) StepWaiting(run string, add func(tsUs int64, waiting float64)) error {
+	var rec probes.StepRecord
+	err := eachLine(filepath.Join(l.Dir, run, "engine_step.jsonl"), func(line []byte) {
+		if probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) != nil || rec.TsUs <= 0 {
+			return
+		}
+		if w, ok := rec.Get(probes.FieldNumWaiting); ok && w >= 0 && !math.IsInf(w, 0) {
+			add(rec.TsUs, w)
+		}
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Requests reads run's requests.jsonl: nil, nil without one.
+func (l Logs) Requests(run string) ([]openloop.Record, error) {
+	return readRunFile(filepath.Join(l.Dir, run, "requests.jsonl"), openloop.ReadRecords)
+}
+
 // GPUSamples reads run's gpu.jsonl: nil, nil without one; with a bad line,
 // the samples before it and the error.
 func (l Logs) GPUSamples(run string) ([]probes.GPUSample, error) {
-	path := filepath.Join(l.Dir, run, "gpu.jsonl")
+	return readRunFile(filepath.Join(l.Dir, run, "gpu.jsonl"), probes.ReadGPUSamples)
+}
+
+// readRunFile reads a file of a run with read: nil, nil when there is
+// none; read's error names the file.
+func readRunFile[T any](path string, read func(io.Reader) ([]T, error)) ([]T, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -119,11 +148,11 @@ func (l Logs) GPUSamples(run string) ([]probes.GPUSample, error) {
 		return nil, err
 	}
 	defer f.Close()
-	samples, err := probes.ReadGPUSamples(f)
+	xs, err := read(f)
 	if err != nil {
-		return samples, fmt.Errorf("%s: %w", path, err)
+		return xs, fmt.Errorf("%s: %w", path, err)
 	}
-	return samples, nil
+	return xs, nil
 }
 
 // eachLine calls fn for every non-empty line of a file, streaming.
