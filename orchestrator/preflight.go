@@ -24,6 +24,10 @@ type PreflightOptions struct {
 	// SimFlags are the simulated engine's flags (step-base-us, …), which
 	// its sim: maps may name.
 	SimFlags []string
+	// SkipPorts leaves the local ports alone: a sweep continued in its
+	// directory may find its own engines there, left by an mbench that
+	// died, which it stops before it launches (they are not another's).
+	SkipPorts bool
 	// Stderr takes SSH's warnings (a new host key accepted, …).
 	Stderr io.Writer
 }
@@ -88,7 +92,7 @@ func Preflight(ctx context.Context, m *matrices.Matrix, opts PreflightOptions) e
 	for _, h := range slices.Sorted(maps.Keys(needs)) {
 		hn, hc := needs[h], m.Hosts[h]
 		local := isLocal(hc.Address)
-		if local && !hc.IsSlurm() {
+		if local && !hc.IsSlurm() && !opts.SkipPorts {
 			es = append(es, localPortProblems(m, h, hn.ports)...)
 		}
 		if !local && opts.Offline || len(hn.bins) == 0 && !hn.model {

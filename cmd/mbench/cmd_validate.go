@@ -37,7 +37,7 @@ func validateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return preflight(c, m, c.Bool("offline"))
+			return preflight(c, m, c.Bool("offline"), false)
 		},
 	}
 
@@ -45,12 +45,12 @@ func validateCommand() *cli.Command {
 
 // preflight runs the checks a sweep of m needs before anything starts
 // (orchestrator.Preflight): validate's, and run's before its sweep.
-func preflight(c *cli.Context, m *matrices.Matrix, offline bool) error {
+func preflight(c *cli.Context, m *matrices.Matrix, offline, skipPorts bool) error {
 	var sim []string
 	for _, f := range simCommand().Flags {
 		sim = append(sim, f.Names()[0])
 	}
-	return orchestrator.Preflight(c.Context, m, orchestrator.PreflightOptions{Offline: offline, SimFlags: sim, Stderr: c.App.ErrWriter})
+	return orchestrator.Preflight(c.Context, m, orchestrator.PreflightOptions{Offline: offline, SkipPorts: skipPorts, SimFlags: sim, Stderr: c.App.ErrWriter})
 }
 
 // matrixWarnings is m.Warnings plus what needs the trace files read: trace
