@@ -6,7 +6,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 
+	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/stats"
 
@@ -38,25 +40,39 @@ func stepCDFPlot(ctx context.Context, rd renderer, s *results.Sweep, ordered []*
 				}
 			}
 		}
-		if len(res.xs) == 0 {
-			continue
+		if addCDF(p, i, res.xs, fmt.Sprintf("%s (%d steps)", rd.redact(cfg), res.seen)) {
+			drawn++
 		}
-		sort.Float64s(res.xs)
-		const points = 500
-		xys := make(plotter.XYs, 0, points+1)
-		for k := 0; k <= points; k++ {
-			q := float64(k) / points
-			xys = append(xys, plotter.XY{X: stats.PercentileSorted(res.xs, 100*q), Y: q})
-		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
-			continue
-		}
-		l.Color, l.Dashes, l.Width = plotutil.Color(i), plotutil.Dashes(i), vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("%s (%d steps)", rd.redact(cfg), res.seen), l)
-		drawn++
 	}
+	return finishCDF(p, drawn)
+}
+
+// addCDF draws the empirical CDF of xs (sorted in place) as the i-th line
+// of p; false when there is nothing to draw.
+func addCDF(p *plot.Plot, i int, xs []float64, label string) bool {
+	if len(xs) == 0 {
+		return false
+	}
+	sort.Float64s(xs)
+	const points = 500
+	xys := make(plotter.XYs, 0, points+1)
+	for k := 0; k <= points; k++ {
+		q := float64(k) / points
+		xys = append(xys, plotter.XY{X: stats.PercentileSorted(xs, 100*q), Y: q})
+	}
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return false
+	}
+	l.Color, l.Dashes, l.Width = plotutil.Color(i), plotutil.Dashes(i), vg.Points(1.5)
+	p.Add(l)
+	p.Legend.Add(label, l)
+	return true
+}
+
+// finishCDF sets a CDF plot's axis and legend room for drawn lines; nil
+// when none was drawn.
+func finishCDF(p *plot.Plot, drawn int) *plot.Plot {
 	if drawn == 0 {
 		return nil
 	}
@@ -64,6 +80,68 @@ func stepCDFPlot(ctx context.Context, rd renderer, s *results.Sweep, ordered []*
 	p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"}, {Value: 0.5, Label: "0.5"}, {Value: 0.75, Label: "0.75"}, {Value: 1, Label: "1"}}
 	p.Legend.Top, p.Legend.Left = true, true
 	return p
+}
+
+// requestCDFPlot draws the CDF of each request's TTFT or TPOT (metric
+// "ttft", "tpot"), one line per config (per config and rate where the
+// sweep has several rates), from the measured requests of the runs that
+// are results; nil when no run has a requests.jsonl.
+func requestCDFPlot(ctx context.Context, rd renderer, s *results.Sweep, ordered []*results.Cell, metric string) *plot.Plot {
+	name := strings.ToUpper(metric)
+	p := newPlot(rd, s, "Per-request "+name+" CDF", name+" (ms, log scale)", "fraction of requests ≤ x")
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, logTicks{}
+	p.Y.Min, p.Y.Max = 0, 1
+	rates := map[float64]bool{}
+	for _, c := range ordered {
+		rates[c.Info.Rate] = true
+	}
+	type key struct {
+		cfg  string
+		rate float64
+	}
+	var order []key
+	xs := map[key][]float64{}
+	for _, c := range ordered {
+		k := key{c.Info.Config, c.Info.Rate}
+		if len(rates) == 1 {
+			k.rate = 0
+		}
+		for _, r := range c.Runs {
+			if r.Sum == nil || r.Problem != "" || !r.Ref.Status.Usable() || ctx.Err() != nil {
+				continue
+			}
+			recs, err := rd.logs.Requests(r.Ref.Dir)
+			if err != nil {
+				rd.warn("%s CDF: %v", metric, err)
+			}
+			for _, x := range recs {
+				if x.Phase != openloop.PhaseMeasure || !x.OK() {
+					continue
+				}
+				d, ok := x.TTFT(), x.FirstTokenNs > 0
+				if metric == "tpot" {
+					d, ok = x.TPOT()
+				}
+				if ok && d > 0 {
+					if _, seen := xs[k]; !seen {
+						order = append(order, k)
+					}
+					xs[k] = append(xs[k], float64(d)/1e6)
+				}
+			}
+		}
+	}
+	drawn := 0
+	for i, k := range order {
+		label := rd.redact(k.cfg)
+		if k.rate != 0 {
+			label += fmt.Sprintf(" @ rate=%g", k.rate)
+		}
+		if addCDF(p, i, xs[k], fmt.Sprintf("%s (%d requests)", label, len(xs[k]))) {
+			drawn++
+		}
+	}
+	return finishCDF(p, drawn)
 }
 
 // reservoir keeps a uniform random sample of at most stepSampleCap values.

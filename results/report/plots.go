@@ -27,7 +27,8 @@ var plotW, plotH = 20 * vg.Centimeter, 12 * vg.Centimeter
 
 // writePlots writes plots/ as PNG and SVG: every primary comparison's change
 // with its CI (comparisons_forest), TTFT p90 against rate per shape with two
-// rates or more, a timeline of every run that is not a result,
+// rates or more, a timeline of every run that is not a result, the CDFs
+// of each request's TTFT and TPOT per config,
 // the step-duration CDF per config, and GPU utilisation over time per run.
 // A plot that cannot be drawn is a warning; a file that cannot be written is
 // an error.
@@ -50,6 +51,13 @@ func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("export: %w", err)
+	}
+	for _, metric := range []string{"ttft", "tpot"} {
+		if p := requestCDFPlot(ctx, rd, s, ordered, metric); p != nil {
+			if err := savePlot(rd, save, p, "request_"+metric+"_cdf"); err != nil {
+				return err
+			}
+		}
 	}
 	if p := stepCDFPlot(ctx, rd, s, ordered); p != nil {
 		if err := savePlot(rd, save, p, "step_duration_cdf"); err != nil {
