@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"gonum.org/v1/plot"
 	"html/template"
 	"math/rand/v2"
 	"path/filepath"
@@ -202,9 +203,15 @@ type htmlPage struct {
 	Problems                []string
 	Errors                  htmlErrors
 	GPUNote                 string       // the runs without GPU samples, in one line
-	Forest                  template.URL // plots/comparisons_forest.png as a data: URL ("" = no comparison)
+	Figures                 []htmlFigure // plots of plots/ drawn inline: the forest plot, the per-request CDFs
 	HasSLO                  bool         // some cell's runs had an SLO (the cell table's SLO column)
 	Tables                  []htmlTable  // the request-class and per-instance tables, as in report.md
+}
+
+// htmlFigure is a plot of plots/ in the page, as a data: URL.
+type htmlFigure struct {
+	ID, Caption string
+	Src         template.URL
 }
 
 // renderHTML writes report.html.
@@ -217,13 +224,22 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 	for _, r := range v.shown {
 		pg.Comparisons = append(pg.Comparisons, htmlComparisonOf(r))
 	}
-	if fp := forestPlot(rd, a); fp != nil { // drawn as in plots/, inline: the page fetches nothing
-		if png, err := plotBytes(fp, "png"); err == nil {
-			pg.Forest = template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png))
-		} else {
-			rd.warn("report.html: forest plot not drawn: %v", err)
+	// Drawn as in plots/ and inline, as data: images: the page fetches nothing.
+	figure := func(id, caption string, p *plot.Plot) {
+		if p == nil {
+			return
 		}
+		png, err := plotBytes(p, "png")
+		if err != nil {
+			rd.warn("report.html: plot %s not drawn: %v", id, err)
+			return
+		}
+		pg.Figures = append(pg.Figures, htmlFigure{ID: id, Caption: caption,
+			Src: template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png))})
 	}
+	figure("forest", "Every comparison on the primary metric: the change with its CI, A/A controls beside in grey; a line at no change (plots/comparisons_forest.svg).", forestPlot(rd, a))
+	figure("request-ttft-cdf", "Each measured request's TTFT per config, from the runs that are results (plots/request_ttft_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, "ttft"))
+	figure("request-tpot-cdf", "Each measured request's TPOT per config, from the runs that are results (plots/request_tpot_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, "tpot"))
 	for _, r := range a.NoiseFloor {
 		pg.NoiseFloor = append(pg.NoiseFloor, htmlComparisonOf(r))
 	}

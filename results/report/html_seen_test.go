@@ -97,6 +97,8 @@ func TestHTMLReportAsSeen(t *testing.T) {
 	editSummary(t, dir, "runs/mc_both-r2/b1", func(m map[string]any) {
 		m["errors"], m["failed"] = map[string]any{"http_5xx": 4, "timeout": 1}, 5
 	})
+	writeRequests(t, filepath.Join(dir, "runs", "plain-r0.5", "b1")) // the per-request CDFs' data
+	writeRequests(t, filepath.Join(dir, "runs", "mc_both-r2", "b2"))
 	if _, err := Export(context.Background(), fixtureSweep(dir)); err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +109,10 @@ func TestHTMLReportAsSeen(t *testing.T) {
 
 	// The forest plot (every comparison's change and CI) is decoded and
 	// drawn by the browser: its onload records its width.
-	if m := regexp.MustCompile(`<img id="forest"[^>]*data-drawn="(\d+)"`).FindStringSubmatch(p.DOM); m == nil || m[1] == "0" {
-		t.Errorf("the forest plot is not drawn in the page: %v", m)
+	for _, id := range []string{"forest", "request-ttft-cdf", "request-tpot-cdf"} {
+		if m := regexp.MustCompile(`<img id="` + id + `"[^>]*data-drawn="(\d+)"`).FindStringSubmatch(p.DOM); m == nil || m[1] == "0" {
+			t.Errorf("the plot %s is not drawn in the page: %v", id, m)
+		}
 	}
 
 	ttft := svgOf(t, p.DOM, "ttft")
