@@ -31,12 +31,17 @@ var numbers = regexp.MustCompile(`[0-9]+`)
 
 func maskNumbers(s string) string { return numbers.ReplaceAllString(s, "#") }
 
-// logCause is the last non-empty line of a log tail, or otherwise (an empty
-// log) what the process's end says.
+// logCause is the last line of a log tail that the engine wrote (not
+// Slurm's launcher, whose "srun: … Terminating StepId=…" follows any step
+// that exits), or otherwise (nothing else in the log) what the process's
+// end says.
 func logCause(tail, otherwise string) string {
 	lines := strings.Split(strings.TrimSpace(tail), "\n")
-	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
-		return last
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l != "" && !strings.HasPrefix(l, "srun: ") && !strings.HasPrefix(l, "slurmstepd: ") {
+			return l
+		}
 	}
 	return otherwise
 }

@@ -278,3 +278,33 @@ func TestStartingMatricesValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestSlurmStartFailureStopsTheSweep: the same rule on a Slurm host (engines
+// are srun steps of the sweep's allocation): two instances whose engine
+// exits before it is ready with the same cause on the launch and its
+// relaunch stop the sweep, exit 1, with the cause; the allocation ends with
+// mbench.
+func TestSlurmStartFailureStopsTheSweep(t *testing.T) {
+	requireSlurm(t)
+	dir := t.TempDir()
+	m := filepath.Join(dir, "m.yaml")
+	writeSimMatrix(t, m, map[string]string{"%NAME%": "slurmfail", "%ENV%": slurmEngine, "%BLOCKS%": "1", "%RATES%": "40",
+		"%CONFIGS%": "  plain: {topology: {instances_per_host: 2, gpus_per_instance: 1}, sim: {token_budget: -5}}"})
+	out := filepath.Join(dir, "out")
+	c := startMbench(t, dir, "run", m, "--out", out)
+	if code := c.wait(3 * time.Minute); code != exitError {
+		c.kill()
+		t.Fatalf("run: exit %d, want 1\n%s", code, c.output())
+	}
+	for _, want := range []string{"config plain: its engine failed before it was ready on 2 launches with the same cause", "token-budget", "mbench resume " + out} {
+		if !strings.Contains(c.stderr.String(), want) {
+			t.Errorf("the terminal lacks %q:\n%s", want, c.stderr.String())
+		}
+	}
+	if logs := engineLogs(t, out, "token-budget"); len(logs) < 2 || len(logs) > 4 {
+		t.Errorf("%d engine logs with the cause (%v), want the 2 launches' (of 2 instances each at most)", len(logs), logs)
+	}
+	if job := slurmJob(out); job != "" {
+		checkSlurmTeardown(t, out, job)
+	}
+}
