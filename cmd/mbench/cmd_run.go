@@ -43,7 +43,7 @@ func runCommand() *cli.Command {
 				// engines on its ports (left by an mbench that died): the
 				// sweep stops them itself, so the port check is its own.
 				_, statErr := os.Stat(filepath.Join(opts.Out, "sweep.json"))
-				if err := preflight(c, m, false, opts.Out != "" && statErr == nil); err != nil {
+				if err := checkHosts(c, m, false, opts.Out != "" && statErr == nil); err != nil {
 					return fmt.Errorf("%w\nnothing was started (mbench validate %s runs these checks)", err, shquote.Quote(c.Args().First()))
 				}
 			}

@@ -37,15 +37,15 @@ func validateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return preflight(c, m, c.Bool("offline"), false)
+			return checkHosts(c, m, c.Bool("offline"), false)
 		},
 	}
 
 }
 
-// preflight runs the checks a sweep of m needs before anything starts
+// checkHosts runs the checks a sweep of m needs before anything starts
 // (orchestrator.Preflight): validate's, and run's before its sweep.
-func preflight(c *cli.Context, m *matrices.Matrix, offline, skipPorts bool) error {
+func checkHosts(c *cli.Context, m *matrices.Matrix, offline, skipPorts bool) error {
 	var sim []string
 	for _, f := range simCommand().Flags {
 		sim = append(sim, f.Names()[0])
