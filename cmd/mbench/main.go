@@ -112,7 +112,7 @@ func interruptNotice(cmd string, sig os.Signal) (msg string, exitNow bool) {
 	return fmt.Sprintf("%s: %s: stopped (it starts nothing, so there is nothing to tear down)", cmd, how), true
 }
 
-// The exit statuses of mbench (README.md: "Exit status").
+// The exit statuses of mbench (docs/commands.md: "Exit status").
 const (
 	// 0: what was asked for was done, and every result is usable.
 	exitError = 1 // the command failed (a host, a disk, an engine port, …): it says why
