@@ -179,11 +179,20 @@ func TestSweepRequestOptions(t *testing.T) {
 	if len(recs2) == 0 {
 		return // the run failed before its requests: still no result
 	}
+	// Every request the engine answered got its 401; the rest were still
+	// in flight when the fail limit aborted the run (class canceled).
+	refused := 0
 	for _, r := range readJSONL(t, recs2[0]) {
-		if r["http_status"] != float64(401) {
-			t.Errorf("without the key a request got %v, want 401: %v", r["http_status"], r)
-			break
+		switch {
+		case r["http_status"] == float64(401):
+			refused++
+		case r["error_class"] == "canceled" && r["http_status"] == nil:
+		default:
+			t.Errorf("without the key a request got %v, want 401 (or canceled by the abort): %v", r["http_status"], r)
 		}
+	}
+	if refused == 0 {
+		t.Errorf("without the key no request was refused with 401")
 	}
 }
 
