@@ -2,9 +2,11 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -143,7 +145,7 @@ func (e *launcher) start(ctx context.Context, l *matrices.Launch, run string) (*
 				return fail(err)
 			}
 			bp := &engineProc{name: p.name + " bootstrap", hostName: p.hostName, host: p.host, proc: p.proc, url: u, logPath: p.logPath}
-			if err := e.waitReady(ctx, bp, "/query", l.ReadyTimeout); err != nil {
+			if err := e.waitReady(ctx, bp, bootstrapQueryPath, l.ReadyTimeout); err != nil {
 				return fail(err)
 			}
 		}
@@ -252,8 +254,9 @@ func (e *launcher) waitReady(ctx context.Context, p *engineProc, path string, ti
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+path, nil)
 		if resp, err := client.Do(req); err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && (path != bootstrapQueryPath || bootstrapRegistered(body)) {
 				return nil
 			}
 		}
@@ -492,4 +495,28 @@ func runSeed(sweepSeed int64, run string, i int) int64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d/%s/%d", sweepSeed, run, i)
 	return int64(h.Sum64() >> 1)
+}
+
+// bootstrapQueryPath is where a Mooncake bootstrap server says which engines
+// registered with it.
+const bootstrapQueryPath = "/query"
+
+// bootstrapRegistered reports whether a bootstrap server's GET /query body
+// names a registered engine. vLLM 0.18.1's server answers 200 from the
+// start, with {} until a worker registers (internal/conformance's
+// MooncakeQueryUnregistered), then a dict keyed by DP rank whose entries
+// carry an engine_id (MooncakeQueryRegistered): only the second is ready.
+func bootstrapRegistered(body []byte) bool {
+	var ranks map[string]struct {
+		EngineID string `json:"engine_id"`
+	}
+	if json.Unmarshal(body, &ranks) != nil || len(ranks) == 0 {
+		return false
+	}
+	for _, e := range ranks {
+		if e.EngineID == "" {
+			return false
+		}
+	}
+	return true
 }
