@@ -11,7 +11,9 @@ import (
 // whose requests let the engine end at end-of-sequence (natural lengths):
 // means over runs of each run's mean, median, p90 and largest output, with
 // the max_tokens cap they asked for. Fixed lengths (every request asked for
-// and counts max_tokens = min_tokens) are one line.
+// and counts max_tokens = min_tokens) are one line; so are natural lengths
+// with no usable run to draw them from. Which of the two a sweep asked for is
+// read from every run's summary, not only the usable ones.
 func renderOutputLengths(b *strings.Builder, v *reportView) {
 	type row struct {
 		c                      *results.Cell
@@ -19,7 +21,13 @@ func renderOutputLengths(b *strings.Builder, v *reportView) {
 		n                      int
 	}
 	var rows []row
+	natural := 0 // runs, usable or not, whose requests let the engine end the output
 	for _, c := range v.ordered {
+		for _, run := range c.Runs {
+			if run.Sum != nil && run.Sum.NaturalLength {
+				natural++
+			}
+		}
 		r := row{c: c}
 		for _, run := range c.Used {
 			ol := run.Sum.OutputLengths
@@ -37,6 +45,10 @@ func renderOutputLengths(b *strings.Builder, v *reportView) {
 			r.mean, r.median, r.p90, r.max = r.mean/k, r.median/k, r.p90/k, r.max/k
 			rows = append(rows, r)
 		}
+	}
+	if len(rows) == 0 && natural > 0 {
+		collapsed(b, "Output lengths", "natural: the engine ended each output (request.ignore_eos: false) in %d runs, but no usable run carries their lengths, so none are drawn; each run's summary_A.json has its own output_lengths.", natural)
+		return
 	}
 	if len(rows) == 0 {
 		collapsed(b, "Output lengths", "fixed: every request asked for max_tokens = min_tokens with ignore_eos, so each output is its shape's length (request.ignore_eos: false, or mbench load --ignore-eos=false, lets the engine end it).")
