@@ -136,6 +136,7 @@ type summary struct {
 	Config           string   `json:"config"`
 	SaturationReason string   `json:"saturation_reason"`
 	TTFTDriftMs      *float64 `json:"ttft_drift_ms"`
+	DriftReason      string   `json:"drift_reason"`
 	Rate             float64
 	Failed           int
 	Completed        int
@@ -145,6 +146,7 @@ type summary struct {
 		Running       struct{ Mean, Max float64 }
 		Waiting       struct{ Mean, Max float64 }
 		WaitingExp    bool                         `json:"waiting_exported"`
+		DuringRounds  int                          `json:"during_rounds"`
 		KVUsage       *struct{ Mean, Max float64 } `json:"kv_usage"`
 	} `json:"prefix_cache"`
 	ResponseCache *struct {

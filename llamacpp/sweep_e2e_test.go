@@ -13,6 +13,7 @@ import (
 	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/internal/porttest"
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/results"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -152,13 +153,19 @@ func TestSweepAgainstLlamaServer(t *testing.T) {
 		if pc.KVUsage != nil {
 			t.Errorf("%s: kv_usage %+v, but llama-server exports no KV-usage gauge", where, pc.KVUsage)
 		}
-		// llama-server exports its queue (requests_deferred): a rising TTFT
-		// is saturation only with requests deferred, a drift only without.
+		// llama-server exports its queue (requests_deferred): once the
+		// window held enough scrapes of it to speak (EngineQueueMinRounds),
+		// a rising TTFT is saturation only with requests deferred, a drift
+		// only without. A shorter window leaves the trend alone to decide.
 		if !pc.WaitingExp {
 			t.Errorf("%s: prefix_cache.waiting_exported false, but llama-server exports llamacpp:requests_deferred", where)
 		}
-		if strings.Contains(s.SaturationReason, "TTFT rises") && !strings.Contains(s.SaturationReason, "engine's queue held") {
-			t.Errorf("%s: saturated by TTFT's trend without the engine's queue: %s", where, s.SaturationReason)
+		queueSpoke := pc.DuringRounds >= results.EngineQueueMinRounds
+		if queueSpoke && strings.Contains(s.SaturationReason, "TTFT rises") && !strings.Contains(s.SaturationReason, "engine's queue held") {
+			t.Errorf("%s: saturated by TTFT's trend without the engine's queue, read in %d scrapes of the window: %s", where, pc.DuringRounds, s.SaturationReason)
+		}
+		if !queueSpoke && (strings.Contains(s.SaturationReason, "engine's queue held") || s.TTFTDriftMs != nil) {
+			t.Errorf("%s: the engine's queue, read in only %d scrapes of the window, decided the trend: %s %s", where, pc.DuringRounds, s.SaturationReason, s.DriftReason)
 		}
 		if s.TTFTDriftMs != nil && pc.Waiting.Max != 0 {
 			t.Errorf("%s: a drift of %v ms reported while the engine deferred up to %v requests", where, *s.TTFTDriftMs, pc.Waiting.Max)

@@ -132,6 +132,14 @@ func (s *sweep) skipDead(id string, b int, why string) error {
 // target, in sweep.json.
 func (s *sweep) recordStop(v plan.View, stop plan.Stop) error {
 	conv := plan.Converge(v, stop.ByRule)
+	if conv.Converged && !stop.ByRule && len(conv.CompHalf) > 0 {
+		// The blocks ran out (or the budget) before the rule looked at a
+		// point where both its stages agreed, yet every CI the report prints
+		// is within target: said, so "converged" in sweep.json is not a
+		// surprise beside the reason.
+		stop.Reason += fmt.Sprintf("; every comparison on %s has a %.0f%% CI half-width ≤ ±%.1f%% as the report prints it",
+			s.m.Repeat.Metric, s.m.Repeat.Confidence*100, s.m.Repeat.RelCI*100)
+	}
 	s.logf("sweep stopped: %s", strings.TrimSpace(stop.Reason))
 	return s.store.recordStop(&StopRecord{Reason: stop.Reason, Blocks: v.Done, RelHalf: conv.RelHalf, Target: s.m.Repeat.RelCI, Metric: s.m.Repeat.Metric,
 		Primary: s.m.Repeat.Metric, CompHalf: conv.CompHalf, Stage1Blocks: v.FirstStage(), Converged: conv.Converged,
