@@ -70,12 +70,16 @@ log "vllm: $(python3 -c 'import vllm; print(vllm.__version__)' 2>&1 | tail -1); 
 # package ends the call here, named, instead of in six engine logs.
 python3 -c "import vllm.entrypoints.openai.api_server, vllm.v1.engine.core, vllm.v1.worker.gpu_model_runner, vllm.v1.attention.backends.flash_attn, vllm.v1.attention.backends.triton_attn" >"$W/imports.log" 2>&1 ||
   { log "vLLM does not import: $(grep -E 'Error' "$W/imports.log" | tail -2 | tr '\n' ' ')"; tail -15 "$W/imports.log" >>"$OUT/run.log"; exit 1; }
-log "model: random-weight llama"
-python3 "$here/model.py" "$W/model" --layers ${LAYERS:-16} --width ${WIDTH:-2048} --heads 16 2>&1 | grep -v Warning | tee -a "$OUT/run.log"
+if [ ! -f "$W/model/config.json" ]; then # an earlier call of this machine wrote it
+  log "model: random-weight llama"
+  python3 "$here/model.py" "$W/model" --layers ${LAYERS:-16} --width ${WIDTH:-2048} --heads 16 2>&1 | grep -v Warning | tee -a "$OUT/run.log"
+fi
 
-log "mbench_vllm.check"
-(cd "$src/vllm" && PYTHONPATH=$src/vllm:$S timeout 120 python3 -m mbench_vllm.check) >"$OUT/check-plugin.txt" 2>&1
-log "check exit $?: $(head -3 "$OUT/check-plugin.txt" | tr '\n' ' ')"
+if [ "${SKIP_LOAD:-0}" != 1 ]; then
+  log "mbench_vllm.check"
+  (cd "$src/vllm" && PYTHONPATH=$src/vllm:$S timeout 120 python3 -m mbench_vllm.check) >"$OUT/check-plugin.txt" 2>&1
+  log "check exit $?: $(head -3 "$OUT/check-plugin.txt" | tr '\n' ' ')"
+fi
 
 ARGS="--enforce-eager --gpu-memory-utilization 0.3 --max-model-len 8192 --enable-prefix-caching"
 # ---------------------------------------------------------------- 4. load vs vLLM's own account
@@ -131,10 +135,19 @@ if [ "${SKIP_LOAD:-0}" != 1 ]; then
 fi
 
 # ---------------------------------------------------------------- 5. the sweep
-if [ "$(left)" -lt 150 ]; then
+SW=$W/sweep
+if [ "${SKIP_SWEEP:-0}" = 1 ]; then
+  log "SKIP_SWEEP=1: no sweep in this call"
+elif [ "$(left)" -lt 150 ]; then
   log "$(left) s left: no sweep"
+elif [ "${RESUME:-0}" = 1 ] && [ -f "$SW/sweep.json" ]; then
+  # A sweep an earlier call's time limit interrupted (exit 130): resumed
+  # exactly as planned, from the journal, on the same machine.
+  log "mbench resume (the sweep an earlier call interrupted), $(left) s left"
+  timeout -s INT $(($(left) - 25)) mbench resume "$SW" >>"$W/mbench.out" 2>&1
+  rc=$?
+  log "mbench resume exit $rc"
 else
-  SW=$W/sweep
   rm -rf "$SW"
   cat >"$W/matrix.yaml" <<YAML
 # Written by gpu/vllm/run.sh: seed 000's first rows (microbench3.yaml's plain
@@ -174,6 +187,8 @@ YAML
   timeout -s INT $(($(left) - 25)) mbench run "$W/matrix.yaml" --out "$SW" >"$W/mbench.out" 2>&1
   rc=$?
   log "mbench run exit $rc"
+fi
+if [ -f "$SW/sweep.json" ]; then
   grep -E '^\[[0-9]+/[0-9]+\]' "$W/mbench.out" | tee -a "$OUT/run.log" >&2
   tail -5 "$W/mbench.out" | tee -a "$OUT/run.log" >&2
   cp "$SW/report.md" "$OUT/report.md" 2>/dev/null
