@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/results/sweepdir"
 )
@@ -80,17 +82,20 @@ func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error
 		probeStop()
 		return nil, fmt.Errorf("create metrics.jsonl: %w", err)
 	}
-	win := newMetricsWindow(ctx, instanceURLs(es), metricsFile, time.Second, s.profile().Metrics)
+	tr := &http.Transport{MaxIdleConnsPerHost: 4}
+	win := probes.NewWindow(ctx, &probes.Scraper{Client: &http.Client{Timeout: 2 * time.Second, Transport: tr},
+		Targets: instanceURLs(es), Interval: time.Second, Sink: metricsFile}, s.profile().Metrics)
 	cfg := s.loadConfig(cell, block, seed, es.targets)
 	cfg.Vocab = es.vocab
 	sink := &sinkWriter{w: reqFile}
 	cfg.Sink = sink
 	cfg.Progress = func(p openloop.Progress) { s.prog.setPhase(p.Phase) }
-	cfg.OnPhase = func(p string) { win.onPhase(ctx, p) }
+	cfg.OnPhase = func(p string) { win.OnPhase(ctx, p) }
 	s.resetRoutes(ctx, es)
 	res, loadErr := driveLoad(ctx, es, cfg)
 	closeErr := reqFile.Close()
-	before, after, cache, scrErr := win.finish(ctx)
+	before, after, cache, _, scrErr := win.Close(ctx)
+	tr.CloseIdleConnections()
 	scrErr = errors.Join(scrErr, metricsFile.Close())
 	probeStop()
 	<-probeDone

@@ -1,21 +1,15 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
-	"github.com/mbench/mbench/openloop"
-	"github.com/mbench/mbench/probes"
 )
 
 // fileHost is a fakeHost that serves files from memory (Size, Get).
@@ -140,43 +134,4 @@ func TestStepLogSteps(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestMetricsWindow: the "before" snapshot is taken inside OnPhase (before
-// the first measured request could leave), never for the warm-up, and the
-// window's prefix-cache figures are the deltas between before and after.
-func TestMetricsWindow(t *testing.T) {
-	var queries, hits atomic.Int64
-	var scrapes atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scrapes.Add(1)
-		fmt.Fprintf(w, "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total %d\n# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total %d\n", queries.Load(), hits.Load())
-	}))
-	defer srv.Close()
-	queries.Store(1000) // the fill and warm-up's
-	hits.Store(100)
-	var sink bytes.Buffer
-	ctx := context.Background()
-	w := newMetricsWindow(ctx, []string{srv.URL}, &sink, time.Hour, probes.VLLMMetrics)
-	w.onPhase(ctx, openloop.PhaseWarmup)
-	if scrapes.Load() != 0 {
-		t.Fatal("scraped for the warm-up phase")
-	}
-	w.onPhase(ctx, openloop.PhaseMeasure)
-	if scrapes.Load() < 1 {
-		t.Fatal(`OnPhase returned before the "before" snapshot`)
-	}
-	w.onPhase(ctx, openloop.PhaseMeasure) // once only
-	queries.Add(400)                      // the measured requests
-	hits.Add(300)
-	_, _, cache, err := w.finish(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cache.Queries != 400 || cache.Hits != 300 || !cache.HitRateValid || cache.HitRate != 0.75 {
-		t.Errorf("window cache %+v, want 400 queries, 300 hits, 0.75", cache)
-	}
-	if !bytes.Contains(sink.Bytes(), []byte(`"before"`)) || !bytes.Contains(sink.Bytes(), []byte(`"after"`)) {
-		t.Errorf("metrics.jsonl lacks the before/after scrapes:\n%s", sink.String())
-	}
 }

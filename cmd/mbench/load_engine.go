@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mbench/mbench/engines"
@@ -88,31 +87,23 @@ func rootCause(err error) error {
 	}
 }
 
-// metricsScrape reads the endpoint's /metrics around the measured phase,
-// as a sweep reads an engine's: a round as it begins, one a second during
-// it, one after; the engine is told by its series' names (the engines
-// table's rows), and a target without /metrics leaves the summary
-// without a prefix_cache section.
+// metricsScrape reads the endpoint's /metrics around the measured phase
+// through the window a sweep's run uses (probes.Window: a round as it
+// begins, one a second during it, one after); the engine is told by its
+// series' names (the engines table's rows), and a target without /metrics
+// leaves the summary without a prefix_cache section (win nil).
 type metricsScrape struct {
-	scr     *probes.Scraper
-	names   probes.MetricNames
-	ok      bool
-	before  []probes.Scrape
-	during  []probes.Scrape
-	stop    context.CancelFunc
-	ctx     context.Context
-	done    chan struct{}
-	started sync.Once
+	ctx context.Context
+	win *probes.Window
 }
 
 // newMetricsScrape finds the endpoint's engine by one scrape of its
 // /metrics; nothing is scraped when no row of the engines table names its
 // series.
 func newMetricsScrape(ctx context.Context, lr *loadRun, stderr io.Writer) *metricsScrape {
-	m := &metricsScrape{done: make(chan struct{}),
-		scr: &probes.Scraper{Client: &http.Client{Timeout: 2 * time.Second}, Targets: lr.cfg.Targets, Interval: time.Second}}
-	m.ctx, m.stop = context.WithCancel(ctx)
-	sc, err := probes.ScrapeMetrics(ctx, m.scr.Client, probes.MetricsURL(lr.cfg.Targets[0]))
+	m := &metricsScrape{ctx: ctx}
+	scr := &probes.Scraper{Client: &http.Client{Timeout: 2 * time.Second}, Targets: lr.cfg.Targets, Interval: time.Second}
+	sc, err := probes.ScrapeMetrics(ctx, scr.Client, probes.MetricsURL(lr.cfg.Targets[0]))
 	if err != nil {
 		fmt.Fprintf(stderr, "load: no engine figures: %s/metrics: %v\n", redactURL(lr.cfg.Targets[0]), err)
 		return m
@@ -124,7 +115,7 @@ func newMetricsScrape(ctx context.Context, lr *loadRun, stderr io.Writer) *metri
 		}
 		for name := range sc.Values {
 			if strings.HasPrefix(name, strings.SplitN(firstName(p.Metrics), ":", 2)[0]+":") {
-				m.names, m.ok = p.Metrics, true
+				m.win = probes.NewWindow(ctx, scr, p.Metrics)
 				return m
 			}
 		}
@@ -146,31 +137,19 @@ func firstName(n probes.MetricNames) string {
 
 // onPhase is the load generator's Config.OnPhase.
 func (m *metricsScrape) onPhase(phase string) {
-	if !m.ok || phase != openloop.PhaseMeasure {
-		return
+	if m.win != nil {
+		m.win.OnPhase(m.ctx, phase)
 	}
-	m.started.Do(func() {
-		m.before, _ = m.scr.Round(m.ctx, probes.PhaseBefore)
-		go func() {
-			defer close(m.done)
-			m.during, _ = m.scr.Run(m.ctx)
-		}()
-	})
 }
 
 // summary ends the scrapes and summarizes the window; nil without one.
 func (m *metricsScrape) summary(*openloop.Result) *probes.CacheSummary {
-	m.stop()
-	if !m.ok {
+	if m.win == nil {
 		return nil
 	}
-	started := true
-	m.started.Do(func() { started = false })
-	if !started {
+	_, _, s, opened, _ := m.win.Close(context.Background())
+	if !opened {
 		return nil
 	}
-	<-m.done
-	after, _ := m.scr.Round(context.Background(), probes.PhaseAfter)
-	s := m.names.Summarize(m.before, after, m.during)
 	return &s
 }
