@@ -133,10 +133,16 @@ func ancestors(procRoot string, ppid int) []int {
 	return out
 }
 
-// procStat is what the GPU probes read of /proc/<pid>/stat.
+// procStat is what the probes read of /proc/<pid>/stat: the GPU probes
+// its name and place, the CPU probes (cpushare.go) also its state, start
+// time (ticks after boot) and its user+system time with that of its
+// waited-for children, in ticks, which cpu says were read.
 type procStat struct {
 	comm                string
 	ppid, pgrp, session int
+	state               byte
+	start, ticks        uint64
+	cpu                 bool
 }
 
 func readProcStat(procRoot string, pid int) (procStat, error) {
@@ -167,6 +173,20 @@ func parseProcStat(b []byte) (procStat, error) {
 	if err := errors.Join(errs[:]...); err != nil {
 		return procStat{}, fmt.Errorf("proc stat: bad ppid %q, pgrp %q or session %q", f[1], f[2], f[3])
 	}
-	st.comm = string(b[open+1 : end])
+	st.comm, st.state = string(b[open+1:end]), f[0][0]
+	if len(f) >= 20 { // fields 14-17: utime stime cutime cstime; 22: starttime
+		st.cpu = true
+		for _, i := range []int{14, 15, 16, 17, 22} {
+			v, err := strconv.ParseUint(f[i-3], 10, 64)
+			if err != nil {
+				return procStat{}, fmt.Errorf("proc stat: field %d %q: %w", i, f[i-3], err)
+			}
+			if i == 22 {
+				st.start = v
+			} else {
+				st.ticks += v
+			}
+		}
+	}
 	return st, nil
 }

@@ -242,9 +242,9 @@ func TestParseProcStat(t *testing.T) {
 		want procStat
 		ok   bool
 	}{
-		{"947 (python3) S 1 427 427 0 -1 4194560 ...", procStat{"python3", 1, 427, 427}, true},
-		{"12 (a) b) (c) R 2 12 7 0", procStat{"a) b) (c", 2, 12, 7}, true}, // comm holds ") ("
-		{"12 (VLLM::Worker TP0) S 11 11 11", procStat{"VLLM::Worker TP0", 11, 11, 11}, true},
+		{"947 (python3) S 1 427 427 0 -1 4194560 ...", procStat{comm: "python3", ppid: 1, pgrp: 427, session: 427, state: 'S'}, true},
+		{"12 (a) b) (c) R 2 12 7 0", procStat{comm: "a) b) (c", ppid: 2, pgrp: 12, session: 7, state: 'R'}, true}, // comm holds ") ("
+		{"12 (VLLM::Worker TP0) S 11 11 11", procStat{comm: "VLLM::Worker TP0", ppid: 11, pgrp: 11, session: 11, state: 'S'}, true},
 		{"12 python3 S 1 2 3", procStat{}, false},
 		{"12 (x) S 1", procStat{}, false},
 		{"12 (x) S 1 pg 3", procStat{}, false},

@@ -5,6 +5,7 @@ package cpupin
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -47,4 +48,15 @@ func Format(cpus []int) string {
 		s[i] = strconv.Itoa(c)
 	}
 	return strings.Join(s, ",")
+}
+
+// Without is cpus less those in drop, in cpus' order.
+func Without(cpus, drop []int) []int {
+	var out []int
+	for _, c := range cpus {
+		if !slices.Contains(drop, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

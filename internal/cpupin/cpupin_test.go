@@ -1,6 +1,7 @@
 package cpupin
 
 import (
+	"os/exec"
 	"reflect"
 	"runtime"
 	"testing"
@@ -38,12 +39,35 @@ func TestSelf(t *testing.T) {
 	go func() {
 		runtime.LockOSThread() // a thread of its own, maybe a new one
 		defer runtime.UnlockOSThread()
-		done <- allowed(t)
+		cpus, _ := Allowed(0)
+		done <- cpus
 	}()
 	if got := <-done; !reflect.DeepEqual(got, []int{0}) {
 		t.Errorf("a thread runs on %v, want [0]", got)
 	}
-	if got := allowed(t); !reflect.DeepEqual(got, []int{0}) {
+	if got, _ := Allowed(0); !reflect.DeepEqual(got, []int{0}) {
 		t.Errorf("this thread runs on %v, want [0]", got)
+	}
+}
+
+// TestProcesses: a child pinned to CPU 0 by pid runs on CPU 0 only, and a
+// pid that is gone is no error.
+func TestProcesses(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Linux only")
+	}
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if err := Processes([]int{cmd.Process.Pid, 1 << 30}, []int{0}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Allowed(cmd.Process.Pid); err != nil || !reflect.DeepEqual(got, []int{0}) {
+		t.Errorf("the child runs on %v (%v), want [0]", got, err)
+	}
+	if got := Without([]int{3, 0, 1, 2}, []int{1, 5}); !reflect.DeepEqual(got, []int{3, 0, 2}) {
+		t.Errorf("Without = %v", got)
 	}
 }

@@ -4,5 +4,13 @@ package cpupin
 
 import "errors"
 
+var errLinux = errors.New("pinning to CPUs needs Linux")
+
 // Self is not available on this platform.
-func Self([]int) error { return errors.New("pinning to CPUs needs Linux") }
+func Self([]int) error { return errLinux }
+
+// Processes is not available on this platform.
+func Processes(_, _ []int) error { return errLinux }
+
+// Allowed is not available on this platform.
+func Allowed(int) ([]int, error) { return nil, errLinux }
