@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mbench/mbench/internal/cpupin"
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/results/report"
@@ -17,7 +18,15 @@ import (
 // rule says stop, or a capacity search's rounds — then exports. req is what
 // every request carries.
 func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, error) {
+	pin, err := newPinning(s.opts.ClientCPUs)
+	if err != nil {
+		return nil, err
+	}
 	s.assemble(req)
+	s.runner.pin = pin
+	if pin != nil {
+		s.logf("the load generator runs on CPUs %s during each load; local engines are kept off them", cpupin.Format(pin.client))
+	}
 	if err := s.store.openJournal(s.opts.FailLimit); err != nil {
 		return nil, err
 	}
@@ -38,7 +47,6 @@ func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, er
 		s.prog.setBudget(s.store.state.Created.Add(s.m.Repeat.Budget))
 	}
 	defer s.prog.close()
-	var err error
 	if err = s.fleet.prepare(ctx); err != nil {
 		s.teardown(ctx)
 		if ctx.Err() != nil {

@@ -54,6 +54,7 @@ type runner struct {
 	runtime func() matrices.Runtime
 	request openloop.Request // what every request carries, its API key read when the sweep started
 	force   bool             // accept a changed engine version
+	pin     *pinning         // the load generator's CPUs, where the sweep pins it
 }
 
 func (s *runner) isSim() bool { return s.m.Engine.Kind == matrices.EngineSim }
@@ -70,6 +71,11 @@ func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error
 	s.prog.setPhase("ready")
 
 	offsets := stepLogOffsets(ctx, es)
+	watch, err := s.watchContention(ctx, es)
+	if err != nil {
+		return nil, err
+	}
+	defer watch.stop()
 	probeStop, probeDone := s.instr.startProbes(ctx, dir, es)
 	reqFile, err := os.Create(filepath.Join(dir, "requests.jsonl"))
 	if err != nil {
@@ -93,6 +99,7 @@ func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error
 	cfg.OnPhase = func(p string) { win.OnPhase(ctx, p) }
 	s.resetRoutes(ctx, es)
 	res, loadErr := driveLoad(ctx, es, cfg)
+	contention := watch.finish(context.WithoutCancel(ctx), s)
 	closeErr := reqFile.Close()
 	before, after, cache, _, scrErr := win.Close(ctx)
 	tr.CloseIdleConnections()
@@ -111,7 +118,7 @@ func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error
 		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape.Name, Rate: cell.Rate, Block: block,
 		Engine: string(s.m.Engine.Kind), Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
 		Burstiness: s.m.Arrival.Burstiness,
-		Steps:      steps, GPU: gpu, Cache: &cache, Gate: gate,
+		Steps:      steps, GPU: gpu, Cache: &cache, Gate: gate, Contention: contention,
 		Policy: s.policy(cell), Percentiles: s.m.Measure.Percentiles, NaturalLength: s.request.NaturalLength,
 	}.WithLoad(res))
 	if err != nil {

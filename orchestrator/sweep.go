@@ -50,8 +50,12 @@ type Options struct {
 	// SlurmJob is the Slurm job mbench runs inside (SLURM_JOB_ID of a batch
 	// job), which a slurm host without an address then uses ("" = none).
 	SlurmJob string
-	Stdout   io.Writer
-	Stderr   io.Writer
+	// ClientCPUs are the CPUs of this machine the load generator runs on
+	// during each run's load; local engines' processes are kept off them
+	// (empty: no pinning).
+	ClientCPUs []int
+	Stdout     io.Writer
+	Stderr     io.Writer
 
 	// measurer, set by tests, measures every run in place of the sweep's
 	// engines, gate, probes and load.

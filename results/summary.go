@@ -9,6 +9,7 @@ import (
 	"github.com/mbench/mbench/stats"
 
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/probes"
 )
 
 // Thresholds of the run self-grading (docs/design.md, "Run self-grading").
@@ -81,6 +82,8 @@ type RunInput struct {
 	GPU   *GPUSummary
 	Cache *CacheSummary
 	Gate  *GateRecord
+	// Contention is what shared the run's CPUs; nil when not read.
+	Contention *probes.Contention
 }
 
 // WithLoad fills in what the load generator measured: the records, the
@@ -202,9 +205,14 @@ type RunSummary struct {
 	// HostCPU is the CPU of the machine mbench ran on during the run:
 	// contention the load generator shared its cores with; absent when
 	// the OS did not say.
-	HostCPU             *HostCPU `json:"host_cpu,omitempty"`
-	ClientLimited       bool     `json:"client_limited"`
-	ClientLimitedReason string   `json:"client_limited_reason,omitempty"`
+	HostCPU *HostCPU `json:"host_cpu,omitempty"`
+	// Contention is what shared the run's CPUs: mbench's scheduling
+	// delay, other work on the load generator's cores (and whether it
+	// shared busy cores: a mark, not a verdict) and each engine host's
+	// process-tree, busy and stolen CPU.
+	Contention          *probes.Contention `json:"contention,omitempty"`
+	ClientLimited       bool               `json:"client_limited"`
+	ClientLimitedReason string             `json:"client_limited_reason,omitempty"`
 
 	WindowStart string `json:"window_start,omitempty"` // RFC 3339, UTC
 	WindowEnd   string `json:"window_end,omitempty"`
@@ -338,7 +346,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	s := &RunSummary{
 		Simulated: in.Simulated, Engine: in.Engine, Cell: in.Cell, Config: in.Config, Shape: in.Shape,
 		Rate: in.Rate, Block: in.Block, Arrival: in.Arrival, OfferedRate: in.Offered,
-		Aborted: in.Aborted, AbortReason: in.AbortReason, AbortCause: in.AbortCause, StopReason: in.StopReason, ClientCPUPct: in.ClientCPUPct, HostCPU: in.HostCPU,
+		Aborted: in.Aborted, AbortReason: in.AbortReason, AbortCause: in.AbortCause, StopReason: in.StopReason, ClientCPUPct: in.ClientCPUPct, HostCPU: in.HostCPU, Contention: in.Contention,
 		Errors: map[string]int{}, ErrorExamples: map[string]string{}, EngineStep: in.Steps, GPU: in.GPU, PrefixCache: in.Cache, Gate: in.Gate,
 		ResponseCache: summarizeResponseCache(in.Records),
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mbench/mbench/internal/cpupin"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator"
 	"github.com/mbench/mbench/shquote"
@@ -25,6 +26,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "mix results even if the environment fingerprint changed"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress output"},
 			&cli.BoolFlag{Name: "keep-going", Usage: "when a config's engine fails before it is ready twice with the same cause, mark it failed and go on with the other configs (default: stop the sweep)"},
+			&cli.StringFlag{Name: "client-cpus", Usage: "run the load generator on these CPUs of this machine during each run's load, e.g. 0,1 (Linux), and keep local engines' processes off them"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -64,6 +66,7 @@ func resumeCommand() *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "mix results even if the environment fingerprint changed"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress output"},
 			&cli.BoolFlag{Name: "keep-going", Usage: "when a config's engine fails before it is ready twice with the same cause, mark it failed and go on with the other configs (default: stop the sweep)"},
+			&cli.StringFlag{Name: "client-cpus", Usage: "run the load generator on these CPUs of this machine during each run's load, e.g. 0,1 (Linux), and keep local engines' processes off them"},
 			&cli.StringFlag{Name: "matrix", Usage: "the sweep's matrix file, when it moved or holds secrets (it must be the matrix the sweep ran)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -100,11 +103,20 @@ func sweepOptions(c *cli.Context) (orchestrator.Options, error) {
 		// Inside a Slurm job (sbatch), its allocation is the slurm host's.
 		SlurmJob: os.Getenv("SLURM_JOB_ID"),
 	}
+	if v := c.String("client-cpus"); v != "" {
+		if o.ClientCPUs, err = cpupin.Parse(v); err != nil {
+			return orchestrator.Options{}, usageError{fmt.Errorf("%s: --client-cpus: %w", c.Command.Name, err)}
+		}
+	}
+	resume := "mbench resume "
+	if len(o.ClientCPUs) > 0 {
+		resume += "--client-cpus " + cpupin.Format(o.ClientCPUs) + " "
+	}
 	if c.Command.Name == "resume" {
 		o.MatrixOverride = c.String("matrix")
-		o.ResumeHint = "mbench resume " + shquote.Quote(c.Args().First())
+		o.ResumeHint = resume + shquote.Quote(c.Args().First())
 	} else if o.Out != "" {
-		o.ResumeHint = "mbench resume " + shquote.Quote(o.Out)
+		o.ResumeHint = resume + shquote.Quote(o.Out)
 	}
 	return o, nil
 }

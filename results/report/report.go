@@ -63,7 +63,7 @@ func mdSections(v *reportView) []mdSection {
 		out = append(out, renderComparisons, renderTTFT)
 	}
 	return append(out, renderSLO, renderOutputLengths, renderSteps, renderClasses, renderClassComparisons, renderClassFailures,
-		renderPrefixCache, renderGPUUtil, renderNoise, renderBlocks,
+		renderPrefixCache, renderGPUUtil, renderNoise, renderBlocks, renderContention,
 		renderClientLimited, renderVerdicts, renderProblems, renderEnv, renderMethod, renderRuns)
 }
 

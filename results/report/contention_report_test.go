@@ -1,0 +1,58 @@
+package report
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReportContention: runs that recorded what shared their CPUs get a
+// row each in report.md's CPU contention section; the one whose load
+// generator's cores were busy with other work is marked and named in a
+// sentence, and keeps its verdict; a sweep without the records has no
+// such section (the golden report.md).
+func TestReportContention(t *testing.T) {
+	dir := copyTree(t, fixtureDir)
+	contention := func(other float64, shared bool) func(map[string]any) {
+		return func(m map[string]any) {
+			m["contention"] = map[string]any{
+				"sched_delay":          map[string]any{"period_ms": 10, "samples": 500, "p50_ms": 0.05, "p99_ms": 1.5, "max_ms": 12},
+				"load_generator_cores": map[string]any{"cpus": "0-1", "other_pct": other, "steal_pct": 2.5, "shared_busy_cores": shared},
+				"engine_hosts": []any{map[string]any{"host": "gpu1", "procs": 3, "engine_cpu_pct": 180, "cores": 16, "busy_pct": 14,
+					"steal_pct": 0.5, "mbench_cpu_pct": 20}},
+			}
+		}
+	}
+	editSummary(t, dir, "runs/plain-r0.5/b1", contention(10, false))
+	editSummary(t, dir, "runs/plain-r0.5/b2", contention(70, true))
+	if _, err := Export(context.Background(), fixtureSweep(dir)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	_, sec, ok := strings.Cut(md, "## CPU contention\n")
+	if !ok {
+		t.Fatal("no CPU contention section")
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	for _, want := range []string{
+		"**1 of 2 runs shared busy cores with the load generator** (plain-r0.5 b2)",
+		"| plain-r0.5 | 1 | 1.5 / 12 | 0-1 | 10 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 20% |  |",
+		"| plain-r0.5 | 2 | 1.5 / 12 | 0-1 | 70 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 20% | shared busy cores |",
+	} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("the section lacks %q:\n%s", want, sec)
+		}
+	}
+	if strings.Count(sec, "| plain-r0.5 |") != 2 {
+		t.Errorf("want a row for each of the 2 runs with records:\n%s", sec)
+	}
+	if !strings.Contains(md, "| plain-r0.5 | plain | 4096x256 | 0.5 | 2 | ok |") {
+		t.Errorf("the marked run's verdict changed: %s", md[strings.Index(md, "## Runs\n"):])
+	}
+}
