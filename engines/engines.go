@@ -114,6 +114,12 @@ var profiles = []Profile{
 			Waiting: []string{"llamacpp:requests_deferred"},
 			Hits:    []string{"llamacpp:prompt_tokens_cached_total"},
 			Misses:  []string{"llamacpp:prompt_tokens_total"},
+			// Each slot's generation time and tokens, added when its
+			// request ends (server-context.cpp:4113-4118,
+			// metrics_on_prediction): the per-token time of its log's
+			// "eval time".
+			TokenSeconds: []string{"llamacpp:tokens_predicted_seconds_total"},
+			Tokens:       []string{"llamacpp:tokens_predicted_total"},
 		},
 		Version: Field{"/props", "build_info"}, Vocab: Field{"/v1/models", "data.0.meta.n_vocab"},
 		StepLog: StepLogNever, CPUOnly: true, PinGPUs: true},

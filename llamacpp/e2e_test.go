@@ -148,7 +148,11 @@ type summary struct {
 		WaitingExp    bool                         `json:"waiting_exported"`
 		DuringRounds  int                          `json:"during_rounds"`
 		KVUsage       *struct{ Mean, Max float64 } `json:"kv_usage"`
+		EngineTokenMs *float64                     `json:"engine_token_ms"`
 	} `json:"prefix_cache"`
+	Contention *struct {
+		EngineHosts []struct{ Procs int } `json:"engine_hosts"`
+	} `json:"contention"`
 	ResponseCache *struct {
 		Requests     int
 		CachedTokens int64 `json:"cached_tokens"`

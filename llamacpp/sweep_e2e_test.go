@@ -150,6 +150,15 @@ func TestSweepAgainstLlamaServer(t *testing.T) {
 		if pc.Hits != float64(cached) || pc.Queries != float64(prompt) {
 			t.Errorf("%s: /metrics hits %v of %v prompt tokens, the responses %d of %d", where, pc.Hits, pc.Queries, cached, prompt)
 		}
+		// The engine's own per-token time comes from its counters
+		// (llamacpp:tokens_predicted_seconds_total over _total), and its
+		// process tree was found on this machine.
+		if s.Completed > 0 && (pc.EngineTokenMs == nil || !(*pc.EngineTokenMs > 0)) {
+			t.Errorf("%s: engine_token_ms %v after %d completed requests", where, pc.EngineTokenMs, s.Completed)
+		}
+		if c := s.Contention; c == nil || len(c.EngineHosts) != 1 || c.EngineHosts[0].Procs < 1 {
+			t.Errorf("%s: contention %+v, want llama-server's process tree on the local host", where, c)
+		}
 		if pc.KVUsage != nil {
 			t.Errorf("%s: kv_usage %+v, but llama-server exports no KV-usage gauge", where, pc.KVUsage)
 		}

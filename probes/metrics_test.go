@@ -2,6 +2,7 @@ package probes
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -216,5 +217,36 @@ func TestSummarizeMissesAndKVUsage(t *testing.T) {
 	// The vLLM names read vLLM's series and none of the above.
 	if cs := SummarizeMetrics(before, after, during); cs.HitRateValid || cs.Running.Max != 0 || cs.KVUsage != nil {
 		t.Errorf("vLLM names read another engine's series: %+v", cs)
+	}
+}
+
+// TestSummarizeEngineTokenTime: the engine's own time per output token is
+// the window's token-time delta over its token delta, summed over the
+// targets (llama-server's counters, a target that restarted counted from
+// 0); an engine without the counters, or a window with no token, has
+// none; vLLM's renamed histogram is read under either name.
+func TestSummarizeEngineTokenTime(t *testing.T) {
+	names := MetricNames{TokenSeconds: []string{"llamacpp:tokens_predicted_seconds_total"}, Tokens: []string{"llamacpp:tokens_predicted_total"}}
+	sc := func(tgt string, sec, tok float64) Scrape {
+		return Scrape{Target: tgt, Values: map[string]float64{"llamacpp:tokens_predicted_seconds_total": sec, "llamacpp:tokens_predicted_total": tok}}
+	}
+	// a: 0.9 s over 300 tokens; b restarted: 0.3 s over 100 tokens from 0.
+	cs := names.Summarize([]Scrape{sc("a", 1.5, 500), sc("b", 9, 900)}, []Scrape{sc("a", 2.4, 800), sc("b", 0.3, 100)}, nil)
+	if cs.EngineTokenMs == nil || math.Abs(*cs.EngineTokenMs-3) > 1e-9 {
+		t.Errorf("engine per-token time %v, want 1.2 s / 400 tokens = 3 ms", cs.EngineTokenMs)
+	}
+	if cs := names.Summarize([]Scrape{sc("a", 1.5, 500)}, []Scrape{sc("a", 1.5, 500)}, nil); cs.EngineTokenMs != nil {
+		t.Errorf("no token in the window, yet %v ms", *cs.EngineTokenMs)
+	}
+	if cs := (MetricNames{}).Summarize([]Scrape{sc("a", 1.5, 500)}, []Scrape{sc("a", 2.4, 800)}, nil); cs.EngineTokenMs != nil {
+		t.Errorf("an engine without token-time counters, yet %v ms", *cs.EngineTokenMs)
+	}
+	for _, name := range []string{"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"} {
+		v := func(sum, n float64) []Scrape {
+			return []Scrape{{Target: "a", Values: map[string]float64{name + "_sum": sum, name + "_count": n}}}
+		}
+		if cs := SummarizeMetrics(v(1, 100), v(3, 300), nil); cs.EngineTokenMs == nil || math.Abs(*cs.EngineTokenMs-10) > 1e-9 {
+			t.Errorf("%s: %v, want 2 s / 200 = 10 ms", name, cs.EngineTokenMs)
+		}
 	}
 }

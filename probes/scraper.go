@@ -156,8 +156,14 @@ type CacheSummary struct {
 	WaitingExported bool `json:"waiting_exported,omitempty"`
 	// KVUsage is the KV-cache usage gauge (a fraction of the cache), nil
 	// when the engine exports none.
-	KVUsage      *Level `json:"kv_usage,omitempty"`
-	DuringRounds int    `json:"during_rounds"`
+	KVUsage *Level `json:"kv_usage,omitempty"`
+	// EngineTokenMs is the engine's own time per output token over the
+	// window, in ms: the delta of its token-time counter over the delta
+	// of the tokens it timed (MetricNames.TokenSeconds, Tokens), summed
+	// over the targets; nil where the engine exports neither or timed no
+	// token.
+	EngineTokenMs *float64 `json:"engine_token_ms,omitempty"`
+	DuringRounds  int      `json:"during_rounds"`
 	// Notes: targets without scrapes, counter resets (engine restarted),
 	// old metric names in use.
 	Notes []string `json:"notes,omitempty"`
@@ -181,6 +187,10 @@ type MetricNames struct {
 	// cache, in tokens.
 	ExternalHits, ExternalQueries []string
 	Preemptions                   []string // counter
+	// TokenSeconds and Tokens count the engine's own time generating
+	// output tokens, in seconds, and the tokens (or gaps) it timed; list
+	// them in the same order, one engine version's pair at each index.
+	TokenSeconds, Tokens []string
 }
 
 // VLLMMetrics are vLLM's names (vllm/v1/metrics/loggers.py), current first,
@@ -194,6 +204,9 @@ var VLLMMetrics = MetricNames{
 	ExternalHits:    []string{"vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_hits"},
 	ExternalQueries: []string{"vllm:external_prefix_cache_queries_total", "vllm:external_prefix_cache_queries"},
 	Preemptions:     []string{"vllm:num_preemptions_total", "vllm:num_preemptions"},
+	// The engine's inter-token latency histogram (renamed in v0.11).
+	TokenSeconds: []string{"vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum"},
+	Tokens:       []string{"vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"},
 }
 
 func lastOK(ss []Scrape, first bool) map[string]Scrape {
@@ -227,6 +240,7 @@ func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSum
 	}
 	sort.Strings(targets)
 	var hitsSeen, extSeen bool
+	var tokSeconds, tokCount float64
 	for _, t := range targets {
 		at, ok := a[t]
 		if !ok {
@@ -278,6 +292,16 @@ func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSum
 		addPair(n.ExternalHits, n.ExternalQueries, "", &cs.ExternalHits, &cs.ExternalQueries, &extSeen)
 		p, _ := delta(n.Preemptions, "")
 		cs.Preemptions += p
+		sec, okS := delta(n.TokenSeconds, "")
+		tok, okT := delta(n.Tokens, "")
+		if okS && okT {
+			tokSeconds += sec
+			tokCount += tok
+		}
+	}
+	if tokCount > 0 {
+		ms := 1000 * tokSeconds / tokCount
+		cs.EngineTokenMs = &ms
 	}
 	for t := range a {
 		if _, ok := b[t]; !ok {

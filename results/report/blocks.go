@@ -7,22 +7,39 @@ import (
 	"github.com/mbench/mbench/results"
 )
 
-// blockMetrics are the per-block figures report.md lists for every
+// blockFigure is one table of report.md's per-block section: its title
+// and how a run summary gives its value.
+type blockFigure struct {
+	title string
+	value func(*results.RunSummary) (float64, bool)
+}
+
+// blockFigures are the per-block figures report.md lists for every
 // config: the primary metric, the client's median time per output token,
-// and the engine's own median step time where its step log has one (the
-// engine's per-token time, which moves when the engine slows down whatever
-// the client sees).
-func blockMetrics(s *results.Sweep) []string {
-	out := []string{s.Metric}
+// and the engine's own per-token time where it says it: its median step
+// time where its step log has one, its /metrics token-time counters over
+// the window where it exports them (prefix_cache.engine_token_ms). Both
+// move when the engine slows down, whatever the client sees.
+func blockFigures(s *results.Sweep) []blockFigure {
+	keys := []string{s.Metric}
 	if s.Metric == "" {
-		out[0] = results.DefaultStopMetric
+		keys[0] = results.DefaultStopMetric
 	}
 	for _, m := range []string{"tpot_p50", "step_duration_p50"} {
-		if results.ResolveMetric(m) != results.ResolveMetric(out[0]) {
-			out = append(out, m)
+		if results.ResolveMetric(m) != results.ResolveMetric(keys[0]) {
+			keys = append(keys, m)
 		}
 	}
-	return out
+	var out []blockFigure
+	for _, m := range keys {
+		out = append(out, blockFigure{fmt.Sprintf("%s (%s)", m, results.ResolveMetric(m)), func(r *results.RunSummary) (float64, bool) { return results.RunMetric(r, m) }})
+	}
+	return append(out, blockFigure{"engine_token_ms (the engine's own time per output token, from its /metrics)", func(r *results.RunSummary) (float64, bool) {
+		if r == nil || r.PrefixCache == nil || r.PrefixCache.EngineTokenMs == nil {
+			return 0, false
+		}
+		return *r.PrefixCache.EngineTokenMs, true
+	}})
 }
 
 // renderBlocks writes each block's figures per config, so that a drift
@@ -41,14 +58,14 @@ func renderBlocks(b *strings.Builder, v *reportView) {
 		return
 	}
 	var tables []string
-	for _, metric := range blockMetrics(v.s) {
+	for _, fig := range blockFigures(v.s) {
 		var rows []string
 		for _, c := range v.ordered {
 			vals := make([]string, maxBlock)
 			lo, hi, seen := 0.0, 0.0, false
 			for _, r := range c.Runs {
 				cell := string(r.Ref.Status)
-				if x, ok := results.RunMetric(r.Sum, metric); ok && r.Ref.Status.Usable() {
+				if x, ok := fig.value(r.Sum); ok && r.Ref.Status.Usable() {
 					cell = fmt.Sprintf("%.4g", x)
 					if !seen || x < lo {
 						lo = x
@@ -75,7 +92,7 @@ func renderBlocks(b *strings.Builder, v *reportView) {
 			continue
 		}
 		var t strings.Builder
-		fmt.Fprintf(&t, "### %s (%s)\n\n| Config | Shape | Rate |", metric, results.ResolveMetric(metric))
+		fmt.Fprintf(&t, "### %s\n\n| Config | Shape | Rate |", fig.title)
 		for k := 1; k <= maxBlock; k++ {
 			fmt.Fprintf(&t, " b%d |", k)
 		}

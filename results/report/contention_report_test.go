@@ -56,3 +56,36 @@ func TestReportContention(t *testing.T) {
 		t.Errorf("the marked run's verdict changed: %s", md[strings.Index(md, "## Runs\n"):])
 	}
 }
+
+// TestReportBlocksEngineTokenTime: where the engine says its own time per
+// output token (prefix_cache.engine_token_ms), "Per block" lists it per
+// block with the row's largest over smallest — llama-server's decode time
+// moving from 3.4 to 28 ms per token between blocks shows with its size.
+func TestReportBlocksEngineTokenTime(t *testing.T) {
+	dir := copyTree(t, fixtureDir)
+	for b, ms := range map[string]float64{"b1": 3.4, "b2": 22, "b3": 28} {
+		editSummary(t, dir, "runs/plain-r0.5/"+b, func(m map[string]any) {
+			pc, _ := m["prefix_cache"].(map[string]any)
+			if pc == nil {
+				pc = map[string]any{}
+			}
+			pc["engine_token_ms"] = ms
+			m["prefix_cache"] = pc
+		})
+	}
+	if _, err := Export(context.Background(), fixtureSweep(dir)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "### engine_token_ms (the engine's own time per output token, from its /metrics)\n")
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	if want := "| plain | 4096x256 | 0.5 | 3.4 | 22 | 28 | 8.235 |"; !ok || !strings.Contains(sec, want) {
+		t.Errorf("per block: no engine per-token row %q:\n%s", want, sec)
+	}
+	if strings.Count(sec, "| 4096x256 |") != 1 {
+		t.Errorf("a row for a config whose engine said nothing:\n%s", sec)
+	}
+}
