@@ -249,6 +249,23 @@ func TestSSHSweep(t *testing.T) {
 		if hostsSeen["gpu0"] == 0 {
 			t.Errorf("%s: no host samples from the remote probe on gpu0: %v", rd, hostsSeen)
 		}
+		// What shared the run's CPUs was read on the SSH host too: the
+		// engine's process tree there, without mbench's own CPU.
+		var sum struct {
+			Contention *struct {
+				EngineHosts []struct {
+					Host         string   `json:"host"`
+					Procs        int      `json:"procs"`
+					MbenchCPUPct *float64 `json:"mbench_cpu_pct"`
+				} `json:"engine_hosts"`
+			} `json:"contention"`
+		}
+		if err := json.Unmarshal([]byte(sshRead(t, filepath.Join(rd, "summary_A.json"))), &sum); err != nil {
+			t.Fatal(err)
+		}
+		if c := sum.Contention; c == nil || len(c.EngineHosts) != 1 || c.EngineHosts[0].Host != "gpu0" || c.EngineHosts[0].Procs < 1 || c.EngineHosts[0].MbenchCPUPct != nil {
+			t.Errorf("%s: contention %+v, want the engine's process tree on gpu0 without mbench's", rd, c)
+		}
 		lines := strings.Split(strings.TrimSpace(sshRead(t, filepath.Join(rd, "engine_step.jsonl"))), "\n")
 		for _, l := range lines {
 			if !remote[l] {
