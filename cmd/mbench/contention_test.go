@@ -103,7 +103,7 @@ func TestSweepRecordsContention(t *testing.T) {
 	}
 	_, sec, ok := strings.Cut(string(rep), "## CPU contention\n")
 	sec, _, _ = strings.Cut(sec, "\n## ")
-	if rows := regexp.MustCompile(`(?m)^\| \S+ \| [12] \| .* \| `+client+` \| .*mbench \d+%`).FindAllString(sec, -1); !ok || len(rows) < 2 {
+	if rows := regexp.MustCompile(`(?m)^\| plain \| 64x8 \| 20 \| [12] \| .* \| `+client+` \| .*mbench \d+%`).FindAllString(sec, -1); !ok || len(rows) < 2 {
 		t.Errorf("report.md has no CPU contention row per run:\n%s", rep)
 	}
 }

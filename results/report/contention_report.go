@@ -31,9 +31,9 @@ func renderContention(b *strings.Builder, v *reportView) {
 			}
 			if ct.SharedBusyCores() {
 				mark = "shared busy cores"
-				marked = append(marked, fmt.Sprintf("%s b%d", c.Info.ID, r.Ref.Block))
+				marked = append(marked, fmt.Sprintf("%s %s rate=%g b%d", c.Info.Config, c.Info.Shape, c.Info.Rate, r.Ref.Block))
 			}
-			rows = append(rows, fmt.Sprintf("| %s | %d | %s | %s | %s | %s | %s | %s |", c.Info.ID, r.Ref.Block, sched, cores, other, steal, engineHosts(ct.EngineHosts), mark))
+			rows = append(rows, fmt.Sprintf("| %s | %s | %g | %d | %s | %s | %s | %s | %s | %s |", c.Info.Config, c.Info.Shape, c.Info.Rate, r.Ref.Block, sched, cores, other, steal, engineHosts(ct.EngineHosts), mark))
 		}
 	}
 	if total == 0 {
@@ -45,7 +45,7 @@ func renderContention(b *strings.Builder, v *reportView) {
 	if len(marked) > 0 {
 		fmt.Fprintf(b, "**%d of %d runs shared busy cores with the load generator** (%s). This is a mark, not a verdict: their verdicts stand, but a latency difference between configs there may be the machine's. `mbench run --client-cpus` keeps the load generator off a local engine's cores.\n\n", len(marked), total, strings.Join(marked, ", "))
 	}
-	b.WriteString("| Cell | Block | Sched delay p99 / max (ms) | Load generator CPUs | Other % | Steal % | Engine hosts: engine CPU % of a core, host busy % / steal % | Mark |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| Config | Shape | Rate | Block | Sched delay p99 / max (ms) | Load generator CPUs | Other % | Steal % | Engine hosts: engine CPU % of a core, host busy % / steal % | Mark |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	b.WriteString(strings.Join(rows, "\n") + "\n\n")
 }
 

@@ -41,15 +41,15 @@ func TestReportContention(t *testing.T) {
 	}
 	sec, _, _ = strings.Cut(sec, "\n## ")
 	for _, want := range []string{
-		"**1 of 2 runs shared busy cores with the load generator** (plain-r0.5 b2)",
-		"| plain-r0.5 | 1 | 1.5 / 12 | 0-1 | 10 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 20% |  |",
-		"| plain-r0.5 | 2 | 1.5 / 12 | 0-1 | 70 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 20% | shared busy cores |",
+		"**1 of 2 runs shared busy cores with the load generator** (plain 4096x256 rate=0.5 b2)",
+		"| plain | 4096x256 | 0.5 | 1 | 1.5 / 12 | 0-1 | 10 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 20% |  |",
+		"| plain | 4096x256 | 0.5 | 2 | 1.5 / 12 | 0-1 | 70 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 20% | shared busy cores |",
 	} {
 		if !strings.Contains(sec, want) {
 			t.Errorf("the section lacks %q:\n%s", want, sec)
 		}
 	}
-	if strings.Count(sec, "| plain-r0.5 |") != 2 {
+	if strings.Count(sec, "| plain | 4096x256 | 0.5 |") != 2 {
 		t.Errorf("want a row for each of the 2 runs with records:\n%s", sec)
 	}
 	if !strings.Contains(md, "| plain-r0.5 | plain | 4096x256 | 0.5 | 2 | ok |") {
