@@ -66,8 +66,9 @@ func parseCPUSnapshot(out []byte) (*CPUSnapshot, error) {
 	if s.Tick, err = strconv.ParseFloat(string(bytes.TrimSpace(lines[0])), 64); err != nil || s.Tick <= 0 {
 		return nil, fmt.Errorf("read /proc: clock ticks per second %q", lines[0])
 	}
-	if s.Uptime, err = parseLoadavg(lines[1]); err != nil { // the first number of the line
-		return nil, fmt.Errorf("read /proc/uptime: %w", err)
+	up, _, _ := bytes.Cut(bytes.TrimSpace(lines[1]), []byte(" "))
+	if s.Uptime, err = strconv.ParseFloat(string(up), 64); err != nil {
+		return nil, fmt.Errorf("read /proc/uptime: %q: %w", lines[1], err)
 	}
 	sawAll := false
 	for _, line := range lines[2:] {

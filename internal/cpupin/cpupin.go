@@ -1,6 +1,7 @@
-// Package cpupin pins a process to a set of CPUs, for benchmarks that keep
-// a load generator and the server it drives on cores of their own (or on
-// the same ones, to measure what sharing costs).
+// Package cpupin pins processes to sets of CPUs and reads a process's set,
+// for benchmarks and sweeps that keep a load generator and the server it
+// drives on cores of their own (or on the same ones, to measure what
+// sharing costs).
 package cpupin
 
 import (
