@@ -211,19 +211,18 @@ func (w *contentionWatch) finish(ctx context.Context, s *runner) *probes.Content
 		}
 	}
 	for _, h := range w.hosts {
-		last, self := local, os.Getpid()
+		last := local
 		if !h.local {
 			var err error
 			if last, err = probes.ReadCPU(ctx, h.runner); err != nil {
 				s.noteOnce("contention-"+h.name, "warning: CPU contention not recorded on host %s: %v", h.name, err)
 				continue
 			}
-			self = 0
 		}
 		if last == nil {
 			continue
 		}
-		if e, ok := probes.SummarizeEngineHost(h.name, h.first, last, h.pgids, self); ok {
+		if e, ok := probes.SummarizeEngineHost(h.name, h.first, last, h.pgids, h.local); ok {
 			c.EngineHosts = append(c.EngineHosts, e)
 		}
 	}

@@ -185,40 +185,33 @@ func used(a, b *CPUSnapshot, pids []int) float64 {
 }
 
 // EngineHost is what a host that runs engine processes gave them over a
-// run: the CPU of their process trees (as a % of one core), the host's
-// busy and stolen CPU (% of all its cores), and, where mbench runs there
-// too, mbench's own (% of one core).
+// run: the CPU of their process trees (as a % of one core) and the host's
+// busy and stolen CPU (% of all its cores). WithMbench says mbench runs on
+// that host too (its own CPU is the run's client_cpu_pct).
 type EngineHost struct {
-	Host         string   `json:"host"`
-	Procs        int      `json:"procs"`
-	EngineCPUPct float64  `json:"engine_cpu_pct"`
-	Cores        int      `json:"cores"`
-	BusyPct      float64  `json:"busy_pct"`
-	StealPct     float64  `json:"steal_pct"`
-	MbenchCPUPct *float64 `json:"mbench_cpu_pct,omitempty"`
+	Host         string  `json:"host"`
+	Procs        int     `json:"procs"`
+	EngineCPUPct float64 `json:"engine_cpu_pct"`
+	Cores        int     `json:"cores"`
+	BusyPct      float64 `json:"busy_pct"`
+	StealPct     float64 `json:"steal_pct"`
+	WithMbench   bool    `json:"with_mbench,omitempty"`
 }
 
 // SummarizeEngineHost is host's EngineHost between a and b for the
-// engine processes that lead the groups pgids; self is mbench's pid when
-// mbench runs on that host, else 0. False when no time passed.
-func SummarizeEngineHost(host string, a, b *CPUSnapshot, pgids []int, self int) (EngineHost, bool) {
+// engine processes that lead the groups pgids. False when no time passed.
+func SummarizeEngineHost(host string, a, b *CPUSnapshot, pgids []int, withMbench bool) (EngineHost, bool) {
 	wall := b.Uptime - a.Uptime
 	if !(wall > 0) {
 		return EngineHost{}, false
 	}
 	tree := b.Tree(pgids)
 	cores := len(b.CPUs)
-	h := EngineHost{Host: host, Procs: len(tree), Cores: cores, EngineCPUPct: 100 * used(a, b, tree) / wall}
+	h := EngineHost{Host: host, Procs: len(tree), Cores: cores, EngineCPUPct: 100 * used(a, b, tree) / wall, WithMbench: withMbench}
 	if cores > 0 {
 		capacity := wall * float64(cores) * b.Tick
 		h.BusyPct = 100 * float64(b.All.busy-min(a.All.busy, b.All.busy)) / capacity
 		h.StealPct = 100 * float64(b.All.steal-min(a.All.steal, b.All.steal)) / capacity
-	}
-	if self > 0 {
-		if _, ok := b.Procs[self]; ok {
-			v := 100 * used(a, b, []int{self}) / wall
-			h.MbenchCPUPct = &v
-		}
 	}
 	return h, true
 }

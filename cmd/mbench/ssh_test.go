@@ -254,16 +254,16 @@ func TestSSHSweep(t *testing.T) {
 		var sum struct {
 			Contention *struct {
 				EngineHosts []struct {
-					Host         string   `json:"host"`
-					Procs        int      `json:"procs"`
-					MbenchCPUPct *float64 `json:"mbench_cpu_pct"`
+					Host       string `json:"host"`
+					Procs      int    `json:"procs"`
+					WithMbench bool   `json:"with_mbench"`
 				} `json:"engine_hosts"`
 			} `json:"contention"`
 		}
 		if err := json.Unmarshal([]byte(sshRead(t, filepath.Join(rd, "summary_A.json"))), &sum); err != nil {
 			t.Fatal(err)
 		}
-		if c := sum.Contention; c == nil || len(c.EngineHosts) != 1 || c.EngineHosts[0].Host != "gpu0" || c.EngineHosts[0].Procs < 1 || c.EngineHosts[0].MbenchCPUPct != nil {
+		if c := sum.Contention; c == nil || len(c.EngineHosts) != 1 || c.EngineHosts[0].Host != "gpu0" || c.EngineHosts[0].Procs < 1 || c.EngineHosts[0].WithMbench {
 			t.Errorf("%s: contention %+v, want the engine's process tree on gpu0 without mbench's", rd, c)
 		}
 		lines := strings.Split(strings.TrimSpace(sshRead(t, filepath.Join(rd, "engine_step.jsonl"))), "\n")

@@ -33,7 +33,7 @@ func renderContention(b *strings.Builder, v *reportView) {
 				mark = "shared busy cores"
 				marked = append(marked, fmt.Sprintf("%s %s rate=%g b%d", c.Info.Config, c.Info.Shape, c.Info.Rate, r.Ref.Block))
 			}
-			rows = append(rows, fmt.Sprintf("| %s | %s | %g | %d | %s | %s | %s | %s | %s | %s |", c.Info.Config, c.Info.Shape, c.Info.Rate, r.Ref.Block, sched, cores, other, steal, engineHosts(ct.EngineHosts), mark))
+			rows = append(rows, fmt.Sprintf("| %s | %s | %g | %d | %s | %s | %s | %s | %s | %s |", c.Info.Config, c.Info.Shape, c.Info.Rate, r.Ref.Block, sched, cores, other, steal, engineHosts(ct.EngineHosts, r.Sum.ClientCPUPct), mark))
 		}
 	}
 	if total == 0 {
@@ -49,17 +49,18 @@ func renderContention(b *strings.Builder, v *reportView) {
 	b.WriteString(strings.Join(rows, "\n") + "\n\n")
 }
 
-// engineHosts writes each engine host's figures: "h1: 54% (3 procs), busy
-// 45% / steal 5%, mbench 30%".
-func engineHosts(hs []probes.EngineHost) string {
+// engineHosts writes each engine host's figures, with mbench's own CPU
+// (client_cpu_pct) where it runs there too: "h1: 54% (3 procs), busy 45%
+// / steal 5%, mbench 3.5%".
+func engineHosts(hs []probes.EngineHost, clientCPUPct float64) string {
 	if len(hs) == 0 {
 		return "—"
 	}
 	out := make([]string, len(hs))
 	for i, h := range hs {
 		out[i] = fmt.Sprintf("%s: %.0f%% (%d procs), busy %.0f%% / steal %.1f%%", mdCell(h.Host), h.EngineCPUPct, h.Procs, h.BusyPct, h.StealPct)
-		if h.MbenchCPUPct != nil {
-			out[i] += fmt.Sprintf(", mbench %.0f%%", *h.MbenchCPUPct)
+		if h.WithMbench {
+			out[i] += fmt.Sprintf(", mbench %.1f%%", clientCPUPct)
 		}
 	}
 	return strings.Join(out, "; ")

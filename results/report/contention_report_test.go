@@ -21,7 +21,7 @@ func TestReportContention(t *testing.T) {
 				"sched_delay":          map[string]any{"period_ms": 10, "samples": 500, "p50_ms": 0.05, "p99_ms": 1.5, "max_ms": 12},
 				"load_generator_cores": map[string]any{"cpus": "0-1", "other_pct": other, "steal_pct": 2.5, "shared_busy_cores": shared},
 				"engine_hosts": []any{map[string]any{"host": "gpu1", "procs": 3, "engine_cpu_pct": 180, "cores": 16, "busy_pct": 14,
-					"steal_pct": 0.5, "mbench_cpu_pct": 20}},
+					"steal_pct": 0.5, "with_mbench": true}},
 			}
 		}
 	}
@@ -42,8 +42,8 @@ func TestReportContention(t *testing.T) {
 	sec, _, _ = strings.Cut(sec, "\n## ")
 	for _, want := range []string{
 		"**1 of 2 runs shared busy cores with the load generator** (plain 4096x256 rate=0.5 b2)",
-		"| plain | 4096x256 | 0.5 | 1 | 1.5 / 12 | 0-1 | 10 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 20% |  |",
-		"| plain | 4096x256 | 0.5 | 2 | 1.5 / 12 | 0-1 | 70 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 20% | shared busy cores |",
+		"| plain | 4096x256 | 0.5 | 1 | 1.5 / 12 | 0-1 | 10 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 3.5% |  |",
+		"| plain | 4096x256 | 0.5 | 2 | 1.5 / 12 | 0-1 | 70 | 2.5 | gpu1: 180% (3 procs), busy 14% / steal 0.5%, mbench 3.5% | shared busy cores |",
 	} {
 		if !strings.Contains(sec, want) {
 			t.Errorf("the section lacks %q:\n%s", want, sec)
