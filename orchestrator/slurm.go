@@ -220,30 +220,6 @@ func (f *fleet) lostAllocation(ctx context.Context, runErr error) error {
 	return nil
 }
 
-// lostHost returns an error wrapping hosts.ErrHostUnreachable when the run
-// failed because an SSH host stopped answering: the run's error says so (a
-// reconnection's every attempt failed), or a command on each SSH host the
-// sweep is connected to now reaches no host (a reconnection's attempts, each
-// bounded by the host's connect_timeout). A connection that broke and is
-// made again is the run's failure, not a lost host: nil.
-func (f *fleet) lostHost(ctx context.Context, runErr error) error {
-	if errors.Is(runErr, hosts.ErrHostUnreachable) {
-		return runErr
-	}
-	for _, name := range f.m.HostOrder {
-		hc := f.m.Hosts[name]
-		if isLocal(hc.Address) || hc.IsSlurm() {
-			continue
-		}
-		if h, ok := f.connected(name); ok {
-			if _, _, err := h.Run(context.WithoutCancel(ctx), "true"); errors.Is(err, hosts.ErrHostUnreachable) {
-				return fmt.Errorf("%v: %w", runErr, err)
-			}
-		}
-	}
-	return nil
-}
-
 // slurmEnded returns an error wrapping hosts.ErrAllocationEnded when the
 // allocation of a connected slurm host has ended.
 func (f *fleet) slurmEnded(ctx context.Context) error {

@@ -13,8 +13,10 @@ import (
 // cut, new ones black-holed, as a host that hangs or leaves the network).
 // The sweep stops once a reconnection's attempts (each bounded by the host's
 // connect_timeout) reach nothing, with a non-zero exit naming the lost host,
-// and journals nothing for the lost run (it is no failure of the run); when
-// the host answers again, resume redoes it and finishes the sweep.
+// and journals the lost run host_lost (no failure of the run); when the host
+// answers again, resume runs it again and finishes the sweep. (That the
+// block goes on with the runs on other hosts is orchestrator's
+// TestLoopHostLost.)
 func TestSSHHostLost(t *testing.T) {
 	defer parallelWhenWide(t)()
 	if testing.Short() {
@@ -49,11 +51,11 @@ func TestSSHHostLost(t *testing.T) {
 		t.Fatalf("the sweep did not stop after its host was lost:\n%s", c.output())
 	}
 	stderr := c.stderr.String()
-	if code != exitError || !strings.Contains(stderr, "host stopped answering") || !strings.Contains(stderr, "mbench resume "+out) {
+	if code != exitError || !strings.Contains(stderr, "host gpu0 stopped answering in block 1: 1 run journaled host_lost") || !strings.Contains(stderr, "mbench resume "+out) {
 		t.Errorf("lost host: exit %d, want %d naming the lost host and the resume:\n%s", code, exitError, stderr)
 	}
-	if j := journaledDirs(out); len(j) != 0 {
-		t.Errorf("runs journaled although their host was lost: %v", j)
+	if j := readJSONL(t, filepath.Join(out, "journal.jsonl")); len(j) != 1 || j[0]["status"] != "host_lost" || jsonNum(j[0]["block"]) != "1" {
+		t.Errorf("journal after the host was lost: %v; want the b1 run host_lost", j)
 	}
 	// The engine's tether killed it when its connection was cut; its
 	// pidfile stays until the host answers (resume clears it).
@@ -69,12 +71,13 @@ func TestSSHHostLost(t *testing.T) {
 		c.kill()
 		t.Fatalf("resume once the host answers: exit %d\n%s", code, c.output())
 	}
-	status := map[string]string{}
+	var status []string
 	for _, l := range readJSONL(t, filepath.Join(out, "journal.jsonl")) {
-		status["b"+jsonNum(l["block"])] = fmt.Sprint(l["status"])
+		status = append(status, "b"+jsonNum(l["block"])+" "+fmt.Sprint(l["status"]))
 	}
-	if len(status) != 2 || status["b1"] == "failed" || status["b2"] == "failed" {
-		t.Errorf("after resume: %v, want b1 and b2 run (neither failed)", status)
+	if len(status) != 3 || status[0] != "b1 host_lost" || !strings.HasPrefix(status[1], "b1 ") || !strings.HasPrefix(status[2], "b2 ") ||
+		strings.Contains(status[1]+status[2], "failed") || strings.Contains(status[1]+status[2], "host_lost") {
+		t.Errorf("journal after resume: %v, want b1 host_lost, then b1 and b2 run (neither failed)", status)
 	}
 	checkNothingLeft(t, workdir, sweepID)
 }
