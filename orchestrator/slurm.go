@@ -215,9 +215,16 @@ func (f *fleet) lostAllocation(ctx context.Context, runErr error) error {
 		return runErr
 	}
 	if err := f.slurmEnded(ctx); err != nil {
-		return fmt.Errorf("%v: %w", runErr, err)
+		return allocationEnded(err, runErr)
 	}
 	return nil
+}
+
+// allocationEnded is the error of a run that failed because its allocation
+// ended: the cause (ended, wrapping hosts.ErrAllocationEnded) on the first
+// line, then the run's own error, which may quote a log's last lines.
+func allocationEnded(ended, runErr error) error {
+	return fmt.Errorf("%w\nthe run failed with it: %s", ended, strings.ReplaceAll(strings.TrimSpace(runErr.Error()), "\n", "\n  "))
 }
 
 // slurmEnded returns an error wrapping hosts.ErrAllocationEnded when the
