@@ -53,6 +53,12 @@ func (d *decoder) request(v *yaml.Node, m *Matrix) {
 				if n := d.deref(kv.v); n != nil { // a header may carry a credential
 					d.secret(n)
 				}
+				// Each header checked at its own line (a CRLF in a value
+				// was reported at request:'s).
+				one := openloop.Request{Headers: map[string]string{kv.key: q.Headers[kv.key]}}
+				if err := one.Validate(); err != nil {
+					d.add(kv.v.Line, join(p, kv.key), "a header name and a value without control characters (CR, LF, NUL), not one mbench sets itself", "%s", strings.TrimPrefix(err.Error(), "request: "))
+				}
 			}
 		}},
 		{"api_key_env", false, func(v *yaml.Node, p string) {

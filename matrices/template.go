@@ -62,6 +62,9 @@ const maxRendered = 256 << 10
 var (
 	tmplPrefixRE = regexp.MustCompile(`^template: t:\d+(:\d+)?: (executing "t" at <[^>]*>: )?`)
 	missingKeyRE = regexp.MustCompile(`map has no entry for key "([^"]*)"`)
+	// fieldRE is text/template's "at <.Model.X>: can't evaluate field X in
+	// type interface {}": a field of a variable that is a plain value.
+	fieldRE = regexp.MustCompile(`at <(\.[^>]*)>: can't evaluate field (\w+) in type`)
 )
 
 // funcsValid is the Valid text of errors about functions.
@@ -94,6 +97,10 @@ func renderTemplate(src string, data map[string]any) (string, error) {
 }
 
 func tmplErr(err error) error {
+	if sm := fieldRE.FindStringSubmatch(err.Error()); sm != nil {
+		v, _, _ := strings.Cut(strings.TrimPrefix(sm[1], "."), ".")
+		return &templateError{fmt.Sprintf("template: %s: .%s has no field %s (a template variable is a string, number or list)", sm[1], v, sm[2]), varsValid()}
+	}
 	msg := tmplPrefixRE.ReplaceAllString(err.Error(), "")
 	if sm := missingKeyRE.FindStringSubmatch(msg); sm != nil {
 		return &templateError{fmt.Sprintf("unknown template variable .%s%s", sm[1], suggest(sm[1], TemplateVars)), varsValid()}

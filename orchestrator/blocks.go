@@ -48,6 +48,9 @@ func (s *sweep) blocks(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := s.fleet.lostHostsError(b, s.lostRuns); err != nil {
+			return err
+		}
 		var err error
 		if renew, err = s.endBlockAllocations(ctx, b); err != nil {
 			return err
@@ -72,6 +75,9 @@ func (s *sweep) runCell(ctx context.Context, cell matrices.Cell, b int, seed int
 	if why := s.store.ledger.deadReason(cell.ID); why != "" {
 		return s.skipDead(cell.ID, b, why)
 	}
+	if skipped, err := s.skipLost(cell, b); skipped || err != nil {
+		return err
+	}
 	// A run the load generator could not drive on schedule says nothing of
 	// the engine: it is run again in place, at the same position of the
 	// same block (so the block stays paired), up to clientLimitedRetries
@@ -88,6 +94,9 @@ func (s *sweep) runCell(ctx context.Context, cell matrices.Cell, b int, seed int
 		var err error
 		if o, err = s.runOne(ctx, cell, b, seed, attempt, earlier); err != nil {
 			return err
+		}
+		if o.lost {
+			return nil
 		}
 		if !o.again {
 			break
@@ -154,6 +163,9 @@ type runOutcome struct {
 	// again: the attempt was client_limited and is to be run again in
 	// place; it was not journaled.
 	again bool
+	// lost: a host of the run stopped answering; it was journaled
+	// host_lost.
+	lost bool
 }
 
 // runOne performs one (cell, block) run and journals it. It returns an error
@@ -197,11 +209,19 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 			// Not the run's fault: resume redoes it in a new allocation.
 			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
 		}
-		if err := s.fleet.lostHost(ctx, runErr); err != nil {
+		if host, err := s.fleet.lostHost(ctx, runErr); err != nil {
 			// Not the run's fault either: the host is lost, not the run.
-			// No journal line, so resume redoes it once the host answers.
-			return nil, fmt.Errorf("run %s b%d: %w; the run is not journaled: once the host answers again, mbench resume %s redoes it",
-				cell.ID, block, err, s.store.dir)
+			// Journaled host_lost, which resume runs again (hostlost.go).
+			if jerr := s.journalLost(cell, block, rel, err.Error(), entry.Started); jerr != nil {
+				return nil, jerr
+			}
+			s.prog.finish("HOST LOST: " + firstLine(s.redact(err.Error())))
+			if host == "" {
+				return nil, fmt.Errorf("run %s b%d: %w; journaled host_lost, which resume runs again once the host answers", cell.ID, block, err)
+			}
+			s.fleet.lose(host, err)
+			s.logf("host %s stopped answering during %s b%d; the block goes on with the runs that need no lost host, then the sweep stops", host, cell.ID, block)
+			return &runOutcome{entry: entry, lost: true}, nil
 		}
 		var cse *configStartError
 		if errors.As(runErr, &cse) && !s.opts.KeepGoing {

@@ -102,6 +102,9 @@ func (s *sweep) capacityRound(ctx context.Context, rec plan.Round) error {
 				return err
 			}
 		}
+		if err := s.fleet.lostHostsError(b, s.lostRuns); err != nil {
+			return err
+		}
 	}
 	return nil
 }

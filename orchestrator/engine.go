@@ -81,11 +81,27 @@ type launcher struct {
 	launches int        // engine sets launched so far: names their logs
 }
 
-// stop stops the running set, if any.
+// stop stops the running set, if any. Its processes on a host that stopped
+// answering are left to their tether (which ends them when mbench's
+// connection goes): a stop there would only spend the reconnection's
+// attempts again.
 func (e *launcher) stop(ctx context.Context) error {
-	err := stopSet(ctx, e.cur)
+	es := e.cur
 	e.cur = nil
-	return err
+	if es != nil && len(e.fleet.lost) > 0 {
+		kept := *es
+		kept.procs, kept.router = nil, nil
+		for _, p := range es.procs {
+			if !e.fleet.isLost(p.hostName) {
+				kept.procs = append(kept.procs, p)
+			}
+		}
+		if es.router != nil && !e.fleet.isLost(es.router.hostName) {
+			kept.router = es.router
+		}
+		es = &kept
+	}
+	return stopSet(ctx, es)
 }
 
 // start starts every instance of l (staggered), then the router, and waits

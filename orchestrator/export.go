@@ -153,6 +153,9 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 	}
 	idx := journalIndex(entries)
 	for _, e := range entries {
+		if e.Status == results.VerdictHostLost {
+			continue // no run: the report counts the runs made
+		}
 		for _, a := range e.Superseded {
 			sw.Superseded = append(sw.Superseded, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: a.Dir, Status: a.Status, Reason: a.Reason})
 		}

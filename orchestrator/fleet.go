@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,9 @@ type fleet struct {
 	selfPath  map[string]string // mbench on the host
 	pluginDir map[string]string // mbench_vllm on the host
 	tunnels   map[string]string // "host:port" → local forwarded address
+	// lost are the hosts that stopped answering, with why (hostlost.go):
+	// nothing more runs there.
+	lost map[string]error
 }
 
 // newFleet is the fleet of a sweep of m into the results directory dir; of
@@ -254,16 +258,7 @@ func (f *fleet) prepare(ctx context.Context) error {
 
 func (f *fleet) hostUsed(name string) bool {
 	for _, c := range f.m.ConfigOrder {
-		l, err := f.m.Launch(c, f.runtime())
-		if err != nil {
-			continue
-		}
-		for _, in := range l.Instances {
-			if in.Host == name {
-				return true
-			}
-		}
-		if l.Router != nil && l.Router.Host == name {
+		if slices.Contains(f.configHosts(c), name) {
 			return true
 		}
 	}

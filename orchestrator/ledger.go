@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/results/sweepdir"
 )
 
 // ledger is a sweep's record of its finished runs: the journal (one durable
-// line per run, which makes a run done), each cell's consecutive failures,
+// line per run, which makes a run done, unless it is host_lost), each
+// cell's consecutive failures,
 // and the cells given up after failLimit of them. It runs nothing.
 type ledger struct {
 	dir       string
@@ -64,6 +66,9 @@ func (l *ledger) record(e JournalEntry) (gaveUp bool, err error) {
 	if err := appendJournal(l.dir, e); err != nil {
 		return false, err
 	}
+	if e.Status == results.VerdictHostLost {
+		return false, nil // no run: resume runs it again, and no failure of the cell
+	}
 	l.runs[runKey{e.Cell, e.Block}] = e
 	wasDead := l.dead[e.Cell] != ""
 	l.count(e)
@@ -72,6 +77,9 @@ func (l *ledger) record(e JournalEntry) (gaveUp bool, err error) {
 
 // count updates the consecutive failures of e's cell.
 func (l *ledger) count(e JournalEntry) {
+	if e.Status == results.VerdictHostLost {
+		return
+	}
 	if e.Status != results.VerdictFailed {
 		l.fails[e.Cell] = 0
 		return
@@ -80,6 +88,19 @@ func (l *ledger) count(e JournalEntry) {
 	if l.fails[e.Cell] >= l.failLimit && l.dead[e.Cell] == "" {
 		l.dead[e.Cell] = fmt.Sprintf("the cell failed %d consecutive runs: %s", l.failLimit, briefReason(e.Reason))
 	}
+}
+
+// givenUp is each cell of cells given up, "id (config rate=R shape): why",
+// in id order.
+func (l *ledger) givenUp(cells map[string]matrices.Cell) []string {
+	var out []string
+	for id, why := range l.dead {
+		if c, ok := cells[id]; ok {
+			out = append(out, fmt.Sprintf("%s (%s rate=%g %s): %s", id, c.Config, c.Rate, c.Shape.Name, why))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // giveUp gives cell up for why (its later runs are skipped), unless it was

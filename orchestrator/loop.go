@@ -96,6 +96,7 @@ func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, er
 		o.StopReason = s.store.state.Stop.Reason
 	}
 	o.Unusable = unusableCells(rep, s.store.ledger.runs)
+	o.Skipped = s.store.ledger.givenUp(s.cells)
 	if s.m.Capacity != nil { // probes beyond the capacity are meant to fail: only undecided searches are not results
 		o.Unusable = capacityUnusable(s.store.dir)
 	}

@@ -458,3 +458,28 @@ func TestLoopResumeMidRetry(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopGivenUpCellIsNamed: a cell with a usable run, then FailLimit
+// consecutive failures, is given up ("marked failed and skipped"): it is
+// no cell without a usable run, yet its later runs were skipped, so the
+// outcome names it in Skipped (mbench exits 3 on it, cmd/mbench's
+// TestFinishSweepSkipped).
+func TestLoopGivenUpCellIsNamed(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	f := &scripted{script: func(r run) (float64, results.Verdict, error) {
+		if r.cell.Config == "taxed" && r.block > 1 {
+			return 0, "", errors.New("engine-local-0 on host local exited during the run")
+		}
+		return allOK(r)
+	}}
+	opts := loopOpts(out, f)
+	opts.FailLimit = 2
+	o, err := Run(context.Background(), "testdata/loop.yaml", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := cellID(t, out, "taxed")
+	if len(o.Unusable) != 0 || len(o.Skipped) != 1 || !strings.HasPrefix(o.Skipped[0], id+" (taxed rate=10 s): the cell failed 2 consecutive runs") {
+		t.Errorf("unusable %v, skipped %v; want taxed skipped (it has a usable run)", o.Unusable, o.Skipped)
+	}
+}

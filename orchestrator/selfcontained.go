@@ -65,7 +65,7 @@ func resumeMatrix(dir string, st *SweepState, override string) (*matrices.Matrix
 }
 
 // verifyRuns checks the files of every journaled run that should have them
-// (every verdict but failed): a run whose directory or summary_A.json is
+// (every verdict but failed and host_lost): a run whose directory or summary_A.json is
 // missing or unreadable, or whose summary is not that run's (its cell, block
 // and verdict are not the journal line's: a summary replaced by {} names
 // none), loses its journal line, and its directory (if any)
@@ -78,7 +78,7 @@ func (st *store) verifyRuns() (redo []string, err error) {
 	}
 	var keep []JournalEntry
 	for _, e := range entries {
-		if e.Status == results.VerdictFailed {
+		if e.Status == results.VerdictFailed || e.Status == results.VerdictHostLost {
 			keep = append(keep, e)
 			continue
 		}

@@ -215,33 +215,16 @@ func (f *fleet) lostAllocation(ctx context.Context, runErr error) error {
 		return runErr
 	}
 	if err := f.slurmEnded(ctx); err != nil {
-		return fmt.Errorf("%v: %w", runErr, err)
+		return allocationEnded(err, runErr)
 	}
 	return nil
 }
 
-// lostHost returns an error wrapping hosts.ErrHostUnreachable when the run
-// failed because an SSH host stopped answering: the run's error says so (a
-// reconnection's every attempt failed), or a command on each SSH host the
-// sweep is connected to now reaches no host (a reconnection's attempts, each
-// bounded by the host's connect_timeout). A connection that broke and is
-// made again is the run's failure, not a lost host: nil.
-func (f *fleet) lostHost(ctx context.Context, runErr error) error {
-	if errors.Is(runErr, hosts.ErrHostUnreachable) {
-		return runErr
-	}
-	for _, name := range f.m.HostOrder {
-		hc := f.m.Hosts[name]
-		if isLocal(hc.Address) || hc.IsSlurm() {
-			continue
-		}
-		if h, ok := f.connected(name); ok {
-			if _, _, err := h.Run(context.WithoutCancel(ctx), "true"); errors.Is(err, hosts.ErrHostUnreachable) {
-				return fmt.Errorf("%v: %w", runErr, err)
-			}
-		}
-	}
-	return nil
+// allocationEnded is the error of a run that failed because its allocation
+// ended: the cause (ended, wrapping hosts.ErrAllocationEnded) on the first
+// line, then the run's own error, which may quote a log's last lines.
+func allocationEnded(ended, runErr error) error {
+	return fmt.Errorf("%w\nthe run failed with it: %s", ended, strings.ReplaceAll(strings.TrimSpace(runErr.Error()), "\n", "\n  "))
 }
 
 // slurmEnded returns an error wrapping hosts.ErrAllocationEnded when the

@@ -98,7 +98,8 @@ type StopRecord struct {
 }
 
 // JournalEntry is one line of journal.jsonl. A run without a journal line did
-// not happen; resume redoes it.
+// not happen, nor did one journaled host_lost: resume redoes it, and the
+// later line supersedes the host_lost one.
 type JournalEntry struct {
 	Cell     string          `json:"cell"`
 	Block    int             `json:"block"`
@@ -206,10 +207,14 @@ func readJournal(dir string) (entries []JournalEntry, torn bool, err error) {
 }
 
 // journalIndex maps (cell, block) to its entry; the first line wins, so a
-// duplicate can never double-count a run.
+// duplicate can never double-count a run. A host_lost line is no run (its
+// host stopped answering): it is left out, so the run is done again.
 func journalIndex(entries []JournalEntry) map[runKey]JournalEntry {
 	m := make(map[runKey]JournalEntry, len(entries))
 	for _, e := range entries {
+		if e.Status == results.VerdictHostLost {
+			continue
+		}
 		k := runKey{e.Cell, e.Block}
 		if _, ok := m[k]; !ok {
 			m[k] = e

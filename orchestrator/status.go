@@ -33,7 +33,8 @@ type Status struct {
 	Blocks    int `json:"blocks_planned"`
 	Complete  int `json:"blocks_complete"`
 	MaxBlocks int `json:"max_blocks,omitempty"`
-	// Runs counts the journaled runs by verdict; Last is the latest.
+	// Runs counts the journaled runs by verdict (host_lost: those not run
+	// again since); Last is the latest line.
 	Runs results.VerdictCounts `json:"runs"`
 	Last *JournalEntry         `json:"last_run,omitempty"`
 	// Torn: the journal's last line is incomplete (being written, or left
@@ -61,19 +62,24 @@ func ReadStatus(dir string) (*Status, error) {
 	if rm, err := resolvedMethod(st); err == nil {
 		s.MaxBlocks = rm.Repeat.Max
 	}
-	done := map[runKey]bool{}
-	for i, e := range entries {
+	done := journalIndex(entries)
+	for _, e := range done {
 		s.Runs[e.Status]++
-		done[runKey{e.Cell, e.Block}] = true
-		if i == len(entries)-1 {
-			last := e
-			s.Last = &last
+	}
+	for _, e := range entries {
+		if _, ran := done[runKey{e.Cell, e.Block}]; e.Status == results.VerdictHostLost && !ran {
+			s.Runs[e.Status]++ // not run again yet
 		}
+	}
+	if len(entries) > 0 {
+		last := entries[len(entries)-1]
+		s.Last = &last
 	}
 	for _, b := range st.Blocks {
 		complete := len(b.Order) > 0
 		for _, id := range b.Order {
-			complete = complete && done[runKey{id, b.Block}]
+			_, ran := done[runKey{id, b.Block}]
+			complete = complete && ran
 		}
 		if complete {
 			s.Complete++

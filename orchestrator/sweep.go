@@ -72,13 +72,17 @@ type Outcome struct {
 	// Unusable lists the cells with no usable run, each with why
 	// ("noop-r2 (noop_connector rate=2 4096x256): 3 saturated").
 	Unusable []string
-	Removed  []CellRecord
+	// Skipped lists the cells given up (after measure's consecutive
+	// failures, or a config whose engine does not start, --keep-going),
+	// whose later runs were skipped, each with why.
+	Skipped []string
+	Removed []CellRecord
 }
 
 // ErrNoResult is wrapped by the error of a sweep that finished with cells
-// that have no usable run: the exports are written, but they are not the
-// results the matrix asked for.
-var ErrNoResult = errors.New("cells without a usable run")
+// that have no usable run, or cells given up (their later runs skipped): the
+// exports are written, but they are not the results the matrix asked for.
+var ErrNoResult = errors.New("not every cell has the results the matrix asked for")
 
 // ErrInterrupted is returned when the sweep was stopped by the user; the
 // error text carries the exact resume command.
@@ -100,6 +104,8 @@ type sweep struct {
 	instr    *instruments
 	runner   *runner
 	measurer measurer // the runner outside tests
+	// lostRuns counts the runs journaled host_lost by this process.
+	lostRuns int
 }
 
 // assemble builds the parts that run the sweep the store records: the fleet

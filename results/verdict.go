@@ -46,11 +46,17 @@ const (
 	VerdictThrottled Verdict = "throttled"
 	// VerdictOK: a result.
 	VerdictOK Verdict = "ok"
+	// VerdictHostLost is no verdict on the engine: a host of the run
+	// stopped answering, so the run was cut short or never started. The
+	// sweep journals it (never Decide), it is no failure of the cell, and
+	// resume runs it again; a later line of the same run supersedes it.
+	VerdictHostLost Verdict = "host_lost"
 )
 
-// Verdicts lists every verdict in the order of precedence.
+// Verdicts lists every verdict in the order of precedence (host_lost, which
+// Decide never gives, last).
 var Verdicts = []Verdict{VerdictFailed, VerdictErrors, VerdictSaturated, VerdictIncomplete,
-	VerdictShortOutputs, VerdictClientLimited, VerdictGPUContended, VerdictThrottled, VerdictOK}
+	VerdictShortOutputs, VerdictClientLimited, VerdictGPUContended, VerdictThrottled, VerdictOK, VerdictHostLost}
 
 // Valid reports whether v is one of Verdicts.
 func (v Verdict) Valid() bool {

@@ -139,9 +139,19 @@ func finishSweep(c *cli.Context, o *orchestrator.Outcome, err error) error {
 	fmt.Fprintf(w, "report: %s\n", rel)
 	fmt.Fprintf(ew, "stopped: %s\n", o.StopReason)
 	fmt.Fprintf(ew, "sweep done: %d runs: %s\n", o.Verdicts.Total(), o.Verdicts)
+	var why []string
 	if len(o.Unusable) > 0 {
-		return noResultError{fmt.Errorf("%w: %d of the sweep's cells have no usable run, so the report cannot compare them:\n  %s\nsee the report's \"Run verdicts\" section for why",
-			orchestrator.ErrNoResult, len(o.Unusable), strings.Join(o.Unusable, "\n  "))}
+		why = append(why, fmt.Sprintf("%d of the sweep's cells have no usable run, so the report cannot compare them:\n  %s\nsee the report's \"Run verdicts\" section for why",
+			len(o.Unusable), strings.Join(o.Unusable, "\n  ")))
+	}
+	if len(o.Skipped) > 0 {
+		// A cell given up has fewer runs than the sweep planned, whatever
+		// it measured before: not the result the matrix asked for.
+		why = append(why, fmt.Sprintf("%d of the sweep's cells were marked failed and their later runs skipped:\n  %s",
+			len(o.Skipped), strings.Join(o.Skipped, "\n  ")))
+	}
+	if len(why) > 0 {
+		return noResultError{fmt.Errorf("%w: %s", orchestrator.ErrNoResult, strings.Join(why, "\n"))}
 	}
 	return nil
 }

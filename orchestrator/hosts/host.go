@@ -133,6 +133,16 @@ var ErrConnectionLost = errors.New("ssh connection lost")
 // connection that broke and was made again.
 var ErrHostUnreachable = errors.New("host stopped answering")
 
+// UnreachableError is the error of a host that stopped answering, naming
+// it as the matrix does; it wraps ErrHostUnreachable.
+type UnreachableError struct {
+	Host string // the host's name in the matrix
+	Err  error
+}
+
+func (e *UnreachableError) Error() string { return e.Err.Error() }
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
 // transport executes sh command lines on a machine. Everything else is shared.
 type transport interface {
 	// exec runs cmd (a POSIX sh command line). With stdin nil, cancelling ctx

@@ -218,7 +218,7 @@ func (t *sshTransport) conn(ctx context.Context, full map[*sshConn]bool) (*sshCo
 			return nil, err
 		}
 		if i == len(backoff)-1 && len(backoff) > 1 {
-			return nil, fmt.Errorf("%w: %w (gave up after %d attempts)", ErrHostUnreachable, err, len(backoff))
+			return nil, &UnreachableError{Host: t.cfg.Name, Err: fmt.Errorf("%w: %w (gave up after %d attempts)", ErrHostUnreachable, err, len(backoff))}
 		}
 	}
 	return nil, last
