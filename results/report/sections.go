@@ -75,13 +75,26 @@ func renderComparisons(b *strings.Builder, v *reportView) {
 // renderClientLimited says in words which runs the load generator could not
 // drive at their schedule.
 func renderClientLimited(b *strings.Builder, v *reportView) {
-	n := 0
+	n, notResults := 0, 0
 	for _, c := range v.ordered {
 		for _, r := range c.Sum.Runs {
-			if r.Used && r.ClientLimited {
+			switch {
+			case r.Used && r.ClientLimited:
 				n++
+			case !r.Used && (r.ClientLimited || r.Status == results.VerdictClientLimited):
+				notResults++
 			}
 		}
+	}
+	if n == 0 && notResults > 0 {
+		// Those runs were graded out: the load generator did fall behind,
+		// so "kept to its schedule" would be false.
+		runs := fmt.Sprintf("%d runs in which the load generator fell behind its schedule are not results", notResults)
+		if notResults == 1 {
+			runs = "1 run in which the load generator fell behind its schedule is not a result"
+		}
+		collapsed(b, "Client-limited runs", "none among the results; %s (listed under *Runs that are not results*).", runs)
+		return
 	}
 	if n == 0 {
 		collapsed(b, "Client-limited runs", "none: in every run the load generator kept to its schedule (no more than %.0f%% of sends over %.0f ms late, ≥ %.2f of the requests sent within the schedule's window and, for Poisson and gamma arrivals, the KS distance of the sent gaps within %.2f of its critical value at α = %.2g).",
