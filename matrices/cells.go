@@ -27,14 +27,14 @@ func (m *Matrix) Cells() []Cell {
 // (same_as followed, name included), rate, shape, arrival and measure. Map
 // keys are sorted, so YAML key order does not matter; the position of a
 // config, rate or shape in its list is not part of it.
-func (m *Matrix) cellID(c *Config, rate float64, s Shape) string {
+func (m *Matrix) cellID(c *Config, rate float64, s openloop.Shape) string {
 	spec := map[string]any{
 		"v":       1,
 		"seed":    m.Seed,
 		"engine":  m.engineSpec(false),
 		"config":  map[string]any{"name": c.Name, "launch": m.configSpec(c)},
 		"rate":    rate,
-		"shape":   shapeSpec(s),
+		"shape":   m.shapeSpec(s),
 		"arrival": m.arrivalSpec(),
 		"measure": m.measureSpec(),
 	}
@@ -97,9 +97,11 @@ func (m *Matrix) configSpec(c *Config) map[string]any {
 	return s
 }
 
-func shapeSpec(s Shape) map[string]any {
+// shapeSpec is s as the hashes see it: its file paths as written, so that
+// ids do not depend on where the matrix lies.
+func (m *Matrix) shapeSpec(s openloop.Shape) map[string]any {
 	out := map[string]any{"name": s.Name, "input": s.Input, "output": s.Output}
-	dist := func(d *Dist) map[string]any {
+	dist := func(d *openloop.Dist) map[string]any {
 		return map[string]any{"kind": d.Kind, "min": d.Min, "max": d.Max, "median": d.Median, "p90": d.P90}
 	}
 	if s.InputDist != nil {
@@ -115,11 +117,11 @@ func shapeSpec(s Shape) map[string]any {
 		out["cache_fill"] = map[string]any{"prefixes": f.Prefixes, "prefix_tokens": f.PrefixTokens}
 	}
 	if t := s.Trace; t != nil {
-		out["trace"] = map[string]any{"path": t.src, "time_scale": t.TimeScale,
+		out["trace"] = map[string]any{"path": m.written[s.Name], "time_scale": t.TimeScale,
 			"request_limit": t.RequestLimit, "max_inflight_sessions": t.MaxInflightSessions}
 	}
 	if ds := s.Dataset; ds != nil {
-		out["dataset"] = map[string]any{"path": ds.src, "format": string(ds.Format)}
+		out["dataset"] = map[string]any{"path": m.written[s.Name], "format": string(ds.Format)}
 	}
 	return out
 }
@@ -171,7 +173,7 @@ func (m *Matrix) Resolved() ([]byte, error) {
 	}
 	shapes := make([]any, len(m.Shapes))
 	for i, s := range m.Shapes {
-		shapes[i] = shapeSpec(s)
+		shapes[i] = m.shapeSpec(s)
 	}
 	var cells []any
 	for _, c := range m.Cells() {

@@ -52,7 +52,7 @@ func parse(file string, data []byte, checkFiles bool) (*Matrix, error) {
 		}
 		return nil, Errors{e}
 	}
-	m := &Matrix{File: file, lines: d.lines, source: data, secretAt: d.secrets}
+	m := &Matrix{File: file, lines: d.lines, source: data, secretAt: d.secrets, written: d.written}
 	d.matrix(root, m, checkFiles)
 	if len(d.errs) > 0 {
 		return nil, d.errs.sorted()

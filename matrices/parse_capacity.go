@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mbench/mbench/openloop"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -157,7 +158,7 @@ func (c *Capacity) Concurrency() bool { return c.Over == OverConcurrency }
 // attempt > 0 re-runs the blocks of that probe that gave no usable run: a
 // cell of its own (the id salted with the attempt), the same config, rate
 // and shape.
-func (m *Matrix) CapacityCell(config string, rate float64, shape Shape, attempt int) (Cell, error) {
+func (m *Matrix) CapacityCell(config string, rate float64, shape openloop.Shape, attempt int) (Cell, error) {
 	c, ok := m.Configs[config]
 	if !ok {
 		return Cell{}, fmt.Errorf("capacity cell: unknown config %q", config)

@@ -194,17 +194,17 @@ func (d *decoder) closedLoop(nodes map[string]*yaml.Node, m *Matrix, rootLine in
 }
 
 // dataset decodes a shape's dataset: {path, format}; the path resolves
-// against the matrix file.
-func (d *decoder) dataset(v *yaml.Node, path, file string) *Dataset {
-	ds := &Dataset{}
+// against the matrix file (src: as written).
+func (d *decoder) dataset(v *yaml.Node, path, file string, src *string) *openloop.Dataset {
+	ds := &openloop.Dataset{}
 	formats := make([]string, len(openloop.DatasetFormats))
 	for i, f := range openloop.DatasetFormats {
 		formats[i] = string(f)
 	}
 	d.object(v, path, v.Line, []field{
 		{"path", true, func(v *yaml.Node, p string) {
-			ds.src = d.nonEmpty(v, p)
-			ds.Path = besideMatrix(ds.src, file)
+			*src = d.nonEmpty(v, p)
+			ds.Path = besideMatrix(*src, file)
 		}},
 		{"format", true, func(v *yaml.Node, p string) {
 			f, _ := d.enum(v, p, formats...)
@@ -218,22 +218,22 @@ func (d *decoder) dataset(v *yaml.Node, path, file string) *Dataset {
 // name defaults to the file's), and, when checkFiles, a file the load
 // generator can read, every prompt with an output length unless output is
 // set.
-func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool) {
+func (d *decoder) datasetShape(s *openloop.Shape, src, path string, line int, checkFiles bool) {
 	for _, k := range []string{"input", "input_dist", "output_dist", "prefix", "cache_fill", "trace"} {
 		if l := d.lines[path+"."+k]; l > 0 {
 			d.add(l, path+"."+k, "name and output only beside dataset (the prompts come from the file)", "cannot be combined with dataset")
 		}
 	}
 	ds := s.Dataset
-	if s.Name == "" && ds.src != "" {
-		base := filepath.Base(ds.src)
+	if s.Name == "" && src != "" {
+		base := filepath.Base(src)
 		s.Name = strings.TrimSuffix(base, filepath.Ext(base))
 		if !nameRE.MatchString(s.Name) {
 			d.add(line, path+".name", nameValid, "missing name (the dataset file name %q is not a valid shape name)", base)
 		}
 	}
 	pl := d.lines[path+".dataset.path"]
-	if !checkFiles || ds.src == "" || ds.Format == "" {
+	if !checkFiles || src == "" || ds.Format == "" {
 		return
 	}
 	if fi, err := os.Stat(ds.Path); err != nil || fi.IsDir() {
@@ -242,7 +242,7 @@ func (d *decoder) datasetShape(s *Shape, path string, line int, checkFiles bool)
 	}
 	// The load generator's own parser: a bad line is refused before
 	// anything launches.
-	if _, err := openloop.LoadDataset(openloop.Dataset{Path: ds.Path, Format: ds.Format}, s.Output); errors.Is(err, userfile.ErrRefused) {
+	if _, err := openloop.LoadDataset(*ds, s.Output); errors.Is(err, userfile.ErrRefused) {
 		d.add(pl, path+".dataset.path", "a prompt file relative to the matrix file", "%v", strings.TrimPrefix(err.Error(), "dataset: "))
 	} else if err != nil {
 		d.add(pl, path+".dataset.path", "a "+string(ds.Format)+" prompt file (see docs/loadgen.md, Prompts from files)", "bad dataset: %v", err)

@@ -79,8 +79,9 @@ func (d *decoder) shapes(v *yaml.Node, m *Matrix, checkFiles bool) {
 const maxTokens = 10_000_000
 
 // shape decodes one shape and applies its defaults.
-func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (Shape, bool) {
-	var s Shape
+func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (openloop.Shape, bool) {
+	var s openloop.Shape
+	var src string // the trace's or dataset's path as written
 	n := len(d.errs)
 	d.object(e, path, e.Line, []field{
 		{"name", false, func(v *yaml.Node, p string) {
@@ -93,25 +94,30 @@ func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (Shape
 		{"input_dist", false, func(v *yaml.Node, p string) { s.InputDist = d.dist(v, p) }},
 		{"output_dist", false, func(v *yaml.Node, p string) { s.OutputDist = d.dist(v, p) }},
 		{"prefix", false, func(v *yaml.Node, p string) {
-			s.Prefix = &Prefix{}
+			s.Prefix = &openloop.Prefix{}
 			d.object(v, p, v.Line, []field{
 				{"num_prefixes", true, func(v *yaml.Node, p string) { s.Prefix.NumPrefixes = d.intField(v, p, 1, 1<<20) }},
 				{"prefix_tokens", true, func(v *yaml.Node, p string) { s.Prefix.PrefixTokens = d.intField(v, p, 1, maxTokens) }},
 			})
 		}},
 		{"cache_fill", false, func(v *yaml.Node, p string) {
-			s.CacheFill = &CacheFill{}
+			s.CacheFill = &openloop.CacheFill{}
 			d.object(v, p, v.Line, []field{
 				{"prefixes", true, func(v *yaml.Node, p string) { s.CacheFill.Prefixes = d.intField(v, p, 1, 1<<20) }},
 				{"prefix_tokens", true, func(v *yaml.Node, p string) { s.CacheFill.PrefixTokens = d.intField(v, p, 1, maxTokens) }},
 			})
 		}},
-		{"trace", false, func(v *yaml.Node, p string) { s.Trace = d.trace(v, p, file, checkFiles) }},
-		{"dataset", false, func(v *yaml.Node, p string) { s.Dataset = d.dataset(v, p, file) }},
+		{"trace", false, func(v *yaml.Node, p string) { s.Trace = d.trace(v, p, file, &src, checkFiles) }},
+		{"dataset", false, func(v *yaml.Node, p string) { s.Dataset = d.dataset(v, p, file, &src) }},
 	})
+	defer func() {
+		if src != "" {
+			d.written[s.Name] = src
+		}
+	}()
 	has := func(k string) int { return d.lines[path+"."+k] }
 	if s.Dataset != nil {
-		d.datasetShape(&s, path, e.Line, checkFiles)
+		d.datasetShape(&s, src, path, e.Line, checkFiles)
 		return s, len(d.errs) == n
 	}
 	if s.Trace != nil {
@@ -121,7 +127,7 @@ func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (Shape
 			}
 		}
 		if s.Name == "" {
-			base := filepath.Base(s.Trace.src)
+			base := filepath.Base(src)
 			s.Name = strings.TrimSuffix(base, filepath.Ext(base))
 			if !nameRE.MatchString(s.Name) {
 				d.add(e.Line, path+".name", nameValid, "missing name (the trace file name %q is not a valid shape name)", base)
@@ -151,8 +157,8 @@ func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (Shape
 }
 
 // dist decodes a length distribution.
-func (d *decoder) dist(v *yaml.Node, path string) *Dist {
-	x := &Dist{}
+func (d *decoder) dist(v *yaml.Node, path string) *openloop.Dist {
+	x := &openloop.Dist{}
 	d.object(v, path, v.Line, []field{
 		{"kind", true, func(v *yaml.Node, p string) { x.Kind, _ = d.enum(v, p, "uniform", "lognormal") }},
 		{"min", false, func(v *yaml.Node, p string) { x.Min = d.intField(v, p, 1, maxTokens) }},
@@ -198,14 +204,15 @@ func besideMatrix(src, file string) string {
 	return src
 }
 
-// trace decodes a trace replay; its path resolves against the matrix file.
-func (d *decoder) trace(v *yaml.Node, path, file string, checkFiles bool) *Trace {
-	t := &Trace{TimeScale: 1}
+// trace decodes a trace replay; its path resolves against the matrix file
+// (src: as written).
+func (d *decoder) trace(v *yaml.Node, path, file string, src *string, checkFiles bool) *openloop.Trace {
+	t := &openloop.Trace{TimeScale: 1}
 	d.object(v, path, v.Line, []field{
 		{"path", true, func(v *yaml.Node, p string) {
-			t.src = d.nonEmpty(v, p)
-			t.Path = besideMatrix(t.src, file)
-			if checkFiles && t.src != "" {
+			*src = d.nonEmpty(v, p)
+			t.Path = besideMatrix(*src, file)
+			if checkFiles && *src != "" {
 				if fi, err := os.Stat(t.Path); err != nil || fi.IsDir() {
 					d.add(v.Line, p, "a trace file (JSONL) relative to the matrix file", "cannot read trace %s", t.Path)
 				} else {
@@ -228,7 +235,7 @@ func (d *decoder) trace(v *yaml.Node, path, file string, checkFiles bool) *Trace
 
 // workload decodes arrival, measure, repeat, compare, gate and probe.
 func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
-	m.Arrival = Arrival{Process: openloop.ArrivalPoisson, Burstiness: 1}
+	m.Arrival = openloop.Arrival{Process: openloop.ArrivalPoisson, Burstiness: 1}
 	d.object(nodes["arrival"], "arrival", 1, []field{
 		{"process", false, func(v *yaml.Node, p string) {
 			m.Arrival.Process, _ = d.enum(v, p, append(slices.Clone(openloop.ArrivalProcesses), ArrivalBurst)...)

@@ -5,19 +5,21 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mbench/mbench/openloop"
 )
 
 // TestShapesDecode checks every shape kind against its expected struct.
 func TestShapesDecode(t *testing.T) {
 	m := mustLoad(t, "testdata/shapes.yaml")
 	trace := filepath.Join("testdata", "traces", "tiny.jsonl")
-	want := []Shape{
+	want := []openloop.Shape{
 		{Name: "4096x256", Input: 4096, Output: 256},
-		{Name: "lens", InputDist: &Dist{Kind: "lognormal", Median: 2000, P90: 8000}, OutputDist: &Dist{Kind: "uniform", Min: 32, Max: 256}},
-		{Name: "shared", Input: 4096, Output: 64, Prefix: &Prefix{NumPrefixes: 8, PrefixTokens: 3072}},
-		{Name: "fill", Input: 1024, Output: 16, CacheFill: &CacheFill{Prefixes: 200, PrefixTokens: 1024}},
-		{Name: "agentic", Trace: &Trace{Path: trace, TimeScale: 20, RequestLimit: 200, MaxInflightSessions: 8, src: "traces/tiny.jsonl"}},
-		{Name: "tiny", Trace: &Trace{Path: trace, TimeScale: 1, src: "traces/tiny.jsonl"}},
+		{Name: "lens", InputDist: &openloop.Dist{Kind: "lognormal", Median: 2000, P90: 8000}, OutputDist: &openloop.Dist{Kind: "uniform", Min: 32, Max: 256}},
+		{Name: "shared", Input: 4096, Output: 64, Prefix: &openloop.Prefix{NumPrefixes: 8, PrefixTokens: 3072}},
+		{Name: "fill", Input: 1024, Output: 16, CacheFill: &openloop.CacheFill{Prefixes: 200, PrefixTokens: 1024}},
+		{Name: "agentic", Trace: &openloop.Trace{Path: trace, TimeScale: 20, RequestLimit: 200, MaxInflightSessions: 8}},
+		{Name: "tiny", Trace: &openloop.Trace{Path: trace, TimeScale: 1}},
 	}
 	if !reflect.DeepEqual(m.Shapes, want) {
 		for i := range want {
@@ -27,7 +29,12 @@ func TestShapesDecode(t *testing.T) {
 		}
 		t.Fatalf("got %d shapes", len(m.Shapes))
 	}
-	if m.Arrival != (Arrival{Process: "gamma", Burstiness: 0.5}) {
+	for _, name := range []string{"agentic", "tiny"} {
+		if m.written[name] != "traces/tiny.jsonl" {
+			t.Errorf("shape %s: trace path as written %q", name, m.written[name])
+		}
+	}
+	if m.Arrival != (openloop.Arrival{Process: "gamma", Burstiness: 0.5}) {
 		t.Errorf("arrival %+v", m.Arrival)
 	}
 	if len(m.Cells()) != 12 {

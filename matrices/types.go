@@ -17,9 +17,13 @@ type Matrix struct {
 	Configs   map[string]*Config
 	// ConfigOrder is the config names in file order.
 	ConfigOrder []string
-	Rates       []float64 // req/s (rate multipliers for trace shapes), file order
-	Shapes      []Shape   // file order, unique names
-	Arrival     Arrival
+	Rates       []float64        // req/s (rate multipliers for trace shapes), file order
+	Shapes      []openloop.Shape // file order, unique names
+	// Arrival is the arrival process of every cell: Process is also
+	// ArrivalBurst (parse_loadgen.go), and with process concurrency (a
+	// closed loop) the in-flight levels (in_flight) are the matrix's
+	// Rates, a cell's Rate its level (InFlight stays 0 here).
+	Arrival     openloop.Arrival
 	Measure     Measure
 	Repeat      Repeat
 	Baseline    string   // a config name (default: the first config)
@@ -46,9 +50,10 @@ type Matrix struct {
 	// Limits bound the sweep's size (limits.go); not part of the hash.
 	Limits Limits
 
-	lines    map[string]int   // field path → line, for errors found after Parse
-	source   []byte           // the file as read
-	secretAt map[yamlPos]bool // where secret values stand in source
+	lines    map[string]int    // field path → line, for errors found after Parse
+	written  map[string]string // shape name → its trace or dataset path as written (cell ids)
+	source   []byte            // the file as read
+	secretAt map[yamlPos]bool  // where secret values stand in source
 }
 
 // Host is a machine engines run on.
@@ -142,63 +147,6 @@ type Router struct {
 	Env       map[string]EnvValue
 }
 
-// Shape is the request shape of a cell: fixed or distributed lengths,
-// optionally with shared prefixes or a cache fill, or a trace to replay.
-type Shape struct {
-	Name          string
-	Input, Output int
-	InputDist     *Dist
-	OutputDist    *Dist
-	Prefix        *Prefix
-	CacheFill     *CacheFill
-	Trace         *Trace
-	Dataset       *Dataset // prompts from a file (parse_loadgen.go)
-}
-
-// Dataset samples a shape's prompts from a file with the block seed.
-type Dataset struct {
-	Path   string                 // resolved relative to the matrix file
-	Format openloop.DatasetFormat // sharegpt | jsonl
-	src    string                 // path as written, for location-independent ids
-}
-
-// Dist is a token-length distribution: uniform over [Min, Max], or
-// lognormal with the given median and p90 (optionally clamped to Min/Max).
-type Dist struct {
-	Kind        string // uniform | lognormal
-	Min, Max    int
-	Median, P90 float64
-}
-
-// Prefix makes requests share prefixes: NumPrefixes groups of PrefixTokens
-// shared tokens, each followed by a random suffix.
-type Prefix struct{ NumPrefixes, PrefixTokens int }
-
-// CacheFill issues requests before the measured window that leave Prefixes
-// distinct prefixes of PrefixTokens tokens cached.
-type CacheFill struct{ Prefixes, PrefixTokens int }
-
-// Trace replays a Mooncake-format trace; the cell's rate is a multiplier.
-type Trace struct {
-	Path                string  // resolved relative to the matrix file
-	TimeScale           float64 // default 1
-	RequestLimit        int     // 0 = all
-	MaxInflightSessions int     // 0 = unlimited
-	src                 string  // path as written, for location-independent ids
-}
-
-// Arrival is the arrival process of the load.
-type Arrival struct {
-	Process    string  // poisson (default) | gamma | constant | concurrency
-	Burstiness float64 // gamma shape (default 1)
-	// With process concurrency (a closed loop), the in-flight levels
-	// (in_flight) are the matrix's Rates: a cell's Rate is its level.
-	Ramp *openloop.Ramp // ramp-up of the rate inside each run (nil: none)
-	// MaxInFlight caps a rate process at this many requests in flight
-	// (max_in_flight, vllm bench serve's --max-concurrency); 0: none.
-	MaxInFlight int
-}
-
 // Measure bounds one run.
 type Measure struct {
 	WarmupRequests int           // discarded (default 0)
@@ -208,7 +156,7 @@ type Measure struct {
 	// RequestTimeout fails a request that runs longer than this (error
 	// class timeout); 0, the default, is none.
 	RequestTimeout time.Duration
-	AbortIf        AbortIf
+	AbortIf        openloop.AbortIf // stops a run early and marks it saturated; zero values are off
 	// MaxErrorRate is the largest share of failed measured requests a run
 	// may have and still be a result (default results.DefaultMaxErrorRate,
 	// 1%); MaxErrorRateSet says the matrix set it (0 allows none).
@@ -223,12 +171,6 @@ type Measure struct {
 	// Percentiles are the percentiles of TTFT, TPOT, ITL and E2EL each
 	// summary reports beyond p50, p90, p95 and p99 (measure.percentiles).
 	Percentiles []float64
-}
-
-// AbortIf stops a run early and marks it saturated; zero values are off.
-type AbortIf struct {
-	MaxInflight int
-	MaxTTFT     time.Duration
 }
 
 // Repeat is the stopping rule over randomized blocks.
@@ -270,7 +212,7 @@ type Cell struct {
 	ID     string // stable hash of the resolved cell spec
 	Config string
 	Rate   float64
-	Shape  Shape
+	Shape  openloop.Shape
 	SameAs string // the config this A/A twin copies
 	// Attempt > 0: a capacity probe's re-run of its blocks without a
 	// usable run (CapacityCell).

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/mbench/mbench/openloop"
 )
 
 // Warning is something valid that will not do what the user likely wants:
@@ -84,7 +86,7 @@ func timeoutHint(s float64) string {
 }
 
 // shapeMaxTokens is the largest input + output a synthetic shape can ask for.
-func shapeMaxTokens(sh Shape) int {
+func shapeMaxTokens(sh openloop.Shape) int {
 	in, out := sh.Input, sh.Output
 	if sh.InputDist != nil && sh.InputDist.Max > 0 {
 		in = sh.InputDist.Max

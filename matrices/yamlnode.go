@@ -26,12 +26,13 @@ type decoder struct {
 	errs    Errors
 	steps   int
 	tooDeep bool
-	lines   map[string]int   // field path → line of its value
-	secrets map[yamlPos]bool // where secret values stand (RedactedSource)
+	lines   map[string]int    // field path → line of its value
+	secrets map[yamlPos]bool  // where secret values stand (RedactedSource)
+	written map[string]string // shape name → trace or dataset path as written
 }
 
 func newDecoder(file string) *decoder {
-	return &decoder{file: file, lines: map[string]int{}, secrets: map[yamlPos]bool{}}
+	return &decoder{file: file, lines: map[string]int{}, secrets: map[yamlPos]bool{}, written: map[string]string{}}
 }
 
 // secret marks v's value as secret: RedactedSource replaces it.

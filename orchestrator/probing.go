@@ -15,7 +15,6 @@ import (
 
 	"github.com/mbench/mbench/internal/clock"
 	"github.com/mbench/mbench/matrices"
-	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/hosts"
 	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/shquote"
@@ -473,28 +472,4 @@ var errFingerprint = errors.New("environment fingerprint changed")
 
 func isDiskFull(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
-}
-
-func toLoadShape(sh matrices.Shape) openloop.Shape {
-	out := openloop.Shape{Name: sh.Name, Input: sh.Input, Output: sh.Output}
-	conv := func(d *matrices.Dist) *openloop.Dist {
-		if d == nil {
-			return nil
-		}
-		return &openloop.Dist{Kind: d.Kind, Min: d.Min, Max: d.Max, Median: d.Median, P90: d.P90}
-	}
-	out.InputDist, out.OutputDist = conv(sh.InputDist), conv(sh.OutputDist)
-	if p := sh.Prefix; p != nil {
-		out.Prefix = &openloop.Prefix{NumPrefixes: p.NumPrefixes, PrefixTokens: p.PrefixTokens}
-	}
-	if c := sh.CacheFill; c != nil {
-		out.CacheFill = &openloop.CacheFill{Prefixes: c.Prefixes, PrefixTokens: c.PrefixTokens}
-	}
-	if t := sh.Trace; t != nil {
-		out.Trace = &openloop.Trace{Path: t.Path, TimeScale: t.TimeScale, RequestLimit: t.RequestLimit, MaxInflightSessions: t.MaxInflightSessions}
-	}
-	if ds := sh.Dataset; ds != nil {
-		out.Dataset = &openloop.Dataset{Path: ds.Path, Format: ds.Format}
-	}
-	return out
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -213,7 +212,7 @@ func (s *sinkWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func arrivalName(p string, sh matrices.Shape) string {
+func arrivalName(p string, sh openloop.Shape) string {
 	if sh.Trace != nil {
 		return openloop.ArrivalTrace
 	}
@@ -268,51 +267,18 @@ func (s *runner) ensureEngine(ctx context.Context, cell matrices.Cell, run strin
 	return es, nil
 }
 
-// loadConfig maps a cell onto the load generator.
+// loadConfig is the matrix's spec of the cell's run, sent to targets.
 func (s *runner) loadConfig(cell matrices.Cell, block int, seed int64, targets []string) openloop.Config {
-	ms := s.m.Measure
-	cfg := openloop.Config{
-		Targets:      targets,
-		Model:        s.m.RequestModel(),
-		TokenIDs:     s.m.Engine.TokenIDs,
-		Endpoint:     s.m.Endpoint,
-		Request:      s.request,
-		Rate:         cell.Rate,
-		Arrival:      loadArrival(s.m.Arrival, cell.Rate),
-		Shape:        toLoadShape(cell.Shape),
-		Seed:         seed,
-		Warmup:       ms.WarmupRequests,
-		IncludeRamp:  ms.IncludeRamp,
-		MinCompleted: minCompleted(ms.MinCompleted, cell.Shape),
-		Timeout:      ms.Timeout,
-		DrainTimeout: ms.DrainTimeout,
-		AbortIf:      openloop.AbortIf{MaxInflight: ms.AbortIf.MaxInflight, MaxTTFT: ms.AbortIf.MaxTTFT},
-		Cell:         cell.ID,
-		Block:        block, RequestTimeout: ms.RequestTimeout,
-	}
-	if s.m.Arrival.Process == matrices.ArrivalBurst { // min_completed requests, all due at once
-		cfg.Rate, cfg.Requests, cfg.MinCompleted = math.Inf(1), ms.MinCompleted, 0
-	}
+	cfg := s.m.RunConfig(cell)
+	cfg.Targets, cfg.Model, cfg.TokenIDs = targets, s.m.RequestModel(), s.m.Engine.TokenIDs
+	cfg.Endpoint, cfg.Request = s.m.Endpoint, s.request
+	cfg.Seed, cfg.Block = seed, block
 	return cfg
-}
-
-// loadArrival is the matrix's arrival for a cell at rate: in a closed loop
-// the cell's rate is its in-flight level; a burst is an infinite rate of
-// any process (loadConfig).
-func loadArrival(a matrices.Arrival, rate float64) openloop.Arrival {
-	out := openloop.Arrival{Process: a.Process, Burstiness: a.Burstiness, Ramp: a.Ramp, MaxInFlight: a.MaxInFlight}
-	if a.Process == matrices.ArrivalBurst {
-		out.Process = openloop.ArrivalPoisson
-	}
-	if a.Process == openloop.ArrivalConcurrency {
-		out.InFlight = int(rate)
-	}
-	return out
 }
 
 // policy is what a run of cell is held to for its verdict.
 func (s *runner) policy(cell matrices.Cell) results.Policy {
-	p := results.Policy{MinCompleted: minCompleted(s.m.Measure.MinCompleted, cell.Shape),
+	p := results.Policy{MinCompleted: s.m.MinCompleted(cell),
 		MaxErrorRate: s.m.Measure.MaxErrorRate, MaxErrorRateSet: s.m.Measure.MaxErrorRateSet,
 		AllowShortOutputs: s.m.Measure.AllowShortOutputs}
 	if s.m.SLO != nil {
@@ -320,15 +286,6 @@ func (s *runner) policy(cell matrices.Cell) results.Policy {
 		p.SLO = &slo
 	}
 	return p
-}
-
-// minCompleted is measure.min_completed, except for a trace replay, which
-// runs to its request_limit (or its end) rather than stopping early.
-func minCompleted(n int, sh matrices.Shape) int {
-	if sh.Trace != nil {
-		return 0
-	}
-	return n
 }
 
 // watchEngines calls stop as soon as any process of es exits, until the
