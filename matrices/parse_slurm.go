@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mbench/mbench/orchestrator/hosts"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -17,32 +18,7 @@ import (
 // batch job) and the results directory must be on a filesystem the compute
 // nodes share.
 type Slurm struct {
-	Partition  string        // -p ("" = the cluster's default)
-	Account    string        // -A ("" = the user's default)
-	Constraint string        // -C ("" = none)
-	TimeLimit  time.Duration // -t, required: the allocation ends by itself at the latest then
-	// Nodes is -N: the instances of the host are spread over them by
-	// their GPUs (see Host.SlurmNode).
-	Nodes int
-	// GPUsPerNode is the GPUs asked per node (--gres=gpu:N); 0 asks none.
-	GPUsPerNode int
-	// CPUsPerInstance is each engine step's CPUs (-c). The default suits
-	// the engine: for vLLM 2 + 2 × the most GPUs an instance of the host
-	// has (its API server and engine core, a worker and its threads per
-	// GPU: with task/affinity a step is pinned to its CPUs); 1 for sim.
-	CPUsPerInstance int
-	// Mem is the job's memory per node (--mem: "64G", or "0" for all of
-	// each node's); "" leaves the cluster's default. vLLM's default is "0"
-	// (weights are loaded, and KV blocks swapped, through host memory).
-	Mem string `json:",omitempty"`
-	// Exclusive asks for whole nodes (--exclusive), so that no other job
-	// shares the nodes being measured; vLLM's default is true, sim's false.
-	Exclusive bool `json:",omitempty"`
-	// MaxWait bounds how long the allocation may stay pending: past it
-	// mbench cancels the job and stops with Slurm's reason (0: no bound).
-	MaxWait     time.Duration `json:",omitempty"`
-	Options     []string      // extra sbatch options, passed as written
-	StepOptions []string      // extra srun options for engine steps
+	hosts.SlurmRequest
 	// Allocation is how long one allocation lasts: the sweep (default) or
 	// a block.
 	Allocation SlurmAllocation
@@ -64,7 +40,7 @@ const (
 // (cpus_per_instance, mem, exclusive) are filled in by slurmDefaults once
 // the engine and configs are known.
 func (d *decoder) slurm(v *yaml.Node, path string) *Slurm {
-	s := &Slurm{Nodes: 1, Allocation: AllocationSweep}
+	s := &Slurm{SlurmRequest: hosts.SlurmRequest{Nodes: 1}, Allocation: AllocationSweep}
 	line := v.Line
 	d.object(v, path, line, []field{
 		{"partition", false, func(v *yaml.Node, fp string) { s.Partition = d.slurmWord(v, fp) }},
@@ -291,17 +267,6 @@ func (d *decoder) checkSlurmSpan(h Host, hn, path string, instances, gpusPerInst
 
 // IsSlurm reports whether the host is allocated by Slurm.
 func (h Host) IsSlurm() bool { return h.Slurm != nil }
-
-// SlurmTime renders a duration as Slurm's -t takes it, [days-]hours:minutes:seconds
-// rounded up to whole minutes.
-func SlurmTime(d time.Duration) string {
-	m := int64((d + time.Minute - 1) / time.Minute)
-	days, h, mm := m/(24*60), (m/60)%24, m%60
-	if days > 0 {
-		return fmt.Sprintf("%d-%02d:%02d:00", days, h, mm)
-	}
-	return fmt.Sprintf("%d:%02d:00", h, mm)
-}
 
 // slurmWarnings warns of a slurm host whose time limit is shorter than
 // validate's estimate of what one allocation must last: the sweep's

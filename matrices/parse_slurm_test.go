@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mbench/mbench/orchestrator/hosts"
 )
 
 const slurmBase = "name: x\nseed: 1\nhosts:\n  c:\n    slurm: {time_limit: 30m, gpus_per_node: 4, partition: gpu, options: [--qos=high]}\n" +
@@ -17,7 +19,7 @@ const slurmBase = "name: x\nseed: 1\nhosts:\n  c:\n    slurm: {time_limit: 30m, 
 func TestSlurmHost(t *testing.T) {
 	m := mustParse(t, "x.yaml", slurmBase)
 	h := m.Hosts["c"]
-	want := Slurm{Partition: "gpu", TimeLimit: 30 * time.Minute, Nodes: 1, GPUsPerNode: 4, CPUsPerInstance: 6, Mem: "0", Exclusive: true, Options: []string{"--qos=high"}}
+	want := hosts.SlurmRequest{Partition: "gpu", TimeLimit: 30 * time.Minute, Nodes: 1, GPUsPerNode: 4, CPUsPerInstance: 6, Mem: "0", Exclusive: true, Options: []string{"--qos=high"}}
 	if h.Slurm != nil && h.Slurm.Allocation != AllocationSweep {
 		t.Errorf("allocation %q, want the default %q", h.Slurm.Allocation, AllocationSweep)
 	}
@@ -70,7 +72,7 @@ func TestSlurmMultiNode(t *testing.T) {
 			t.Errorf("instance %d: node %d command %q, want node %d and serve 0,1", i, node, in.Command, i)
 		}
 	}
-	if n := (Host{Slurm: &Slurm{Nodes: 3}}).SlurmNode(4, nil); n != 1 {
+	if n := (Host{Slurm: &Slurm{SlurmRequest: hosts.SlurmRequest{Nodes: 3}}}).SlurmNode(4, nil); n != 1 {
 		t.Errorf("an instance without GPUs: node %d, want 4 mod 3 = 1", n)
 	}
 }
@@ -127,18 +129,6 @@ func TestSlurmHostErrors(t *testing.T) {
 				t.Fatalf("got %v\nwant an error containing %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// TestSlurmTime: durations become Slurm's -t format, rounded up to minutes.
-func TestSlurmTime(t *testing.T) {
-	for _, tc := range []struct {
-		d    time.Duration
-		want string
-	}{{time.Minute, "0:01:00"}, {90 * time.Second, "0:02:00"}, {2 * time.Hour, "2:00:00"}, {49 * time.Hour, "2-01:00:00"}} {
-		if got := SlurmTime(tc.d); got != tc.want {
-			t.Errorf("SlurmTime(%s) = %s, want %s", tc.d, got, tc.want)
-		}
 	}
 }
 

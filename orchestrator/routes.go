@@ -100,8 +100,7 @@ func (s *runner) classTokens(cell matrices.Cell, routerNewTok map[int]int) (resu
 		reqs, err := openloop.LoadTrace(t.Path)
 		if err == nil {
 			var ideal []int
-			if ideal, err = openloop.IdealNewTokens(reqs, openloop.Trace{Path: t.Path, TimeScale: t.TimeScale,
-				RequestLimit: t.RequestLimit, MaxInflightSessions: t.MaxInflightSessions}); err == nil {
+			if ideal, err = openloop.IdealNewTokens(reqs, *t); err == nil {
 				out := make(map[int]int, len(ideal))
 				for id, n := range ideal {
 					out[id] = n

@@ -24,10 +24,8 @@ import (
 func slurmConfig(m *matrices.Matrix, name, dir, sweepID string) hosts.SlurmConfig {
 	sl := m.Hosts[name].Slurm
 	return hosts.SlurmConfig{
+		SlurmRequest: sl.SlurmRequest, Steps: maxInstancesOn(m, name),
 		Name: name, JobName: "mbench-" + sweepID, JobFile: filepath.Join(dir, "slurm-"+name+".json"),
-		Partition: sl.Partition, Account: sl.Account, Constraint: sl.Constraint, TimeLimit: matrices.SlurmTime(sl.TimeLimit),
-		GPUsPerNode: sl.GPUsPerNode, CPUsPerStep: sl.CPUsPerInstance, Options: sl.Options, StepOptions: sl.StepOptions,
-		Steps: maxInstancesOn(m, name), Nodes: sl.Nodes, Mem: sl.Mem, Exclusive: sl.Exclusive, MaxWait: sl.MaxWait,
 	}
 }
 

@@ -10,30 +10,64 @@ import (
 	"github.com/mbench/mbench/shquote"
 )
 
+// SlurmRequest is what a slurm host asks of the cluster, as the matrix
+// writes it (hosts.<name>.slurm; matrices.Slurm adds the allocation's
+// lifetime): one allocation, engine instances started in it as job steps
+// with their GPUs bound by Slurm.
+type SlurmRequest struct {
+	Partition  string        // -p ("" = the cluster's default)
+	Account    string        // -A ("" = the user's default)
+	Constraint string        // -C ("" = none)
+	TimeLimit  time.Duration // -t, rounded up to whole minutes: the allocation ends by itself at the latest then
+	// Nodes is -N (0 = 1): the instances of the host are spread over them
+	// by their GPUs; with several, Steps is per node.
+	Nodes int
+	// GPUsPerNode is the GPUs asked per node (--gres=gpu:N); 0 asks none.
+	GPUsPerNode int
+	// CPUsPerInstance is each engine step's CPUs (-c; 0 = 1). The
+	// matrix's default suits the engine: for vLLM 2 + 2 × the most GPUs an
+	// instance of the host has (its API server and engine core, a worker
+	// and its threads per GPU: with task/affinity a step is pinned to its
+	// CPUs); 1 for sim.
+	CPUsPerInstance int
+	// Mem is the job's memory per node (--mem: "64G", or "0" for all of
+	// each node's); "" leaves the cluster's default. vLLM's default is "0"
+	// (weights are loaded, and KV blocks swapped, through host memory).
+	Mem string `json:",omitempty"`
+	// Exclusive asks for whole nodes (--exclusive), so that no other job
+	// shares the nodes being measured; vLLM's default is true, sim's false.
+	Exclusive bool `json:",omitempty"`
+	// MaxWait bounds how long the allocation may stay pending: past it
+	// mbench cancels the job and stops with Slurm's reason (0: no bound).
+	MaxWait     time.Duration `json:",omitempty"`
+	Options     []string      // extra sbatch options, passed as written
+	StepOptions []string      // extra srun options for engine steps
+}
+
 // SlurmConfig is one Slurm host of a sweep: what to ask Slurm for, and
 // where the allocation is recorded so that a resumed sweep finds it again.
 type SlurmConfig struct {
-	Name        string // the host's name in the matrix
-	JobName     string // the allocation's job name, one per sweep (mbench-<sweep id>)
-	JobFile     string // local file recording the allocation (in the results directory)
-	Partition   string
-	Account     string
-	Constraint  string
-	TimeLimit   string // Slurm's -t format
-	GPUsPerNode int
-	CPUsPerStep int           // -c of each engine step (0 = 1)
-	Steps       int           // engine steps at once at most: the job asks that many tasks of CPUsPerStep CPUs (0 = 1)
-	Nodes       int           // nodes of the allocation (0 = 1); with several, Steps is per node
-	Mem         string        // --mem of the job, per node ("" = the cluster's default, "0" = all of each node's)
-	Exclusive   bool          // --exclusive: no other job on the nodes
-	MaxWait     time.Duration // give up on an allocation still pending after this long (0 = wait as long as Slurm keeps it)
-	Options     []string      // extra sbatch options
-	StepOptions []string      // extra srun options for engine steps
+	SlurmRequest
+	Name    string // the host's name in the matrix
+	JobName string // the allocation's job name, one per sweep (mbench-<sweep id>)
+	JobFile string // local file recording the allocation (in the results directory)
+	Steps   int    // engine steps at once at most: the job asks that many tasks of CPUsPerInstance CPUs (0 = 1)
 	// Inside is the job id of the allocation mbench runs in (SLURM_JOB_ID
 	// of a batch job): its nodes are used, no job is asked for, and it is
 	// not cancelled at the end. "" asks Slurm for a job of the sweep's own.
 	Inside string
 	Warn   io.Writer
+}
+
+// SlurmTime renders a duration as Slurm's -t takes it,
+// [days-]hours:minutes:seconds rounded up to whole minutes.
+func SlurmTime(d time.Duration) string {
+	m := int64((d + time.Minute - 1) / time.Minute)
+	days, h, mm := m/(24*60), (m/60)%24, m%60
+	if days > 0 {
+		return fmt.Sprintf("%d-%02d:%02d:00", days, h, mm)
+	}
+	return fmt.Sprintf("%d:%02d:00", h, mm)
 }
 
 // holderScript is the batch script of the sweep's job: it holds the
@@ -49,13 +83,13 @@ const holderScript = `trap 'kill $! 2>/dev/null; exit 0' TERM; while :; do sleep
 // job id again on other nodes, and the recorded nodes would be wrong);
 // engines run in it as steps.
 func (c SlurmConfig) SbatchArgs() []string {
-	a := []string{"sbatch", "--parsable", "--no-requeue", "--job-name=" + c.JobName, "--nodes=" + strconv.Itoa(max(c.Nodes, 1)), "--time=" + c.TimeLimit}
+	a := []string{"sbatch", "--parsable", "--no-requeue", "--job-name=" + c.JobName, "--nodes=" + strconv.Itoa(max(c.Nodes, 1)), "--time=" + SlurmTime(c.TimeLimit)}
 	if c.Nodes > 1 {
 		a = append(a, "--ntasks-per-node="+strconv.Itoa(max(c.Steps, 1)))
 	} else {
 		a = append(a, "--ntasks="+strconv.Itoa(max(c.Steps, 1)))
 	}
-	a = append(a, "--cpus-per-task="+strconv.Itoa(max(c.CPUsPerStep, 1)))
+	a = append(a, "--cpus-per-task="+strconv.Itoa(max(c.CPUsPerInstance, 1)))
 	if c.Mem != "" {
 		a = append(a, "--mem="+c.Mem)
 	}
@@ -87,7 +121,7 @@ func (c SlurmConfig) SbatchCommand() string { return shquote.Join(c.SbatchArgs()
 // two steps never share a GPU: --overlap steps would), named after the
 // process.
 func (c SlurmConfig) StepArgs(jobID, node, name string, gpus int) []string {
-	cpus := max(c.CPUsPerStep, 1)
+	cpus := max(c.CPUsPerInstance, 1)
 	a := []string{"srun", "--jobid=" + jobID, "--job-name=" + name, "--nodes=1", "--ntasks=1", "--nodelist=" + node,
 		"--cpus-per-task=" + strconv.Itoa(cpus), "--exact", "--kill-on-bad-exit=1"}
 	if gpus > 0 {

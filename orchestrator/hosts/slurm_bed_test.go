@@ -27,7 +27,7 @@ func bedAllocation(t *testing.T, ctx context.Context) (*netnstest.Bed, *Slurm) {
 		t.Setenv(k, v)
 	}
 	cfg := SlurmConfig{Name: "c", JobName: "mbench-hosts-bed-" + strconv.Itoa(os.Getpid()), JobFile: filepath.Join(t.TempDir(), "job.json"),
-		TimeLimit: "0:05:00", GPUsPerNode: 1, Steps: 2, Nodes: 2, Partition: bed.Partition}
+		Steps: 2, SlurmRequest: SlurmRequest{TimeLimit: 5 * time.Minute, GPUsPerNode: 1, Nodes: 2, Partition: bed.Partition}}
 	s, _, err := AllocateSlurm(ctx, NewLocal(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -23,16 +23,16 @@ import (
 // TestSlurmArgs: the sbatch and srun lines carry the matrix's request, and
 // an engine step without GPUs binds none and shares the allocation.
 func TestSlurmArgs(t *testing.T) {
-	c := SlurmConfig{JobName: "mbench-x", TimeLimit: "1:00:00", Partition: "gpu", Account: "acc", Constraint: "h100",
-		GPUsPerNode: 8, CPUsPerStep: 4, Steps: 2, Options: []string{"--qos=high"}, StepOptions: []string{"--mem=0"}}
+	c := SlurmConfig{JobName: "mbench-x", Steps: 2, SlurmRequest: SlurmRequest{TimeLimit: time.Hour, Partition: "gpu", Account: "acc", Constraint: "h100",
+		GPUsPerNode: 8, CPUsPerInstance: 4, Options: []string{"--qos=high"}, StepOptions: []string{"--mem=0"}}}
 	for _, tc := range []struct{ got, want string }{
 		{c.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=mbench-x --nodes=1 --time=1:00:00 --ntasks=2 --cpus-per-task=4 --partition=gpu --account=acc --constraint=h100 --gres=gpu:8 --output=/dev/null --qos=high " + shquote.Quote("--wrap="+holderScript)},
 		{c.StepCommand("12", "n1", "engine-c-0", 4, "serve 'a b'"), `srun --jobid=12 --job-name=engine-c-0 --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=gpu:4 --mem=0 sh -c 'serve '\''a b'\'''`},
 		{c.StepCommand("12", "n1", "router-c", 0, "r"), "srun --jobid=12 --job-name=router-c --nodes=1 --ntasks=1 --nodelist=n1 --cpus-per-task=4 --exact --kill-on-bad-exit=1 --gres=none --overlap --mem=0 sh -c r"},
-		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00"}.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1 --output=/dev/null " + shquote.Quote("--wrap="+holderScript)},
-		{SlurmConfig{JobName: "j", TimeLimit: "0:01:00", Nodes: 3, Steps: 2, GPUsPerNode: 8, Mem: "0", Exclusive: true}.SbatchCommand(),
+		{SlurmConfig{JobName: "j", SlurmRequest: SlurmRequest{TimeLimit: time.Minute}}.SbatchCommand(), "sbatch --parsable --no-requeue --job-name=j --nodes=1 --time=0:01:00 --ntasks=1 --cpus-per-task=1 --output=/dev/null " + shquote.Quote("--wrap="+holderScript)},
+		{SlurmConfig{JobName: "j", Steps: 2, SlurmRequest: SlurmRequest{TimeLimit: time.Minute, Nodes: 3, GPUsPerNode: 8, Mem: "0", Exclusive: true}}.SbatchCommand(),
 			"sbatch --parsable --no-requeue --job-name=j --nodes=3 --time=0:01:00 --ntasks-per-node=2 --cpus-per-task=1 --mem=0 --exclusive --gres=gpu:8 --output=/dev/null " + shquote.Quote("--wrap="+holderScript)},
-		{shquote.Join(SlurmConfig{GPUsPerNode: 8}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
+		{shquote.Join(SlurmConfig{SlurmRequest: SlurmRequest{GPUsPerNode: 8}}.OverlapArgs("12", "n2", "probe-c-1")), "srun --jobid=12 --job-name=probe-c-1 --nodes=1 --ntasks=1 --nodelist=n2 --overlap --gres=gpu:8"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got  %s\nwant %s", tc.got, tc.want)
@@ -56,7 +56,7 @@ func TestSlurmSteps(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	cfg := SlurmConfig{Name: "c", JobName: "mbench-hosts-test-" + strconv.Itoa(os.Getpid()), JobFile: filepath.Join(dir, "job.json"),
-		TimeLimit: "0:05:00", GPUsPerNode: 2, Steps: 2}
+		Steps: 2, SlurmRequest: SlurmRequest{TimeLimit: 5 * time.Minute, GPUsPerNode: 2}}
 	s, reused, err := AllocateSlurm(ctx, NewLocal(), cfg)
 	if err != nil || reused {
 		t.Fatalf("allocate: %v (reused %v)", err, reused)
@@ -171,7 +171,7 @@ func TestSlurmOverSSH(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := SlurmConfig{Name: "c", JobName: "mbench-hosts-ssh-" + strconv.Itoa(os.Getpid()), JobFile: filepath.Join(t.TempDir(), "job.json"),
-		TimeLimit: "0:05:00", GPUsPerNode: 2, Steps: 1}
+		Steps: 1, SlurmRequest: SlurmRequest{TimeLimit: 5 * time.Minute, GPUsPerNode: 2}}
 	s, _, err := AllocateSlurm(ctx, login, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -257,4 +257,16 @@ func allocGPUs(t *testing.T, job string) string {
 		}
 	}
 	return strings.Join(idx, ",")
+}
+
+// TestSlurmTime: durations become Slurm's -t format, rounded up to minutes.
+func TestSlurmTime(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{{time.Minute, "0:01:00"}, {90 * time.Second, "0:02:00"}, {2 * time.Hour, "2:00:00"}, {49 * time.Hour, "2-01:00:00"}} {
+		if got := SlurmTime(tc.d); got != tc.want {
+			t.Errorf("SlurmTime(%s) = %s, want %s", tc.d, got, tc.want)
+		}
+	}
 }
