@@ -68,30 +68,58 @@ func (d *decoder) ramp(v *yaml.Node, path string) *openloop.Ramp {
 		{"from", true, func(v *yaml.Node, p string) { r.From, _ = d.number(v, p, false) }},
 		{"duration", true, func(v *yaml.Node, p string) { r.Duration = d.positiveDuration(v, p) }},
 	})
-	if r.Kind == openloop.RampExponential && d.lines[path+".from"] > 0 && r.From == 0 {
-		d.add(d.lines[path+".from"], path+".from", "a rate > 0", "an exponential ramp cannot start at 0")
-	}
 	return r
 }
 
-// rampChecks refuses a ramp where it has no rate to ramp (a closed loop, a
-// trace replay) and include_ramp without a ramp.
-func (d *decoder) rampChecks(m *Matrix) {
+// includeRamp refuses include_ramp without a ramp.
+func (d *decoder) includeRamp(m *Matrix) {
 	if l := d.lines["measure.include_ramp"]; l > 0 && m.Arrival.Ramp == nil && m.Measure.IncludeRamp {
 		d.add(l, "measure.include_ramp", "arrival.ramp, or remove include_ramp", "there is no ramp to include")
 	}
-	l := d.lines["arrival.ramp"]
-	if l == 0 {
-		return
-	}
-	if m.Arrival.Process == openloop.ArrivalConcurrency {
-		d.add(l, "arrival.ramp", "a rate process (poisson, gamma, constant)", "a closed loop has no rate to ramp")
-	}
-	for _, s := range m.Shapes {
-		if s.Trace != nil {
-			d.add(l, "arrival.ramp", "shapes without trace", "shape %s replays a trace's own send times: no rate to ramp", s.Name)
+}
+
+// arrivalRules holds the arrival, once its keys decoded cleanly, to the load
+// generator's own rules (openloop.Arrival.Validate and CheckShape: no ramp
+// or cap in a closed loop, no ramp or closed loop for a trace, a ramp's
+// from), each broken rule placed at the line of the field its path names.
+// A burst's own rules are burst's; a closed loop's levels are checked where
+// in_flight is decoded.
+func (d *decoder) arrivalRules(m *Matrix) {
+	for _, e := range d.errs {
+		if strings.HasPrefix(e.Field, "arrival") {
+			return
 		}
 	}
+	a := m.Arrival
+	switch a.Process {
+	case ArrivalBurst:
+		a.Process = openloop.ArrivalPoisson
+	case openloop.ArrivalConcurrency:
+		a.InFlight = 1
+	}
+	d.spec(a.Validate(), "")
+	for _, s := range m.Shapes {
+		d.spec(a.CheckShape(s), "shape "+s.Name+": ")
+	}
+}
+
+// spec adds err, a rule of the load generator's spec that the matrix
+// breaks, at the line of the field its path names (or of the nearest
+// written field above it); msgPrefix says which part of the matrix broke it.
+func (d *decoder) spec(err error, msgPrefix string) {
+	if err == nil {
+		return
+	}
+	var fe *openloop.FieldError
+	if !errors.As(err, &fe) {
+		d.add(0, "", "", "%s%v", msgPrefix, err)
+		return
+	}
+	line := 0
+	for p := fe.Path; line == 0 && p != ""; p = p[:max(strings.LastIndex(p, "."), 0)] {
+		line = d.lines[p]
+	}
+	d.add(line, fe.Path, fe.Valid, "%s%s", msgPrefix, fe.Msg)
 }
 
 // inFlight decodes arrival.in_flight, an in-flight level or a list of
@@ -182,14 +210,6 @@ func (d *decoder) closedLoop(nodes map[string]*yaml.Node, m *Matrix, rootLine in
 		d.add(l, "arrival.in_flight", "process: concurrency, or remove in_flight", "in_flight applies to process concurrency only")
 	case !closed && !search && nodes["rates"] == nil && m.Arrival.Process != ArrivalBurst:
 		d.add(rootLine, "rates", "a list of req/s such as [0.5, 1, 2], or a capacity: section", "missing required key")
-	}
-	if closed {
-		for _, s := range m.Shapes {
-			if s.Trace != nil {
-				d.add(d.lines["arrival.process"], "arrival.process", "poisson, gamma or constant with a trace shape",
-					"shape %s: a trace replays its own send times; bound it with max_inflight_sessions instead of a closed loop", s.Name)
-			}
-		}
 	}
 }
 

@@ -48,7 +48,7 @@ func TestLoadgenOptionErrors(t *testing.T) {
 		{"arrival: {process: concurrency, in_flight: 0}\n", "x.yaml:7: arrival.in_flight", true},
 		{"arrival: {ramp: {kind: linear, from: 1}}\n", "x.yaml:8: arrival.ramp.duration: missing required key", false},
 		{"arrival: {ramp: {kind: steps, from: 1, duration: 5s}}\n", `x.yaml:8: arrival.ramp.kind: unknown value "steps"`, false},
-		{"arrival: {ramp: {kind: exponential, from: 0, duration: 5s}}\n", "x.yaml:8: arrival.ramp.from: an exponential ramp cannot start at 0", false},
+		{"arrival: {ramp: {kind: exponential, from: 0, duration: 5s}}\n", "x.yaml:8: arrival.ramp.from: an exponential ramp starts at a rate > 0", false},
 		{"arrival: {process: concurrency, in_flight: 2, ramp: {kind: linear, from: 0, duration: 5s}}\n", "x.yaml:7: arrival.ramp: a closed loop has no rate to ramp", true},
 		{"arrival: {process: concurrency, in_flight: 2}\ncapacity: {metric: ttft_p90, max_ms: 100, lo: 1, hi: 8}\n", "x.yaml:7: arrival.process: a capacity search over rates needs an open loop", true},
 		{"arrival: {process: constant}\n", "", false}, // (a valid extra, so the loop's Parse must succeed)
@@ -66,6 +66,27 @@ func TestLoadgenOptionErrors(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err %v, want %q", tc.extra, err, tc.want)
+		}
+	}
+}
+
+// TestArrivalRulesAtTheirLines: the load generator's own arrival rules
+// (openloop.Arrival.Validate, CheckShape) broken by a matrix are placed at
+// the line and field their paths name, with the shape that breaks them.
+func TestArrivalRulesAtTheirLines(t *testing.T) {
+	trace := strings.Replace(minimalSim, "shapes: [{input: 8, output: 2}]", "shapes: [{name: tr, trace: {path: t.jsonl}}]", 1)
+	noRates := strings.Replace(trace, "rates: [1]\n", "", 1)
+	for _, tc := range []struct{ src, want string }{
+		{strings.Replace(minimalSim, "rates: [1]\n", "", 1) + "arrival: {process: concurrency, in_flight: 2,\n  max_in_flight: 4}\n",
+			"x.yaml:8: arrival.max_in_flight: a closed loop keeps in_flight requests in flight; it takes no cap; valid: a rate process (poisson, gamma, constant), or remove max_in_flight"},
+		{trace + "arrival: {ramp: {kind: linear, from: 0, duration: 5s}}\n",
+			"x.yaml:8: arrival.ramp: shape tr: a trace replays its own send times: no rate to ramp; valid: shapes without trace"},
+		{noRates + "arrival:\n  process: concurrency\n  in_flight: 2\n",
+			"x.yaml:9: arrival.in_flight: shape tr: a trace replays its own send times; bound it with max_inflight_sessions instead of a closed loop; valid: poisson, gamma or constant with a trace shape"},
+	} {
+		_, err := Parse("x.yaml", []byte(tc.src))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q:\n got %v\nwant %s", tc.src, err, tc.want)
 		}
 	}
 }

@@ -245,9 +245,6 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 		{"ramp", false, func(v *yaml.Node, p string) { m.Arrival.Ramp = d.ramp(v, p) }},
 		{"max_in_flight", false, func(v *yaml.Node, p string) { m.Arrival.MaxInFlight = d.intField(v, p, 1, openloop.MaxInFlight) }},
 	})
-	if l := d.lines["arrival.max_in_flight"]; l > 0 && m.Arrival.Process == openloop.ArrivalConcurrency {
-		d.add(l, "arrival.max_in_flight", "a rate process (poisson, gamma, constant), or remove max_in_flight", "a closed loop keeps in_flight requests in flight; it takes no cap")
-	}
 	if l := d.lines["arrival.burstiness"]; l > 0 && m.Arrival.Process != openloop.ArrivalGamma && m.Arrival.Process != "" {
 		d.add(l, "arrival.burstiness", "process: gamma, or remove burstiness", "burstiness applies to process gamma only")
 	}

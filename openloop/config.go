@@ -178,11 +178,8 @@ func (c *Config) validate() error {
 	if err := c.Arrival.Validate(); err != nil {
 		return err
 	}
-	if c.Arrival.Ramp != nil && c.Shape.Trace != nil {
-		return errors.New("arrival: ramp: a trace replays its own send times")
-	}
-	if c.Arrival.Process == ArrivalConcurrency && c.Shape.Trace != nil {
-		return errors.New("arrival: concurrency: a trace replays its own send times; use max_inflight_sessions to bound it")
+	if err := c.Arrival.CheckShape(c.Shape); err != nil {
+		return err
 	}
 	if c.Warmup < 0 || c.MinCompleted < 0 || c.Requests < 0 {
 		return fmt.Errorf("warmup/min_completed/requests: must be ≥ 0, got %d/%d/%d", c.Warmup, c.MinCompleted, c.Requests)

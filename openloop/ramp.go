@@ -1,8 +1,6 @@
 package openloop
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"time"
 )
@@ -35,17 +33,17 @@ type Ramp struct {
 // RampKinds lists the valid kinds.
 var RampKinds = []RampKind{RampLinear, RampExponential}
 
-// Validate reports a ramp that cannot be used.
+// Validate reports a ramp that cannot be used (a FieldError under "ramp").
 func (r Ramp) Validate() error {
 	switch {
 	case r.Kind != RampLinear && r.Kind != RampExponential:
-		return fmt.Errorf("ramp: kind: %q is not linear or exponential", string(r.Kind))
+		return fieldErr("ramp.kind", "linear or exponential", "%q is not linear or exponential", string(r.Kind))
 	case r.Duration <= 0:
-		return fmt.Errorf("ramp: duration: must be > 0, got %v", r.Duration)
+		return fieldErr("ramp.duration", "a duration > 0", "must be > 0, got %v", r.Duration)
 	case math.IsNaN(r.From) || math.IsInf(r.From, 0) || r.From < 0:
-		return fmt.Errorf("ramp: from: must be a rate ≥ 0, got %v", r.From)
+		return fieldErr("ramp.from", "a rate ≥ 0", "must be a rate ≥ 0, got %v", r.From)
 	case r.Kind == RampExponential && r.From == 0:
-		return errors.New("ramp: from: an exponential ramp starts at a rate > 0")
+		return fieldErr("ramp.from", "a rate > 0", "an exponential ramp starts at a rate > 0")
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package openloop
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -44,43 +43,60 @@ type Arrival struct {
 	Ramp *Ramp
 }
 
-// Validate reports a process or burstiness that cannot be used.
+// Validate reports a process or burstiness that cannot be used (a
+// FieldError under "arrival").
 func (a Arrival) Validate() error {
+	const rateProcess = "a rate process (poisson, gamma, constant)"
 	if a.InFlight != 0 && a.Process != ArrivalConcurrency {
-		return fmt.Errorf("arrival: in_flight: applies to process concurrency only, not %q", a.Process)
+		return fieldErr("arrival.in_flight", "process concurrency", "applies to process concurrency only, not %q", a.Process)
 	}
 	if a.Ramp != nil {
 		if a.Process == ArrivalConcurrency {
-			return errors.New("arrival: ramp: a closed loop has no rate to ramp")
+			return fieldErr("arrival.ramp", rateProcess, "a closed loop has no rate to ramp")
 		}
 		if err := a.Ramp.Validate(); err != nil {
-			return fmt.Errorf("arrival: %w", err)
+			return under("arrival", err)
 		}
 	}
 	if a.MaxInFlight < 0 || a.MaxInFlight > MaxInFlight {
-		return fmt.Errorf("arrival: max_in_flight: must be ≥ 0 and at most %d, got %d", MaxInFlight, a.MaxInFlight)
+		return fieldErr("arrival.max_in_flight", "", "must be ≥ 0 and at most %d, got %d", MaxInFlight, a.MaxInFlight)
 	}
 	if a.InFlight > MaxInFlight {
-		return fmt.Errorf("arrival: in_flight: at most %d requests in flight, got %d", MaxInFlight, a.InFlight)
+		return fieldErr("arrival.in_flight", "", "at most %d requests in flight, got %d", MaxInFlight, a.InFlight)
 	}
 	if a.MaxInFlight > 0 && a.Process == ArrivalConcurrency {
-		return errors.New("arrival: max_in_flight: a closed loop keeps in_flight requests in flight; it takes no cap")
+		return fieldErr("arrival.max_in_flight", rateProcess+", or remove max_in_flight", "a closed loop keeps in_flight requests in flight; it takes no cap")
 	}
 	switch a.Process {
 	case ArrivalConcurrency:
 		if a.InFlight < 1 {
-			return fmt.Errorf("arrival: in_flight: must be ≥ 1 for concurrency, got %d", a.InFlight)
+			return fieldErr("arrival.in_flight", "", "must be ≥ 1 for concurrency, got %d", a.InFlight)
 		}
 		return nil
 	case "", ArrivalPoisson, ArrivalConstant:
 		return nil
 	case ArrivalGamma:
 		if !(a.Burstiness > 0) || math.IsInf(a.Burstiness, 0) {
-			return fmt.Errorf("arrival: burstiness: must be > 0 for gamma, got %v", a.Burstiness)
+			return fieldErr("arrival.burstiness", "", "must be > 0 for gamma, got %v", a.Burstiness)
 		}
 		return nil
 	}
-	return fmt.Errorf("arrival: process: %q is not poisson, gamma, constant or concurrency", a.Process)
+	return fieldErr("arrival.process", "", "%q is not poisson, gamma, constant or concurrency", a.Process)
+}
+
+// CheckShape reports an arrival that the shape cannot have: a trace
+// replays its own send times, so it has no rate to ramp and no closed loop.
+func (a Arrival) CheckShape(s Shape) error {
+	if s.Trace == nil {
+		return nil
+	}
+	if a.Ramp != nil {
+		return fieldErr("arrival.ramp", "shapes without trace", "a trace replays its own send times: no rate to ramp")
+	}
+	if a.Process == ArrivalConcurrency {
+		return fieldErr("arrival.in_flight", "poisson, gamma or constant with a trace shape", "a trace replays its own send times; bound it with max_inflight_sessions instead of a closed loop")
+	}
+	return nil
 }
 
 // scheduleChunk is how many send offsets a Schedule computes at a time.

@@ -271,8 +271,9 @@ var specSegRE = regexp.MustCompile(`^([a-z_ /]+?)(?: ("[^"]*"|[^ :]+))?: `)
 // flagError turns a spec validation error into one naming the flag that
 // sets the field, as the user typed it (value quoted unless secret): the
 // longest path of the table that prefixes the message's path wins, and
-// among rows of that path the one the user set. An error the table does not
-// place is returned as it is.
+// among rows of that path the one the user set; a path with no row of its
+// own (a rule over a section, "arrival.ramp") names the flag under it that
+// the user set. An error the table does not place is returned as it is.
 func flagError(c *cli.Context, typed typedFlags, err error) error {
 	msg := err.Error()
 	segs, ends := specPath(msg)
@@ -283,6 +284,16 @@ func flagError(c *cli.Context, typed typedFlags, err error) error {
 		for _, f := range table {
 			if f.path == path {
 				rows = append(rows, f)
+			}
+		}
+		if len(rows) == 0 {
+			// A rule over a whole section ("arrival.ramp") names the flag
+			// of it that the user set (--ramp).
+			for _, f := range table {
+				if strings.HasPrefix(f.path, path+".") && c.IsSet(f.flag.Names()[0]) {
+					rows = append(rows, f)
+					break
+				}
 			}
 		}
 		if len(rows) == 0 {
