@@ -30,7 +30,7 @@ func (m *Matrix) RunConfig(c Cell) openloop.Config {
 		Cell:           c.ID,
 	}
 	if m.Arrival.Process == openloop.ArrivalConcurrency {
-		cfg.Arrival.InFlight = int(c.Rate)
+		cfg.Rate, cfg.Arrival.InFlight = 0, int(c.Rate)
 	}
 	if m.Arrival.Process == ArrivalBurst {
 		cfg.Arrival.Process = openloop.ArrivalPoisson

@@ -35,7 +35,7 @@ type Config struct {
 	Request Request
 	// Rate is the offered load in req/s. With Shape.Trace it is a rate
 	// multiplier on top of Trace.TimeScale (0 = 1). A closed loop
-	// (Arrival.Process concurrency) does not use it.
+	// (Arrival.Process concurrency) has none: 0.
 	Rate    float64
 	Arrival Arrival
 	Shape   Shape
@@ -162,6 +162,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("rate: the trace rate multiplier must be > 0 (or 0 for 1) and at most %g, got %v", float64(MaxRate), c.Rate)
 		}
 	} else {
+		if c.Arrival.Process == ArrivalConcurrency && c.Rate != 0 {
+			return fieldErr("rate", "arrival.in_flight", "a closed loop (concurrency) has no rate: it keeps in_flight requests in flight")
+		}
 		if !(c.Rate > 0) && c.Arrival.Process != ArrivalConcurrency {
 			return fmt.Errorf("rate: must be > 0 req/s, got %v", c.Rate)
 		}

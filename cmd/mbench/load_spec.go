@@ -352,10 +352,7 @@ func loadArrival(c *cli.Context, typed typedFlags, lr *loadRun) error {
 	if endSet {
 		cfg.Rate = c.Float64("ramp-up-end-rps")
 	}
-	closed := c.IsSet("concurrency")
-	if closed && (rateSet || endSet) {
-		return usageError{fmt.Errorf("load: --%s or --concurrency, not both (a closed loop has no rate)", rateFlag)}
-	}
+	closed := c.IsSet("concurrency") // with a rate: the spec's rule (a closed loop has no rate)
 	if !rateSet && !endSet && !closed && cfg.Shape.Trace == nil {
 		if cfg.Duration > 0 || cfg.MinCompleted > 0 {
 			return usageError{errors.New("load: give --rate R (req/s) or --concurrency N: --duration and --min-completed need a rate (vllm's default --request-rate inf sends --num-prompts requests at once)")}

@@ -116,6 +116,7 @@ func TestLoadFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--concurrency", "2", "--max-concurrency", "1"}, "--max-concurrency 1: a closed loop"},
 		{[]string{"--request-rate", "5", "--ramp-up-strategy", "exponential", "--ramp-up-start-rps", "0", "--ramp-duration", "10s"}, "--ramp-up-start-rps 0: an exponential ramp starts at a rate > 0"},
 		{[]string{"--concurrency", "2", "--ramp", "linear", "--ramp-duration", "5s"}, "--ramp linear: a closed loop has no rate to ramp"},
+		{[]string{"--request-rate", "5", "--concurrency", "2"}, "--request-rate 5: a closed loop (concurrency) has no rate"},
 		{[]string{"--trace", "t.jsonl", "--concurrency", "2"}, "--concurrency 2: a trace replays its own send times"},
 		{[]string{"--top-p", "2"}, "--top-p 2: must be in (0, 1]"},
 		{[]string{"--dataset-name", "sonnet"}, "--dataset-name sonnet is not supported: use random"},
