@@ -84,20 +84,41 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 		root = c.SameAs
 	}
 	cpath := "configs." + root
-	bind := rt.Bind
-	if bind == "" {
-		bind = "127.0.0.1"
-	}
-	hosts := m.topologyHosts(c)
 	argv, err := m.ConfigArgv(config)
 	if err != nil {
 		return nil, err
 	}
-	configArgs := shquote.Join(argv)
-
 	l := &Launch{Kind: m.Engine.Kind, Config: config, ReadyTimeout: m.Engine.ReadyTimeout,
 		Stagger: m.Engine.Stagger, Grace: m.Engine.Grace, Instrument: m.Engine.Instrument}
-	routerHost := routerHostOf(c, hosts)
+	hosts := m.topologyHosts(c)
+	eps, err := m.placeInstances(c, cpath, hosts, rt, l)
+	if err != nil {
+		return nil, err
+	}
+	tv := m.newTemplateVars(c, root, shquote.Join(argv), rt, eps)
+	var errs Errors
+	for k := range l.Instances {
+		if err := m.renderInstance(c, cpath, k, &l.Instances[k], eps[k].at, tv, &errs); err != nil {
+			return nil, err
+		}
+	}
+	if c.Router != nil {
+		l.Router = m.renderRouter(c, cpath, routerHostOf(c, hosts), tv, &errs)
+	}
+	if len(errs) > 0 {
+		return nil, errs.sorted()
+	}
+	l.Key, err = launchKey(m, l)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// placeInstances places a config's instances on its hosts (ports, GPUs,
+// PD roles, bootstrap ports, step logs) into l, and returns where each is
+// reached, in the same order.
+func (m *Matrix) placeInstances(c *Config, cpath string, hosts []string, rt Runtime, l *Launch) ([]endpoint, error) {
 	var eps []endpoint // every instance, for {{.Targets}}, {{.Producers}} and {{.BootstrapPorts}}
 	for _, hn := range hosts {
 		h, ok := m.Hosts[hn]
@@ -125,30 +146,82 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 			eps = append(eps, endpoint{place{hn, h.SlurmNode(i, in.GPUs)}, in.Port, in.BootstrapPort, in.Role == RoleProducer})
 		}
 	}
-	// urls are the instances' URLs as a process at from reaches them.
-	urls := func(from place) (targets, producers []string) {
-		for _, e := range eps {
-			u := "http://" + m.reach(e.at, from, bind, rt) + ":" + strconv.Itoa(e.port)
-			if e.producer {
-				producers = append(producers, u)
-			} else {
-				targets = append(targets, u)
-			}
+	return eps, nil
+}
+
+// renderInstance renders instance k's command and environment (a PD
+// role's arguments and env over the config's), adding template errors to
+// errs.
+func (m *Matrix) renderInstance(c *Config, cpath string, k int, in *Instance, at place, tv *templateVars, errs *Errors) error {
+	cmdVars := tv.vars(at, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, true)
+	_, role := roleOf(c, k)
+	configEnv := c.Env
+	if role != nil {
+		argv, err := m.roleArgv(c, role)
+		if err != nil {
+			return err
 		}
-		return targets, producers
+		cmdVars["ConfigArgs"] = shquote.Join(argv)
+		configEnv = maps.Clone(c.Env)
+		if configEnv == nil {
+			configEnv = map[string]EnvValue{}
+		}
+		maps.Copy(configEnv, role.Env)
 	}
-	self := func(hn string) string {
-		if rt.Self != nil {
-			return rt.Self(hn)
-		}
-		if p := m.Hosts[hn].MbenchPath; p != "" {
-			return p
-		}
-		return "mbench"
+	var err error
+	in.Command, err = m.renderCommand("engine.command", m.Engine.Command, cmdVars)
+	*errs = append(*errs, asErrors(err)...)
+	if engines.Of(engines.Kind(m.Engine.Kind)).PinGPUs && len(in.GPUs) > 0 && !m.Hosts[in.Host].IsSlurm() { // Slurm binds a step's GPUs itself
+		in.Env = append(in.Env, EnvVar{Name: "CUDA_VISIBLE_DEVICES", Value: joinInts(in.GPUs)})
 	}
-	routerPort := 0
+	if m.Engine.Kind == EngineVLLM && m.Engine.Instrument {
+		in.Env = append(in.Env, EnvVar{Name: StepLogEnv, Value: in.StepLog})
+	}
+	envVars := tv.vars(at, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, false)
+	env, err := m.renderEnv(envVars, "engine.env", m.Engine.Env, cpath+".env", configEnv)
+	*errs = append(*errs, asErrors(err)...)
+	in.Env = append(in.Env, env...)
+	return nil
+}
+
+// renderRouter renders the config's router on routerHost, adding template
+// errors to errs.
+func (m *Matrix) renderRouter(c *Config, cpath, routerHost string, tv *templateVars, errs *Errors) *RouterLaunch {
+	r := &RouterLaunch{Host: routerHost, Port: c.Router.Port, ReadyPath: c.Router.ReadyPath}
+	at := place{routerHost, 0} // a slurm host's router runs on its first node
+	var err error
+	r.Command, err = m.renderCommand(cpath+".router.command", c.Router.Command, tv.vars(at, 0, r.Port, nil, c.BootstrapPort, "", true))
+	*errs = append(*errs, asErrors(err)...)
+	r.Env, err = m.renderEnv(tv.vars(at, 0, r.Port, nil, c.BootstrapPort, "", false), cpath+".router.env", c.Router.Env, "", nil)
+	*errs = append(*errs, asErrors(err)...)
+	return r
+}
+
+// templateVars are the variables of a launch's templates ({{.Targets}},
+// {{.Port}}, …) as a process at a place sees them.
+type templateVars struct {
+	m                                      *Matrix
+	root, configArgs, bind, bootstrapPorts string
+	rt                                     Runtime
+	eps                                    []endpoint
+	routerPort                             int
+	bounds                                 [3]int
+	// seen is {{.Targets}} and {{.Producers}} per place, rendered once per
+	// place (once per instance was quadratic in the instances when they
+	// share a host).
+	seen map[place]placeLists
+}
+
+type placeLists struct{ quoted, plain, producers string }
+
+func (m *Matrix) newTemplateVars(c *Config, root, configArgs string, rt Runtime, eps []endpoint) *templateVars {
+	t := &templateVars{m: m, root: root, configArgs: configArgs, bind: rt.Bind, rt: rt, eps: eps,
+		bounds: m.ClassBounds, seen: map[place]placeLists{}}
+	if t.bind == "" {
+		t.bind = "127.0.0.1"
+	}
 	if c.Router != nil {
-		routerPort = c.Router.Port
+		t.routerPort = c.Router.Port
 	}
 	var targetBoot, producerBoot []int // bootstrap ports, aligned with the targets and producers
 	for _, e := range eps {
@@ -162,89 +235,62 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if c.PD != nil {
 		prefillBoot = producerBoot
 	}
-	bootstrapPorts := ""
 	if c.BootstrapPort > 0 {
-		bootstrapPorts = joinInts(prefillBoot)
+		t.bootstrapPorts = joinInts(prefillBoot)
 	}
-	bounds := m.ClassBounds
-	if bounds == [3]int{} {
-		bounds = defaultClassBounds
+	if t.bounds == [3]int{} {
+		t.bounds = defaultClassBounds
 	}
-	// lists are {{.Targets}} and {{.Producers}} as a process at a place
-	// sees them, rendered once per place (once per instance was quadratic
-	// in the instances when they share a host).
-	type lists struct{ quoted, plain, producers string }
-	seen := map[place]lists{}
-	vars := func(at place, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
-		ls, ok := seen[at]
-		if !ok {
-			targets, producers := urls(at)
-			ls = lists{shquote.Join(targets), strings.Join(targets, " "), strings.Join(producers, ",")}
-			seen[at] = ls
+	return t
+}
+
+// urls are the instances' URLs as a process at from reaches them.
+func (t *templateVars) urls(from place) (targets, producers []string) {
+	for _, e := range t.eps {
+		u := "http://" + t.m.reach(e.at, from, t.bind, t.rt) + ":" + strconv.Itoa(e.port)
+		if e.producer {
+			producers = append(producers, u)
+		} else {
+			targets = append(targets, u)
 		}
-		q, qp, tg := shquote.Quote, shquote.Path, ls.quoted
-		if !quote {
-			q = func(s string) string { return s }
-			qp, tg = q, ls.plain
-		}
-		hn := at.host
-		nodeName, nodeAddr := m.nodeOf(at, bind, rt)
-		return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(m.Hosts[hn].nodeGPUs(gpus)),
-			"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": configArgs,
-			"Config": q(root), "Self": qp(self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
-			"RouterPort": routerPort, "Targets": tg, "Bind": q(bind), "Producers": q(ls.producers),
-			"BootstrapPorts": q(bootstrapPorts), "ClassBounds": q(joinInts(bounds[:])),
-			"NodeName": q(nodeName), "NodeAddress": q(nodeAddr)}
 	}
-	var errs Errors
-	for k := range l.Instances {
-		in := &l.Instances[k]
-		at := eps[k].at
-		cmdVars := vars(at, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, true)
-		_, role := roleOf(c, k)
-		configEnv := c.Env
-		if role != nil {
-			argv, err := m.roleArgv(c, role)
-			if err != nil {
-				return nil, err
-			}
-			cmdVars["ConfigArgs"] = shquote.Join(argv)
-			configEnv = maps.Clone(c.Env)
-			if configEnv == nil {
-				configEnv = map[string]EnvValue{}
-			}
-			maps.Copy(configEnv, role.Env)
-		}
-		in.Command, err = m.renderCommand("engine.command", m.Engine.Command, cmdVars)
-		errs = append(errs, asErrors(err)...)
-		if engines.Of(engines.Kind(m.Engine.Kind)).PinGPUs && len(in.GPUs) > 0 && !m.Hosts[in.Host].IsSlurm() { // Slurm binds a step's GPUs itself
-			in.Env = append(in.Env, EnvVar{Name: "CUDA_VISIBLE_DEVICES", Value: joinInts(in.GPUs)})
-		}
-		if m.Engine.Kind == EngineVLLM && m.Engine.Instrument {
-			in.Env = append(in.Env, EnvVar{Name: StepLogEnv, Value: in.StepLog})
-		}
-		envVars := vars(at, in.Index, in.Port, in.GPUs, in.BootstrapPort, in.StepLog, false)
-		env, err := m.renderEnv(envVars, "engine.env", m.Engine.Env, cpath+".env", configEnv)
-		errs = append(errs, asErrors(err)...)
-		in.Env = append(in.Env, env...)
+	return targets, producers
+}
+
+// self is the mbench binary on host hn.
+func (t *templateVars) self(hn string) string {
+	if t.rt.Self != nil {
+		return t.rt.Self(hn)
 	}
-	if c.Router != nil {
-		r := &RouterLaunch{Host: routerHost, Port: c.Router.Port, ReadyPath: c.Router.ReadyPath}
-		at := place{routerHost, 0} // a slurm host's router runs on its first node
-		r.Command, err = m.renderCommand(cpath+".router.command", c.Router.Command, vars(at, 0, r.Port, nil, c.BootstrapPort, "", true))
-		errs = append(errs, asErrors(err)...)
-		r.Env, err = m.renderEnv(vars(at, 0, r.Port, nil, c.BootstrapPort, "", false), cpath+".router.env", c.Router.Env, "", nil)
-		errs = append(errs, asErrors(err)...)
-		l.Router = r
+	if p := t.m.Hosts[hn].MbenchPath; p != "" {
+		return p
 	}
-	if len(errs) > 0 {
-		return nil, errs.sorted()
+	return "mbench"
+}
+
+// vars are the template variables of a process at a place; quote: for a
+// shell command line (else an env value, as it is).
+func (t *templateVars) vars(at place, index, port int, gpus []int, bootstrap int, stepLog string, quote bool) map[string]any {
+	m := t.m
+	ls, ok := t.seen[at]
+	if !ok {
+		targets, producers := t.urls(at)
+		ls = placeLists{shquote.Join(targets), strings.Join(targets, " "), strings.Join(producers, ",")}
+		t.seen[at] = ls
 	}
-	l.Key, err = launchKey(m, l)
-	if err != nil {
-		return nil, err
+	q, qp, tg := shquote.Quote, shquote.Path, ls.quoted
+	if !quote {
+		q = func(s string) string { return s }
+		qp, tg = q, ls.plain
 	}
-	return l, nil
+	hn := at.host
+	nodeName, nodeAddr := m.nodeOf(at, t.bind, t.rt)
+	return map[string]any{"Model": qp(m.Engine.Model), "Port": port, "GPUs": joinInts(m.Hosts[hn].nodeGPUs(gpus)),
+		"Instance": index, "Host": q(hn), "Address": q(m.Hosts[hn].Address), "ConfigArgs": t.configArgs,
+		"Config": q(t.root), "Self": qp(t.self(hn)), "StepLog": qp(stepLog), "BootstrapPort": bootstrap,
+		"RouterPort": t.routerPort, "Targets": tg, "Bind": q(t.bind), "Producers": q(ls.producers),
+		"BootstrapPorts": q(t.bootstrapPorts), "ClassBounds": q(joinInts(t.bounds[:])),
+		"NodeName": q(nodeName), "NodeAddress": q(nodeAddr)}
 }
 
 // topologyHosts is the hosts a config's instances run on: its topology's

@@ -235,8 +235,19 @@ func (d *decoder) trace(v *yaml.Node, path, file string, src *string, checkFiles
 
 // workload decodes arrival, measure, repeat, compare, gate and probe.
 func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
+	d.arrival(nodes["arrival"], m)
+	d.measure(nodes["measure"], m)
+	d.repeat(nodes["repeat"], m)
+	d.compare(nodes["compare"], m)
+	d.gate(nodes["gate"], m)
+	d.probe(nodes["probe"], m)
+}
+
+// arrival decodes arrival: the process, its levels or ramp and cap (their
+// rules are the load generator's: arrivalRules).
+func (d *decoder) arrival(v *yaml.Node, m *Matrix) {
 	m.Arrival = openloop.Arrival{Process: openloop.ArrivalPoisson, Burstiness: 1}
-	d.object(nodes["arrival"], "arrival", 1, []field{
+	d.object(v, "arrival", 1, []field{
 		{"process", false, func(v *yaml.Node, p string) {
 			m.Arrival.Process, _ = d.enum(v, p, append(slices.Clone(openloop.ArrivalProcesses), ArrivalBurst)...)
 		}},
@@ -248,10 +259,13 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 	if l := d.lines["arrival.burstiness"]; l > 0 && m.Arrival.Process != openloop.ArrivalGamma && m.Arrival.Process != "" {
 		d.add(l, "arrival.burstiness", "process: gamma, or remove burstiness", "burstiness applies to process gamma only")
 	}
+}
 
+// measure decodes measure: what one run measures and when it stops.
+func (d *decoder) measure(v *yaml.Node, m *Matrix) {
 	m.Measure = Measure{Timeout: 10 * time.Minute, DrainTimeout: time.Minute}
 	mm := &m.Measure
-	d.object(nodes["measure"], "measure", 1, []field{
+	d.object(v, "measure", 1, []field{
 		{"warmup_requests", false, func(v *yaml.Node, p string) { mm.WarmupRequests = d.intField(v, p, 0, 1<<31-1) }},
 		{"min_completed", true, func(v *yaml.Node, p string) { mm.MinCompleted = d.intField(v, p, 1, 1<<31-1) }},
 		{"timeout", false, func(v *yaml.Node, p string) { mm.Timeout = d.positiveDuration(v, p) }},
@@ -276,10 +290,13 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 			})
 		}},
 	})
+}
 
+// repeat decodes repeat: the stopping rule over blocks.
+func (d *decoder) repeat(v *yaml.Node, m *Matrix) {
 	r := &m.Repeat
 	*r = Repeat{Min: 3, Metric: "ttft_p90", RelCI: 0.05, Confidence: 0.95, Randomize: true}
-	d.object(nodes["repeat"], "repeat", 1, []field{
+	d.object(v, "repeat", 1, []field{
 		{"min", false, func(v *yaml.Node, p string) { r.Min = d.intField(v, p, 1, 10000) }},
 		{"max", false, func(v *yaml.Node, p string) { r.Max = d.intField(v, p, 1, 10000) }},
 		{"metric", false, func(v *yaml.Node, p string) { r.Metric, _ = d.enum(v, p, Metrics()...) }},
@@ -299,9 +316,13 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 	} else if r.Max < r.Min && r.Min > 0 {
 		d.add(d.lines["repeat.max"], "repeat.max", fmt.Sprintf("a value ≥ repeat.min (%d)", r.Min), "max %d is below min", r.Max)
 	}
+}
 
+// compare decodes compare: the metrics compared against the baseline
+// (default DefaultCompare).
+func (d *decoder) compare(v *yaml.Node, m *Matrix) {
 	m.Compare = append([]string(nil), DefaultCompare...)
-	if v := nodes["compare"]; v != nil {
+	if v != nil {
 		m.Compare = nil
 		es, ps, _ := d.list(v, "compare")
 		seen := map[string]bool{}
@@ -315,18 +336,24 @@ func (d *decoder) workload(nodes map[string]*yaml.Node, m *Matrix) {
 			}
 		}
 	}
+}
 
+// gate decodes gate: the wait for idle GPUs before each run.
+func (d *decoder) gate(v *yaml.Node, m *Matrix) {
 	m.Gate = Gate{Enabled: true, TempBandC: 3, Timeout: 5 * time.Minute, MemToleranceMiB: 512}
 	g := &m.Gate
-	d.object(nodes["gate"], "gate", 1, []field{
+	d.object(v, "gate", 1, []field{
 		{"enabled", false, func(v *yaml.Node, p string) { g.Enabled = d.boolean(v, p) }},
 		{"temp_band_c", false, func(v *yaml.Node, p string) { g.TempBandC, _ = d.number(v, p, true) }},
 		{"timeout", false, func(v *yaml.Node, p string) { g.Timeout = d.positiveDuration(v, p) }},
 		{"mem_tolerance_mib", false, func(v *yaml.Node, p string) { g.MemToleranceMiB = d.intField(v, p, 0, 1<<31-1) }},
 	})
+}
 
+// probe decodes probe: sampling during runs.
+func (d *decoder) probe(v *yaml.Node, m *Matrix) {
 	m.Probe = Probe{Interval: 250 * time.Millisecond, ThrottleMaxFraction: DefaultThrottleMaxFraction}
-	d.object(nodes["probe"], "probe", 1, []field{
+	d.object(v, "probe", 1, []field{
 		{"interval", false, func(v *yaml.Node, p string) { m.Probe.Interval = d.positiveDuration(v, p) }},
 		{"path", false, func(v *yaml.Node, p string) {
 			if m.Probe.Path, _ = d.str(v, p); m.Probe.Path != "" && !strings.HasPrefix(m.Probe.Path, "/") {
