@@ -116,6 +116,9 @@ func TestWarmupDrainsBeforeMeasure(t *testing.T) {
 			var warmDoneAtMeasure, finished int
 			cfg := Config{Targets: []string{s.URL}, Model: "m", Rate: 200, Arrival: arr, Shape: Shape{Input: 8, Output: 4},
 				Warmup: 4, Requests: 12, Seed: 5}
+			if arr.Process == ArrivalConcurrency {
+				cfg.Rate = 0 // a closed loop has none
+			}
 			cfg.OnPhase = func(p string) {
 				if p == PhaseMeasure {
 					warmDoneAtMeasure = len(s.Entries())

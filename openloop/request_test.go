@@ -3,6 +3,7 @@ package openloop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"slices"
@@ -212,9 +213,10 @@ func TestMaxInFlightCap(t *testing.T) {
 	if res.Grade.Late != nLate {
 		t.Errorf("grade %+v: the records show %d sends more than %v late", res.Grade, nLate, late)
 	}
-	if err := (&Config{Targets: []string{s.URL}, Rate: 1, Arrival: Arrival{Process: ArrivalConcurrency, InFlight: 2, MaxInFlight: 2},
-		Shape: Shape{Input: 1, Output: 1}, Requests: 1}).validate(); err == nil {
-		t.Error("a closed loop with a cap: want an error")
+	var fe *FieldError
+	if err := (&Config{Targets: []string{s.URL}, Arrival: Arrival{Process: ArrivalConcurrency, InFlight: 2, MaxInFlight: 2},
+		Shape: Shape{Input: 1, Output: 1}, Requests: 1}).validate(); !errors.As(err, &fe) || fe.Path != "arrival.max_in_flight" {
+		t.Errorf("a closed loop with a cap: %v, want an error at arrival.max_in_flight", err)
 	}
 }
 

@@ -105,86 +105,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
 	cfg := &r.cfg
-	var urls []string
-	for _, t := range cfg.Targets {
-		b := strings.TrimRight(t, "/")
-		r.bases = append(r.bases, b)
-		r.shown = append(r.shown, RedactUserinfo(b))
-		urls = append(urls, b+cfg.Endpoint.Path())
-	}
-	budget := &memBudget{limit: cfg.StreamMemory}
-	if budget.limit == 0 {
-		budget.limit = DefaultStreamMemory
-	}
-	cl, err := newClient(cfg.Client, urls, &r.clk, cfg.RequestTimeout, budget)
+	hc, closeConns, err := r.connect()
 	if err != nil {
-		return nil, fmt.Errorf("openloop: %w", err)
+		return nil, err
 	}
-	cl.beforeWrite = r.beforeWrite
-	hc := cfg.Client
-	if hc == nil { // https targets, and the model lookup
-		hc = &http.Client{Transport: NewTransport()}
-		if !cl.raw {
-			cl.hc = hc
-		}
+	defer closeConns() // after the requests (drain waits for them)
+	r.encodeRequests()
+	if err := r.firstContact(ctx, hc); err != nil {
+		return nil, err
 	}
-	defer hc.CloseIdleConnections()
-	r.cl = cl
-	defer cl.close()
-	// The reactor's thread blocks in epoll_wait holding a P until sysmon
-	// takes it back; with one P the other goroutines (the builder, the
-	// sink, cancellations) would wait for that, so it needs two.
-	if aps, ok := cl.reactorAddrs(); ok && !r.noReactor && runtime.GOMAXPROCS(0) >= 2 {
-		if re, err := newReactor(); err == nil {
-			re.eachWake = r.eachWake
-			cl.useReactor(re, aps)
-			r.re = re
-			defer re.close() // after the requests (drain waits for them)
-		}
-	}
-	r.reqPrefix = cfg.RequestIDPrefix
-	if r.reqPrefix == "" {
-		r.reqPrefix = newRequestIDPrefix()
-	}
-	r.headers, r.tail = cfg.Request.header(), newBodyTail(&cfg.Request)
-	r.headerWire = nil
-	for _, h := range r.headers {
-		r.headerWire = append(append(append(append(r.headerWire, "\r\n"...), h[0]...), ": "...), h[1]...)
-	}
-	// First contact, when the model is not configured: the served model's
-	// id and, where the engine says it, its vocabulary size, which the
-	// prompt token ids must fit.
-	r.model = cfg.Model
-	vocab := cfg.Vocab
-	if r.model == "" {
-		served, err := FetchServedModel(ctx, hc, r.bases[0], r.headers)
-		if err != nil {
-			return nil, fmt.Errorf("openloop: %w: %w", ErrModelLookup, err)
-		}
-		r.model = served.ID
-		if vocab == 0 {
-			vocab = served.Vocab
-		}
-	}
-	r.tokens, r.tokenSource, err = ChooseTokens(cfg.TokenIDs, vocab, "the model "+r.model+" at "+r.shown[0])
+	plan, err := r.loadWorkload()
 	if err != nil {
-		return nil, fmt.Errorf("openloop: %w", err)
-	}
-	var plan *tracePlan
-	if tr := cfg.Shape.Trace; tr != nil {
-		reqs, err := LoadTrace(tr.Path)
-		if err != nil {
-			return nil, fmt.Errorf("openloop: %w", err)
-		}
-		if plan, err = newTracePlan(reqs, *tr, cfg.Rate); err != nil {
-			return nil, fmt.Errorf("openloop: trace %s: %w", tr.Path, err)
-		}
-	}
-	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape, tokens: r.tokens}
-	if d := cfg.Shape.Dataset; d != nil {
-		if r.gen.items, err = LoadDataset(*d, cfg.Shape.Output); err != nil {
-			return nil, fmt.Errorf("openloop: %w", err)
-		}
+		return nil, err
 	}
 	cpu0, cpuErr := cpuSeconds()
 	host0 := readHostTimes()
@@ -205,24 +137,8 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	progDone := make(chan struct{})
 	progStopped := r.startProgress(progDone)
 
-	r.runFill()
-	if !r.stopped.Load() {
-		r.setPhase(PhaseWarmup)
-		if cfg.OnPhase != nil {
-			cfg.OnPhase(PhaseWarmup)
-		}
-		if cfg.Timeout > 0 {
-			t := time.AfterFunc(cfg.Timeout, func() { r.stop("timeout") })
-			defer t.Stop()
-		}
-		switch {
-		case plan != nil:
-			r.runTrace(plan)
-		case cfg.Arrival.Process == ArrivalConcurrency:
-			r.runClosed()
-		default:
-			r.runOpen()
-		}
+	if timeout := r.send(plan); timeout != nil {
+		defer timeout.Stop()
 	}
 	r.setPhase("drain")
 	r.drain()
@@ -244,6 +160,147 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// connect makes the run's client for its targets: the built-in HTTP/1.1
+// client, on the reactor where it can run, for plain-http targets; net/http
+// (hc, also the model lookup's) otherwise. closeConns closes them all.
+func (r *runner) connect() (hc *http.Client, closeConns func(), err error) {
+	cfg := &r.cfg
+	var urls []string
+	for _, t := range cfg.Targets {
+		b := strings.TrimRight(t, "/")
+		r.bases = append(r.bases, b)
+		r.shown = append(r.shown, RedactUserinfo(b))
+		urls = append(urls, b+cfg.Endpoint.Path())
+	}
+	budget := &memBudget{limit: cfg.StreamMemory}
+	if budget.limit == 0 {
+		budget.limit = DefaultStreamMemory
+	}
+	cl, err := newClient(cfg.Client, urls, &r.clk, cfg.RequestTimeout, budget)
+	if err != nil {
+		return nil, nil, fmt.Errorf("openloop: %w", err)
+	}
+	cl.beforeWrite = r.beforeWrite
+	hc = cfg.Client
+	if hc == nil { // https targets, and the model lookup
+		hc = &http.Client{Transport: NewTransport()}
+		if !cl.raw {
+			cl.hc = hc
+		}
+	}
+	r.cl = cl
+	// The reactor's thread blocks in epoll_wait holding a P until sysmon
+	// takes it back; with one P the other goroutines (the builder, the
+	// sink, cancellations) would wait for that, so it needs two.
+	if aps, ok := cl.reactorAddrs(); ok && !r.noReactor && runtime.GOMAXPROCS(0) >= 2 {
+		if re, err := newReactor(); err == nil {
+			re.eachWake = r.eachWake
+			cl.useReactor(re, aps)
+			r.re = re
+		}
+	}
+	return hc, func() {
+		if r.re != nil {
+			r.re.close()
+		}
+		cl.close()
+		hc.CloseIdleConnections()
+	}, nil
+}
+
+// encodeRequests encodes once what every request carries: the request id
+// prefix, the extra headers (raw too) and the end of the body.
+func (r *runner) encodeRequests() {
+	cfg := &r.cfg
+	r.reqPrefix = cfg.RequestIDPrefix
+	if r.reqPrefix == "" {
+		r.reqPrefix = newRequestIDPrefix()
+	}
+	r.headers, r.tail = cfg.Request.header(), newBodyTail(&cfg.Request)
+	r.headerWire = nil
+	for _, h := range r.headers {
+		r.headerWire = append(append(append(append(r.headerWire, "\r\n"...), h[0]...), ": "...), h[1]...)
+	}
+}
+
+// firstContact learns, when the model is not configured, the served
+// model's id and, where the engine says it, its vocabulary size, which the
+// prompt token ids must fit; then chooses the token ids.
+func (r *runner) firstContact(ctx context.Context, hc *http.Client) error {
+	cfg := &r.cfg
+	r.model = cfg.Model
+	vocab := cfg.Vocab
+	if r.model == "" {
+		served, err := FetchServedModel(ctx, hc, r.bases[0], r.headers)
+		if err != nil {
+			return fmt.Errorf("openloop: %w: %w", ErrModelLookup, err)
+		}
+		r.model = served.ID
+		if vocab == 0 {
+			vocab = served.Vocab
+		}
+	}
+	var err error
+	r.tokens, r.tokenSource, err = ChooseTokens(cfg.TokenIDs, vocab, "the model "+r.model+" at "+r.shown[0])
+	if err != nil {
+		return fmt.Errorf("openloop: %w", err)
+	}
+	return nil
+}
+
+// loadWorkload reads the shape's files: a trace's replay plan (nil
+// without one), a dataset's prompts into the prompt generator.
+func (r *runner) loadWorkload() (*tracePlan, error) {
+	cfg := &r.cfg
+	var plan *tracePlan
+	if tr := cfg.Shape.Trace; tr != nil {
+		reqs, err := LoadTrace(tr.Path)
+		if err != nil {
+			return nil, fmt.Errorf("openloop: %w", err)
+		}
+		if plan, err = newTracePlan(reqs, *tr, cfg.Rate); err != nil {
+			return nil, fmt.Errorf("openloop: trace %s: %w", tr.Path, err)
+		}
+	}
+	r.gen = promptGen{seed: cfg.Seed, shape: cfg.Shape, tokens: r.tokens}
+	if d := cfg.Shape.Dataset; d != nil {
+		var err error
+		if r.gen.items, err = LoadDataset(*d, cfg.Shape.Output); err != nil {
+			return nil, fmt.Errorf("openloop: %w", err)
+		}
+	}
+	return plan, nil
+}
+
+// send runs the phases that send: the cache fill, then warmup and
+// measurement as the arrival says (a trace's plan, the closed loop, or the
+// open loop's schedule). It returns the Timeout's timer (nil: none), which
+// the caller stops once the run is over.
+func (r *runner) send(plan *tracePlan) *time.Timer {
+	cfg := &r.cfg
+	r.runFill()
+	if r.stopped.Load() {
+		return nil
+	}
+	r.setPhase(PhaseWarmup)
+	if cfg.OnPhase != nil {
+		cfg.OnPhase(PhaseWarmup)
+	}
+	var t *time.Timer
+	if cfg.Timeout > 0 {
+		t = time.AfterFunc(cfg.Timeout, func() { r.stop("timeout") })
+	}
+	switch {
+	case plan != nil:
+		r.runTrace(plan)
+	case cfg.Arrival.Process == ArrivalConcurrency:
+		r.runClosed()
+	default:
+		r.runOpen()
+	}
+	return t
 }
 
 // stop ends sending; the first reason given wins.
