@@ -5,6 +5,11 @@
 // config into concrete launch specs (per-instance commands, environment,
 // ports, GPUs and an optional router).
 //
+// A run is described in the load generator's types (openloop.Shape,
+// Arrival, …), which the matrix holds as they are; Matrix.RunConfig maps a
+// cell onto its openloop.Config, and the rules of those types are theirs
+// (their Validate), placed here at the line of the field they name.
+//
 // Load and Parse never panic on bad input. Every problem is reported as
 //
 //	file:line: field.path: what is wrong; valid: what would be valid

@@ -1,5 +1,11 @@
 // Package openloop is mbench's load generator. It owns:
 //
+//   - the run spec: Config and the types it holds (shape, arrival, ramp,
+//     stop conditions and caps, request), the one vocabulary of a run that
+//     the matrix and mbench load both fill in; each type's Validate returns
+//     a FieldError whose path names the setting as the matrix does
+//     ("arrival.ramp.from"), so each front end can name it in its own terms
+//     (config.go, shape.go, schedule.go, ramp.go, request.go, fielderr.go);
 //   - the arrival processes (Poisson, gamma with burstiness, constant), whose
 //     send times are precomputed from a seeded RNG as absolute offsets
 //     (schedule.go), optionally ramped up inside a run (ramp.go); and the
