@@ -124,39 +124,16 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 	cfg := &r.cfg
 	var toks []int32
 	var body []byte // the request body's scratch (see prepare)
-	firstMeasured := int64(-1)
-	rampEnd := int64(-1) // requests scheduled before it are ramp requests
-	if rp := cfg.Arrival.Ramp; rp != nil && sch != nil {
-		rampEnd = int64(rp.Duration)
-	}
-	measured := 0
+	ph := newPhaser(cfg, sch != nil)
 	for i := 0; ; i++ {
 		off := int64(0) // a closed loop (no schedule) sets the time as it sends
 		if sch != nil {
 			off = sch.Next()
 		}
-		ramp := off < rampEnd
-		phase := PhaseWarmup
-		switch {
-		case i < cfg.Warmup:
-		case ramp && !cfg.IncludeRamp:
-			phase = PhaseRamp
-		default:
-			phase = PhaseMeasure
-			if cfg.Requests > 0 && measured >= cfg.Requests {
-				r.endReason = "requests"
-				return
-			}
-			measured++
-		}
-		if phase == PhaseMeasure && cfg.Duration > 0 && sch != nil {
-			if firstMeasured < 0 {
-				firstMeasured = off
-			}
-			if off-firstMeasured >= int64(cfg.Duration) {
-				r.endReason = "duration"
-				return
-			}
+		phase, ramp, stop := ph.next(i, off)
+		if stop != "" {
+			r.endReason = stop
+			return
 		}
 		if i == cfg.Warmup && i > 0 && cfg.Arrival.Ramp == nil {
 			// The warm-up requests finish before the next one is sent, as
@@ -182,15 +159,7 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 				base = r.clk.now()
 			}
 		}
-		var j *job
-		if r.gen.items != nil {
-			prompt, out := r.gen.dataset(i)
-			j = r.prepareText(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out}, prompt, &body)
-		} else {
-			var out, group int
-			toks, out, group = r.gen.open(i, toks)
-			j = r.prepare(&job{id: r.fillCount + i, phase: phase, sched: base + off, output: out, group: group}, toks, &body)
-		}
+		j := r.prepareOpen(i, phase, base+off, &toks, &body)
 		j.ramp = ramp
 		batch = append(batch, j)
 		if len(batch) < jobBatch && len(jobs) > 0 {
@@ -200,6 +169,67 @@ func (r *runner) buildOpen(sch *Schedule, base int64, jobs chan<- []*job) {
 			return
 		}
 	}
+}
+
+// prepareOpen prepares the i-th request of the open loop (or the closed
+// loop), due at sched: its prompt, from the dataset or the shape's tokens,
+// and its encoded body; toks and body are the caller's scratch.
+func (r *runner) prepareOpen(i int, phase string, sched int64, toks *[]int32, body *[]byte) *job {
+	if r.gen.items != nil {
+		prompt, out := r.gen.dataset(i)
+		return r.prepareText(&job{id: r.fillCount + i, phase: phase, sched: sched, output: out}, prompt, body)
+	}
+	var out, group int
+	*toks, out, group = r.gen.open(i, *toks)
+	return r.prepare(&job{id: r.fillCount + i, phase: phase, sched: sched, output: out, group: group}, *toks, body)
+}
+
+// phaser says which phase each request of the schedule is in — warmup,
+// ramp (sent while Arrival.Ramp raises the rate, unless IncludeRamp) or
+// measure — and which stop condition that depends only on the schedule
+// (Requests, Duration) is met before it.
+type phaser struct {
+	cfg           *Config
+	scheduled     bool  // offsets come from a Schedule (not the closed loop)
+	rampEnd       int64 // requests scheduled before it are ramp requests
+	firstMeasured int64 // offset of the first measured request (-1: none yet)
+	measured      int
+}
+
+func newPhaser(cfg *Config, scheduled bool) *phaser {
+	p := &phaser{cfg: cfg, scheduled: scheduled, rampEnd: -1, firstMeasured: -1}
+	if rp := cfg.Arrival.Ramp; rp != nil && scheduled {
+		p.rampEnd = int64(rp.Duration)
+	}
+	return p
+}
+
+// next is the phase of request i at offset off, whether it is sent during
+// the ramp, and the stop condition met instead of sending it ("": none).
+func (p *phaser) next(i int, off int64) (phase string, ramp bool, stop string) {
+	cfg := p.cfg
+	ramp = off < p.rampEnd
+	phase = PhaseWarmup
+	switch {
+	case i < cfg.Warmup:
+	case ramp && !cfg.IncludeRamp:
+		phase = PhaseRamp
+	default:
+		phase = PhaseMeasure
+		if cfg.Requests > 0 && p.measured >= cfg.Requests {
+			return phase, ramp, "requests"
+		}
+		p.measured++
+	}
+	if phase == PhaseMeasure && cfg.Duration > 0 && p.scheduled {
+		if p.firstMeasured < 0 {
+			p.firstMeasured = off
+		}
+		if off-p.firstMeasured >= int64(cfg.Duration) {
+			return phase, ramp, "duration"
+		}
+	}
+	return phase, ramp, ""
 }
 
 // jobBatch is the most prepared requests handed over at once.
