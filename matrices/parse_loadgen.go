@@ -97,7 +97,23 @@ func (d *decoder) arrivalRules(m *Matrix) {
 	case openloop.ArrivalConcurrency:
 		a.InFlight = 1
 	}
-	d.spec(a.Validate(), "")
+	// Validate names the first broken rule: set that field aside and ask
+	// again, so that every problem of the file is reported at once.
+	for v := a; ; {
+		err := v.Validate()
+		d.spec(err, "")
+		var fe *openloop.FieldError
+		if !errors.As(err, &fe) {
+			break
+		}
+		if strings.HasPrefix(fe.Path, "arrival.ramp") && v.Ramp != nil {
+			v.Ramp = nil
+		} else if fe.Path == "arrival.max_in_flight" && v.MaxInFlight != 0 {
+			v.MaxInFlight = 0
+		} else {
+			break
+		}
+	}
 	for _, s := range m.Shapes {
 		d.spec(a.CheckShape(s), "shape "+s.Name+": ")
 	}

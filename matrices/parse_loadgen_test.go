@@ -79,6 +79,9 @@ func TestArrivalRulesAtTheirLines(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{strings.Replace(minimalSim, "rates: [1]\n", "", 1) + "arrival: {process: concurrency, in_flight: 2,\n  max_in_flight: 4}\n",
 			"x.yaml:8: arrival.max_in_flight: a closed loop keeps in_flight requests in flight; it takes no cap; valid: a rate process (poisson, gamma, constant), or remove max_in_flight"},
+		{strings.Replace(minimalSim, "rates: [1]\n", "", 1) + "arrival: {process: concurrency, in_flight: 2, max_in_flight: 4,\n  ramp: {kind: linear, from: 0, duration: 5s}}\n",
+			"x.yaml:7: arrival.max_in_flight: a closed loop keeps in_flight requests in flight; it takes no cap; valid: a rate process (poisson, gamma, constant), or remove max_in_flight\n" +
+				"x.yaml:8: arrival.ramp: a closed loop has no rate to ramp; valid: a rate process (poisson, gamma, constant)"},
 		{trace + "arrival: {ramp: {kind: linear, from: 0, duration: 5s}}\n",
 			"x.yaml:8: arrival.ramp: shape tr: a trace replays its own send times: no rate to ramp; valid: shapes without trace"},
 		{noRates + "arrival:\n  process: concurrency\n  in_flight: 2\n",
