@@ -163,7 +163,7 @@ func (c *Config) validate() error {
 		}
 	} else {
 		if c.Arrival.Process == ArrivalConcurrency && c.Rate != 0 {
-			return fieldErr("rate", "arrival.in_flight", "a closed loop (concurrency) has no rate: it keeps in_flight requests in flight")
+			return fieldErr("rate", "arrival.in_flight", "a closed loop (concurrency) has no rate")
 		}
 		if !(c.Rate > 0) && c.Arrival.Process != ArrivalConcurrency {
 			return fmt.Errorf("rate: must be > 0 req/s, got %v", c.Rate)

@@ -468,7 +468,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.Requests = 0 }, "openloop: config: stop condition: set min_completed, requests or duration"},
 		{func(c *Config) { c.Shape.Input = 0 }, `openloop: config: shape "": input: must be in [1, 4194304] tokens, got 0`},
 		{func(c *Config) { c.Arrival.Process = "x" }, `openloop: config: arrival: process: "x" is not poisson, gamma, constant or concurrency`},
-		{func(c *Config) { c.Arrival = Arrival{Process: ArrivalConcurrency, InFlight: 2} }, "openloop: config: rate: a closed loop (concurrency) has no rate: it keeps in_flight requests in flight"},
+		{func(c *Config) { c.Arrival = Arrival{Process: ArrivalConcurrency, InFlight: 2} }, "openloop: config: rate: a closed loop (concurrency) has no rate"},
 		{func(c *Config) {
 			c.Shape = Shape{Trace: &Trace{Path: "t.jsonl"}}
 			c.Arrival.Ramp = &Ramp{Kind: RampLinear, Duration: time.Second}
