@@ -19,7 +19,9 @@
 //     parser, which measure TTFT, ITL and E2EL as `vllm bench serve` defines
 //     them (client.go, sse.go, chunk.go);
 //   - the run itself: cache fill, warmup and measurement, stop conditions,
-//     abort rules, drain, streaming of records (config.go, run.go);
+//     abort rules, drain, streaming of records (config.go, run.go); the hot
+//     path a request takes, from the dispatcher's wait to its record, reads
+//     in one file (attack.go);
 //   - the reactor (Linux): every request over the built-in HTTP/1.1 client
 //     runs as a coroutine of one thread that waits in epoll_wait on all the
 //     run's connections (edge-triggered, with EPOLLRDHUP so that a FIN that
@@ -30,7 +32,7 @@
 //     order and waits for each deadline on a Linux timerfd parked in Go's
 //     netpoller, busy-waiting only the last 25 µs, and a goroutine per
 //     request; either way a late send fires at once and is recorded as send
-//     lag (open.go, pacer.go, timerfd_linux.go);
+//     lag (attack.go, open.go, pacer.go, timerfd_linux.go);
 //   - the requests.jsonl record format, encoded without reflection as
 //     requests finish, written by one goroutine every 10 ms (sink.go), and
 //     read back strictly by ReadRecords (record.go);
