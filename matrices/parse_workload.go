@@ -67,6 +67,10 @@ func (d *decoder) shapes(v *yaml.Node, m *Matrix, checkFiles bool) {
 		if !ok {
 			continue
 		}
+		if err := s.Validate(); err != nil { // the load generator's own rules, beyond the keys' bounds
+			d.add(e.Line, ps[i], "", "%v", err)
+			continue
+		}
 		if first, dup := seen[s.Name]; dup {
 			d.add(e.Line, ps[i]+".name", "a distinct name per shape", "duplicate shape name %q (first at line %d)", s.Name, first)
 			continue
