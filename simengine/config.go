@@ -49,11 +49,14 @@ type Config struct {
 	Jitter     float64 // sigma of per-step lognormal noise on step time (default 0.02)
 	ColdSteps  int     // the first ColdSteps steps after launch are ColdFactor× slower
 	ColdFactor float64 // default 1 (no effect)
-	// DriftPerS models a machine that slows as it warms over a sweep (seed
-	// 000's cold-vs-warm GPU): step time grows by this fraction per second
-	// since DriftEpoch, across launches. 0 = no drift.
-	DriftPerS  float64
-	DriftEpoch time.Time // start of the drift (e.g. the sweep's start)
+	// DriftPerRequest models a machine that slows as it works through a
+	// sweep (seed 000's cold-vs-warm GPU): a step whose newest request is
+	// the n-th the engine admitted since launch costs (1 + DriftPerRequest)^(n−1)
+	// times the model: each run of the same length slows the next by the
+	// same share. Counted in requests, not seconds, so the drift a sweep
+	// sees is the one its schedule scripts, whatever the machine's speed.
+	// 0 = no drift.
+	DriftPerRequest float64
 	// CrashAfterSteps makes the process exit with code 3 after this many
 	// steps (fault injection); 0 = never.
 	CrashAfterSteps int
@@ -182,6 +185,7 @@ func (c Config) Validate() error {
 		{"decode-seq-us", c.DecodeSeqUs}, {"connector-us", c.ConnectorUs},
 		{"walk-ns-per-block", c.WalkNsPerBlock}, {"noise", c.Noise},
 		{"jitter", c.Jitter}, {"cold-factor", c.ColdFactor}, {"kv-transfer-us-per-token", c.KVTransferUsPerToken},
+		{"drift-per-request", c.DriftPerRequest},
 	}
 	for _, f := range floats {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
@@ -263,8 +267,8 @@ func (c Config) Validate() error {
 func (c Config) describe() string {
 	return fmt.Sprintf("step_base_us=%g prefill_token_us=%g decode_seq_us=%g token_budget=%d max_seqs=%d "+
 		"kv_blocks=%d block_size=%d max_model_len=%d connector=%s connector_us=%g walk_ns_per_block=%g async=%t "+
-		"noise=%g jitter=%g cold_steps=%d cold_factor=%g crash_after_steps=%d seed=%d kv_role=%q kv_transfer_us_per_token=%g kv_connector=%q",
+		"noise=%g jitter=%g cold_steps=%d cold_factor=%g drift_per_request=%g crash_after_steps=%d seed=%d kv_role=%q kv_transfer_us_per_token=%g kv_connector=%q",
 		c.StepBaseUs, c.PrefillTokenUs, c.DecodeSeqUs, c.TokenBudget, c.MaxSeqs, c.KVBlocks, c.BlockSize, c.MaxModelLen,
 		c.Connector, c.ConnectorUs, c.WalkNsPerBlock, c.Async, c.Noise, c.Jitter, c.ColdSteps, c.ColdFactor,
-		c.CrashAfterSteps, c.Seed, c.KVRole, c.KVTransferUsPerToken, c.KVConnector)
+		c.DriftPerRequest, c.CrashAfterSteps, c.Seed, c.KVRole, c.KVTransferUsPerToken, c.KVConnector)
 }

@@ -35,7 +35,7 @@ func fastCfg() Config {
 	return Config{StepBaseUs: 300, PrefillTokenUs: -1, DecodeSeqUs: -1, Jitter: -1}
 }
 
-func startEngine(t *testing.T, cfg Config) *testEngine {
+func startEngine(t testing.TB, cfg Config) *testEngine {
 	t.Helper()
 	if cfg.StepLog == "" {
 		cfg.StepLog = filepath.Join(t.TempDir(), "engine_step.jsonl")
@@ -78,7 +78,7 @@ func startEngine(t *testing.T, cfg Config) *testEngine {
 }
 
 // post sends a /v1/completions body and returns status and whole body.
-func (te *testEngine) post(t *testing.T, body string) (int, string) {
+func (te *testEngine) post(t testing.TB, body string) (int, string) {
 	t.Helper()
 	status, out, err := te.postErr(body)
 	if err != nil {
@@ -197,7 +197,7 @@ func tail(s string) string {
 
 // streamTimes streams a completion and returns each data payload with the
 // time it arrived, relative to the send.
-func streamTimes(t *testing.T, url, body string) ([]string, []time.Duration) {
+func streamTimes(t testing.TB, url, body string) ([]string, []time.Duration) {
 	t.Helper()
 	t0 := time.Now()
 	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))

@@ -63,7 +63,7 @@ func (e *Engine) loop() {
 			start = now
 		}
 		idle = false
-		c := e.cost.cost(steps, plan.prefillTokens, plan.decodeSeqs, plan.cachedBlocks)
+		c := e.cost.cost(steps, plan.prefillTokens, plan.decodeSeqs, plan.cachedBlocks, plan.newest)
 		deadline := start.Add(usToDuration(c.total))
 		if e.log != nil {
 			e.reportLogErr(e.log.flushBefore(deadline))

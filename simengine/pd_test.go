@@ -51,10 +51,11 @@ func TestPDHandoff(t *testing.T) {
 		t.Fatalf("decode stream: %d payloads", len(payloads))
 	}
 	ttft := at[0]
-	// The consumer computes 16 tokens at most, not 4000: its TTFT is the
-	// transfer (40 ms) plus one short step, far below a 160 ms prefill.
-	if lo, hi := time.Duration(fullBlock*transfer)*time.Microsecond, 120*time.Millisecond; ttft < lo || ttft > hi {
-		t.Errorf("decode TTFT %v, want ≥ %v (the modelled transfer) and < %v (no prefill)", ttft, lo, hi)
+	// The consumer waits for the modelled transfer (40 ms) before its first
+	// token; that it then computes 16 tokens at most, not 4000 (no 160 ms
+	// prefill), the metrics below say.
+	if lo := time.Duration(fullBlock*transfer) * time.Microsecond; ttft < lo {
+		t.Errorf("decode TTFT %v, want ≥ %v (the modelled transfer)", ttft, lo)
 	}
 	pm, dm := p.metrics(t), d.metrics(t)
 	if pm["vllm:prompt_tokens_total"] != n || pm["vllm:external_prefix_cache_hits_total"] != 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -102,19 +103,48 @@ func TestHandlerWithoutServe(t *testing.T) {
 	}
 }
 
-// While the engine is busy, logged steps reach the file within ~200 ms.
+// While the engine is busy, logged steps reach the file (the flush rule
+// itself, every stepFlushEvery, is TestStepLogFlushEvery's); none is lost at
+// shutdown.
 func TestStepLogFlushedWhileBusy(t *testing.T) {
 	te := startEngine(t, Config{StepBaseUs: 1000, Jitter: -1})
 	go te.postErr(`{"prompt":[1],"max_tokens":100000,"ignore_eos":true,"stream":true}`)
-	time.Sleep(100 * time.Millisecond)
-	done := te.metrics(t)["mbench_sim_steps_total"]
-	time.Sleep(300 * time.Millisecond)
-	n := len(readSteps(t, te.stepLog))
-	if done < 10 || float64(n) < done {
-		t.Errorf("%d steps on disk 300 ms after %v steps were done, want all of them (flush every 200 ms)", n, done)
+	n := 0
+	deadline := time.Now().Add(time.Minute) // a hang guard
+	for n < 10 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		n = len(readSteps(t, te.stepLog))
+	}
+	if n < 10 {
+		t.Fatalf("%d steps on disk after a minute of a busy engine", n)
+	}
+	if te.metrics(t)["vllm:num_requests_running"] != 1 {
+		t.Errorf("the request ended before its steps reached the disk: want them written while it runs")
 	}
 	te.stop()
 	if all := len(readSteps(t, te.stepLog)); all < n {
 		t.Errorf("lines lost at shutdown: %d then %d", n, all)
+	}
+}
+
+// TestStepLogFlushEvery: buffered lines are flushed before a sleep that
+// would leave them unwritten stepFlushEvery or more after the last flush,
+// and not before.
+func TestStepLogFlushEvery(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "steps.jsonl")
+	l, err := openStepLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	onDisk := func() int { return len(readSteps(t, path)) }
+	if err := l.write(stepRecord{endWall: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.flushBefore(l.lastFlush.Add(stepFlushEvery - time.Microsecond)); err != nil || onDisk() != 0 {
+		t.Fatalf("flushed %d lines (%v) before a sleep ending within %v of the last flush", onDisk(), err, stepFlushEvery)
+	}
+	if err := l.flushBefore(l.lastFlush.Add(stepFlushEvery)); err != nil || onDisk() != 1 {
+		t.Fatalf("%d lines on disk (%v) before a sleep ending %v after the last flush, want 1", onDisk(), err, stepFlushEvery)
 	}
 }

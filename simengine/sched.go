@@ -54,16 +54,18 @@ type stepPlan struct {
 	numRunning    int
 	numWaiting    int
 	cachedBlocks  int
+	newest        uint64 // the highest serial among seqs
 }
 
 func (p *stepPlan) reset() {
 	p.seqs, p.tokens = p.seqs[:0], p.tokens[:0]
-	p.prefillTokens, p.decodeSeqs, p.numRunning, p.numWaiting, p.cachedBlocks = 0, 0, 0, 0, 0
+	p.prefillTokens, p.decodeSeqs, p.numRunning, p.numWaiting, p.cachedBlocks, p.newest = 0, 0, 0, 0, 0, 0
 }
 
 func (p *stepPlan) add(s *seq, n int) {
 	p.seqs = append(p.seqs, s)
 	p.tokens = append(p.tokens, n)
+	p.newest = max(p.newest, s.serial)
 	if n == 1 && s.output > 0 && s.numTokens-s.numComputed == 1 {
 		p.decodeSeqs++
 	} else {

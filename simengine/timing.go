@@ -43,8 +43,9 @@ func newCostModel(cfg Config) *costModel {
 
 // cost models step number step (0-based since launch) of a batch with
 // prefill prefill tokens and decode decoding sequences while cached blocks
-// sit in the prefix cache.
-func (m *costModel) cost(step int64, prefill, decode, cached int) stepCost {
+// sit in the prefix cache; newest is the serial (1-based since launch) of
+// the batch's newest request, which the drift counts.
+func (m *costModel) cost(step int64, prefill, decode, cached int, newest uint64) stepCost {
 	c := &m.cfg
 	f := m.launchFactor
 	if c.Jitter > 0 {
@@ -53,8 +54,8 @@ func (m *costModel) cost(step int64, prefill, decode, cached int) stepCost {
 	if step < int64(c.ColdSteps) {
 		f *= c.ColdFactor
 	}
-	if c.DriftPerS > 0 && !c.DriftEpoch.IsZero() {
-		f *= 1 + c.DriftPerS*max(0, time.Since(c.DriftEpoch).Seconds())
+	if c.DriftPerRequest > 0 && newest > 0 {
+		f *= math.Pow(1+c.DriftPerRequest, float64(newest-1))
 	}
 	model := (c.StepBaseUs + c.PrefillTokenUs*float64(prefill) + c.DecodeSeqUs*float64(decode)) * f
 	sc := stepCost{factor: f}

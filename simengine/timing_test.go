@@ -2,7 +2,6 @@ package simengine
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -28,13 +27,16 @@ func checkParts(t *testing.T, steps []map[string]float64, connector bool) {
 	}
 }
 
-// wallAttempts is how often a wall-clock measurement is repeated before a
-// test fails: the machine is shared, and one descheduled moment is not a
-// fault of the model. The logged (model) values are checked every time.
-const wallAttempts = 3
-
+// TestStepTimingMatchesModel: every logged step is the model's duration,
+// and the wall clock never runs ahead of the model by more than the loop's
+// timeline allows (maxLag: a wake-up that late keeps the timeline, a later
+// one restarts it): the client's first token comes no earlier than the
+// prefill step, the logged step ends no closer together than the steps'
+// durations, each less maxLag.
+// How close to the model the wall clock stays is a timing claim, the
+// machine's: BenchmarkStepTiming measures it.
 func TestStepTimingMatchesModel(t *testing.T) {
-	const base, perPrefill, perDecode, tokens = 8000.0, 2.0, 40.0, 15
+	const base, perPrefill, perDecode, tokens, requests = 8000.0, 2.0, 40.0, 15, 2
 	te := startEngine(t, Config{StepBaseUs: base, PrefillTokenUs: perPrefill, DecodeSeqUs: perDecode, Jitter: -1})
 	// One request first, so the measured ones reuse a warm connection; its
 	// one step is left out of the log check below.
@@ -42,36 +44,26 @@ func TestStepTimingMatchesModel(t *testing.T) {
 		t.Fatalf("warm-up: %d %s", status, out)
 	}
 	wantFirst, wantDecode := base+100*perPrefill, base+perDecode
-	var wallErrs []string
-	attempts := 0
-	for attempts < wallAttempts {
-		attempts++
+	lagUs := float64(maxLag.Microseconds())
+	for r := 1; r <= requests; r++ {
 		// A fresh prompt each time: a repeat would hit the prefix cache.
-		payloads, at := streamTimes(t, te.url, `{"prompt":`+idsPrompt(100, 1000*attempts)+`,"max_tokens":15,"ignore_eos":true,"stream":true}`)
+		payloads, at := streamTimes(t, te.url, `{"prompt":`+idsPrompt(100, 1000*r)+`,"max_tokens":15,"ignore_eos":true,"stream":true}`)
 		if len(payloads) != tokens+1 {
 			t.Fatalf("%d events, want %d tokens + [DONE]", len(payloads), tokens)
 		}
-		// Client side: TTFT ≈ the prefill step, mean ITL ≈ a decode step.
 		ttft := at[0].Seconds() * 1e6
 		itl := (at[tokens-1] - at[0]).Seconds() * 1e6 / (tokens - 1)
 		t.Logf("TTFT %.0f µs (model %.0f), mean ITL %.0f µs (model %.0f)", ttft, wantFirst, itl, wantDecode)
-		if ttft >= wantFirst-300 && ttft <= wantFirst+4000 && math.Abs(itl-wantDecode) <= 400 {
-			wallErrs = nil
-			break
+		if ttft < wantFirst-lagUs {
+			t.Errorf("request %d: TTFT %.0f µs, before the modelled prefill step of %.0f µs could end (less maxLag)", r, ttft, wantFirst)
 		}
-		wallErrs = append(wallErrs, fmt.Sprintf("TTFT %.0f µs (want %.0f + < 4 ms), mean ITL %.0f µs (want %.0f ± 400)",
-			ttft, wantFirst, itl, wantDecode))
-	}
-	if len(wallErrs) > 0 {
-		t.Errorf("measured timing off the model in all %d attempts: %v", wallAttempts, wallErrs)
 	}
 	steps := te.steps(t)[1:]
-	if len(steps) != tokens*attempts {
-		t.Fatalf("%d steps logged, want %d (one prefill, 14 decodes per request)", len(steps), tokens*attempts)
+	if len(steps) != tokens*requests {
+		t.Fatalf("%d steps logged, want %d (one prefill, 14 decodes per request)", len(steps), tokens*requests)
 	}
 	checkParts(t, steps, false)
-	spanOK := false
-	for r := 0; r < attempts; r++ {
+	for r := 0; r < requests; r++ {
 		req := steps[r*tokens : (r+1)*tokens]
 		var sumDecode float64
 		for i, s := range req {
@@ -86,13 +78,31 @@ func TestStepTimingMatchesModel(t *testing.T) {
 				t.Errorf("request %d step %d: %v, want duration %v µs, prefill %v, decode %v", r, i, s, want, prefill, decode)
 			}
 		}
-		// Wall clock: step ends follow the modelled durations (no drift).
-		span := req[tokens-1]["ts_us"] - req[0]["ts_us"]
-		spanOK = spanOK || math.Abs(span-sumDecode) <= 3000
+		// ts_us is whole µs: one of rounding per end.
+		if span := req[tokens-1]["ts_us"] - req[0]["ts_us"]; span < sumDecode-lagUs-2 {
+			t.Errorf("request %d: the decode steps' logged ends span %.0f µs, less than their %.0f µs of modelled time", r, span, sumDecode)
+		}
 	}
-	if !spanOK {
-		t.Errorf("logged ts spans never matched the modelled step durations within 3 ms")
+}
+
+// BenchmarkStepTiming measures how closely the wall clock follows the
+// model: per request (one 8.2 ms prefill step, 14 decode steps of 8.04 ms),
+// the client's TTFT beyond the prefill step and its mean inter-token
+// latency beyond a decode step, in µs (the machine's lateness; the model's
+// part is exact, TestStepTimingMatchesModel).
+func BenchmarkStepTiming(b *testing.B) {
+	const base, perPrefill, perDecode, tokens = 8000.0, 2.0, 40.0, 15
+	te := startEngine(b, Config{StepBaseUs: base, PrefillTokenUs: perPrefill, DecodeSeqUs: perDecode, Jitter: -1})
+	te.post(b, `{"prompt":[1],"max_tokens":1}`)
+	wantFirst, wantDecode := base+100*perPrefill, base+perDecode
+	var ttftErr, itlErr float64
+	for i := 0; b.Loop(); i++ {
+		_, at := streamTimes(b, te.url, `{"prompt":`+idsPrompt(100, 1000*(i+1))+`,"max_tokens":15,"ignore_eos":true,"stream":true}`)
+		ttftErr += at[0].Seconds()*1e6 - wantFirst
+		itlErr += (at[tokens-1]-at[0]).Seconds()*1e6/(tokens-1) - wantDecode
 	}
+	b.ReportMetric(ttftErr/float64(b.N), "ttft_late_us")
+	b.ReportMetric(itlErr/float64(b.N), "itl_late_us")
 }
 
 func TestBatchingAndChunkingInStepLog(t *testing.T) {
@@ -195,7 +205,7 @@ func TestCostModelDecomposition(t *testing.T) {
 			cfg := tc.cfg
 			cfg.Jitter = -1
 			m := newCostModel(cfg.withDefaults())
-			c := m.cost(0, tc.prefill, tc.decode, tc.cached)
+			c := m.cost(0, tc.prefill, tc.decode, tc.cached, 0)
 			parts := c.schedule + c.buildMeta + c.execute + c.update + c.getFinished
 			if math.Abs(c.total-tc.total) > 1e-6 || math.Abs(c.buildMeta-tc.buildMeta) > 1e-6 ||
 				math.Abs(c.execute-tc.execute) > 1e-6 || math.Abs(parts-c.total) > 1e-6 {
@@ -232,10 +242,10 @@ func TestColdStartSlowsFirstSteps(t *testing.T) {
 	}
 	// The cold steps also take that long on the wall clock: the first step
 	// starts after the send, and a step never ends before its deadline
-	// (later is the machine's doing).
+	// (how much later is the machine's doing: BenchmarkStepTiming).
 	const planned = 3*6000 + 1500
-	if end := steps[3]["ts_us"] - sent; end < planned || end > planned+20000 {
-		t.Errorf("step 4 ended %.0f µs after the send, want %d (+ overhead)", end, planned)
+	if end := steps[3]["ts_us"] - sent; end < planned {
+		t.Errorf("step 4 ended %.0f µs after the send, before the %d µs the model plans", end, planned)
 	}
 }
 
@@ -267,7 +277,7 @@ func TestNoiseAndJitter(t *testing.T) {
 	m := newCostModel(Config{Jitter: 0.05, Seed: 9}.withDefaults())
 	var steps []float64
 	for i := 0; i < 2000; i++ {
-		c := m.cost(int64(i), 0, 0, 0)
+		c := m.cost(int64(i), 0, 0, 0, 0)
 		steps = append(steps, math.Log(c.total/2000))
 	}
 	if got := sd(steps); math.Abs(got-0.05) > 0.004 {
@@ -279,7 +289,7 @@ func TestNoiseAndJitter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if c := e.cost.cost(0, 0, 0, 0); math.Abs(c.total-1000*e.LaunchFactor()) > 1e-6 || e.LaunchFactor() == 1 {
+	if c := e.cost.cost(0, 0, 0, 0, 0); math.Abs(c.total-1000*e.LaunchFactor()) > 1e-6 || e.LaunchFactor() == 1 {
 		t.Errorf("step %v µs with launch factor %v, want 1000×factor", c.total, e.LaunchFactor())
 	}
 }

@@ -39,8 +39,7 @@ func simCommand() *cli.Command {
 			&cli.Float64Flag{Name: "jitter", Value: d.Jitter, Usage: "sigma of the per-step lognormal step-time noise"},
 			&cli.IntFlag{Name: "cold-steps", Usage: "the first N steps after launch are --cold-factor× slower"},
 			&cli.Float64Flag{Name: "cold-factor", Value: d.ColdFactor, Usage: "slowdown of the cold steps"},
-			&cli.Float64Flag{Name: "drift-per-s", Usage: "thermal drift: step time grows by this fraction per second since --drift-epoch (models a GPU warming over a sweep)"},
-			&cli.Int64Flag{Name: "drift-epoch", Usage: "start of the drift, Unix seconds"},
+			&cli.Float64Flag{Name: "drift-per-request", Usage: "drift: step time grows by this fraction per request admitted since launch, compounding (models a GPU warming over a sweep, in requests rather than seconds so a sweep's drift does not depend on the machine's speed)"},
 			&cli.IntFlag{Name: "crash-after-steps", Usage: "fault injection: exit with code 3 after N steps"},
 			&cli.StringFlag{Name: "api-key", EnvVars: []string{"VLLM_API_KEY"}, Usage: "refuse /v1 requests without Authorization: Bearer KEY (401), as vllm serve --api-key; the flag, else VLLM_API_KEY"},
 			&cli.StringFlag{Name: "fault", Usage: "fault injection: fail every completion request: http500, http429, malformed, truncate, hang, empty (no content token), no_usage or bad_usage (50× the tokens)"},
@@ -69,8 +68,8 @@ func simCommand() *cli.Command {
 				Async: c.Bool("async"), Noise: c.Float64("noise"), Jitter: explicit(c.Float64("jitter")),
 				ColdSteps: c.Int("cold-steps"), ColdFactor: c.Float64("cold-factor"),
 				CrashAfterSteps: c.Int("crash-after-steps"), Fault: c.String("fault"), FaultEvery: c.Int("fault-every"), Seed: c.Int64("seed"),
-				APIKey:    c.String("api-key"),
-				DriftPerS: c.Float64("drift-per-s"), KVRole: c.String("kv-role"),
+				APIKey:          c.String("api-key"),
+				DriftPerRequest: c.Float64("drift-per-request"), KVRole: c.String("kv-role"),
 				KVTransferUsPerToken: c.Float64("kv-transfer-us-per-token"),
 				KVConnector:          c.String("kv-connector"), MooncakeAbortTimeout: c.Duration("mooncake-abort-timeout"),
 				MooncakeRegisterDelay: c.Duration("mooncake-register-delay"),
@@ -81,9 +80,6 @@ func simCommand() *cli.Command {
 					return usageError{fmt.Errorf("sim: --addr: %w", err)}
 				}
 				cfg.BootstrapAddr = net.JoinHostPort(host, strconv.Itoa(c.Int("bootstrap-port")))
-			}
-			if c.IsSet("drift-epoch") {
-				cfg.DriftEpoch = time.Unix(c.Int64("drift-epoch"), 0)
 			}
 			// A zero Config field means "default"; on the command line 0 is a mistake.
 			for _, f := range []string{"token-budget", "max-seqs", "kv-blocks", "block-size"} {
