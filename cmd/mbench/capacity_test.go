@@ -48,7 +48,7 @@ baseline: plain
 // engine (the ground truth, measured independently) puts it, and finds the
 // taxed config's capacity lower with a paired CI that excludes 0.
 func TestCapacitySearchOnSim(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	longTest(t)
 	if testing.Short() {
 		t.Skip("end-to-end capacity search")
@@ -138,25 +138,20 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	}
 	// The searches' own brackets also show the tax when taxed's upper end
 	// is at or below plain's lower end: the paired CI over 3 blocks (t on 2
-	// df) can span 0 on a busy machine whose noise the blocks carry while
-	// the brackets still separate.
+	// df) can span 0 where the machine's noise reaches the client's TTFTs
+	// while the brackets still separate. The tax (3 ms on a 2 ms step)
+	// roughly halves the capacity, far more than that noise moves either.
 	bounds := map[string][2]float64{}
 	for _, s := range rep.Searches {
 		bounds[s.Config] = [2]float64{*s.Lo, *s.Hi} // both set: checked above
 	}
-	bracketsSeparate := bounds["taxed"][1] <= bounds["plain"][0]
+	t.Logf("taxed vs plain %+v; brackets %v; %d runs client_limited", rep.Comparisons[0], bounds, clientLimited)
 	switch c := rep.Comparisons[0]; {
 	case c.Config != "taxed" || c.N < 2:
 		t.Errorf("taxed vs plain: %+v: want the paired comparison over the blocks", c)
-	case !(c.Hi < 0) && clientLimited > 0:
-		// A starved client makes the sim's 10 ms TTFTs noisy and grades runs
-		// out; the paired CI then spans 0 honestly.
-		t.Logf("busy machine: %d runs client_limited; taxed vs plain %+v is not checked", clientLimited, c)
-	case !(c.Hi < 0) && bracketsSeparate:
-		t.Logf("taxed vs plain %+v spans 0; the brackets separate: taxed ≤ %g ≤ plain", c, bounds["plain"][0])
-	case !(c.Hi < 0):
+	case !(c.Hi < 0) && bounds["taxed"][1] > bounds["plain"][0]:
 		t.Errorf("taxed vs plain: %+v, brackets %v: want a paired CI entirely below 0 or taxed's bracket below plain's (the tax lowers the capacity)", c, bounds)
-	case !strings.Contains(string(report), "less load"):
+	case c.Hi < 0 && !strings.Contains(string(report), "less load"):
 		t.Errorf("report.md lacks the comparison in words (\"sustains … less load\")")
 	}
 	// The report leads with the search; the per-probe part is compact.
@@ -211,7 +206,7 @@ func TestCapacitySearchOnSim(t *testing.T) {
 // itself, interrupted and resumed, is orchestrator's TestLoopCapacityReplay
 // in-process and TestCapacitySearchOnSim on the simulated engine.)
 func TestCapacityPlanText(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, capacitySim+"capacity: {metric: ttft_p90, max_ms: 30, lo: 60, hi: 240, tolerance: 0.15, blocks: 3}\n")
 	mx, err := matrices.Load(m)
@@ -446,7 +441,7 @@ func sameSet(a, b []string) bool {
 // and the variable, each probe says what each bound found, and report.md
 // opens with the search in those terms.
 func TestCapacityConcurrencyConstraintsOnSim(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end capacity search")
 	}
