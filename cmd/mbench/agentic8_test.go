@@ -56,7 +56,7 @@ engine:
 }
 
 func TestAgentic8OnSim(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	longTest(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep of 3 configs × 8 sims")

@@ -16,7 +16,7 @@ import (
 // first-token delay: the files are written and the summary's TTFT matches
 // the injected delay.
 func TestLoadCommand(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	srv, err := stub.Start(stub.Options{Tokens: 8, FirstToken: 20 * time.Millisecond, Gap: 2 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestLoadCommand(t *testing.T) {
 
 // TestLoadCommandBadFlags: bad input is a usage error (exit 2), never a run.
 func TestLoadCommandBadFlags(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	for _, args := range [][]string{
 		{"load", "--url", "http://127.0.0.1:1", "--rate", "0", "--input", "1", "--output", "1", "--requests", "1", "--out", t.TempDir()},
 		{"load", "--url", "http://127.0.0.1:1", "--rate", "1", "--input", "1", "--output", "1", "--random-range-ratio", "1.5", "--out", t.TempDir()},
@@ -75,7 +75,7 @@ func TestLoadCommandBadFlags(t *testing.T) {
 // config is measured, and the sweep exits 3 naming the cell (without
 // --keep-going the sweep stops: TestStartFailureStopsTheSweep).
 func TestEngineNeverReady(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	dir := t.TempDir()
 	m := badFlagMatrix(t, dir) // 2 configs × 1 rate × 2 blocks
 	out := filepath.Join(dir, "out")

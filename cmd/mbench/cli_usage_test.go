@@ -13,7 +13,7 @@ import (
 // Bad usage exits 2 with a message naming the flag, and prints nothing on
 // stdout; mbench with no command is bad usage too (its help on stderr).
 func TestUsageErrorsExit2(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	trace := filepath.Join(t.TempDir(), "t.jsonl")
 	writeTestFile(t, trace, []byte(`{"timestamp": 0, "input_length": 4, "output_length": 2}`+"\n"))
 	load := []string{"load", "--url", "http://127.0.0.1:1", "--model", "m", "--out", t.TempDir()}
@@ -43,7 +43,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 // A reused --out: a run that ends without a summary (here the endpoint
 // lists no model) leaves none behind, not the earlier run's verdict ok.
 func TestLoadReusedOutKeepsNoStaleSummary(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	srv, err := stub.Start(stub.Options{})
 	if err != nil {
 		t.Fatal(err)

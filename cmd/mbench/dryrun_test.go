@@ -230,7 +230,7 @@ func checkArgv(t *testing.T, how string, got, want []string, cwd string) {
 // on PATH, and checks that every argument arrives intact and nothing in them
 // was executed; secrets are printed as ***.
 func TestDryRunQuoting(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	dir := t.TempDir()
 	m := filepath.Join(dir, "m.yaml")
 	sshWrite(t, m, quotingMatrix)
@@ -262,7 +262,7 @@ func TestDryRunQuoting(t *testing.T) {
 // TestSSHLaunchQuoting starts the rendered command the way a sweep does
 // (Host.Start: setsid sh -c on the host) on the real sshd.
 func TestSSHLaunchQuoting(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	srv := sshdtest.Start(t)
 	dir := t.TempDir()
 	p := filepath.Join(dir, "m.yaml")

@@ -28,7 +28,7 @@ import (
 // orphaned by each kill stopped by the next resume before it launches.
 // MBENCH_FAULT_SEED=n replays another schedule.
 func TestFaultKill9Resume(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault injection: runs a sweep under repeated kill -9")
 	}
@@ -251,7 +251,7 @@ func dirInode(p string) uint64 {
 // after FailLimit = 3 consecutive failures the cell is skipped, and
 // report.md lists it.
 func TestFaultEngineCrash(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault injection sweep")
 	}
@@ -332,7 +332,7 @@ func TestFaultEngineCrash(t *testing.T) {
 // the teardown after one Ctrl-C must cut the grace short to meet 10 s, and
 // only the emergency path can kill the engine at once.
 func TestFaultSIGINT(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault injection sweep")
 	}
@@ -432,7 +432,7 @@ func waitMeasure(t *testing.T, c *mbenchChild, out string, n int) string {
 // the journal and the summaries already written stay intact and parse; no
 // engine is left; after space is freed, resume completes the sweep.
 func TestFaultDiskFull(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault injection sweep")
 	}

@@ -41,7 +41,7 @@ gate: {enabled: false}
 // package is installed under the sweep's state directory and the engine
 // starts with it on PYTHONPATH and MBENCH_STEP_LOG set to its step log.
 func TestInstrumentInstallsPlugin(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, instrumentMatrix)
 	out := filepath.Join(dir, "out")

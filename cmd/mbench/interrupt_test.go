@@ -18,7 +18,7 @@ import (
 // its MBENCH_MARKER, independently of pidfiles), and the next resume must
 // start cleanly; the last resume completes the sweep with no run failed.
 func TestFaultInterruptAnyInstant(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault injection sweep")
 	}

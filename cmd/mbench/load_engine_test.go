@@ -19,7 +19,7 @@ import (
 // a sweep does, its hits those the responses' usage reports (the engine's
 // two accounts of one cache), and says it was simulated.
 func TestLoadReadsEngineMetrics(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	url := serveSimInProcess(t, fastSim(4096))
 	out := filepath.Join(t.TempDir(), "load")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -70,7 +70,7 @@ func TestLoadReadsEngineMetrics(t *testing.T) {
 // TestLoadInterrupted: a load run cancelled (Ctrl-C) mid-run exits 130,
 // says the load stopped, and leaves what it measured.
 func TestLoadInterrupted(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	srv, err := stub.Start(stub.Options{Tokens: 4, FirstToken: 20 * time.Millisecond, Gap: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

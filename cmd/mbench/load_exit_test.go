@@ -17,7 +17,7 @@ import (
 // servers that fail in each way, and its summary counts the failures by
 // error class, one key per class.
 func TestLoadExitStatus(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func exitStatus(err error) int {
 // except mbench load's +Inf with --requests, the burst (vllm bench serve's
 // --request-rate inf), which without a request count is refused too.
 func TestRateFlagsRefused(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	for _, rate := range []string{"Inf", "+Inf", "-Inf", "NaN", "0", "-1"} {
 		stop := []string{"--requests", "1"}
 		if strings.HasPrefix(rate, "Inf") || strings.HasPrefix(rate, "+Inf") {

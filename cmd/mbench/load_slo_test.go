@@ -21,7 +21,7 @@ import (
 // after 80 ms, beyond the 40 ms TTFT bound. Without --slo the fields are
 // absent.
 func TestLoadSLOGoodput(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	fast, err := stub.Start(stub.Options{FirstToken: 2 * time.Millisecond, Tokens: 4, Fault: func(n int64, _ string) stub.Fault {
 		if n%5 == 4 {
 			return stub.Fault{Status: 500, Body: "boom"}
@@ -78,7 +78,7 @@ func TestLoadSLOGoodput(t *testing.T) {
 // TestSLOFlag: --slo takes the matrix's keys or vllm's KEY:MS form; bad
 // values are usage errors naming the bound.
 func TestSLOFlag(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	cases := []struct {
 		in   string
 		want *results.SLO

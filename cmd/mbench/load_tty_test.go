@@ -47,7 +47,7 @@ func openPTY(t *testing.T) (tty, ctl *os.File) {
 // the summary table and the verdict on stdout; --disable-tqdm leaves the
 // bar out, and off a terminal progress comes as lines.
 func TestLoadOnTerminal(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	srv, err := stub.Start(stub.Options{Tokens: 4, FirstToken: 5 * time.Millisecond, Gap: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 	// The verdict is the subject: the one each case's server causes, or a
 	// timing verdict that outranks it with its reason (verdictFollows).
-	defer parallel(t)()
+	t.Parallel()
 	cases := []struct {
 		name    string
 		opts    stub.Options
@@ -53,7 +53,7 @@ func TestLoadVerdictsOfRealisticRuns(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			defer parallel(t)()
+			t.Parallel()
 			c.opts.FirstToken = 10 * time.Millisecond
 			srv, err := stub.Start(c.opts)
 			if err != nil {

@@ -19,7 +19,7 @@ import (
 // vLLM's saved result (testdata/read_vllm_result.py); its figures are the
 // ones summary_A.json holds, and summary_A.json keeps its own keys.
 func TestLoadVLLMCommandLine(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	srv, err := stub.Start(stub.Options{Tokens: 4, FirstToken: 5 * time.Millisecond, Gap: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestLoadVLLMCommandLine(t *testing.T) {
 // single-dash flag gets the flag meant; a vLLM flag mbench lacks says what
 // to do instead.
 func TestLoadFlagErrorsNameTheFlag(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	base := []string{"load", "--base-url", "http://127.0.0.1:1", "--out", t.TempDir()}
 	for _, c := range []struct {
 		args []string
@@ -142,7 +142,7 @@ func TestLoadFlagErrorsNameTheFlag(t *testing.T) {
 // in words beside a zero default ("(not sent) (default: 0)"), nor a zero
 // default on a flag that refuses zero.
 func TestLoadHelpSaysEachDefaultOnce(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	stdout, _, err := runCLI(t, context.Background(), "load", "--help")
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestLoadHelpSaysEachDefaultOnce(t *testing.T) {
 // each in its own directory, and prints one row per run; vLLM's bare
 // --profile is refused with what to do instead.
 func TestLoadProfileSweep(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	srv, err := stub.Start(stub.Options{Tokens: 4, FirstToken: 20 * time.Millisecond, Gap: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

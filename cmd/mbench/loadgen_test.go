@@ -63,7 +63,7 @@ func tokenCounts(recs []openloop.Record) map[int][2]int {
 // the same input and output tokens (the chat prompt is the same ids as
 // words, which the sim counts one token each; the counts come from usage).
 func TestLoadChatEndpointSameTokens(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	base := serveSimInProcess(t, fastSim(4096))
 	args := []string{"--rate", "40", "--requests", "30", "--seed", "5", "--model", "sim-model", "--input", "64", "--output", "6"}
 	comp := loadRecords(t, base, append(args, "--endpoint", "completions")...)
@@ -115,7 +115,7 @@ measure: {warmup_requests: 2, min_completed: 30, timeout: 30s, drain_timeout: 5s
 // are the shape's (from the chat usage chunks) and every request streamed
 // its tokens.
 func TestChatSweep(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}
@@ -178,7 +178,7 @@ func checkClosedLoop(t *testing.T, where string, recs []openloop.Record, level i
 // 5 requests in flight (checkClosedLoop, from requests.jsonl), completes
 // every request asked for, and sends each promptly after its slot freed.
 func TestLoadConcurrency(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	base := serveSimInProcess(t, fastSim(4096))
 	recs := loadRecords(t, base, "--concurrency", "5", "--requests", "60", "--warmup", "5", "--model", "sim-model", "--input", "64", "--output", "8")
 	if len(recs) != 65 {
@@ -207,7 +207,7 @@ measure: {warmup_requests: 6, min_completed: 40, timeout: 30s, drain_timeout: 5s
 // TestConcurrencySweep: arrival {process: concurrency, in_flight: [2, 6]}
 // runs one cell per level, each holding its level in flight.
 func TestConcurrencySweep(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}
@@ -270,7 +270,7 @@ func writeDataset(t *testing.T, n int) string {
 // lines; the same seed draws the same prompts, another seed others; over
 // both endpoints.
 func TestLoadDataset(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	base := serveSimInProcess(t, fastSim(4096))
 	path := writeDataset(t, 12)
 	truth := datasetTruth(t, path)
@@ -295,7 +295,7 @@ func TestLoadDataset(t *testing.T) {
 // TestDatasetSweep: a dataset shape with an output override through a
 // sweep; a malformed dataset is refused at validation with its file:line.
 func TestDatasetSweep(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}
@@ -361,7 +361,7 @@ func rampSplit(t *testing.T, recs []openloop.Record, d time.Duration) (ramp, mea
 // TestLoadRamp: `mbench load --ramp linear` sends the ramp's requests as
 // phase ramp, outside the measured count; --include-ramp measures them.
 func TestLoadRamp(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	base := serveSimInProcess(t, fastSim(4096))
 	args := []string{"--rate", "60", "--ramp", "linear", "--ramp-from", "10", "--ramp-duration", "500ms", "--requests", "40", "--model", "sim-model", "--input", "32", "--output", "4"}
 	ramp, measured, _ := rampSplit(t, loadRecords(t, base, args...), 500*time.Millisecond)
@@ -378,7 +378,7 @@ func TestLoadRamp(t *testing.T) {
 // TestRampSweep: arrival.ramp through a sweep: ramp requests recorded,
 // excluded from the summary's counts.
 func TestRampSweep(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}

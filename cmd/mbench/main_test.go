@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	}
 	selfEnv = func() []string { return []string{"MBENCH_TEST_AS_MBENCH=1"} }
 	flag.Parse()
-	widenParallel()
+	defaultParallel()
 	os.Exit(m.Run())
 }
 

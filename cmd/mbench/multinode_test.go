@@ -20,18 +20,15 @@ import (
 // each with its own sshd. mbench runs here, on the bed's "login node". They
 // skip where the bed is not up, unless MBENCH_REQUIRE_NETNS=1. They must not
 // run in parallel with each other (they share the bed's nodes and fixed
-// ports): TestBed runs them one after another, in a plain run the group
-// beside the package's other parallel tests, so each gives the mbench it
+// ports): TestBed runs them one after another, the group beside the
+// package's other parallel tests, so each gives the mbench it
 // starts its environment (the bed's SLURM_CONF, HOME, TZ: bedEnv,
 // startMbenchEnv) rather than setting the test process's.
 
-// TestBed runs the bed's tests in order while holding the bed (its lock).
-// In a plain run it is parallel without taking one of the sweep slots
-// (parallel): the package's longest chain starts with the parallel phase.
+// TestBed runs the bed's tests in order while holding the bed (its lock),
+// in parallel with the package's other tests.
 func TestBed(t *testing.T) {
-	if wide {
-		t.Parallel()
-	}
+	t.Parallel()
 	bed := netnstest.Require(t)
 	for _, tc := range []struct {
 		name string

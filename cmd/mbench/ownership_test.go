@@ -38,7 +38,7 @@ func lockHolderPID(out string) int {
 // changes nothing; after kill -9 of the holder the lock is free, and resume
 // finishes the sweep.
 func TestOneOwnerPerSweepDirectory(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
@@ -95,7 +95,7 @@ func TestOneOwnerPerSweepDirectory(t *testing.T) {
 // not change its report; a different confidence or baseline is a flag of
 // export, and the report says so.
 func TestExportUsesTheRecordedMethod(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
@@ -163,7 +163,7 @@ func TestExportUsesTheRecordedMethod(t *testing.T) {
 // another run's summary is redone, and temporary files left by kill -9 are
 // removed.
 func TestResumeAfterMoveAndDamage(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}

@@ -12,7 +12,7 @@ import (
 // TestProbeGateWithoutGPU: without NVML, `probe --gate` says so on stderr
 // and prints a skipped gate result (no baseline, so no baseline record).
 func TestProbeGateWithoutGPU(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if _, closeLib, err := probes.OpenNVML(); err == nil {
 		closeLib()
 		t.Skip("NVML works here: the gate would measure this machine's GPUs")

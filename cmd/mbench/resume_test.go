@@ -276,7 +276,7 @@ func checkFinished(t *testing.T, out string) []journalRec {
 // block orders and seeds); then `run EDITED --out DIR` keeps the unchanged
 // cells byte for byte, runs the changed ones and lists the removed ones.
 func TestResumePlanEditsAndFingerprint(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("resume sweep")
 	}

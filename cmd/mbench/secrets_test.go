@@ -25,7 +25,7 @@ import (
 // included) and the output of validate, run --dry-run, run and export for
 // the distinctive ones.
 func TestSecretsNeverWritten(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("secrets sweep")
 	}

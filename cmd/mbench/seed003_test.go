@@ -48,7 +48,7 @@ gate: {enabled: false}
 `
 
 func TestSeed003RoutedSweep(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}

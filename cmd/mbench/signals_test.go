@@ -15,7 +15,7 @@ import (
 // a stdout whose reader went away (mbench run … | head), kills nothing: the
 // sweep finishes and its engines are gone.
 func TestSignalsTearDown(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("signal sweeps")
 	}

@@ -136,7 +136,7 @@ func checkRunGoodput(t *testing.T, dir string, s sloRunSummary, slo results.SLO)
 }
 
 func TestSLOGoodputAndHTMLReportOnSim(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	longTest(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep")

@@ -18,9 +18,9 @@ import (
 // The Slurm tests run sim sweeps through a real Slurm (.ci/slurm-up.sh
 // starts a one-node cluster with 8 GPUs declared as generic resources).
 // They skip where sinfo does not answer, unless MBENCH_REQUIRE_SLURM=1.
-// In a plain run (parallelWhenWide) the sweeps run in parallel: each is a
-// job of its own holding 2 of the node's 8 GPUs, its engines on a port
-// block of its own, and every check names its job.
+// The sweeps run in parallel: each is a job of its own holding 2 of the
+// node's 8 GPUs, its engines on a port block of its own, and every check
+// names its job.
 
 func requireSlurm(t *testing.T) {
 	t.Helper()
@@ -242,7 +242,7 @@ func killAndResume(t *testing.T, c *mbenchChild, dir, out string, limit time.Dur
 // with SIGKILL mid-sweep, the allocation outlives it, and resume reuses it,
 // finishes, and cancels it.
 func TestSlurmSweepKill9Resume(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	requireSlurm(t)
 	c, dir, out := startSlurmSweep(t, "slurm-kill9", "4")
 	most, stop := watchSteps(t, func() string { return slurmJob(out) })
@@ -322,7 +322,7 @@ func checkSlurmProbes(t *testing.T, out string, runs int) {
 // says so, journals no failed run for the lost one, and resume finishes the
 // sweep in a new allocation.
 func TestSlurmAllocationEnds(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	requireSlurm(t)
 	c, dir, out := startSlurmSweep(t, "slurm-ends", "3")
 	waitJournaled(t, c, out)
@@ -404,7 +404,7 @@ func TestSlurmDryRun(t *testing.T) {
 // finishes, and nothing is left: not the allocation, not a step, not a
 // process of the sweep.
 func TestSlurmSweepOverSSH(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	requireSlurm(t)
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh and slurm")
@@ -516,7 +516,7 @@ func editedSlurmMatrix(t *testing.T, dir, name, blocks, from, to string) string 
 // new allocation, each cancelled when its block ends (Slurm's own record
 // says so), and --dry-run says so.
 func TestSlurmAllocationPerBlock(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	requireSlurm(t)
 	dir := t.TempDir()
 	m := editedSlurmMatrix(t, dir, "slurm-per-block", "3", "slurm: {time_limit: 10m, gpus_per_node: 2}", "slurm: {time_limit: 10m, gpus_per_node: 2, allocation: block}")

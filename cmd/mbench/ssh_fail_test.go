@@ -72,7 +72,7 @@ func checkNothingLeft(t *testing.T, workdir, sweepID string) {
 // names the port, journals nothing (resume redoes the run once the port is
 // free), and starts no engine.
 func TestSSHPortInUse(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	_, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, ", tunnel: true", "")
@@ -104,7 +104,7 @@ func TestSSHPortInUse(t *testing.T) {
 // sweep's MBENCH_MARKER), the run must be journaled failed, and the sweep
 // must reconnect and finish its other run with nothing left behind.
 func TestSSHConnectionCut(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}
@@ -205,7 +205,7 @@ func pidAlive(pid int) bool {
 // says why; accept-new never overrides a mismatch. (An unknown host accepted
 // under accept-new is TestSSHSweep.)
 func TestSSHHostKeys(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	srv, home, workdir := sshHome(t, true)
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
 	other, _ := ssh.NewSignerFromKey(otherKey)

@@ -21,7 +21,7 @@ import (
 // runs the lost run again and finishes the sweep. (Which runs of a block go
 // on is orchestrator's TestLoopHostLost.)
 func TestSSHHostLost(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}

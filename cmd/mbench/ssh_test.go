@@ -27,7 +27,7 @@ import (
 // the server's key (knownHosts false leaves known_hosts empty). It returns
 // the server, the home directory and a remote work directory. The test
 // process's $HOME is left alone: sshRunSweep gives the home to the mbench
-// it starts, so that the SSH tests can run in parallel (parallelWhenWide).
+// it starts, so that the SSH tests can run in parallel.
 func sshHome(t *testing.T, knownHosts bool) (srv *sshdtest.Server, home, workdir string) {
 	t.Helper()
 	return sshHomeFor(t, sshdtest.Start(t), knownHosts)
@@ -212,7 +212,7 @@ func childErr(code int, stderr string) error {
 // that the remote probe's host samples land in the run directory, and that
 // nothing of the sweep is left running on the host.
 func TestSSHSweep(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}
@@ -337,7 +337,7 @@ func remotePids(t *testing.T, logDir string) map[int]bool {
 }
 
 func TestSSHSweepTunnel(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}
@@ -398,7 +398,7 @@ func requestTargets(t *testing.T, runDir string) map[string]int {
 }
 
 func TestSSHRouterTopology(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep over ssh")
 	}

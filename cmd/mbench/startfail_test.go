@@ -73,7 +73,7 @@ func lineOf(t *testing.T, path, s string) int {
 // binary is not installed exits 1 with "not found" and the command's
 // file:line, and launches nothing (no results directory).
 func TestMissingBinaryRefusedBeforeALaunch(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	dir := t.TempDir()
 	m := writeMissingBinaryMatrix(t, dir, "")
 	out := filepath.Join(dir, "out")
@@ -98,7 +98,7 @@ func TestMissingBinaryRefusedBeforeALaunch(t *testing.T) {
 // port another process holds; --offline still checks the local host but
 // dials no remote one, which validate without it must reach.
 func TestValidateRefusals(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	ctx := context.Background()
 	check := func(name string, args []string, code int, want string) {
 		t.Helper()
@@ -146,7 +146,7 @@ func TestValidateRefusals(t *testing.T) {
 // a binary that is on this machine's PATH but not on the host's is
 // refused there.
 func TestSSHValidateChecksTheHost(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	_, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	body := strings.NewReplacer("local: {address: local}", "gpu0: {address: sshdtest, workdir: '"+workdir+"'}",
@@ -202,7 +202,7 @@ func badFlagMatrix(t *testing.T, dir string) string {
 // log's last line, the log's path and the resume command, and journals
 // none of its runs, so resume redoes it once fixed.
 func TestStartFailureStopsTheSweep(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	dir := t.TempDir()
 	m := badFlagMatrix(t, dir)
 	out := filepath.Join(dir, "out")
@@ -246,7 +246,7 @@ func TestStartFailureStopsTheSweep(t *testing.T) {
 // is ready on the remote host, with the same cause twice, stops the sweep
 // after 2 launches with the cause from the remote log.
 func TestSSHStartFailureStopsTheSweep(t *testing.T) {
-	defer parallelWhenWide(t)()
+	t.Parallel()
 	_, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, ", tunnel: true", "{sim: {token_budget: -5}}")
@@ -270,7 +270,7 @@ func TestSSHStartFailureStopsTheSweep(t *testing.T) {
 // (--offline): the local sim demo, vLLM over SSH, on one Slurm node and on
 // several.
 func TestStartingMatricesValidate(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	for _, f := range []string{"sim.yaml", "vllm-ssh.yaml", "vllm-slurm.yaml", "vllm-slurm-2nodes.yaml"} {
 		stdout, stderr, err := runCLI(t, context.Background(), "validate", "--offline", filepath.Join("..", "..", "matrices", f))
 		if err != nil || !strings.Contains(stdout, "config plain") {

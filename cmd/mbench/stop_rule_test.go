@@ -18,7 +18,7 @@ import (
 // running out, within target or not) is the machine's; the claim holds
 // every way.
 func TestStoppingRuleClaimIsThePrintedCI(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	longTest(t)
 	if testing.Short() {
 		t.Skip("sim sweep")

@@ -46,7 +46,7 @@ func writeMatrix(t *testing.T, dir, body string) string {
 }
 
 func TestSweepEndToEndOnSim(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}

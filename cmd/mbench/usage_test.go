@@ -11,7 +11,7 @@ import (
 // print and an old flag that contradicts --format are usage errors (exit
 // 2) by type, each naming the command and the flag.
 func TestUsageErrorsTyped(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string

@@ -17,7 +17,7 @@ import (
 func TestVerdictsOfRealisticSweeps(t *testing.T) {
 	// The verdict is the subject: the one each case's engine causes, or a
 	// timing verdict that outranks it with its reason (verdictFollows).
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweeps")
 	}
@@ -46,7 +46,7 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			defer parallel(t)()
+			t.Parallel()
 			dir := t.TempDir()
 			m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
 			writeSimMatrix(t, m, map[string]string{"%CONFIGS%": "  plain:\n    sim: " + c.sim, "%RATES%": "20", "%BLOCKS%": "1"})

@@ -15,7 +15,7 @@ import (
 // failure class that say what happened; the sweep exits 3 naming the cell,
 // and report.md says it in words.
 func TestVerdictsOfMisbehavingEngines(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("sim sweeps")
 	}
@@ -41,7 +41,7 @@ func TestVerdictsOfMisbehavingEngines(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			defer parallel(t)()
+			t.Parallel()
 			dir := t.TempDir()
 			m, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
 			writeSimMatrix(t, m, map[string]string{"%CONFIGS%": "  plain:\n    sim: " + c.sim, "%RATES%": "20", "%BLOCKS%": "1"})

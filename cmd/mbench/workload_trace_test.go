@@ -21,7 +21,7 @@ import (
 )
 
 func TestWorkloadTraceSample(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	in, err := os.ReadFile(syntheticTrace)
@@ -120,7 +120,7 @@ gate: {enabled: false}
 // `mbench validate` and by `mbench run` before anything launches, naming the
 // matrix line and the trace's file:line — the same line openloop refuses.
 func TestWorkloadBadTraceRefusedEarly(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if out, _, err := runCLI(t, ctx, "validate", filepath.Join("..", "..", "matrices", "agentic.yaml")); err != nil || !strings.Contains(out, "agentic") {
@@ -170,7 +170,7 @@ func TestWorkloadBadTraceRefusedEarly(t *testing.T) {
 // TestTraceStatsCLI: `mbench trace stats` prints the trace's figures as JSON
 // on stdout; a bad --lru is a usage error.
 func TestTraceStatsCLI(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stdout, stderr, err := runCLI(t, ctx, "trace", "stats", "--json", "--lru", "4,100000", syntheticTrace)
@@ -195,7 +195,7 @@ func TestTraceStatsCLI(t *testing.T) {
 // the infinite-cache hit rate of the trace and of its sample, the figures
 // computed here from both files.
 func TestTraceSampleReportsIdealHitRates(t *testing.T) {
-	defer parallel(t)()
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// A conversation trace without session ids: block 0 everywhere, turns
