@@ -21,6 +21,16 @@ import (
 // construction. The error rates over many seeds are asserted at the
 // statistics level (orchestrator's TestDesignErrorRates); these few sweeps
 // check that the real pipeline does what that simulation assumes.
+//
+// The claims rest on step_duration, which the engine logs from its model,
+// and the load is a closed loop of one request at a time: every step holds
+// one sequence, every run sends the same number of requests, and no request
+// waits in the engine's queue, so a busy machine can neither change the
+// figures nor grade a run saturated (the window, about 4 s, holds the 3
+// /metrics scrapes of that empty queue that a TTFT trend needs before it
+// is read as the engine slowing down rather than saturation). It can still
+// grade a run client_limited (the next request left late), which the sweep
+// runs again in place.
 
 const validityMatrix = `name: %NAME%
 seed: %SEED%
@@ -33,10 +43,10 @@ engine:
 configs:
   plain: {}
   plain_aa: {same_as: plain}
-%EXTRA%rates: [20]
+%EXTRA%arrival: {process: concurrency, in_flight: 1}
 shapes:
   - {name: 64x8, input: 64, output: 8}
-measure: {warmup_requests: 3, min_completed: 30, timeout: 30s, drain_timeout: 5s}
+measure: {warmup_requests: 3, min_completed: 200, timeout: 60s, drain_timeout: 5s}
 repeat: {min: %BLOCKS%, max: %BLOCKS%, metric: tpot_p90, rel_ci: 0.05, confidence: 0.95, randomize: %RANDOMIZE%}
 gate: {enabled: false}
 baseline: plain
@@ -56,7 +66,7 @@ func validitySweepDir(t *testing.T, name string, seed int64, sim, extra string, 
 		"%RANDOMIZE%", fmt.Sprint(randomize), "%BLOCKS%", fmt.Sprint(blocks))
 	m := writeMatrix(t, dir, r.Replace(validityMatrix))
 	out := filepath.Join(dir, "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // a hang guard
 	defer cancel()
 	if stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)
@@ -83,7 +93,7 @@ func findRow(t *testing.T, rows []results.ComparisonRow, config, metric string) 
 // comparison is significant by chance in α = 5% of sweeps (the rate itself
 // is asserted over many sweeps in orchestrator's TestDesignErrorRates); one
 // sweep here must not fail on that chance, but must on a bias: the fixed
-// order's is about +10%, a chance difference here is under 2%.
+// order's is +5% in TestValidityOrderingEffect, a chance difference here under 2%.
 const aaBound = 0.04
 
 // aaHolds reports whether an A/A comparison shows no bias: within noise, or
@@ -114,8 +124,8 @@ func TestValidityTaxFoundAndAAWithinNoise(t *testing.T) {
 		tp.Text(), tp.PAdj, tp.N, findRow(t, rep.NoiseFloor, "plain_aa", "tpot_p90").Text(), busyRuns(rep))
 	aa := findRow(t, rep.NoiseFloor, "plain_aa", "step_duration_p50")
 	t.Logf("A/A plain_aa vs plain step_duration_p50: %s", aa.Text())
-	if !aaHolds(aa) {
-		t.Errorf("A/A pair: %s; want within noise, or a chance difference below %.0f%%", aa.Text(), 100*aaBound)
+	if aa.N < 3 || !aaHolds(aa) {
+		t.Errorf("A/A pair: %s over %d blocks; want at least 3 within noise, or a chance difference below %.0f%%", aa.Text(), aa.N, 100*aaBound)
 	}
 }
 
@@ -130,15 +140,15 @@ func busyRuns(rep *report.Exported) int {
 }
 
 // TestValidityOrderingEffect reproduces seed 000's failure and its cure. The
-// simulated machine slows as it works: 0.3% per request, compounding, about
-// +10% per run of 33 requests, counted in requests so that the drift is the
-// one the test scripts on any machine. With the cells in a fixed order
+// simulated machine slows as it works: 0.025% per request, compounding,
+// +5.2% per run of 203 requests, counted in requests so that the drift is the one
+// the test scripts on any machine. With the cells in a fixed order
 // plain_aa always runs after plain, so an A/A pair shows a spurious "tax";
 // with the Williams orders (mirror-image pairs of blocks) it is within
 // noise. step_duration is what the engine logs from its model, so neither
 // claim rests on the machine's speed. What the machine can still do is grade
 // a run client_limited, and the sweep then runs it again in place: one more
-// run's worth of drift in that block (+20% instead of +10% for the fixed
+// run's worth of drift in that block (+10% instead of +5% for the fixed
 // order's pair). Six blocks keep the fixed order's bias significant with a
 // few such blocks among them.
 func TestValidityOrderingEffect(t *testing.T) {
@@ -147,13 +157,13 @@ func TestValidityOrderingEffect(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end sweep")
 	}
-	const drift, blocks = ", drift_per_request: 0.003", 6
+	const drift, blocks = ", drift_per_request: 0.00025", 6
 
 	naive, _ := validitySweepDir(t, "naive", 5, drift, "", false, blocks)
 	n := findRow(t, naive.NoiseFloor, "plain_aa", "step_duration_p50")
 	t.Logf("fixed order, A/A step_duration_p50: %s (%d blocks; %d runs graded client_limited or saturated)", n.Text(), n.N, busyRuns(naive))
 	if n.N < blocks-1 || !n.Significant() || n.Effect <= 0.03 {
-		t.Errorf("fixed order: %s over %d blocks; want at least %d blocks showing the spurious positive effect (about +10%%) of running second on a drifting engine", n.Text(), n.N, blocks-1)
+		t.Errorf("fixed order: %s over %d blocks; want at least %d blocks showing the spurious positive effect (about +5%%) of running second on a drifting engine", n.Text(), n.N, blocks-1)
 	}
 
 	// Any seed would do (the design balances every pair of blocks, and
