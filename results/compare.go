@@ -301,7 +301,7 @@ func compareCells(s *Sweep, metric, key string, base, c *Cell, nu Nuisance) Comp
 			dpos[b] = float64(r.Ref.Position - q.Ref.Position)
 		}
 	}
-	row.Comparison = PrintedComparison(ref, treat, dpos, nu, spreadFor(s, dpos), s.Confidence)
+	row.Comparison = PrintedComparison(ref, treat, dpos, nu, spreadFor(s, ranTogether(c, base)), s.Confidence)
 	row.Saturated = base.Saturated() || c.Saturated()
 	switch {
 	case len(tu) == 0:
@@ -325,18 +325,37 @@ func PrintedComparison(base, treat, dpos map[int]float64, nu Nuisance, sp Spread
 	return CompareAdjusted(base, treat, dpos, nu, sp, confidence)
 }
 
-// spreadFor picks the blocks a comparison's CI takes its spread from
-// (paired: the blocks both sides have). A comparison the stopping rule ended
-// — the whole sweep, or this pair of cells, which an only_unconverged sweep
-// stops running once within target — takes it from the second stage (the
-// paired blocks after the first Stage1), as the rule judged it; any other
-// comparison from every block.
-func spreadFor(s *Sweep, paired map[int]float64) Spread {
+// ranTogether is the set of blocks in which both cells ran, whatever the
+// runs' verdicts.
+func ranTogether(c, base *Cell) map[int]bool {
+	in := map[int]bool{}
+	for _, r := range c.Runs {
+		in[r.Ref.Block] = true
+	}
+	both := map[int]bool{}
+	for _, r := range base.Runs {
+		if in[r.Ref.Block] {
+			both[r.Ref.Block] = true
+		}
+	}
+	return both
+}
+
+// spreadFor picks the blocks a comparison's CI takes its spread from. A
+// comparison the stopping rule ended — the whole sweep, or this pair of
+// cells, which an only_unconverged sweep stops running once within target
+// — takes it from the second stage (the paired blocks after the first
+// Stage1), as the rule judged it; any other comparison from every block.
+// ran is the blocks in which both cells ran: a pair stopped early has no
+// runs after its stop, while a run graded out (client_limited, saturated)
+// in the sweep's last block is still a run, and its pair was not stopped —
+// taking that for an early stop printed a CI the rule never judged.
+func spreadFor(s *Sweep, ran map[int]bool) Spread {
 	if s.Stage1 <= 0 {
 		return Spread{}
 	}
 	last := 0
-	for b := range paired {
+	for b := range ran {
 		last = max(last, b)
 	}
 	if s.RuleStop || last > s.Stage1 && last < s.lastBlock() {
