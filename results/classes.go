@@ -133,15 +133,9 @@ func SummarizeClasses(recs []Record, basis ClassBasis, tokens map[int]int, bound
 		st[c].Completed++
 		total++
 		in[c] = append(in[c], float64(r.InputTokens))
-		if t, ok := r.TTFTMs(); ok {
-			ttft[c] = append(ttft[c], t)
-		}
-		if e, ok := r.E2ELMs(); ok {
-			e2el[c] = append(e2el[c], e)
-		}
-		if p, ok := r.TPOTMs(); ok {
-			tpot[c] = append(tpot[c], p)
-		}
+		ttft[c] = TTFT.Append(ttft[c], r)
+		tpot[c] = TPOT.Append(tpot[c], r)
+		e2el[c] = E2EL.Append(e2el[c], r)
 	}
 	for c := range 4 {
 		s := st[c]

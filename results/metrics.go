@@ -1,52 +1,227 @@
 package results
 
 import (
-	"reflect"
-	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/mbench/mbench/probes"
 )
+
+// The metric registry: every figure a run is compared, tabled and stopped
+// on is declared here once — its key (the name summary_A.json, tables.csv,
+// the comparisons and the reports use), its unit, which direction is
+// better, and where a run's summary keeps it. The latencies are declared
+// with their definition over a request record (Latency). Readers take
+// metrics by key (RunMetrics, Metric.Value) or by the name a matrix gives
+// (Lookup); none knows a summary's struct fields.
 
 // DefaultCompare are the metrics compared with the baseline when a sweep
 // names none.
 var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration_p50"}
 
+// BlockMetrics are the figures report.md lists per block beside the
+// primary metric: the client's median time per output token and the
+// engine's median step time.
+var BlockMetrics = []string{"tpot_p50", "step_duration_p50"}
+
 // DefaultStopMetric is the metric of the stopping rule and of the
 // noise-floor table when a sweep names none.
 const DefaultStopMetric = "ttft_p90"
 
-// identityFields are numeric summary fields that name a run rather than
-// measure it.
-var identityFields = map[string]bool{"rate": true, "block": true}
+// Unit is the unit of a metric's values.
+type Unit string
 
-// RunMetrics flattens a run summary into metric name → value: every numeric
-// top-level field under its JSON name (completed, p90_ttft_ms, thr_ratio, …;
-// null ones are left out), every engine-step timer statistic as
-// <timer>_<stat> (step_duration_us_p50, build_meta_us_p90, …) plus n_steps,
-// and gpu_util_mean, gpu_energy_j, prefix_cache_hit_rate where present.
+// Units.
+const (
+	UnitMs      Unit = "ms"
+	UnitUs      Unit = "us"
+	UnitSeconds Unit = "s"
+	UnitReqPerS Unit = "req/s"
+	UnitTokPerS Unit = "tok/s"
+	UnitMsPerS  Unit = "ms/s"
+	UnitCount   Unit = "count"  // requests, steps, lines
+	UnitTokens  Unit = "tokens" // tokens in all
+	UnitShare   Unit = "share"  // a fraction in [0, 1]
+	UnitPercent Unit = "%"
+	UnitJoules  Unit = "J"
+	UnitP       Unit = "p" // a test's p-value
+	UnitNone    Unit = ""  // a test statistic
+)
+
+// Direction says which way a metric is better.
+type Direction int8
+
+// Directions.
+const (
+	Neutral        Direction = iota // neither: a count of the load, a test's p-value
+	LowerIsBetter                   // latencies, failures, lag
+	HigherIsBetter                  // throughput, attainment, hit rates
+)
+
+// Metric is one declared metric of a run.
+type Metric struct {
+	Key    string
+	Unit   Unit
+	Better Direction
+	value  func(*RunSummary) (float64, bool)
+}
+
+// Value is m's value in run s; false when s does not have it.
+func (m Metric) Value(s *RunSummary) (float64, bool) {
+	if s == nil || m.value == nil {
+		return 0, false
+	}
+	return m.value(s)
+}
+
+// Latency is a per-request latency: its name in the metric keys (ttft) and
+// its definition over one request record, the values (ms) the record
+// gives; openloop.Record defines each (vLLM's definitions, to the chunk).
+type Latency struct {
+	Name string
+	of   func(*Record, []float64) []float64
+}
+
+// one adapts a record's single latency to Latency.of.
+func one(f func(*Record) (float64, bool)) func(*Record, []float64) []float64 {
+	return func(r *Record, xs []float64) []float64 {
+		if v, ok := f(r); ok {
+			return append(xs, v)
+		}
+		return xs
+	}
+}
+
+// The latencies. ITL is every inter-token gap of a request, pooled.
+var (
+	TTFT         = Latency{"ttft", one((*Record).TTFTMs)}
+	TPOT         = Latency{"tpot", one((*Record).TPOTMs)}
+	ITL          = Latency{"itl", func(r *Record, xs []float64) []float64 { return append(xs, r.ITLMs...) }}
+	E2EL         = Latency{"e2el", one((*Record).E2ELMs)}
+	TTFTIntended = Latency{"ttft_intended", one((*Record).TTFTIntendedMs)}
+	// Latencies are the latencies with the full set of statistics
+	// (LatencyStats) and the extra percentiles.
+	Latencies = []Latency{TTFT, TPOT, ITL, E2EL}
+)
+
+// Append appends r's values of l to xs.
+func (l Latency) Append(xs []float64, r *Record) []float64 { return l.of(r, xs) }
+
+// The statistics of a latency a summary keeps.
+const (
+	StatMean   = "mean"
+	StatMedian = "median"
+	StatStd    = "std"
+	StatP90    = "p90"
+	StatP95    = "p95"
+	StatP99    = "p99"
+)
+
+// LatencyStats are the statistics every latency of Latencies has.
+var LatencyStats = []string{StatMean, StatMedian, StatStd, StatP90, StatP95, StatP99}
+
+// Key is the metric key of statistic stat of l, as vLLM keys its results:
+// "p90_ttft_ms", "median_e2el_ms", "p99.9_ttft_ms".
+func (l Latency) Key(stat string) string { return stat + "_" + l.Name + "_ms" }
+
+// The SLO's metrics: request_goodput is `vllm bench serve --goodput`'s
+// name for the rate of good requests.
+const (
+	MetricGoodput       = "request_goodput"
+	MetricSLOAttainment = "slo_attainment"
+)
+
+// registry is every metric a run summary keeps at a fixed key, in
+// declaration order; RunMetrics adds the families whose keys a run
+// names (extra percentiles, step timers, classes, instances, GPUs).
+var registry = func() []Metric {
+	n := func(key string, u Unit, d Direction, f func(*RunSummary) int64) Metric {
+		return Metric{key, u, d, func(s *RunSummary) (float64, bool) { return float64(f(s)), true }}
+	}
+	x := func(key string, u Unit, d Direction, f func(*RunSummary) float64) Metric {
+		return Metric{key, u, d, func(s *RunSummary) (float64, bool) { return f(s), true }}
+	}
+	opt := func(key string, u Unit, d Direction, f func(*RunSummary) *float64) Metric {
+		return Metric{key, u, d, func(s *RunSummary) (float64, bool) {
+			if p := f(s); p != nil {
+				return *p, true
+			}
+			return 0, false
+		}}
+	}
+	ms := []Metric{
+		n("num_prompts", UnitCount, Neutral, func(s *RunSummary) int64 { return int64(s.NumPrompts) }),
+		n("completed", UnitCount, HigherIsBetter, func(s *RunSummary) int64 { return int64(s.Completed) }),
+		n("failed", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.Failed) }),
+		x("duration", UnitSeconds, Neutral, func(s *RunSummary) float64 { return s.Duration }),
+		x("request_throughput", UnitReqPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.RequestThroughput }),
+		x("output_throughput", UnitTokPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.OutputThroughput }),
+		n("total_input_tokens", UnitTokens, Neutral, func(s *RunSummary) int64 { return s.TotalInputTokens }),
+		n("total_output_tokens", UnitTokens, Neutral, func(s *RunSummary) int64 { return s.TotalOutputTokens }),
+	}
+	for _, l := range append(append([]Latency(nil), Latencies...), TTFTIntended) {
+		for _, stat := range LatencyStats {
+			if l.fields(new(RunSummary))[stat] == nil {
+				continue
+			}
+			ms = append(ms, opt(l.Key(stat), UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return *l.fields(s)[stat] }))
+		}
+	}
+	return append(ms,
+		x("offered_rate", UnitReqPerS, Neutral, func(s *RunSummary) float64 { return s.OfferedRate }),
+		opt("offered_rate_realized", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.OfferedRealized }),
+		opt("achieved_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.AchievedRate }),
+		opt("sent_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.SentRate }),
+		opt("thr_ratio", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ThrRatio }),
+		opt("ttft_drift_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTDriftMs }),
+		n("cut_waiting", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.CutWaiting) }),
+		n("cut_streaming", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.CutStreaming) }),
+		opt("ttft_slope_ms_per_s", UnitMsPerS, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTSlopeMsPerS }),
+		opt("ttft_slope_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.TTFTSlopeP }),
+		opt("send_lag_p50_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagP50Ms }),
+		opt("send_lag_p99_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagP99Ms }),
+		opt("send_lag_max_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagMaxMs }),
+		opt("achieved_send_ratio", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.AchievedSendRatio }),
+		opt("ks_stat", UnitNone, LowerIsBetter, func(s *RunSummary) *float64 { return s.KSStat }),
+		opt("ks_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.KSP }),
+		x("client_cpu_pct", UnitPercent, LowerIsBetter, func(s *RunSummary) float64 { return s.ClientCPUPct }),
+		n("usage_missing_requests", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.UsageMissing) }),
+		n("short_output_requests", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.ShortOutputs) }),
+		opt("short_output_mean_share", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ShortOutputMeanShare }),
+		opt(MetricGoodput, UnitReqPerS, HigherIsBetter, func(s *RunSummary) *float64 { return s.Goodput }),
+		opt(MetricSLOAttainment, UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.SLOAttainment }),
+		Metric{"gpu_util_mean", UnitPercent, Neutral, func(s *RunSummary) (float64, bool) { return gpuUtilMean(s.GPU) }},
+		Metric{"gpu_energy_j", UnitJoules, LowerIsBetter, func(s *RunSummary) (float64, bool) {
+			if _, ok := gpuUtilMean(s.GPU); !ok {
+				return 0, false
+			}
+			var e float64
+			for _, g := range s.GPU.PerGPU {
+				e += g.EnergyJ
+			}
+			return e, true
+		}},
+		Metric{"prefix_cache_hit_rate", UnitShare, HigherIsBetter, func(s *RunSummary) (float64, bool) { return cacheHitRate(s.PrefixCache) }},
+	)
+}()
+
+// Metrics are the registry's metrics of fixed key, in order.
+func Metrics() []Metric { return append([]Metric(nil), registry...) }
+
+// RunMetrics is every metric of a run by key: the registry's (those the
+// run has), the extra latency percentiles it asked for (p99.9_ttft_ms),
+// its engine-step figures (n_steps, batch_queue_steps, worker_lines,
+// worker_unmatched and <timer>_<stat>: step_duration_us_p50, …), and its
+// class and per-instance figures (addClassMetrics).
 func RunMetrics(s *RunSummary) map[string]float64 {
 	out := map[string]float64{}
 	if s == nil {
 		return out
 	}
-	v := reflect.ValueOf(s).Elem()
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name == "" || name == "-" || identityFields[name] {
-			continue
-		}
-		f := v.Field(i)
-		if f.Kind() == reflect.Pointer {
-			if f.IsNil() || f.Elem().Kind() != reflect.Float64 {
-				continue
-			}
-			f = f.Elem()
-		}
-		switch f.Kind() {
-		case reflect.Float64:
-			out[name] = f.Float()
-		case reflect.Int, reflect.Int64:
-			out[name] = float64(f.Int())
+	for _, m := range registry {
+		if v, ok := m.value(s); ok {
+			out[m.Key] = v
 		}
 	}
 	for k, v := range s.Percentiles {
@@ -60,58 +235,91 @@ func RunMetrics(s *RunSummary) map[string]float64 {
 			out["worker_unmatched"] = float64(w.WorkerUnmatched)
 		}
 		for timer, q := range st.Timers {
-			for stat, x := range map[string]float64{"mean": q.Mean, "p50": q.P50, "p90": q.P90, "p99": q.P99, "min": q.Min, "max": q.Max} {
-				out[timer+"_"+stat] = x
+			for _, stat := range timerStats {
+				out[timer+"_"+stat] = timerStat(q, stat)
 			}
 		}
-	}
-	if u, ok := gpuUtilMean(s.GPU); ok {
-		out["gpu_util_mean"] = u
-		var e float64
-		for _, g := range s.GPU.PerGPU {
-			e += g.EnergyJ
-		}
-		out["gpu_energy_j"] = e
-	}
-	if h, ok := cacheHitRate(s.PrefixCache); ok {
-		out["prefix_cache_hit_rate"] = h
 	}
 	addClassMetrics(s, out)
 	return out
 }
 
-var (
-	latencyAlias = regexp.MustCompile(`^(ttft|tpot|itl|e2el)_(mean|median|std|p50|p[0-9]+(?:\.[0-9]+)?)$`)
-	timerAlias   = regexp.MustCompile(`^([a-z_]+?)(_us)?_(mean|p50|p90|p99|min|max)$`)
-)
+// timerStats are the statistics of each engine-step timer (probes.Quantiles).
+var timerStats = []string{"mean", "p50", "p90", "p99", "min", "max"}
 
-// stepTimers are the timers of engine_step.jsonl, without the _us suffix.
-var stepTimers = map[string]bool{
-	"step_duration": true, "schedule": true, "build_meta": true, "execute": true,
-	"update": true, "get_finished": true, "launch": true, "wait": true, "unaccounted": true, "gpu": true,
+// timerStat is one statistic of a timer.
+func timerStat(q probes.Quantiles, stat string) float64 {
+	switch stat {
+	case "mean":
+		return q.Mean
+	case "p50":
+		return q.P50
+	case "p90":
+		return q.P90
+	case "p99":
+		return q.P99
+	case "min":
+		return q.Min
+	}
+	return q.Max
 }
 
-// ResolveMetric maps a metric name as users write it in a matrix to the key
-// RunMetrics uses: "ttft_p90" → "p90_ttft_ms", "ttft_p50"/"ttft_median" →
-// "median_ttft_ms", "step_duration_p50" → "step_duration_us_p50". Names that
-// are already keys, and names it does not recognise, come back unchanged.
-func ResolveMetric(name string) string {
-	if m := latencyAlias.FindStringSubmatch(name); m != nil {
-		stat := m[2]
-		if stat == "p50" {
-			stat = "median"
+// Named is a metric as a matrix or a user names it (ttft_p90) with its
+// key in the registry (p90_ttft_ms).
+type Named struct{ Name, Key string }
+
+// Lookup resolves a metric name as users write it in a matrix to its key:
+// a latency statistic as <latency>_<stat> ("ttft_p90" → "p90_ttft_ms",
+// "ttft_p50"/"ttft_median" → "median_ttft_ms", "ttft_p99.9" →
+// "p99.9_ttft_ms"), an engine-step timer without its unit
+// ("step_duration_p50" → "step_duration_us_p50"). A key, and a name it
+// does not know, is its own key.
+func Lookup(name string) Named {
+	return Named{name, lookupKey(name)}
+}
+
+func lookupKey(name string) string {
+	for _, l := range append(append([]Latency(nil), Latencies...), TTFTIntended) {
+		stat, ok := strings.CutPrefix(name, l.Name+"_")
+		if !ok {
+			continue
 		}
-		return stat + "_" + m[1] + "_ms"
+		switch {
+		case stat == StatMean || stat == StatMedian || stat == StatStd:
+			return l.Key(stat)
+		case stat == "p50":
+			return l.Key(StatMedian)
+		case isPercentile(stat):
+			return l.Key(stat)
+		}
 	}
-	if m := timerAlias.FindStringSubmatch(name); m != nil && stepTimers[m[1]] {
-		return m[1] + "_us_" + m[3]
+	for _, timer := range probes.TimerNames {
+		base := strings.TrimSuffix(timer, "_us")
+		stat, ok := strings.CutPrefix(name, base+"_")
+		if !ok {
+			stat, ok = strings.CutPrefix(name, timer+"_")
+		}
+		if ok && slices.Contains(timerStats, stat) {
+			return timer + "_" + stat
+		}
 	}
 	return name
 }
 
-// RunMetric returns one metric of a run by user name (see ResolveMetric).
+// isPercentile reports whether stat is p<digits>[.<digits>].
+func isPercentile(stat string) bool {
+	num, ok := strings.CutPrefix(stat, "p")
+	if !ok || num == "" || strings.Trim(num, "0123456789.") != "" || strings.Count(num, ".") > 1 ||
+		num[0] == '.' || num[len(num)-1] == '.' {
+		return false
+	}
+	_, err := strconv.ParseFloat(num, 64)
+	return err == nil
+}
+
+// RunMetric returns one metric of a run by user name (see Lookup).
 func RunMetric(s *RunSummary, name string) (float64, bool) {
-	v, ok := RunMetrics(s)[ResolveMetric(name)]
+	v, ok := RunMetrics(s)[Lookup(name).Key]
 	return v, ok
 }
 

@@ -363,7 +363,7 @@ func ttftLimits(v *reportView) []htmlLimit {
 	}
 	if c := v.capacity; c != nil {
 		for _, b := range c.Spec.Constraints() {
-			if b.MaxMs != nil && results.ResolveMetric(b.Metric) == "p90_ttft_ms" {
+			if b.MaxMs != nil && results.Lookup(b.Metric).Key == results.TTFT.Key(results.StatP90) {
 				add("capacity limit: "+b.String(), *b.MaxMs)
 			}
 		}

@@ -1,0 +1,75 @@
+package results
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestLookup(t *testing.T) {
+	for in, want := range map[string]string{
+		"ttft_p90": "p90_ttft_ms", "tpot_p99": "p99_tpot_ms", "e2el_p50": "median_e2el_ms", "itl_mean": "mean_itl_ms",
+		"ttft_median": "median_ttft_ms", "e2el_std": "std_e2el_ms", "ttft_p99.9": "p99.9_ttft_ms", "itl_p95": "p95_itl_ms",
+		"ttft_intended_p90": "p90_ttft_intended_ms",
+		"step_duration_p50": "step_duration_us_p50", "build_meta_us_p90": "build_meta_us_p90", "gpu_p50": "gpu_us_p50",
+		"p90_ttft_ms": "p90_ttft_ms", "request_throughput": "request_throughput", "gpu_util_mean": "gpu_util_mean",
+		// Not names of a latency statistic or a timer: their own keys.
+		"ttft_p": "ttft_p", "ttft_p9.": "ttft_p9.", "ttft_p.5": "ttft_p.5", "ttft_pNaN": "ttft_pNaN", "ttft_p1e3": "ttft_p1e3",
+		"ttft_q90": "ttft_q90", "schedule_p95": "schedule_p95", "nope_p50": "nope_p50", "": "",
+	} {
+		if got := Lookup(in); got.Key != want || got.Name != in {
+			t.Errorf("Lookup(%q) = %+v, want key %q", in, got, want)
+		}
+	}
+}
+
+// notMetrics are the numeric fields of RunSummary that are not metrics:
+// they name the run.
+var notMetrics = map[string]bool{"rate": true, "block": true}
+
+// TestRegistryCoversTheSummary holds the registry to RunSummary: every
+// numeric field (int, float, *float64) under its JSON name is a declared
+// metric with the field's value, or is listed in notMetrics. A field added
+// to the summary without a metric, or a metric reading the wrong field,
+// fails here.
+func TestRegistryCoversTheSummary(t *testing.T) {
+	s := &RunSummary{}
+	v := reflect.ValueOf(s).Elem()
+	want := map[string]float64{}
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Field(i)
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		x := float64(i + 1) // distinct per field
+		switch {
+		case f.Kind() == reflect.Float64:
+			f.SetFloat(x)
+		case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
+			f.SetInt(int64(x))
+		case f.Kind() == reflect.Pointer && f.Type().Elem().Kind() == reflect.Float64:
+			f.Set(reflect.ValueOf(&x))
+		default:
+			continue
+		}
+		if !notMetrics[name] {
+			want[name] = x
+		}
+	}
+	got := RunMetrics(s)
+	for k, x := range want {
+		if got[k] != x {
+			t.Errorf("metric %s = %v (present %v), want the field's %v: declare it in the registry (metrics.go) or in notMetrics", k, got[k], hasKey(got, k), x)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("metric %s is not a numeric field of RunSummary", k)
+		}
+	}
+	for _, m := range Metrics() {
+		if _, ok := want[m.Key]; !ok && !strings.HasPrefix(m.Key, "gpu_") && m.Key != "prefix_cache_hit_rate" {
+			t.Errorf("registry metric %s reads no field", m.Key)
+		}
+	}
+}
+
+func hasKey(m map[string]float64, k string) bool { _, ok := m[k]; return ok }
