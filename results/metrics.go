@@ -125,86 +125,125 @@ var LatencyStats = []string{StatMean, StatMedian, StatStd, StatP90, StatP95, Sta
 // "p90_ttft_ms", "median_e2el_ms", "p99.9_ttft_ms".
 func (l Latency) Key(stat string) string { return stat + "_" + l.Name + "_ms" }
 
-// The SLO's metrics: request_goodput is `vllm bench serve --goodput`'s
-// name for the rate of good requests.
-const (
-	MetricGoodput       = "request_goodput"
-	MetricSLOAttainment = "slo_attainment"
+// The metrics of fixed key. request_goodput is `vllm bench serve
+// --goodput`'s name for the rate of good requests.
+var (
+	NumPrompts           = count("num_prompts", Neutral, func(s *RunSummary) int { return s.NumPrompts })
+	Completed            = count("completed", HigherIsBetter, func(s *RunSummary) int { return s.Completed })
+	Failed               = count("failed", LowerIsBetter, func(s *RunSummary) int { return s.Failed })
+	Duration             = value("duration", UnitSeconds, Neutral, func(s *RunSummary) float64 { return s.Duration })
+	RequestThroughput    = value("request_throughput", UnitReqPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.RequestThroughput })
+	OutputThroughput     = value("output_throughput", UnitTokPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.OutputThroughput })
+	TotalInputTokens     = tokens("total_input_tokens", func(s *RunSummary) int64 { return s.TotalInputTokens })
+	TotalOutputTokens    = tokens("total_output_tokens", func(s *RunSummary) int64 { return s.TotalOutputTokens })
+	OfferedRate          = value("offered_rate", UnitReqPerS, Neutral, func(s *RunSummary) float64 { return s.OfferedRate })
+	OfferedRealized      = opt("offered_rate_realized", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.OfferedRealized })
+	AchievedRate         = opt("achieved_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.AchievedRate })
+	SentRate             = opt("sent_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.SentRate })
+	ThrRatio             = opt("thr_ratio", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ThrRatio })
+	TTFTDrift            = opt("ttft_drift_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTDriftMs })
+	CutWaiting           = count("cut_waiting", LowerIsBetter, func(s *RunSummary) int { return s.CutWaiting })
+	CutStreaming         = count("cut_streaming", LowerIsBetter, func(s *RunSummary) int { return s.CutStreaming })
+	TTFTSlope            = opt("ttft_slope_ms_per_s", UnitMsPerS, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTSlopeMsPerS })
+	TTFTSlopeP           = opt("ttft_slope_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.TTFTSlopeP })
+	SendLagP50           = opt("send_lag_p50_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagP50Ms })
+	SendLagP99           = opt("send_lag_p99_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagP99Ms })
+	SendLagMax           = opt("send_lag_max_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagMaxMs })
+	AchievedSendRatio    = opt("achieved_send_ratio", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.AchievedSendRatio })
+	KSStat               = opt("ks_stat", UnitNone, LowerIsBetter, func(s *RunSummary) *float64 { return s.KSStat })
+	KSP                  = opt("ks_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.KSP })
+	ClientCPU            = value("client_cpu_pct", UnitPercent, LowerIsBetter, func(s *RunSummary) float64 { return s.ClientCPUPct })
+	UsageMissing         = count("usage_missing_requests", LowerIsBetter, func(s *RunSummary) int { return s.UsageMissing })
+	ShortOutputs         = count("short_output_requests", LowerIsBetter, func(s *RunSummary) int { return s.ShortOutputs })
+	ShortOutputMeanShare = opt("short_output_mean_share", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ShortOutputMeanShare })
+	Goodput              = opt("request_goodput", UnitReqPerS, HigherIsBetter, func(s *RunSummary) *float64 { return s.Goodput })
+	SLOAttainment        = opt("slo_attainment", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.SLOAttainment })
+	GPUUtilMean          = Metric{"gpu_util_mean", UnitPercent, Neutral, func(s *RunSummary) (float64, bool) { return gpuUtilMean(s.GPU) }}
+	GPUEnergy            = Metric{"gpu_energy_j", UnitJoules, LowerIsBetter, gpuEnergy}
+	PrefixCacheHitRate   = Metric{"prefix_cache_hit_rate", UnitShare, HigherIsBetter, func(s *RunSummary) (float64, bool) { return cacheHitRate(s.PrefixCache) }}
+	// The engine's step log (engine_step.jsonl), beside its timers
+	// (StepTimerKey).
+	NSteps          = step("n_steps", func(st *StepStats) int64 { return st.NSteps })
+	BatchQueueSteps = step("batch_queue_steps", func(st *StepStats) int64 { return st.BatchQueueSteps })
+	WorkerLines     = worker("worker_lines", func(w *probes.MergeStats) int64 { return w.WorkerLines })
+	WorkerUnmatched = worker("worker_unmatched", func(w *probes.MergeStats) int64 { return w.WorkerUnmatched })
+)
+
+// The keys of the SLO's metrics.
+var (
+	MetricGoodput       = Goodput.Key
+	MetricSLOAttainment = SLOAttainment.Key
 )
 
 // registry is every metric a run summary keeps at a fixed key, in
 // declaration order; RunMetrics adds the families whose keys a run
 // names (extra percentiles, step timers, classes, instances, GPUs).
 var registry = func() []Metric {
-	n := func(key string, u Unit, d Direction, f func(*RunSummary) int64) Metric {
-		return Metric{key, u, d, func(s *RunSummary) (float64, bool) { return float64(f(s)), true }}
-	}
-	x := func(key string, u Unit, d Direction, f func(*RunSummary) float64) Metric {
-		return Metric{key, u, d, func(s *RunSummary) (float64, bool) { return f(s), true }}
-	}
-	opt := func(key string, u Unit, d Direction, f func(*RunSummary) *float64) Metric {
-		return Metric{key, u, d, func(s *RunSummary) (float64, bool) {
-			if p := f(s); p != nil {
-				return *p, true
-			}
-			return 0, false
-		}}
-	}
-	ms := []Metric{
-		n("num_prompts", UnitCount, Neutral, func(s *RunSummary) int64 { return int64(s.NumPrompts) }),
-		n("completed", UnitCount, HigherIsBetter, func(s *RunSummary) int64 { return int64(s.Completed) }),
-		n("failed", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.Failed) }),
-		x("duration", UnitSeconds, Neutral, func(s *RunSummary) float64 { return s.Duration }),
-		x("request_throughput", UnitReqPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.RequestThroughput }),
-		x("output_throughput", UnitTokPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.OutputThroughput }),
-		n("total_input_tokens", UnitTokens, Neutral, func(s *RunSummary) int64 { return s.TotalInputTokens }),
-		n("total_output_tokens", UnitTokens, Neutral, func(s *RunSummary) int64 { return s.TotalOutputTokens }),
-	}
+	ms := []Metric{NumPrompts, Completed, Failed, Duration, RequestThroughput, OutputThroughput, TotalInputTokens, TotalOutputTokens}
 	for _, l := range append(append([]Latency(nil), Latencies...), TTFTIntended) {
 		for _, stat := range LatencyStats {
-			if l.fields(new(RunSummary))[stat] == nil {
-				continue
+			if l.fields(new(RunSummary))[stat] != nil {
+				ms = append(ms, opt(l.Key(stat), UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return *l.fields(s)[stat] }))
 			}
-			ms = append(ms, opt(l.Key(stat), UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return *l.fields(s)[stat] }))
 		}
 	}
-	return append(ms,
-		x("offered_rate", UnitReqPerS, Neutral, func(s *RunSummary) float64 { return s.OfferedRate }),
-		opt("offered_rate_realized", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.OfferedRealized }),
-		opt("achieved_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.AchievedRate }),
-		opt("sent_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.SentRate }),
-		opt("thr_ratio", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ThrRatio }),
-		opt("ttft_drift_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTDriftMs }),
-		n("cut_waiting", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.CutWaiting) }),
-		n("cut_streaming", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.CutStreaming) }),
-		opt("ttft_slope_ms_per_s", UnitMsPerS, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTSlopeMsPerS }),
-		opt("ttft_slope_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.TTFTSlopeP }),
-		opt("send_lag_p50_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagP50Ms }),
-		opt("send_lag_p99_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagP99Ms }),
-		opt("send_lag_max_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagMaxMs }),
-		opt("achieved_send_ratio", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.AchievedSendRatio }),
-		opt("ks_stat", UnitNone, LowerIsBetter, func(s *RunSummary) *float64 { return s.KSStat }),
-		opt("ks_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.KSP }),
-		x("client_cpu_pct", UnitPercent, LowerIsBetter, func(s *RunSummary) float64 { return s.ClientCPUPct }),
-		n("usage_missing_requests", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.UsageMissing) }),
-		n("short_output_requests", UnitCount, LowerIsBetter, func(s *RunSummary) int64 { return int64(s.ShortOutputs) }),
-		opt("short_output_mean_share", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ShortOutputMeanShare }),
-		opt(MetricGoodput, UnitReqPerS, HigherIsBetter, func(s *RunSummary) *float64 { return s.Goodput }),
-		opt(MetricSLOAttainment, UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.SLOAttainment }),
-		Metric{"gpu_util_mean", UnitPercent, Neutral, func(s *RunSummary) (float64, bool) { return gpuUtilMean(s.GPU) }},
-		Metric{"gpu_energy_j", UnitJoules, LowerIsBetter, func(s *RunSummary) (float64, bool) {
-			if _, ok := gpuUtilMean(s.GPU); !ok {
-				return 0, false
-			}
-			var e float64
-			for _, g := range s.GPU.PerGPU {
-				e += g.EnergyJ
-			}
-			return e, true
-		}},
-		Metric{"prefix_cache_hit_rate", UnitShare, HigherIsBetter, func(s *RunSummary) (float64, bool) { return cacheHitRate(s.PrefixCache) }},
-	)
+	return append(ms, OfferedRate, OfferedRealized, AchievedRate, SentRate, ThrRatio, TTFTDrift, CutWaiting, CutStreaming,
+		TTFTSlope, TTFTSlopeP, SendLagP50, SendLagP99, SendLagMax, AchievedSendRatio, KSStat, KSP, ClientCPU,
+		UsageMissing, ShortOutputs, ShortOutputMeanShare, Goodput, SLOAttainment, GPUUtilMean, GPUEnergy, PrefixCacheHitRate,
+		NSteps, BatchQueueSteps, WorkerLines, WorkerUnmatched)
 }()
+
+// The declarations of a metric by how the summary keeps it.
+func count(key string, d Direction, f func(*RunSummary) int) Metric {
+	return Metric{key, UnitCount, d, func(s *RunSummary) (float64, bool) { return float64(f(s)), true }}
+}
+
+func tokens(key string, f func(*RunSummary) int64) Metric {
+	return Metric{key, UnitTokens, Neutral, func(s *RunSummary) (float64, bool) { return float64(f(s)), true }}
+}
+
+func value(key string, u Unit, d Direction, f func(*RunSummary) float64) Metric {
+	return Metric{key, u, d, func(s *RunSummary) (float64, bool) { return f(s), true }}
+}
+
+func opt(key string, u Unit, d Direction, f func(*RunSummary) *float64) Metric {
+	return Metric{key, u, d, func(s *RunSummary) (float64, bool) {
+		if p := f(s); p != nil {
+			return *p, true
+		}
+		return 0, false
+	}}
+}
+
+func step(key string, f func(*StepStats) int64) Metric {
+	return Metric{key, UnitCount, Neutral, func(s *RunSummary) (float64, bool) {
+		if s.EngineStep == nil {
+			return 0, false
+		}
+		return float64(f(s.EngineStep)), true
+	}}
+}
+
+func worker(key string, f func(*probes.MergeStats) int64) Metric {
+	return Metric{key, UnitCount, Neutral, func(s *RunSummary) (float64, bool) {
+		if s.EngineStep == nil || s.EngineStep.Workers == nil {
+			return 0, false
+		}
+		return float64(f(s.EngineStep.Workers)), true
+	}}
+}
+
+// gpuEnergy is the energy of the run's GPUs, where their utilisation is known.
+func gpuEnergy(s *RunSummary) (float64, bool) {
+	if _, ok := gpuUtilMean(s.GPU); !ok {
+		return 0, false
+	}
+	var e float64
+	for _, g := range s.GPU.PerGPU {
+		e += g.EnergyJ
+	}
+	return e, true
+}
 
 // Metrics are the registry's metrics of fixed key, in order.
 func Metrics() []Metric { return append([]Metric(nil), registry...) }
@@ -228,21 +267,23 @@ func RunMetrics(s *RunSummary) map[string]float64 {
 		out[k] = v
 	}
 	if st := s.EngineStep; st != nil {
-		out["n_steps"] = float64(st.NSteps)
-		out["batch_queue_steps"] = float64(st.BatchQueueSteps)
-		if w := st.Workers; w != nil {
-			out["worker_lines"] = float64(w.WorkerLines)
-			out["worker_unmatched"] = float64(w.WorkerUnmatched)
-		}
 		for timer, q := range st.Timers {
 			for _, stat := range timerStats {
-				out[timer+"_"+stat] = timerStat(q, stat)
+				out[StepTimerKey(timer, stat)] = timerStat(q, stat)
 			}
 		}
 	}
 	addClassMetrics(s, out)
 	return out
 }
+
+// StepTimerKey is the metric key of statistic stat (mean, p50, p90, p99,
+// min, max) of an engine-step timer (probes.TimerNames: step_duration_us):
+// "step_duration_us_p50".
+func StepTimerKey(timer, stat string) string { return timer + "_" + stat }
+
+// StepDuration is the engine's step timer: the time of one step.
+var StepDuration = probes.FieldNames[probes.FieldStepDuration]
 
 // timerStats are the statistics of each engine-step timer (probes.Quantiles).
 var timerStats = []string{"mean", "p50", "p90", "p99", "min", "max"}
@@ -300,7 +341,7 @@ func lookupKey(name string) string {
 			stat, ok = strings.CutPrefix(name, timer+"_")
 		}
 		if ok && slices.Contains(timerStats, stat) {
-			return timer + "_" + stat
+			return StepTimerKey(timer, stat)
 		}
 	}
 	return name

@@ -65,10 +65,12 @@ func TestRegistryCoversTheSummary(t *testing.T) {
 			t.Errorf("metric %s is not a numeric field of RunSummary", k)
 		}
 	}
+	seen := map[string]bool{}
 	for _, m := range Metrics() {
-		if _, ok := want[m.Key]; !ok && !strings.HasPrefix(m.Key, "gpu_") && m.Key != "prefix_cache_hit_rate" {
-			t.Errorf("registry metric %s reads no field", m.Key)
+		if seen[m.Key] || Lookup(m.Key).Key != m.Key {
+			t.Errorf("registry metric %s: declared twice or not its own key (%v)", m.Key, Lookup(m.Key))
 		}
+		seen[m.Key] = true
 	}
 }
 

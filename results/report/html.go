@@ -156,14 +156,14 @@ type htmlMetric struct {
 // htmlCellMetrics are the cell table's metric columns; a column no cell has
 // is left out.
 var htmlCellMetrics = []htmlMetric{
-	{"p90_ttft_ms", "TTFT p90", 1, " ms"}, {"p90_tpot_ms", "TPOT p90", 1, " ms"}, {"p90_e2el_ms", "E2EL p90", 1, " ms"},
-	{"request_throughput", "throughput", 1, " req/s"}, {results.MetricGoodput, "goodput", 1, " req/s"},
-	{results.MetricSLOAttainment, "SLO attainment", 100, "%"}, {"step_duration_us_p50", "step p50", 1, " µs"},
+	{ttftP90, "TTFT p90", 1, " ms"}, {results.TPOT.Key(results.StatP90), "TPOT p90", 1, " ms"}, {results.E2EL.Key(results.StatP90), "E2EL p90", 1, " ms"},
+	{results.RequestThroughput.Key, "throughput", 1, " req/s"}, {results.Goodput.Key, "goodput", 1, " req/s"},
+	{results.SLOAttainment.Key, "SLO attainment", 100, "%"}, {stepP50, "step p50", 1, " µs"},
 }
 
 // htmlRunMetrics are the run table's metric columns.
-var htmlRunMetrics = []htmlMetric{{"p90_ttft_ms", "TTFT p90", 1, " ms"}, {"request_throughput", "throughput", 1, " req/s"},
-	{results.MetricGoodput, "goodput", 1, " req/s"}, {results.MetricSLOAttainment, "SLO attainment", 100, "%"}}
+var htmlRunMetrics = []htmlMetric{{ttftP90, "TTFT p90", 1, " ms"}, {results.RequestThroughput.Key, "throughput", 1, " req/s"},
+	{results.Goodput.Key, "goodput", 1, " req/s"}, {results.SLOAttainment.Key, "SLO attainment", 100, "%"}}
 
 // htmlValue is one number of a table: its exact value (for machines, in a
 // data attribute) and its text.
@@ -278,7 +278,7 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 		if c.Info.SameAs != "" {
 			data.SameAs[c.Info.Config] = c.Info.SameAs
 		}
-		if m, ok := c.Sum.Metrics["p90_ttft_ms"]; ok && m.Mean != nil {
+		if m, ok := c.Sum.Metrics[ttftP90]; ok && m.Mean != nil {
 			pt := htmlPoint{htmlCellKey: keyOf(c), Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.Saturated()}
 			if pt.Lo != nil && *pt.Lo < 0 {
 				pt.Lo, pt.Clipped = ptr(0), true
@@ -363,7 +363,7 @@ func ttftLimits(v *reportView) []htmlLimit {
 	}
 	if c := v.capacity; c != nil {
 		for _, b := range c.Spec.Constraints() {
-			if b.MaxMs != nil && results.Lookup(b.Metric).Key == results.TTFT.Key(results.StatP90) {
+			if b.MaxMs != nil && results.Lookup(b.Metric).Key == ttftP90 {
 				add("capacity limit: "+b.String(), *b.MaxMs)
 			}
 		}

@@ -88,6 +88,10 @@ func finishCDF(p *plot.Plot, drawn int) *plot.Plot {
 // are results; nil when no run has a requests.jsonl.
 func requestCDFPlot(ctx context.Context, rd renderer, s *results.Sweep, ordered []*results.Cell, metric string) *plot.Plot {
 	name := strings.ToUpper(metric)
+	lat := results.TTFT
+	if metric == results.TPOT.Name {
+		lat = results.TPOT
+	}
 	p := newPlot(rd, s, "Per-request "+name+" CDF", name+" (ms, log scale)", "fraction of requests ≤ x")
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, logTicks{}
 	p.Y.Min, p.Y.Max = 0, 1
@@ -118,15 +122,11 @@ func requestCDFPlot(ctx context.Context, rd renderer, s *results.Sweep, ordered 
 				if x.Phase != openloop.PhaseMeasure || !x.OK() {
 					continue
 				}
-				d, ok := x.TTFT(), x.FirstTokenNs > 0
-				if metric == "tpot" {
-					d, ok = x.TPOT()
-				}
-				if ok && d > 0 {
+				if v := lat.Append(nil, &x); len(v) == 1 && v[0] > 0 {
 					if _, seen := xs[k]; !seen {
 						order = append(order, k)
 					}
-					xs[k] = append(xs[k], float64(d)/1e6)
+					xs[k] = append(xs[k], v[0])
 				}
 			}
 		}

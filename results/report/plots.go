@@ -283,7 +283,7 @@ func ttftSeries(s *results.Sweep, ordered []*results.Cell, shape string) []ttftS
 			if c.Info.Config != cfg || c.Info.Shape != shape {
 				continue
 			}
-			m, ok := plotted(c, "p90_ttft_ms")
+			m, ok := plotted(c, ttftP90)
 			if !ok || !(*m.Mean > 0) {
 				continue
 			}

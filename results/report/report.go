@@ -217,7 +217,7 @@ func ttftCell(c *results.Cell) string {
 	if c == nil {
 		return "—"
 	}
-	m, ok := c.Sum.Metrics["p90_ttft_ms"]
+	m, ok := c.Sum.Metrics[ttftP90]
 	if !ok || m.Mean == nil {
 		return "missing" + notResults(c)
 	}

@@ -93,7 +93,7 @@ func renderSteps(b *strings.Builder, v *reportView) {
 
 // renderStepTable is renderSteps over the cells in report order.
 func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
-	if !results.AnyCellHas(ordered, "step_duration_us_p50") {
+	if !results.AnyCellHas(ordered, stepP50) {
 		if name := stepless(ordered); name != "" {
 			collapsed(b, "Per-step latency", "%s writes no per-step log (engine_step.jsonl): per-step latency is not measured for this engine.", name)
 			return
@@ -114,7 +114,7 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 	noGPU := map[string][]string{} // reason → configs
 	for _, c := range ordered {
 		m := c.Sum.Metrics
-		if _, ok := m["step_duration_us_p50"]; !ok {
+		if _, ok := m[stepP50]; !ok {
 			fmt.Fprintf(b, "| %s | %s | %g | no data |%s\n", c.Info.Config, c.Info.Shape, c.Info.Rate, strings.Repeat(" |", len(stepColumns)+5))
 			continue
 		}
@@ -172,7 +172,7 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 		if hasMetric(m, "worker_unmatched") && *m["worker_unmatched"].Mean > 0 {
 			unmatched = append(unmatched, fmt.Sprintf("%s: %s of %s worker get_finished lines per run fell in no step", where, get("worker_unmatched"), get("worker_lines")))
 		}
-		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s |", c.Info.Config, c.Info.Shape, c.Info.Rate, path, get("step_duration_us_p50"), get("step_duration_us_p90"))
+		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s |", c.Info.Config, c.Info.Shape, c.Info.Rate, path, get(stepP50), get(results.StepTimerKey(results.StepDuration, "p90")))
 		for _, col := range stepColumns {
 			b.WriteString(" " + get(col.key) + " |")
 		}
