@@ -105,6 +105,38 @@ var (
 	Latencies = []Latency{TTFT, TPOT, ITL, E2EL}
 )
 
+// LatencyNamed is the latency of Latencies named name (ttft, tpot, itl,
+// e2el).
+func LatencyNamed(name string) (Latency, bool) {
+	for _, l := range Latencies {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Latency{}, false
+}
+
+// Stat is statistic stat of l in run s: one of LatencyStats, or p<p> of
+// the run's extra percentiles ("p99.9"); nil when s does not have it.
+func (l Latency) Stat(s *RunSummary, stat string) *float64 {
+	if f := l.fields(s)[stat]; f != nil {
+		return *f
+	}
+	if v, ok := s.Percentiles[l.Key(stat)]; ok {
+		return &v
+	}
+	return nil
+}
+
+// PercentileStat is the statistic of percentile p: "median" for 50, else
+// p<p> ("p90", "p99.9").
+func PercentileStat(p float64) string {
+	if p == 50 {
+		return StatMedian
+	}
+	return "p" + strconv.FormatFloat(p, 'f', -1, 64)
+}
+
 // Append appends r's values of l to xs.
 func (l Latency) Append(xs []float64, r *Record) []float64 { return l.of(r, xs) }
 

@@ -75,3 +75,21 @@ func TestRegistryCoversTheSummary(t *testing.T) {
 }
 
 func hasKey(m map[string]float64, k string) bool { _, ok := m[k]; return ok }
+
+func TestLatencyStat(t *testing.T) {
+	med, p90 := 12.0, 30.0
+	s := &RunSummary{MedianTPOTMs: &med, P90TPOTMs: &p90, Percentiles: map[string]float64{"p99.9_tpot_ms": 44}}
+	l, ok := LatencyNamed("tpot")
+	if !ok || l.Name != TPOT.Name {
+		t.Fatalf("LatencyNamed(tpot) = %v, %v", l, ok)
+	}
+	for p, want := range map[float64]*float64{50: &med, 90: &p90, 99.9: ptr(44), 99: nil, 95: nil, 42: nil} {
+		got := l.Stat(s, PercentileStat(p))
+		if (got == nil) != (want == nil) || got != nil && *got != *want {
+			t.Errorf("TPOT p%v = %v, want %v", p, got, want)
+		}
+	}
+	if _, ok := LatencyNamed("ttft_intended"); ok {
+		t.Error("LatencyNamed knows ttft_intended, which has no full set of statistics")
+	}
+}

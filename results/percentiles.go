@@ -24,7 +24,7 @@ var DefaultPercentiles = []float64{50, 90, 95, 99}
 // PercentileKey is vLLM's result key of percentile p of metric (ttft,
 // tpot, itl, e2el): "p95_ttft_ms", "p99.9_ttft_ms".
 func PercentileKey(p float64, metric string) string {
-	return "p" + strconv.FormatFloat(p, 'f', -1, 64) + "_" + metric + "_ms"
+	return Latency{Name: metric}.Key("p" + strconv.FormatFloat(p, 'f', -1, 64))
 }
 
 // ParsePercentiles reads a comma-separated list of percentiles such as
