@@ -337,6 +337,40 @@ func timerStat(q probes.Quantiles, stat string) float64 {
 	return q.Max
 }
 
+// MetricOf is the metric of key: a declared one, any statistic of a
+// latency of Latencies ("p99.9_ttft_ms"), or a statistic of an engine-step
+// timer ("step_duration_us_p50"). false for any other key, such as those
+// of the class, instance and GPU families.
+func MetricOf(key string) (Metric, bool) {
+	for _, m := range registry {
+		if m.Key == key {
+			return m, true
+		}
+	}
+	for _, l := range Latencies {
+		if stat, ok := strings.CutSuffix(key, "_"+l.Name+"_ms"); ok && isPercentile(stat) {
+			return Metric{key, UnitMs, LowerIsBetter, func(s *RunSummary) (float64, bool) {
+				if v := l.Stat(s, stat); v != nil {
+					return *v, true
+				}
+				return 0, false
+			}}, true
+		}
+	}
+	for _, timer := range probes.TimerNames {
+		if stat, ok := strings.CutPrefix(key, timer+"_"); ok && slices.Contains(timerStats, stat) {
+			return Metric{key, UnitUs, LowerIsBetter, func(s *RunSummary) (float64, bool) {
+				if s.EngineStep == nil {
+					return 0, false
+				}
+				q, ok := s.EngineStep.Timers[timer]
+				return timerStat(q, stat), ok
+			}}, true
+		}
+	}
+	return Metric{}, false
+}
+
 // Named is a metric as a matrix or a user names it (ttft_p90) with its
 // key in the registry (p90_ttft_ms).
 type Named struct{ Name, Key string }
@@ -392,7 +426,11 @@ func isPercentile(stat string) bool {
 
 // RunMetric returns one metric of a run by user name (see Lookup).
 func RunMetric(s *RunSummary, name string) (float64, bool) {
-	v, ok := RunMetrics(s)[Lookup(name).Key]
+	key := Lookup(name).Key
+	if m, ok := MetricOf(key); ok {
+		return m.Value(s)
+	}
+	v, ok := RunMetrics(s)[key]
 	return v, ok
 }
 

@@ -4,6 +4,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mbench/mbench/probes"
 )
 
 func TestLookup(t *testing.T) {
@@ -92,4 +95,64 @@ func TestLatencyStat(t *testing.T) {
 	if _, ok := LatencyNamed("ttft_intended"); ok {
 		t.Error("LatencyNamed knows ttft_intended, which has no full set of statistics")
 	}
+}
+
+// TestMetricOf holds MetricOf to RunMetrics: every key a run has that is
+// not of the class, instance or GPU families is a metric with the same
+// value, its unit and direction as declared.
+func TestMetricOf(t *testing.T) {
+	s := summaryWithEverything(t)
+	family := map[string]float64{}
+	addClassMetrics(s, family)
+	n := 0
+	for k, v := range RunMetrics(s) {
+		m, ok := MetricOf(k)
+		if _, named := family[k]; named {
+			continue
+		}
+		n++
+		if !ok {
+			t.Errorf("MetricOf(%s): not a metric", k)
+			continue
+		}
+		if got, ok := m.Value(s); !ok || got != v {
+			t.Errorf("MetricOf(%s).Value = %v, %v; RunMetrics has %v", k, got, ok, v)
+		}
+	}
+	if n < 60 {
+		t.Errorf("only %d keys checked: the summary lacks what the test means to cover", n)
+	}
+	for key, want := range map[string]Metric{"p99.9_itl_ms": {Unit: UnitMs, Better: LowerIsBetter}, "step_duration_us_p50": {Unit: UnitUs, Better: LowerIsBetter},
+		"slo_attainment": {Unit: UnitShare, Better: HigherIsBetter}, "request_throughput": {Unit: UnitReqPerS, Better: HigherIsBetter}} {
+		if m, ok := MetricOf(key); !ok || m.Unit != want.Unit || m.Better != want.Better {
+			t.Errorf("MetricOf(%s) = %v %q %v, want %q %v", key, ok, m.Unit, m.Better, want.Unit, want.Better)
+		}
+	}
+	for _, key := range []string{"class_warm_share", "p99.9_ttft_intended_ms", "nope", "step_duration_us_p95", "pX_ttft_ms"} {
+		if _, ok := MetricOf(key); ok {
+			t.Errorf("MetricOf(%s) is a metric", key)
+		}
+	}
+}
+
+// summaryWithEverything is a run summary from records, with extra
+// percentiles, an SLO, an engine-step log, GPUs and a prefix cache.
+func summaryWithEverything(t *testing.T) *RunSummary {
+	t.Helper()
+	var recs []Record
+	for i := range 50 {
+		sent := int64(i+1) * 1e8
+		recs = append(recs, Record{ID: i, Phase: "measure", Status: "ok", ScheduledNs: sent - 1e5, SentNs: sent, FirstTokenNs: sent + int64(i+5)*1e6,
+			LastTokenNs: sent + int64(i+40)*1e6, InputTokens: 100, OutputTokens: 4, ITLMs: []float64{1, 2, float64(i)}})
+	}
+	s, err := SummarizeRun(RunInput{Cell: "c", Block: 1, Records: recs, Offered: 10, Percentiles: []float64{99.9, 75},
+		Start: time.Unix(0, 0), WindowStart: time.Unix(0, 1e8), WindowEnd: time.Unix(6, 0), Policy: Policy{SLO: &SLO{TTFTMs: 30}},
+		Steps: &StepStats{NSteps: 7, BatchQueueSteps: 2, Workers: &probes.MergeStats{WorkerLines: 3},
+			Timers: map[string]probes.Quantiles{"step_duration_us": {Mean: 1, P50: 2, P90: 3, P99: 4, Min: 0.5, Max: 5}, "gpu_us": {P50: 9}}},
+		GPU:   &GPUSummary{Available: true, PerGPU: []probes.GPUStat{{UtilGPU: probes.Stat{Mean: 40}, EnergyJ: 12}}},
+		Cache: &CacheSummary{Queries: 10, Hits: 4, HitRate: 0.4, HitRateValid: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -156,14 +156,29 @@ type htmlMetric struct {
 // htmlCellMetrics are the cell table's metric columns; a column no cell has
 // is left out.
 var htmlCellMetrics = []htmlMetric{
-	{ttftP90, "TTFT p90", 1, " ms"}, {results.TPOT.Key(results.StatP90), "TPOT p90", 1, " ms"}, {results.E2EL.Key(results.StatP90), "E2EL p90", 1, " ms"},
-	{results.RequestThroughput.Key, "throughput", 1, " req/s"}, {results.Goodput.Key, "goodput", 1, " req/s"},
-	{results.SLOAttainment.Key, "SLO attainment", 100, "%"}, {stepP50, "step p50", 1, " µs"},
+	htmlCol(ttftP90, "TTFT p90"), htmlCol(results.TPOT.Key(results.StatP90), "TPOT p90"), htmlCol(results.E2EL.Key(results.StatP90), "E2EL p90"),
+	htmlCol(results.RequestThroughput.Key, "throughput"), htmlCol(results.Goodput.Key, "goodput"),
+	htmlCol(results.SLOAttainment.Key, "SLO attainment"), htmlCol(stepP50, "step p50"),
 }
 
 // htmlRunMetrics are the run table's metric columns.
-var htmlRunMetrics = []htmlMetric{{ttftP90, "TTFT p90", 1, " ms"}, {results.RequestThroughput.Key, "throughput", 1, " req/s"},
-	{results.Goodput.Key, "goodput", 1, " req/s"}, {results.SLOAttainment.Key, "SLO attainment", 100, "%"}}
+var htmlRunMetrics = []htmlMetric{htmlCol(ttftP90, "TTFT p90"), htmlCol(results.RequestThroughput.Key, "throughput"),
+	htmlCol(results.Goodput.Key, "goodput"), htmlCol(results.SLOAttainment.Key, "SLO attainment")}
+
+// htmlCol is the column of metric key, shown in its registry unit (a
+// share as a percentage).
+func htmlCol(key, label string) htmlMetric {
+	m, _ := results.MetricOf(key)
+	switch m.Unit {
+	case results.UnitShare:
+		return htmlMetric{key, label, 100, "%"}
+	case results.UnitUs:
+		return htmlMetric{key, label, 1, " µs"}
+	case results.UnitNone:
+		return htmlMetric{key, label, 1, ""}
+	}
+	return htmlMetric{key, label, 1, " " + string(m.Unit)}
+}
 
 // htmlValue is one number of a table: its exact value (for machines, in a
 // data attribute) and its text.
