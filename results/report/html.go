@@ -253,8 +253,8 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 			Src: template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png))})
 	}
 	figure("forest", "Every comparison on the primary metric: the change with its CI, A/A controls beside in grey; a line at no change (plots/comparisons_forest.svg).", forestPlot(rd, a))
-	figure("request-ttft-cdf", "Each measured request's TTFT per config, from the runs that are results (plots/request_ttft_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, "ttft"))
-	figure("request-tpot-cdf", "Each measured request's TPOT per config, from the runs that are results (plots/request_tpot_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, "tpot"))
+	figure("request-ttft-cdf", "Each measured request's TTFT per config, from the runs that are results (plots/request_ttft_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, results.TTFT))
+	figure("request-tpot-cdf", "Each measured request's TPOT per config, from the runs that are results (plots/request_tpot_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, results.TPOT))
 	for _, r := range a.NoiseFloor {
 		pg.NoiseFloor = append(pg.NoiseFloor, htmlComparisonOf(r))
 	}
