@@ -2,6 +2,7 @@ package results
 
 import (
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +156,49 @@ func summaryWithEverything(t *testing.T) *RunSummary {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestLookupAsTheRegexDid holds Lookup to the two patterns it replaced
+// (kept here as the reference) over every combination of the names'
+// parts: the same key for every name, but ttft_intended_<stat>, which the
+// patterns left unresolved.
+func TestLookupAsTheRegexDid(t *testing.T) {
+	latencyAlias := regexp.MustCompile(`^(ttft|tpot|itl|e2el)_(mean|median|std|p50|p[0-9]+(?:\.[0-9]+)?)$`)
+	timerAlias := regexp.MustCompile(`^([a-z_]+?)(_us)?_(mean|p50|p90|p99|min|max)$`)
+	stepTimers := map[string]bool{"step_duration": true, "schedule": true, "build_meta": true, "execute": true,
+		"update": true, "get_finished": true, "launch": true, "wait": true, "unaccounted": true, "gpu": true}
+	old := func(name string) string {
+		if m := latencyAlias.FindStringSubmatch(name); m != nil {
+			stat := m[2]
+			if stat == "p50" {
+				stat = "median"
+			}
+			return stat + "_" + m[1] + "_ms"
+		}
+		if m := timerAlias.FindStringSubmatch(name); m != nil && stepTimers[m[1]] {
+			return m[1] + "_us_" + m[3]
+		}
+		return name
+	}
+	heads := []string{"ttft", "tpot", "itl", "e2el", "ttft_intended", "step_duration", "step_duration_us", "gpu", "gpu_us", "wait",
+		"unaccounted_us", "request_throughput", "p90_ttft", "class_warm", "x", ""}
+	stats := []string{"mean", "median", "std", "p50", "p90", "p95", "p99", "p99.9", "p007", "p9.", "p.5", "p", "min", "max", "q90", "p1e3", "us_p50", "p50_ms"}
+	n := 0
+	for _, h := range heads {
+		for _, st := range stats {
+			for _, name := range []string{h + "_" + st, h + st, st} {
+				got, want := Lookup(name).Key, old(name)
+				if strings.HasPrefix(name, "ttft_intended_") && got != want {
+					continue // newly resolved
+				}
+				n++
+				if got != want {
+					t.Errorf("Lookup(%q) = %q, the patterns gave %q", name, got, want)
+				}
+			}
+		}
+	}
+	if n < 500 {
+		t.Errorf("only %d names compared", n)
+	}
 }
