@@ -313,9 +313,6 @@ func RunMetrics(s *RunSummary) map[string]float64 {
 // "step_duration_us_p50".
 func StepTimerKey(timer, stat string) string { return timer + "_" + stat }
 
-// StepDuration is the engine's step timer: the time of one step.
-var StepDuration = probes.FieldNames[probes.FieldStepDuration]
-
 // timerStats are the statistics of each engine-step timer (probes.Quantiles).
 var timerStats = []string{"mean", "p50", "p90", "p99", "min", "max"}
 

@@ -55,16 +55,19 @@ func latencyKeys(ls []results.Latency, stats ...string) []string {
 func timerKeys(f int, stats ...string) []string {
 	var out []string
 	for _, st := range stats {
-		out = append(out, results.StepTimerKey(probes.FieldNames[f], st))
+		out = append(out, timerKey(f, st))
 	}
 	return out
 }
+
+// timerKey is the key of statistic stat of the engine-step timer of field f.
+func timerKey(f int, stat string) string { return results.StepTimerKey(probes.FieldNames[f], stat) }
 
 // Keys of the report's fixed figures: the latency the comparison table
 // and the plots lead with, the engine's median step time.
 var (
 	ttftP90 = results.TTFT.Key(results.StatP90)
-	stepP50 = results.StepTimerKey(results.StepDuration, "p50")
+	stepP50 = timerKey(probes.FieldStepDuration, "p50")
 )
 
 // csvSpread are the metrics whose CI half-width and CV get their own columns
