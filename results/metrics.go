@@ -218,10 +218,11 @@ var registry = func() []Metric {
 			}
 		}
 	}
-	return append(ms, OfferedRate, OfferedRealized, AchievedRate, SentRate, ThrRatio, TTFTDrift, CutWaiting, CutStreaming,
+	ms = append(ms, OfferedRate, OfferedRealized, AchievedRate, SentRate, ThrRatio, TTFTDrift, CutWaiting, CutStreaming,
 		TTFTSlope, TTFTSlopeP, SendLagP50, SendLagP99, SendLagMax, AchievedSendRatio, KSStat, KSP, ClientCPU,
 		UsageMissing, ShortOutputs, ShortOutputMeanShare, Goodput, SLOAttainment, GPUUtilMean, GPUEnergy, PrefixCacheHitRate,
 		NSteps, BatchQueueSteps, WorkerLines, WorkerUnmatched)
+	return append(ms, InstanceAggregates...)
 }()
 
 // The declarations of a metric by how the summary keeps it.
