@@ -153,16 +153,6 @@ func (r *Record) e2elNs() (int64, bool) {
 	return r.LastTokenNs - r.SentNs, true
 }
 
-// TPOT is the time per output token after the first, (E2EL − TTFT) /
-// (output tokens − 1); ok is false for a request with one output token or
-// without both chunks.
-func (r *Record) TPOT() (_ time.Duration, ok bool) {
-	if r.FirstTokenNs == 0 || r.LastTokenNs == 0 || r.OutputTokens < 2 {
-		return 0, false
-	}
-	return time.Duration(r.LastTokenNs-r.FirstTokenNs) / time.Duration(r.OutputTokens-1), true
-}
-
 // Lag is the send lag: actual minus intended send time, less any wait for
 // a slot under a concurrency cap (QueuedNs), which is the cap's doing.
 func (r *Record) Lag() time.Duration { return time.Duration(r.SentNs - r.ScheduledNs - r.QueuedNs) }

@@ -133,15 +133,9 @@ func SummarizeClasses(recs []Record, basis ClassBasis, tokens map[int]int, bound
 		st[c].Completed++
 		total++
 		in[c] = append(in[c], float64(r.InputTokens))
-		if t, ok := r.TTFTMs(); ok {
-			ttft[c] = append(ttft[c], t)
-		}
-		if e, ok := r.E2ELMs(); ok {
-			e2el[c] = append(e2el[c], e)
-		}
-		if p, ok := r.TPOTMs(); ok {
-			tpot[c] = append(tpot[c], p)
-		}
+		ttft[c] = TTFT.Append(ttft[c], r)
+		tpot[c] = TPOT.Append(tpot[c], r)
+		e2el[c] = E2EL.Append(e2el[c], r)
 	}
 	for c := range 4 {
 		s := st[c]
@@ -199,12 +193,12 @@ func addClassMetrics(s *RunSummary, out map[string]float64) {
 				out[p+"fail_rate"] = float64(st.Failed) / float64(st.Requests)
 			}
 			put(p+"input_p50", st.InputP50)
-			put(p+"median_ttft_ms", st.MedianTTFTMs)
-			put(p+"p90_ttft_ms", st.P90TTFTMs)
-			put(p+"median_tpot_ms", st.MedianTPOTMs)
-			put(p+"p90_tpot_ms", st.P90TPOTMs)
-			put(p+"median_e2el_ms", st.MedianE2ELMs)
-			put(p+"p90_e2el_ms", st.P90E2ELMs)
+			put(p+TTFT.Key(StatMedian), st.MedianTTFTMs)
+			put(p+TTFT.Key(StatP90), st.P90TTFTMs)
+			put(p+TPOT.Key(StatMedian), st.MedianTPOTMs)
+			put(p+TPOT.Key(StatP90), st.P90TPOTMs)
+			put(p+E2EL.Key(StatMedian), st.MedianE2ELMs)
+			put(p+E2EL.Key(StatP90), st.P90E2ELMs)
 		}
 	}
 	addInstanceMetrics(s, put)

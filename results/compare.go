@@ -218,9 +218,8 @@ func comparisons(s *Sweep, cells []*Cell) (main, aa []ComparisonRow, nuis []Nuis
 		originals[k][c.Info.Config] = c
 	}
 	ordered := cellOrder(s, cells)
-	for _, metric := range s.ComparedMetrics() {
-		key := ResolveMetric(metric)
-		primary := key == ResolveMetric(s.Metric)
+	for i, m := range s.ComparedMetrics() {
+		metric, key, primary := m.Name, m.Key, i == 0
 		nu := EstimatePosition(positionObs(cells, key), s.Confidence)
 		nu.Metric = metric
 		nuis = append(nuis, nu)
@@ -253,16 +252,26 @@ func comparisons(s *Sweep, cells []*Cell) (main, aa []ComparisonRow, nuis []Nuis
 	return main, aa, nuis
 }
 
-// ComparedMetrics are the metrics compared with the baseline: the primary
-// metric first, then the other compared metrics in their order.
-func (s *Sweep) ComparedMetrics() []string {
-	out := []string{s.Metric}
-	for _, m := range s.Compare {
-		if ResolveMetric(m) != ResolveMetric(s.Metric) {
+// ComparedMetrics are the metrics compared with the baseline, resolved
+// (Lookup): the primary metric first, then the other compared metrics in
+// their order, each once.
+func (s *Sweep) ComparedMetrics() []Named {
+	out := []Named{s.Primary()}
+	for _, name := range s.Compare {
+		if m := Lookup(name); m.Key != out[0].Key {
 			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// Primary is the sweep's primary metric, resolved (Lookup);
+// DefaultStopMetric when the sweep names none.
+func (s *Sweep) Primary() Named {
+	if s.Metric == "" {
+		return Lookup(DefaultStopMetric)
+	}
+	return Lookup(s.Metric)
 }
 
 // positionObs lists every usable run of every cell with its position, for

@@ -89,18 +89,6 @@ func TestCompareEdgeCases(t *testing.T) {
 	}
 }
 
-func TestResolveMetric(t *testing.T) {
-	for in, want := range map[string]string{
-		"ttft_p90": "p90_ttft_ms", "tpot_p99": "p99_tpot_ms", "e2el_p50": "median_e2el_ms", "itl_mean": "mean_itl_ms",
-		"step_duration_p50": "step_duration_us_p50", "build_meta_us_p90": "build_meta_us_p90",
-		"p90_ttft_ms": "p90_ttft_ms", "request_throughput": "request_throughput", "gpu_util_mean": "gpu_util_mean",
-	} {
-		if got := ResolveMetric(in); got != want {
-			t.Errorf("ResolveMetric(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // near reports whether got is within tol of want (NaN equals NaN).
 func near(got, want, tol float64) bool {
 	if math.IsNaN(want) {

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"math"
 	"slices"
 	"strconv"
 
@@ -105,22 +106,74 @@ func InstanceMetric(k int, what string) string { return "inst" + strconv.Itoa(k)
 // order the run sampled its GPUs.
 func GPUUtilMetric(k int) string { return "gpu" + strconv.Itoa(k) + "_util_mean" }
 
+// The aggregates across a run's instances and GPUs (the per-instance cache
+// and per-GPU load of docs/routing.md).
+var (
+	HitRateMeanInst          = instances("prefix_cache_hit_rate_mean_inst", HigherIsBetter, func(c *InstanceCaches) *float64 { return c.HitRateMean })
+	HitRateStdInst           = instances("prefix_cache_hit_rate_std_inst", Neutral, func(c *InstanceCaches) *float64 { return c.HitRateStd })
+	HitRateMinInst           = instances("prefix_cache_hit_rate_min_inst", HigherIsBetter, func(c *InstanceCaches) *float64 { return c.HitRateMin })
+	HitRateMaxInst           = instances("prefix_cache_hit_rate_max_inst", HigherIsBetter, func(c *InstanceCaches) *float64 { return c.HitRateMax })
+	ExternalHitRateMeanInst  = instances("external_hit_rate_mean_inst", HigherIsBetter, func(c *InstanceCaches) *float64 { return c.ExternalHitRateMean })
+	ExternalHitRateStdInst   = instances("external_hit_rate_std_inst", Neutral, func(c *InstanceCaches) *float64 { return c.ExternalHitRateStd })
+	EffectiveHitRateMeanInst = instances("effective_hit_rate_mean_inst", HigherIsBetter, func(c *InstanceCaches) *float64 { return c.EffectiveHitRateMean })
+	EffectiveHitRateStdInst  = instances("effective_hit_rate_std_inst", Neutral, func(c *InstanceCaches) *float64 { return c.EffectiveHitRateStd })
+	EffectiveHitRateMinInst  = instances("effective_hit_rate_min_inst", HigherIsBetter, func(c *InstanceCaches) *float64 { return c.EffectiveHitRateMin })
+	EffectiveHitRateMaxInst  = instances("effective_hit_rate_max_inst", HigherIsBetter, func(c *InstanceCaches) *float64 { return c.EffectiveHitRateMax })
+	GPUUtilMinGPU            = gpus("gpu_util_min_gpu", UnitPercent, Neutral, func(g *GPUSummary, means []float64) float64 { return slices.Min(means) })
+	GPUUtilMaxGPU            = gpus("gpu_util_max_gpu", UnitPercent, Neutral, func(g *GPUSummary, means []float64) float64 { return slices.Max(means) })
+	GPUUtilImbalance         = gpus("gpu_util_imbalance", UnitNone, LowerIsBetter, func(g *GPUSummary, means []float64) float64 {
+		if g.Imbalance > 0 {
+			return g.Imbalance
+		}
+		return math.NaN() // undefined: a GPU with zero mean utilization
+	})
+)
+
+// InstanceAggregates are the aggregates in tables.csv's order.
+var InstanceAggregates = []Metric{HitRateMeanInst, HitRateStdInst, HitRateMinInst, HitRateMaxInst,
+	ExternalHitRateMeanInst, ExternalHitRateStdInst,
+	EffectiveHitRateMeanInst, EffectiveHitRateStdInst, EffectiveHitRateMinInst, EffectiveHitRateMaxInst,
+	GPUUtilMinGPU, GPUUtilMaxGPU, GPUUtilImbalance}
+
+// instances declares an aggregate of the run's instance caches (a share);
+// a missing or NaN one is not a value.
+func instances(key string, d Direction, f func(*InstanceCaches) *float64) Metric {
+	return Metric{key, UnitShare, d, func(s *RunSummary) (float64, bool) {
+		if s.Instances == nil {
+			return 0, false
+		}
+		return finite(f(s.Instances))
+	}}
+}
+
+// gpus declares an aggregate over the run's GPUs' mean utilizations.
+func gpus(key string, u Unit, d Direction, f func(*GPUSummary, []float64) float64) Metric {
+	return Metric{key, u, d, func(s *RunSummary) (float64, bool) {
+		g := s.GPU
+		if g == nil || !g.Available || len(g.PerGPU) == 0 {
+			return 0, false
+		}
+		means := make([]float64, len(g.PerGPU))
+		for k, p := range g.PerGPU {
+			means[k] = p.UtilGPU.Mean
+		}
+		return finite(ptr(f(g, means)))
+	}}
+}
+
+// finite is *v when v is set and not NaN.
+func finite(v *float64) (float64, bool) {
+	if v == nil || math.IsNaN(*v) {
+		return 0, false
+	}
+	return *v, true
+}
+
 // addInstanceMetrics flattens a run's per-instance caches and per-GPU
-// utilization: the aggregates of instanceCSVMetrics, and per instance k
-// inst<k>_{prefix,external,effective}_hit_rate, per GPU k gpu<k>_util_mean
-// (the per-instance cache and per-GPU load of docs/routing.md).
+// utilization: per instance k inst<k>_{prefix,external,effective}_hit_rate,
+// per GPU k gpu<k>_util_mean.
 func addInstanceMetrics(s *RunSummary, put func(string, *float64)) {
 	if ic := s.Instances; ic != nil {
-		put("prefix_cache_hit_rate_mean_inst", ic.HitRateMean)
-		put("prefix_cache_hit_rate_std_inst", ic.HitRateStd)
-		put("prefix_cache_hit_rate_min_inst", ic.HitRateMin)
-		put("prefix_cache_hit_rate_max_inst", ic.HitRateMax)
-		put("external_hit_rate_mean_inst", ic.ExternalHitRateMean)
-		put("external_hit_rate_std_inst", ic.ExternalHitRateStd)
-		put("effective_hit_rate_mean_inst", ic.EffectiveHitRateMean)
-		put("effective_hit_rate_std_inst", ic.EffectiveHitRateStd)
-		put("effective_hit_rate_min_inst", ic.EffectiveHitRateMin)
-		put("effective_hit_rate_max_inst", ic.EffectiveHitRateMax)
 		for k, in := range ic.Instances {
 			put(InstanceMetric(k, "prefix_hit_rate"), in.HitRate)
 			put(InstanceMetric(k, "external_hit_rate"), in.ExternalHitRate)
@@ -128,15 +181,8 @@ func addInstanceMetrics(s *RunSummary, put func(string, *float64)) {
 		}
 	}
 	if g := s.GPU; g != nil && g.Available && len(g.PerGPU) > 0 {
-		var means []float64
 		for k, p := range g.PerGPU {
 			put(GPUUtilMetric(k), ptr(p.UtilGPU.Mean))
-			means = append(means, p.UtilGPU.Mean)
-		}
-		put("gpu_util_min_gpu", ptr(slices.Min(means)))
-		put("gpu_util_max_gpu", ptr(slices.Max(means)))
-		if g.Imbalance > 0 {
-			put("gpu_util_imbalance", ptr(g.Imbalance))
 		}
 	}
 }

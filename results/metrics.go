@@ -1,118 +1,337 @@
 package results
 
 import (
-	"reflect"
-	"regexp"
+	"strconv"
 	"strings"
+
+	"github.com/mbench/mbench/probes"
 )
+
+// The metric registry: every figure a run is compared, tabled and stopped
+// on is declared here once — its key (the name summary_A.json, tables.csv,
+// the comparisons and the reports use), its unit, which direction is
+// better, and where a run's summary keeps it. The latencies are declared
+// with their definition over a request record (Latency). Readers take
+// metrics by key (RunMetrics, Metric.Value) or by the name a matrix gives
+// (Lookup); none knows a summary's struct fields.
 
 // DefaultCompare are the metrics compared with the baseline when a sweep
 // names none.
 var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration_p50"}
 
+// BlockMetrics are the figures report.md lists per block beside the
+// primary metric: the client's median time per output token and the
+// engine's median step time.
+var BlockMetrics = []string{"tpot_p50", "step_duration_p50"}
+
 // DefaultStopMetric is the metric of the stopping rule and of the
 // noise-floor table when a sweep names none.
 const DefaultStopMetric = "ttft_p90"
 
-// identityFields are numeric summary fields that name a run rather than
-// measure it.
-var identityFields = map[string]bool{"rate": true, "block": true}
+// Unit is the unit of a metric's values.
+type Unit string
 
-// RunMetrics flattens a run summary into metric name → value: every numeric
-// top-level field under its JSON name (completed, p90_ttft_ms, thr_ratio, …;
-// null ones are left out), every engine-step timer statistic as
-// <timer>_<stat> (step_duration_us_p50, build_meta_us_p90, …) plus n_steps,
-// and gpu_util_mean, gpu_energy_j, prefix_cache_hit_rate where present.
+// Units.
+const (
+	UnitMs      Unit = "ms"
+	UnitUs      Unit = "us"
+	UnitSeconds Unit = "s"
+	UnitReqPerS Unit = "req/s"
+	UnitTokPerS Unit = "tok/s"
+	UnitMsPerS  Unit = "ms/s"
+	UnitCount   Unit = "count"  // requests, steps, lines
+	UnitTokens  Unit = "tokens" // tokens in all
+	UnitShare   Unit = "share"  // a fraction in [0, 1]
+	UnitPercent Unit = "%"
+	UnitJoules  Unit = "J"
+	UnitP       Unit = "p" // a test's p-value
+	UnitNone    Unit = ""  // a test statistic
+)
+
+// Direction says which way a metric is better.
+type Direction int8
+
+// Directions.
+const (
+	Neutral        Direction = iota // neither: a count of the load, a test's p-value
+	LowerIsBetter                   // latencies, failures, lag
+	HigherIsBetter                  // throughput, attainment, hit rates
+)
+
+// Metric is one declared metric of a run.
+type Metric struct {
+	Key    string
+	Unit   Unit
+	Better Direction
+	value  func(*RunSummary) (float64, bool)
+}
+
+// Value is m's value in run s; false when s does not have it.
+func (m Metric) Value(s *RunSummary) (float64, bool) {
+	if s == nil || m.value == nil {
+		return 0, false
+	}
+	return m.value(s)
+}
+
+// Latency is a per-request latency: its name in the metric keys (ttft) and
+// its definition over one request record, the values (ms) the record
+// gives; openloop.Record defines each (vLLM's definitions, to the chunk).
+type Latency struct {
+	Name string
+	of   func(*Record, []float64) []float64
+}
+
+// one adapts a record's single latency to Latency.of.
+func one(f func(*Record) (float64, bool)) func(*Record, []float64) []float64 {
+	return func(r *Record, xs []float64) []float64 {
+		if v, ok := f(r); ok {
+			return append(xs, v)
+		}
+		return xs
+	}
+}
+
+// The latencies. ITL is every inter-token gap of a request, pooled.
+var (
+	TTFT         = Latency{"ttft", one((*Record).TTFTMs)}
+	TPOT         = Latency{"tpot", one((*Record).TPOTMs)}
+	ITL          = Latency{"itl", func(r *Record, xs []float64) []float64 { return append(xs, r.ITLMs...) }}
+	E2EL         = Latency{"e2el", one((*Record).E2ELMs)}
+	TTFTIntended = Latency{"ttft_intended", one((*Record).TTFTIntendedMs)}
+	// Latencies are the latencies with the full set of statistics
+	// (LatencyStats) and the extra percentiles.
+	Latencies = []Latency{TTFT, TPOT, ITL, E2EL}
+)
+
+// LatencyNamed is the latency of Latencies named name (ttft, tpot, itl,
+// e2el).
+func LatencyNamed(name string) (Latency, bool) {
+	for _, l := range Latencies {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Latency{}, false
+}
+
+// Stat is statistic stat of l in run s: one of LatencyStats, or p<p> of
+// the run's extra percentiles ("p99.9"); nil when s does not have it.
+func (l Latency) Stat(s *RunSummary, stat string) *float64 {
+	if f := l.fields(s)[stat]; f != nil {
+		return *f
+	}
+	if v, ok := s.Percentiles[l.Key(stat)]; ok {
+		return &v
+	}
+	return nil
+}
+
+// PercentileStat is the statistic of percentile p: "median" for 50, else
+// p<p> ("p90", "p99.9").
+func PercentileStat(p float64) string {
+	if p == 50 {
+		return StatMedian
+	}
+	return "p" + strconv.FormatFloat(p, 'f', -1, 64)
+}
+
+// Append appends r's values of l to xs.
+func (l Latency) Append(xs []float64, r *Record) []float64 { return l.of(r, xs) }
+
+// The statistics of a latency a summary keeps.
+const (
+	StatMean   = "mean"
+	StatMedian = "median"
+	StatStd    = "std"
+	StatP90    = "p90"
+	StatP95    = "p95"
+	StatP99    = "p99"
+)
+
+// LatencyStats are the statistics every latency of Latencies has.
+var LatencyStats = []string{StatMean, StatMedian, StatStd, StatP90, StatP95, StatP99}
+
+// Key is the metric key of statistic stat of l, as vLLM keys its results:
+// "p90_ttft_ms", "median_e2el_ms", "p99.9_ttft_ms".
+func (l Latency) Key(stat string) string { return stat + "_" + l.Name + "_ms" }
+
+// The metrics of fixed key. request_goodput is `vllm bench serve
+// --goodput`'s name for the rate of good requests.
+var (
+	NumPrompts           = count("num_prompts", Neutral, func(s *RunSummary) int { return s.NumPrompts })
+	Completed            = count("completed", HigherIsBetter, func(s *RunSummary) int { return s.Completed })
+	Failed               = count("failed", LowerIsBetter, func(s *RunSummary) int { return s.Failed })
+	Duration             = value("duration", UnitSeconds, Neutral, func(s *RunSummary) float64 { return s.Duration })
+	RequestThroughput    = value("request_throughput", UnitReqPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.RequestThroughput })
+	OutputThroughput     = value("output_throughput", UnitTokPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.OutputThroughput })
+	TotalInputTokens     = tokens("total_input_tokens", func(s *RunSummary) int64 { return s.TotalInputTokens })
+	TotalOutputTokens    = tokens("total_output_tokens", func(s *RunSummary) int64 { return s.TotalOutputTokens })
+	OfferedRate          = value("offered_rate", UnitReqPerS, Neutral, func(s *RunSummary) float64 { return s.OfferedRate })
+	OfferedRealized      = opt("offered_rate_realized", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.OfferedRealized })
+	AchievedRate         = opt("achieved_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.AchievedRate })
+	SentRate             = opt("sent_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.SentRate })
+	ThrRatio             = opt("thr_ratio", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ThrRatio })
+	TTFTDrift            = opt("ttft_drift_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTDriftMs })
+	CutWaiting           = count("cut_waiting", LowerIsBetter, func(s *RunSummary) int { return s.CutWaiting })
+	CutStreaming         = count("cut_streaming", LowerIsBetter, func(s *RunSummary) int { return s.CutStreaming })
+	TTFTSlope            = opt("ttft_slope_ms_per_s", UnitMsPerS, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTSlopeMsPerS })
+	TTFTSlopeP           = opt("ttft_slope_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.TTFTSlopeP })
+	SendLagP50           = opt("send_lag_p50_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagP50Ms })
+	SendLagP99           = opt("send_lag_p99_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagP99Ms })
+	SendLagMax           = opt("send_lag_max_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagMaxMs })
+	AchievedSendRatio    = opt("achieved_send_ratio", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.AchievedSendRatio })
+	KSStat               = opt("ks_stat", UnitNone, LowerIsBetter, func(s *RunSummary) *float64 { return s.KSStat })
+	KSP                  = opt("ks_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.KSP })
+	ClientCPU            = value("client_cpu_pct", UnitPercent, LowerIsBetter, func(s *RunSummary) float64 { return s.ClientCPUPct })
+	UsageMissing         = count("usage_missing_requests", LowerIsBetter, func(s *RunSummary) int { return s.UsageMissing })
+	ShortOutputs         = count("short_output_requests", LowerIsBetter, func(s *RunSummary) int { return s.ShortOutputs })
+	ShortOutputMeanShare = opt("short_output_mean_share", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ShortOutputMeanShare })
+	Goodput              = opt("request_goodput", UnitReqPerS, HigherIsBetter, func(s *RunSummary) *float64 { return s.Goodput })
+	SLOAttainment        = opt("slo_attainment", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.SLOAttainment })
+	GPUUtilMean          = Metric{"gpu_util_mean", UnitPercent, Neutral, func(s *RunSummary) (float64, bool) { return gpuUtilMean(s.GPU) }}
+	GPUEnergy            = Metric{"gpu_energy_j", UnitJoules, LowerIsBetter, gpuEnergy}
+	PrefixCacheHitRate   = Metric{"prefix_cache_hit_rate", UnitShare, HigherIsBetter, func(s *RunSummary) (float64, bool) { return cacheHitRate(s.PrefixCache) }}
+	// The engine's step log (engine_step.jsonl), beside its timers
+	// (StepTimerKey).
+	NSteps          = step("n_steps", func(st *StepStats) int64 { return st.NSteps })
+	BatchQueueSteps = step("batch_queue_steps", func(st *StepStats) int64 { return st.BatchQueueSteps })
+	WorkerLines     = worker("worker_lines", func(w *probes.MergeStats) int64 { return w.WorkerLines })
+	WorkerUnmatched = worker("worker_unmatched", func(w *probes.MergeStats) int64 { return w.WorkerUnmatched })
+)
+
+// The keys of the SLO's metrics.
+var (
+	MetricGoodput       = Goodput.Key
+	MetricSLOAttainment = SLOAttainment.Key
+)
+
+// registry is every metric a run summary keeps at a fixed key, in
+// declaration order; RunMetrics adds the families whose keys a run
+// names (extra percentiles, step timers, classes, instances, GPUs).
+var registry = func() []Metric {
+	ms := []Metric{NumPrompts, Completed, Failed, Duration, RequestThroughput, OutputThroughput, TotalInputTokens, TotalOutputTokens}
+	for _, l := range append(append([]Latency(nil), Latencies...), TTFTIntended) {
+		for _, stat := range LatencyStats {
+			if l.fields(new(RunSummary))[stat] != nil {
+				ms = append(ms, opt(l.Key(stat), UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return *l.fields(s)[stat] }))
+			}
+		}
+	}
+	ms = append(ms, OfferedRate, OfferedRealized, AchievedRate, SentRate, ThrRatio, TTFTDrift, CutWaiting, CutStreaming,
+		TTFTSlope, TTFTSlopeP, SendLagP50, SendLagP99, SendLagMax, AchievedSendRatio, KSStat, KSP, ClientCPU,
+		UsageMissing, ShortOutputs, ShortOutputMeanShare, Goodput, SLOAttainment, GPUUtilMean, GPUEnergy, PrefixCacheHitRate,
+		NSteps, BatchQueueSteps, WorkerLines, WorkerUnmatched)
+	return append(ms, InstanceAggregates...)
+}()
+
+// The declarations of a metric by how the summary keeps it.
+func count(key string, d Direction, f func(*RunSummary) int) Metric {
+	return Metric{key, UnitCount, d, func(s *RunSummary) (float64, bool) { return float64(f(s)), true }}
+}
+
+func tokens(key string, f func(*RunSummary) int64) Metric {
+	return Metric{key, UnitTokens, Neutral, func(s *RunSummary) (float64, bool) { return float64(f(s)), true }}
+}
+
+func value(key string, u Unit, d Direction, f func(*RunSummary) float64) Metric {
+	return Metric{key, u, d, func(s *RunSummary) (float64, bool) { return f(s), true }}
+}
+
+func opt(key string, u Unit, d Direction, f func(*RunSummary) *float64) Metric {
+	return Metric{key, u, d, func(s *RunSummary) (float64, bool) {
+		if p := f(s); p != nil {
+			return *p, true
+		}
+		return 0, false
+	}}
+}
+
+func step(key string, f func(*StepStats) int64) Metric {
+	return Metric{key, UnitCount, Neutral, func(s *RunSummary) (float64, bool) {
+		if s.EngineStep == nil {
+			return 0, false
+		}
+		return float64(f(s.EngineStep)), true
+	}}
+}
+
+func worker(key string, f func(*probes.MergeStats) int64) Metric {
+	return Metric{key, UnitCount, Neutral, func(s *RunSummary) (float64, bool) {
+		if s.EngineStep == nil || s.EngineStep.Workers == nil {
+			return 0, false
+		}
+		return float64(f(s.EngineStep.Workers)), true
+	}}
+}
+
+// gpuEnergy is the energy of the run's GPUs, where their utilisation is known.
+func gpuEnergy(s *RunSummary) (float64, bool) {
+	if _, ok := gpuUtilMean(s.GPU); !ok {
+		return 0, false
+	}
+	var e float64
+	for _, g := range s.GPU.PerGPU {
+		e += g.EnergyJ
+	}
+	return e, true
+}
+
+// Metrics are the registry's metrics of fixed key, in order.
+func Metrics() []Metric { return append([]Metric(nil), registry...) }
+
+// RunMetrics is every metric of a run by key: the registry's (those the
+// run has), the extra latency percentiles it asked for (p99.9_ttft_ms),
+// its engine-step figures (n_steps, batch_queue_steps, worker_lines,
+// worker_unmatched and <timer>_<stat>: step_duration_us_p50, …), and its
+// class and per-instance figures (addClassMetrics).
 func RunMetrics(s *RunSummary) map[string]float64 {
 	out := map[string]float64{}
 	if s == nil {
 		return out
 	}
-	v := reflect.ValueOf(s).Elem()
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name == "" || name == "-" || identityFields[name] {
-			continue
-		}
-		f := v.Field(i)
-		if f.Kind() == reflect.Pointer {
-			if f.IsNil() || f.Elem().Kind() != reflect.Float64 {
-				continue
-			}
-			f = f.Elem()
-		}
-		switch f.Kind() {
-		case reflect.Float64:
-			out[name] = f.Float()
-		case reflect.Int, reflect.Int64:
-			out[name] = float64(f.Int())
+	for _, m := range registry {
+		if v, ok := m.value(s); ok {
+			out[m.Key] = v
 		}
 	}
 	for k, v := range s.Percentiles {
 		out[k] = v
 	}
 	if st := s.EngineStep; st != nil {
-		out["n_steps"] = float64(st.NSteps)
-		out["batch_queue_steps"] = float64(st.BatchQueueSteps)
-		if w := st.Workers; w != nil {
-			out["worker_lines"] = float64(w.WorkerLines)
-			out["worker_unmatched"] = float64(w.WorkerUnmatched)
-		}
 		for timer, q := range st.Timers {
-			for stat, x := range map[string]float64{"mean": q.Mean, "p50": q.P50, "p90": q.P90, "p99": q.P99, "min": q.Min, "max": q.Max} {
-				out[timer+"_"+stat] = x
+			for _, stat := range timerStats {
+				out[StepTimerKey(timer, stat)] = timerStat(q, stat)
 			}
 		}
-	}
-	if u, ok := gpuUtilMean(s.GPU); ok {
-		out["gpu_util_mean"] = u
-		var e float64
-		for _, g := range s.GPU.PerGPU {
-			e += g.EnergyJ
-		}
-		out["gpu_energy_j"] = e
-	}
-	if h, ok := cacheHitRate(s.PrefixCache); ok {
-		out["prefix_cache_hit_rate"] = h
 	}
 	addClassMetrics(s, out)
 	return out
 }
 
-var (
-	latencyAlias = regexp.MustCompile(`^(ttft|tpot|itl|e2el)_(mean|median|std|p50|p[0-9]+(?:\.[0-9]+)?)$`)
-	timerAlias   = regexp.MustCompile(`^([a-z_]+?)(_us)?_(mean|p50|p90|p99|min|max)$`)
-)
+// StepTimerKey is the metric key of statistic stat (mean, p50, p90, p99,
+// min, max) of an engine-step timer (probes.TimerNames: step_duration_us):
+// "step_duration_us_p50".
+func StepTimerKey(timer, stat string) string { return timer + "_" + stat }
 
-// stepTimers are the timers of engine_step.jsonl, without the _us suffix.
-var stepTimers = map[string]bool{
-	"step_duration": true, "schedule": true, "build_meta": true, "execute": true,
-	"update": true, "get_finished": true, "launch": true, "wait": true, "unaccounted": true, "gpu": true,
-}
+// timerStats are the statistics of each engine-step timer (probes.Quantiles).
+var timerStats = []string{"mean", "p50", "p90", "p99", "min", "max"}
 
-// ResolveMetric maps a metric name as users write it in a matrix to the key
-// RunMetrics uses: "ttft_p90" → "p90_ttft_ms", "ttft_p50"/"ttft_median" →
-// "median_ttft_ms", "step_duration_p50" → "step_duration_us_p50". Names that
-// are already keys, and names it does not recognise, come back unchanged.
-func ResolveMetric(name string) string {
-	if m := latencyAlias.FindStringSubmatch(name); m != nil {
-		stat := m[2]
-		if stat == "p50" {
-			stat = "median"
-		}
-		return stat + "_" + m[1] + "_ms"
+// timerStat is one statistic of a timer.
+func timerStat(q probes.Quantiles, stat string) float64 {
+	switch stat {
+	case "mean":
+		return q.Mean
+	case "p50":
+		return q.P50
+	case "p90":
+		return q.P90
+	case "p99":
+		return q.P99
+	case "min":
+		return q.Min
 	}
-	if m := timerAlias.FindStringSubmatch(name); m != nil && stepTimers[m[1]] {
-		return m[1] + "_us_" + m[3]
-	}
-	return name
-}
-
-// RunMetric returns one metric of a run by user name (see ResolveMetric).
-func RunMetric(s *RunSummary, name string) (float64, bool) {
-	v, ok := RunMetrics(s)[ResolveMetric(name)]
-	return v, ok
+	return q.Max
 }
 
 // proportionTrials is the number of trials behind a run's proportion metric

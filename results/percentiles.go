@@ -24,7 +24,7 @@ var DefaultPercentiles = []float64{50, 90, 95, 99}
 // PercentileKey is vLLM's result key of percentile p of metric (ttft,
 // tpot, itl, e2el): "p95_ttft_ms", "p99.9_ttft_ms".
 func PercentileKey(p float64, metric string) string {
-	return "p" + strconv.FormatFloat(p, 'f', -1, 64) + "_" + metric + "_ms"
+	return Latency{Name: metric}.Key("p" + strconv.FormatFloat(p, 'f', -1, 64))
 }
 
 // ParsePercentiles reads a comma-separated list of percentiles such as
@@ -46,22 +46,15 @@ func ParsePercentiles(list string) ([]float64, error) {
 	return out, nil
 }
 
-// fillPercentiles sets the p95 fields of s and, for each percentile of
-// extra beyond DefaultPercentiles, its entry of s.Percentiles, from the
-// sorted per-request values of each metric.
-func fillPercentiles(s *RunSummary, extra []float64, byMetric map[string][]float64) {
-	for _, m := range []struct {
-		name string
-		p95  **float64
-	}{{"ttft", &s.P95TTFTMs}, {"tpot", &s.P95TPOTMs}, {"itl", &s.P95ITLMs}, {"e2el", &s.P95E2ELMs}} {
-		xs := byMetric[m.name]
+// fillPercentiles sets, for each percentile of extra beyond
+// DefaultPercentiles, its entry of s.Percentiles from the sorted
+// per-request values of each latency of Latencies (by name).
+func fillPercentiles(s *RunSummary, extra []float64, byName map[string][]float64) {
+	for _, l := range Latencies {
+		xs := byName[l.Name]
 		if len(xs) == 0 {
 			continue
 		}
-		if !sort.Float64sAreSorted(xs) {
-			sort.Float64s(xs)
-		}
-		*m.p95 = ptr(stats.PercentileSorted(xs, 95))
 		for _, p := range extra {
 			if slices.Contains(DefaultPercentiles, p) {
 				continue
@@ -69,7 +62,7 @@ func fillPercentiles(s *RunSummary, extra []float64, byMetric map[string][]float
 			if s.Percentiles == nil {
 				s.Percentiles = map[string]float64{}
 			}
-			s.Percentiles[PercentileKey(p, m.name)] = stats.PercentileSorted(xs, p)
+			s.Percentiles[PercentileKey(p, l.Name)] = stats.PercentileSorted(xs, p)
 		}
 	}
 }

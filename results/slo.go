@@ -33,13 +33,6 @@ func (o SLO) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// The run metrics of an SLO (RunMetrics keys): request_goodput is
-// `vllm bench serve --goodput`'s name for the rate of good requests.
-const (
-	MetricGoodput       = "request_goodput"
-	MetricSLOAttainment = "slo_attainment"
-)
-
 // sloMetrics are the SLO's metrics, compared across configs whenever the
 // runs have them.
 var sloMetrics = []string{MetricGoodput, MetricSLOAttainment}
@@ -115,9 +108,9 @@ func applySLO(s *RunSummary, recs []Record, o *SLO) {
 // withSLOCompare adds the SLO metrics to the compared metrics when some cell
 // has them and the sweep does not list them already.
 func withSLOCompare(s *Sweep, cells []*Cell) {
-	listed := map[string]bool{ResolveMetric(s.Metric): true}
-	for _, m := range s.Compare {
-		listed[ResolveMetric(m)] = true
+	listed := map[string]bool{}
+	for _, m := range s.ComparedMetrics() {
+		listed[m.Key] = true
 	}
 	out := append([]string(nil), s.Compare...)
 	for _, m := range sloMetrics {

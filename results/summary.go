@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/mbench/mbench/stats"
@@ -276,20 +277,45 @@ type RunSummary struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-// latStats holds pointers to the five statistics of one latency metric.
-type latStats struct{ mean, median, std, p90, p99 **float64 }
+// fields are the summary fields of l's statistics (LatencyStats; only p90
+// and p99 for TTFTIntended): where SummarizeRun writes them and the
+// registry reads them.
+func (l Latency) fields(s *RunSummary) map[string]**float64 {
+	switch l.Name {
+	case TTFT.Name:
+		return map[string]**float64{StatMean: &s.MeanTTFTMs, StatMedian: &s.MedianTTFTMs, StatStd: &s.StdTTFTMs, StatP90: &s.P90TTFTMs, StatP95: &s.P95TTFTMs, StatP99: &s.P99TTFTMs}
+	case TPOT.Name:
+		return map[string]**float64{StatMean: &s.MeanTPOTMs, StatMedian: &s.MedianTPOTMs, StatStd: &s.StdTPOTMs, StatP90: &s.P90TPOTMs, StatP95: &s.P95TPOTMs, StatP99: &s.P99TPOTMs}
+	case ITL.Name:
+		return map[string]**float64{StatMean: &s.MeanITLMs, StatMedian: &s.MedianITLMs, StatStd: &s.StdITLMs, StatP90: &s.P90ITLMs, StatP95: &s.P95ITLMs, StatP99: &s.P99ITLMs}
+	case E2EL.Name:
+		return map[string]**float64{StatMean: &s.MeanE2ELMs, StatMedian: &s.MedianE2ELMs, StatStd: &s.StdE2ELMs, StatP90: &s.P90E2ELMs, StatP95: &s.P95E2ELMs, StatP99: &s.P99E2ELMs}
+	case TTFTIntended.Name:
+		return map[string]**float64{StatP90: &s.P90TTFTIntendedMs, StatP99: &s.P99TTFTIntendedMs}
+	}
+	return nil
+}
 
-// fill sets the statistics of xs (ms); all stay nil when xs is empty.
-func (l latStats) fill(xs []float64) {
+// fillLatency sets the statistics of l in s from its values xs (ms),
+// sorting xs; all stay nil when xs is empty.
+func fillLatency(s *RunSummary, l Latency, xs []float64) {
 	if len(xs) == 0 {
 		return
 	}
 	sort.Float64s(xs)
-	*l.mean = ptr(stats.Mean(xs))
-	*l.median = ptr(stats.PercentileSorted(xs, 50))
-	*l.std = ptr(stats.PopStd(xs))
-	*l.p90 = ptr(stats.PercentileSorted(xs, 90))
-	*l.p99 = ptr(stats.PercentileSorted(xs, 99))
+	for stat, f := range l.fields(s) {
+		switch stat {
+		case StatMean:
+			*f = ptr(stats.Mean(xs))
+		case StatMedian:
+			*f = ptr(stats.PercentileSorted(xs, 50))
+		case StatStd:
+			*f = ptr(stats.PopStd(xs))
+		default:
+			p, _ := strconv.ParseFloat(stat[1:], 64)
+			*f = ptr(stats.PercentileSorted(xs, p))
+		}
+	}
 }
 
 // ptr returns a pointer to v, or nil when v is NaN or infinite.
@@ -355,8 +381,8 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		s.WindowEnd = in.WindowEnd.UTC().Format(time.RFC3339Nano)
 		s.Duration = in.WindowEnd.Sub(in.WindowStart).Seconds()
 	}
-	var ttft, tpot, itl, e2el, intended, sends, sched []float64
-	var trendX, trendY []float64
+	var sends, sched, trendX, trendY []float64
+	lat := make([][]float64, len(summarized)) // by summarized; lat[0] is TTFT
 	for i := range in.Records {
 		r := &in.Records[i]
 		if r.Phase != openloop.PhaseMeasure {
@@ -389,22 +415,13 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 		s.TotalInputTokens += int64(r.InputTokens)
 		s.TotalOutputTokens += int64(r.OutputTokens)
 		markUsage(s, r, in.NaturalLength)
-		itl = append(itl, r.ITLMs...)
-		t, ok := r.TTFTMs()
-		if !ok {
-			continue
+		n := len(lat[0])
+		for i, l := range summarized {
+			lat[i] = l.Append(lat[i], r)
 		}
-		ttft = append(ttft, t)
-		trendX = append(trendX, float64(r.SentNs)/1e9)
-		trendY = append(trendY, t)
-		if ti, ok := r.TTFTIntendedMs(); ok {
-			intended = append(intended, ti)
-		}
-		if e, ok := r.E2ELMs(); ok {
-			e2el = append(e2el, e)
-		}
-		if p, ok := r.TPOTMs(); ok {
-			tpot = append(tpot, p)
+		if len(lat[0]) > n { // the TTFT trend, against send time
+			trendX = append(trendX, float64(r.SentNs)/1e9)
+			trendY = append(trendY, lat[0][n])
 		}
 	}
 	if s.Duration > 0 {
@@ -417,23 +434,23 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	if n := s.Completed + s.CutWaiting; n > 0 {
 		s.ThrRatio = ptr(float64(s.Completed) / float64(n))
 	}
-	latStats{&s.MeanTTFTMs, &s.MedianTTFTMs, &s.StdTTFTMs, &s.P90TTFTMs, &s.P99TTFTMs}.fill(ttft)
-	latStats{&s.MeanTPOTMs, &s.MedianTPOTMs, &s.StdTPOTMs, &s.P90TPOTMs, &s.P99TPOTMs}.fill(tpot)
-	latStats{&s.MeanITLMs, &s.MedianITLMs, &s.StdITLMs, &s.P90ITLMs, &s.P99ITLMs}.fill(itl)
-	latStats{&s.MeanE2ELMs, &s.MedianE2ELMs, &s.StdE2ELMs, &s.P90E2ELMs, &s.P99E2ELMs}.fill(e2el)
-	fillPercentiles(s, in.Percentiles, map[string][]float64{"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el})
-	s.NaturalLength, s.OutputLengths, s.Label, s.Metadata = in.NaturalLength, outputLengths(in.Records), in.Label, in.Metadata
-	if len(intended) > 0 {
-		sort.Float64s(intended)
-		s.P90TTFTIntendedMs = ptr(stats.PercentileSorted(intended, 90))
-		s.P99TTFTIntendedMs = ptr(stats.PercentileSorted(intended, 99))
+	byName := map[string][]float64{}
+	for i, l := range summarized {
+		fillLatency(s, l, lat[i])
+		byName[l.Name] = lat[i]
 	}
+	fillPercentiles(s, in.Percentiles, byName)
+	s.NaturalLength, s.OutputLengths, s.Label, s.Metadata = in.NaturalLength, outputLengths(in.Records), in.Label, in.Metadata
 	applySLO(s, in.Records, in.Policy.SLO)
 	gradeSends(s, sends, in)
-	gradeSaturation(s, trendX, trendY, ttft)
+	gradeSaturation(s, trendX, trendY, lat[0])
 	Decide(s, in.Policy)
 	return s, nil
 }
+
+// summarized are the latencies a run summary has statistics of, TTFT
+// first.
+var summarized = []Latency{TTFT, TPOT, ITL, E2EL, TTFTIntended}
 
 // HostCPU is the CPU of the load generator's machine over a run, each as a
 // percentage: BusyPct and StealPct of all its cores (busy: user, nice,

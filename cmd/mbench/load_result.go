@@ -184,10 +184,12 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 		kv{"max_concurrent_requests", concurrent},
 	)
 	for _, m := range lr.metrics {
-		st := metricStats(sum, m)
-		out = append(out, kv{"mean_" + m + "_ms", st.mean}, kv{"median_" + m + "_ms", st.median}, kv{"std_" + m + "_ms", st.std})
+		l, _ := results.LatencyNamed(m)
+		for _, stat := range []string{results.StatMean, results.StatMedian, results.StatStd} {
+			out = append(out, kv{l.Key(stat), l.Stat(sum, stat)})
+		}
 		for _, p := range lr.pcts {
-			out = append(out, kv{results.PercentileKey(p, m), st.pct(sum, p, m)})
+			out = append(out, kv{results.PercentileKey(p, m), l.Stat(sum, results.PercentileStat(p))})
 		}
 	}
 	return out
@@ -247,39 +249,6 @@ func peakOutput(res *openloop.Result) (float64, int) {
 		conc = max(conc, active[i])
 	}
 	return peak, conc
-}
-
-// stats of one metric in a summary.
-type metricStat struct{ mean, median, std *float64 }
-
-func metricStats(s *results.RunSummary, m string) metricStat {
-	switch m {
-	case "ttft":
-		return metricStat{s.MeanTTFTMs, s.MedianTTFTMs, s.StdTTFTMs}
-	case "tpot":
-		return metricStat{s.MeanTPOTMs, s.MedianTPOTMs, s.StdTPOTMs}
-	case "itl":
-		return metricStat{s.MeanITLMs, s.MedianITLMs, s.StdITLMs}
-	}
-	return metricStat{s.MeanE2ELMs, s.MedianE2ELMs, s.StdE2ELMs}
-}
-
-// pct is percentile p of metric m as the summary holds it: the median and
-// the fixed fields, else its percentiles map.
-func (st metricStat) pct(s *results.RunSummary, p float64, m string) *float64 {
-	fixed := map[string]map[float64]*float64{
-		"ttft": {50: s.MedianTTFTMs, 90: s.P90TTFTMs, 95: s.P95TTFTMs, 99: s.P99TTFTMs},
-		"tpot": {50: s.MedianTPOTMs, 90: s.P90TPOTMs, 95: s.P95TPOTMs, 99: s.P99TPOTMs},
-		"itl":  {50: s.MedianITLMs, 90: s.P90ITLMs, 95: s.P95ITLMs, 99: s.P99ITLMs},
-		"e2el": {50: s.MedianE2ELMs, 90: s.P90E2ELMs, 95: s.P95E2ELMs, 99: s.P99E2ELMs},
-	}
-	if v, ok := fixed[m][p]; ok {
-		return v
-	}
-	if v, ok := s.Percentiles[results.PercentileKey(p, m)]; ok {
-		return &v
-	}
-	return nil
 }
 
 // burstiness is vLLM's burstiness: the gamma shape, 1 for Poisson, inf

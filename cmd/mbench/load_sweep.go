@@ -103,9 +103,16 @@ func sweepJSON(rows []sweepRow) []map[string]any {
 	var out []map[string]any
 	for _, r := range rows {
 		s := r.Summary
-		out = append(out, map[string]any{"profile": r.Profile, "request_rate": r.Rate, "out": r.Out, "completed": s.Completed, "failed": s.Failed,
-			"request_throughput": s.RequestThroughput, "output_throughput": s.OutputThroughput, "median_ttft_ms": s.MedianTTFTMs,
-			"p99_ttft_ms": s.P99TTFTMs, "median_tpot_ms": s.MedianTPOTMs, "p99_tpot_ms": s.P99TPOTMs, "verdict": s.Verdict})
+		row := map[string]any{"profile": r.Profile, "request_rate": r.Rate, "out": r.Out, "verdict": s.Verdict}
+		for _, m := range []results.Metric{results.Completed, results.Failed, results.RequestThroughput, results.OutputThroughput} {
+			row[m.Key], _ = m.Value(s)
+		}
+		for _, l := range []results.Latency{results.TTFT, results.TPOT} {
+			for _, stat := range []string{results.StatMedian, results.StatP99} {
+				row[l.Key(stat)] = l.Stat(s, stat)
+			}
+		}
+		out = append(out, row)
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -165,11 +166,11 @@ func writeSummaryTable(w io.Writer, lr *loadRun, sum *results.RunSummary, doc *l
 	for _, m := range lr.metrics {
 		h := headers[m]
 		fmt.Fprintf(w, "%s\n", center(h[0], 50, '-'))
-		st := metricStats(sum, m)
-		row("Mean "+h[1]+" (ms):", st.mean)
-		row("Median "+h[1]+" (ms):", st.median)
+		l, _ := results.LatencyNamed(m)
+		row("Mean "+h[1]+" (ms):", l.Stat(sum, results.StatMean))
+		row("Median "+h[1]+" (ms):", l.Stat(sum, results.StatMedian))
 		for _, p := range lr.pcts {
-			row(fmt.Sprintf("P%s %s (ms):", strings.TrimSuffix(strings.TrimPrefix(results.PercentileKey(p, m), "p"), "_"+m+"_ms"), h[1]), st.pct(sum, p, m))
+			row(fmt.Sprintf("P%s %s (ms):", strconv.FormatFloat(p, 'f', -1, 64), h[1]), l.Stat(sum, results.PercentileStat(p)))
 		}
 	}
 	fmt.Fprintf(w, "%s\n", strings.Repeat("=", 50))

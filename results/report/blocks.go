@@ -21,18 +21,15 @@ type blockFigure struct {
 // the window where it exports them (prefix_cache.engine_token_ms). Both
 // move when the engine slows down, whatever the client sees.
 func blockFigures(s *results.Sweep) []blockFigure {
-	keys := []string{s.Metric}
-	if s.Metric == "" {
-		keys[0] = results.DefaultStopMetric
-	}
-	for _, m := range []string{"tpot_p50", "step_duration_p50"} {
-		if results.ResolveMetric(m) != results.ResolveMetric(keys[0]) {
-			keys = append(keys, m)
+	ms := []results.Named{s.Primary()}
+	for _, name := range results.BlockMetrics {
+		if m := results.Lookup(name); m.Key != ms[0].Key {
+			ms = append(ms, m)
 		}
 	}
 	var out []blockFigure
-	for _, m := range keys {
-		out = append(out, blockFigure{fmt.Sprintf("%s (%s)", m, results.ResolveMetric(m)), func(r *results.RunSummary) (float64, bool) { return results.RunMetric(r, m) }})
+	for _, m := range ms {
+		out = append(out, blockFigure{fmt.Sprintf("%s (%s)", m.Name, m.Key), func(r *results.RunSummary) (float64, bool) { return results.RunMetric(r, m.Key) }})
 	}
 	return append(out, blockFigure{"engine_token_ms (the engine's own time per output token, from its /metrics)", func(r *results.RunSummary) (float64, bool) {
 		if r == nil || r.PrefixCache == nil || r.PrefixCache.EngineTokenMs == nil {

@@ -46,8 +46,8 @@ func classTables(v *reportView) ([]sectionTable, string) {
 				continue
 			}
 			t.Rows = append(t.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), n,
-				countOf(m, p+"completed"), fmtPct(share.Mean), meanOrDash(m, p+"input_p50"), meanOrDash(m, p+"median_ttft_ms"),
-				meanOrDash(m, p+"p90_ttft_ms"), meanOrDash(m, p+"p90_tpot_ms"), meanOrDash(m, p+"median_e2el_ms")})
+				countOf(m, p+"completed"), fmtPct(share.Mean), meanOrDash(m, p+"input_p50"), meanOrDash(m, p+results.TTFT.Key(results.StatMedian)),
+				meanOrDash(m, p+ttftP90), meanOrDash(m, p+results.TPOT.Key(results.StatP90)), meanOrDash(m, p+results.E2EL.Key(results.StatMedian))})
 		}
 	}
 	return []sectionTable{t}, ""

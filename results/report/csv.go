@@ -4,34 +4,75 @@ import (
 	"bytes"
 	"encoding/csv"
 	"fmt"
+	"slices"
 	"strconv"
 
+	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/results"
 )
 
 // csvMetrics are the metric columns of tables.csv, in order. The list is
 // fixed, so the columns are the same for every sweep; a metric a run does not
 // have is an empty field.
-var csvMetrics = append([]string{
-	"completed", "failed", "duration", "request_throughput", "output_throughput", results.MetricGoodput, results.MetricSLOAttainment,
-	"total_input_tokens", "total_output_tokens",
-	"mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
-	"mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
-	"mean_itl_ms", "median_itl_ms", "p90_itl_ms", "p99_itl_ms",
-	"mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms", "p99_e2el_ms",
-	"p90_ttft_intended_ms", "p99_ttft_intended_ms",
-	"offered_rate", "achieved_rate", "thr_ratio", "ttft_slope_ms_per_s",
-	"send_lag_p50_ms", "send_lag_p99_ms", "send_lag_max_ms", "achieved_send_ratio", "ks_stat", "ks_p", "client_cpu_pct",
-	"n_steps", "step_duration_us_mean", "step_duration_us_p50", "step_duration_us_p90", "step_duration_us_p99",
-	"schedule_us_p50", "build_meta_us_p50", "build_meta_us_p90", "execute_us_p50", "update_us_p50",
-	"get_finished_us_p50", "unaccounted_us_mean",
-	"gpu_util_mean", "gpu_energy_j", "prefix_cache_hit_rate",
-	"batch_queue_steps", "launch_us_p50", "wait_us_p50", "worker_lines", "worker_unmatched", "gpu_us_p50",
-}, classCSVMetrics()...)
+var csvMetrics = slices.Concat(
+	keys(results.Completed, results.Failed, results.Duration, results.RequestThroughput, results.OutputThroughput, results.Goodput, results.SLOAttainment,
+		results.TotalInputTokens, results.TotalOutputTokens),
+	latencyKeys([]results.Latency{results.TTFT, results.TPOT, results.ITL, results.E2EL}, results.StatMean, results.StatMedian, results.StatP90, results.StatP99),
+	latencyKeys([]results.Latency{results.TTFTIntended}, results.StatP90, results.StatP99),
+	keys(results.OfferedRate, results.AchievedRate, results.ThrRatio, results.TTFTSlope,
+		results.SendLagP50, results.SendLagP99, results.SendLagMax, results.AchievedSendRatio, results.KSStat, results.KSP, results.ClientCPU, results.NSteps),
+	timerKeys(probes.FieldStepDuration, "mean", "p50", "p90", "p99"),
+	timerKeys(probes.FieldSchedule, "p50"), timerKeys(probes.FieldBuildMeta, "p50", "p90"), timerKeys(probes.FieldExecute, "p50"), timerKeys(probes.FieldUpdate, "p50"),
+	timerKeys(probes.FieldGetFinished, "p50"), timerKeys(probes.FieldUnaccounted, "mean"),
+	keys(results.GPUUtilMean, results.GPUEnergy, results.PrefixCacheHitRate, results.BatchQueueSteps),
+	timerKeys(probes.FieldLaunch, "p50"), timerKeys(probes.FieldWait, "p50"),
+	keys(results.WorkerLines, results.WorkerUnmatched),
+	timerKeys(probes.FieldGPU, "p50"),
+	classCSVMetrics())
+
+// keys are the keys of ms.
+func keys(ms ...results.Metric) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Key
+	}
+	return out
+}
+
+// latencyKeys are the keys of statistics stats of each of ls, latency by latency.
+func latencyKeys(ls []results.Latency, stats ...string) []string {
+	var out []string
+	for _, l := range ls {
+		for _, st := range stats {
+			out = append(out, l.Key(st))
+		}
+	}
+	return out
+}
+
+// timerKeys are the keys of statistics stats of the engine-step timer of
+// field f (probes.FieldNames).
+func timerKeys(f int, stats ...string) []string {
+	var out []string
+	for _, st := range stats {
+		out = append(out, timerKey(f, st))
+	}
+	return out
+}
+
+// timerKey is the key of statistic stat of the engine-step timer of field f.
+func timerKey(f int, stat string) string { return results.StepTimerKey(probes.FieldNames[f], stat) }
+
+// Keys of the report's fixed figures: the latency the comparison table
+// and the plots lead with, the engine's median step time.
+var (
+	ttftP90 = results.TTFT.Key(results.StatP90)
+	stepP50 = timerKey(probes.FieldStepDuration, "p50")
+)
 
 // csvSpread are the metrics whose CI half-width and CV get their own columns
 // (filled on cell rows only).
-var csvSpread = []string{"p90_ttft_ms", "p90_tpot_ms", "p90_e2el_ms", "step_duration_us_p50", "request_throughput", results.MetricGoodput, results.MetricSLOAttainment}
+var csvSpread = []string{ttftP90, results.TPOT.Key(results.StatP90), results.E2EL.Key(results.StatP90), stepP50, results.RequestThroughput.Key, results.Goodput.Key, results.SLOAttainment.Key}
 
 // csvHeader returns the column names of tables.csv.
 func csvHeader() []string {
@@ -123,7 +164,8 @@ func classCSVMetrics() []string {
 	var out []string
 	for _, n := range results.ClassNames {
 		p := results.ClassMetric(n, "")
-		out = append(out, p+"requests", p+"completed", p+"share", p+"input_p50", p+"failed", p+"fail_rate", p+"failed_input_p50", p+"median_ttft_ms", p+"p90_ttft_ms", p+"p90_tpot_ms", p+"median_e2el_ms")
+		out = append(out, p+"requests", p+"completed", p+"share", p+"input_p50", p+"failed", p+"fail_rate", p+"failed_input_p50",
+			p+results.TTFT.Key(results.StatMedian), p+ttftP90, p+results.TPOT.Key(results.StatP90), p+results.E2EL.Key(results.StatMedian))
 	}
 	return append(out, instanceCSVMetrics...)
 }

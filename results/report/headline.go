@@ -35,7 +35,7 @@ type headline struct {
 // newHeadline gathers the headline of a sweep from the export's findings.
 func newHeadline(v *reportView) headline {
 	s := v.s
-	h := headline{Metric: s.Metric, Key: results.ResolveMetric(s.Metric), Baseline: s.Baseline, Confidence: s.Confidence,
+	h := headline{Metric: s.Metric, Key: s.Primary().Key, Baseline: s.Baseline, Confidence: s.Confidence,
 		NotResults: results.VerdictCounts{}, Stop: s.StopReason, Capacity: v.capacity}
 	for _, r := range v.shown {
 		if r.Primary {

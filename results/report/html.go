@@ -156,14 +156,29 @@ type htmlMetric struct {
 // htmlCellMetrics are the cell table's metric columns; a column no cell has
 // is left out.
 var htmlCellMetrics = []htmlMetric{
-	{"p90_ttft_ms", "TTFT p90", 1, " ms"}, {"p90_tpot_ms", "TPOT p90", 1, " ms"}, {"p90_e2el_ms", "E2EL p90", 1, " ms"},
-	{"request_throughput", "throughput", 1, " req/s"}, {results.MetricGoodput, "goodput", 1, " req/s"},
-	{results.MetricSLOAttainment, "SLO attainment", 100, "%"}, {"step_duration_us_p50", "step p50", 1, " µs"},
+	htmlCol(ttftP90, "TTFT p90"), htmlCol(results.TPOT.Key(results.StatP90), "TPOT p90"), htmlCol(results.E2EL.Key(results.StatP90), "E2EL p90"),
+	htmlCol(results.RequestThroughput.Key, "throughput"), htmlCol(results.Goodput.Key, "goodput"),
+	htmlCol(results.SLOAttainment.Key, "SLO attainment"), htmlCol(stepP50, "step p50"),
 }
 
 // htmlRunMetrics are the run table's metric columns.
-var htmlRunMetrics = []htmlMetric{{"p90_ttft_ms", "TTFT p90", 1, " ms"}, {"request_throughput", "throughput", 1, " req/s"},
-	{results.MetricGoodput, "goodput", 1, " req/s"}, {results.MetricSLOAttainment, "SLO attainment", 100, "%"}}
+var htmlRunMetrics = []htmlMetric{htmlCol(ttftP90, "TTFT p90"), htmlCol(results.RequestThroughput.Key, "throughput"),
+	htmlCol(results.Goodput.Key, "goodput"), htmlCol(results.SLOAttainment.Key, "SLO attainment")}
+
+// htmlCol is the column of metric key, shown in its registry unit (a
+// share as a percentage).
+func htmlCol(key, label string) htmlMetric {
+	m, _ := results.MetricOf(key)
+	switch m.Unit {
+	case results.UnitShare:
+		return htmlMetric{key, label, 100, "%"}
+	case results.UnitUs:
+		return htmlMetric{key, label, 1, " µs"}
+	case results.UnitNone:
+		return htmlMetric{key, label, 1, ""}
+	}
+	return htmlMetric{key, label, 1, " " + string(m.Unit)}
+}
 
 // htmlValue is one number of a table: its exact value (for machines, in a
 // data attribute) and its text.
@@ -238,8 +253,8 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 			Src: template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png))})
 	}
 	figure("forest", "Every comparison on the primary metric: the change with its CI, A/A controls beside in grey; a line at no change (plots/comparisons_forest.svg).", forestPlot(rd, a))
-	figure("request-ttft-cdf", "Each measured request's TTFT per config, from the runs that are results (plots/request_ttft_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, "ttft"))
-	figure("request-tpot-cdf", "Each measured request's TPOT per config, from the runs that are results (plots/request_tpot_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, "tpot"))
+	figure("request-ttft-cdf", "Each measured request's TTFT per config, from the runs that are results (plots/request_ttft_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, results.TTFT))
+	figure("request-tpot-cdf", "Each measured request's TPOT per config, from the runs that are results (plots/request_tpot_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, results.TPOT))
 	for _, r := range a.NoiseFloor {
 		pg.NoiseFloor = append(pg.NoiseFloor, htmlComparisonOf(r))
 	}
@@ -278,7 +293,7 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 		if c.Info.SameAs != "" {
 			data.SameAs[c.Info.Config] = c.Info.SameAs
 		}
-		if m, ok := c.Sum.Metrics["p90_ttft_ms"]; ok && m.Mean != nil {
+		if m, ok := c.Sum.Metrics[ttftP90]; ok && m.Mean != nil {
 			pt := htmlPoint{htmlCellKey: keyOf(c), Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.Saturated()}
 			if pt.Lo != nil && *pt.Lo < 0 {
 				pt.Lo, pt.Clipped = ptr(0), true
@@ -363,7 +378,7 @@ func ttftLimits(v *reportView) []htmlLimit {
 	}
 	if c := v.capacity; c != nil {
 		for _, b := range c.Spec.Constraints() {
-			if b.MaxMs != nil && results.ResolveMetric(b.Metric) == "p90_ttft_ms" {
+			if b.MaxMs != nil && results.Lookup(b.Metric).Key == ttftP90 {
 				add("capacity limit: "+b.String(), *b.MaxMs)
 			}
 		}

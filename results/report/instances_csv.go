@@ -11,11 +11,7 @@ import (
 
 // instanceCSVMetrics are the per-instance and per-GPU aggregate columns of
 // tables.csv (the rows per instance and GPU are instances.csv's).
-var instanceCSVMetrics = []string{"prefix_cache_hit_rate_mean_inst", "prefix_cache_hit_rate_std_inst",
-	"prefix_cache_hit_rate_min_inst", "prefix_cache_hit_rate_max_inst",
-	"external_hit_rate_mean_inst", "external_hit_rate_std_inst",
-	"effective_hit_rate_mean_inst", "effective_hit_rate_std_inst", "effective_hit_rate_min_inst", "effective_hit_rate_max_inst",
-	"gpu_util_min_gpu", "gpu_util_max_gpu", "gpu_util_imbalance"}
+var instanceCSVMetrics = keys(results.InstanceAggregates...)
 
 // instancesHeader are the columns of instances.csv.
 var instancesHeader = []string{"level", "cell", "config", "shape", "rate", "block", "kind", "index", "name",

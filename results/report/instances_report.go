@@ -15,10 +15,10 @@ var renderPrefixCache = tableSection("Prefix cache by instance", prefixCacheTabl
 // effective hit rates.
 func prefixCacheTables(v *reportView) ([]sectionTable, string) {
 	ordered := v.ordered
-	if !results.AnyCellHas(ordered, "prefix_cache_hit_rate") {
+	if !results.AnyCellHas(ordered, results.PrefixCacheHitRate.Key) {
 		return nil, "no run has prefix-cache figures from /metrics."
 	}
-	if allZero(ordered, "prefix_cache_hit_rate", "prefix_cache_hit_rate_max_inst", "external_hit_rate_mean_inst") {
+	if allZero(ordered, results.PrefixCacheHitRate.Key, results.HitRateMaxInst.Key, results.ExternalHitRateMeanInst.Key) {
 		return nil, "the hit rate is 0.0% in every run of every cell and on every instance (engine cache and any KV connector's): no measured prompt reused a cached prefix."
 	}
 	agg := sectionTable{ID: "prefix-cache", Title: "Prefix cache by instance",
@@ -30,9 +30,9 @@ func prefixCacheTables(v *reportView) ([]sectionTable, string) {
 	for _, c := range ordered {
 		m := c.Sum.Metrics
 		agg.Rows = append(agg.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate),
-			pctOf(m, "prefix_cache_hit_rate"), pctOf(m, "prefix_cache_hit_rate_mean_inst"), ppOf(m, "prefix_cache_hit_rate_std_inst"),
-			pctOf(m, "prefix_cache_hit_rate_min_inst"), pctOf(m, "prefix_cache_hit_rate_max_inst"),
-			pctOf(m, "external_hit_rate_mean_inst"), pctOf(m, "effective_hit_rate_mean_inst"), ppOf(m, "effective_hit_rate_std_inst")})
+			pctOf(m, results.PrefixCacheHitRate.Key), pctOf(m, results.HitRateMeanInst.Key), ppOf(m, results.HitRateStdInst.Key),
+			pctOf(m, results.HitRateMinInst.Key), pctOf(m, results.HitRateMaxInst.Key),
+			pctOf(m, results.ExternalHitRateMeanInst.Key), pctOf(m, results.EffectiveHitRateMeanInst.Key), ppOf(m, results.EffectiveHitRateStdInst.Key)})
 		for k, target := range instanceTargets(c) {
 			if !hasMetric(m, results.InstanceMetric(k, "prefix_hit_rate")) && !hasMetric(m, results.InstanceMetric(k, "external_hit_rate")) {
 				continue
@@ -52,7 +52,7 @@ var renderGPUUtil = tableSection("GPU utilization by GPU", gpuUtilTables)
 // lowest and highest GPU, and the imbalance max/min; then each GPU.
 func gpuUtilTables(v *reportView) ([]sectionTable, string) {
 	ordered := v.ordered
-	if !results.AnyCellHas(ordered, "gpu_util_mean") {
+	if !results.AnyCellHas(ordered, results.GPUUtilMean.Key) {
 		return nil, "no run has GPU samples (NVML): utilization was not measured."
 	}
 	agg := sectionTable{ID: "gpu-util", Title: "GPU utilization by GPU",
@@ -62,15 +62,15 @@ func gpuUtilTables(v *reportView) ([]sectionTable, string) {
 	per := sectionTable{ID: "gpu-util-gpus", Head: []string{"Config", "Shape", "Rate", "GPU", "Util mean"}}
 	for _, c := range ordered {
 		m := c.Sum.Metrics
-		if !hasMetric(m, "gpu_util_mean") {
+		if !hasMetric(m, results.GPUUtilMean.Key) {
 			continue
 		}
 		imb := "—"
-		if hasMetric(m, "gpu_util_imbalance") {
-			imb = fmtNum(*m["gpu_util_imbalance"].Mean) + "×"
+		if hasMetric(m, results.GPUUtilImbalance.Key) {
+			imb = fmtNum(*m[results.GPUUtilImbalance.Key].Mean) + "×"
 		}
 		agg.Rows = append(agg.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate),
-			meanOrDash(m, "gpu_util_mean"), meanOrDash(m, "gpu_util_min_gpu"), meanOrDash(m, "gpu_util_max_gpu"), imb})
+			meanOrDash(m, results.GPUUtilMean.Key), meanOrDash(m, results.GPUUtilMinGPU.Key), meanOrDash(m, results.GPUUtilMaxGPU.Key), imb})
 		for k, g := range cellGPUs(c) {
 			if hasMetric(m, results.GPUUtilMetric(k)) {
 				per.Rows = append(per.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), g, meanOrDash(m, results.GPUUtilMetric(k))})

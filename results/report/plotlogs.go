@@ -82,12 +82,12 @@ func finishCDF(p *plot.Plot, drawn int) *plot.Plot {
 	return p
 }
 
-// requestCDFPlot draws the CDF of each request's TTFT or TPOT (metric
-// "ttft", "tpot"), one line per config (per config and rate where the
+// requestCDFPlot draws the CDF of each request's latency lat (TTFT,
+// TPOT), one line per config (per config and rate where the
 // sweep has several rates), from the measured requests of the runs that
 // are results; nil when no run has a requests.jsonl.
-func requestCDFPlot(ctx context.Context, rd renderer, s *results.Sweep, ordered []*results.Cell, metric string) *plot.Plot {
-	name := strings.ToUpper(metric)
+func requestCDFPlot(ctx context.Context, rd renderer, s *results.Sweep, ordered []*results.Cell, lat results.Latency) *plot.Plot {
+	name := strings.ToUpper(lat.Name)
 	p := newPlot(rd, s, "Per-request "+name+" CDF", name+" (ms, log scale)", "fraction of requests ≤ x")
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, logTicks{}
 	p.Y.Min, p.Y.Max = 0, 1
@@ -112,21 +112,17 @@ func requestCDFPlot(ctx context.Context, rd renderer, s *results.Sweep, ordered 
 			}
 			recs, err := rd.logs.Requests(r.Ref.Dir)
 			if err != nil {
-				rd.warn("%s CDF: %v", metric, err)
+				rd.warn("%s CDF: %v", lat.Name, err)
 			}
 			for _, x := range recs {
 				if x.Phase != openloop.PhaseMeasure || !x.OK() {
 					continue
 				}
-				d, ok := x.TTFT(), x.FirstTokenNs > 0
-				if metric == "tpot" {
-					d, ok = x.TPOT()
-				}
-				if ok && d > 0 {
+				if v := lat.Append(nil, &x); len(v) == 1 && v[0] > 0 {
 					if _, seen := xs[k]; !seen {
 						order = append(order, k)
 					}
-					xs[k] = append(xs[k], float64(d)/1e6)
+					xs[k] = append(xs[k], v[0])
 				}
 			}
 		}

@@ -52,9 +52,9 @@ func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	for _, metric := range []string{"ttft", "tpot"} {
-		if p := requestCDFPlot(ctx, rd, s, ordered, metric); p != nil {
-			if err := savePlot(rd, save, p, "request_"+metric+"_cdf"); err != nil {
+	for _, l := range []results.Latency{results.TTFT, results.TPOT} {
+		if p := requestCDFPlot(ctx, rd, s, ordered, l); p != nil {
+			if err := savePlot(rd, save, p, "request_"+l.Name+"_cdf"); err != nil {
 				return err
 			}
 		}
@@ -283,7 +283,7 @@ func ttftSeries(s *results.Sweep, ordered []*results.Cell, shape string) []ttftS
 			if c.Info.Config != cfg || c.Info.Shape != shape {
 				continue
 			}
-			m, ok := plotted(c, "p90_ttft_ms")
+			m, ok := plotted(c, ttftP90)
 			if !ok || !(*m.Mean > 0) {
 				continue
 			}

@@ -55,9 +55,10 @@ func timelinePlots(rd renderer, s *results.Sweep, c *results.Cell, r *results.Ru
 		if x.Phase == openloop.PhaseMeasure && firstMeasure == 0 {
 			firstMeasure = x.SentNs
 		}
+		t, measured := x.TTFTMs()
 		switch {
-		case x.OK() && x.FirstTokenNs > 0:
-			ttft = append(ttft, plotter.XY{X: sec(x.SentNs), Y: float64(x.FirstTokenNs-x.SentNs) / 1e6})
+		case x.OK() && measured:
+			ttft = append(ttft, plotter.XY{X: sec(x.SentNs), Y: t})
 		case !x.OK():
 			failed = append(failed, plotter.XY{X: sec(max(x.DoneNs, x.SentNs)), Y: 0})
 		}

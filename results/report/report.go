@@ -217,7 +217,7 @@ func ttftCell(c *results.Cell) string {
 	if c == nil {
 		return "—"
 	}
-	m, ok := c.Sum.Metrics["p90_ttft_ms"]
+	m, ok := c.Sum.Metrics[ttftP90]
 	if !ok || m.Mean == nil {
 		return "missing" + notResults(c)
 	}
@@ -300,7 +300,7 @@ func fmtP(p float64, n int) string {
 // renderNoise writes the per-cell noise-floor table of the stopping metric.
 func renderNoise(b *strings.Builder, v *reportView) {
 	s, ordered := v.s, v.ordered
-	key := results.ResolveMetric(s.Metric)
+	key := s.Primary().Key
 	fmt.Fprintf(b, "## Noise floor (%s)\n\nPer cell, across blocks: CV of the per-run %s and the relative half-width of the %.0f%% CI of its mean (for context: the stopping rule targets the comparisons' CIs, see Method; only sweeps recorded before it show a per-cell target).\n\n", s.Metric, key, 100*s.Confidence)
 	b.WriteString("| Config | Shape | Rate | n | mean | CV | rel. half-width | target |\n|---|---|---|---|---|---|---|---|\n")
 	for _, c := range ordered {

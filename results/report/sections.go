@@ -36,14 +36,14 @@ func renderComparisons(b *strings.Builder, v *reportView) {
 	case len(v.shown) == 0:
 		b.WriteString("Only the baseline config ran: nothing to compare.\n\n")
 	default:
-		for _, metric := range s.ComparedMetrics() {
+		for i, m := range s.ComparedMetrics() {
 			role := "secondary"
-			if results.ResolveMetric(metric) == results.ResolveMetric(s.Metric) {
+			if i == 0 {
 				role = "primary"
 			}
-			fmt.Fprintf(b, "### %s (%s) — %s\n\n| Config | Shape | Rate | Change vs %s | p (Holm) | p (Mann–Whitney) | Blocks |\n|---|---|---|---|---|---|---|\n", metric, results.ResolveMetric(metric), role, s.Baseline)
+			fmt.Fprintf(b, "### %s (%s) — %s\n\n| Config | Shape | Rate | Change vs %s | p (Holm) | p (Mann–Whitney) | Blocks |\n|---|---|---|---|---|---|---|\n", m.Name, m.Key, role, s.Baseline)
 			for _, r := range v.shown {
-				if r.Metric == metric {
+				if r.Metric == m.Name {
 					fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %d |\n", r.Config, r.Shape, r.Rate, r.Text(), fmtP(r.PAdj, r.N), fmtP(r.PMW, r.N), r.N)
 				}
 			}

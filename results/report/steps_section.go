@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/results"
 )
 
@@ -13,16 +14,15 @@ import (
 // measured (never inferred from wait_us or the step duration), and in words
 // which batch each part belongs to and what the timers do not cover.
 
-// stepColumns are the per-step parts shown, in order: metric key, header.
-var stepColumns = []struct{ key, head string }{
-	{"schedule_us_p50", "schedule"},
-	{"build_meta_us_p50", "build_meta"},
-	{"launch_us_p50", "launch"},
-	{"execute_us_p50", "execute"},
-	{"wait_us_p50", "wait"},
-	{"update_us_p50", "update"},
-	{"get_finished_us_p50", "get_finished"},
-}
+// stepColumns are the per-step parts shown, in order: metric key (the
+// timer's p50), header (the timer without its unit).
+var stepColumns = func() []struct{ key, head string } {
+	var out []struct{ key, head string }
+	for _, f := range []int{probes.FieldSchedule, probes.FieldBuildMeta, probes.FieldLaunch, probes.FieldExecute, probes.FieldWait, probes.FieldUpdate, probes.FieldGetFinished} {
+		out = append(out, struct{ key, head string }{timerKey(f, "p50"), strings.TrimSuffix(probes.FieldNames[f], "_us")})
+	}
+	return out
+}()
 
 // noGPUWords is the reason given for a run whose summary predates the GPU
 // timer (no gpu_us, no reason recorded).
@@ -93,7 +93,7 @@ func renderSteps(b *strings.Builder, v *reportView) {
 
 // renderStepTable is renderSteps over the cells in report order.
 func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
-	if !results.AnyCellHas(ordered, "step_duration_us_p50") {
+	if !results.AnyCellHas(ordered, stepP50) {
 		if name := stepless(ordered); name != "" {
 			collapsed(b, "Per-step latency", "%s writes no per-step log (engine_step.jsonl): per-step latency is not measured for this engine.", name)
 			return
@@ -114,7 +114,7 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 	noGPU := map[string][]string{} // reason → configs
 	for _, c := range ordered {
 		m := c.Sum.Metrics
-		if _, ok := m["step_duration_us_p50"]; !ok {
+		if _, ok := m[stepP50]; !ok {
 			fmt.Fprintf(b, "| %s | %s | %g | no data |%s\n", c.Info.Config, c.Info.Shape, c.Info.Rate, strings.Repeat(" |", len(stepColumns)+5))
 			continue
 		}
@@ -126,8 +126,8 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 		}
 		where := fmt.Sprintf("%s at rate=%g (%s)", c.Info.Config, c.Info.Rate, c.Info.Shape)
 		share := "not measured"
-		u, uok := m["unaccounted_us_mean"]
-		d, dok := m["step_duration_us_mean"]
+		u, uok := m[timerKey(probes.FieldUnaccounted, "mean")]
+		d, dok := m[timerKey(probes.FieldStepDuration, "mean")]
 		switch {
 		case !uok || u.Mean == nil:
 			noUnacc = appendOnce(noUnacc, c.Info.Config)
@@ -138,7 +138,7 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 				large = append(large, fmt.Sprintf("%s: %s of step time is covered by no timer", where, share))
 			}
 		}
-		if !hasMetric(m, "get_finished_us_p50") {
+		if !hasMetric(m, timerKey(probes.FieldGetFinished, "p50")) {
 			noGetFin = appendOnce(noGetFin, c.Info.Config)
 		}
 		path := stepPath(m)
@@ -149,8 +149,8 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 		}
 		facts := stepFacts(c)
 		gpu := "not measured"
-		if facts.gpuMeasured && hasMetric(m, "gpu_us_p50") {
-			gpu = get("gpu_us_p50")
+		if facts.gpuMeasured && hasMetric(m, timerKey(probes.FieldGPU, "p50")) {
+			gpu = get(timerKey(probes.FieldGPU, "p50"))
 			gpuMeasured = appendOnce(gpuMeasured, fmt.Sprintf("%s (%s)", c.Info.Config, orDefault(strings.Join(facts.gpuSource, "; "), "CUDA events")))
 			if facts.hostBound > 0 {
 				partly = append(partly, fmt.Sprintf("%s: %d of %d GPU-timed batches", where, facts.hostBound, facts.gpuTimed))
@@ -165,14 +165,14 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 		for _, s := range facts.incomplete {
 			incomplete = appendOnce(incomplete, fmt.Sprintf("%s: decomposition incomplete: %s", c.Info.Config, s))
 		}
-		if len(facts.incomplete) == 0 && (!hasMetric(m, "schedule_us_p50") || !hasMetric(m, "update_us_p50") ||
-			(!hasMetric(m, "execute_us_p50") && !hasMetric(m, "launch_us_p50"))) {
+		if len(facts.incomplete) == 0 && (!hasMetric(m, timerKey(probes.FieldSchedule, "p50")) || !hasMetric(m, timerKey(probes.FieldUpdate, "p50")) ||
+			(!hasMetric(m, timerKey(probes.FieldExecute, "p50")) && !hasMetric(m, timerKey(probes.FieldLaunch, "p50")))) {
 			unhooked = appendOnce(unhooked, c.Info.Config)
 		}
 		if hasMetric(m, "worker_unmatched") && *m["worker_unmatched"].Mean > 0 {
 			unmatched = append(unmatched, fmt.Sprintf("%s: %s of %s worker get_finished lines per run fell in no step", where, get("worker_unmatched"), get("worker_lines")))
 		}
-		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s |", c.Info.Config, c.Info.Shape, c.Info.Rate, path, get("step_duration_us_p50"), get("step_duration_us_p90"))
+		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s |", c.Info.Config, c.Info.Shape, c.Info.Rate, path, get(stepP50), get(timerKey(probes.FieldStepDuration, "p90")))
 		for _, col := range stepColumns {
 			b.WriteString(" " + get(col.key) + " |")
 		}
