@@ -157,6 +157,16 @@ func (c *Config) validate() error {
 	if err := c.Shape.checkFiles(); err != nil {
 		return err
 	}
+	// Counts first: a negative one is that setting's error, not a missing
+	// stop condition.
+	for _, n := range []struct {
+		path string
+		v    int
+	}{{"warmup", c.Warmup}, {"min_completed", c.MinCompleted}, {"requests", c.Requests}} {
+		if n.v < 0 {
+			return fieldErr(n.path, "0 or more", "must be ≥ 0, got %d", n.v)
+		}
+	}
 	if c.Shape.Trace != nil {
 		if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate > MaxRate {
 			return fmt.Errorf("rate: the trace rate multiplier must be > 0 (or 0 for 1) and at most %g, got %v", float64(MaxRate), c.Rate)
@@ -183,9 +193,6 @@ func (c *Config) validate() error {
 	}
 	if err := c.Arrival.CheckShape(c.Shape); err != nil {
 		return err
-	}
-	if c.Warmup < 0 || c.MinCompleted < 0 || c.Requests < 0 {
-		return fmt.Errorf("warmup/min_completed/requests: must be ≥ 0, got %d/%d/%d", c.Warmup, c.MinCompleted, c.Requests)
 	}
 	if c.Duration < 0 || c.Timeout < 0 || c.DrainTimeout < 0 || c.AbortIf.MaxTTFT < 0 || c.AbortIf.MaxInflight < 0 || c.RequestTimeout < 0 {
 		return errors.New("duration/timeout/drain_timeout/request_timeout/abort_if: must be ≥ 0")
