@@ -209,6 +209,7 @@ type htmlPage struct {
 	GPUNote                 string       // the runs without GPU samples, in one line
 	Figures                 []htmlFigure // plots of plots/ drawn inline: the forest plot, the per-request CDFs
 	HasSLO                  bool         // some cell's runs had an SLO (the cell table's SLO column)
+	HasTimelines            bool         // some run that is not a result links its timeline
 	Tables                  []htmlTable  // the request-class and per-instance tables, as in report.md
 }
 
@@ -249,6 +250,7 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 	}
 	for _, l := range problemLines(v) {
 		pg.Problems = append(pg.Problems, problemLine{Text: plainText(l.Text), Timeline: l.Timeline})
+		pg.HasTimelines = pg.HasTimelines || l.Timeline != ""
 	}
 	if s.Simulated {
 		pg.Banner = "SIMULATED ENGINE — numbers model an engine, not vLLM"
