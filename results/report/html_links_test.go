@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -19,7 +20,7 @@ import (
 // run that is not a result — and no other — links its timeline from its
 // row of the run table and its line under "Runs that are not results";
 // each link resolves, from the page's directory, to an image the browser
-// decodes.
+// decodes; report.md links the same files.
 func TestHTMLPlotsAndLinksInBrowser(t *testing.T) {
 	longrun.Parallel(t) // its own browser profile and copy of the sweep
 	browser := chromiumtest.Find(t)
@@ -87,6 +88,21 @@ func TestHTMLPlotsAndLinksInBrowser(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("the %s links timelines %q, want those of the runs that are not results %q", part.name, got, want)
 		}
+	}
+	// report.md links the same timelines, each to a file there.
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mdLinks []string
+	for _, m := range regexp.MustCompile(`\[timeline\]\(([^)]*)\)`).FindAllStringSubmatch(string(md), -1) {
+		mdLinks = append(mdLinks, m[1])
+		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(m[1]))); err != nil {
+			t.Errorf("report.md links %s: %v", m[1], err)
+		}
+	}
+	if slices.Sort(mdLinks); !slices.Equal(mdLinks, want) {
+		t.Errorf("report.md links timelines %q, want %q", mdLinks, want)
 	}
 	links := p.Links("timeline") // as the page has them
 	sizes := chromiumtest.ImageSizes(context.Background(), t, browser, dir, links)
