@@ -47,10 +47,13 @@ const htmlGPUMaxPoints = 400
 
 // htmlData is what the page's script draws from.
 type htmlData struct {
-	Simulated  bool              `json:"simulated"`
-	Confidence float64           `json:"confidence"`
-	Configs    []string          `json:"configs"`
-	Shapes     []string          `json:"shapes"`
+	Simulated  bool     `json:"simulated"`
+	Confidence float64  `json:"confidence"`
+	Configs    []string `json:"configs"`
+	Shapes     []string `json:"shapes"`
+	// RateShapes are the shapes measured at two rates or more: those
+	// drawn against rate, as in plots/ (writePlots).
+	RateShapes []string          `json:"rate_shapes"`
 	SameAs     map[string]string `json:"same_as"`  // A/A control → its original
 	TTFT       []htmlPoint       `json:"ttft"`     // TTFT p90 against rate (rateMetrics)
 	SLO        []htmlLimit       `json:"slo"`      // lines drawn on the TTFT p90 plot
@@ -269,6 +272,12 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 		TTFT: []htmlPoint{}, TPOT: []htmlPoint{}, SameAs: map[string]string{}, Capacity: capacityData(v),
 		SLO: latencyLimits(v, rateMetrics[0].key), TPOTSLO: latencyLimits(v, rateMetrics[1].key)}
 	data.Shapes, _ = shapesOf(ordered)
+	data.RateShapes = []string{}
+	for _, sh := range data.Shapes {
+		if len(ratesOf(ordered, sh)) >= 2 {
+			data.RateShapes = append(data.RateShapes, sh)
+		}
+	}
 	var bare []string
 	for i, c := range ordered {
 		if err := ctx.Err(); err != nil {

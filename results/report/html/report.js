@@ -202,10 +202,7 @@
     const div = section("rate-plots");
     const ci = Math.round(100 * data.confidence) + "% CI";
     const metrics = [{ cls: "ttft", label: "TTFT p90", pts: data.ttft, limits: data.slo }, { cls: "tpot", label: "TPOT p90", pts: data.tpot, limits: data.tpot_slo }];
-    let drawn = 0;
-    for (const shape of data.shapes) {
-      const rates = [...new Set(metrics.flatMap((m) => m.pts.filter((p) => p.shape === shape).map((p) => p.rate)))];
-      if (rates.length < 2) continue;
+    for (const shape of data.rate_shapes) {
       for (const m of metrics) {
         const series = [];
         // Originals first, A/A controls after, so a hollow control is drawn
@@ -225,10 +222,9 @@
         plot(div, { cls: m.cls, title: `${m.label} vs rate (${shape})` + (data.simulated ? " — SIMULATED" : ""), xlab: "offered rate (req/s)" + (logSpan(xs) ? ", log scale" : ""),
           ylab: `${m.label} (ms), mean ± CI`, series, limits: m.limits, nonneg: true, dodge: 5, xlog: logSpan(xs), ylog: logSpan(ys),
           notes: series.some((s) => s.pts.some((p) => p.mark)) ? ["× saturated run(s)", "unjoined, hollow: no usable run"] : [] });
-        drawn++;
       }
     }
-    if (!drawn) note(div, data.shapes.length ? "Every shape was measured at one rate: against rate, a config is a point, not a curve; the forest plot under the result shows the comparisons and the cell table their values." : "No cell has a latency.");
+    if (!data.rate_shapes.length) note(div, data.shapes.length ? "Every shape was measured at one rate: against rate, a config is a point, not a curve; the forest plot under the result shows the comparisons and the cell table their values." : "No cell has a latency.");
   }
 
   function capacityPlots(data) {
