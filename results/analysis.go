@@ -96,6 +96,12 @@ type Run struct {
 	TTFTs   map[int]float64 // RunFile.TTFTs
 }
 
+// IsResult reports whether the run counts in the statistics: its verdict
+// is usable and its summary was read without a problem.
+func (r *Run) IsResult() bool {
+	return r.Problem == "" && r.Sum != nil && r.Ref.Status.Usable()
+}
+
 // Cell gathers one cell's runs.
 type Cell struct {
 	Info CellInfo

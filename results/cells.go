@@ -72,7 +72,7 @@ func summarizeCell(c *Cell, s *Sweep, blocks int) CellSummary {
 		Metrics: map[string]MetricStats{}, Runs: []CellRun{}, MissingBlocks: []int{}, Verdicts: VerdictCounts{},
 	}
 	for _, r := range c.Runs {
-		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: r.Ref.Reason, Dir: r.Ref.Dir, Used: r.Problem == "" && r.Sum != nil && r.Ref.Status.Usable()}
+		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: r.Ref.Reason, Dir: r.Ref.Dir, Used: r.IsResult()}
 		if r.Problem != "" && cr.Reason == "" {
 			cr.Reason = r.Problem
 		}

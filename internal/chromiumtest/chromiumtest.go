@@ -8,12 +8,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"html"
 	"image"
 	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -103,6 +105,59 @@ func Load(ctx context.Context, t testing.TB, browser, file string) *Page {
 	}
 	return p
 }
+
+// Links returns the targets of the page's links of class cls (<a
+// class="CLS" href="…">), in the order of the DOM, as written in it.
+func (p *Page) Links(cls string) []string {
+	var out []string
+	re := regexp.MustCompile(`<a class="` + regexp.QuoteMeta(cls) + `" href="([^"]*)"`)
+	for _, m := range re.FindAllStringSubmatch(p.DOM, -1) {
+		out = append(out, html.UnescapeString(m[1]))
+	}
+	return out
+}
+
+// Size is an image's natural size in pixels; 0×0 for one the browser
+// could not load or decode.
+type Size struct{ W, H int }
+
+// ImageSizes shows each of srcs (URLs relative to dir, as a page in dir
+// would name them: a link of a page there resolves the same) as an image
+// of a page written into dir, opened in a fresh headless browser, and
+// returns each one's natural size as the browser decoded it.
+func ImageSizes(ctx context.Context, t testing.TB, browser, dir string, srcs []string) map[string]Size {
+	t.Helper()
+	var b bytes.Buffer
+	b.WriteString("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"></head><body>\n")
+	for _, s := range srcs {
+		e := html.EscapeString(s)
+		fmt.Fprintf(&b, `<img data-src="%s" src="%s" onload="this.dataset.w=this.naturalWidth;this.dataset.h=this.naturalHeight" onerror="this.dataset.w=0;this.dataset.h=0">`+"\n", e, e)
+	}
+	b.WriteString("</body></html>\n")
+	f, err := os.CreateTemp(dir, ".chromiumtest-images-*.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := f.Name()
+	defer os.Remove(name)
+	if _, err := f.Write(b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := Load(ctx, t, browser, name)
+	out := map[string]Size{}
+	for _, m := range imgSizeRE.FindAllStringSubmatch(p.DOM, -1) {
+		w, _ := strconv.Atoi(m[2])
+		h, _ := strconv.Atoi(m[3])
+		out[html.UnescapeString(m[1])] = Size{W: w, H: h}
+	}
+	return out
+}
+
+// imgSizeRE matches an image of ImageSizes' page after it loaded or failed.
+var imgSizeRE = regexp.MustCompile(`<img data-src="([^"]*)"[^>]*? data-w="(\d+)" data-h="(\d+)"`)
 
 // String summarises a page for a failure message.
 func (p *Page) String() string {

@@ -102,6 +102,7 @@ func TestExportGolden(t *testing.T) {
 	wantFiles := []string{"cells/plain-r0.5/summary_A.json", "cells/mc_prod-r2/summary_A.json", "report.md", "tables.csv",
 		"plots/comparisons_forest.png", "plots/comparisons_forest.svg",
 		"plots/ttft_p90_vs_rate_4096x256.png", "plots/ttft_p90_vs_rate_4096x256.svg",
+		"plots/tpot_p90_vs_rate_4096x256.png", "plots/tpot_p90_vs_rate_4096x256.svg",
 		"plots/step_duration_cdf.png", "plots/step_duration_cdf.svg",
 		"plots/gpu_util_plain-r0.5_b1.png", "plots/gpu_util_mc_both-r2_b1.svg"}
 	have := map[string]bool{}

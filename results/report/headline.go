@@ -52,7 +52,7 @@ func newHeadline(v *reportView) headline {
 	for _, c := range v.ordered {
 		for _, r := range c.Runs {
 			h.Runs++
-			if r.Problem == "" && r.Sum != nil && r.Ref.Status.Usable() {
+			if r.IsResult() {
 				h.Results++
 			} else {
 				h.NotResults[r.Ref.Status]++

@@ -47,13 +47,18 @@ const htmlGPUMaxPoints = 400
 
 // htmlData is what the page's script draws from.
 type htmlData struct {
-	Simulated  bool              `json:"simulated"`
-	Confidence float64           `json:"confidence"`
-	Configs    []string          `json:"configs"`
-	Shapes     []string          `json:"shapes"`
-	SameAs     map[string]string `json:"same_as"` // A/A control → its original
-	TTFT       []htmlPoint       `json:"ttft"`
-	SLO        []htmlLimit       `json:"slo"` // lines drawn on the TTFT p90 plot
+	Simulated  bool     `json:"simulated"`
+	Confidence float64  `json:"confidence"`
+	Configs    []string `json:"configs"`
+	Shapes     []string `json:"shapes"`
+	// RateShapes are the shapes measured at two rates or more: those
+	// drawn against rate, as in plots/ (writePlots).
+	RateShapes []string          `json:"rate_shapes"`
+	SameAs     map[string]string `json:"same_as"`  // A/A control → its original
+	TTFT       []htmlPoint       `json:"ttft"`     // TTFT p90 against rate (rateMetrics)
+	SLO        []htmlLimit       `json:"slo"`      // lines drawn on the TTFT p90 plot
+	TPOT       []htmlPoint       `json:"tpot"`     // TPOT p90 against rate
+	TPOTSLO    []htmlLimit       `json:"tpot_slo"` // lines drawn on the TPOT p90 plot
 	StepCDFs   []htmlCDF         `json:"step_cdfs"`
 	GPU        []htmlGPU         `json:"gpu"`
 	Capacity   *htmlCapacityData `json:"capacity,omitempty"`
@@ -109,7 +114,8 @@ func keyOf(c *results.Cell) htmlCellKey {
 	return htmlCellKey{Cell: c.Info.ID, Config: c.Info.Config, Shape: c.Info.Shape, Rate: c.Info.Rate}
 }
 
-// htmlPoint is one cell's TTFT p90 mean and CI; the CI's low end is
+// htmlPoint is one cell's mean and CI of a metric against rate (TTFT or
+// TPOT p90); the CI's low end is
 // clipped at 0 (a latency is never negative), Clipped says when it was.
 type htmlPoint struct {
 	htmlCellKey
@@ -200,6 +206,7 @@ type htmlRunRow struct {
 	Cell, Config, Rate, Verdict, Reason, Dir string
 	Block                                    int
 	Values                                   []htmlValue
+	Timeline                                 string // timelineLink: the run is not a result
 }
 
 // htmlPage is the template's input.
@@ -215,11 +222,12 @@ type htmlPage struct {
 	Cells                   []htmlCellRow
 	Runs                    []htmlRunRow
 	Comparisons, NoiseFloor []htmlComparison
-	Problems                []string
+	Problems                []problemLine // Text as plain text
 	Errors                  htmlErrors
 	GPUNote                 string       // the runs without GPU samples, in one line
 	Figures                 []htmlFigure // plots of plots/ drawn inline: the forest plot, the per-request CDFs
 	HasSLO                  bool         // some cell's runs had an SLO (the cell table's SLO column)
+	HasTimelines            bool         // some run that is not a result links its timeline
 	Tables                  []htmlTable  // the request-class and per-instance tables, as in report.md
 }
 
@@ -259,7 +267,8 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 		pg.NoiseFloor = append(pg.NoiseFloor, htmlComparisonOf(r))
 	}
 	for _, l := range problemLines(v) {
-		pg.Problems = append(pg.Problems, plainText(l))
+		pg.Problems = append(pg.Problems, problemLine{Text: plainText(l.Text), Timeline: l.Timeline})
+		pg.HasTimelines = pg.HasTimelines || l.Timeline != ""
 	}
 	if s.Simulated {
 		pg.Banner = "SIMULATED ENGINE — numbers model an engine, not vLLM"
@@ -275,8 +284,15 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 		}
 	}
 	data := htmlData{Simulated: s.Simulated, Confidence: s.Confidence, Configs: configsOf(ordered, s), StepCDFs: []htmlCDF{}, GPU: []htmlGPU{},
-		TTFT: []htmlPoint{}, SameAs: map[string]string{}, SLO: ttftLimits(v), Capacity: capacityData(v)}
+		TTFT: []htmlPoint{}, TPOT: []htmlPoint{}, SameAs: map[string]string{}, Capacity: capacityData(v),
+		SLO: latencyLimits(v, rateMetrics[0].key), TPOTSLO: latencyLimits(v, rateMetrics[1].key)}
 	data.Shapes, _ = shapesOf(ordered)
+	data.RateShapes = []string{}
+	for _, sh := range data.Shapes {
+		if len(ratesOf(ordered, sh)) >= 2 {
+			data.RateShapes = append(data.RateShapes, sh)
+		}
+	}
 	var bare []string
 	for i, c := range ordered {
 		if err := ctx.Err(); err != nil {
@@ -293,21 +309,18 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 		if c.Info.SameAs != "" {
 			data.SameAs[c.Info.Config] = c.Info.SameAs
 		}
-		if m, ok := c.Sum.Metrics[ttftP90]; ok && m.Mean != nil {
-			pt := htmlPoint{htmlCellKey: keyOf(c), Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.Saturated()}
-			if pt.Lo != nil && *pt.Lo < 0 {
-				pt.Lo, pt.Clipped = ptr(0), true
-			}
+		if pt, ok := ratePoint(c, rateMetrics[0].key); ok {
 			data.TTFT = append(data.TTFT, pt)
-		} else if pt, ok := saturatedPoint(c); ok {
-			data.TTFT = append(data.TTFT, pt)
+		}
+		if pt, ok := ratePoint(c, rateMetrics[1].key); ok {
+			data.TPOT = append(data.TPOT, pt)
 		}
 		if cdf, ok := cellStepCDF(rd, c, i); ok {
 			data.StepCDFs = append(data.StepCDFs, cdf)
 		}
 		for _, r := range c.Runs {
 			rr := htmlRunRow{Cell: c.Info.ID, Config: c.Info.Config, Rate: fmtFloat(c.Info.Rate), Block: r.Ref.Block,
-				Verdict: string(r.Ref.Status), Reason: orDefault(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir}
+				Verdict: string(r.Ref.Status), Reason: orDefault(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir, Timeline: timelineLink(c, r)}
 			for _, m := range pg.RunMetrics {
 				v, ok := r.Metrics[m.Key]
 				rr.Values = append(rr.Values, htmlRunValue(v, ok, m))
@@ -344,15 +357,29 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 	return []byte(rd.redact(buf.String())), nil
 }
 
-// saturatedPoint is the TTFT p90 of a cell without a usable run whose runs
+// ratePoint is cell c's metric key (a latency) on a plot against rate: its
+// mean and CI over the usable runs, or else saturatedPoint.
+func ratePoint(c *results.Cell, key string) (htmlPoint, bool) {
+	m, ok := c.Sum.Metrics[key]
+	if !ok || m.Mean == nil {
+		return saturatedPoint(c, key)
+	}
+	pt := htmlPoint{htmlCellKey: keyOf(c), Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.Saturated()}
+	if pt.Lo != nil && *pt.Lo < 0 {
+		pt.Lo, pt.Clipped = ptr(0), true
+	}
+	return pt, true
+}
+
+// saturatedPoint is metric key of a cell without a usable run whose runs
 // saturated: the mean of those runs' values, marked as not a result, so that
 // the plot shows where the engine stopped keeping up instead of dropping
 // the cell.
-func saturatedPoint(c *results.Cell) (htmlPoint, bool) {
+func saturatedPoint(c *results.Cell, key string) (htmlPoint, bool) {
 	var xs []float64
 	for _, r := range c.Runs {
-		if r.Ref.Status == results.VerdictSaturated && r.Sum != nil && r.Sum.P90TTFTMs != nil {
-			xs = append(xs, *r.Sum.P90TTFTMs)
+		if v, ok := r.Metrics[key]; ok && r.Ref.Status == results.VerdictSaturated && r.Sum != nil {
+			xs = append(xs, v)
 		}
 	}
 	if len(xs) == 0 {
@@ -365,9 +392,10 @@ func saturatedPoint(c *results.Cell) (htmlPoint, bool) {
 	return htmlPoint{htmlCellKey: keyOf(c), Mean: m, N: len(xs), Saturated: true, Unused: true}, true
 }
 
-// ttftLimits are the lines the TTFT p90 plot draws: every TTFT bound the
-// runs' SLOs set, and a capacity search's limit when its metric is ttft_p90.
-func ttftLimits(v *reportView) []htmlLimit {
+// latencyLimits are the lines the plot of key (p90_ttft_ms or p90_tpot_ms)
+// against rate draws: every bound the runs' SLOs set on that latency, and a
+// capacity search's limit when its metric is key.
+func latencyLimits(v *reportView, key string) []htmlLimit {
 	out := []htmlLimit{}
 	seen := map[float64]bool{}
 	add := func(label string, ms float64) {
@@ -378,15 +406,21 @@ func ttftLimits(v *reportView) []htmlLimit {
 	}
 	if c := v.capacity; c != nil {
 		for _, b := range c.Spec.Constraints() {
-			if b.MaxMs != nil && results.Lookup(b.Metric).Key == ttftP90 {
+			if b.MaxMs != nil && results.Lookup(b.Metric).Key == key {
 				add("capacity limit: "+b.String(), *b.MaxMs)
 			}
 		}
 	}
 	for _, c := range v.ordered {
 		for _, r := range c.Used {
-			if r.Sum != nil && r.Sum.SLO != nil {
+			if r.Sum == nil || r.Sum.SLO == nil {
+				continue
+			}
+			switch key {
+			case ttftP90:
 				add(fmt.Sprintf("SLO: TTFT ≤ %g ms", r.Sum.SLO.TTFTMs), r.Sum.SLO.TTFTMs)
+			case results.TPOT.Key(results.StatP90):
+				add(fmt.Sprintf("SLO: TPOT ≤ %g ms", r.Sum.SLO.TPOTMs), r.Sum.SLO.TPOTMs)
 			}
 		}
 	}

@@ -26,8 +26,8 @@ const stepSampleCap = 20000
 var plotW, plotH = 20 * vg.Centimeter, 12 * vg.Centimeter
 
 // writePlots writes plots/ as PNG and SVG: every primary comparison's change
-// with its CI (comparisons_forest), TTFT p90 against rate per shape with two
-// rates or more, a timeline of every run that is not a result, the CDFs
+// with its CI (comparisons_forest), TTFT p90 and TPOT p90 against rate per
+// shape with two rates or more, a timeline of every run that is not a result, the CDFs
 // of each request's TTFT and TPOT per config,
 // the step-duration CDF per config, and GPU utilisation over time per run.
 // A plot that cannot be drawn is a warning; a file that cannot be written is
@@ -44,9 +44,11 @@ func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func
 		if len(ratesOf(ordered, sh)) < 2 {
 			continue // one rate is a point, not a curve: the forest plot shows its comparisons
 		}
-		p := ttftPlot(rd, s, ordered, sh)
-		if err := savePlot(rd, save, p, "ttft_p90_vs_rate_"+fileSafe(sh)); err != nil {
-			return err
+		for _, m := range rateMetrics {
+			p := ratePlot(rd, s, ordered, sh, m)
+			if err := savePlot(rd, save, p, m.file+"_vs_rate_"+fileSafe(sh)); err != nil {
+				return err
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -72,8 +74,8 @@ func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func
 			if !filepath.IsLocal(r.Ref.Dir) {
 				continue
 			}
-			if !(r.Problem == "" && r.Sum != nil && r.Ref.Status.Usable()) { // not a result: see why over its time
-				if err := saveStacked(rd, save, timelinePlots(rd, s, c, r), timelineName(c.Info.ID, r.Ref.Block)); err != nil {
+			if name, ok := timelineOf(c, r); ok { // not a result: see why over its time
+				if err := saveStacked(rd, save, timelinePlots(rd, s, c, r), name); err != nil {
 					return err
 				}
 			}
@@ -156,13 +158,28 @@ type errPoints struct {
 // YError implements plotter.YErrorer.
 func (e errPoints) YError(i int) (float64, float64) { return e.lo[i], e.hi[i] }
 
-// ttftPlot draws TTFT p90 against rate, one line per config, with CI error
+// rateMetric is a latency drawn against the offered rate.
+type rateMetric struct {
+	key   string // the cell metric (results' name)
+	label string // as the plot names it
+	file  string // the plot's base name: <file>_vs_rate_<shape>
+}
+
+// rateMetrics are the metrics drawn against rate, per config with CIs,
+// where a shape has two rates or more: what queueing does to the first
+// token and to each token after it.
+var rateMetrics = []rateMetric{
+	{key: ttftP90, label: "TTFT p90", file: "ttft_p90"},
+	{key: results.TPOT.Key(results.StatP90), label: "TPOT p90", file: "tpot_p90"},
+}
+
+// ratePlot draws metric m against rate, one line per config, with CI error
 // bars; saturated cells get a cross. The Y axis is logarithmic when the
 // values span more than 5×.
-func ttftPlot(rd renderer, s *results.Sweep, ordered []*results.Cell, shape string) *plot.Plot {
-	p := newPlot(rd, s, "TTFT p90 vs rate ("+shape+")", "offered rate (req/s)", "TTFT p90 (ms), mean ± CI")
+func ratePlot(rd renderer, s *results.Sweep, ordered []*results.Cell, shape string, m rateMetric) *plot.Plot {
+	p := newPlot(rd, s, m.label+" vs rate ("+shape+")", "offered rate (req/s)", m.label+" (ms), mean ± CI")
 	minY, maxY := math.Inf(1), math.Inf(-1)
-	all := ttftSeries(s, ordered, shape)
+	all := rateSeries(s, ordered, shape, m.key)
 	minMean, maxMean := math.Inf(1), math.Inf(-1)
 	for _, se := range all {
 		for _, xy := range se.pts.XYs {
@@ -271,19 +288,19 @@ func ratesOf(ordered []*results.Cell, shape string) map[float64]bool {
 	return out
 }
 
-// ttftSeries is one series of TTFT p90 means per config at shape, with the
-// cells graded saturated also in sat; a cell with no usable run but
+// rateSeries is one series of metric key's means per config at shape, with
+// the cells graded saturated also in sat; a cell with no usable run but
 // saturated runs is drawn at the mean of those (no CI), so that where
 // saturation set in shows.
-func ttftSeries(s *results.Sweep, ordered []*results.Cell, shape string) []ttftSeriesData {
-	var all []ttftSeriesData
+func rateSeries(s *results.Sweep, ordered []*results.Cell, shape, key string) []rateSeriesData {
+	var all []rateSeriesData
 	for _, cfg := range configsOf(ordered, s) {
-		se := ttftSeriesData{cfg: cfg}
+		se := rateSeriesData{cfg: cfg}
 		for _, c := range ordered {
 			if c.Info.Config != cfg || c.Info.Shape != shape {
 				continue
 			}
-			m, ok := plotted(c, ttftP90)
+			m, ok := plotted(c, key)
 			if !ok || !(*m.Mean > 0) {
 				continue
 			}
@@ -304,8 +321,8 @@ func ttftSeries(s *results.Sweep, ordered []*results.Cell, shape string) []ttftS
 	return all
 }
 
-// ttftSeriesData is one config's points on the TTFT plot.
-type ttftSeriesData struct {
+// rateSeriesData is one config's points on a plot against rate.
+type rateSeriesData struct {
 	cfg string
 	pts errPoints
 	sat plotter.XYs

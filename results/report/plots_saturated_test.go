@@ -11,8 +11,8 @@ func TestTTFTPlotShowsSaturatedCells(t *testing.T) {
 	dir := copyTree(t, fixtureDir)
 	a := analyzeDir(t, fixtureSweep(dir))
 	cells := a.Cells
-	var noop *ttftSeriesData
-	for _, se := range ttftSeries(&a.Sweep, cells, "4096x256") {
+	var noop *rateSeriesData
+	for _, se := range rateSeries(&a.Sweep, cells, "4096x256", "p90_ttft_ms") {
 		if se.cfg == "noop_connector" {
 			noop = &se
 		}

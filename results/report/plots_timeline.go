@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"image/color"
+	"path/filepath"
 	"sort"
 
 	"github.com/mbench/mbench/openloop"
@@ -16,9 +17,26 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// timelineName is the base name of a run's timeline in plots/.
-func timelineName(cell string, block int) string {
-	return fmt.Sprintf("timeline_%s_b%d", fileSafe(cell), block)
+// timelineOf is the base name of the run's timeline in plots/ and whether
+// it has one: every run that is not a result, whose directory lies inside
+// the sweep's, gets one (writePlots), and report.md and report.html link
+// it from the run's line. The name is the cell's and the run directory's
+// (b<k>, or b<k>-try<n> for a run again in place), so that no two runs
+// share one.
+func timelineOf(c *results.Cell, r *results.Run) (string, bool) {
+	if r.IsResult() || !filepath.IsLocal(r.Ref.Dir) {
+		return "", false
+	}
+	return "timeline_" + fileSafe(c.Info.ID) + "_" + fileSafe(filepath.Base(r.Ref.Dir)), true
+}
+
+// timelineLink is the path of the run's timeline relative to the sweep
+// directory (where report.md and report.html are), "" without one.
+func timelineLink(c *results.Cell, r *results.Run) string {
+	if name, ok := timelineOf(c, r); ok {
+		return "plots/" + name + ".svg"
+	}
+	return ""
 }
 
 // timelinePlots draws a run over its time from its requests.jsonl: on top

@@ -47,7 +47,7 @@ func TestTimelineOfARunThatIsNotAResult(t *testing.T) {
 		}
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	if !strings.Contains(string(md), "run noop-r2 b1: **saturated** — TTFT rising (timeline: plots/timeline_noop-r2_b1.svg)") {
+	if !strings.Contains(string(md), "run noop-r2 b1: **saturated** — TTFT rising ([timeline](plots/timeline_noop-r2_b1.svg))") {
 		t.Error("report.md does not link the run's timeline")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "plots", "timeline_plain-r2_b1.svg")); err == nil {

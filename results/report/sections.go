@@ -120,31 +120,50 @@ func renderProblems(b *strings.Builder, v *reportView) {
 		collapsed(b, "Runs that are not results, and missing cells", "none: every cell has a usable run in every block.")
 		return
 	}
-	b.WriteString("## Runs that are not results, and missing cells\n\n- ")
-	b.WriteString(strings.Join(lines, "\n- ") + "\n\n")
+	b.WriteString("## Runs that are not results, and missing cells\n\n")
+	for _, l := range lines {
+		b.WriteString("- " + l.Text)
+		if l.Timeline != "" {
+			b.WriteString(" ([timeline](" + l.Timeline + "))")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+// problemLine is one line of the report's problems: its text (markdown)
+// and, for a run that is not a result, the path of its timeline.
+type problemLine struct {
+	Text     string
+	Timeline string // timelineLink: relative to the sweep directory, "" without one
 }
 
 // problemLines are the missing cells and blocks, every run that is not a
-// result with its reason, and the export's warnings, one line each.
-func problemLines(v *reportView) []string {
-	var lines []string
+// result with its reason and timeline, and the export's warnings, one line
+// each.
+func problemLines(v *reportView) []problemLine {
+	var lines []problemLine
 	for _, c := range v.ordered {
 		id := fmt.Sprintf("%s (%s, rate=%g, %s)", c.Info.ID, c.Info.Config, c.Info.Rate, c.Info.Shape)
 		switch {
 		case c.Sum.NRuns == 0:
-			lines = append(lines, fmt.Sprintf("cell %s: **missing** — no usable run", id))
+			lines = append(lines, problemLine{Text: fmt.Sprintf("cell %s: **missing** — no usable run", id)})
 		case len(c.Sum.MissingBlocks) > 0:
 			bs := make([]string, len(c.Sum.MissingBlocks))
 			for i, x := range c.Sum.MissingBlocks {
 				bs[i] = fmt.Sprint(x)
 			}
-			lines = append(lines, fmt.Sprintf("cell %s: no usable run in block %s", id, strings.Join(bs, ", ")))
+			lines = append(lines, problemLine{Text: fmt.Sprintf("cell %s: no usable run in block %s", id, strings.Join(bs, ", "))})
 		}
-		for _, r := range c.Sum.Runs {
-			if !r.Used {
-				lines = append(lines, fmt.Sprintf("run %s b%d: **%s** — %s (timeline: plots/%s.svg)", c.Info.ID, r.Block, r.Status, orDefault(r.Reason, "no reason recorded"), timelineName(c.Info.ID, r.Block)))
+		for _, r := range c.Runs {
+			if !r.IsResult() {
+				lines = append(lines, problemLine{Text: fmt.Sprintf("run %s b%d: **%s** — %s", c.Info.ID, r.Ref.Block, r.Ref.Status, orDefault(orDefault(r.Ref.Reason, r.Problem), "no reason recorded")),
+					Timeline: timelineLink(c, r)})
 			}
 		}
 	}
-	return append(lines, v.a.Warnings...)
+	for _, w := range v.a.Warnings {
+		lines = append(lines, problemLine{Text: w})
+	}
+	return lines
 }

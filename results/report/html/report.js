@@ -194,30 +194,37 @@
   };
   const logSpan = (vals) => { const p = vals.filter((v) => v > 0); return p.length > 0 && Math.max(...p) / Math.min(...p) > 5; };
 
-  function ttftPlots(data) {
-    const div = section("ttft-plots");
-    if (!data.ttft.length) { note(div, "No cell has a TTFT p90."); return; }
+  // ratePlots draws TTFT p90 and TPOT p90 against the offered rate per
+  // shape with two rates or more (one rate is a point per config, not a
+  // curve: the forest plot shows its comparisons), one series per config
+  // with CI bars.
+  function ratePlots(data) {
+    const div = section("rate-plots");
     const ci = Math.round(100 * data.confidence) + "% CI";
-    for (const shape of data.shapes) {
-      const series = [];
-      // Originals first, A/A controls after, so a hollow control is drawn
-      // over its original and both show.
-      const cfgs = data.configs.filter((c) => data.same_as[c] === undefined).concat(data.configs.filter((c) => data.same_as[c] !== undefined));
-      for (const cfg of cfgs) {
-        const pts = data.ttft.filter((p) => p.shape === shape && p.config === cfg).sort((a, b) => a.rate - b.rate).map((p) => ({
-          x: p.rate, y: p.mean, lo: p.lo, hi: p.hi, mark: p.saturated ? "×" : "", apart: p.unused, hollow: p.unused ? true : undefined,
-          tip: `${cfg} at rate ${p.rate} (${shape})\nTTFT p90 ${fmt(p.mean)} ms` + (p.lo != null ? `, ${ci} [${fmt(p.lo)}, ${fmt(p.hi)}]` + (p.clipped ? " (low end clipped at 0)" : "") : "") + `\nn = ${p.n}` +
-            (p.unused ? "\nno usable run: the mean of its saturated runs, not a result" : p.saturated ? "\nsaturated run(s)" : ""),
-        }));
-        if (pts.length) series.push(Object.assign({ name: cfg + (data.same_as[cfg] !== undefined ? ` (A/A of ${data.same_as[cfg]})` : ""), pts, line: true }, configStyle(data, cfg)));
+    const metrics = [{ cls: "ttft", label: "TTFT p90", pts: data.ttft, limits: data.slo }, { cls: "tpot", label: "TPOT p90", pts: data.tpot, limits: data.tpot_slo }];
+    for (const shape of data.rate_shapes) {
+      for (const m of metrics) {
+        const series = [];
+        // Originals first, A/A controls after, so a hollow control is drawn
+        // over its original and both show.
+        const cfgs = data.configs.filter((c) => data.same_as[c] === undefined).concat(data.configs.filter((c) => data.same_as[c] !== undefined));
+        for (const cfg of cfgs) {
+          const pts = m.pts.filter((p) => p.shape === shape && p.config === cfg).sort((a, b) => a.rate - b.rate).map((p) => ({
+            x: p.rate, y: p.mean, lo: p.lo, hi: p.hi, mark: p.saturated ? "×" : "", apart: p.unused, hollow: p.unused ? true : undefined,
+            tip: `${cfg} at rate ${p.rate} (${shape})\n${m.label} ${fmt(p.mean)} ms` + (p.lo != null ? `, ${ci} [${fmt(p.lo)}, ${fmt(p.hi)}]` + (p.clipped ? " (low end clipped at 0)" : "") : "") + `\nn = ${p.n}` +
+              (p.unused ? "\nno usable run: the mean of its saturated runs, not a result" : p.saturated ? "\nsaturated run(s)" : ""),
+          }));
+          if (pts.length) series.push(Object.assign({ name: cfg + (data.same_as[cfg] !== undefined ? ` (A/A of ${data.same_as[cfg]})` : ""), pts, line: true }, configStyle(data, cfg)));
+        }
+        if (!series.length) { note(div, `No cell of ${shape} has a ${m.label}.`); continue; }
+        const ys = series.flatMap((s) => s.pts.map((p) => p.y)).concat(m.limits.map((l) => l.value));
+        const xs = series.flatMap((s) => s.pts.map((p) => p.x));
+        plot(div, { cls: m.cls, title: `${m.label} vs rate (${shape})` + (data.simulated ? " — SIMULATED" : ""), xlab: "offered rate (req/s)" + (logSpan(xs) ? ", log scale" : ""),
+          ylab: `${m.label} (ms), mean ± CI`, series, limits: m.limits, nonneg: true, dodge: 5, xlog: logSpan(xs), ylog: logSpan(ys),
+          notes: series.some((s) => s.pts.some((p) => p.mark)) ? ["× saturated run(s)", "unjoined, hollow: no usable run"] : [] });
       }
-      if (!series.length) continue;
-      const ys = series.flatMap((s) => s.pts.map((p) => p.y)).concat(data.slo.map((l) => l.value));
-      const rates = series.flatMap((s) => s.pts.map((p) => p.x));
-      plot(div, { cls: "ttft", title: `TTFT p90 vs rate (${shape})` + (data.simulated ? " — SIMULATED" : ""), xlab: "offered rate (req/s)" + (logSpan(rates) ? ", log scale" : ""),
-        ylab: "TTFT p90 (ms), mean ± CI", series, limits: data.slo, nonneg: true, dodge: 5, xlog: logSpan(rates), ylog: logSpan(ys),
-        notes: series.some((s) => s.pts.some((p) => p.mark)) ? ["× saturated run(s)", "unjoined, hollow: no usable run"] : [] });
     }
+    if (!data.rate_shapes.length) note(div, data.shapes.length ? "Every shape was measured at one rate: against rate, a config is a point, not a curve; the forest plot under the result shows the comparisons and the cell table their values." : "No cell has a latency.");
   }
 
   function capacityPlots(data) {
@@ -293,7 +300,7 @@
   try {
     const data = JSON.parse(document.getElementById("mbench-data").textContent);
     capacityPlots(data);
-    ttftPlots(data);
+    ratePlots(data);
     cdfPlots(data);
     gpuPlots(data);
     document.getElementById("gpu-metric").addEventListener("change", () => gpuPlots(data));
