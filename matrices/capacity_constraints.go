@@ -2,11 +2,11 @@ package matrices
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/mbench/mbench/results"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -33,19 +33,6 @@ const (
 	OverRate        = "rate"        // the offered request rate (req/s), an open loop
 	OverConcurrency = "concurrency" // the requests kept in flight, a closed loop
 )
-
-// capacityLatencyRE matches the latency metrics a constraint bounds above:
-// the four request latencies at their mean, median or any percentile.
-var capacityLatencyRE = regexp.MustCompile(`^(ttft|tpot|itl|e2el)_(mean|median|p50|p([0-9]+(?:\.[0-9]+)?))$`)
-
-// capacityMinMetrics are the metrics a constraint bounds below, with what
-// the bound is.
-var capacityMinMetrics = map[string]string{
-	"request_goodput":    "req/s of requests that met the slo section",
-	"slo_attainment":     "the share of requests that met the slo section, 0 to 1",
-	"request_throughput": "completed req/s",
-	"output_throughput":  "output tokens/s",
-}
 
 // constraints decodes capacity.constraints: a list of {metric, max_ms} or
 // {metric, min}.
@@ -90,28 +77,44 @@ func (d *decoder) constraints(v *yaml.Node, path string) []Constraint {
 
 // checkConstraint says what is wrong with c, and what would be valid.
 func checkConstraint(c Constraint) (msg, valid string) {
-	const valid0 = "a latency metric (ttft, tpot, itl, e2el × mean, median or pNN) with max_ms, or request_goodput, slo_attainment, request_throughput or output_throughput with min"
-	_, minMetric := capacityMinMetrics[c.Metric]
+	_, _, pct, latency := results.LatencyStat(c.Metric)
+	means, minMetric := results.BoundedBelowMeans(c.Metric)
 	switch {
-	case capacityLatencyRE.MatchString(c.Metric) && c.MaxMs == nil:
-		return fmt.Sprintf("%s is a latency: give max_ms", c.Metric), valid0
-	case capacityLatencyRE.MatchString(c.Metric) && c.Min != nil:
-		return fmt.Sprintf("%s is a latency, bounded above: max_ms, not min", c.Metric), valid0
+	case latency && c.MaxMs == nil:
+		return fmt.Sprintf("%s is a latency: give max_ms", c.Metric), validConstraint()
+	case latency && c.Min != nil:
+		return fmt.Sprintf("%s is a latency, bounded above: max_ms, not min", c.Metric), validConstraint()
 	case minMetric && c.Min == nil:
-		return fmt.Sprintf("%s (%s) is bounded below: give min", c.Metric, capacityMinMetrics[c.Metric]), valid0
+		return fmt.Sprintf("%s (%s) is bounded below: give min", c.Metric, means), validConstraint()
 	case minMetric && c.MaxMs != nil:
-		return fmt.Sprintf("%s is bounded below: min, not max_ms", c.Metric), valid0
-	case c.Metric == "slo_attainment" && *c.Min > 1:
-		return fmt.Sprintf("slo_attainment min %g: a share is at most 1", *c.Min), "a share such as 0.9"
-	case !minMetric && !capacityLatencyRE.MatchString(c.Metric):
-		return fmt.Sprintf("unknown metric %q", c.Metric), valid0
+		return fmt.Sprintf("%s is bounded below: min, not max_ms", c.Metric), validConstraint()
+	case c.Metric == results.MetricSLOAttainment && *c.Min > 1:
+		return fmt.Sprintf("%s min %g: a share is at most 1", c.Metric, *c.Min), "a share such as 0.9"
+	case !minMetric && !latency:
+		return fmt.Sprintf("unknown metric %q", c.Metric), validConstraint()
 	}
-	if m := capacityLatencyRE.FindStringSubmatch(c.Metric); m != nil && m[3] != "" {
-		if p, _ := strconv.ParseFloat(m[3], 64); !(p > 0 && p < 100) {
-			return fmt.Sprintf("%s: percentile %s is out of range", c.Metric, m[3]), "a percentile between 0 and 100, such as p99.9"
+	if pct != "" {
+		if p, _ := strconv.ParseFloat(pct, 64); !(p > 0 && p < 100) {
+			return fmt.Sprintf("%s: percentile %s is out of range", c.Metric, pct), "a percentile between 0 and 100, such as p99.9"
 		}
 	}
 	return "", ""
+}
+
+// validConstraint says what a constraint may bound, from the registry:
+// "a latency metric (ttft, tpot, itl, e2el × mean, median or pNN) with
+// max_ms, or request_goodput, … or output_throughput with min".
+func validConstraint() string {
+	var lat, below []string
+	for _, l := range results.Latencies {
+		lat = append(lat, l.Name)
+	}
+	for _, b := range results.BoundedBelow {
+		below = append(below, b.Key)
+	}
+	last := len(below) - 1
+	return fmt.Sprintf("a latency metric (%s × mean, median or pNN) with max_ms, or %s or %s with min",
+		strings.Join(lat, ", "), strings.Join(below[:last], ", "), below[last])
 }
 
 // checkConstraints checks the constraints against the rest of the matrix:
@@ -123,14 +126,15 @@ func (d *decoder) checkConstraints(c *Capacity, m *Matrix) {
 		line = d.lines["capacity"]
 	}
 	for _, k := range c.Constraints {
-		switch mm := capacityLatencyRE.FindStringSubmatch(k.Metric); {
-		case (k.Metric == "request_goodput" || k.Metric == "slo_attainment") && m.SLO == nil:
+		_, _, pct, _ := results.LatencyStat(k.Metric)
+		switch {
+		case (k.Metric == results.MetricGoodput || k.Metric == results.MetricSLOAttainment) && m.SLO == nil:
 			d.add(line, "capacity.constraints", "an slo section (slo: {ttft_ms: …}) that goodput and attainment count against", "%s needs the slo section", k.Metric)
-		case mm != nil && mm[3] != "":
-			p, _ := strconv.ParseFloat(mm[3], 64)
+		case pct != "":
+			p, _ := strconv.ParseFloat(pct, 64)
 			if !slices.Contains([]float64{50, 90, 95, 99}, p) && !slices.Contains(m.Measure.Percentiles, p) {
-				d.add(line, "capacity.constraints", fmt.Sprintf("measure.percentiles: [%s] so that every run reports it", mm[3]),
-					"%s: the runs report p50, p90, p95 and p99; add %s to measure.percentiles", k.Metric, mm[3])
+				d.add(line, "capacity.constraints", fmt.Sprintf("measure.percentiles: [%s] so that every run reports it", pct),
+					"%s: the runs report p50, p90, p95 and p99; add %s to measure.percentiles", k.Metric, pct)
 			}
 		}
 	}

@@ -2,9 +2,9 @@ package matrices
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/results"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -48,14 +48,12 @@ const (
 )
 
 // CapacityMetrics lists the metrics a capacity search can hold to a limit
-// in milliseconds: the latency metrics of Metrics.
+// in milliseconds: the latency statistics of results.MatrixNames.
 func CapacityMetrics() []string {
 	var out []string
-	for _, m := range Metrics() {
-		for _, p := range []string{"ttft_", "tpot_", "itl_", "e2el_"} {
-			if strings.HasPrefix(m, p) {
-				out = append(out, m)
-			}
+	for _, m := range results.MatrixNames() {
+		if _, _, _, ok := results.LatencyStat(m); ok {
+			out = append(out, m)
 		}
 	}
 	return out

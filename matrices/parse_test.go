@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/results"
 )
 
 const minimalSim = "name: x\nseed: 1\nengine: {kind: sim}\nconfigs: {a: {}, b: }\nrates: [1]\nshapes: [{input: 8, output: 2}]\nmeasure: {min_completed: 3}\n"
@@ -31,7 +32,7 @@ func TestDefaults(t *testing.T) {
 	if m.Repeat != (Repeat{Min: 3, Max: 3, Metric: "ttft_p90", RelCI: 0.05, Confidence: 0.95, Randomize: true}) {
 		t.Errorf("repeat %+v", m.Repeat)
 	}
-	if m.Arrival != (openloop.Arrival{Process: "poisson", Burstiness: 1}) || m.Baseline != "a" || !reflect.DeepEqual(m.Compare, DefaultCompare) {
+	if m.Arrival != (openloop.Arrival{Process: "poisson", Burstiness: 1}) || m.Baseline != "a" || !reflect.DeepEqual(m.Compare, results.DefaultCompare) {
 		t.Errorf("arrival %+v baseline %s compare %v", m.Arrival, m.Baseline, m.Compare)
 	}
 	if m.Gate != (Gate{Enabled: true, TempBandC: 3, Timeout: 5 * time.Minute, MemToleranceMiB: 512}) || m.Probe != (Probe{Interval: 250 * time.Millisecond, ThrottleMaxFraction: 0.1}) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/mbench/mbench/internal/userfile"
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/results"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,22 +14,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 )
-
-// DefaultCompare is the metrics compared against the baseline when the
-// matrix has no compare list.
-var DefaultCompare = []string{"ttft_p90", "tpot_p90", "e2el_p90", "step_duration_p50"}
-
-// Metrics returns every metric name valid in compare and repeat.metric.
-func Metrics() []string {
-	var out []string
-	for _, m := range []string{"ttft", "tpot", "itl", "e2el"} {
-		for _, s := range []string{"mean", "p50", "p90", "p95", "p99"} {
-			out = append(out, m+"_"+s)
-		}
-	}
-	return append(out, "step_duration_p50", "step_duration_p90", "step_duration_p99",
-		"build_meta_p50", "build_meta_p90", "output_throughput", "request_throughput")
-}
 
 // rates decodes the non-empty list of distinct positive rates.
 func (d *decoder) rates(v *yaml.Node, m *Matrix) {
@@ -299,11 +284,11 @@ func (d *decoder) measure(v *yaml.Node, m *Matrix) {
 // repeat decodes repeat: the stopping rule over blocks.
 func (d *decoder) repeat(v *yaml.Node, m *Matrix) {
 	r := &m.Repeat
-	*r = Repeat{Min: 3, Metric: "ttft_p90", RelCI: 0.05, Confidence: 0.95, Randomize: true}
+	*r = Repeat{Min: 3, Metric: results.DefaultStopMetric, RelCI: 0.05, Confidence: 0.95, Randomize: true}
 	d.object(v, "repeat", 1, []field{
 		{"min", false, func(v *yaml.Node, p string) { r.Min = d.intField(v, p, 1, 10000) }},
 		{"max", false, func(v *yaml.Node, p string) { r.Max = d.intField(v, p, 1, 10000) }},
-		{"metric", false, func(v *yaml.Node, p string) { r.Metric, _ = d.enum(v, p, Metrics()...) }},
+		{"metric", false, func(v *yaml.Node, p string) { r.Metric, _ = d.enum(v, p, results.MatrixNames()...) }},
 		{"rel_ci", false, func(v *yaml.Node, p string) { r.RelCI, _ = d.number(v, p, true) }},
 		{"confidence", false, func(v *yaml.Node, p string) {
 			if r.Confidence, _ = d.number(v, p, true); r.Confidence >= 1 {
@@ -323,15 +308,15 @@ func (d *decoder) repeat(v *yaml.Node, m *Matrix) {
 }
 
 // compare decodes compare: the metrics compared against the baseline
-// (default DefaultCompare).
+// (default results.DefaultCompare).
 func (d *decoder) compare(v *yaml.Node, m *Matrix) {
-	m.Compare = append([]string(nil), DefaultCompare...)
+	m.Compare = append([]string(nil), results.DefaultCompare...)
 	if v != nil {
 		m.Compare = nil
 		es, ps, _ := d.list(v, "compare")
 		seen := map[string]bool{}
 		for i, e := range es {
-			if s, ok := d.enum(e, ps[i], Metrics()...); ok {
+			if s, ok := d.enum(e, ps[i], results.MatrixNames()...); ok {
 				if seen[s] {
 					d.add(e.Line, ps[i], "each metric once", "metric %q is listed twice", s)
 				}

@@ -12,12 +12,35 @@ import (
 // below MaxMs, or a rate or share (request_goodput, slo_attainment,
 // request_throughput, output_throughput) at or above Min. A probe holds
 // when every bound holds; each block's crossing is where the tightest
-// bound's slack reaches 0. Its fields are those of matrices.Constraint, so
-// one converts to the other.
+// bound's slack reaches 0.
 type Bound struct {
 	Metric string   `json:"metric"`
 	MaxMs  *float64 `json:"max_ms,omitempty"`
 	Min    *float64 `json:"min,omitempty"`
+}
+
+// BoundedBelow are the metrics a bound holds at or above its Min, each
+// with what the bound is; every latency statistic (LatencyStat) is
+// bounded above, at or below MaxMs.
+var BoundedBelow = []struct {
+	Metric
+	Means string
+}{
+	{Goodput, "req/s of requests that met the slo section"},
+	{SLOAttainment, "the share of requests that met the slo section, 0 to 1"},
+	{RequestThroughput, "completed req/s"},
+	{OutputThroughput, "output tokens/s"},
+}
+
+// BoundedBelowMeans is what a bound at or above Min on the metric key
+// is, and false when key is no metric of BoundedBelow.
+func BoundedBelowMeans(key string) (string, bool) {
+	for _, b := range BoundedBelow {
+		if b.Key == key {
+			return b.Means, true
+		}
+	}
+	return "", false
 }
 
 // String is the bound in words: "ttft_p90 ≤ 500 ms", "slo_attainment ≥ 0.9".

@@ -109,3 +109,48 @@ func RunMetric(s *RunSummary, name string) (float64, bool) {
 	v, ok := RunMetrics(s)[key]
 	return v, ok
 }
+
+// matrixTimers are the engine-step timers a matrix may name, with the
+// statistics it may take of each.
+var matrixTimers = []struct {
+	timer string
+	stats []string
+}{{"step_duration_us", []string{"p50", "p90", "p99"}}, {"build_meta_us", []string{"p50", "p90"}}}
+
+// MatrixNames are the metric names a matrix may compare and repeat on, in
+// the order its errors list them: each latency of Latencies at its mean,
+// p50, p90, p95 and p99, the engine-step timers of matrixTimers without
+// their unit, and the output and request throughput.
+func MatrixNames() []string {
+	var out []string
+	for _, l := range Latencies {
+		for _, s := range []string{StatMean, "p50", StatP90, StatP95, StatP99} {
+			out = append(out, l.Name+"_"+s)
+		}
+	}
+	for _, t := range matrixTimers {
+		for _, s := range t.stats {
+			out = append(out, strings.TrimSuffix(t.timer, "_us")+"_"+s)
+		}
+	}
+	return append(out, OutputThroughput.Key, RequestThroughput.Key)
+}
+
+// LatencyStat splits a name as a matrix writes a latency statistic
+// (ttft_p90, e2el_p99.9, tpot_mean, itl_median) into its latency and
+// statistic. pct is the percentile's number beyond p50 ("90", "99.9"),
+// empty for the mean, the median and p50. false when name is no such
+// statistic of a latency of Latencies.
+func LatencyStat(name string) (l Latency, stat, pct string, ok bool) {
+	for _, l := range Latencies {
+		stat, found := strings.CutPrefix(name, l.Name+"_")
+		switch {
+		case !found:
+		case stat == StatMean || stat == StatMedian || stat == "p50":
+			return l, stat, "", true
+		case isPercentile(stat):
+			return l, stat, stat[1:], true
+		}
+	}
+	return Latency{}, "", "", false
+}
