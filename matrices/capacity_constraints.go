@@ -10,24 +10,6 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Constraint is one bound a capacity search holds every probe to: a
-// latency metric at or below MaxMs (ttft_p90, tpot_p99, e2el_p99.9, …), or
-// a rate or share at or above Min (request_goodput and output_throughput
-// in their units, slo_attainment as a fraction).
-type Constraint struct {
-	Metric string   `json:"metric"`
-	MaxMs  *float64 `json:"max_ms,omitempty"`
-	Min    *float64 `json:"min,omitempty"`
-}
-
-// String is the bound in words: "ttft_p90 ≤ 500 ms", "slo_attainment ≥ 0.9".
-func (c Constraint) String() string {
-	if c.MaxMs != nil {
-		return fmt.Sprintf("%s ≤ %g ms", c.Metric, *c.MaxMs)
-	}
-	return fmt.Sprintf("%s ≥ %g", c.Metric, *c.Min)
-}
-
 // The variables a capacity search can search over (capacity.over).
 const (
 	OverRate        = "rate"        // the offered request rate (req/s), an open loop
@@ -36,15 +18,15 @@ const (
 
 // constraints decodes capacity.constraints: a list of {metric, max_ms} or
 // {metric, min}.
-func (d *decoder) constraints(v *yaml.Node, path string) []Constraint {
+func (d *decoder) constraints(v *yaml.Node, path string) []results.Bound {
 	es, ps, ok := d.list(v, path)
 	if ok && len(es) == 0 {
 		d.add(v.Line, path, "a list such as [{metric: ttft_p90, max_ms: 500}, {metric: slo_attainment, min: 0.9}]", "at least one constraint is required")
 	}
-	var out []Constraint
+	var out []results.Bound
 	seen := map[string]int{}
 	for i, e := range es {
-		var c Constraint
+		var c results.Bound
 		d.object(e, ps[i], e.Line, []field{
 			{"metric", true, func(v *yaml.Node, p string) { c.Metric, _ = d.str(v, p) }},
 			{"max_ms", false, func(v *yaml.Node, p string) {
@@ -76,7 +58,7 @@ func (d *decoder) constraints(v *yaml.Node, path string) []Constraint {
 }
 
 // checkConstraint says what is wrong with c, and what would be valid.
-func checkConstraint(c Constraint) (msg, valid string) {
+func checkConstraint(c results.Bound) (msg, valid string) {
 	_, _, pct, latency := results.LatencyStat(c.Metric)
 	means, minMetric := results.BoundedBelowMeans(c.Metric)
 	switch {

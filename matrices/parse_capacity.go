@@ -20,7 +20,7 @@ type Capacity struct {
 	MaxMs  float64 `json:"max_ms,omitempty"` // the SLO: Metric ≤ MaxMs
 	// Constraints replace Metric and MaxMs with several bounds every probe
 	// must meet at once (capacity_constraints.go); Bounds gives either.
-	Constraints []Constraint `json:"constraints,omitempty"`
+	Constraints []results.Bound `json:"constraints,omitempty"`
 	// Over is what the search varies: the offered rate (OverRate, the
 	// default; "" in sweeps recorded before it) or the requests kept in
 	// flight (OverConcurrency, a closed loop), whose levels Lo, Hi and the
@@ -140,12 +140,12 @@ func (c *Capacity) spec() map[string]any {
 
 // Bounds are the constraints every probe is held to: Constraints, or the
 // one of Metric and MaxMs.
-func (c *Capacity) Bounds() []Constraint {
+func (c *Capacity) Bounds() []results.Bound {
 	if len(c.Constraints) > 0 {
 		return c.Constraints
 	}
 	x := c.MaxMs
-	return []Constraint{{Metric: c.Metric, MaxMs: &x}}
+	return []results.Bound{{Metric: c.Metric, MaxMs: &x}}
 }
 
 // Concurrency reports whether the search varies the requests in flight.

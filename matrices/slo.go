@@ -1,17 +1,9 @@
 package matrices
 
-import "go.yaml.in/yaml/v3"
-
-// SLO is a matrix's service-level objective per request, in milliseconds;
-// a zero field is not part of it. A request meets the SLO when every bound
-// that is set holds (≤). Goodput and SLO attainment are counted against it
-// (results.SLO has the definitions); it shapes the analysis only, never the
-// load, so it is not part of any cell's id.
-type SLO struct {
-	TTFTMs float64 // time to first token
-	TPOTMs float64 // time per output token after the first
-	E2ELMs float64 // end-to-end latency
-}
+import (
+	"github.com/mbench/mbench/results"
+	"go.yaml.in/yaml/v3"
+)
 
 // sloKeys are the keys of the slo section, in documentation order.
 var sloKeys = []string{"ttft_ms", "tpot_ms", "e2el_ms"}
@@ -22,7 +14,7 @@ func (d *decoder) slo(v *yaml.Node, m *Matrix) {
 	if v == nil {
 		return
 	}
-	var s SLO
+	var s results.SLO
 	targets := []*float64{&s.TTFTMs, &s.TPOTMs, &s.E2ELMs}
 	fields := make([]field, len(sloKeys))
 	for i, k := range sloKeys {
@@ -32,7 +24,7 @@ func (d *decoder) slo(v *yaml.Node, m *Matrix) {
 	if !d.object(v, "slo", v.Line, fields) || len(d.errs) > n {
 		return
 	}
-	if s == (SLO{}) {
+	if s == (results.SLO{}) {
 		d.add(v.Line, "slo", "a mapping such as {ttft_ms: 500, tpot_ms: 50}", "at least one of ttft_ms, tpot_ms, e2el_ms is required")
 		return
 	}
@@ -40,7 +32,7 @@ func (d *decoder) slo(v *yaml.Node, m *Matrix) {
 }
 
 // sloSpec is the slo section of the resolved matrix: only the bounds set.
-func sloSpec(s *SLO) map[string]float64 {
+func sloSpec(s *results.SLO) map[string]float64 {
 	out := map[string]float64{}
 	for i, x := range []float64{s.TTFTMs, s.TPOTMs, s.E2ELMs} {
 		if x > 0 {

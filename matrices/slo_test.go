@@ -3,6 +3,8 @@ package matrices
 import (
 	"strings"
 	"testing"
+
+	"github.com/mbench/mbench/results"
 )
 
 func TestSLO(t *testing.T) {
@@ -13,12 +15,12 @@ func TestSLO(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		yaml     string
-		want     SLO
+		want     results.SLO
 		resolved string
 	}{
-		{"slo: {ttft_ms: 500}", SLO{TTFTMs: 500}, `"slo":{"ttft_ms":500}`},
-		{"slo: {tpot_ms: 12.5, e2el_ms: 3000}", SLO{TPOTMs: 12.5, E2ELMs: 3000}, `"slo":{"e2el_ms":3000,"tpot_ms":12.5}`},
-		{"slo:\n  ttft_ms: 200\n  tpot_ms: 40\n  e2el_ms: 2000", SLO{200, 40, 2000}, `"slo":{"e2el_ms":2000,"tpot_ms":40,"ttft_ms":200}`},
+		{"slo: {ttft_ms: 500}", results.SLO{TTFTMs: 500}, `"slo":{"ttft_ms":500}`},
+		{"slo: {tpot_ms: 12.5, e2el_ms: 3000}", results.SLO{TPOTMs: 12.5, E2ELMs: 3000}, `"slo":{"e2el_ms":3000,"tpot_ms":12.5}`},
+		{"slo:\n  ttft_ms: 200\n  tpot_ms: 40\n  e2el_ms: 2000", results.SLO{TTFTMs: 200, TPOTMs: 40, E2ELMs: 2000}, `"slo":{"e2el_ms":2000,"tpot_ms":40,"ttft_ms":200}`},
 	} {
 		m, err := Parse("m.yaml", []byte(base+tc.yaml+"\n"))
 		if err != nil || m.SLO == nil || *m.SLO != tc.want {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/results"
 )
 
 // Matrix is a loaded, validated and defaulted experiment matrix.
@@ -30,9 +31,9 @@ type Matrix struct {
 	Compare     []string // metrics compared against the baseline
 	Gate        Gate
 	Probe       Probe
-	ClassBounds [3]int // request-class bounds in new tokens (class_bounds); zero = 5k/20k/50k (results.DefaultClassBounds)
-	ClassBasis  string // what a request's class is measured on (class_basis): ClassBasisAuto or a results.ClassBasis
-	SLO         *SLO   // per-request objective of goodput (slo.go); nil = none
+	ClassBounds [3]int       // request-class bounds in new tokens (class_bounds); zero = 5k/20k/50k (results.DefaultClassBounds)
+	ClassBasis  string       // what a request's class is measured on (class_basis): ClassBasisAuto or a results.ClassBasis
+	SLO         *results.SLO // per-request objective of goodput (the slo section, slo.go); nil = none
 	// Endpoint is the API the load drives: completions (default) or chat
 	// (parse_loadgen.go).
 	Endpoint openloop.Endpoint

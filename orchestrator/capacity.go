@@ -288,9 +288,7 @@ func (rc *recordedCapacity) spec() results.CapacitySpec {
 	sp := results.CapacitySpec{Metric: rc.Metric, MaxMs: rc.MaxMs, Lo: rc.Lo, Hi: rc.Hi, Tolerance: rc.Tolerance,
 		Blocks: rc.Blocks, Confidence: rc.confidence, Baseline: rc.baseline, Configs: rc.configs, Shapes: rc.shapes}
 	if len(rc.Constraints) > 0 {
-		for _, c := range rc.Constraints {
-			sp.Bounds = append(sp.Bounds, results.Bound(c))
-		}
+		sp.Bounds = append([]results.Bound(nil), rc.Constraints...)
 		sp.Metric, sp.MaxMs = rc.Constraints[0].Metric, 0
 		if x := rc.Constraints[0].MaxMs; x != nil {
 			sp.MaxMs = *x

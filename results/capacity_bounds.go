@@ -12,7 +12,8 @@ import (
 // below MaxMs, or a rate or share (request_goodput, slo_attainment,
 // request_throughput, output_throughput) at or above Min. A probe holds
 // when every bound holds; each block's crossing is where the tightest
-// bound's slack reaches 0.
+// bound's slack reaches 0. A matrix's capacity.constraints decode into
+// Bounds (matrices checks them against the registry).
 type Bound struct {
 	Metric string   `json:"metric"`
 	MaxMs  *float64 `json:"max_ms,omitempty"`

@@ -7,9 +7,12 @@ import (
 	"github.com/mbench/mbench/openloop"
 )
 
-// SLO is the per-request service-level objective of a run (the matrix's
-// slo section), in milliseconds; a zero bound is not part of it. Its field
-// names and types are those of matrices.SLO, so one converts to the other.
+// SLO is the per-request service-level objective of a run, in
+// milliseconds: a matrix's slo section (matrices decodes it into this
+// type) or the load command's --slo; a zero bound is not part of it. A
+// request meets it when every bound set holds (≤); goodput and SLO
+// attainment count against it. It shapes the analysis only, never the
+// load.
 type SLO struct {
 	TTFTMs float64 `json:"ttft_ms,omitempty"`
 	TPOTMs float64 `json:"tpot_ms,omitempty"`
