@@ -160,11 +160,22 @@ func TestValidityOrderingEffect(t *testing.T) {
 	}
 	const drift, blocks = ", drift_per_request: 0.00025", 6
 
-	naive, _ := validitySweepDir(t, "naive", 5, drift, "", false, blocks)
+	naive, naiveDir := validitySweepDir(t, "naive", 5, drift, "", false, blocks)
+	reruns, _ := filepath.Glob(filepath.Join(naiveDir, "runs", "*", "b*-try*"))
 	n := findRow(t, naive.NoiseFloor, "plain_aa", "step_duration_p50")
-	t.Logf("fixed order, A/A step_duration_p50: %s (%d blocks; %d runs graded client_limited or saturated)", n.Text(), n.N, busyRuns(naive))
-	if n.N < 3 || !n.Significant() || n.Effect <= 0.03 {
-		t.Errorf("fixed order: %s over %d blocks; want at least 3 blocks showing the spurious positive effect (about +5%%) of running second on a drifting engine", n.Text(), n.N)
+	t.Logf("fixed order, A/A step_duration_p50: %s, effect %+.1f%% (%d blocks; %d runs graded client_limited or saturated, %d runs again in place)", n.Text(), 100*n.Effect, n.N, busyRuns(naive), len(reruns))
+	// Every run the bias is there: plain_aa runs after plain, so its
+	// point estimate is at least one run's drift above plain's (a re-run
+	// in place only adds drift to the later runner). That the sweep's
+	// blocks make it significant holds for the design the test scripts;
+	// a run the machine graded out and ran again in place, or left out,
+	// changes that design (a block of +10% among blocks of +5%, fewer
+	// blocks), and the interval then says what those blocks allow.
+	switch {
+	case n.N < 2 || n.Effect <= 0.03:
+		t.Errorf("fixed order: %s over %d blocks; want the spurious positive effect (about +5%%) of running second on a drifting engine", n.Text(), n.N)
+	case busyRuns(naive) == 0 && len(reruns) == 0 && !n.Significant():
+		t.Errorf("fixed order: %s over %d blocks, no run graded out or run again; want the spurious effect significant", n.Text(), n.N)
 	}
 
 	// Any seed would do (the design balances every pair of blocks, and
