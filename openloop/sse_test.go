@@ -245,7 +245,10 @@ func FuzzSSEParse(f *testing.F) {
 		if err == nil && !bytes.Contains(b, []byte("[DONE]")) {
 			t.Fatal("nil error without [DONE]")
 		}
-		if len(st.times) != st.chunks || st.chunks > 0 && st.lastNs < st.firstNs {
+		// Every chunk with choices is timed (the end is the last of them,
+		// as vLLM's client has it), content or not; content chunks are
+		// among them.
+		if len(st.times) != st.choices || st.chunks > st.choices || st.choices > 0 && st.lastNs < st.firstNs {
 			t.Fatalf("inconsistent state %+v", st)
 		}
 	})
