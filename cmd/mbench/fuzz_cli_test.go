@@ -101,7 +101,9 @@ func FuzzLoadFlags(f *testing.F) {
 		} else {
 			args = append(args, "--input", "4", "--output", "1")
 		}
-		fuzzRun(t, append(args, "--"+name, value), names...)
+		// --flag=value: a boolean flag takes its value only so (as a
+		// separate argument "-1" would be an argument of its own).
+		fuzzRun(t, append(args, "--"+name+"="+value), names...)
 	})
 }
 
