@@ -481,6 +481,19 @@ func CompareBrackets(base, treat *CapacitySearch, confidence float64) Comparison
 	return c
 }
 
+// Words is the comparison as the report words it: "sustains 12.0% less
+// load [−15.1, −8.7]" where its CI excludes no change, "within noise (±x%)"
+// where it does not, "n/a (note)" where there is none.
+func (c CapacityComparison) Words() string {
+	switch {
+	case c.Note != "":
+		return "n/a (" + c.Note + ")"
+	case c.Significant():
+		return CapacityChange(c.Comparison)
+	}
+	return c.Comparison.String()
+}
+
 // CapacityChange is a comparison as "sustains 12.0% less load [−15.1, −8.7]".
 func CapacityChange(c Comparison) string {
 	if c.N < 2 {

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 // runCLI runs mbench in-process and returns stdout, stderr and the error.
-func runCLI(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
+func runCLI(t testing.TB, ctx context.Context, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	err := run(ctx, append([]string{"mbench"}, args...), &out, &errb)

@@ -233,7 +233,7 @@ var measuredStatuses = []string{"ok", "client_limited", "saturated"}
 // every cell has a result) with the runs' statuses read from out's journal
 // (a sweep) or summary_A.json (mbench load). Otherwise it returns err,
 // with the statuses that were not measured.
-func ranToEnd(t *testing.T, err error, out string) error {
+func ranToEnd(t testing.TB, err error, out string) error {
 	t.Helper()
 	if err == nil || exitCode(err) != exitNoResult || out == "" {
 		return err
@@ -278,7 +278,7 @@ func outOf(dir string, args []string) string {
 // runSweepCLI is runCLI for a test whose subject is not the verdicts: a
 // command that ran to its end with every run measured (ranToEnd) returns
 // no error.
-func runSweepCLI(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
+func runSweepCLI(t testing.TB, ctx context.Context, args ...string) (string, string, error) {
 	t.Helper()
 	stdout, stderr, err := runCLI(t, ctx, args...)
 	return stdout, stderr, ranToEnd(t, err, outOf("", args))

@@ -12,4 +12,4 @@ const portBlock = porttest.Size
 
 // freePortBase reserves a block of portBlock free ports below the
 // ephemeral port range for engine.port in a test matrix (porttest.Base).
-func freePortBase(t *testing.T) string { return porttest.Base(t) }
+func freePortBase(t testing.TB) string { return porttest.Base(t) }

@@ -35,7 +35,7 @@ gate: {enabled: false}
 baseline: plain
 `
 
-func writeMatrix(t *testing.T, dir, body string) string {
+func writeMatrix(t testing.TB, dir, body string) string {
 	t.Helper()
 	body = strings.ReplaceAll(body, "%PORT%", freePortBase(t))
 	p := filepath.Join(dir, "m.yaml")
@@ -123,7 +123,7 @@ func TestSweepEndToEndOnSim(t *testing.T) {
 	}
 }
 
-func readJSONL(t *testing.T, path string) []map[string]any {
+func readJSONL(t testing.TB, path string) []map[string]any {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {

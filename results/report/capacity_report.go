@@ -43,7 +43,7 @@ func renderCapacityHeadline(b *strings.Builder, v *reportView) {
 		p("Capacity against the baseline (%s), paired by block: per block the log ratio of the two configs' crossings of the limit, a %.0f%% t-CI on its mean; a crossing whose probe above the limit saturated is known only to lie between its two probes and enters as that whole bracket (interval-censored), so the CI is at least as wide as the brackets allow.\n\n", sp.Baseline, 100*sp.Confidence)
 		p("| Config | Shape | Capacity vs %s [%.0f%% CI] | Blocks | p |\n|---|---|---|---|---|\n", sp.Baseline, 100*sp.Confidence)
 		for _, c := range rep.Comparisons {
-			p("| %s | %s | %s | %d | %s |\n", c.Config, c.Shape, capacityComparisonText(c), c.N, fmtP(c.P, c.N))
+			p("| %s | %s | %s | %d | %s |\n", c.Config, c.Shape, c.Words(), c.N, fmtP(c.P, c.N))
 		}
 		p("\n")
 	}
@@ -119,17 +119,6 @@ func capacityProbeRows(rep *results.CapacityReport) []capacityProbeRow {
 		}
 	}
 	return out
-}
-
-// capacityComparisonText is a capacity comparison in words.
-func capacityComparisonText(c results.CapacityComparison) string {
-	switch {
-	case c.Note != "":
-		return "n/a (" + c.Note + ")"
-	case c.Significant():
-		return results.CapacityChange(c.Comparison)
-	}
-	return c.Comparison.String() // "within noise (±x%)"
 }
 
 // renderCapacityDetails writes how the search judged its probes, and every

@@ -104,7 +104,7 @@ func newHTMLCapacity(v *reportView) *htmlCapacity {
 		Confidence: int(math.Round(100 * rep.Spec.Confidence)), Searches: capacitySearchRows(rep), Probes: capacityProbeRows(rep)}
 	for _, cc := range rep.Comparisons {
 		c.Comparisons = append(c.Comparisons, htmlComparison{Config: cc.Config, Baseline: cc.Baseline, Shape: cc.Shape,
-			Text: capacityComparisonText(cc), P: fmtP(cc.P, cc.N), N: cc.N, Class: changeClass(cc.Comparison, cc.Note)})
+			Text: cc.Words(), P: fmtP(cc.P, cc.N), N: cc.N, Class: changeClass(cc.Comparison, cc.Note)})
 	}
 	return c
 }

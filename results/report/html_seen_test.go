@@ -269,7 +269,7 @@ func TestHTMLCapacityAsSeen(t *testing.T) {
 			t.Errorf("the headline lacks %s's interval %s", s.Config, s.Interval)
 		}
 	}
-	if len(rep.Comparisons) != 1 || !strings.Contains(result, capacityComparisonText(rep.Comparisons[0])) {
+	if len(rep.Comparisons) != 1 || !strings.Contains(result, rep.Comparisons[0].Words()) {
 		t.Errorf("the headline lacks the paired capacity comparison %v", rep.Comparisons)
 	}
 	svg := svgOf(t, p.DOM, "capacity")
