@@ -285,62 +285,110 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 		scratchPool.Put(sc)
 		cancel()
 	}
-	var (
-		status int
-		body   io.Reader
-		finish func(ok bool)
-		err    error
-		now    = c.clk.now // when the response's bytes arrived (see arrivalClocker)
-	)
 	if c.beforeWrite != nil {
 		c.beforeWrite()
 	}
+	var resp response
+	var err error
 	if c.raw {
-		x := &sc.x
-		*x = h1Exchange{pool: c.pools[t]}
-		if j.preSent != 0 { // the dispatcher wrote it all
-			rec.SentNs = j.preSent
-		}
-		err = x.roundTrip(ctx, j, c.clk.now)
-		if x.sentNs != 0 {
-			rec.SentNs = x.sentNs
-		}
-		rec.Resent = x.resent
-		if err == nil {
-			status, body, finish = x.status, &x.conn.body, x.release
-			if ac, ok := x.conn.nc.(arrivalClocker); ok && ac.arrivalClock() != nil {
-				now = ac.arrivalClock()
-			}
-		}
+		resp, err = c.doRaw(ctx, &sc.x, t, j, rec)
 	} else {
-		status, body, finish, err = c.doHTTP(ctx, c.urls[t], j, func() { rec.SentNs = c.clk.now() })
+		resp, err = c.doHTTP(ctx, c.urls[t], j, func() { rec.SentNs = c.clk.now() })
 	}
 	if err != nil {
 		fail(ClassifyErr(ctx, err), errText(ctx, err))
 		done()
 		return nil
 	}
-	rec.HeadNs = max(now(), rec.SentNs)
-	rec.HTTPStatus = status
-	if status != http.StatusOK {
-		excerpt, _ := io.ReadAll(io.LimitReader(body, 200))
+	rec.HeadNs = max(resp.now(), rec.SentNs)
+	rec.HTTPStatus = resp.status
+	if resp.status != http.StatusOK {
+		excerpt, _ := io.ReadAll(io.LimitReader(resp.body, 200))
 		text := strings.TrimSpace(string(excerpt))
-		fail(ClassifyHTTP(status, text), fmt.Sprintf("HTTP %d: %s", status, text))
+		fail(ClassifyHTTP(resp.status, text), fmt.Sprintf("HTTP %d: %s", resp.status, text))
 		return func() {
-			n, _ := io.Copy(io.Discard, io.LimitReader(body, h1DrainMax))
-			finish(n < h1DrainMax)
+			n, _ := io.Copy(io.Discard, io.LimitReader(resp.body, h1DrainMax))
+			resp.finish(n < h1DrainMax)
 			done()
 		}
 	}
-	sc.sse.reset(body, c.budget)
-	sc.st.reset(rec.HeadNs)
-	if cap(sc.st.times) < j.output+1 {
-		sc.st.times = make([]int64, 0, j.output+1)
+	err = c.stream(ctx, sc, resp, j, rec, onFirst)
+	return func() {
+		if err == nil && !c.raw { // after [DONE]: read to the end so the connection is reused
+			_, _ = io.Copy(io.Discard, io.LimitReader(sc.sse.br, h1DrainMax))
+		}
+		resp.finish(err == nil)
+		done()
 	}
-	sc.st.onFirst = onFirst
-	err = sc.st.consume(sc.sse, now)
-	rec.DoneNs = max(now(), sc.st.floorNs)
+}
+
+// response is a response's head as either client gives it: finish ends
+// the exchange (the connection back to its pool when ok, else closed), and
+// now is the clock that stamps the arrivals of its bytes.
+type response struct {
+	status int
+	body   io.Reader
+	finish func(ok bool)
+	now    func() int64
+}
+
+// arrivalClocker is a connection that knows when the bytes last read from
+// it arrived (the reactor's, from the kernel's receive times): its clock
+// stamps the tokens, on the run's clock; nil when it has none.
+type arrivalClocker interface{ arrivalClock() func() int64 }
+
+// doRaw sends j over the built-in HTTP/1.1 client, as exchange x on target
+// t's pool, and records when it was written and whether it went again.
+func (c *client) doRaw(ctx context.Context, x *h1Exchange, t int, j *job, rec *Record) (response, error) {
+	*x = h1Exchange{pool: c.pools[t]}
+	if j.preSent != 0 { // the dispatcher wrote it all
+		rec.SentNs = j.preSent
+	}
+	err := x.roundTrip(ctx, j, c.clk.now)
+	if x.sentNs != 0 {
+		rec.SentNs = x.sentNs
+	}
+	rec.Resent = x.resent
+	if err != nil {
+		return response{}, err
+	}
+	resp := response{status: x.status, body: &x.conn.body, finish: x.release, now: c.clk.now}
+	if ac, ok := x.conn.nc.(arrivalClocker); ok && ac.arrivalClock() != nil {
+		resp.now = ac.arrivalClock()
+	}
+	return resp, nil
+}
+
+// doHTTP sends j over net/http; sent is called when the request has been
+// written (httptrace).
+func (c *client) doHTTP(ctx context.Context, url string, j *job, sent func()) (response, error) {
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent() }})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(j.body))
+	if err != nil {
+		return response{}, err
+	}
+	req.Header = j.header // this request's own map, built by prepare
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	return response{resp.StatusCode, resp.Body, func(bool) { resp.Body.Close() }, c.clk.now}, nil
+}
+
+// stream reads a 200 response's event stream into rec — the arrivals of
+// its chunks, its tokens and usage — and judges it: it returns the
+// stream's error (nil: it ended with [DONE]), which fails rec, as does a
+// complete stream that check finds wanting.
+func (c *client) stream(ctx context.Context, sc *scratch, resp response, j *job, rec *Record, onFirst func()) error {
 	st := &sc.st
+	sc.sse.reset(resp.body, c.budget)
+	st.reset(rec.HeadNs)
+	if cap(st.times) < j.output+1 {
+		st.times = make([]int64, 0, j.output+1)
+	}
+	st.onFirst = onFirst
+	err := st.consume(sc.sse, resp.now)
+	rec.DoneNs = max(resp.now(), st.floorNs)
 	rec.FirstTokenNs, rec.LastTokenNs = st.firstNs, st.lastNs
 	rec.ITLMs = st.itlMs()
 	rec.FinishReason = st.finish
@@ -363,34 +411,7 @@ func (c *client) do(ctx context.Context, t int, j *job, rec *Record, onFirst fun
 	} else if class, why := st.check(j.output); class != "" {
 		rec.Status, rec.Error, rec.ErrorClass = StatusError, why, class
 	}
-	return func() {
-		if err == nil && !c.raw { // after [DONE]: read to the end so the connection is reused
-			_, _ = io.Copy(io.Discard, io.LimitReader(sc.sse.br, h1DrainMax))
-		}
-		finish(err == nil)
-		done()
-	}
-}
-
-// arrivalClocker is a connection that knows when the bytes last read from
-// it arrived (the reactor's, from the kernel's receive times): its clock
-// stamps the tokens, on the run's clock; nil when it has none.
-type arrivalClocker interface{ arrivalClock() func() int64 }
-
-// doHTTP sends j over net/http; sent is called when the request has been
-// written (httptrace).
-func (c *client) doHTTP(ctx context.Context, url string, j *job, sent func()) (status int, body io.Reader, finish func(bool), err error) {
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent() }})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(j.body))
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	req.Header = j.header // this request's own map, built by prepare
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	return resp.StatusCode, resp.Body, func(bool) { resp.Body.Close() }, nil
+	return err
 }
 
 // errText is the record's error text for err: the cause when the request

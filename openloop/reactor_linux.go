@@ -167,17 +167,8 @@ func (re *reactor) loop() {
 	var inbox []func()
 	var wakes []*rconn
 	for {
-		re.mu.Lock()
-		inbox, re.inbox = re.inbox, inbox[:0]
-		wakes, re.wakes = re.wakes, wakes[:0]
-		quit := re.quit
-		if re.newDisp != nil {
-			re.disp, re.newDisp = re.newDisp, nil
-		}
-		if len(inbox) == 0 && len(wakes) == 0 && !quit {
-			re.sleeps.Store(true) // set under mu: a submit after the unlock rings
-		}
-		re.mu.Unlock()
+		var quit bool
+		inbox, wakes, quit = re.takeWork(inbox, wakes)
 		for i, fn := range inbox {
 			re.start(fn)
 			inbox[i] = nil
@@ -208,37 +199,61 @@ func (re *reactor) loop() {
 			panic(fmt.Sprintf("load generator: epoll_wait: %v", err)) // EBADF/EFAULT/EINVAL: a bug here
 		}
 		re.pace() // a send that is due goes before the streams' bytes are read
-		// The connections the events name, under one lock a batch. The
-		// doorbell and the timer (ids ≤ 0) need nothing: the loop's next
-		// round looks at the inbox and the dispatch. A connection closed
-		// since the wait is gone from conns; one that a coroutine closes
-		// later in the batch has no waiter, so its flags are set for nothing.
-		ready = ready[:0]
-		re.mu.Lock()
-		for _, ev := range events[:n] {
-			if c := re.conns[ev.Fd]; ev.Fd > 0 && c != nil {
-				ready = append(ready, readyConn{c, ev.Events})
-			}
-		}
-		re.mu.Unlock()
-		for _, rc := range ready {
-			c, ev := rc.c, rc.ev
-			if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-				c.readable = true
-			}
-			if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-				c.hup = true
-				c.finned.Store(true)
-			}
-			if ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-				c.writable = true
-			}
-			if w := c.waiter; w != nil {
-				re.resume(w)
-				re.paceDue()
-			}
+		ready = re.deliver(events[:n], ready)
+	}
+}
+
+// takeWork hands the loop what other goroutines left for it: the requests
+// to start and the connections to wake (swapped with the loop's emptied
+// slices), a dispatch to take over, and whether close was asked for. With
+// none of these it marks the loop as about to sleep.
+func (re *reactor) takeWork(inbox []func(), wakes []*rconn) ([]func(), []*rconn, bool) {
+	re.mu.Lock()
+	defer re.mu.Unlock()
+	inbox, re.inbox = re.inbox, inbox[:0]
+	wakes, re.wakes = re.wakes, wakes[:0]
+	if re.newDisp != nil {
+		re.disp, re.newDisp = re.newDisp, nil
+	}
+	if len(inbox) == 0 && len(wakes) == 0 && !re.quit {
+		re.sleeps.Store(true) // set under mu: a submit after the unlock rings
+	}
+	return inbox, wakes, re.quit
+}
+
+// deliver passes epoll's events to the connections they name, under one
+// lock a batch (ready is its scratch), and resumes the coroutine waiting on
+// each. The doorbell and the timer (ids ≤ 0) need nothing: the loop's next
+// round looks at the inbox and the dispatch. A connection closed since the
+// wait is gone from conns; one that a coroutine closes later in the batch
+// has no waiter, so its flags are set for nothing.
+func (re *reactor) deliver(events []unix.EpollEvent, ready []readyConn) []readyConn {
+	ready = ready[:0]
+	re.mu.Lock()
+	for _, ev := range events {
+		if c := re.conns[ev.Fd]; ev.Fd > 0 && c != nil {
+			ready = append(ready, readyConn{c, ev.Events})
 		}
 	}
+	re.mu.Unlock()
+	for _, rc := range ready {
+		c, ev := rc.c, rc.ev
+		if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			c.readable = true
+		}
+		if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			c.hup = true
+			c.finned.Store(true)
+		}
+		if ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			c.writable = true
+		}
+		if w := c.waiter; w != nil {
+			re.resume(w)
+			re.paceDue()
+		}
+	}
+	return ready
 }
 
 // readTick is the least time between two of the loop's waits while

@@ -71,68 +71,29 @@ func SampleTraceWith(ctx context.Context, in io.Reader, out io.Writer, o SampleO
 	if err != nil {
 		return rep, fmt.Errorf("trace sample: %w", err)
 	}
-	rewind := func() error {
+	pass := func(fn func(tr *TraceRequest, line []byte) error) error {
 		if _, err := rs.Seek(start, io.SeekStart); err != nil {
 			return fmt.Errorf("trace sample: %w", err)
 		}
-		return nil
+		return eachTraceLine(ctx, rs, name, fn)
 	}
-	// Pass 1: common leading ids and the input's ideal hit rate.
-	lead, full := newLeadCounter(), &idealCache{}
-	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, _ []byte) error {
-		lead.add(tr)
-		full.add(tr)
-		return nil
-	})
+	ss, err := findSessions(pass, mode, frac)
 	if err != nil {
 		return rep, err
 	}
-	// Pass 1b: exact counts of the candidate common ids.
-	if err := rewind(); err != nil {
-		return rep, err
-	}
-	lead.startVerify()
-	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, _ []byte) error {
-		lead.verify(tr)
-		return nil
-	})
-	if err != nil {
-		return rep, err
-	}
-	g := &sessionGrouper{mode: mode, common: lead.common(frac)}
-	// Pass 2: session sizes, in order of first appearance.
-	var keys []string
-	sizes := map[string]int{}
-	if err := rewind(); err != nil {
-		return rep, err
-	}
-	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, _ []byte) error {
-		k, _ := g.key(tr)
-		if _, seen := sizes[k]; !seen {
-			keys = append(keys, k)
-		}
-		sizes[k]++
-		return nil
-	})
-	if err != nil {
-		return rep, err
-	}
-	chosen := chooseSessions(keys, sizes, o.Requests, o.Seed)
-	// Pass 3: copy the chosen sessions' lines.
-	if err := rewind(); err != nil {
-		return rep, err
-	}
+	chosen := chooseSessions(ss.keys, ss.sizes, o.Requests, o.Seed)
+	// The last pass copies the chosen sessions' lines.
 	bw := bufio.NewWriter(out)
 	sample := &idealCache{}
-	err = eachTraceLine(ctx, rs, name, func(tr *TraceRequest, line []byte) error {
-		k, chain := g.key(tr)
+	err = pass(func(tr *TraceRequest, line []byte) error {
+		k, chain := ss.g.key(tr)
 		if !chosen[k] {
 			return nil
 		}
 		sample.add(tr)
 		rep.SampledRequests++
 		line = bytes.TrimRight(line, "\r\n")
-		if chain && !o.KeepLines && sizes[k] > 1 {
+		if chain && !o.KeepLines && ss.sizes[k] > 1 {
 			line = withSessionID(line, chainSessionID(k))
 			rep.Tagged++
 		}
@@ -147,8 +108,8 @@ func SampleTraceWith(ctx context.Context, in io.Reader, out io.Writer, o SampleO
 	if err := bw.Flush(); err != nil {
 		return rep, fmt.Errorf("trace sample: writing: %w", err)
 	}
-	rep.Requests, rep.Sessions, rep.SampledSessions = lead.n, len(keys), len(chosen)
-	rep.IdealHitRate, rep.SampledIdealHitRate = full.rate(), sample.rate()
+	rep.Requests, rep.Sessions, rep.SampledSessions = ss.requests, len(ss.keys), len(chosen)
+	rep.IdealHitRate, rep.SampledIdealHitRate = ss.full.rate(), sample.rate()
 	return rep, nil
 }
 

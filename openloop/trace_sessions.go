@@ -163,6 +163,45 @@ func (g *sessionGrouper) key(tr *TraceRequest) (key string, chain bool) {
 // session was inferred from its hash chain.
 func chainSessionID(key string) string { return "chain-" + key[len("h:"):] }
 
+// traceSessions is how a trace's requests group into sessions.
+type traceSessions struct {
+	g        *sessionGrouper
+	keys     []string       // in order of first appearance
+	sizes    map[string]int // requests per session
+	requests int
+	full     *idealCache // the trace's, in file order
+}
+
+// findSessions groups the requests of the trace that pass reads (from its
+// start each time) into sessions, in three passes: candidate common
+// leading ids (and the trace's ideal hit rate), their exact counts, then
+// each session's size.
+func findSessions(pass func(func(*TraceRequest, []byte) error) error, mode SessionMode, frac float64) (*traceSessions, error) {
+	lead, ss := newLeadCounter(), &traceSessions{sizes: map[string]int{}, full: &idealCache{}}
+	err := pass(func(tr *TraceRequest, _ []byte) error {
+		lead.add(tr)
+		ss.full.add(tr)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	lead.startVerify()
+	if err := pass(func(tr *TraceRequest, _ []byte) error { lead.verify(tr); return nil }); err != nil {
+		return nil, err
+	}
+	ss.g, ss.requests = &sessionGrouper{mode: mode, common: lead.common(frac)}, lead.n
+	err = pass(func(tr *TraceRequest, _ []byte) error {
+		k, _ := ss.g.key(tr)
+		if _, seen := ss.sizes[k]; !seen {
+			ss.keys = append(ss.keys, k)
+		}
+		ss.sizes[k]++
+		return nil
+	})
+	return ss, err
+}
+
 // blockSet is a set of hash ids: a bitmap for the dense non-negative ids real
 // traces use, a map for the rest, so a multi-million-line trace's distinct
 // blocks fit in megabytes.

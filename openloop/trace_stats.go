@@ -86,41 +86,33 @@ func traceStats(reqs []TraceRequest, mode SessionMode, frac float64, lru []int) 
 	if len(reqs) == 0 {
 		return st
 	}
-	lead := newLeadCounter()
-	for i := range reqs {
-		lead.add(&reqs[i])
-	}
-	lead.startVerify()
-	for i := range reqs {
-		lead.verify(&reqs[i])
-	}
-	g := &sessionGrouper{mode: mode, common: lead.common(frac)}
-	st.CommonBlocks = len(g.common)
-	sizes := map[string]int{}
+	ss, _ := findSessions(func(fn func(*TraceRequest, []byte) error) error {
+		for i := range reqs {
+			_ = fn(&reqs[i], nil) // never fails: findSessions' functions do not
+		}
+		return nil
+	}, mode, frac)
+	st.CommonBlocks = len(ss.g.common)
 	in, out := make([]float64, len(reqs)), make([]float64, len(reqs))
-	ideal := &idealCache{}
 	caches := make([]*lruBlocks, len(lru))
 	for i, n := range lru {
 		caches[i] = newLRUBlocks(n)
 	}
 	for i := range reqs {
 		tr := &reqs[i]
-		k, _ := g.key(tr)
-		sizes[k]++
 		in[i], out[i] = float64(tr.InputLength), float64(tr.OutputLength)
-		ideal.add(tr)
 		for _, c := range caches {
 			c.request(tr.HashIDs)
 		}
 	}
-	st.Sessions = len(sizes)
-	ss := make([]float64, 0, len(sizes))
-	for _, n := range sizes {
-		ss = append(ss, float64(n))
+	st.Sessions = len(ss.sizes)
+	sizes := make([]float64, 0, len(ss.sizes))
+	for _, n := range ss.sizes {
+		sizes = append(sizes, float64(n))
 	}
-	st.SessionSize, st.InputLength, st.OutputLength = distOf(ss), distOf(in), distOf(out)
+	st.SessionSize, st.InputLength, st.OutputLength = distOf(sizes), distOf(in), distOf(out)
 	st.DurationMs = reqs[len(reqs)-1].TimestampMs - reqs[0].TimestampMs
-	st.Blocks, st.DistinctBlocks, st.IdealHitRate = ideal.blocks, ideal.blocks-ideal.hits, ideal.rate()
+	st.Blocks, st.DistinctBlocks, st.IdealHitRate = ss.full.blocks, ss.full.blocks-ss.full.hits, ss.full.rate()
 	for i, c := range caches {
 		st.LRU = append(st.LRU, LRUHitRate{Blocks: lru[i], HitRate: c.rate()})
 	}

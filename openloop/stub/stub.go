@@ -254,22 +254,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			s.leave(&e)
 		}
 	}()
-	var req completionRequest
-	body, err := io.ReadAll(r.Body)
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
-	if s.opts.RecordRequests {
-		e.Body, e.Header = string(body), r.Header.Clone()
-	}
+	req, err := s.decode(r, &e)
 	if err != nil {
 		e.Status = http.StatusBadRequest
 		http.Error(w, `{"object":"error","message":"bad request: `+err.Error()+`"}`, e.Status)
 		return
-	}
-	e.MaxTokens, e.Model = req.MaxTokens, req.Model
-	if s.opts.RecordPrompts {
-		_ = json.Unmarshal(req.Prompt, &e.Prompt)
 	}
 	var f Fault
 	if s.opts.Fault != nil {
@@ -285,75 +274,13 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(f.Body))
 		return
 	}
-	tokens := s.opts.Tokens
-	if tokens <= 0 {
-		tokens = max(req.MaxTokens, 1)
-	}
 	e.Status = http.StatusOK
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	fl := w.(http.Flusher)
-	ctx := r.Context()
-	// Chat streams vLLM's chat.completion.chunk: a role chunk with empty
-	// content, sent with the first token, then delta.content chunks.
-	chat := r.URL.Path == "/v1/chat/completions"
-	id, object, tail := `"cmpl-stub-`+strconv.FormatInt(n, 10)+`"`, "text_completion", ",\"stop_reason\":null}],\"usage\":null}\n\n"
-	text := `" tok"`
-	if f.Empty {
-		text = `""`
-	}
-	token := `"text":` + text
-	if chat {
-		id, object, tail, token = `"chatcmpl-stub-`+strconv.FormatInt(n, 10)+`"`, "chat.completion.chunk", "}]}\n\n", `"delta":{"content":`+text+`}`
-	}
-	prefix := `data: {"id":` + id + `,"object":"` + object + `","created":0,"model":` + strconv.Quote(s.opts.Model) + `,"choices":[{"index":0,`
-	head := []byte(prefix + token + `,"logprobs":null,"finish_reason":`)
-	buf := make([]byte, 0, 2*len(head)+64)
-	eos := f.EOSAt > 0 && !chat
-	if eos {
-		tokens = min(tokens, f.EOSAt)
-	}
-	due := e.Arrival.Add(s.opts.FirstToken)
-	for k := range tokens {
-		if k > 0 {
-			due = due.Add(s.opts.Gap)
-		}
-		if !s.waitUntil(ctx, due) {
-			return
-		}
-		if f.Break && k == f.BreakAfter {
-			panic(http.ErrAbortHandler)
-		}
-		buf = buf[:0]
-		if chat && k == 0 {
-			buf = append(buf, prefix+`"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-		}
-		if eos && k == tokens-1 {
-			buf = append(buf, prefix+`"text":"","logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-			buf = append(buf, prefix+`"text":"","logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":`+
-				strconv.Itoa(promptLen(req.Prompt))+`,"total_tokens":0,"completion_tokens":`+strconv.Itoa(tokens)+`}}`+"\n\n"...)
-		} else {
-			buf = append(buf, head...)
-			if k == tokens-1 {
-				buf = append(buf, `"length"`...)
-			} else {
-				buf = append(buf, `null`...)
-			}
-			buf = append(buf, tail...)
-		}
-		if _, err := w.Write(buf); err != nil {
-			return
-		}
-		if k == 0 {
-			// Stamped before the flush hands the chunk to the kernel: no
-			// client can see the first token before this time.
-			e.FirstFlush = time.Now()
-		}
-		if k == 0 || !s.opts.Burst || s.opts.Gap > 0 {
-			fl.Flush()
-		}
-		e.Chunks++
+	sw := newStreamWire(r.URL.Path == "/v1/chat/completions", n, s.opts.Model, f.Empty)
+	if !s.stream(r.Context(), w, &e, sw, f, req) {
+		return
 	}
 	if f.Break {
 		panic(http.ErrAbortHandler)
@@ -365,15 +292,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		msg, _ := json.Marshal(f.StreamError)
 		_, _ = w.Write([]byte(`data: {"error":{"object":"error","message":` + string(msg) + `,"type":"InternalServerError","code":500}}` + "\n\n"))
 	}
-	if !f.NoUsage && f.StreamError == "" && !eos {
-		p := strconv.Itoa(promptLen(req.Prompt))
-		if chat {
-			words := 0
-			for _, m := range req.Messages {
-				words += len(strings.Fields(m.Content))
-			}
-			p = strconv.Itoa(words)
-		}
+	if !f.NoUsage && f.StreamError == "" && !sw.eos(f) {
 		out := e.Chunks
 		if f.Empty {
 			out = 0
@@ -381,15 +300,136 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		if f.Usage != nil {
 			out = f.Usage(e.Chunks)
 		}
-		_, _ = w.Write([]byte(`data: {"id":` + id + `,"object":"` + object + `","created":0,"model":` + strconv.Quote(s.opts.Model) +
-			`,"choices":[],"usage":{"prompt_tokens":` + p + `,"total_tokens":0,"completion_tokens":` + strconv.Itoa(out) + `}}` + "\n\n"))
+		_, _ = w.Write([]byte(sw.meta + `,"choices":[],"usage":{"prompt_tokens":` + strconv.Itoa(req.promptTokens(sw.chat)) +
+			`,"total_tokens":0,"completion_tokens":` + strconv.Itoa(out) + `}}` + "\n\n"))
 	}
 	// Logged before [DONE] goes out: a client may finish, and read the
 	// log, as soon as it sees [DONE].
 	left = true
 	s.leave(&e)
 	_, _ = w.Write([]byte("data: [DONE]\n\n"))
-	fl.Flush()
+	w.(http.Flusher).Flush()
+}
+
+// decode reads the request into req and e (with the prompt or the whole
+// request when Options ask for them).
+func (s *Server) decode(r *http.Request, e *Entry) (req completionRequest, err error) {
+	body, err := io.ReadAll(r.Body)
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if s.opts.RecordRequests {
+		e.Body, e.Header = string(body), r.Header.Clone()
+	}
+	if err != nil {
+		return req, err
+	}
+	e.MaxTokens, e.Model = req.MaxTokens, req.Model
+	if s.opts.RecordPrompts {
+		_ = json.Unmarshal(req.Prompt, &e.Prompt)
+	}
+	return req, nil
+}
+
+// promptTokens is the usage's prompt_tokens: a completion's token ids, a
+// chat's words.
+func (req *completionRequest) promptTokens(chat bool) int {
+	if !chat {
+		return promptLen(req.Prompt)
+	}
+	words := 0
+	for _, m := range req.Messages {
+		words += len(strings.Fields(m.Content))
+	}
+	return words
+}
+
+// streamWire is how a response's chunks read on the wire: vLLM's
+// text_completion chunks, or for chat its chat.completion.chunk — a role
+// chunk with empty content, sent with the first token, then delta.content
+// chunks.
+type streamWire struct {
+	chat   bool
+	meta   string // a chunk up to its choices
+	prefix string // a chunk up to its choice's fields
+	head   []byte // a token's chunk up to its finish_reason's value
+	tail   string // a token's chunk after it
+}
+
+func newStreamWire(chat bool, n int64, model string, empty bool) *streamWire {
+	id, object, tail := `"cmpl-stub-`+strconv.FormatInt(n, 10)+`"`, "text_completion", ",\"stop_reason\":null}],\"usage\":null}\n\n"
+	text := `" tok"`
+	if empty {
+		text = `""`
+	}
+	token := `"text":` + text
+	if chat {
+		id, object, tail, token = `"chatcmpl-stub-`+strconv.FormatInt(n, 10)+`"`, "chat.completion.chunk", "}]}\n\n", `"delta":{"content":`+text+`}`
+	}
+	sw := &streamWire{chat: chat, tail: tail, meta: `data: {"id":` + id + `,"object":"` + object + `","created":0,"model":` + strconv.Quote(model)}
+	sw.prefix = sw.meta + `,"choices":[{"index":0,`
+	sw.head = []byte(sw.prefix + token + `,"logprobs":null,"finish_reason":`)
+	return sw
+}
+
+// eos reports whether the stream ends as llama-server's does (Fault.EOSAt).
+func (sw *streamWire) eos(f Fault) bool { return f.EOSAt > 0 && !sw.chat }
+
+// stream sends the response's token chunks at their due times, from
+// FirstToken after arrival then every Gap, and counts them in e; false:
+// the client went away.
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, e *Entry, sw *streamWire, f Fault, req completionRequest) bool {
+	tokens := s.opts.Tokens
+	if tokens <= 0 {
+		tokens = max(req.MaxTokens, 1)
+	}
+	eos := sw.eos(f)
+	if eos {
+		tokens = min(tokens, f.EOSAt)
+	}
+	buf := make([]byte, 0, 2*len(sw.head)+64)
+	due := e.Arrival.Add(s.opts.FirstToken)
+	for k := range tokens {
+		if k > 0 {
+			due = due.Add(s.opts.Gap)
+		}
+		if !s.waitUntil(ctx, due) {
+			return false
+		}
+		if f.Break && k == f.BreakAfter {
+			panic(http.ErrAbortHandler)
+		}
+		buf = buf[:0]
+		if sw.chat && k == 0 {
+			buf = append(buf, sw.prefix+`"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+		}
+		if eos && k == tokens-1 {
+			buf = append(buf, sw.prefix+`"text":"","logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+			buf = append(buf, sw.prefix+`"text":"","logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":`+
+				strconv.Itoa(promptLen(req.Prompt))+`,"total_tokens":0,"completion_tokens":`+strconv.Itoa(tokens)+`}}`+"\n\n"...)
+		} else {
+			buf = append(buf, sw.head...)
+			if k == tokens-1 {
+				buf = append(buf, `"length"`...)
+			} else {
+				buf = append(buf, `null`...)
+			}
+			buf = append(buf, sw.tail...)
+		}
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		if k == 0 {
+			// Stamped before the flush hands the chunk to the kernel: no
+			// client can see the first token before this time.
+			e.FirstFlush = time.Now()
+		}
+		if k == 0 || !s.opts.Burst || s.opts.Gap > 0 {
+			w.(http.Flusher).Flush()
+		}
+		e.Chunks++
+	}
+	return true
 }
 
 // promptLen counts the ids of a token-id prompt (0 for a text prompt).
