@@ -6,22 +6,24 @@ import (
 	"time"
 )
 
-// The hot path of a run, in the order a request takes it: the open loop's
-// dispatcher waits for each prepared request's send time (the pacer's wait,
-// pacer.go) and launches it; the request runs on a goroutine of its own or
-// as a coroutine of the reactor (reactor_linux.go, whose own dispatcher is
-// reactor_dispatch_linux.go), is sent and streamed by the client
-// (client.go, h1.go) and finishes here: counted, checked against the stop
-// conditions and handed to the sink. When to send is decided before:
-// the schedule (schedule.go, ramp.go) and the builder (open.go), a trace's
-// plan (replay.go), or the closed loop (closedloop.go).
+// The attacker: the hot path of a run, in the order a request takes it.
+// The dispatcher takes each prepared request at the send time the pacer
+// gave it (pacer.go), waits until then with the waiter (wait.go) and
+// launches it; the request runs on a goroutine of its own or as a
+// coroutine of the reactor (reactor_linux.go, whose own dispatcher is
+// reactor_dispatch_linux.go), is sent and streamed by one of the two
+// clients behind client.do — the built-in HTTP/1.1 one (h1.go) or net/http
+// (client.go) — and finishes here: counted, checked against the stop
+// conditions and handed to the records' sink (sink.go, record.go). The
+// closed loop's and a trace's dispatchers (closedloop.go, replay.go)
+// launch and execute the same way.
 
 // runOpen is the open-loop dispatcher: one goroutine that takes prepared
-// requests in schedule order, waits for each one's send time with the pacer
-// and launches it. A request whose time has passed is launched at once; its
-// lateness shows as SentNs − ScheduledNs. Nothing waits for responses, so
-// there is no cap on the requests in flight, unless Arrival.MaxInFlight
-// sets one: then a request due while the cap is reached waits for a slot
+// requests in schedule order, waits for each one's send time with the
+// waiter and launches it. A request whose time has passed is launched at
+// once; its lateness shows as SentNs − ScheduledNs. Nothing waits for
+// responses, so there is no cap on the requests in flight, unless
+// Arrival.MaxInFlight sets one: then a request due while the cap is reached waits for a slot
 // (in schedule order), and the wait is its QueuedNs, not lateness.
 func (r *runner) runOpen() {
 	sch, err := NewSchedule(r.cfg.Arrival, r.cfg.Rate, r.cfg.Seed)
@@ -43,12 +45,12 @@ func (r *runner) runOpen() {
 		return
 	}
 	capLate := false // the dispatcher is behind because of a wait for a slot
-	p := newPacer(&r.clk, r.stopCh, &r.stopped, r.mode)
-	defer p.close()
-	defer p.lockThread()()
+	w := newWaiter(&r.clk, r.stopCh, &r.stopped, r.mode)
+	defer w.close()
+	defer w.lockThread()()
 	for batch := range jobs {
 		for _, j := range batch {
-			if !p.wait(j.sched) {
+			if !w.wait(j.sched) {
 				return
 			}
 			var release func()
@@ -65,9 +67,9 @@ func (r *runner) runOpen() {
 			if r.overInflight() {
 				return
 			}
-			// A pacer that parks (timerfd) frees this P for the new request's
+			// A waiter that parks (timerfd) frees this P for the new request's
 			// goroutine by itself; the others keep the P, so yield it now.
-			if p.mode != waitTimerfd {
+			if w.mode != waitTimerfd {
 				runtime.Gosched()
 			}
 		}

@@ -1,125 +1,133 @@
 package openloop
 
 import (
-	"runtime"
-	"sync/atomic"
-	"time"
+	"fmt"
+	"math"
+	"math/rand/v2"
 )
 
-// clock gives monotonic ns since the run's start.
-type clock struct{ start time.Time }
+// The pacer: when each request is sent. A rate process (Poisson, gamma,
+// constant, a burst) is paced by its Schedule, one gapLaw per process,
+// ramped by ramp.go; the closed loop by its free slots (closedloop.go); a
+// trace by its own times (replay.go). The waiter (wait.go) waits until then.
 
-func (c *clock) now() int64 { return int64(time.Since(c.start)) }
+// scheduleChunk is how many send offsets a Schedule computes at a time.
+const scheduleChunk = 1024
 
-// Waiting strategies of the pacer, chosen by measurement (see precision.go):
-// Go's timers wake up to ~1 ms late on Linux (the netpoller sleeps in whole
-// milliseconds), so a timer alone cannot hit a deadline to the microsecond.
-const (
-	// waitSpin sleeps on a Go timer until spinAhead before the deadline,
-	// then yields (runtime.Gosched) in a loop, and busy-waits the last
-	// pureSpin. Precise and portable; it keeps one P busy for up to
-	// spinAhead per send, yielding it to any runnable goroutine.
-	waitSpin = iota
-	// waitNanosleep replaces the yield loop with nanosleep(2) on a thread
-	// whose timer slack is 1 ns (Linux), then busy-waits the last pureSpin.
-	// Cheaper in CPU; a thread in a syscall holds its P until sysmon retakes
-	// it, which can delay other goroutines on a busy machine.
-	waitNanosleep
-	// waitTimerfd replaces the yield loop with a read of a Linux timerfd
-	// through Go's netpoller: the goroutine is parked, its P stays free for
-	// other goroutines and network polling, and epoll wakes it within a few
-	// µs of the deadline; the last pureSpin is busy-waited.
-	waitTimerfd
-)
-
-// defaultWaitMode is the pacer mode Run uses: timerfd where available
-// (measured best on 2 cores: send lag p99 0.26 ms and TTFT error p99 0.58 ms
-// at 2,000 req/s, against 2.7/18 ms for spin and 0.55/1.4 ms for nanosleep).
-const defaultWaitMode = waitTimerfd
-
-// Pacer tuning. spinAhead covers the timer's 1 ms granularity plus margin.
-const (
-	spinAhead = 1200 * time.Microsecond
-	pureSpin  = 25 * time.Microsecond
-)
-
-// pacer waits until deadlines on a run's clock and gives up when the run
-// stops sending. One pacer per goroutine (it owns a timer).
-type pacer struct {
-	clk     *clock
-	stop    <-chan struct{}
-	stopped *atomic.Bool
-	mode    int
-	timer   *time.Timer
-	tfd     *timerfd // waitTimerfd only
+// Schedule yields the absolute send offsets (ns from the schedule's start) of
+// an arrival process at a given rate. It is a pure function of (arrival, rate,
+// seed): it draws from a PCG generator seeded by the seed and computes offsets
+// in chunks ahead of use, so the sequence is identical however far it is read.
+// The first arrival is at offset 0. A Schedule is not safe for concurrent use.
+type Schedule struct {
+	law  gapLaw
+	mean float64  // the mean gap, ns
+	ramp *rampMap // nil: none; else t is operational time at rate 1
+	rng  *rand.Rand
+	t    float64 // ns offset of the next arrival
+	buf  []int64
+	pos  int
 }
 
-func newPacer(clk *clock, stop <-chan struct{}, stopped *atomic.Bool, mode int) *pacer {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	p := &pacer{clk: clk, stop: stop, stopped: stopped, mode: mode, timer: t}
-	if mode == waitTimerfd {
-		tfd, err := newTimerfd()
-		if err != nil {
-			p.mode = waitSpin
-		} else {
-			p.tfd = tfd
+// NewSchedule returns the schedule for rate requests per second. A rate of
+// +Inf sends everything at offset 0.
+func NewSchedule(a Arrival, rate float64, seed int64) (*Schedule, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	if a.Process == ArrivalConcurrency {
+		return nil, fmt.Errorf("arrival: a closed loop (concurrency) has no schedule")
+	}
+	if !(rate > 0) {
+		return nil, fmt.Errorf("rate: must be > 0 req/s, got %v", rate)
+	}
+	s := &Schedule{
+		law: lawOf(a, rate),
+		rng: rand.New(rand.NewPCG(uint64(seed), saltSchedule)),
+		buf: make([]int64, 0, scheduleChunk),
+	}
+	if a.Ramp != nil && !math.IsInf(rate, 1) {
+		s.ramp, rate = newRampMap(*a.Ramp, rate), 1
+	}
+	s.mean = 1e9 / rate
+	return s, nil
+}
+
+// Offsets returns the first n send offsets of the schedule (ns).
+func Offsets(a Arrival, rate float64, seed int64, n int) ([]int64, error) {
+	s, err := NewSchedule(a, rate, seed)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = s.Next()
+	}
+	return out, nil
+}
+
+// Next returns the next send offset in ns.
+func (s *Schedule) Next() int64 {
+	if s.pos == len(s.buf) {
+		s.fill()
+	}
+	v := s.buf[s.pos]
+	s.pos++
+	return v
+}
+
+func (s *Schedule) fill() {
+	s.buf = s.buf[:0]
+	s.pos = 0
+	for range scheduleChunk {
+		t := s.t
+		if s.ramp != nil {
+			t = 1e9 * s.ramp.inverse(t/1e9)
 		}
-	}
-	return p
-}
-
-// close releases the pacer's timer file, if any.
-func (p *pacer) close() {
-	if p.tfd != nil {
-		p.tfd.close()
+		s.buf = append(s.buf, int64(math.Round(t)))
+		s.t += s.law(s.rng, s.mean)
 	}
 }
 
-// lockThread prepares the calling goroutine for precise waits; the returned
-// function undoes it. Only the nanosleep mode needs a dedicated thread.
-func (p *pacer) lockThread() func() {
-	if p.mode != waitNanosleep || !haveNanosleep {
-		return func() {}
+// A gapLaw draws one gap between sends, in ns, for a mean gap of mean ns:
+// the law of one arrival process (lawOf).
+type gapLaw func(r *rand.Rand, mean float64) float64
+
+// lawOf is the law of a's process at rate (req/s, > 0).
+func lawOf(a Arrival, rate float64) gapLaw {
+	switch b := a.Burstiness; {
+	case math.IsInf(rate, 1): // a burst: every send at offset 0
+		return func(*rand.Rand, float64) float64 { return 0 }
+	case a.Process == ArrivalConstant:
+		return func(_ *rand.Rand, mean float64) float64 { return mean }
+	case a.Process == ArrivalGamma: // Gamma(shape b, scale mean/b)
+		return func(r *rand.Rand, mean float64) float64 { return gammaVariate(r, b) * mean / b }
 	}
-	runtime.LockOSThread()
-	setTimerSlack()
-	return runtime.UnlockOSThread
+	return func(r *rand.Rand, mean float64) float64 { return r.ExpFloat64() * mean } // Poisson
 }
 
-// wait blocks until the clock reaches due (ns) and returns true, or returns
-// false as soon as the run stops sending. A deadline already past returns at
-// once: a late send fires immediately and its lateness is recorded.
-func (p *pacer) wait(due int64) bool {
+// gammaVariate draws from Gamma(shape k, scale 1) by Marsaglia and Tsang's
+// method, with the usual U^(1/k) boost for k < 1.
+func gammaVariate(r *rand.Rand, k float64) float64 {
+	if k < 1 {
+		u := r.Float64()
+		return gammaVariate(r, k+1) * math.Pow(u, 1/k)
+	}
+	d := k - 1.0/3
+	c := 1 / math.Sqrt(9*d)
 	for {
-		rem := time.Duration(due - p.clk.now())
-		if rem <= 0 {
-			return !p.stopped.Load()
-		}
-		if rem > spinAhead+500*time.Microsecond {
-			p.timer.Reset(rem - spinAhead)
-			select {
-			case <-p.timer.C:
-			case <-p.stop:
-				p.timer.Stop()
-				return false
-			}
+		x := r.NormFloat64()
+		v := 1 + c*x
+		if v <= 0 {
 			continue
 		}
-		if p.stopped.Load() {
-			return false
+		v = v * v * v
+		u := r.Float64()
+		if u < 1-0.0331*x*x*x*x {
+			return d * v
 		}
-		switch {
-		case rem <= pureSpin:
-			// busy-wait: the OS cannot wake us this precisely
-		case p.mode == waitTimerfd:
-			if p.tfd.sleep(rem-pureSpin) != nil {
-				p.mode = waitSpin
-			}
-		case p.mode == waitNanosleep && haveNanosleep:
-			nanosleep(min(rem-pureSpin, 200*time.Microsecond))
-		default:
-			runtime.Gosched()
+		if math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
+			return d * v
 		}
 	}
 }

@@ -51,12 +51,12 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
-// TestPrecisionModes compares the pacer's waiting strategies. It runs only
+// TestPrecisionModes compares the waiter's strategies. It runs only
 // with MBENCH_PRECISION_MODES=1 (rates from MBENCH_RATES, duration from
 // MBENCH_DURATION).
 func TestPrecisionModes(t *testing.T) {
 	if os.Getenv("MBENCH_PRECISION_MODES") == "" {
-		t.Skip("set MBENCH_PRECISION_MODES=1 to compare the pacer modes")
+		t.Skip("set MBENCH_PRECISION_MODES=1 to compare the wait modes")
 	}
 	rates := envFloats("MBENCH_RATES", []float64{500, 1000, 2000, 4000, 8000})
 	dur := envDuration("MBENCH_DURATION", 3*time.Second)
@@ -64,7 +64,7 @@ func TestPrecisionModes(t *testing.T) {
 		name string
 		mode int
 	}{{"timerfd", waitTimerfd}, {"spin", waitSpin}, {"nanosleep", waitNanosleep}} {
-		fmt.Printf("pacer mode %s\n", m.name)
+		fmt.Printf("wait mode %s\n", m.name)
 		if _, err := measurePrecision(context.Background(), rates, dur, os.Stdout, m.mode); err != nil {
 			t.Fatal(err)
 		}

@@ -106,11 +106,11 @@ func (r *runner) runTrace(p *tracePlan) {
 		slots = make(chan struct{}, p.maxSess)
 	}
 	var swg sync.WaitGroup
-	pc := newPacer(&r.clk, r.stopCh, &r.stopped, r.mode)
-	defer pc.close()
+	w := newWaiter(&r.clk, r.stopCh, &r.stopped, r.mode)
+	defer w.close()
 launch:
 	for _, s := range p.sessions {
-		if !pc.wait(base + p.items[s[0]].sched - int64(sessionLead)) {
+		if !w.wait(base + p.items[s[0]].sched - int64(sessionLead)) {
 			break
 		}
 		// A session that had to wait for a slot is scheduled no earlier
@@ -154,8 +154,8 @@ launch:
 
 // runSession sends one session's turns in order.
 func (r *runner) runSession(p *tracePlan, s []int, base, admitted int64) {
-	pc := newPacer(&r.clk, r.stopCh, &r.stopped, r.mode)
-	defer pc.close()
+	w := newWaiter(&r.clk, r.stopCh, &r.stopped, r.mode)
+	defer w.close()
 	var toks []int32
 	var body []byte
 	prevDone := admitted
@@ -173,7 +173,7 @@ func (r *runner) runSession(p *tracePlan, s []int, base, admitted int64) {
 		traceNs := base + it.sched
 		j := r.prepare(&job{id: ix, phase: phase, sched: max(traceNs, prevDone), traceNs: traceNs,
 			output: it.req.OutputLength, session: it.req.SessionID, turn: k + 1}, toks, &body)
-		if !pc.wait(j.sched) {
+		if !w.wait(j.sched) {
 			return
 		}
 		if phase == PhaseMeasure {

@@ -48,7 +48,7 @@ type runner struct {
 	noReactor bool
 	eachWake  bool // benchmarks: the reactor wakes for every event (no coalescing)
 	gen       promptGen
-	mode      int // pacer mode
+	mode      int // the waiter's mode
 
 	stopCh     chan struct{}
 	stopped    atomic.Bool

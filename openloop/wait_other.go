@@ -4,7 +4,7 @@ package openloop
 
 import "time"
 
-// haveNanosleep is false: the pacer uses its spin strategy only.
+// haveNanosleep is false: the waiter uses its spin strategy only.
 const haveNanosleep = false
 
 func setTimerSlack() {}

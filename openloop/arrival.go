@@ -1,10 +1,8 @@
 package openloop
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 )
 
 // Arrival processes, as written in Arrival.Process.
@@ -99,127 +97,6 @@ func (a Arrival) CheckShape(s Shape) error {
 	return nil
 }
 
-// scheduleChunk is how many send offsets a Schedule computes at a time.
-const scheduleChunk = 1024
-
-// Schedule yields the absolute send offsets (ns from the schedule's start) of
-// an arrival process at a given rate. It is a pure function of (arrival, rate,
-// seed): it draws from a PCG generator seeded by the seed and computes offsets
-// in chunks ahead of use, so the sequence is identical however far it is read.
-// The first arrival is at offset 0. A Schedule is not safe for concurrent use.
-type Schedule struct {
-	a    Arrival
-	rate float64
-	ramp *rampMap // nil: none; else t is operational time at rate 1
-	rng  *rand.Rand
-	t    float64 // ns offset of the next arrival
-	buf  []int64
-	pos  int
-}
-
-// NewSchedule returns the schedule for rate requests per second. A rate of
-// +Inf sends everything at offset 0.
-func NewSchedule(a Arrival, rate float64, seed int64) (*Schedule, error) {
-	if err := a.Validate(); err != nil {
-		return nil, err
-	}
-	if a.Process == ArrivalConcurrency {
-		return nil, fmt.Errorf("arrival: a closed loop (concurrency) has no schedule")
-	}
-	if !(rate > 0) {
-		return nil, fmt.Errorf("rate: must be > 0 req/s, got %v", rate)
-	}
-	s := &Schedule{
-		a:    a,
-		rate: rate,
-		rng:  rand.New(rand.NewPCG(uint64(seed), saltSchedule)),
-		buf:  make([]int64, 0, scheduleChunk),
-	}
-	if a.Ramp != nil && !math.IsInf(rate, 1) {
-		s.ramp, s.rate = newRampMap(*a.Ramp, rate), 1
-	}
-	return s, nil
-}
-
-// Offsets returns the first n send offsets of the schedule (ns).
-func Offsets(a Arrival, rate float64, seed int64, n int) ([]int64, error) {
-	s, err := NewSchedule(a, rate, seed)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, n)
-	for i := range out {
-		out[i] = s.Next()
-	}
-	return out, nil
-}
-
-// Next returns the next send offset in ns.
-func (s *Schedule) Next() int64 {
-	if s.pos == len(s.buf) {
-		s.fill()
-	}
-	v := s.buf[s.pos]
-	s.pos++
-	return v
-}
-
-func (s *Schedule) fill() {
-	s.buf = s.buf[:0]
-	s.pos = 0
-	for range scheduleChunk {
-		t := s.t
-		if s.ramp != nil {
-			t = 1e9 * s.ramp.inverse(t/1e9)
-		}
-		s.buf = append(s.buf, int64(math.Round(t)))
-		s.t += s.gapNs()
-	}
-}
-
-// gapNs draws one inter-arrival gap in ns.
-func (s *Schedule) gapNs() float64 {
-	if math.IsInf(s.rate, 1) {
-		return 0
-	}
-	mean := 1e9 / s.rate
-	switch s.a.Process {
-	case ArrivalConstant:
-		return mean
-	case ArrivalGamma:
-		b := s.a.Burstiness
-		return gammaVariate(s.rng, b) * mean / b
-	default:
-		return s.rng.ExpFloat64() * mean
-	}
-}
-
-// gammaVariate draws from Gamma(shape k, scale 1) by Marsaglia and Tsang's
-// method, with the usual U^(1/k) boost for k < 1.
-func gammaVariate(r *rand.Rand, k float64) float64 {
-	if k < 1 {
-		u := r.Float64()
-		return gammaVariate(r, k+1) * math.Pow(u, 1/k)
-	}
-	d := k - 1.0/3
-	c := 1 / math.Sqrt(9*d)
-	for {
-		x := r.NormFloat64()
-		v := 1 + c*x
-		if v <= 0 {
-			continue
-		}
-		v = v * v * v
-		u := r.Float64()
-		if u < 1-0.0331*x*x*x*x {
-			return d * v
-		}
-		if math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
-			return d * v
-		}
-	}
-}
-
 // Salts that separate the random streams drawn from one workload seed, so the
 // schedule, the lengths, the tokens and the prefixes are independent.
 const (
@@ -251,8 +128,3 @@ func mix64(x uint64) uint64 {
 
 // ArrivalProcesses are the processes Arrival.Process accepts ("" is Poisson).
 var ArrivalProcesses = []string{ArrivalPoisson, ArrivalGamma, ArrivalConstant, ArrivalConcurrency}
-
-// ValidProcess reports whether p names an arrival process.
-func ValidProcess(p string) bool {
-	return p == "" || slices.Contains(ArrivalProcesses, p)
-}
