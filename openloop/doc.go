@@ -50,5 +50,5 @@
 //
 // The package imports nothing else of mbench. The stub subpackage is an
 // in-process vLLM-like streaming server with ground-truth logging, used by the
-// tests and by MeasurePrecision.
+// tests and by the precision harness (precision.go).
 package openloop

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -46,14 +47,7 @@ var ErrorClasses = []ErrorClass{
 }
 
 // Valid reports whether c is one of ErrorClasses.
-func (c ErrorClass) Valid() bool {
-	for _, k := range ErrorClasses {
-		if c == k {
-			return true
-		}
-	}
-	return false
-}
+func (c ErrorClass) Valid() bool { return slices.Contains(ErrorClasses, c) }
 
 // ParseErrorClass checks a class read from a file.
 func ParseErrorClass(s string) (ErrorClass, error) {
@@ -98,12 +92,8 @@ func ClassifyHTTP(status int, body string) ErrorClass {
 
 func isContextLength(body string) bool {
 	b := strings.ToLower(body)
-	for _, s := range []string{"maximum context length", "max_model_len", "context length", "too long", "max-model-len", "exceed_context_size_error", "context size"} {
-		if strings.Contains(b, s) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]string{"maximum context length", "max_model_len", "context length", "too long", "max-model-len", "exceed_context_size_error", "context size"},
+		func(s string) bool { return strings.Contains(b, s) })
 }
 
 // AbortCause is why the load generator stopped a run early.

@@ -53,19 +53,6 @@ func NewSchedule(a Arrival, rate float64, seed int64) (*Schedule, error) {
 	return s, nil
 }
 
-// Offsets returns the first n send offsets of the schedule (ns).
-func Offsets(a Arrival, rate float64, seed int64, n int) ([]int64, error) {
-	s, err := NewSchedule(a, rate, seed)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, n)
-	for i := range out {
-		out[i] = s.Next()
-	}
-	return out, nil
-}
-
 // Next returns the next send offset in ns.
 func (s *Schedule) Next() int64 {
 	if s.pos == len(s.buf) {

@@ -3,7 +3,6 @@ package openloop
 import (
 	"context"
 	"fmt"
-	"github.com/mbench/mbench/stats"
 	"io"
 	"math"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mbench/mbench/stats"
 
 	"github.com/mbench/mbench/openloop/stub"
 )
@@ -63,40 +64,6 @@ type PrecisionTarget struct {
 	Entries func(context.Context) ([]stub.Entry, error) // the stub's log
 	CPU     func() (float64, error)                     // the stub's CPU seconds so far; nil when it shares this process
 	Output  int                                         // tokens the stub streams per request
-}
-
-// MeasurePrecision measures the load generator on this machine against an
-// in-process stub (PrecisionStub) on 127.0.0.1: see MeasurePrecisionAgainst.
-// The stub shares the process, so CPU covers both; `mbench bench-load` runs
-// the stub in a process of its own instead.
-func MeasurePrecision(ctx context.Context, rates []float64, dur time.Duration, w io.Writer) ([]PrecisionRow, error) {
-	return measurePrecision(ctx, rates, dur, w, defaultWaitMode)
-}
-
-func measurePrecision(ctx context.Context, rates []float64, dur time.Duration, w io.Writer, mode int) ([]PrecisionRow, error) {
-	srv, err := stub.Start(PrecisionStub)
-	if err != nil {
-		return nil, fmt.Errorf("precision: starting the stub: %w", err)
-	}
-	defer srv.Close()
-	tgt := PrecisionTarget{URL: srv.URL, Output: PrecisionStub.Tokens,
-		Reset:   func(context.Context) error { srv.Reset(); return nil },
-		Entries: func(context.Context) ([]stub.Entry, error) { return srv.Entries(), nil }}
-	if w != nil {
-		WritePrecisionHeader(w)
-	}
-	var rows []PrecisionRow
-	for _, rate := range rates {
-		row, err := measureOne(ctx, tgt, rate, dur, mode)
-		if err != nil {
-			return rows, err
-		}
-		rows = append(rows, row)
-		if w != nil {
-			WritePrecisionRow(w, row)
-		}
-	}
-	return rows, nil
 }
 
 // MeasurePrecisionAgainst runs Poisson load at rate against the stub t for

@@ -103,10 +103,3 @@ func (m *rampMap) inverse(u float64) float64 {
 	a := (m.r - m.r0) / (2 * m.d)
 	return 2 * u / (m.r0 + math.Sqrt(max(m.r0*m.r0+4*a*u, 0)))
 }
-
-// RampArrivals is the expected number of arrivals in [t1, t2] (offsets
-// from the schedule's start) of a ramp to rate.
-func RampArrivals(rp Ramp, rate float64, t1, t2 time.Duration) float64 {
-	m := newRampMap(rp, rate)
-	return m.integral(t2.Seconds()) - m.integral(t1.Seconds())
-}

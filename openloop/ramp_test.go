@@ -146,3 +146,10 @@ func TestRampPhases(t *testing.T) {
 		}
 	}
 }
+
+// RampArrivals is the expected number of arrivals in [t1, t2] (offsets
+// from the schedule's start) of a ramp to rate.
+func RampArrivals(rp Ramp, rate float64, t1, t2 time.Duration) float64 {
+	m := newRampMap(rp, rate)
+	return m.integral(t2.Seconds()) - m.integral(t1.Seconds())
+}

@@ -168,9 +168,7 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = appendStringField(b, "phase", r.Phase)
 	b = appendIntField(b, "scheduled_ns", r.ScheduledNs)
 	b = appendIntField(b, "sent_ns", r.SentNs)
-	if r.HeadNs != 0 {
-		b = appendIntField(b, "head_ns", r.HeadNs)
-	}
+	b = appendIntOmit(b, "head_ns", r.HeadNs)
 	b = appendIntField(b, "first_token_ns", r.FirstTokenNs)
 	b = appendIntField(b, "last_token_ns", r.LastTokenNs)
 	b = appendIntField(b, "done_ns", r.DoneNs)
@@ -188,51 +186,21 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	b = append(b, ']')
 	b = appendStringField(b, "status", r.Status)
-	if r.Error != "" {
-		b = appendStringField(b, "error", r.Error)
-	}
-	if r.ErrorClass != "" {
-		b = appendStringField(b, "error_class", string(r.ErrorClass))
-	}
-	if r.HTTPStatus != 0 {
-		b = appendIntField(b, "http_status", int64(r.HTTPStatus))
-	}
-	if r.Target != "" {
-		b = appendStringField(b, "target", r.Target)
-	}
-	if r.RequestID != "" {
-		b = appendStringField(b, "request_id", r.RequestID)
-	}
-	if r.Session != "" {
-		b = appendStringField(b, "session", r.Session)
-	}
-	if r.Turn != 0 {
-		b = appendIntField(b, "turn", int64(r.Turn))
-	}
-	if r.PrefixGroup != 0 {
-		b = appendIntField(b, "prefix_group", int64(r.PrefixGroup))
-	}
-	if r.TraceNs != 0 {
-		b = appendIntField(b, "trace_ns", r.TraceNs)
-	}
-	if r.Ramp {
-		b = append(b, `,"ramp":true`...)
-	}
-	if r.UsageMissing {
-		b = append(b, `,"usage_missing":true`...)
-	}
-	if r.MaxTokens != 0 {
-		b = appendIntField(b, "max_tokens", int64(r.MaxTokens))
-	}
-	if r.QueuedNs != 0 {
-		b = appendIntField(b, "queued_ns", r.QueuedNs)
-	}
-	if r.Resent {
-		b = append(b, `,"resent":true`...)
-	}
-	if r.FinishReason != "" {
-		b = appendStringField(b, "finish_reason", r.FinishReason)
-	}
+	b = appendStringOmit(b, "error", r.Error)
+	b = appendStringOmit(b, "error_class", string(r.ErrorClass))
+	b = appendIntOmit(b, "http_status", int64(r.HTTPStatus))
+	b = appendStringOmit(b, "target", r.Target)
+	b = appendStringOmit(b, "request_id", r.RequestID)
+	b = appendStringOmit(b, "session", r.Session)
+	b = appendIntOmit(b, "turn", int64(r.Turn))
+	b = appendIntOmit(b, "prefix_group", int64(r.PrefixGroup))
+	b = appendIntOmit(b, "trace_ns", r.TraceNs)
+	b = appendTrue(b, "ramp", r.Ramp)
+	b = appendTrue(b, "usage_missing", r.UsageMissing)
+	b = appendIntOmit(b, "max_tokens", int64(r.MaxTokens))
+	b = appendIntOmit(b, "queued_ns", r.QueuedNs)
+	b = appendTrue(b, "resent", r.Resent)
+	b = appendStringOmit(b, "finish_reason", r.FinishReason)
 	return append(b, '}')
 }
 
@@ -244,6 +212,30 @@ func appendIntField(b []byte, name string, v int64) []byte {
 // appendStringField appends ,"name":"v"; name needs no escaping.
 func appendStringField(b []byte, name, v string) []byte {
 	return appendJSONString(appendKey(b, name), v)
+}
+
+// appendIntOmit appends ,"name":v unless v is 0 (omitempty).
+func appendIntOmit(b []byte, name string, v int64) []byte {
+	if v == 0 {
+		return b
+	}
+	return appendIntField(b, name, v)
+}
+
+// appendStringOmit appends ,"name":"v" unless v is empty (omitempty).
+func appendStringOmit(b []byte, name, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return appendStringField(b, name, v)
+}
+
+// appendTrue appends ,"name":true when v is (omitempty).
+func appendTrue(b []byte, name string, v bool) []byte {
+	if !v {
+		return b
+	}
+	return append(appendKey(b, name), "true"...)
 }
 
 func appendKey(b []byte, name string) []byte {

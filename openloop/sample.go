@@ -33,13 +33,6 @@ type SampleReport struct {
 	SampledIdealHitRate              float64 // and of the sample
 }
 
-// SampleTrace samples about requests requests of whole sessions with seed,
-// sessions found as SessionsAuto does. See SampleTraceWith.
-func SampleTrace(ctx context.Context, in io.Reader, out io.Writer, requests int, seed int64) error {
-	_, err := SampleTraceWith(ctx, in, out, SampleOptions{Requests: requests, Seed: seed})
-	return err
-}
-
 // SampleTraceWith writes to out a sample of whole sessions of the Mooncake
 // trace read from in — the way the agentic experiments' trace sampler cuts a
 // cluster trace down to one machine, so the sample keeps the trace's prefix

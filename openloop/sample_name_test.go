@@ -27,3 +27,10 @@ func TestSampleTraceNamesFile(t *testing.T) {
 		t.Errorf("error %v, want prefix %q", err, want)
 	}
 }
+
+// SampleTrace samples about requests requests of whole sessions with seed,
+// sessions found as SessionsAuto does. See SampleTraceWith.
+func SampleTrace(ctx context.Context, in io.Reader, out io.Writer, requests int, seed int64) error {
+	_, err := SampleTraceWith(ctx, in, out, SampleOptions{Requests: requests, Seed: seed})
+	return err
+}

@@ -1,9 +1,10 @@
 package openloop
 
 import (
-	"github.com/mbench/mbench/stats"
 	"math"
 	"testing"
+
+	"github.com/mbench/mbench/stats"
 )
 
 // gapStats returns the mean rate (req/s) and the coefficient of variation of
@@ -178,4 +179,17 @@ func TestKSGridIgnoresJitter(t *testing.T) {
 	if _, p := stats.KSTestGrid(gaps(jit), gapCDF(Arrival{}, rate*1.1), KSResolution.Seconds()); p > 0.01 {
 		t.Errorf("grid KS accepts a 10%% wrong rate: p=%.3g", p)
 	}
+}
+
+// Offsets returns the first n send offsets of the schedule (ns).
+func Offsets(a Arrival, rate float64, seed int64, n int) ([]int64, error) {
+	s, err := NewSchedule(a, rate, seed)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = s.Next()
+	}
+	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -200,11 +201,7 @@ func (s *Server) MaxInflight() int {
 func (s *Server) Sessions() (perSession map[string]int, maxActive int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.maxPerSess))
-	for k, v := range s.maxPerSess {
-		out[k] = v
-	}
-	return out, s.maxActive
+	return maps.Clone(s.maxPerSess), s.maxActive
 }
 
 type completionRequest struct {
