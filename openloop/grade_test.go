@@ -2,6 +2,7 @@ package openloop
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -125,5 +126,42 @@ func TestGradeAchievedCountsUnsentAndLate(t *testing.T) {
 	g := SelfGrade(recs, 100, Arrival{})
 	if g.AchievedRatio != 0.9 || g.Sent != 95 || !g.ClientLimited {
 		t.Errorf("achieved %v sent %d client_limited %v; want 0.9, 95, true", g.AchievedRatio, g.Sent, g.ClientLimited)
+	}
+}
+
+// closedRecords builds a closed loop of one: n measured requests of 20 ms
+// each, the next due when the last one ended (its scheduled_ns) and sent
+// lag(i) ms after.
+func closedRecords(n int, lag func(i int) float64) []Record {
+	recs := make([]Record, n)
+	due := int64(1e6)
+	for i := range recs {
+		sent := due + int64(lag(i)*1e6)
+		recs[i] = Record{ID: i, Phase: PhaseMeasure, Status: StatusOK, ScheduledNs: due, SentNs: sent, DoneNs: sent + 20e6}
+		due = recs[i].DoneNs
+	}
+	return recs
+}
+
+// TestGradeClosedLoopLag: a closed loop's request is due when its slot
+// frees, so its send lag is time the slot stood empty, which the server
+// did not get to fill: the load it held, and the run's throughput, are
+// the generator's. A loop of one that leaves a 20 ms request's slot empty
+// 8 ms in one send of ten (a busy machine) is graded client_limited, as an
+// open loop would be; sub-millisecond lags are not. Closed loops take no
+// KS test (their gaps follow the completions).
+func TestGradeClosedLoopLag(t *testing.T) {
+	a := Arrival{Process: ArrivalConcurrency, InFlight: 1}
+	if g := SelfGrade(closedRecords(200, func(i int) float64 { return 0.1 + 0.001*float64(i%7) }), 0, a); g.ClientLimited || g.KSApplicable {
+		t.Errorf("sub-ms lags: client_limited %v (%s), KS applied %v; want neither", g.ClientLimited, g.Reason, g.KSApplicable)
+	}
+	g := SelfGrade(closedRecords(200, func(i int) float64 {
+		if i%10 == 3 {
+			return 8
+		}
+		return 0.1
+	}), 0, a)
+	if !g.ClientLimited || g.Late != 20 || !strings.Contains(g.Reason, "20 of 200 requests") {
+		t.Errorf("8 ms lags in one send of ten: client_limited %v, %d late (%s); want client_limited by the 20 late sends", g.ClientLimited, g.Late, g.Reason)
 	}
 }
