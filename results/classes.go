@@ -1,7 +1,6 @@
 package results
 
 import (
-	"math"
 	"slices"
 	"strings"
 
@@ -171,35 +170,43 @@ func ClassMetric(class, what string) string {
 	return "class_" + strings.ReplaceAll(strings.ToLower(class), "+", "_plus") + "_" + what
 }
 
-// addClassMetrics flattens a run's class and per-instance figures into its
-// metrics: class_<c>_{median,p90}_{ttft,tpot,e2el}_ms, class_<c>_share,
-// class_<c>_{requests,failed,fail_rate,input_p50}, and the per-instance ones
-// of addInstanceMetrics.
-func addClassMetrics(s *RunSummary, out map[string]float64) {
-	put := func(k string, v *float64) {
-		if v != nil && !math.IsNaN(*v) {
-			out[k] = *v
+// The figures of each request class, by ClassMetric's what: beside them
+// the median and p90 of TTFT, TPOT and E2EL, keyed as the run's own
+// (median_ttft_ms).
+const (
+	ClassRequests       = "requests"  // measured requests, whatever their outcome
+	ClassCompleted      = "completed" // of them
+	ClassShare          = "share"     // of the run's completed requests
+	ClassFailed         = "failed"
+	ClassFailRate       = "fail_rate"
+	ClassInputP50       = "input_p50"        // input tokens of the completed requests
+	ClassFailedInputP50 = "failed_input_p50" // and of the failed ones
+)
+
+// classRows adds a run's class figures (the ClassRequests … constants and
+// the class latencies) to its rows: class_<c>_<what>.
+func classRows(s *RunSummary, add func(string, Unit, Direction, *float64)) {
+	if s.Classes == nil {
+		return
+	}
+	num := func(n int) *float64 { v := float64(n); return &v }
+	for _, st := range s.Classes.Classes {
+		p := ClassMetric(st.Class, "")
+		add(p+ClassShare, UnitShare, Neutral, &st.Share)
+		add(p+ClassRequests, UnitCount, Neutral, num(st.Requests))
+		add(p+ClassCompleted, UnitCount, HigherIsBetter, num(st.Completed))
+		add(p+ClassFailed, UnitCount, LowerIsBetter, num(st.Failed))
+		add(p+ClassFailedInputP50, UnitTokens, Neutral, st.FailedInputP50)
+		if st.Requests > 0 {
+			add(p+ClassFailRate, UnitShare, LowerIsBetter, ptr(float64(st.Failed)/float64(st.Requests)))
+		}
+		add(p+ClassInputP50, UnitTokens, Neutral, st.InputP50)
+		for _, l := range []struct {
+			key string
+			v   *float64
+		}{{TTFT.Key(StatMedian), st.MedianTTFTMs}, {TTFT.Key(StatP90), st.P90TTFTMs}, {TPOT.Key(StatMedian), st.MedianTPOTMs},
+			{TPOT.Key(StatP90), st.P90TPOTMs}, {E2EL.Key(StatMedian), st.MedianE2ELMs}, {E2EL.Key(StatP90), st.P90E2ELMs}} {
+			add(p+l.key, UnitMs, LowerIsBetter, l.v)
 		}
 	}
-	if c := s.Classes; c != nil {
-		for _, st := range c.Classes {
-			p := ClassMetric(st.Class, "")
-			out[p+"share"] = st.Share
-			out[p+"requests"] = float64(st.Requests)
-			out[p+"completed"] = float64(st.Completed)
-			out[p+"failed"] = float64(st.Failed)
-			put(p+"failed_input_p50", st.FailedInputP50)
-			if st.Requests > 0 {
-				out[p+"fail_rate"] = float64(st.Failed) / float64(st.Requests)
-			}
-			put(p+"input_p50", st.InputP50)
-			put(p+TTFT.Key(StatMedian), st.MedianTTFTMs)
-			put(p+TTFT.Key(StatP90), st.P90TTFTMs)
-			put(p+TPOT.Key(StatMedian), st.MedianTPOTMs)
-			put(p+TPOT.Key(StatP90), st.P90TPOTMs)
-			put(p+E2EL.Key(StatMedian), st.MedianE2ELMs)
-			put(p+E2EL.Key(StatP90), st.P90E2ELMs)
-		}
-	}
-	addInstanceMetrics(s, put)
 }

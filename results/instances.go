@@ -169,20 +169,20 @@ func finite(v *float64) (float64, bool) {
 	return *v, true
 }
 
-// addInstanceMetrics flattens a run's per-instance caches and per-GPU
-// utilization: per instance k inst<k>_{prefix,external,effective}_hit_rate,
+// instanceRows adds a run's per-instance caches and per-GPU utilization
+// to its rows: per instance k inst<k>_{prefix,external,effective}_hit_rate,
 // per GPU k gpu<k>_util_mean.
-func addInstanceMetrics(s *RunSummary, put func(string, *float64)) {
+func instanceRows(s *RunSummary, add func(string, Unit, Direction, *float64)) {
 	if ic := s.Instances; ic != nil {
 		for k, in := range ic.Instances {
-			put(InstanceMetric(k, "prefix_hit_rate"), in.HitRate)
-			put(InstanceMetric(k, "external_hit_rate"), in.ExternalHitRate)
-			put(InstanceMetric(k, "effective_hit_rate"), in.EffectiveHitRate)
+			add(InstanceMetric(k, "prefix_hit_rate"), UnitShare, HigherIsBetter, in.HitRate)
+			add(InstanceMetric(k, "external_hit_rate"), UnitShare, HigherIsBetter, in.ExternalHitRate)
+			add(InstanceMetric(k, "effective_hit_rate"), UnitShare, HigherIsBetter, in.EffectiveHitRate)
 		}
 	}
 	if g := s.GPU; g != nil && g.Available && len(g.PerGPU) > 0 {
 		for k, p := range g.PerGPU {
-			put(GPUUtilMetric(k), ptr(p.UtilGPU.Mean))
+			add(GPUUtilMetric(k), UnitPercent, Neutral, ptr(p.UtilGPU.Mean))
 		}
 	}
 }

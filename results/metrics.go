@@ -1,6 +1,9 @@
 package results
 
 import (
+	"maps"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -280,32 +283,58 @@ func gpuEnergy(s *RunSummary) (float64, bool) {
 // Metrics are the registry's metrics of fixed key, in order.
 func Metrics() []Metric { return append([]Metric(nil), registry...) }
 
-// RunMetrics is every metric of a run by key: the registry's (those the
-// run has), the extra latency percentiles it asked for (p99.9_ttft_ms),
-// its engine-step figures (n_steps, batch_queue_steps, worker_lines,
-// worker_unmatched and <timer>_<stat>: step_duration_us_p50, …), and its
-// class and per-instance figures (addClassMetrics).
-func RunMetrics(s *RunSummary) map[string]float64 {
-	out := map[string]float64{}
+// Row is one figure of a run: the key it goes by (the name summary_A.json,
+// tables.csv and the comparisons use), its unit, which way is better, and
+// its value. Values carry their name and unit, so a reader of rows knows
+// no field of a summary.
+type Row struct {
+	Key    string
+	Unit   Unit
+	Better Direction
+	Value  float64
+}
+
+// Rows are every figure of run s, in a fixed order: the registry's (those
+// the run has), the extra latency percentiles it asked for
+// (p99.9_ttft_ms), each statistic of its engine-step timers
+// (<timer>_<stat>: step_duration_us_p50, …), then its class, per-instance
+// and per-GPU figures (classRows, instanceRows).
+func Rows(s *RunSummary) []Row {
 	if s == nil {
-		return out
+		return nil
+	}
+	var out []Row
+	add := func(key string, u Unit, d Direction, v *float64) {
+		if v != nil && !math.IsNaN(*v) {
+			out = append(out, Row{key, u, d, *v})
+		}
 	}
 	for _, m := range registry {
 		if v, ok := m.value(s); ok {
-			out[m.Key] = v
+			out = append(out, Row{m.Key, m.Unit, m.Better, v})
 		}
 	}
-	for k, v := range s.Percentiles {
-		out[k] = v
+	for _, k := range slices.Sorted(maps.Keys(s.Percentiles)) {
+		out = append(out, Row{k, UnitMs, LowerIsBetter, s.Percentiles[k]})
 	}
 	if st := s.EngineStep; st != nil {
-		for timer, q := range st.Timers {
+		for _, timer := range slices.Sorted(maps.Keys(st.Timers)) {
 			for _, stat := range timerStats {
-				out[StepTimerKey(timer, stat)] = timerStat(q, stat)
+				out = append(out, Row{StepTimerKey(timer, stat), UnitUs, LowerIsBetter, timerStat(st.Timers[timer], stat)})
 			}
 		}
 	}
-	addClassMetrics(s, out)
+	classRows(s, add)
+	instanceRows(s, add)
+	return out
+}
+
+// RunMetrics is Rows(s) by key.
+func RunMetrics(s *RunSummary) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range Rows(s) {
+		out[r.Key] = r.Value
+	}
 	return out
 }
 
@@ -351,9 +380,9 @@ func proportionTrials(s *RunSummary, key string) (float64, bool) {
 			}
 		}
 		return float64(n), n > 0
-	case strings.HasPrefix(key, "class_") && strings.HasSuffix(key, "_share"):
+	case strings.HasPrefix(key, "class_") && strings.HasSuffix(key, "_"+ClassShare):
 		return float64(s.Completed), s.Completed > 0
-	case key == "prefix_cache_hit_rate":
+	case key == PrefixCacheHitRate.Key:
 		if s.PrefixCache == nil || !(s.PrefixCache.Queries > 0) {
 			return 0, false
 		}

@@ -98,26 +98,28 @@ func TestLatencyStat(t *testing.T) {
 	}
 }
 
-// TestMetricOf holds MetricOf to RunMetrics: every key a run has that is
-// not of the class, instance or GPU families is a metric with the same
-// value, its unit and direction as declared.
+// TestMetricOf holds MetricOf to Rows: every row of a run that is not of
+// the class, instance or GPU families is a metric with the same value,
+// unit and direction; a family's row is no metric of MetricOf.
 func TestMetricOf(t *testing.T) {
 	s := summaryWithEverything(t)
-	family := map[string]float64{}
-	addClassMetrics(s, family)
 	n := 0
-	for k, v := range RunMetrics(s) {
-		m, ok := MetricOf(k)
-		if _, named := family[k]; named {
+	for _, r := range Rows(s) {
+		m, ok := MetricOf(r.Key)
+		if family := strings.HasPrefix(r.Key, "class_") || strings.HasPrefix(r.Key, "inst") ||
+			strings.HasPrefix(r.Key, "gpu") && strings.HasSuffix(r.Key, "_util_mean") && r.Key != GPUUtilMean.Key; family {
+			if ok {
+				t.Errorf("MetricOf(%s): a family's row is a metric", r.Key)
+			}
 			continue
 		}
 		n++
 		if !ok {
-			t.Errorf("MetricOf(%s): not a metric", k)
+			t.Errorf("MetricOf(%s): not a metric", r.Key)
 			continue
 		}
-		if got, ok := m.Value(s); !ok || got != v {
-			t.Errorf("MetricOf(%s).Value = %v, %v; RunMetrics has %v", k, got, ok, v)
+		if got, ok := m.Value(s); !ok || got != r.Value || m.Unit != r.Unit || m.Better != r.Better {
+			t.Errorf("MetricOf(%s) = %v %v %q %v; its row is %v %q %v", r.Key, got, ok, m.Unit, m.Better, r.Value, r.Unit, r.Better)
 		}
 	}
 	if n < 60 {

@@ -41,12 +41,12 @@ func classTables(v *reportView) ([]sectionTable, string) {
 		m := c.Sum.Metrics
 		for _, n := range results.ClassNames {
 			p := results.ClassMetric(n, "")
-			share, ok := m[p+"share"]
+			share, ok := m[p+results.ClassShare]
 			if !ok || share.Mean == nil || *share.Mean == 0 {
 				continue
 			}
 			t.Rows = append(t.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), n,
-				countOf(m, p+"completed"), fmtPct(share.Mean), meanOrDash(m, p+"input_p50"), meanOrDash(m, p+results.TTFT.Key(results.StatMedian)),
+				countOf(m, p+results.ClassCompleted), fmtPct(share.Mean), meanOrDash(m, p+results.ClassInputP50), meanOrDash(m, p+results.TTFT.Key(results.StatMedian)),
 				meanOrDash(m, p+ttftP90), meanOrDash(m, p+results.TPOT.Key(results.StatP90)), meanOrDash(m, p+results.E2EL.Key(results.StatMedian))})
 		}
 	}
@@ -74,11 +74,11 @@ func classFailureTables(v *reportView) ([]sectionTable, string) {
 		m := c.Sum.Metrics
 		for ci, n := range results.ClassNames {
 			p := results.ClassMetric(n, "")
-			if !hasMetric(m, p+"failed") || *m[p+"failed"].Mean == 0 {
+			if !hasMetric(m, p+results.ClassFailed) || *m[p+results.ClassFailed].Mean == 0 {
 				continue
 			}
 			t.Rows = append(t.Rows, []string{c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), n,
-				countOf(m, p+"requests"), countOf(m, p+"failed"), pctOf(m, p+"fail_rate"), meanOrDash(m, p+"failed_input_p50"),
+				countOf(m, p+results.ClassRequests), countOf(m, p+results.ClassFailed), pctOf(m, p+results.ClassFailRate), meanOrDash(m, p+results.ClassFailedInputP50),
 				failureModes(c, ci)})
 		}
 	}
@@ -153,7 +153,7 @@ func singleClass(ordered []*results.Cell) (string, bool) {
 	only := ""
 	for _, c := range ordered {
 		for _, n := range results.ClassNames {
-			share, ok := c.Sum.Metrics[results.ClassMetric(n, "share")]
+			share, ok := c.Sum.Metrics[results.ClassMetric(n, results.ClassShare)]
 			if !ok || share.Mean == nil {
 				continue
 			}

@@ -164,7 +164,7 @@ func classCSVMetrics() []string {
 	var out []string
 	for _, n := range results.ClassNames {
 		p := results.ClassMetric(n, "")
-		out = append(out, p+"requests", p+"completed", p+"share", p+"input_p50", p+"failed", p+"fail_rate", p+"failed_input_p50",
+		out = append(out, p+results.ClassRequests, p+results.ClassCompleted, p+results.ClassShare, p+results.ClassInputP50, p+results.ClassFailed, p+results.ClassFailRate, p+results.ClassFailedInputP50,
 			p+results.TTFT.Key(results.StatMedian), p+ttftP90, p+results.TPOT.Key(results.StatP90), p+results.E2EL.Key(results.StatMedian))
 	}
 	return append(out, instanceCSVMetrics...)
