@@ -459,7 +459,7 @@ func capacityData(v *reportView) *htmlCapacityData {
 // cellValue formats a cell metric: "mean ±half" (or "(n=1)"), "—" without data.
 func cellValue(m results.MetricStats, hm htmlMetric) htmlValue {
 	v := htmlValue{Metric: hm.Key, Text: meanCI(m, hm.Scale, hm.Unit)}
-	if isProportion(hm.Key) {
+	if d, _ := results.MetricOf(hm.Key); d.Unit == results.UnitShare {
 		v.Text = proportionCI(m)
 	}
 	if m.Mean != nil {

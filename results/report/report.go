@@ -329,12 +329,13 @@ func mdCell(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// metricUnit guesses the unit of a metric key from its name, for tables.
+// metricUnit is the unit of metric key in a table's text: its registry
+// unit where it is a time, else none.
 func metricUnit(key string) string {
-	switch {
-	case strings.HasSuffix(key, "_ms"):
+	switch m, _ := results.MetricOf(key); m.Unit {
+	case results.UnitMs:
 		return "ms"
-	case strings.Contains(key, "_us_"), strings.HasSuffix(key, "_us"):
+	case results.UnitUs:
 		return "µs"
 	}
 	return ""

@@ -67,13 +67,6 @@ func meanCI(m results.MetricStats, k float64, unit string) string {
 	return fmt.Sprintf("%s%s ±%s", fmtNum(mean), unit, fmtNumLike(k**m.HalfWidth, mean))
 }
 
-// isProportion reports whether metric key is a share in [0, 1] (SLO
-// attainment, a class's share, a cache hit rate), whose interval is shown
-// within [0, 100%].
-func isProportion(key string) bool {
-	return key == results.MetricSLOAttainment || strings.HasSuffix(key, "_share") || strings.Contains(key, "hit_rate")
-}
-
 // proportionCI formats a proportion's mean and CI in percent as
 // "67.0% [45.2, 88.8]": a Wilson interval where the trials are known
 // (MetricStats.Interval), else the Student-t interval clipped to [0, 100%]
