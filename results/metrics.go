@@ -280,9 +280,6 @@ func gpuEnergy(s *RunSummary) (float64, bool) {
 	return e, true
 }
 
-// Metrics are the registry's metrics of fixed key, in order.
-func Metrics() []Metric { return append([]Metric(nil), registry...) }
-
 // Row is one figure of a run: the key it goes by (the name summary_A.json,
 // tables.csv and the comparisons use), its unit, which way is better, and
 // its value. Values carry their name and unit, so a reader of rows knows

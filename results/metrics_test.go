@@ -70,7 +70,7 @@ func TestRegistryCoversTheSummary(t *testing.T) {
 		}
 	}
 	seen := map[string]bool{}
-	for _, m := range Metrics() {
+	for _, m := range registry {
 		if seen[m.Key] || Lookup(m.Key).Key != m.Key {
 			t.Errorf("registry metric %s: declared twice or not its own key (%v)", m.Key, Lookup(m.Key))
 		}

@@ -146,10 +146,6 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 	} else if lr.cfg.Arrival.Process == openloop.ArrivalConcurrency {
 		maxConc = lr.cfg.Arrival.InFlight
 	}
-	var goodput any
-	if sum.Goodput != nil {
-		goodput = *sum.Goodput
-	}
 	tokensPerS, concurrent := peakOutput(res)
 	label := lr.label
 	if label == "" {
@@ -162,7 +158,7 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 		{"label", label},
 		{"model_id", res.Model},
 		{"tokenizer_id", lr.tokenizerID(res.Model)},
-		{"num_prompts", sum.NumPrompts},
+		{results.NumPrompts.Key, sum.NumPrompts},
 		{"request_rate", lr.rate},
 		{"burstiness", lr.burstiness()},
 		{"max_concurrency", maxConc},
@@ -170,15 +166,15 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 	if lr.cfg.Arrival.Ramp != nil {
 		out = append(out, kv{"ramp_up_strategy", string(lr.cfg.Arrival.Ramp.Kind)}, kv{"ramp_up_start_rps", lr.rampFrom}, kv{"ramp_up_end_rps", lr.rampTo})
 	}
+	for _, m := range []results.Metric{results.Duration, results.Completed, results.Failed, results.TotalInputTokens,
+		results.TotalOutputTokens, results.RequestThroughput, results.Goodput, results.OutputThroughput} {
+		var v any // null where the run has none (request_goodput without an SLO)
+		if x, ok := m.Value(sum); ok {
+			v = x
+		}
+		out = append(out, kv{m.Key, v})
+	}
 	out = append(out,
-		kv{"duration", sum.Duration},
-		kv{"completed", sum.Completed},
-		kv{"failed", sum.Failed},
-		kv{"total_input_tokens", sum.TotalInputTokens},
-		kv{"total_output_tokens", sum.TotalOutputTokens},
-		kv{"request_throughput", sum.RequestThroughput},
-		kv{"request_goodput", goodput},
-		kv{"output_throughput", sum.OutputThroughput},
 		kv{"total_token_throughput", totalTokenThroughput(sum)},
 		kv{"max_output_tokens_per_s", tokensPerS},
 		kv{"max_concurrent_requests", concurrent},
