@@ -170,9 +170,8 @@ func ClassMetric(class, what string) string {
 	return "class_" + strings.ReplaceAll(strings.ToLower(class), "+", "_plus") + "_" + what
 }
 
-// The figures of each request class, by ClassMetric's what: beside them
-// the median and p90 of TTFT, TPOT and E2EL, keyed as the run's own
-// (median_ttft_ms).
+// The figures of each request class, by ClassMetric's what, beside its
+// latencies (classLatencies).
 const (
 	ClassRequests       = "requests"  // measured requests, whatever their outcome
 	ClassCompleted      = "completed" // of them
@@ -183,30 +182,35 @@ const (
 	ClassFailedInputP50 = "failed_input_p50" // and of the failed ones
 )
 
-// classRows adds a run's class figures (the ClassRequests … constants and
-// the class latencies) to its rows: class_<c>_<what>.
-func classRows(s *RunSummary, add func(string, Unit, Direction, *float64)) {
+// classFigures are the unit and direction of each figure of a class.
+var classFigures = map[string]Metric{
+	ClassRequests: {Unit: UnitCount}, ClassCompleted: {Unit: UnitCount, Better: HigherIsBetter}, ClassShare: {Unit: UnitShare},
+	ClassFailed: {Unit: UnitCount, Better: LowerIsBetter}, ClassFailRate: {Unit: UnitShare, Better: LowerIsBetter},
+	ClassInputP50: {Unit: UnitTokens}, ClassFailedInputP50: {Unit: UnitTokens},
+}
+
+// classLatencies are the latency statistics of a class, keyed as the
+// run's own (ms, lower is better).
+var classLatencies = []string{TTFT.Key(StatMedian), TTFT.Key(StatP90), TPOT.Key(StatMedian), TPOT.Key(StatP90), E2EL.Key(StatMedian), E2EL.Key(StatP90)}
+
+// classRows puts a run's class figures: class_<c>_<what>.
+func classRows(s *RunSummary, put func(string, *float64)) {
 	if s.Classes == nil {
 		return
 	}
-	num := func(n int) *float64 { v := float64(n); return &v }
 	for _, st := range s.Classes.Classes {
 		p := ClassMetric(st.Class, "")
-		add(p+ClassShare, UnitShare, Neutral, &st.Share)
-		add(p+ClassRequests, UnitCount, Neutral, num(st.Requests))
-		add(p+ClassCompleted, UnitCount, HigherIsBetter, num(st.Completed))
-		add(p+ClassFailed, UnitCount, LowerIsBetter, num(st.Failed))
-		add(p+ClassFailedInputP50, UnitTokens, Neutral, st.FailedInputP50)
+		put(p+ClassShare, &st.Share)
+		put(p+ClassRequests, ptr(float64(st.Requests)))
+		put(p+ClassCompleted, ptr(float64(st.Completed)))
+		put(p+ClassFailed, ptr(float64(st.Failed)))
+		put(p+ClassFailedInputP50, st.FailedInputP50)
 		if st.Requests > 0 {
-			add(p+ClassFailRate, UnitShare, LowerIsBetter, ptr(float64(st.Failed)/float64(st.Requests)))
+			put(p+ClassFailRate, ptr(float64(st.Failed)/float64(st.Requests)))
 		}
-		add(p+ClassInputP50, UnitTokens, Neutral, st.InputP50)
-		for _, l := range []struct {
-			key string
-			v   *float64
-		}{{TTFT.Key(StatMedian), st.MedianTTFTMs}, {TTFT.Key(StatP90), st.P90TTFTMs}, {TPOT.Key(StatMedian), st.MedianTPOTMs},
-			{TPOT.Key(StatP90), st.P90TPOTMs}, {E2EL.Key(StatMedian), st.MedianE2ELMs}, {E2EL.Key(StatP90), st.P90E2ELMs}} {
-			add(p+l.key, UnitMs, LowerIsBetter, l.v)
+		put(p+ClassInputP50, st.InputP50)
+		for i, v := range []*float64{st.MedianTTFTMs, st.P90TTFTMs, st.MedianTPOTMs, st.P90TPOTMs, st.MedianE2ELMs, st.P90E2ELMs} {
+			put(p+classLatencies[i], v)
 		}
 	}
 }

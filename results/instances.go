@@ -169,20 +169,23 @@ func finite(v *float64) (float64, bool) {
 	return *v, true
 }
 
-// instanceRows adds a run's per-instance caches and per-GPU utilization
-// to its rows: per instance k inst<k>_{prefix,external,effective}_hit_rate,
-// per GPU k gpu<k>_util_mean.
-func instanceRows(s *RunSummary, add func(string, Unit, Direction, *float64)) {
+// instanceFigures are the figures of each instance, inst<k>_<figure>:
+// shares, higher is better.
+var instanceFigures = []string{"prefix_hit_rate", "external_hit_rate", "effective_hit_rate"}
+
+// instanceRows puts a run's per-instance caches (inst<k>_<figure>) and
+// per-GPU utilization (gpu<k>_util_mean).
+func instanceRows(s *RunSummary, put func(string, *float64)) {
 	if ic := s.Instances; ic != nil {
 		for k, in := range ic.Instances {
-			add(InstanceMetric(k, "prefix_hit_rate"), UnitShare, HigherIsBetter, in.HitRate)
-			add(InstanceMetric(k, "external_hit_rate"), UnitShare, HigherIsBetter, in.ExternalHitRate)
-			add(InstanceMetric(k, "effective_hit_rate"), UnitShare, HigherIsBetter, in.EffectiveHitRate)
+			for i, v := range []*float64{in.HitRate, in.ExternalHitRate, in.EffectiveHitRate} {
+				put(InstanceMetric(k, instanceFigures[i]), v)
+			}
 		}
 	}
 	if g := s.GPU; g != nil && g.Available && len(g.PerGPU) > 0 {
 		for k, p := range g.PerGPU {
-			add(GPUUtilMetric(k), UnitPercent, Neutral, ptr(p.UtilGPU.Mean))
+			put(GPUUtilMetric(k), ptr(p.UtilGPU.Mean))
 		}
 	}
 }

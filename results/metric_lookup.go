@@ -13,38 +13,67 @@ import (
 // (RunMetric). The names come from the declarations in metrics.go and
 // probes.TimerNames; nothing here is a pattern.
 
-// MetricOf is the metric of key: a declared one, any statistic of a
-// latency of Latencies ("p99.9_ttft_ms"), or a statistic of an engine-step
-// timer ("step_duration_us_p50"). false for any other key, such as those
-// of the class, instance and GPU families.
+// MetricOf is the metric of key: a declared one, or one of the families
+// a run names (familyOf), whose value is its row's. false for any other
+// key.
 func MetricOf(key string) (Metric, bool) {
 	for _, m := range registry {
 		if m.Key == key {
 			return m, true
 		}
 	}
+	u, d, ok := familyOf(key)
+	if !ok {
+		return Metric{}, false
+	}
+	return Metric{key, u, d, func(s *RunSummary) (float64, bool) {
+		v, ok := RunMetrics(s)[key]
+		return v, ok
+	}}, true
+}
+
+// familyOf is the unit and direction of a key of the families whose keys
+// a run names: any statistic of a latency of Latencies ("p99.9_ttft_ms"),
+// of an engine-step timer ("step_duration_us_p50"), a class's figure
+// ("class_heavy_share", "class_warm_p90_ttft_ms"), an instance's
+// ("inst0_prefix_hit_rate") and a GPU's utilization ("gpu0_util_mean").
+func familyOf(key string) (Unit, Direction, bool) {
 	for _, l := range Latencies {
 		if stat, ok := strings.CutSuffix(key, "_"+l.Name+"_ms"); ok && isPercentile(stat) {
-			return Metric{key, UnitMs, LowerIsBetter, func(s *RunSummary) (float64, bool) {
-				if v := l.Stat(s, stat); v != nil {
-					return *v, true
-				}
-				return 0, false
-			}}, true
+			return UnitMs, LowerIsBetter, true
 		}
 	}
 	for _, timer := range probes.TimerNames {
 		if stat, ok := strings.CutPrefix(key, timer+"_"); ok && slices.Contains(timerStats, stat) {
-			return Metric{key, UnitUs, LowerIsBetter, func(s *RunSummary) (float64, bool) {
-				if s.EngineStep == nil {
-					return 0, false
-				}
-				q, ok := s.EngineStep.Timers[timer]
-				return timerStat(q, stat), ok
-			}}, true
+			return UnitUs, LowerIsBetter, true
 		}
 	}
-	return Metric{}, false
+	for _, n := range ClassNames { // class_heavy_ is a prefix of class_heavy_plus_: try on
+		what, ok := strings.CutPrefix(key, ClassMetric(n, ""))
+		switch f, known := classFigures[what]; {
+		case ok && known:
+			return f.Unit, f.Better, true
+		case ok && slices.Contains(classLatencies, what):
+			return UnitMs, LowerIsBetter, true
+		}
+	}
+	if rest, ok := strings.CutPrefix(key, "inst"); ok {
+		if k, what, ok := strings.Cut(rest, "_"); ok && isIndex(k) && slices.Contains(instanceFigures, what) {
+			return UnitShare, HigherIsBetter, true
+		}
+	}
+	if rest, ok := strings.CutPrefix(key, "gpu"); ok {
+		if k, ok := strings.CutSuffix(rest, "_util_mean"); ok && isIndex(k) {
+			return UnitPercent, Neutral, true
+		}
+	}
+	return "", Neutral, false
+}
+
+// isIndex reports whether k is a number of an instance or GPU (0, 1, …).
+func isIndex(k string) bool {
+	_, err := strconv.ParseUint(k, 10, 32)
+	return err == nil
 }
 
 // Named is a metric as a matrix or a user names it (ttft_p90) with its
@@ -102,12 +131,8 @@ func isPercentile(stat string) bool {
 
 // RunMetric returns one metric of a run by user name (see Lookup).
 func RunMetric(s *RunSummary, name string) (float64, bool) {
-	key := Lookup(name).Key
-	if m, ok := MetricOf(key); ok {
-		return m.Value(s)
-	}
-	v, ok := RunMetrics(s)[key]
-	return v, ok
+	m, _ := MetricOf(Lookup(name).Key)
+	return m.Value(s)
 }
 
 // matrixTimers are the engine-step timers a matrix may name, with the

@@ -301,28 +301,32 @@ func Rows(s *RunSummary) []Row {
 		return nil
 	}
 	var out []Row
-	add := func(key string, u Unit, d Direction, v *float64) {
-		if v != nil && !math.IsNaN(*v) {
-			out = append(out, Row{key, u, d, *v})
-		}
-	}
 	for _, m := range registry {
 		if v, ok := m.value(s); ok {
 			out = append(out, Row{m.Key, m.Unit, m.Better, v})
 		}
 	}
+	put := func(key string, v float64) {
+		u, d, _ := familyOf(key)
+		out = append(out, Row{key, u, d, v})
+	}
 	for _, k := range slices.Sorted(maps.Keys(s.Percentiles)) {
-		out = append(out, Row{k, UnitMs, LowerIsBetter, s.Percentiles[k]})
+		put(k, s.Percentiles[k])
 	}
 	if st := s.EngineStep; st != nil {
 		for _, timer := range slices.Sorted(maps.Keys(st.Timers)) {
 			for _, stat := range timerStats {
-				out = append(out, Row{StepTimerKey(timer, stat), UnitUs, LowerIsBetter, timerStat(st.Timers[timer], stat)})
+				put(StepTimerKey(timer, stat), timerStat(st.Timers[timer], stat))
 			}
 		}
 	}
-	classRows(s, add)
-	instanceRows(s, add)
+	opt := func(key string, v *float64) {
+		if v != nil && !math.IsNaN(*v) {
+			put(key, *v)
+		}
+	}
+	classRows(s, opt)
+	instanceRows(s, opt)
 	return out
 }
 

@@ -98,40 +98,41 @@ func TestLatencyStat(t *testing.T) {
 	}
 }
 
-// TestMetricOf holds MetricOf to Rows: every row of a run that is not of
-// the class, instance or GPU families is a metric with the same value,
-// unit and direction; a family's row is no metric of MetricOf.
+// TestMetricOf holds MetricOf to Rows: every row of a run, the class,
+// instance and GPU families' included, is a metric with the same value,
+// unit and direction.
 func TestMetricOf(t *testing.T) {
 	s := summaryWithEverything(t)
-	n := 0
+	n, families := 0, 0
 	for _, r := range Rows(s) {
-		m, ok := MetricOf(r.Key)
-		if family := strings.HasPrefix(r.Key, "class_") || strings.HasPrefix(r.Key, "inst") ||
-			strings.HasPrefix(r.Key, "gpu") && strings.HasSuffix(r.Key, "_util_mean") && r.Key != GPUUtilMean.Key; family {
-			if ok {
-				t.Errorf("MetricOf(%s): a family's row is a metric", r.Key)
-			}
-			continue
-		}
 		n++
+		if strings.HasPrefix(r.Key, "class_") || strings.HasPrefix(r.Key, "inst") || strings.HasPrefix(r.Key, "gpu") && r.Key != GPUUtilMean.Key {
+			families++
+		}
+		m, ok := MetricOf(r.Key)
 		if !ok {
 			t.Errorf("MetricOf(%s): not a metric", r.Key)
 			continue
 		}
-		if got, ok := m.Value(s); !ok || got != r.Value || m.Unit != r.Unit || m.Better != r.Better {
+		if got, ok := m.Value(s); !ok || got != r.Value || m.Unit != r.Unit || m.Better != r.Better || m.Unit == UnitNone && r.Key != KSStat.Key {
 			t.Errorf("MetricOf(%s) = %v %v %q %v; its row is %v %q %v", r.Key, got, ok, m.Unit, m.Better, r.Value, r.Unit, r.Better)
 		}
+	}
+	if families < 20 {
+		t.Errorf("only %d rows of the class, instance and GPU families: the summary lacks what the test means to cover", families)
 	}
 	if n < 60 {
 		t.Errorf("only %d keys checked: the summary lacks what the test means to cover", n)
 	}
 	for key, want := range map[string]Metric{"p99.9_itl_ms": {Unit: UnitMs, Better: LowerIsBetter}, "step_duration_us_p50": {Unit: UnitUs, Better: LowerIsBetter},
-		"slo_attainment": {Unit: UnitShare, Better: HigherIsBetter}, "request_throughput": {Unit: UnitReqPerS, Better: HigherIsBetter}} {
+		"slo_attainment": {Unit: UnitShare, Better: HigherIsBetter}, "request_throughput": {Unit: UnitReqPerS, Better: HigherIsBetter},
+		"class_heavy_plus_share": {Unit: UnitShare}, "class_warm_p90_ttft_ms": {Unit: UnitMs, Better: LowerIsBetter},
+		"inst12_effective_hit_rate": {Unit: UnitShare, Better: HigherIsBetter}, "gpu3_util_mean": {Unit: UnitPercent}} {
 		if m, ok := MetricOf(key); !ok || m.Unit != want.Unit || m.Better != want.Better {
 			t.Errorf("MetricOf(%s) = %v %q %v, want %q %v", key, ok, m.Unit, m.Better, want.Unit, want.Better)
 		}
 	}
-	for _, key := range []string{"class_warm_share", "p99.9_ttft_intended_ms", "nope", "step_duration_us_p95", "pX_ttft_ms"} {
+	for _, key := range []string{"class_warm_p99_ttft_ms", "class_light_share", "inst_prefix_hit_rate", "gpu_x_util_mean", "inst0_hit_rate", "p99.9_ttft_intended_ms", "nope", "step_duration_us_p95", "pX_ttft_ms"} {
 		if _, ok := MetricOf(key); ok {
 			t.Errorf("MetricOf(%s) is a metric", key)
 		}
@@ -139,7 +140,8 @@ func TestMetricOf(t *testing.T) {
 }
 
 // summaryWithEverything is a run summary from records, with extra
-// percentiles, an SLO, an engine-step log, GPUs and a prefix cache.
+// percentiles, an SLO, an engine-step log, GPUs, a prefix cache, request
+// classes and instances.
 func summaryWithEverything(t *testing.T) *RunSummary {
 	t.Helper()
 	var recs []Record
@@ -157,6 +159,9 @@ func summaryWithEverything(t *testing.T) *RunSummary {
 	if err != nil {
 		t.Fatal(err)
 	}
+	recs[0].Status, recs[1].InputTokens = "error", 9000
+	s.Classes = SummarizeClasses(recs, "", nil, [3]int{})
+	s.Instances = &InstanceCaches{Instances: []InstanceCache{{HitRate: ptr(0.3), ExternalHitRate: ptr(0.1), EffectiveHitRate: ptr(0.4)}, {HitRate: ptr(0.5)}}}
 	return s
 }
 
