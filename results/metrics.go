@@ -162,22 +162,22 @@ func (l Latency) Key(stat string) string { return stat + "_" + l.Name + "_ms" }
 // The metrics of fixed key. request_goodput is `vllm bench serve
 // --goodput`'s name for the rate of good requests.
 var (
-	NumPrompts           = count("num_prompts", Neutral, func(s *RunSummary) int { return s.NumPrompts })
-	Completed            = count("completed", HigherIsBetter, func(s *RunSummary) int { return s.Completed })
-	Failed               = count("failed", LowerIsBetter, func(s *RunSummary) int { return s.Failed })
+	NumPrompts           = value("num_prompts", UnitCount, Neutral, func(s *RunSummary) int { return s.NumPrompts })
+	Completed            = value("completed", UnitCount, HigherIsBetter, func(s *RunSummary) int { return s.Completed })
+	Failed               = value("failed", UnitCount, LowerIsBetter, func(s *RunSummary) int { return s.Failed })
 	Duration             = value("duration", UnitSeconds, Neutral, func(s *RunSummary) float64 { return s.Duration })
 	RequestThroughput    = value("request_throughput", UnitReqPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.RequestThroughput })
 	OutputThroughput     = value("output_throughput", UnitTokPerS, HigherIsBetter, func(s *RunSummary) float64 { return s.OutputThroughput })
-	TotalInputTokens     = tokens("total_input_tokens", func(s *RunSummary) int64 { return s.TotalInputTokens })
-	TotalOutputTokens    = tokens("total_output_tokens", func(s *RunSummary) int64 { return s.TotalOutputTokens })
+	TotalInputTokens     = value("total_input_tokens", UnitTokens, Neutral, func(s *RunSummary) int64 { return s.TotalInputTokens })
+	TotalOutputTokens    = value("total_output_tokens", UnitTokens, Neutral, func(s *RunSummary) int64 { return s.TotalOutputTokens })
 	OfferedRate          = value("offered_rate", UnitReqPerS, Neutral, func(s *RunSummary) float64 { return s.OfferedRate })
 	OfferedRealized      = opt("offered_rate_realized", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.OfferedRealized })
 	AchievedRate         = opt("achieved_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.AchievedRate })
 	SentRate             = opt("sent_rate", UnitReqPerS, Neutral, func(s *RunSummary) *float64 { return s.SentRate })
 	ThrRatio             = opt("thr_ratio", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ThrRatio })
 	TTFTDrift            = opt("ttft_drift_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTDriftMs })
-	CutWaiting           = count("cut_waiting", LowerIsBetter, func(s *RunSummary) int { return s.CutWaiting })
-	CutStreaming         = count("cut_streaming", LowerIsBetter, func(s *RunSummary) int { return s.CutStreaming })
+	CutWaiting           = value("cut_waiting", UnitCount, LowerIsBetter, func(s *RunSummary) int { return s.CutWaiting })
+	CutStreaming         = value("cut_streaming", UnitCount, LowerIsBetter, func(s *RunSummary) int { return s.CutStreaming })
 	TTFTSlope            = opt("ttft_slope_ms_per_s", UnitMsPerS, LowerIsBetter, func(s *RunSummary) *float64 { return s.TTFTSlopeMsPerS })
 	TTFTSlopeP           = opt("ttft_slope_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.TTFTSlopeP })
 	SendLagP50           = opt("send_lag_p50_ms", UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return s.SendLagP50Ms })
@@ -187,8 +187,8 @@ var (
 	KSStat               = opt("ks_stat", UnitNone, LowerIsBetter, func(s *RunSummary) *float64 { return s.KSStat })
 	KSP                  = opt("ks_p", UnitP, Neutral, func(s *RunSummary) *float64 { return s.KSP })
 	ClientCPU            = value("client_cpu_pct", UnitPercent, LowerIsBetter, func(s *RunSummary) float64 { return s.ClientCPUPct })
-	UsageMissing         = count("usage_missing_requests", LowerIsBetter, func(s *RunSummary) int { return s.UsageMissing })
-	ShortOutputs         = count("short_output_requests", LowerIsBetter, func(s *RunSummary) int { return s.ShortOutputs })
+	UsageMissing         = value("usage_missing_requests", UnitCount, LowerIsBetter, func(s *RunSummary) int { return s.UsageMissing })
+	ShortOutputs         = value("short_output_requests", UnitCount, LowerIsBetter, func(s *RunSummary) int { return s.ShortOutputs })
 	ShortOutputMeanShare = opt("short_output_mean_share", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.ShortOutputMeanShare })
 	Goodput              = opt("request_goodput", UnitReqPerS, HigherIsBetter, func(s *RunSummary) *float64 { return s.Goodput })
 	SLOAttainment        = opt("slo_attainment", UnitShare, HigherIsBetter, func(s *RunSummary) *float64 { return s.SLOAttainment })
@@ -228,17 +228,10 @@ var registry = func() []Metric {
 	return append(ms, InstanceAggregates...)
 }()
 
-// The declarations of a metric by how the summary keeps it.
-func count(key string, d Direction, f func(*RunSummary) int) Metric {
-	return Metric{key, UnitCount, d, func(s *RunSummary) (float64, bool) { return float64(f(s)), true }}
-}
-
-func tokens(key string, f func(*RunSummary) int64) Metric {
-	return Metric{key, UnitTokens, Neutral, func(s *RunSummary) (float64, bool) { return float64(f(s)), true }}
-}
-
-func value(key string, u Unit, d Direction, f func(*RunSummary) float64) Metric {
-	return Metric{key, u, d, func(s *RunSummary) (float64, bool) { return f(s), true }}
+// The declarations of a metric by how the summary keeps it: a number it
+// always has (value), one it may not have (opt), …
+func value[T int | int64 | float64](key string, u Unit, d Direction, f func(*RunSummary) T) Metric {
+	return Metric{key, u, d, func(s *RunSummary) (float64, bool) { return float64(f(s)), true }}
 }
 
 func opt(key string, u Unit, d Direction, f func(*RunSummary) *float64) Metric {
