@@ -175,16 +175,9 @@ type runOutcome struct {
 // its own (b<k>-try<n>). A client_limited attempt with re-runs left is not
 // journaled (outcome again); the attempt that is names the earlier ones.
 func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed int64, attempt int, earlier []AttemptEntry) (*runOutcome, error) {
-	rel := filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
-	if attempt > 1 {
-		rel += "-try" + strconv.Itoa(attempt)
-	}
-	dir := filepath.Join(s.store.dir, rel)
-	if err := moveAside(dir); err != nil {
+	rel, dir, err := s.runDir(cell, block, attempt)
+	if err != nil {
 		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.fleet.slurmNodes()}
 	if attempt > 1 {
@@ -205,34 +198,8 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	entry.Finished = time.Now().UTC()
 	if runErr != nil {
 		entry.Status, entry.Reason = results.VerdictFailed, s.redact(runErr.Error())
-		if err := s.fleet.lostAllocation(ctx, runErr); err != nil {
-			// Not the run's fault: resume redoes it in a new allocation.
-			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
-		}
-		if host, err := s.fleet.lostHost(ctx, runErr); err != nil {
-			// Not the run's fault either: the host is lost, not the run.
-			// Journaled host_lost, which resume runs again (hostlost.go).
-			if jerr := s.journalLost(cell, block, rel, err.Error(), entry.Started); jerr != nil {
-				return nil, jerr
-			}
-			s.prog.finish("HOST LOST: " + firstLine(s.redact(err.Error())))
-			if host == "" {
-				return nil, fmt.Errorf("run %s b%d: %w; journaled host_lost, which resume runs again once the host answers", cell.ID, block, err)
-			}
-			s.fleet.lose(host, err)
-			s.logf("host %s stopped answering during %s b%d; the block goes on with the runs that need no lost host, then the sweep stops", host, cell.ID, block)
-			return &runOutcome{entry: entry, lost: true}, nil
-		}
-		var cse *configStartError
-		if errors.As(runErr, &cse) && !s.opts.KeepGoing {
-			// Every run of the config would burn a launch the same way:
-			// stop with no journal line, so resume (once fixed) redoes it.
-			return nil, fmt.Errorf("run %s b%d: %w\n(with --keep-going the sweep goes on with the other configs and marks %s failed)", cell.ID, block, runErr, cse.config)
-		}
-		if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
-			// Not the run's fault, and every later run would fail the same
-			// way: stop the sweep with no journal line, so resume redoes it.
-			return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, runErr)
+		if out, err := s.notTheRuns(ctx, cell, block, entry, runErr); out != nil || err != nil {
+			return out, err
 		}
 	} else {
 		// results.Decide, inside SummarizeRun, is the one place a verdict
@@ -253,6 +220,71 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	if err != nil {
 		return nil, err
 	}
+	s.finishProgress(entry, sum)
+	if cse := (*configStartError)(nil); errors.As(runErr, &cse) {
+		s.giveUpConfig(cse)
+	}
+	return &runOutcome{entry: entry, summary: sum, gaveUp: gaveUp}, nil
+}
+
+// runDir creates the directory of a run (moving an earlier one aside) and
+// returns it, relative to the sweep and whole: runs/<cell>/b<block>, with
+// -try<attempt> for a re-run in place.
+func (s *sweep) runDir(cell matrices.Cell, block, attempt int) (rel, dir string, err error) {
+	rel = filepath.Join("runs", cell.ID, "b"+strconv.Itoa(block))
+	if attempt > 1 {
+		rel += "-try" + strconv.Itoa(attempt)
+	}
+	dir = filepath.Join(s.store.dir, rel)
+	if err := moveAside(dir); err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", fmt.Errorf("create run directory: %w", err)
+	}
+	return rel, dir, nil
+}
+
+// notTheRuns handles a run's failure that is not the run's fault: a lost
+// allocation or host, a config that cannot start, a full disk, a port in
+// use. It returns what runOne returns then; both nil when the failure is
+// the run's, which is journaled failed.
+func (s *sweep) notTheRuns(ctx context.Context, cell matrices.Cell, block int, entry JournalEntry, runErr error) (*runOutcome, error) {
+	if err := s.fleet.lostAllocation(ctx, runErr); err != nil {
+		// Not the run's fault: resume redoes it in a new allocation.
+		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, err)
+	}
+	if host, err := s.fleet.lostHost(ctx, runErr); err != nil {
+		// Not the run's fault either: the host is lost, not the run.
+		// Journaled host_lost, which resume runs again (hostlost.go).
+		if jerr := s.journalLost(cell, block, entry.Dir, err.Error(), entry.Started); jerr != nil {
+			return nil, jerr
+		}
+		s.prog.finish("HOST LOST: " + firstLine(s.redact(err.Error())))
+		if host == "" {
+			return nil, fmt.Errorf("run %s b%d: %w; journaled host_lost, which resume runs again once the host answers", cell.ID, block, err)
+		}
+		s.fleet.lose(host, err)
+		s.logf("host %s stopped answering during %s b%d; the block goes on with the runs that need no lost host, then the sweep stops", host, cell.ID, block)
+		return &runOutcome{entry: entry, lost: true}, nil
+	}
+	var cse *configStartError
+	if errors.As(runErr, &cse) && !s.opts.KeepGoing {
+		// Every run of the config would burn a launch the same way:
+		// stop with no journal line, so resume (once fixed) redoes it.
+		return nil, fmt.Errorf("run %s b%d: %w\n(with --keep-going the sweep goes on with the other configs and marks %s failed)", cell.ID, block, runErr, cse.config)
+	}
+	if diskFull(runErr) || errors.Is(runErr, errPortInUse) {
+		// Not the run's fault, and every later run would fail the same
+		// way: stop the sweep with no journal line, so resume redoes it.
+		return nil, fmt.Errorf("run %s b%d: %w", cell.ID, block, runErr)
+	}
+	return nil, nil
+}
+
+// finishProgress ends the progress line of a journaled run: its failure,
+// why it is not a result, or its headline figures.
+func (s *sweep) finishProgress(entry JournalEntry, sum *results.RunSummary) {
 	switch {
 	case entry.Status == results.VerdictFailed:
 		s.prog.finish("FAILED: " + briefReason(entry.Reason)) // the log's last line is the cause
@@ -261,10 +293,6 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	default:
 		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2)))
 	}
-	if cse := (*configStartError)(nil); errors.As(runErr, &cse) {
-		s.giveUpConfig(cse)
-	}
-	return &runOutcome{entry: entry, summary: sum, gaveUp: gaveUp}, nil
 }
 
 func fmtPtr(v *float64, prec int) string {

@@ -3,9 +3,10 @@ package orchestrator
 import (
 	"fmt"
 	"io"
+	"maps"
 	"path"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
@@ -23,43 +24,7 @@ func dryRun(m *matrices.Matrix, opts Options) error {
 	if w == nil {
 		w = io.Discard
 	}
-	id := "<sweep id>"
-	localState := filepath.Join("results", m.Name+"-<UTC timestamp>", ".state")
-	if opts.Out != "" {
-		if abs, err := filepath.Abs(opts.Out); err == nil {
-			id, localState = sweepID(m.Name, abs), filepath.Join(abs, ".state")
-		}
-	}
-	workdir := func(h string) string {
-		if wd := m.Hosts[h].Workdir; wd != "" {
-			return wd
-		}
-		return "~/.mbench"
-	}
-	state := func(h string) string {
-		if isLocal(m.Hosts[h].Address) {
-			return localState
-		}
-		return path.Join(workdir(h), id)
-	}
-	rt := matrices.Runtime{
-		Self: func(h string) string {
-			hc := m.Hosts[h]
-			switch {
-			case isLocal(hc.Address) && opts.Self != "":
-				return opts.Self
-			case isLocal(hc.Address):
-				return "mbench"
-			case hc.MbenchPath != "":
-				return hc.MbenchPath
-			}
-			return path.Join(state(h), "bin", "mbench")
-		},
-		StepLog: func(h string, i int) string {
-			return path.Join(state(h), "steps", fmt.Sprintf("engine_step.%d.jsonl", i))
-		},
-		Bind: dryRunBind(m),
-	}
+	p := newDryRunPaths(m, opts.Out)
 	fmt.Fprintf(w, "# dry run of %s (%s engine): nothing is started\n", m.Name, m.Engine.Kind)
 	if m.Engine.Kind == matrices.EngineSim {
 		fmt.Fprintln(w, "# engine kind sim: the SIMULATED engine (a model of an engine, not vLLM)")
@@ -67,43 +32,99 @@ func dryRun(m *matrices.Matrix, opts Options) error {
 	if plan := m.CapacityPlan(); plan != "" { // a search: its rates are chosen as it runs
 		fmt.Fprintf(w, "#\n# %s\n#\n", strings.ReplaceAll(strings.TrimSuffix(plan, "\n"), "\n", "\n# "))
 	}
-	dryRunSlurm(w, m, filepath.Dir(localState), id)
+	dryRunSlurm(w, m, filepath.Dir(p.localState), p.id)
+	rt := p.runtime(opts.Self)
 	for _, name := range m.ConfigOrder {
-		l, err := m.Launch(name, rt)
-		if err != nil {
-			return fmt.Errorf("config %s: %w", name, err)
+		if err := dryRunConfig(w, m, name, rt, p.state); err != nil {
+			return err
 		}
-		fmt.Fprintf(w, "\n## config %s (launch %s)\n", name, l.Key)
-		fmt.Fprintf(w, "# %s\n", readiness(l))
-		byHost := map[string][]string{}
-		for _, in := range l.Instances {
-			byHost[in.Host] = append(byHost[in.Host], envPrefix(in.Env)+slurmStep(m, in.Host, state(in.Host), m.Hosts[in.Host].SlurmNode(in.Index, in.GPUs), fmt.Sprintf("engine-%s-%d", in.Host, in.Index), len(in.GPUs), in.Command))
+	}
+	return nil
+}
+
+// dryRunPaths are the places a sweep of m would use, as far as a dry run
+// knows them: the sweep id only when the output directory is given.
+type dryRunPaths struct {
+	m              *matrices.Matrix
+	id, localState string
+}
+
+func newDryRunPaths(m *matrices.Matrix, out string) dryRunPaths {
+	p := dryRunPaths{m: m, id: "<sweep id>", localState: filepath.Join("results", m.Name+"-<UTC timestamp>", ".state")}
+	if out != "" {
+		if abs, err := filepath.Abs(out); err == nil {
+			p.id, p.localState = sweepID(m.Name, abs), filepath.Join(abs, ".state")
 		}
-		if r := l.Router; r != nil {
-			byHost[r.Host] = append(byHost[r.Host], fmt.Sprintf("%s%s   # router, ready when GET :%d%s answers 200", envPrefix(r.Env), slurmStep(m, r.Host, state(r.Host), 0, "router-"+r.Host, 0, r.Command), r.Port, r.ReadyPath))
+	}
+	return p
+}
+
+// state is the sweep's state directory on host h.
+func (p dryRunPaths) state(h string) string {
+	hc := p.m.Hosts[h]
+	switch {
+	case isLocal(hc.Address):
+		return p.localState
+	case hc.Workdir != "":
+		return path.Join(hc.Workdir, p.id)
+	}
+	return path.Join("~/.mbench", p.id)
+}
+
+// runtime is the matrix's view of the paths; self is the local mbench, if
+// known.
+func (p dryRunPaths) runtime(self string) matrices.Runtime {
+	return matrices.Runtime{
+		Self: func(h string) string {
+			hc := p.m.Hosts[h]
+			switch {
+			case isLocal(hc.Address) && self != "":
+				return self
+			case isLocal(hc.Address):
+				return "mbench"
+			case hc.MbenchPath != "":
+				return hc.MbenchPath
+			}
+			return path.Join(p.state(h), "bin", "mbench")
+		},
+		StepLog: func(h string, i int) string {
+			return path.Join(p.state(h), "steps", fmt.Sprintf("engine_step.%d.jsonl", i))
+		},
+		Bind: dryRunBind(p.m),
+	}
+}
+
+// dryRunConfig prints the command lines of config name, by host.
+func dryRunConfig(w io.Writer, m *matrices.Matrix, name string, rt matrices.Runtime, state func(host string) string) error {
+	l, err := m.Launch(name, rt)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	fmt.Fprintf(w, "\n## config %s (launch %s)\n", name, l.Key)
+	fmt.Fprintf(w, "# %s\n", readiness(l))
+	byHost := map[string][]string{}
+	for _, in := range l.Instances {
+		byHost[in.Host] = append(byHost[in.Host], envPrefix(in.Env)+slurmStep(m, in.Host, state(in.Host), m.Hosts[in.Host].SlurmNode(in.Index, in.GPUs), fmt.Sprintf("engine-%s-%d", in.Host, in.Index), len(in.GPUs), in.Command))
+	}
+	if r := l.Router; r != nil {
+		byHost[r.Host] = append(byHost[r.Host], fmt.Sprintf("%s%s   # router, ready when GET :%d%s answers 200", envPrefix(r.Env), slurmStep(m, r.Host, state(r.Host), 0, "router-"+r.Host, 0, r.Command), r.Port, r.ReadyPath))
+	}
+	for _, h := range slices.Sorted(maps.Keys(byHost)) {
+		hc := m.Hosts[h]
+		reach := ""
+		if !isLocal(hc.Address) && hc.Tunnel {
+			reach = ", reached through SSH port forwarding"
 		}
-		hostsSorted := make([]string, 0, len(byHost))
-		for h := range byHost {
-			hostsSorted = append(hostsSorted, h)
+		addr := hc.Address
+		if hc.IsSlurm() {
+			addr = slurmVia(hc)
 		}
-		sort.Strings(hostsSorted)
-		for _, h := range hostsSorted {
-			hc := m.Hosts[h]
-			reach := ""
-			if !isLocal(hc.Address) && hc.Tunnel {
-				reach = ", reached through SSH port forwarding"
-			}
-			addr := hc.Address
-			if hc.IsSlurm() {
-				addr = slurmVia(hc)
-			}
-			fmt.Fprintf(w, "[%s %s] state %s%s\n", h, addr, state(h), reach)
-			if l.Instrument {
-				fmt.Fprintf(w, "  # mbench_vllm step plugin installed in %s; every engine runs with PYTHONPATH=<that>:$PYTHONPATH\n", path.Join(state(h), "mbench_vllm"))
-			}
-			for _, c := range byHost[h] {
-				fmt.Fprintln(w, "  "+m.Redact(c))
-			}
+		fmt.Fprintf(w, "[%s %s] state %s%s\n", h, addr, state(h), reach)
+		if l.Instrument {
+			fmt.Fprintf(w, "  # mbench_vllm step plugin installed in %s; every engine runs with PYTHONPATH=<that>:$PYTHONPATH\n", path.Join(state(h), "mbench_vllm"))
+		}
+		for _, c := range byHost[h] {
+			fmt.Fprintln(w, "  "+m.Redact(c))
 		}
 	}
 	return nil

@@ -1,13 +1,14 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/results/report"
@@ -117,6 +118,32 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 		}
 	}
 	sw.Confidence, sw.Metric, sw.RelCI = rm.Repeat.Confidence, rm.Repeat.Metric, rm.Repeat.RelCI
+	if err := ov.apply(&sw, st); err != nil {
+		return nil, fmt.Errorf("export %s: %w", dir, err)
+	}
+	if st.Design != nil {
+		sw.Design = st.Design.Kind + ", " + st.Design.Balance.Words
+	}
+	sw.Stage1 = st.Stage1
+	if st.Stop != nil {
+		sw.StopReason = st.Stop.Reason
+		sw.RuleStop = st.Stop.RuleStop
+	} else {
+		sw.StopReason = "not finished: the sweep is partial (resume it with mbench resume " + dir + ")"
+	}
+	for _, c := range st.Cells {
+		sw.Cells = append(sw.Cells, results.CellInfo{ID: c.ID, Config: c.Config, Shape: c.Shape, Rate: c.Rate, SameAs: c.SameAs})
+	}
+	sw.Runs, sw.Superseded = exportRuns(st, entries)
+	rep, err := report.Export(ctx, sw)
+	if err != nil {
+		return nil, fmt.Errorf("export %s: %w", dir, err)
+	}
+	return rep, nil
+}
+
+// apply changes sw's recorded method by ov and states each change.
+func (ov ExportOverrides) apply(sw *report.ExportInput, st *SweepState) error {
 	if ov.Confidence != 0 && ov.Confidence != sw.Confidence {
 		sw.Overrides = append(sw.Overrides, fmt.Sprintf("confidence %g, where the sweep recorded %g (mbench export --confidence)", ov.Confidence, sw.Confidence))
 		sw.RecordedConfidence, sw.Confidence = sw.Confidence, ov.Confidence
@@ -127,56 +154,38 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 			known = known || c.Config == ov.Baseline
 		}
 		if !known {
-			return nil, fmt.Errorf("export %s: %w: --baseline %q is not a config of the sweep", dir, ErrBadOverride, ov.Baseline)
+			return fmt.Errorf("%w: --baseline %q is not a config of the sweep", ErrBadOverride, ov.Baseline)
 		}
 		sw.Overrides = append(sw.Overrides, fmt.Sprintf("baseline %s, where the sweep recorded %s (mbench export --baseline)", ov.Baseline, sw.Baseline))
 		sw.Baseline = ov.Baseline
 	}
-	if st.Design != nil {
-		sw.Design = st.Design.Kind + ", " + st.Design.Balance.Words
-	}
-	sw.Stage1 = st.Stage1
+	return nil
+}
+
+// exportRuns returns the journal's runs in (block, cell) order, each with
+// its position in its block's order, and the attempts they superseded.
+func exportRuns(st *SweepState, entries []JournalEntry) (runs, superseded []results.RunRef) {
 	pos := map[runKey]int{}
 	for _, b := range st.Blocks {
 		for i, id := range b.Order {
 			pos[runKey{id, b.Block}] = i + 1
 		}
 	}
-	if st.Stop != nil {
-		sw.StopReason = st.Stop.Reason
-		sw.RuleStop = st.Stop.RuleStop
-	} else {
-		sw.StopReason = "not finished: the sweep is partial (resume it with mbench resume " + dir + ")"
-	}
-	for _, c := range st.Cells {
-		sw.Cells = append(sw.Cells, results.CellInfo{ID: c.ID, Config: c.Config, Shape: c.Shape, Rate: c.Rate, SameAs: c.SameAs})
-	}
-	idx := journalIndex(entries)
 	for _, e := range entries {
 		if e.Status == results.VerdictHostLost {
 			continue // no run: the report counts the runs made
 		}
 		for _, a := range e.Superseded {
-			sw.Superseded = append(sw.Superseded, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: a.Dir, Status: a.Status, Reason: a.Reason})
+			superseded = append(superseded, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: a.Dir, Status: a.Status, Reason: a.Reason})
 		}
 	}
-	keys := make([]runKey, 0, len(idx))
-	for k := range idx {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].block != keys[j].block {
-			return keys[i].block < keys[j].block
-		}
-		return keys[i].cell < keys[j].cell
+	idx := journalIndex(entries)
+	keys := slices.SortedFunc(maps.Keys(idx), func(a, b runKey) int {
+		return cmp.Or(cmp.Compare(a.block, b.block), cmp.Compare(a.cell, b.cell))
 	})
 	for _, k := range keys {
 		e := idx[k]
-		sw.Runs = append(sw.Runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason, Position: pos[k]})
+		runs = append(runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason, Position: pos[k]})
 	}
-	rep, err := report.Export(ctx, sw)
-	if err != nil {
-		return nil, fmt.Errorf("export %s: %w", dir, err)
-	}
-	return rep, nil
+	return runs, superseded
 }

@@ -30,22 +30,7 @@ func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, er
 	if err := s.store.openJournal(s.opts.FailLimit); err != nil {
 		return nil, err
 	}
-	s.prog = newProgress(s.opts.Stderr, s.store.plannedRuns(s.m.Repeat.Min), s.opts.Quiet)
-	notResults := 0
-	for k, e := range s.store.ledger.runs {
-		if _, ok := s.cells[k.cell]; ok {
-			s.prog.done++
-			if !e.Status.Usable() {
-				notResults++
-			}
-		}
-	}
-	if s.prog.done > 0 {
-		s.logf("%s", resumeLine(s.store.dir, s.prog.done, s.prog.total, notResults))
-	}
-	if s.m.Repeat.Budget > 0 {
-		s.prog.setBudget(s.store.state.Created.Add(s.m.Repeat.Budget))
-	}
+	s.startProgress()
 	defer s.prog.close()
 	if err = s.fleet.prepare(ctx); err != nil {
 		s.teardown(ctx)
@@ -90,6 +75,32 @@ func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, er
 		}
 		return nil, fmt.Errorf("export: %w", err)
 	}
+	return s.outcome(rep), nil
+}
+
+// startProgress opens the progress display, counting the runs a resumed
+// sweep has already made.
+func (s *sweep) startProgress() {
+	s.prog = newProgress(s.opts.Stderr, s.store.plannedRuns(s.m.Repeat.Min), s.opts.Quiet)
+	notResults := 0
+	for k, e := range s.store.ledger.runs {
+		if _, ok := s.cells[k.cell]; ok {
+			s.prog.done++
+			if !e.Status.Usable() {
+				notResults++
+			}
+		}
+	}
+	if s.prog.done > 0 {
+		s.logf("%s", resumeLine(s.store.dir, s.prog.done, s.prog.total, notResults))
+	}
+	if s.m.Repeat.Budget > 0 {
+		s.prog.setBudget(s.store.state.Created.Add(s.m.Repeat.Budget))
+	}
+}
+
+// outcome is what a finished sweep reports, from its export rep.
+func (s *sweep) outcome(rep *report.Exported) *Outcome {
 	o := &Outcome{Dir: s.store.dir, Report: filepath.Join(s.store.dir, "report.md"), Removed: s.store.state.Removed,
 		Verdicts: s.store.verdicts(s.cells)} // a removed cell's runs do not count
 	if s.store.state.Stop != nil {
@@ -100,7 +111,7 @@ func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, er
 	if s.m.Capacity != nil { // probes beyond the capacity are meant to fail: only undecided searches are not results
 		o.Unusable = capacityUnusable(s.store.dir)
 	}
-	return o, nil
+	return o
 }
 
 // teardown stops the engines and closes the hosts. After an interrupt it is

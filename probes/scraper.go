@@ -247,54 +247,26 @@ func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSum
 			cs.Notes = append(cs.Notes, t+": no good after scrape")
 			continue
 		}
-		bt := b[t]
+		d := counterDelta{target: t, before: b[t].Values, after: at.Values, notes: &cs.Notes}
 		cs.Targets++
-		delta := func(names []string, what string) (float64, bool) {
-			for i, n := range names {
-				bv, ok1 := bt.Values[n]
-				av, ok2 := at.Values[n]
-				if !ok1 || !ok2 {
-					continue
-				}
-				if i > 0 && what != "" {
-					cs.Notes = append(cs.Notes, fmt.Sprintf("%s: %s from old name %s", t, what, n))
-				}
-				if av < bv {
-					cs.Notes = append(cs.Notes, fmt.Sprintf("%s: %s went backwards (engine restarted?): counted from 0", t, n))
-					return av, true
-				}
-				return av - bv, true
-			}
-			return 0, false
+		// Without a queries counter, queries are hits + misses.
+		misses := len(n.Queries) == 0 && len(n.Misses) > 0
+		queries := n.Queries
+		if misses {
+			queries = n.Misses
 		}
-		// addPair adds the hits and queries deltas to *hits and *queries
-		// when both counters were scraped, and marks them seen.
-		addPair := func(hitN, queryN []string, what string, hits, queries *float64, seen *bool) {
-			h, okH := delta(hitN, what)
-			q, okQ := delta(queryN, "")
-			if okH && okQ {
-				*seen = true
-				*hits += h
-				*queries += q
+		if h, q, ok := d.pair(n.Hits, queries, "prefix cache"); ok {
+			if misses {
+				q += h
 			}
+			hitsSeen, cs.Hits, cs.Queries = true, cs.Hits+h, cs.Queries+q
 		}
-		if len(n.Queries) > 0 || len(n.Misses) == 0 {
-			addPair(n.Hits, n.Queries, "prefix cache", &cs.Hits, &cs.Queries, &hitsSeen)
-		} else {
-			h, okH := delta(n.Hits, "prefix cache")
-			m, okM := delta(n.Misses, "")
-			if okH && okM {
-				hitsSeen = true
-				cs.Hits += h
-				cs.Queries += h + m
-			}
+		if h, q, ok := d.pair(n.ExternalHits, n.ExternalQueries, ""); ok {
+			extSeen, cs.ExternalHits, cs.ExternalQueries = true, cs.ExternalHits+h, cs.ExternalQueries+q
 		}
-		addPair(n.ExternalHits, n.ExternalQueries, "", &cs.ExternalHits, &cs.ExternalQueries, &extSeen)
-		p, _ := delta(n.Preemptions, "")
+		p, _ := d.of(n.Preemptions, "")
 		cs.Preemptions += p
-		sec, okS := delta(n.TokenSeconds, "")
-		tok, okT := delta(n.Tokens, "")
-		if okS && okT {
+		if sec, tok, ok := d.pair(n.TokenSeconds, n.Tokens, ""); ok {
 			tokSeconds += sec
 			tokCount += tok
 		}
@@ -321,6 +293,43 @@ func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSum
 	}
 	sort.Strings(cs.Notes)
 	return cs
+}
+
+// counterDelta reads one target's counters over a window.
+type counterDelta struct {
+	target        string
+	before, after map[string]float64
+	notes         *[]string
+}
+
+// of returns the growth of the first of names scraped both before and
+// after. It notes a fallback to an old name (a later one in names) for
+// what, if not empty, and a counter that went backwards (an engine
+// restart: counted from 0).
+func (d counterDelta) of(names []string, what string) (float64, bool) {
+	for i, n := range names {
+		bv, ok1 := d.before[n]
+		av, ok2 := d.after[n]
+		if !ok1 || !ok2 {
+			continue
+		}
+		if i > 0 && what != "" {
+			*d.notes = append(*d.notes, fmt.Sprintf("%s: %s from old name %s", d.target, what, n))
+		}
+		if av < bv {
+			*d.notes = append(*d.notes, fmt.Sprintf("%s: %s went backwards (engine restarted?): counted from 0", d.target, n))
+			return av, true
+		}
+		return av - bv, true
+	}
+	return 0, false
+}
+
+// pair returns the growths of two counters, ok when both were scraped.
+func (d counterDelta) pair(first, second []string, what string) (f, s float64, ok bool) {
+	f, okF := d.of(first, what)
+	s, okS := d.of(second, "")
+	return f, s, okF && okS
 }
 
 // levels sums a gauge (the first of names a scrape has) across the

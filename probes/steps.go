@@ -130,22 +130,14 @@ func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
 func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.Writer) (StepStats, error) {
 	var (
 		st       StepStats
-		timers   [numPaths][NumTimers]counter
-		nPath    [numPaths]int64
+		tally    stepTally
 		rec      StepRecord
 		sp       = stepParser{skip: stepSkip} // only timers and the path are read
-		bw       *bufio.Writer
+		out      = newStepCopy(w)
 		statuses statusSet
-		lastPath = pathStep
-		// hostSpans: the host-bound GPU spans (FieldGPUHostBound), which
-		// are upper bounds and never enter gpu_us.
-		hostSpans counter
 	)
-	if w != nil {
-		bw = bufio.NewWriterSize(w, 1<<16)
-	}
+	inWindow := func(ts int64) bool { return (fromUs == 0 || ts >= fromUs) && (toUs == 0 || ts <= toUs) }
 	rr := newRecordReader(r)
-	var text []byte // a binary record's text form, for the copy
 	for lineNo := int64(1); ; lineNo++ {
 		if lineNo%ctxEvery == 0 {
 			if err := ctx.Err(); err != nil {
@@ -180,93 +172,118 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 		default:
 			rr.recordOf(kind, &rec)
 		}
-		path := lastPath
-		if perr != nil {
-			if !errors.Is(perr, errNoStepDuration) {
-				st.malformed(lineNo, perr)
-				continue
+		switch {
+		case perr == nil:
+		case !errors.Is(perr, errNoStepDuration):
+			st.malformed(lineNo, perr)
+			continue
+		case kind == kindText && statuses.addLine(line): // kept whatever the window
+			if err := out.write(kindText, line, nil); err != nil {
+				return st, err
 			}
-			if kind == kindText {
-				if es, ok := parseStatus(line); ok { // kept whatever the window
-					statuses.add(es)
-					if bw != nil {
-						bw.Write(line)
-						bw.WriteByte('\n')
-					}
-					continue
-				}
-			}
-			if rec.Has&(1<<FieldGPU) == 0 || rec.Has&^(1<<FieldGPU|1<<FieldGPUBatch|1<<FieldPID|1<<FieldBatchQueue|1<<FieldGPUHostBound) != 0 {
-				st.malformed(lineNo, perr)
-				continue
-			}
-			if (fromUs != 0 && rec.TsUs < fromUs) || (toUs != 0 && rec.TsUs > toUs) {
-				continue
-			}
-			if rec.Has&(1<<FieldGPUHostBound) != 0 {
-				hostSpans.add(rec.Values[FieldGPU]) // an upper bound: kept apart
-				st.GPU.HostBound++
-			} else {
-				timers[path][FieldGPU].add(rec.Values[FieldGPU])
-				st.GPU.Late++
-			}
+			continue
+		case !isGPURecord(&rec):
+			st.malformed(lineNo, perr)
+			continue
+		}
+		if !inWindow(rec.TsUs) {
+			continue
+		}
+		if perr == nil {
+			tally.addStep(&st, &rec)
 		} else {
-			if (fromUs != 0 && rec.TsUs < fromUs) || (toUs != 0 && rec.TsUs > toUs) {
-				continue
-			}
-			if st.NSteps == 0 || rec.TsUs < st.FirstTsUs {
-				st.FirstTsUs = rec.TsUs
-			}
-			if rec.TsUs > st.LastTsUs {
-				st.LastTsUs = rec.TsUs
-			}
-			st.NSteps++
-			path = pathStep
-			if v, ok := rec.Get(FieldBatchQueue); ok && v == 1 {
-				st.BatchQueueSteps++
-				path = pathBatchQueue
-			}
-			lastPath = path
-			nPath[path]++
-			h := rec.Has & (1<<NumTimers - 1)
-			if rec.Has&(1<<FieldGPU) != 0 {
-				if rec.Has&(1<<FieldGPUHostBound) != 0 {
-					// An upper bound, not GPU time: kept apart.
-					hostSpans.add(rec.Values[FieldGPU])
-					st.GPU.HostBound++
-					h &^= 1 << FieldGPU
-				} else {
-					st.GPU.Steps++
-				}
-			}
-			tp := &timers[path]
-			for ; h != 0; h &= h - 1 {
-				i := bits.TrailingZeros32(h)
-				tp[i].add(rec.Values[i])
-			}
+			tally.addGPU(&st, &rec)
 		}
-		if bw != nil {
-			if kind != kindText { // the run directory's copy is JSONL
-				text = AppendStepJSON(text[:0], &rec)
-				line = text
-			}
-			bw.Write(line)
-			if err := bw.WriteByte('\n'); err != nil {
-				return st, fmt.Errorf("copy of step lines: %w", err)
-			}
+		if err := out.write(kind, line, &rec); err != nil {
+			return st, err
 		}
 	}
-	if bw != nil {
-		if err := bw.Flush(); err != nil {
-			return st, fmt.Errorf("copy of step lines: %w", err)
+	if err := out.flush(); err != nil {
+		return st, err
+	}
+	tally.finish(&st)
+	statuses.finish(&st)
+	return st, nil
+}
+
+// isGPURecord says whether rec is a GPU line or record: gpu_us of a batch
+// and nothing else but its batch, pid, path and host-bound mark.
+func isGPURecord(rec *StepRecord) bool {
+	const allowed = 1<<FieldGPU | 1<<FieldGPUBatch | 1<<FieldPID | 1<<FieldBatchQueue | 1<<FieldGPUHostBound
+	return rec.Has&(1<<FieldGPU) != 0 && rec.Has&^allowed == 0
+}
+
+// stepTally accumulates the kept steps of a window by path.
+type stepTally struct {
+	timers [numPaths][NumTimers]counter
+	nPath  [numPaths]int64
+	// lastPath is the path of the last kept step, on which a later GPU
+	// line counts.
+	lastPath int
+	// hostSpans: the host-bound GPU spans (FieldGPUHostBound), which are
+	// upper bounds and never enter gpu_us.
+	hostSpans counter
+}
+
+// addStep counts a kept step: its ts_us span, its path and its timers.
+func (t *stepTally) addStep(st *StepStats, rec *StepRecord) {
+	if st.NSteps == 0 || rec.TsUs < st.FirstTsUs {
+		st.FirstTsUs = rec.TsUs
+	}
+	if rec.TsUs > st.LastTsUs {
+		st.LastTsUs = rec.TsUs
+	}
+	st.NSteps++
+	path := pathStep
+	if v, ok := rec.Get(FieldBatchQueue); ok && v == 1 {
+		st.BatchQueueSteps++
+		path = pathBatchQueue
+	}
+	t.lastPath = path
+	t.nPath[path]++
+	h := rec.Has & (1<<NumTimers - 1)
+	if rec.Has&(1<<FieldGPU) != 0 {
+		if rec.Has&(1<<FieldGPUHostBound) != 0 {
+			t.addHostSpan(st, rec.Values[FieldGPU])
+			h &^= 1 << FieldGPU
+		} else {
+			st.GPU.Steps++
 		}
 	}
+	tp := &t.timers[path]
+	for ; h != 0; h &= h - 1 {
+		i := bits.TrailingZeros32(h)
+		tp[i].add(rec.Values[i])
+	}
+}
+
+// addGPU counts a kept GPU line (gpu_us written after its step) on the
+// path of the step before it.
+func (t *stepTally) addGPU(st *StepStats, rec *StepRecord) {
+	if rec.Has&(1<<FieldGPUHostBound) != 0 {
+		t.addHostSpan(st, rec.Values[FieldGPU])
+		return
+	}
+	t.timers[t.lastPath][FieldGPU].add(rec.Values[FieldGPU])
+	st.GPU.Late++
+}
+
+// addHostSpan keeps a host-bound GPU span apart: an upper bound, not GPU
+// time.
+func (t *stepTally) addHostSpan(st *StepStats, us float64) {
+	t.hostSpans.add(us)
+	st.GPU.HostBound++
+}
+
+// finish writes the tallied timers, over both paths and per path, and the
+// host-bound spans' median into st.
+func (t *stepTally) finish(st *StepStats) {
 	st.Timers = make(map[string]Quantiles)
 	for i := range NumTimers {
 		var cs []*counter
 		for p := range numPaths {
-			if timers[p][i].n > 0 {
-				cs = append(cs, &timers[p][i])
+			if t.timers[p][i].n > 0 {
+				cs = append(cs, &t.timers[p][i])
 			}
 		}
 		if len(cs) > 0 {
@@ -274,13 +291,13 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 		}
 	}
 	for p := range numPaths {
-		if nPath[p] == 0 && timers[p][FieldGPU].n == 0 {
+		if t.nPath[p] == 0 && t.timers[p][FieldGPU].n == 0 {
 			continue
 		}
-		ps := PathStats{NSteps: nPath[p], Timers: map[string]Quantiles{}}
+		ps := PathStats{NSteps: t.nPath[p], Timers: map[string]Quantiles{}}
 		for i := range NumTimers {
-			if timers[p][i].n > 0 {
-				ps.Timers[TimerNames[i]] = timers[p][i].quantiles()
+			if t.timers[p][i].n > 0 {
+				ps.Timers[TimerNames[i]] = t.timers[p][i].quantiles()
 			}
 		}
 		if st.Paths == nil {
@@ -288,11 +305,51 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 		}
 		st.Paths[pathNames[p]] = ps
 	}
-	if hostSpans.n > 0 {
-		st.GPU.HostBoundSpanP50 = hostSpans.quantiles().P50
+	if t.hostSpans.n > 0 {
+		st.GPU.HostBoundSpanP50 = t.hostSpans.quantiles().P50
 	}
-	statuses.finish(&st)
-	return st, nil
+}
+
+// stepCopy writes the kept records to SummarizeSteps' w as JSONL lines;
+// without a w it writes nothing.
+type stepCopy struct {
+	bw  *bufio.Writer
+	buf []byte // a binary record's text form
+}
+
+func newStepCopy(w io.Writer) stepCopy {
+	if w == nil {
+		return stepCopy{}
+	}
+	return stepCopy{bw: bufio.NewWriterSize(w, 1<<16)}
+}
+
+// write copies a kept line or record: a text line verbatim, a binary
+// record (rec) in its JSONL form.
+func (c *stepCopy) write(kind int, line []byte, rec *StepRecord) error {
+	if c.bw == nil {
+		return nil
+	}
+	if kind != kindText {
+		c.buf = AppendStepJSON(c.buf[:0], rec)
+		line = c.buf
+	}
+	c.bw.Write(line)
+	return c.failed(c.bw.WriteByte('\n'))
+}
+
+func (c *stepCopy) flush() error {
+	if c.bw == nil {
+		return nil
+	}
+	return c.failed(c.bw.Flush())
+}
+
+func (c *stepCopy) failed(err error) error {
+	if err != nil {
+		return fmt.Errorf("copy of step lines: %w", err)
+	}
+	return nil
 }
 
 func (st *StepStats) malformed(lineNo int64, err error) {

@@ -98,20 +98,26 @@ type statusSet struct {
 	dropped int64
 }
 
-func (s *statusSet) add(es EngineStatus) {
+// addLine keeps line if it is a status line, and says whether it was.
+func (s *statusSet) addLine(line []byte) bool {
+	es, ok := parseStatus(line)
+	if !ok {
+		return false
+	}
 	if s.byPID == nil {
 		s.byPID = map[int64]int{}
 	}
 	if i, ok := s.byPID[es.PID]; ok {
 		s.engines[i] = es
-		return
+		return true
 	}
 	if len(s.engines) >= maxEngines {
 		s.dropped++
-		return
+		return true
 	}
 	s.byPID[es.PID] = len(s.engines)
 	s.engines = append(s.engines, es)
+	return true
 }
 
 // finish fills the status-derived fields of st.

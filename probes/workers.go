@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -137,14 +138,12 @@ func MergeWorkerTimings(ctx context.Context, main io.Reader, workers []io.Reader
 			line = text
 		}
 		if perr := ParseStepLine(line, &rec); tooLong || perr != nil {
-			switch {
-			case !tooLong && errors.Is(perr, errNoStepDuration):
-				// A status or GPU line: not a step, passed through.
-			case len(bytes.TrimSpace(line)) > 0:
-				st.MainMalformed++
+			// A status or GPU line is not a step: passed through uncounted.
+			if tooLong || !errors.Is(perr, errNoStepDuration) {
 				st.Steps++
-			default:
-				st.Steps++
+				if len(bytes.TrimSpace(line)) > 0 {
+					st.MainMalformed++
+				}
 			}
 			bw.Write(line)
 			bw.WriteByte('\n')
@@ -152,37 +151,17 @@ func MergeWorkerTimings(ctx context.Context, main io.Reader, workers []io.Reader
 		}
 		start := rec.TsUs - int64(rec.Values[FieldStepDuration])
 		_, has := rec.Get(FieldGetFinished)
-		clear(sums)
-		n := int64(0)
-		for _, ws := range streams {
-			for {
-				ok, err := ws.peek(&st)
-				if err != nil {
-					return st, err
-				}
-				if !ok || ws.ts > rec.TsUs {
-					break
-				}
-				if ws.ts > start {
-					sums[ws.pid] += ws.gf
-					n++
-				} else {
-					st.WorkerUnmatched++
-				}
-				ws.peeked = false
-			}
+		n, mx, err := gatherWorkers(streams, start, rec.TsUs, sums, &st)
+		if err != nil {
+			return st, err
 		}
 		end := bytes.LastIndexByte(line, '}')
 		st.Steps++
-		if has || len(sums) == 0 || end < 0 {
+		if has || n == 0 || end < 0 {
 			st.WorkerUnmatched += n
 			bw.Write(line)
 			bw.WriteByte('\n')
 			continue
-		}
-		mx := 0.0
-		for _, v := range sums {
-			mx = max(mx, v)
 		}
 		st.Merged++
 		st.WorkerMerged += n
@@ -192,21 +171,42 @@ func MergeWorkerTimings(ctx context.Context, main io.Reader, workers []io.Reader
 		bw.Write(num)
 		bw.WriteString("}\n")
 	}
-	for _, ws := range streams { // after the last step line
-		for {
-			ok, err := ws.peek(&st)
-			if err != nil {
-				return st, err
-			}
-			if !ok {
-				break
-			}
-			st.WorkerUnmatched++
-			ws.peeked = false
-		}
+	// After the last step line every worker line is in no step.
+	if _, _, err := gatherWorkers(streams, math.MaxInt64, math.MaxInt64, nil, &st); err != nil {
+		return st, err
 	}
 	if err := bw.Flush(); err != nil {
 		return st, fmt.Errorf("merged step log: %w", err)
 	}
 	return st, nil
+}
+
+// gatherWorkers consumes the worker lines with ts_us ≤ to. Of those with
+// ts_us > from it returns the count and the largest sum of get_finished_us
+// of one pid (the slowest worker); the others are counted unmatched. sums
+// is its scratch space.
+func gatherWorkers(streams []*workerStream, from, to int64, sums map[float64]float64, st *MergeStats) (n int64, slowest float64, err error) {
+	clear(sums)
+	for _, ws := range streams {
+		for {
+			ok, err := ws.peek(st)
+			if err != nil {
+				return n, 0, err
+			}
+			if !ok || ws.ts > to {
+				break
+			}
+			if ws.ts > from {
+				sums[ws.pid] += ws.gf
+				n++
+			} else {
+				st.WorkerUnmatched++
+			}
+			ws.peeked = false
+		}
+	}
+	for _, v := range sums {
+		slowest = max(slowest, v)
+	}
+	return n, slowest, nil
 }

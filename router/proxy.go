@@ -137,26 +137,9 @@ const (
 // handleCompletion routes one request to a routed endpoint.
 func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endpoint string) {
 	start := time.Now()
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBody))
+	body, fields, prompt, err := readRouted(w, req, endpoint)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		http.Error(w, "router: body is not a JSON object: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	var prompt []int64
-	if endpoint == endpointChat {
-		prompt, err = chatTokens(fields["messages"])
-		err = prefixErr("messages", err)
-	} else {
-		prompt, err = promptTokens(fields["prompt"])
-		err = prefixErr("prompt", err)
-	}
-	if err != nil {
-		http.Error(w, "router: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	if err := s.bootstrapReady(); err != nil { // as vLLM's Mooncake proxy, 503 until every producer is known
@@ -176,22 +159,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endp
 		return
 	}
 	if d.Prefill != d.Decode {
-		params, status, err := s.nixlPrefill(ctx, s.r.URL(d.Prefill)+endpoint, req.Header, fields)
-		s.r.PrefillDone(d)
-		e.PrefillMs, e.PrefillStatus = msSince(start), status
-		if err != nil {
-			e.Status, e.Error = status, err.Error()
-			http.Error(w, err.Error(), status)
-			return
-		}
-		if params == nil { // no KV sent: the decode computes the prompt, as the toy proxy's does
-			e.Recompute = true
-			s.noteRecompute(d.Prefill)
-		} else {
-			fields["kv_transfer_params"] = params
-		}
-		if body, err = json.Marshal(fields); err != nil {
-			e.Status, e.Error = http.StatusInternalServerError, err.Error()
+		if body, err = s.prefillNixl(ctx, req, d, e, endpoint, fields, start); err != nil {
 			http.Error(w, err.Error(), e.Status)
 			return
 		}
@@ -216,6 +184,52 @@ func (s *Server) handleCompletion(w http.ResponseWriter, req *http.Request, endp
 		return
 	}
 	e.EngineCachedTokens = tail.cachedTokens()
+}
+
+// readRouted reads a routed request's body: its fields and the tokens of
+// its prompt (or its chat's messages).
+func readRouted(w http.ResponseWriter, req *http.Request, endpoint string) (body []byte, fields map[string]json.RawMessage, prompt []int64, err error) {
+	if body, err = io.ReadAll(http.MaxBytesReader(w, req.Body, maxBody)); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, nil, nil, fmt.Errorf("router: body is not a JSON object: %w", err)
+	}
+	if endpoint == endpointChat {
+		prompt, err = chatTokens(fields["messages"])
+		err = prefixErr("messages", err)
+	} else {
+		prompt, err = promptTokens(fields["prompt"])
+		err = prefixErr("prompt", err)
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("router: %w", err)
+	}
+	return body, fields, prompt, nil
+}
+
+// prefillNixl runs the prefill leg of a NIXL-disaggregated request and
+// returns the decode leg's body: fields with the prefill's
+// kv_transfer_params. On error e holds the status to answer.
+func (s *Server) prefillNixl(ctx context.Context, req *http.Request, d *Decision, e *Entry, endpoint string, fields map[string]json.RawMessage, start time.Time) ([]byte, error) {
+	params, status, err := s.nixlPrefill(ctx, s.r.URL(d.Prefill)+endpoint, req.Header, fields)
+	s.r.PrefillDone(d)
+	e.PrefillMs, e.PrefillStatus = msSince(start), status
+	if err != nil {
+		e.Status, e.Error = status, err.Error()
+		return nil, err
+	}
+	if params == nil { // no KV sent: the decode computes the prompt, as the toy proxy's does
+		e.Recompute = true
+		s.noteRecompute(d.Prefill)
+	} else {
+		fields["kv_transfer_params"] = params
+	}
+	body, err := json.Marshal(fields)
+	if err != nil {
+		e.Status, e.Error = http.StatusInternalServerError, err.Error()
+	}
+	return body, err
 }
 
 // readCloser reads from one reader and closes another.

@@ -227,6 +227,15 @@ func (c Config) Validate() error {
 	if err := validFault(c.Fault); err != nil {
 		return err
 	}
+	if err := c.validKV(); err != nil {
+		return err
+	}
+	return c.validConnector()
+}
+
+// validKV checks the disaggregated-serving fields: the KV role and the KV
+// connector's protocol.
+func (c Config) validKV() error {
 	switch c.KVRole {
 	case KVRoleNone, KVRoleProducer, KVRoleConsumer, KVRoleBoth:
 	default:
@@ -247,6 +256,11 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("kv-connector: unknown %q, want %s or %s", c.KVConnector, KVConnectorNixl, KVConnectorMooncake)
 	}
+	return nil
+}
+
+// validConnector checks the connector overhead model (its cost per step).
+func (c Config) validConnector() error {
 	switch c.Connector {
 	case ConnectorNone:
 		if c.ConnectorUs > 0 || c.WalkNsPerBlock > 0 {

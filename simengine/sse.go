@@ -31,50 +31,12 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 	if e.injectFault(w, r, fault) {
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			badRequest("request body exceeds %d bytes", maxBodyBytes).write(w)
-			return
-		}
-		badRequest("reading the request body: %v", err).write(w)
-		return
-	}
-	req, err := decode(body)
-	if err != nil {
-		var ae *apiError
-		if !errors.As(err, &ae) {
-			ae = badRequest("%v", err)
-		}
+	req, ae := e.admit(w, r, decode)
+	if ae != nil {
 		ae.write(w)
 		return
 	}
-	if req.Model != "" && req.Model != e.cfg.Model {
-		(&apiError{status: http.StatusNotFound, typ: "NotFoundError",
-			msg: fmt.Sprintf("The model `%s` does not exist.", req.Model)}).write(w)
-		return
-	}
-	p, maxLen := len(req.Prompt), e.cfg.MaxModelLen
-	if req.MaxTokens == 0 && p < maxLen { // chat without max_tokens: vLLM's default, the rest of the context
-		req.MaxTokens = maxLen - p
-		req.MinTokens = min(req.MinTokens, req.MaxTokens)
-	}
-	if p >= maxLen {
-		badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
-			"Please reduce the length of the input messages.", maxLen, p).write(w)
-		return
-	}
-	if p+req.MaxTokens > maxLen {
-		badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens "+
-			"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			maxLen, p+req.MaxTokens, p, req.MaxTokens).write(w)
-		return
-	}
-	if req.KVTransfer, err = decodeKVTransfer(req.kvRaw, e.cfg.KVRole, e.cfg.KVConnector); err != nil {
-		err.(*apiError).write(w)
-		return
-	}
+	p := len(req.Prompt)
 	if kt := req.KVTransfer; kt != nil && e.moon != nil && kt.TransferID != nil {
 		req.xferKey = *kt.TransferID // the legs pair by it (mooncake.go)
 	}
@@ -110,6 +72,51 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 	} else {
 		e.wholeResponse(w, r, s, rs)
 	}
+}
+
+// admit reads a generation request and checks it as vLLM's API server
+// does: its body, its model, its length against the context and its KV
+// transfer parameters (max_tokens defaults to the rest of the context). It
+// returns the error to answer, if any.
+func (e *Engine) admit(w http.ResponseWriter, r *http.Request, decode func([]byte) (*completionRequest, error)) (*completionRequest, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, badRequest("request body exceeds %d bytes", maxBodyBytes)
+		}
+		return nil, badRequest("reading the request body: %v", err)
+	}
+	req, err := decode(body)
+	if err != nil {
+		var ae *apiError
+		if !errors.As(err, &ae) {
+			ae = badRequest("%v", err)
+		}
+		return nil, ae
+	}
+	if req.Model != "" && req.Model != e.cfg.Model {
+		return nil, &apiError{status: http.StatusNotFound, typ: "NotFoundError",
+			msg: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
+	}
+	p, maxLen := len(req.Prompt), e.cfg.MaxModelLen
+	if req.MaxTokens == 0 && p < maxLen { // chat without max_tokens: vLLM's default, the rest of the context
+		req.MaxTokens = maxLen - p
+		req.MinTokens = min(req.MinTokens, req.MaxTokens)
+	}
+	if p >= maxLen {
+		return nil, badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
+			"Please reduce the length of the input messages.", maxLen, p)
+	}
+	if p+req.MaxTokens > maxLen {
+		return nil, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens "+
+			"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			maxLen, p+req.MaxTokens, p, req.MaxTokens)
+	}
+	if req.KVTransfer, err = decodeKVTransfer(req.kvRaw, e.cfg.KVRole, e.cfg.KVConnector); err != nil {
+		return nil, err.(*apiError)
+	}
+	return req, nil
 }
 
 // submit queues a request for the step loop.

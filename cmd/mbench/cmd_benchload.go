@@ -110,18 +110,9 @@ func benchLoadAction(c *cli.Context) error {
 		}
 	}
 	tgt := openloop.PrecisionTarget{URL: p.URL, Reset: p.Reset, Entries: p.Entries, CPU: p.CPUSeconds, Output: tokens}
-	clients := []benchClient{{name: "mbench", measure: func(ctx context.Context, tgt openloop.PrecisionTarget, rate float64, dur time.Duration, _ int) (openloop.PrecisionRow, error) {
-		return openloop.MeasurePrecisionAgainst(ctx, tgt, rate, dur)
-	}}}
-	if cmd := strings.Fields(c.String("compare")); len(cmd) > 0 {
-		ext := externalClient{argv: cmd, cpus: clientCPUs}
-		only := rates
-		if v := c.String("compare-rates"); v != "" {
-			if only, err = parseRates("bench-load", "--compare-rates", v); err != nil {
-				return err
-			}
-		}
-		clients = append(clients, benchClient{name: c.String("compare-name"), measure: ext.measure, rates: only})
+	clients, err := benchClients(c, rates, clientCPUs)
+	if err != nil {
+		return err
 	}
 	w := c.App.Writer
 	if format == "json" { // stdout carries the JSON alone; the table goes to stderr as the runs end
@@ -131,6 +122,40 @@ func benchLoadAction(c *cli.Context) error {
 		tokens, opts.FirstToken, opts.Gap, openloop.PrecisionInput, c.Duration("duration"))
 	fmt.Fprintf(w, "cores: client %s, stub %s (%d CPUs online, GOMAXPROCS %d)\n", cpusWords(clientCPUs), cpusWords(stubCPUs), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	openloop.WritePrecisionHeader(w)
+	rows, err := runBench(c.Context, w, tgt, clients, rates, runs, c.Duration("duration"))
+	if err != nil {
+		return err
+	}
+	writeBenchSummary(w, rows, clients, rates, runs)
+	if format == "json" {
+		return json.NewEncoder(c.App.Writer).Encode(rows)
+	}
+	return nil
+}
+
+// benchClients are the load generators bench-load measures: mbench, and
+// the --compare command if one is given.
+func benchClients(c *cli.Context, rates []float64, clientCPUs []int) ([]benchClient, error) {
+	var err error
+	clients := []benchClient{{name: "mbench", measure: func(ctx context.Context, tgt openloop.PrecisionTarget, rate float64, dur time.Duration, _ int) (openloop.PrecisionRow, error) {
+		return openloop.MeasurePrecisionAgainst(ctx, tgt, rate, dur)
+	}}}
+	if cmd := strings.Fields(c.String("compare")); len(cmd) > 0 {
+		ext := externalClient{argv: cmd, cpus: clientCPUs}
+		only := rates
+		if v := c.String("compare-rates"); v != "" {
+			if only, err = parseRates("bench-load", "--compare-rates", v); err != nil {
+				return nil, err
+			}
+		}
+		clients = append(clients, benchClient{name: c.String("compare-name"), measure: ext.measure, rates: only})
+	}
+	return clients, nil
+}
+
+// runBench measures each client at each rate it runs at, runs times over,
+// and writes each row to w as it ends.
+func runBench(ctx context.Context, w io.Writer, tgt openloop.PrecisionTarget, clients []benchClient, rates []float64, runs int, dur time.Duration) ([]openloop.PrecisionRow, error) {
 	var rows []openloop.PrecisionRow
 	for run := range runs {
 		for _, rate := range rates {
@@ -138,9 +163,9 @@ func benchLoadAction(c *cli.Context) error {
 				if !cl.runsAt(rate) {
 					continue
 				}
-				row, err := cl.measure(c.Context, tgt, rate, c.Duration("duration"), run)
+				row, err := cl.measure(ctx, tgt, rate, dur, run)
 				if err != nil {
-					return fmt.Errorf("bench-load: %s: %w", cl.name, err)
+					return nil, fmt.Errorf("bench-load: %s: %w", cl.name, err)
 				}
 				row.Client = cl.name
 				openloop.WritePrecisionRow(w, row)
@@ -148,11 +173,7 @@ func benchLoadAction(c *cli.Context) error {
 			}
 		}
 	}
-	writeBenchSummary(w, rows, clients, rates, runs)
-	if format == "json" {
-		return json.NewEncoder(c.App.Writer).Encode(rows)
-	}
-	return nil
+	return rows, nil
 }
 
 // cpusWords names a pinning for the table's heading.

@@ -37,84 +37,96 @@ func routerCommand() *cli.Command {
 			&cli.StringFlag{Name: "bootstrap-ports", Usage: "mooncake: the bootstrap port (VLLM_MOONCAKE_BOOTSTRAP_PORT) of each instance prefills may run on — the --prefill producers, else every target — comma-separated in their order (default 8998 each; a matrix passes {{.BootstrapPorts}})"},
 			&cli.StringFlag{Name: "log", Usage: "append every routing decision to this JSONL file"},
 		},
-		Action: func(c *cli.Context) error {
-			if c.NArg() == 0 {
-				return usageError{errors.New("router: give at least one target URL")}
-			}
-			targets, err := httpURLs(c.Args().Slice())
-			if err != nil {
-				return err
-			}
-			producers, err := httpURLs(c.StringSlice("prefill"))
-			if err != nil {
-				return err
-			}
-			pol, err := router.ParsePolicy(c.String("policy"))
-			if err != nil {
-				return usageError{fmt.Errorf("router: --%w", err)}
-			}
-			if c.Bool("offload") && len(producers) > 0 {
-				return usageError{errors.New("router: --offload and --prefill exclude each other (elastic offload is for combined instances)")}
-			}
-			bounds, err := intList(c.String("class-bounds"), 3)
-			if err != nil {
-				return usageError{fmt.Errorf("router: --class-bounds: %w", err)}
-			}
-			cacheBlocks, fromEngine := 0, c.String("cache-blocks") == "auto"
-			if !fromEngine {
-				if cacheBlocks, err = strconv.Atoi(c.String("cache-blocks")); err != nil || cacheBlocks < 0 {
-					return usageError{fmt.Errorf("router: --cache-blocks: %q is not a block count or auto", c.String("cache-blocks"))}
-				}
-			}
-			var load router.LoadSource // "": the policy's default
-			if v := c.String("load"); v != "" {
-				if load, err = router.ParseLoadSource(v); err != nil {
-					return usageError{fmt.Errorf("router: --%w", err)}
-				}
-			}
-			r, err := router.New(targets, producers, router.Options{Policy: pol, Alpha: c.Float64("alpha"),
-				OverrideFactor: c.Float64("override-factor"), BlockTokens: c.Int("block-tokens"),
-				CacheBlocks: cacheBlocks, CacheFromEngine: fromEngine, Load: load, Offload: c.Bool("offload"),
-				HeavyTokens: c.Int("heavy-threshold"), MaxOffload: c.Int("max-offload"),
-				Classes: [3]int(bounds)})
-			if err != nil {
-				return usageError{fmt.Errorf("router: %w", err)}
-			}
-			proto, err := router.ParseProtocol(c.String("kv-protocol"))
-			if err != nil {
-				return usageError{fmt.Errorf("router: --%w", err)}
-			}
-			var ports []int
-			if v := c.String("bootstrap-ports"); v != "" {
-				if ports, err = intList(v, 0); err != nil {
-					return usageError{fmt.Errorf("router: --bootstrap-ports: %w", err)}
-				}
-			}
-			var log *router.Log
-			if p := c.String("log"); p != "" {
-				f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-				if err != nil {
-					return fmt.Errorf("router: --log: %w", err)
-				}
-				defer f.Close()
-				log = router.NewLog(f)
-			} else {
-				log = router.NewLog(nil)
-			}
-			ln, err := net.Listen("tcp", c.String("addr"))
-			if err != nil {
-				return fmt.Errorf("router: listen on %s: %w", c.String("addr"), err)
-			}
-			srv, err := router.NewServer(r, log, router.ServerOptions{Protocol: proto, BootstrapPorts: ports, Messages: c.App.ErrWriter})
-			if err != nil {
-				ln.Close()
-				return usageError{fmt.Errorf("router: %w", err)}
-			}
-			fmt.Fprintf(c.App.ErrWriter, "router: %s → %d targets, %d producers, policy %s, kv protocol %s\n", ln.Addr(), len(targets), len(producers), pol, proto)
-			return srv.Serve(c.Context, ln)
-		},
+		Action: routerAction,
 	}
+}
 
+// routerAction serves the router until c's context ends.
+func routerAction(c *cli.Context) error {
+	if c.NArg() == 0 {
+		return usageError{errors.New("router: give at least one target URL")}
+	}
+	targets, err := httpURLs(c.Args().Slice())
+	if err != nil {
+		return err
+	}
+	producers, err := httpURLs(c.StringSlice("prefill"))
+	if err != nil {
+		return err
+	}
+	r, pol, err := newRouter(c, targets, producers)
+	if err != nil {
+		return err
+	}
+	proto, err := router.ParseProtocol(c.String("kv-protocol"))
+	if err != nil {
+		return usageError{fmt.Errorf("router: --%w", err)}
+	}
+	var ports []int
+	if v := c.String("bootstrap-ports"); v != "" {
+		if ports, err = intList(v, 0); err != nil {
+			return usageError{fmt.Errorf("router: --bootstrap-ports: %w", err)}
+		}
+	}
+	var log *router.Log
+	if p := c.String("log"); p != "" {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("router: --log: %w", err)
+		}
+		defer f.Close()
+		log = router.NewLog(f)
+	} else {
+		log = router.NewLog(nil)
+	}
+	ln, err := net.Listen("tcp", c.String("addr"))
+	if err != nil {
+		return fmt.Errorf("router: listen on %s: %w", c.String("addr"), err)
+	}
+	srv, err := router.NewServer(r, log, router.ServerOptions{Protocol: proto, BootstrapPorts: ports, Messages: c.App.ErrWriter})
+	if err != nil {
+		ln.Close()
+		return usageError{fmt.Errorf("router: %w", err)}
+	}
+	fmt.Fprintf(c.App.ErrWriter, "router: %s → %d targets, %d producers, policy %s, kv protocol %s\n", ln.Addr(), len(targets), len(producers), pol, proto)
+	return srv.Serve(c.Context, ln)
+}
+
+// newRouter makes the router the command's flags describe, and returns
+// its policy.
+func newRouter(c *cli.Context, targets, producers []string) (*router.Router, router.Policy, error) {
+	pol, err := router.ParsePolicy(c.String("policy"))
+	if err != nil {
+		return nil, "", usageError{fmt.Errorf("router: --%w", err)}
+	}
+	if c.Bool("offload") && len(producers) > 0 {
+		return nil, "", usageError{errors.New("router: --offload and --prefill exclude each other (elastic offload is for combined instances)")}
+	}
+	bounds, err := intList(c.String("class-bounds"), 3)
+	if err != nil {
+		return nil, "", usageError{fmt.Errorf("router: --class-bounds: %w", err)}
+	}
+	cacheBlocks, fromEngine := 0, c.String("cache-blocks") == "auto"
+	if !fromEngine {
+		if cacheBlocks, err = strconv.Atoi(c.String("cache-blocks")); err != nil || cacheBlocks < 0 {
+			return nil, "", usageError{fmt.Errorf("router: --cache-blocks: %q is not a block count or auto", c.String("cache-blocks"))}
+		}
+	}
+	var load router.LoadSource // "": the policy's default
+	if v := c.String("load"); v != "" {
+		if load, err = router.ParseLoadSource(v); err != nil {
+			return nil, "", usageError{fmt.Errorf("router: --%w", err)}
+		}
+	}
+	r, err := router.New(targets, producers, router.Options{Policy: pol, Alpha: c.Float64("alpha"),
+		OverrideFactor: c.Float64("override-factor"), BlockTokens: c.Int("block-tokens"),
+		CacheBlocks: cacheBlocks, CacheFromEngine: fromEngine, Load: load, Offload: c.Bool("offload"),
+		HeavyTokens: c.Int("heavy-threshold"), MaxOffload: c.Int("max-offload"),
+		Classes: [3]int(bounds)})
+	if err != nil {
+		return nil, "", usageError{fmt.Errorf("router: %w", err)}
+	}
+	return r, pol, nil
 }
 
 // intList parses a comma-separated list of n positive integers (n = 0: any

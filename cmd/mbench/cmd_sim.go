@@ -55,48 +55,56 @@ func simCommand() *cli.Command {
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usageError{fmt.Errorf("sim: unexpected argument %q (all settings are flags)", c.Args().First())}
-			}
-			cfg := simengine.Config{
-				Addr: c.String("addr"), Model: c.String("model"), StepLog: c.String("step-log"),
-				StepBaseUs: explicit(c.Float64("step-base-us")), PrefillTokenUs: explicit(c.Float64("prefill-token-us")),
-				DecodeSeqUs: explicit(c.Float64("decode-seq-us")), TokenBudget: c.Int("token-budget"),
-				MaxSeqs: c.Int("max-seqs"), KVBlocks: c.Int("kv-blocks"), BlockSize: c.Int("block-size"),
-				MaxModelLen: c.Int("max-model-len"), Connector: c.String("connector"),
-				ConnectorUs: c.Float64("connector-us"), WalkNsPerBlock: c.Float64("walk-ns-per-block"),
-				Async: c.Bool("async"), Noise: c.Float64("noise"), Jitter: explicit(c.Float64("jitter")),
-				ColdSteps: c.Int("cold-steps"), ColdFactor: c.Float64("cold-factor"),
-				CrashAfterSteps: c.Int("crash-after-steps"), Fault: c.String("fault"), FaultEvery: c.Int("fault-every"), Seed: c.Int64("seed"),
-				APIKey:          c.String("api-key"),
-				DriftPerRequest: c.Float64("drift-per-request"), KVRole: c.String("kv-role"),
-				KVTransferUsPerToken: c.Float64("kv-transfer-us-per-token"),
-				KVConnector:          c.String("kv-connector"), MooncakeAbortTimeout: c.Duration("mooncake-abort-timeout"),
-				MooncakeRegisterDelay: c.Duration("mooncake-register-delay"),
-			}
-			if cfg.KVConnector == simengine.KVConnectorMooncake {
-				host, _, err := net.SplitHostPort(cfg.Addr)
-				if err != nil {
-					return usageError{fmt.Errorf("sim: --addr: %w", err)}
-				}
-				cfg.BootstrapAddr = net.JoinHostPort(host, strconv.Itoa(c.Int("bootstrap-port")))
-			}
-			// A zero Config field means "default"; on the command line 0 is a mistake.
-			for _, f := range []string{"token-budget", "max-seqs", "kv-blocks", "block-size"} {
-				if c.IsSet(f) && c.Int(f) == 0 {
-					return usageError{fmt.Errorf("sim: --%s: 0 is invalid, want an integer >= 1", f)}
-				}
-			}
-			if c.IsSet("cold-factor") && c.Float64("cold-factor") == 0 {
-				return usageError{fmt.Errorf("sim: --cold-factor: 0 is invalid, want a number > 0")}
-			}
-			if err := cfg.Validate(); err != nil {
-				return usageError{fmt.Errorf("sim: --%w", err)}
+			cfg, err := simConfig(c)
+			if err != nil {
+				return err
 			}
 			return simengine.ListenAndServe(c.Context, cfg, c.App.Writer)
 		},
 	}
+}
 
+// simConfig is the engine the command's flags describe, checked.
+func simConfig(c *cli.Context) (simengine.Config, error) {
+	if c.NArg() > 0 {
+		return simengine.Config{}, usageError{fmt.Errorf("sim: unexpected argument %q (all settings are flags)", c.Args().First())}
+	}
+	cfg := simengine.Config{
+		Addr: c.String("addr"), Model: c.String("model"), StepLog: c.String("step-log"),
+		StepBaseUs: explicit(c.Float64("step-base-us")), PrefillTokenUs: explicit(c.Float64("prefill-token-us")),
+		DecodeSeqUs: explicit(c.Float64("decode-seq-us")), TokenBudget: c.Int("token-budget"),
+		MaxSeqs: c.Int("max-seqs"), KVBlocks: c.Int("kv-blocks"), BlockSize: c.Int("block-size"),
+		MaxModelLen: c.Int("max-model-len"), Connector: c.String("connector"),
+		ConnectorUs: c.Float64("connector-us"), WalkNsPerBlock: c.Float64("walk-ns-per-block"),
+		Async: c.Bool("async"), Noise: c.Float64("noise"), Jitter: explicit(c.Float64("jitter")),
+		ColdSteps: c.Int("cold-steps"), ColdFactor: c.Float64("cold-factor"),
+		CrashAfterSteps: c.Int("crash-after-steps"), Fault: c.String("fault"), FaultEvery: c.Int("fault-every"), Seed: c.Int64("seed"),
+		APIKey:          c.String("api-key"),
+		DriftPerRequest: c.Float64("drift-per-request"), KVRole: c.String("kv-role"),
+		KVTransferUsPerToken: c.Float64("kv-transfer-us-per-token"),
+		KVConnector:          c.String("kv-connector"), MooncakeAbortTimeout: c.Duration("mooncake-abort-timeout"),
+		MooncakeRegisterDelay: c.Duration("mooncake-register-delay"),
+	}
+	if cfg.KVConnector == simengine.KVConnectorMooncake {
+		host, _, err := net.SplitHostPort(cfg.Addr)
+		if err != nil {
+			return simengine.Config{}, usageError{fmt.Errorf("sim: --addr: %w", err)}
+		}
+		cfg.BootstrapAddr = net.JoinHostPort(host, strconv.Itoa(c.Int("bootstrap-port")))
+	}
+	// A zero Config field means "default"; on the command line 0 is a mistake.
+	for _, f := range []string{"token-budget", "max-seqs", "kv-blocks", "block-size"} {
+		if c.IsSet(f) && c.Int(f) == 0 {
+			return simengine.Config{}, usageError{fmt.Errorf("sim: --%s: 0 is invalid, want an integer >= 1", f)}
+		}
+	}
+	if c.IsSet("cold-factor") && c.Float64("cold-factor") == 0 {
+		return simengine.Config{}, usageError{fmt.Errorf("sim: --cold-factor: 0 is invalid, want a number > 0")}
+	}
+	if err := cfg.Validate(); err != nil {
+		return simengine.Config{}, usageError{fmt.Errorf("sim: --%w", err)}
+	}
+	return cfg, nil
 }
 
 // envInt is the integer value of env var name, or def when it is unset or

@@ -133,56 +133,13 @@ func killTargets(ctx context.Context, ops procOps, targets []stopTarget, grace t
 	if len(targets) == 0 {
 		return nil, nil
 	}
-	now := time.Now()
-	end, ok := ctx.Deadline()
-	if !ok {
-		end = now.Add(max(grace, 0) + defaultKillWait)
-	}
-	reserve := min(killReserve, end.Sub(now)/2)
-	killAt := now.Add(max(grace, 0))
-	if last := end.Add(-reserve); killAt.After(last) {
-		killAt = last
-	}
-	var pgids []int
-	q := scanQuery{since: since(targets)}
+	killAt, end := stopSchedule(ctx, grace)
+	trees := newStopTrees(targets)
+	q := scanQuery{pgids: trees.pgids, since: since(targets)}
 	for _, t := range targets {
-		pgids = append(pgids, t.pgid)
 		if t.tag != "" {
 			q.tags = append(q.tags, t.tag)
 		}
-	}
-	q.pgids = pgids
-	// A process once seen in a tree stays in it while it lives (same pid and
-	// start time): a child of the leader is re-parented when the leader
-	// dies of the SIGTERM, and the parent pid no longer says whose it is.
-	known := map[int]map[int]string{}
-	left := func(s snapshot) map[int][]int {
-		out := map[int][]int{}
-		for _, t := range targets {
-			k := known[t.pgid]
-			if k == nil {
-				k = map[int]string{}
-				known[t.pgid] = k
-			}
-			for _, pid := range s.tree(t.pgid, t.tag) {
-				if _, ok := k[pid]; !ok {
-					k[pid] = s[pid].start
-				}
-			}
-			var m []int
-			for pid, start := range k {
-				if p, ok := s[pid]; ok && p.live() && p.start == start {
-					m = append(m, pid)
-				} else {
-					delete(k, pid)
-				}
-			}
-			if len(m) > 0 {
-				slices.Sort(m)
-				out[t.pgid] = m
-			}
-		}
-		return out
 	}
 	last := map[int][]int{} // survivors as last seen; before any scan, every target
 	for _, t := range targets {
@@ -190,91 +147,186 @@ func killTargets(ctx context.Context, ops procOps, targets []stopTarget, grace t
 	}
 	// A first scan, before any signal, sees each tree whole.
 	snap, err := ops.scan(ctx, q)
-	switch {
-	case err != nil && time.Now().Before(end):
-		return nil, err
-	case err != nil: // the deadline cut it: the signals still go out
-		snap = snapshot{}
-	case len(left(snap)) == 0:
+	if err != nil {
+		if time.Now().Before(end) {
+			return nil, err
+		}
+		snap = snapshot{} // the deadline cut it: the signals still go out
+	}
+	l := trees.left(snap)
+	if err == nil && len(l) == 0 {
 		return nil, nil
 	}
-	phaseSig, phaseEnd, wait, killed := syscall.SIGTERM, killAt, firstTick, false
-	begin := true          // the next scan opens a phase: it signals the groups and all found
-	sent := map[int]bool{} // processes sent this phase's signal
-	var found []int        // processes of the trees outside the groups, as the last scan saw them
-	for _, m := range left(snap) {
-		for _, pid := range m {
-			if !slices.Contains(pgids, snap[pid].pgrp) {
-				found = append(found, pid)
-			}
-		}
-	}
+	found := trees.outside(snap, l, nil) // as the last scan saw them
+	ph := killPhase{sig: syscall.SIGTERM, end: killAt, wait: firstTick, begin: true, sent: map[int]bool{}}
 	for {
-		q.sig, q.killGroups, q.killPids = 0, nil, nil
-		for _, p := range found {
-			if begin || !sent[p] {
-				q.killPids = append(q.killPids, p)
-			}
-		}
-		if begin {
-			q.killGroups = pgids
-		}
-		if begin || len(q.killPids) > 0 {
-			q.sig = phaseSig
-		}
-		// Scans end with the deadline, except one that sends SIGKILL: that
-		// must go out even when the deadline has passed.
-		sdl := end
-		if q.sig == syscall.SIGKILL {
-			sdl = later(end, time.Now().Add(time.Second))
-		}
-		sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), sdl)
-		snap, err := ops.scan(sctx, q)
-		cancel()
+		ph.signals(&q, trees.pgids, found)
+		snap, err := scanBefore(ctx, ops, q, end)
 		if err != nil {
 			switch {
 			case time.Now().Before(end):
 				return nil, err // a failure, not the deadline
-			case !killed: // the deadline cut a scan: send SIGKILL anyway
-				phaseSig, phaseEnd, killed, begin = syscall.SIGKILL, end, true, true
-				clear(sent)
+			case !ph.kill: // the deadline cut a scan: send SIGKILL anyway
+				ph.escalate(end)
 				continue
 			}
 			return last, nil // what the last scan saw
 		}
-		for _, p := range q.killPids {
-			sent[p] = true
-		}
-		begin = false
-		l := left(snap)
+		ph.signalled(q)
+		l := trees.left(snap)
 		last = l
 		if len(l) == 0 {
 			return nil, nil
 		}
-		found = found[:0] // the groups' members got the phase's signal with their group
-		for _, m := range l {
-			for _, pid := range m {
-				if !slices.Contains(pgids, snap[pid].pgrp) {
-					found = append(found, pid)
-				}
-			}
-		}
-		if !time.Now().Before(phaseEnd) || ctx.Err() != nil {
-			if killed {
+		// The groups' members got the phase's signal with their group.
+		found = trees.outside(snap, l, found[:0])
+		if !time.Now().Before(ph.end) || ctx.Err() != nil {
+			if ph.kill {
 				return l, nil
 			}
-			phaseSig, phaseEnd, wait, killed, begin = syscall.SIGKILL, end, firstTick, true, true
-			clear(sent)
+			ph.escalate(end)
 			continue
 		}
-		t := time.NewTimer(min(wait, time.Until(phaseEnd)))
+		t := time.NewTimer(min(ph.wait, time.Until(ph.end)))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 		}
-		wait = min(2*wait, maxTick)
+		ph.wait = min(2*ph.wait, maxTick)
 	}
+}
+
+// stopSchedule returns when a stop with this grace sends SIGKILL and when
+// it gives up: ctx's deadline, or defaultKillWait after the grace without
+// one. The grace is cut so that killReserve (at most half the time left)
+// remains for the SIGKILL.
+func stopSchedule(ctx context.Context, grace time.Duration) (killAt, end time.Time) {
+	now := time.Now()
+	end, ok := ctx.Deadline()
+	if !ok {
+		end = now.Add(max(grace, 0) + defaultKillWait)
+	}
+	reserve := min(killReserve, end.Sub(now)/2)
+	killAt = now.Add(max(grace, 0))
+	if last := end.Add(-reserve); killAt.After(last) {
+		killAt = last
+	}
+	return killAt, end
+}
+
+// scanBefore scans with end as its deadline, except a scan that sends
+// SIGKILL: that must go out even when the deadline has passed.
+func scanBefore(ctx context.Context, ops procOps, q scanQuery, end time.Time) (snapshot, error) {
+	if q.sig == syscall.SIGKILL {
+		end = later(end, time.Now().Add(time.Second))
+	}
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
+	defer cancel()
+	return ops.scan(sctx, q)
+}
+
+// killPhase is the state of one signal's phase of a stop.
+type killPhase struct {
+	sig   syscall.Signal
+	end   time.Time
+	wait  time.Duration // before the next scan
+	kill  bool          // the SIGKILL phase
+	begin bool          // the next scan opens the phase: it signals the groups and all found
+	sent  map[int]bool  // processes sent this phase's signal
+}
+
+// escalate opens the SIGKILL phase, which lasts until end.
+func (ph *killPhase) escalate(end time.Time) {
+	ph.sig, ph.end, ph.wait, ph.kill, ph.begin = syscall.SIGKILL, end, firstTick, true, true
+	clear(ph.sent)
+}
+
+// signals sets what q's scan sends: as the phase opens, its signal to the
+// groups and to every process found outside them; later, to the found
+// processes not yet sent it.
+func (ph *killPhase) signals(q *scanQuery, pgids, found []int) {
+	q.sig, q.killGroups, q.killPids = 0, nil, nil
+	for _, p := range found {
+		if ph.begin || !ph.sent[p] {
+			q.killPids = append(q.killPids, p)
+		}
+	}
+	if ph.begin {
+		q.killGroups = pgids
+	}
+	if ph.begin || len(q.killPids) > 0 {
+		q.sig = ph.sig
+	}
+}
+
+// signalled records that q's scan sent its signals.
+func (ph *killPhase) signalled(q scanQuery) {
+	for _, p := range q.killPids {
+		ph.sent[p] = true
+	}
+	ph.begin = false
+}
+
+// stopTrees follows the targets' trees from scan to scan. A process once
+// seen in a tree stays in it while it lives (same pid and start time): a
+// child of the leader is re-parented when the leader dies of the SIGTERM,
+// and the parent pid no longer says whose it is.
+type stopTrees struct {
+	targets []stopTarget
+	pgids   []int
+	known   map[int]map[int]string // by target pgid: pid → start time
+}
+
+func newStopTrees(targets []stopTarget) *stopTrees {
+	tr := &stopTrees{targets: targets, known: map[int]map[int]string{}}
+	for _, t := range targets {
+		tr.pgids = append(tr.pgids, t.pgid)
+	}
+	return tr
+}
+
+// left returns, by target pgid, the live processes of each tree in s
+// (sorted); a tree with none is absent.
+func (tr *stopTrees) left(s snapshot) map[int][]int {
+	out := map[int][]int{}
+	for _, t := range tr.targets {
+		k := tr.known[t.pgid]
+		if k == nil {
+			k = map[int]string{}
+			tr.known[t.pgid] = k
+		}
+		for _, pid := range s.tree(t.pgid, t.tag) {
+			if _, ok := k[pid]; !ok {
+				k[pid] = s[pid].start
+			}
+		}
+		var m []int
+		for pid, start := range k {
+			if p, ok := s[pid]; ok && p.live() && p.start == start {
+				m = append(m, pid)
+			} else {
+				delete(k, pid)
+			}
+		}
+		if len(m) > 0 {
+			slices.Sort(m)
+			out[t.pgid] = m
+		}
+	}
+	return out
+}
+
+// outside appends to found the processes of l outside the targets' groups.
+func (tr *stopTrees) outside(s snapshot, l map[int][]int, found []int) []int {
+	for _, m := range l {
+		for _, pid := range m {
+			if !slices.Contains(tr.pgids, s[pid].pgrp) {
+				found = append(found, pid)
+			}
+		}
+	}
+	return found
 }
 
 func later(a, b time.Time) time.Time {

@@ -247,22 +247,7 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 	for _, r := range v.shown {
 		pg.Comparisons = append(pg.Comparisons, htmlComparisonOf(r))
 	}
-	// Drawn as in plots/ and inline, as data: images: the page fetches nothing.
-	figure := func(id, caption string, p *plot.Plot) {
-		if p == nil {
-			return
-		}
-		png, err := plotBytes(p, "png")
-		if err != nil {
-			rd.warn("report.html: plot %s not drawn: %v", id, err)
-			return
-		}
-		pg.Figures = append(pg.Figures, htmlFigure{ID: id, Caption: caption,
-			Src: template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png))})
-	}
-	figure("forest", "Every comparison on the primary metric: the change with its CI, A/A controls beside in grey; a line at no change (plots/comparisons_forest.svg).", forestPlot(rd, a))
-	figure("request-ttft-cdf", "Each measured request's TTFT per config, from the runs that are results (plots/request_ttft_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, results.TTFT))
-	figure("request-tpot-cdf", "Each measured request's TPOT per config, from the runs that are results (plots/request_tpot_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, results.TPOT))
+	pg.Figures = htmlFigures(ctx, a, rd)
 	for _, r := range a.NoiseFloor {
 		pg.NoiseFloor = append(pg.NoiseFloor, htmlComparisonOf(r))
 	}
@@ -273,16 +258,7 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 	if s.Simulated {
 		pg.Banner = "SIMULATED ENGINE — numbers model an engine, not vLLM"
 	}
-	for _, m := range htmlCellMetrics {
-		if results.AnyCellHas(ordered, m.Key) {
-			pg.CellMetrics = append(pg.CellMetrics, m)
-		}
-	}
-	for _, m := range htmlRunMetrics {
-		if results.AnyCellHas(ordered, m.Key) {
-			pg.RunMetrics = append(pg.RunMetrics, m)
-		}
-	}
+	pg.CellMetrics, pg.RunMetrics = metricsPresent(ordered, htmlCellMetrics), metricsPresent(ordered, htmlRunMetrics)
 	data := htmlData{Simulated: s.Simulated, Confidence: s.Confidence, Configs: configsOf(ordered, s), StepCDFs: []htmlCDF{}, GPU: []htmlGPU{},
 		TTFT: []htmlPoint{}, TPOT: []htmlPoint{}, SameAs: map[string]string{}, Capacity: capacityData(v),
 		SLO: latencyLimits(v, rateMetrics[0].key), TPOTSLO: latencyLimits(v, rateMetrics[1].key)}
@@ -318,29 +294,9 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 		if cdf, ok := cellStepCDF(rd, c, i); ok {
 			data.StepCDFs = append(data.StepCDFs, cdf)
 		}
-		for _, r := range c.Runs {
-			rr := htmlRunRow{Cell: c.Info.ID, Config: c.Info.Config, Rate: fmtFloat(c.Info.Rate), Block: r.Ref.Block,
-				Verdict: string(r.Ref.Status), Reason: orDefault(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir, Timeline: timelineLink(c, r)}
-			for _, m := range pg.RunMetrics {
-				v, ok := r.Metrics[m.Key]
-				rr.Values = append(rr.Values, htmlRunValue(v, ok, m))
-			}
-			pg.Runs = append(pg.Runs, rr)
-			if r.Sum != nil && filepath.IsLocal(r.Ref.Dir) {
-				if g := runGPU(rd, c, r); len(g.Series) > 0 {
-					data.GPU = append(data.GPU, g)
-				} else {
-					bare = append(bare, fmt.Sprintf("%s b%d", c.Info.ID, r.Ref.Block))
-				}
-			}
-		}
+		bare = pg.addRuns(rd, c, &data, bare)
 	}
-	switch {
-	case len(bare) > 0 && len(data.GPU) == 0:
-		pg.GPUNote = fmt.Sprintf("No run has GPU samples (gpu.jsonl missing or empty in all %d runs): no GPU plots.", len(bare))
-	case len(bare) > 0:
-		pg.GPUNote = fmt.Sprintf("No GPU samples in %d runs: %s.", len(bare), strings.Join(bare, ", "))
-	}
+	pg.GPUNote = gpuNote(bare, len(data.GPU))
 	js, err := json.Marshal(data) // escapes <, > and &: safe inside <script>
 	if err != nil {
 		return nil, fmt.Errorf("export: report.html data: %w", err)
@@ -355,6 +311,73 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 		return nil, fmt.Errorf("export: report.html: %w", err)
 	}
 	return []byte(rd.redact(buf.String())), nil
+}
+
+// htmlFigures are the page's plots, drawn as in plots/ and inline as
+// data: images: the page fetches nothing.
+func htmlFigures(ctx context.Context, a *results.Analysis, rd renderer) []htmlFigure {
+	var figs []htmlFigure
+	figure := func(id, caption string, p *plot.Plot) {
+		if p == nil {
+			return
+		}
+		png, err := plotBytes(p, "png")
+		if err != nil {
+			rd.warn("report.html: plot %s not drawn: %v", id, err)
+			return
+		}
+		figs = append(figs, htmlFigure{ID: id, Caption: caption,
+			Src: template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png))})
+	}
+	figure("forest", "Every comparison on the primary metric: the change with its CI, A/A controls beside in grey; a line at no change (plots/comparisons_forest.svg).", forestPlot(rd, a))
+	figure("request-ttft-cdf", "Each measured request's TTFT per config, from the runs that are results (plots/request_ttft_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, results.TTFT))
+	figure("request-tpot-cdf", "Each measured request's TPOT per config, from the runs that are results (plots/request_tpot_cdf.svg).", requestCDFPlot(ctx, rd, &a.Sweep, a.Ordered, results.TPOT))
+	return figs
+}
+
+// metricsPresent are the metrics of ms that some cell of ordered has.
+func metricsPresent(ordered []*results.Cell, ms []htmlMetric) []htmlMetric {
+	var out []htmlMetric
+	for _, m := range ms {
+		if results.AnyCellHas(ordered, m.Key) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// addRuns adds the rows of cell c's runs and their GPU plots; it returns
+// bare with the runs that have no GPU samples appended.
+func (pg *htmlPage) addRuns(rd renderer, c *results.Cell, data *htmlData, bare []string) []string {
+	for _, r := range c.Runs {
+		rr := htmlRunRow{Cell: c.Info.ID, Config: c.Info.Config, Rate: fmtFloat(c.Info.Rate), Block: r.Ref.Block,
+			Verdict: string(r.Ref.Status), Reason: orDefault(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir, Timeline: timelineLink(c, r)}
+		for _, m := range pg.RunMetrics {
+			v, ok := r.Metrics[m.Key]
+			rr.Values = append(rr.Values, htmlRunValue(v, ok, m))
+		}
+		pg.Runs = append(pg.Runs, rr)
+		if r.Sum != nil && filepath.IsLocal(r.Ref.Dir) {
+			if g := runGPU(rd, c, r); len(g.Series) > 0 {
+				data.GPU = append(data.GPU, g)
+			} else {
+				bare = append(bare, fmt.Sprintf("%s b%d", c.Info.ID, r.Ref.Block))
+			}
+		}
+	}
+	return bare
+}
+
+// gpuNote names the runs without GPU samples (bare), where nGPU runs had
+// some.
+func gpuNote(bare []string, nGPU int) string {
+	switch {
+	case len(bare) > 0 && nGPU == 0:
+		return fmt.Sprintf("No run has GPU samples (gpu.jsonl missing or empty in all %d runs): no GPU plots.", len(bare))
+	case len(bare) > 0:
+		return fmt.Sprintf("No GPU samples in %d runs: %s.", len(bare), strings.Join(bare, ", "))
+	}
+	return ""
 }
 
 // ratePoint is cell c's metric key (a latency) on a plot against rate: its

@@ -178,68 +178,29 @@ var rateMetrics = []rateMetric{
 // values span more than 5×.
 func ratePlot(rd renderer, s *results.Sweep, ordered []*results.Cell, shape string, m rateMetric) *plot.Plot {
 	p := newPlot(rd, s, m.label+" vs rate ("+shape+")", "offered rate (req/s)", m.label+" (ms), mean ± CI")
-	minY, maxY := math.Inf(1), math.Inf(-1)
 	all := rateSeries(s, ordered, shape, m.key)
-	minMean, maxMean := math.Inf(1), math.Inf(-1)
-	for _, se := range all {
-		for _, xy := range se.pts.XYs {
-			minMean, maxMean = math.Min(minMean, xy.Y), math.Max(maxMean, xy.Y)
-		}
+	if len(all) == 0 {
+		p.Title.Text += " (no data)"
+		p.Legend.Top, p.Legend.Left = true, true
+		return p
 	}
-	// The axis follows the means; a CI wider than the axis is clipped at it
-	// (its numbers are in report.md), so one runaway cell cannot squash the
-	// rest.
-	clipped := false
-	if len(all) > 0 {
-		floor, ceil := minMean/10, maxMean*10
-		for _, se := range all {
-			for j, xy := range se.pts.XYs {
-				if xy.Y-se.pts.lo[j] < floor {
-					se.pts.lo[j], clipped = xy.Y-floor, clipped || xy.Y-se.pts.lo[j] < 0.1*xy.Y
-				}
-				if xy.Y+se.pts.hi[j] > ceil {
-					se.pts.hi[j], clipped = ceil-xy.Y, true
-				}
-				minY, maxY = math.Min(minY, xy.Y-se.pts.lo[j]), math.Max(maxY, xy.Y+se.pts.hi[j])
-			}
-		}
-	}
+	minY, maxY, clipped := clipCIs(all)
 	if clipped {
 		p.Title.Text += " (CI bars clipped)"
 	}
-	logY := len(all) > 0 && maxY/math.Max(minY, 1e-9) > 5
+	logY := maxY/math.Max(minY, 1e-9) > 5
+	// Headroom above the data for the legend, margins at the sides.
 	if logY {
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, logTicks{}
 		p.Y.Label.Text += " (log scale)"
+		p.Y.Min, p.Y.Max = math.Max(minY, 1e-9)/1.5, maxY*math.Pow(maxY/math.Max(minY, 1e-9), 0.45)
+	} else {
+		p.Y.Min, p.Y.Max = 0, maxY*1.6
 	}
-	if len(all) > 0 { // headroom above the data for the legend, margins at the sides
-		if logY {
-			p.Y.Min, p.Y.Max = math.Max(minY, 1e-9)/1.5, maxY*math.Pow(maxY/math.Max(minY, 1e-9), 0.45)
-		} else {
-			p.Y.Min, p.Y.Max = 0, maxY*1.6
-		}
-		lo, hi := math.Inf(1), math.Inf(-1)
-		for _, se := range all {
-			for _, xy := range se.pts.XYs {
-				lo, hi = math.Min(lo, xy.X), math.Max(hi, xy.X)
-			}
-		}
-		pad := math.Max((hi-lo)*0.05, 0.05*math.Max(hi, 1e-9))
-		p.X.Min, p.X.Max = lo-pad, hi+pad
-		// Dodge: shift each config a little so error bars at one rate do
-		// not hide each other.
-		step := pad / 4 / math.Max(1, float64(len(all)))
-		for i, se := range all {
-			off := (float64(i) - float64(len(all)-1)/2) * step
-			for j := range se.pts.XYs {
-				se.pts.XYs[j].X += off
-			}
-			for j := range se.sat {
-				se.sat[j].X += off
-			}
-		}
-	}
+	p.X.Min, p.X.Max = dodge(all)
+	saturated := false
 	for i, se := range all {
+		saturated = saturated || len(se.sat) > 0
 		if logY { // keep the bars' low ends above 0 on a log axis
 			for j := range se.pts.lo {
 				se.pts.lo[j] = math.Min(se.pts.lo[j], 0.9*se.pts.XYs[j].Y)
@@ -264,17 +225,62 @@ func ratePlot(rd renderer, s *results.Sweep, ordered []*results.Cell, shape stri
 			}
 		}
 	}
-	if len(all) == 0 {
-		p.Title.Text += " (no data)"
-	}
 	p.Legend.Top, p.Legend.Left = true, true
-	for _, se := range all {
-		if len(se.sat) > 0 { // the cross is explained only where one is drawn
-			p.Legend.Add("× saturated")
-			break
-		}
+	if saturated { // the cross is explained only where one is drawn
+		p.Legend.Add("× saturated")
 	}
 	return p
+}
+
+// clipCIs clips the CIs of all to the axis, which follows the means: a CI
+// wider than it is clipped at it (its numbers are in report.md), so one
+// runaway cell cannot squash the rest. It returns the range of the bars
+// and whether a bar was clipped enough to say so.
+func clipCIs(all []rateSeriesData) (minY, maxY float64, clipped bool) {
+	minMean, maxMean := math.Inf(1), math.Inf(-1)
+	for _, se := range all {
+		for _, xy := range se.pts.XYs {
+			minMean, maxMean = math.Min(minMean, xy.Y), math.Max(maxMean, xy.Y)
+		}
+	}
+	minY, maxY = math.Inf(1), math.Inf(-1)
+	floor, ceil := minMean/10, maxMean*10
+	for _, se := range all {
+		for j, xy := range se.pts.XYs {
+			if xy.Y-se.pts.lo[j] < floor {
+				se.pts.lo[j], clipped = xy.Y-floor, clipped || xy.Y-se.pts.lo[j] < 0.1*xy.Y
+			}
+			if xy.Y+se.pts.hi[j] > ceil {
+				se.pts.hi[j], clipped = ceil-xy.Y, true
+			}
+			minY, maxY = math.Min(minY, xy.Y-se.pts.lo[j]), math.Max(maxY, xy.Y+se.pts.hi[j])
+		}
+	}
+	return minY, maxY, clipped
+}
+
+// dodge shifts each config's points a little, so that error bars at one
+// rate do not hide each other, and returns the X axis's range: the rates
+// with a margin at each side.
+func dodge(all []rateSeriesData) (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, se := range all {
+		for _, xy := range se.pts.XYs {
+			lo, hi = math.Min(lo, xy.X), math.Max(hi, xy.X)
+		}
+	}
+	pad := math.Max((hi-lo)*0.05, 0.05*math.Max(hi, 1e-9))
+	step := pad / 4 / math.Max(1, float64(len(all)))
+	for i, se := range all {
+		off := (float64(i) - float64(len(all)-1)/2) * step
+		for j := range se.pts.XYs {
+			se.pts.XYs[j].X += off
+		}
+		for j := range se.sat {
+			se.sat[j].X += off
+		}
+	}
+	return lo - pad, hi + pad
 }
 
 // ratesOf is the distinct rates of the cells at shape.

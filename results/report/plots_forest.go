@@ -17,18 +17,7 @@ import (
 // (fewer than two blocks, a side with no usable run) is named but not
 // drawn. nil when there is no comparison.
 func forestPlot(rd renderer, a *results.Analysis) *plot.Plot {
-	var rows []results.ComparisonRow
-	var aa []bool
-	for _, set := range []struct {
-		rows []results.ComparisonRow
-		aa   bool
-	}{{a.Comparisons, false}, {a.NoiseFloor, true}} {
-		for _, r := range set.rows {
-			if r.Primary {
-				rows, aa = append(rows, r), append(aa, set.aa)
-			}
-		}
-	}
+	rows, aa := primaryRows(a)
 	if len(rows) == 0 {
 		return nil
 	}
@@ -99,6 +88,22 @@ func forestPlot(rd renderer, a *results.Analysis) *plot.Plot {
 	}
 	p.Legend.Top = true
 	return p
+}
+
+// primaryRows are the comparisons on the primary metric, then the A/A
+// controls' (aa[i] marks those).
+func primaryRows(a *results.Analysis) (rows []results.ComparisonRow, aa []bool) {
+	for _, set := range []struct {
+		rows []results.ComparisonRow
+		aa   bool
+	}{{a.Comparisons, false}, {a.NoiseFloor, true}} {
+		for _, r := range set.rows {
+			if r.Primary {
+				rows, aa = append(rows, r), append(aa, set.aa)
+			}
+		}
+	}
+	return rows, aa
 }
 
 // errXPoints are points with asymmetric X errors.

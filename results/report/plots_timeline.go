@@ -66,6 +66,21 @@ func timelinePlots(rd renderer, s *results.Sweep, c *results.Cell, r *results.Ru
 	if len(sent) == 0 {
 		title += " (no request was sent)"
 	}
+	top, firstMeasure := ttftTimeline(rd, s, title, sent, sec)
+	bottom := loadTimeline(rd, s, r.Ref.Dir, sent, sec, sec(firstMeasure))
+	lo, hi := min(top.X.Min, bottom.X.Min, 0), max(top.X.Max, bottom.X.Max, 1)
+	top.X.Min, top.X.Max, bottom.X.Min, bottom.X.Max = lo, hi, lo, hi
+	if top.Y.Min > top.Y.Max { // nothing on top
+		top.Y.Min, top.Y.Max = 0, 1
+	}
+	top.Y.Max += 0.3 * (top.Y.Max - top.Y.Min) // headroom for the legends
+	bottom.Y.Max = 1.4 * max(bottom.Y.Max, 1)
+	return []*plot.Plot{top, bottom}
+}
+
+// ttftTimeline is the top of a timeline: each sent request's TTFT at its
+// send, failed ones at their end. It returns the first measured send too.
+func ttftTimeline(rd renderer, s *results.Sweep, title string, sent []openloop.Record, sec func(int64) float64) (*plot.Plot, int64) {
 	top := newPlot(rd, s, title, "", "TTFT (ms)")
 	var ttft, failed plotter.XYs
 	var firstMeasure int64
@@ -92,7 +107,13 @@ func timelinePlots(rd renderer, s *results.Sweep, c *results.Cell, r *results.Ru
 		top.Legend.Add(fmt.Sprintf("failed (%d), at its end", len(failed)), sc)
 	}
 	top.Legend.Top = true
+	return top, firstMeasure
+}
 
+// loadTimeline is the bottom of a timeline: the requests in flight and the
+// engine's queue from the step log of run dir, whose first step is placed
+// at measureAt (s).
+func loadTimeline(rd renderer, s *results.Sweep, dir string, sent []openloop.Record, sec func(int64) float64, measureAt float64) *plot.Plot {
 	bottom := newPlot(rd, s, "", "time since the first send (s)", "requests")
 	bottom.Title.Text = ""
 	type ev struct {
@@ -121,11 +142,11 @@ func timelinePlots(rd renderer, s *results.Sweep, c *results.Cell, r *results.Ru
 	}
 	var queue plotter.XYs
 	var firstStep int64
-	if err := rd.logs.StepWaiting(r.Ref.Dir, func(tsUs int64, w float64) {
+	if err := rd.logs.StepWaiting(dir, func(tsUs int64, w float64) {
 		if firstStep == 0 {
 			firstStep = tsUs
 		}
-		queue = append(queue, plotter.XY{X: sec(firstMeasure) + float64(tsUs-firstStep)/1e6, Y: w})
+		queue = append(queue, plotter.XY{X: measureAt + float64(tsUs-firstStep)/1e6, Y: w})
 	}); err != nil {
 		rd.warn("timeline: %v", err)
 	}
@@ -136,14 +157,7 @@ func timelinePlots(rd renderer, s *results.Sweep, c *results.Cell, r *results.Ru
 	}
 	bottom.Legend.Top = true
 	bottom.Y.Min = 0
-	lo, hi := min(top.X.Min, bottom.X.Min, 0), max(top.X.Max, bottom.X.Max, 1)
-	top.X.Min, top.X.Max, bottom.X.Min, bottom.X.Max = lo, hi, lo, hi
-	if top.Y.Min > top.Y.Max { // nothing on top
-		top.Y.Min, top.Y.Max = 0, 1
-	}
-	top.Y.Max += 0.3 * (top.Y.Max - top.Y.Min) // headroom for the legends
-	bottom.Y.Max = 1.4 * max(bottom.Y.Max, 1)
-	return []*plot.Plot{top, bottom}
+	return bottom
 }
 
 // saveStacked draws plots one above the other, aligned, into base.png and
