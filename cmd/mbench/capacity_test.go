@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/chromiumtest"
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
 )
@@ -56,7 +57,7 @@ func TestCapacitySearchOnSim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end capacity search")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, capacitySim+"capacity: {metric: ttft_p90, max_ms: 30, lo: 60, hi: 240, tolerance: 0.15, blocks: 3}\n")
@@ -202,7 +203,7 @@ func TestCapacitySearchOnSim(t *testing.T) {
 //	go test ./cmd/mbench -run '^$' -bench CapacitySearchAgainstScan -benchtime 1x
 func BenchmarkCapacitySearchAgainstScan(b *testing.B) {
 	for range b.N {
-		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+		ctx, cancel := hangguard.Context(b)
 		dir := b.TempDir()
 		m := writeMatrix(b, dir, capacitySim+"capacity: {metric: ttft_p90, max_ms: 30, lo: 60, hi: 240, tolerance: 0.15, blocks: 3}\n")
 		out := filepath.Join(dir, "out")
@@ -484,7 +485,7 @@ func TestCapacityConcurrencyConstraintsOnSim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end capacity search")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, `name: capcc

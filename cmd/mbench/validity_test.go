@@ -1,14 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/orchestrator"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/results/report"
@@ -71,7 +70,7 @@ func validitySweep(t *testing.T, name string, seed int64, sim, extra string, ran
 		"%RANDOMIZE%", fmt.Sprint(randomize), "%BLOCKS%", fmt.Sprint(blocks))
 	m := writeMatrix(t, dir, r.Replace(validityMatrix))
 	out := filepath.Join(dir, "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // a hang guard
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	if stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)
