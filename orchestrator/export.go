@@ -148,9 +148,7 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 	} else {
 		sw.StopReason = "not finished: the sweep is partial (resume it with mbench resume " + dir + ")"
 	}
-	for _, c := range st.Cells {
-		sw.Cells = append(sw.Cells, results.CellInfo{ID: c.ID, Config: c.Config, Shape: c.Shape, Rate: c.Rate, SameAs: c.SameAs})
-	}
+	sw.Cells = st.Cells
 	idx := journalIndex(entries)
 	for _, e := range entries {
 		if e.Status == results.VerdictHostLost {
@@ -171,8 +169,9 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 		return keys[i].cell < keys[j].cell
 	})
 	for _, k := range keys {
-		e := idx[k]
-		sw.Runs = append(sw.Runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason, Position: pos[k]})
+		ref := idx[k].RunRef
+		ref.Position = pos[k]
+		sw.Runs = append(sw.Runs, ref)
 	}
 	rep, err := report.Export(ctx, sw)
 	if err != nil {

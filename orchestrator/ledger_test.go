@@ -20,7 +20,7 @@ func TestLedger(t *testing.T) {
 	rec := func(cell string, block int, v results.Verdict) bool {
 		t.Helper()
 		at = at.Add(time.Second)
-		gaveUp, err := l.record(JournalEntry{Cell: cell, Block: block, Status: v, Reason: string(v) + " reason", Started: at, Finished: at})
+		gaveUp, err := l.record(JournalEntry{RunRef: results.RunRef{Cell: cell, Block: block, Status: v, Reason: string(v) + " reason"}, Started: at, Finished: at})
 		if err != nil {
 			t.Fatal(err)
 		}
