@@ -174,7 +174,7 @@ func capacityRuns(dir string, cells []results.CellInfo, journal map[runKey]Journ
 			continue
 		}
 		for _, e := range mine {
-			r := results.CapacityRun{Config: c.Config, Shape: c.Shape, Cell: c.ID, Rate: c.Rate, Block: e.Block, Attempt: c.Attempt, Status: e.Status, Value: math.NaN()}
+			r := results.CapacityRun{CellInfo: c, Block: e.Block, Status: e.Status, Value: math.NaN()}
 			if e.Status.Usable() {
 				r.Value, _ = values.get(dir, e, metrics[0])
 				if len(metrics) > 1 {
