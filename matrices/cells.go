@@ -7,20 +7,26 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/openloop"
+	"github.com/mbench/mbench/results"
 )
 
 // Cells expands the matrix into configs (file order) × rates × shapes.
 func (m *Matrix) Cells() []Cell {
 	var out []Cell
 	for _, name := range m.ConfigOrder {
-		c := m.Configs[name]
 		for _, r := range m.Rates {
 			for _, s := range m.Shapes {
-				out = append(out, Cell{ID: m.cellID(c, r, s), Config: name, Rate: r, Shape: s, SameAs: c.SameAs})
+				out = append(out, m.cell(name, r, s))
 			}
 		}
 	}
 	return out
+}
+
+// cell is config name (which must exist) at rate with shape s.
+func (m *Matrix) cell(name string, rate float64, s openloop.Shape) Cell {
+	c := m.Configs[name]
+	return Cell{results.CellInfo{ID: m.cellID(c, rate, s), Config: name, Rate: rate, Shape: s.Name, SameAs: c.SameAs}, s}
 }
 
 // cellID hashes the canonical resolved cell spec: seed, engine, config
@@ -177,7 +183,7 @@ func (m *Matrix) Resolved() ([]byte, error) {
 	}
 	var cells []any
 	for _, c := range m.Cells() {
-		cells = append(cells, map[string]any{"id": c.ID, "config": c.Config, "rate": c.Rate, "shape": c.Shape.Name, "same_as": c.SameAs})
+		cells = append(cells, map[string]any{"id": c.ID, "config": c.Config, "rate": c.Rate, "shape": c.Shape, "same_as": c.SameAs})
 	}
 	r := m.Repeat
 	doc := map[string]any{
@@ -279,10 +285,10 @@ func (m *Matrix) passSeconds(cells []Cell) float64 {
 	var launches float64 = 1
 	for i, c := range cells {
 		run := m.Measure.Timeout.Seconds()
-		if c.Shape.Trace == nil {
+		if c.Spec.Trace == nil {
 			n := float64(m.Measure.WarmupRequests + m.Measure.MinCompleted)
-			if c.Shape.CacheFill != nil {
-				n += float64(c.Shape.CacheFill.Prefixes)
+			if c.Spec.CacheFill != nil {
+				n += float64(c.Spec.CacheFill.Prefixes)
 			}
 			run = math.Min(run, n/c.Rate)
 		}

@@ -73,7 +73,7 @@ func ids(t *testing.T, src string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, c := range m.Cells() {
-		k := fmt.Sprintf("%s|%g|%s", c.Config, c.Rate, c.Shape.Name)
+		k := fmt.Sprintf("%s|%g|%s", c.Config, c.Rate, c.Shape)
 		if _, dup := out[k]; dup {
 			t.Fatalf("duplicate cell %s", k)
 		}
@@ -158,7 +158,7 @@ func TestTwinDistinctIDSameLaunchKey(t *testing.T) {
 	m := mustParse(t, "stab.yaml", baseYAML)
 	byCfg := map[string]Cell{}
 	for _, c := range m.Cells() {
-		if c.Rate == 1 && c.Shape.Name == "a" {
+		if c.Rate == 1 && c.Shape == "a" {
 			byCfg[c.Config] = c
 		}
 	}

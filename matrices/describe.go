@@ -81,7 +81,7 @@ func (m *Matrix) describeCells(b *strings.Builder) {
 	t.SetStyle(table.StyleLight)
 	t.AppendHeader(table.Row{"cell", "config", "rate", "shape", "same_as"})
 	for _, c := range cells {
-		t.AppendRow(table.Row{c.ID, c.Config, strconv.FormatFloat(c.Rate, 'g', -1, 64), c.Shape.Name, c.SameAs})
+		t.AppendRow(table.Row{c.ID, c.Config, strconv.FormatFloat(c.Rate, 'g', -1, 64), c.Shape, c.SameAs})
 	}
 	b.WriteString(t.Render())
 	b.WriteString("\n")

@@ -46,10 +46,11 @@ func (m *Matrix) CapacityPlan() string {
 	for _, name := range m.ConfigOrder {
 		cfg := m.Configs[name]
 		for _, sh := range m.Shapes {
-			lo := Cell{ID: m.cellID(cfg, c.Lo, sh), Config: name, Rate: c.Lo, Shape: sh, SameAs: cfg.SameAs}
-			hi := Cell{ID: m.cellID(cfg, c.Hi, sh), Config: name, Rate: c.Hi, Shape: sh, SameAs: cfg.SameAs}
+			lo, hi := m.cell(name, c.Lo, sh), m.cell(name, c.Hi, sh)
 			first = append(first, lo, hi)
-			next = append(next, Cell{ID: lo.ID, Config: name, Rate: mid, Shape: sh, SameAs: cfg.SameAs})
+			probe := lo
+			probe.Rate = mid
+			next = append(next, probe)
 			t.AppendRow(table.Row{len(next), name, sh.Name, cfg.SameAs, lo.ID, hi.ID})
 		}
 	}

@@ -157,13 +157,13 @@ func (c *Capacity) Concurrency() bool { return c.Over == OverConcurrency }
 // cell of its own (the id salted with the attempt), the same config, rate
 // and shape.
 func (m *Matrix) CapacityCell(config string, rate float64, shape openloop.Shape, attempt int) (Cell, error) {
-	c, ok := m.Configs[config]
-	if !ok {
+	if _, ok := m.Configs[config]; !ok {
 		return Cell{}, fmt.Errorf("capacity cell: unknown config %q", config)
 	}
-	id := m.cellID(c, rate, shape)
+	c := m.cell(config, rate, shape)
 	if attempt > 0 {
-		id = mustHash(map[string]any{"cell": id, "attempt": attempt}, 12)
+		c.ID = mustHash(map[string]any{"cell": c.ID, "attempt": attempt}, 12)
+		c.Attempt = attempt
 	}
-	return Cell{ID: id, Config: config, Rate: rate, Shape: shape, SameAs: c.SameAs, Attempt: attempt}, nil
+	return c, nil
 }

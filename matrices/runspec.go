@@ -19,7 +19,7 @@ func (m *Matrix) RunConfig(c Cell) openloop.Config {
 	cfg := openloop.Config{
 		Rate:           c.Rate,
 		Arrival:        m.Arrival,
-		Shape:          c.Shape,
+		Shape:          c.Spec,
 		Warmup:         ms.WarmupRequests,
 		IncludeRamp:    ms.IncludeRamp,
 		MinCompleted:   m.MinCompleted(c),
@@ -44,7 +44,7 @@ func (m *Matrix) RunConfig(c Cell) openloop.Config {
 // its request_limit or its end rather than stopping early. A burst sends
 // this many at once.
 func (m *Matrix) MinCompleted(c Cell) int {
-	if c.Shape.Trace != nil {
+	if c.Spec.Trace != nil {
 		return 0
 	}
 	return m.Measure.MinCompleted

@@ -208,16 +208,11 @@ type Probe struct {
 // (probes.DefaultThrottleMaxFraction).
 const DefaultThrottleMaxFraction = 0.1
 
-// Cell is one (config, rate, shape) combination.
+// Cell is one (config, rate, shape) combination: its identity as sweep.json
+// records it, whose Shape is the shape's name, and the shape itself.
 type Cell struct {
-	ID     string // stable hash of the resolved cell spec
-	Config string
-	Rate   float64
-	Shape  openloop.Shape
-	SameAs string // the config this A/A twin copies
-	// Attempt > 0: a capacity probe's re-run of its blocks without a
-	// usable run (CapacityCell).
-	Attempt int
+	results.CellInfo
+	Spec openloop.Shape // the shape CellInfo.Shape names
 }
 
 // Runtime supplies what only the orchestrator knows when rendering launches.

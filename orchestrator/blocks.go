@@ -128,8 +128,8 @@ func (s *sweep) skipDead(id string, b int, why string) error {
 		return err
 	}
 	now := time.Now().UTC()
-	e := JournalEntry{Cell: id, Block: b, Status: results.VerdictFailed, Started: now, Finished: now,
-		Reason: "skipped: " + why}
+	e := JournalEntry{RunRef: results.RunRef{Cell: id, Block: b, Status: results.VerdictFailed, Reason: "skipped: " + why},
+		Started: now, Finished: now}
 	if _, err := s.store.ledger.record(e); err != nil {
 		return err
 	}
@@ -179,11 +179,11 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 	if err != nil {
 		return nil, err
 	}
-	entry := JournalEntry{Cell: cell.ID, Block: block, Dir: rel, Started: time.Now().UTC(), Nodes: s.fleet.slurmNodes()}
+	entry := JournalEntry{RunRef: results.RunRef{Cell: cell.ID, Block: block, Dir: rel}, Started: time.Now().UTC(), Nodes: s.fleet.slurmNodes()}
 	if attempt > 1 {
 		entry.Attempt, entry.Superseded = attempt, earlier
 	}
-	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape.Name))
+	s.prog.begin(fmt.Sprintf("b%d %s rate=%g %s", block, cell.Config, cell.Rate, cell.Shape))
 
 	sum, runErr := s.measurer.measure(ctx, run{cell: cell, block: block, seed: seed, dir: dir})
 	if runErr == nil {

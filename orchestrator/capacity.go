@@ -129,7 +129,7 @@ func (s *sweep) capacityCell(config, shape string, rate float64, attempt int) (m
 // with completeOnly, only probes that have every block journaled (what the
 // plan may depend on).
 func (s *sweep) capacityRuns(rc *recordedCapacity, completeOnly bool) []results.CapacityRun {
-	var cells []CellRecord
+	var cells []results.CellInfo
 	for _, c := range s.store.state.Cells {
 		if _, ok := s.cells[c.ID]; ok {
 			cells = append(cells, c)
@@ -161,7 +161,7 @@ func plannedBlocks(rounds []plan.Round, all int) map[string]int {
 // for ok runs, the metric (NaN when its summary cannot be read); with
 // complete set, only those of cells that have all their planned blocks
 // journaled (what the plan may depend on).
-func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntry, metrics []string, complete map[string]int, values runValues) []results.CapacityRun {
+func capacityRuns(dir string, cells []results.CellInfo, journal map[runKey]JournalEntry, metrics []string, complete map[string]int, values runValues) []results.CapacityRun {
 	var out []results.CapacityRun
 	for _, c := range cells {
 		var mine []JournalEntry
@@ -174,7 +174,7 @@ func capacityRuns(dir string, cells []CellRecord, journal map[runKey]JournalEntr
 			continue
 		}
 		for _, e := range mine {
-			r := results.CapacityRun{Config: c.Config, Shape: c.Shape, Cell: c.ID, Rate: c.Rate, Block: e.Block, Attempt: c.Attempt, Status: e.Status, Value: math.NaN()}
+			r := results.CapacityRun{CellInfo: c, Block: e.Block, Status: e.Status, Value: math.NaN()}
 			if e.Status.Usable() {
 				r.Value, _ = values.get(dir, e, metrics[0])
 				if len(metrics) > 1 {

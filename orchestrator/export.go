@@ -131,9 +131,7 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 	} else {
 		sw.StopReason = "not finished: the sweep is partial (resume it with mbench resume " + dir + ")"
 	}
-	for _, c := range st.Cells {
-		sw.Cells = append(sw.Cells, results.CellInfo{ID: c.ID, Config: c.Config, Shape: c.Shape, Rate: c.Rate, SameAs: c.SameAs})
-	}
+	sw.Cells = st.Cells
 	sw.Runs, sw.Superseded = exportRuns(st, entries)
 	rep, err := report.Export(ctx, sw)
 	if err != nil {
@@ -184,8 +182,9 @@ func exportRuns(st *SweepState, entries []JournalEntry) (runs, superseded []resu
 		return cmp.Or(cmp.Compare(a.block, b.block), cmp.Compare(a.cell, b.cell))
 	})
 	for _, k := range keys {
-		e := idx[k]
-		runs = append(runs, results.RunRef{Cell: e.Cell, Block: e.Block, Dir: e.Dir, Status: e.Status, Reason: e.Reason, Position: pos[k]})
+		ref := idx[k].RunRef
+		ref.Position = pos[k]
+		runs = append(runs, ref)
 	}
 	return runs, superseded
 }

@@ -124,7 +124,7 @@ func (s *sweep) journalLost(cell matrices.Cell, b int, dir, why string, started 
 	if started.IsZero() {
 		started = now
 	}
-	e := JournalEntry{Cell: cell.ID, Block: b, Status: results.VerdictHostLost, Dir: dir, Reason: s.redact(why),
+	e := JournalEntry{RunRef: results.RunRef{Cell: cell.ID, Block: b, Status: results.VerdictHostLost, Dir: dir, Reason: s.redact(why)},
 		Started: started, Finished: now, Nodes: s.fleet.slurmNodes()}
 	if _, err := s.store.ledger.record(e); err != nil {
 		return err

@@ -96,7 +96,7 @@ func (l *ledger) givenUp(cells map[string]matrices.Cell) []string {
 	var out []string
 	for id, why := range l.dead {
 		if c, ok := cells[id]; ok {
-			out = append(out, fmt.Sprintf("%s (%s rate=%g %s): %s", id, c.Config, c.Rate, c.Shape.Name, why))
+			out = append(out, fmt.Sprintf("%s (%s rate=%g %s): %s", id, c.Config, c.Rate, c.Shape, why))
 		}
 	}
 	sort.Strings(out)

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,7 +21,7 @@ func TestLedger(t *testing.T) {
 	rec := func(cell string, block int, v results.Verdict) bool {
 		t.Helper()
 		at = at.Add(time.Second)
-		gaveUp, err := l.record(JournalEntry{Cell: cell, Block: block, Status: v, Reason: string(v) + " reason", Started: at, Finished: at})
+		gaveUp, err := l.record(JournalEntry{RunRef: results.RunRef{Cell: cell, Block: block, Status: v, Reason: string(v) + " reason"}, Started: at, Finished: at})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,5 +68,41 @@ func TestLedger(t *testing.T) {
 	entries, torn, err := readJournal(dir)
 	if err != nil || torn || len(entries) != len(steps) {
 		t.Errorf("journal after reopening: %d entries, torn %v, %v", len(entries), torn, err)
+	}
+}
+
+// TestRecordFormats: journal lines and sweep.json's cells written by
+// earlier versions (every field set, and the fewest) read back and are
+// written again byte for byte, so a resumed sweep reads old journals and a
+// repaired journal keeps its lines.
+func TestRecordFormats(t *testing.T) {
+	dir := t.TempDir()
+	journal := `{"cell":"b8656c46a761","block":1,"status":"client_limited","dir":"runs/b8656c46a761/b1-try3","reason":"client_limited: behind","started":"2026-12-06T08:18:13.044237907Z","finished":"2026-12-06T08:18:17.337495664Z","mbench":{"rss_kib":35304,"fds":18,"goroutines":8},"nodes":["h: slurm job 7 node n1"],"attempt":3,"superseded":[{"dir":"runs/b8656c46a761/b1","status":"client_limited","reason":"behind"}]}
+{"cell":"4025cede2322","block":2,"status":"ok","dir":"runs/4025cede2322/b2","started":"2026-12-06T08:18:53.094129908Z","finished":"2026-12-06T08:18:58.32635933Z"}
+`
+	if err := os.WriteFile(filepath.Join(dir, journalFile), []byte(journal), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	entries, torn, err := readJournal(dir)
+	if err != nil || torn || len(entries) != 2 {
+		t.Fatalf("readJournal: %d entries, torn %v, %v", len(entries), torn, err)
+	}
+	if e := entries[0]; e.Cell != "b8656c46a761" || e.Block != 1 || e.Status != results.VerdictClientLimited || e.Attempt != 3 || len(e.Superseded) != 1 {
+		t.Errorf("first line read as %+v", e)
+	}
+	if err := repairJournal(dir, entries); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, journalFile)); string(got) != journal {
+		t.Errorf("journal rewritten as\n%s\nwant\n%s", got, journal)
+	}
+
+	cells := `[{"id":"a1","config":"plain","rate":10,"shape":"64x8"},{"id":"b2","config":"aa","rate":2.5,"shape":"s","same_as":"plain","attempt":1}]`
+	var cs []results.CellInfo
+	if err := json.Unmarshal([]byte(cells), &cs); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := json.Marshal(cs); err != nil || string(got) != cells {
+		t.Errorf("cells rewritten as %s (%v), want %s", got, err, cells)
 	}
 }

@@ -35,7 +35,7 @@ func (f *scripted) measure(_ context.Context, r run) (*results.RunSummary, error
 	if err != nil {
 		return nil, err
 	}
-	sum := &results.RunSummary{Simulated: true, Engine: "sim", Cell: r.cell.ID, Config: r.cell.Config, Shape: r.cell.Shape.Name,
+	sum := &results.RunSummary{Simulated: true, Engine: "sim", Cell: r.cell.ID, Config: r.cell.Config, Shape: r.cell.Shape,
 		Rate: r.cell.Rate, Block: r.block, P90TTFTMs: &p90, Verdict: v}
 	if v != results.VerdictOK {
 		sum.VerdictReasons = []string{string(v) + ": scripted"}

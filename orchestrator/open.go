@@ -17,6 +17,7 @@ import (
 
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/orchestrator/internal/plan"
+	"github.com/mbench/mbench/results"
 )
 
 // Run starts a sweep of the matrix at matrixPath, or continues one in an
@@ -140,7 +141,7 @@ func Resume(ctx context.Context, dir string, opts Options) (*Outcome, error) {
 // (unless forced); with an edited matrix the recorded blocks are replanned
 // over the new cells, runs already journaled keep their results, and the
 // cells no longer in the matrix are returned.
-func (st *store) adopt(old *SweepState, m *matrices.Matrix, matrixAbs string, fp map[string]string, force bool) ([]CellRecord, error) {
+func (st *store) adopt(old *SweepState, m *matrices.Matrix, matrixAbs string, fp map[string]string, force bool) ([]results.CellInfo, error) {
 	st.state = old
 	if err := st.checkFingerprint(fp, force); err != nil {
 		return nil, err
@@ -150,7 +151,7 @@ func (st *store) adopt(old *SweepState, m *matrices.Matrix, matrixAbs string, fp
 	for _, c := range now {
 		keep[c.ID] = true
 	}
-	var removed []CellRecord
+	var removed []results.CellInfo
 	for _, c := range old.Cells {
 		if !keep[c.ID] {
 			removed = append(removed, c)
@@ -181,15 +182,15 @@ func (st *store) adopt(old *SweepState, m *matrices.Matrix, matrixAbs string, fp
 	return removed, st.save()
 }
 
-func cellRecords(m *matrices.Matrix) []CellRecord {
-	var out []CellRecord
+func cellRecords(m *matrices.Matrix) []results.CellInfo {
+	var out []results.CellInfo
 	for _, c := range m.Cells() {
-		out = append(out, CellRecord{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape.Name, SameAs: c.SameAs})
+		out = append(out, c.CellInfo)
 	}
 	return out
 }
 
-func cellIDs(cs []CellRecord) []string {
+func cellIDs(cs []results.CellInfo) []string {
 	ids := make([]string, len(cs))
 	for i, c := range cs {
 		ids[i] = c.ID

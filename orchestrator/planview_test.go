@@ -34,7 +34,7 @@ func viewSweep(t *testing.T, status ...results.Verdict) *sweep {
 			if err := sweepdir.WriteRunSummary(filepath.Join(dir, rel, "summary_A.json"), &results.RunSummary{Cell: c.ID, Block: b, P90TTFTMs: &p90}); err != nil {
 				t.Fatal(err)
 			}
-			s.ledger.runs[runKey{c.ID, b}] = JournalEntry{Cell: c.ID, Block: b, Status: status[b-1], Dir: rel}
+			s.ledger.runs[runKey{c.ID, b}] = JournalEntry{RunRef: results.RunRef{Cell: c.ID, Block: b, Status: status[b-1], Dir: rel}}
 		}
 	}
 	return s

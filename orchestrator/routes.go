@@ -85,7 +85,7 @@ func (s *runner) classTokens(cell matrices.Cell, routerNewTok map[int]int) (resu
 	basis := s.m.ClassBasis
 	if basis == matrices.ClassBasisAuto || basis == "" {
 		basis = matrices.ClassBasisInput
-		if cell.Shape.Trace != nil {
+		if cell.Spec.Trace != nil {
 			basis = matrices.ClassBasisIdeal
 		}
 	}
@@ -93,7 +93,7 @@ func (s *runner) classTokens(cell matrices.Cell, routerNewTok map[int]int) (resu
 	case matrices.ClassBasisRouterTokens:
 		return results.ClassByRouterNewTokens, routerNewTok
 	case matrices.ClassBasisIdeal:
-		t := cell.Shape.Trace
+		t := cell.Spec.Trace
 		if t == nil {
 			return results.ClassByIdealNewTokens, nil // every request falls back to its input tokens
 		}

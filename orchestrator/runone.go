@@ -114,8 +114,8 @@ func (s *runner) measure(ctx context.Context, r run) (*results.RunSummary, error
 	}
 	gpu := s.instr.gpuSummary(dir, es)
 	sum, err := results.SummarizeRun(results.RunInput{
-		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape.Name, Rate: cell.Rate, Block: block,
-		Engine: string(s.m.Engine.Kind), Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Shape),
+		Cell: cell.ID, Config: cell.Config, Shape: cell.Shape, Rate: cell.Rate, Block: block,
+		Engine: string(s.m.Engine.Kind), Simulated: s.isSim(), Arrival: arrivalName(s.m.Arrival.Process, cell.Spec),
 		Burstiness: s.m.Arrival.Burstiness,
 		Steps:      steps, GPU: gpu, Cache: &cache, Gate: gate, Contention: contention,
 		Policy: s.policy(cell), Percentiles: s.m.Measure.Percentiles, NaturalLength: s.request.NaturalLength,

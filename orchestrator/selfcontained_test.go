@@ -13,7 +13,7 @@ import (
 // are the journal line's, or resume redoes the run.
 func TestRunFilesProblemChecksIdentity(t *testing.T) {
 	dir := t.TempDir()
-	e := JournalEntry{Cell: "plain-r20", Block: 2, Status: results.VerdictOK, Dir: "runs/plain-r20/b2"}
+	e := JournalEntry{RunRef: results.RunRef{Cell: "plain-r20", Block: 2, Status: results.VerdictOK, Dir: "runs/plain-r20/b2"}}
 	write := func(s string) {
 		t.Helper()
 		if err := os.MkdirAll(filepath.Join(dir, e.Dir), 0o755); err != nil {

@@ -37,19 +37,19 @@ type SweepState struct {
 	// MatrixCopy is the copy of the matrix file inside the results
 	// directory (relative to it), so a moved directory can resume; its
 	// secret values are replaced by *** (MatrixSecrets says there were some).
-	MatrixCopy    string            `json:"matrix_copy,omitempty"`
-	MatrixSecrets bool              `json:"matrix_has_secrets,omitempty"`
-	Resolved      json.RawMessage   `json:"resolved"`
-	Seed          int64             `json:"seed"`
-	Randomize     bool              `json:"randomize"`
-	Cells         []CellRecord      `json:"cells"`
-	Removed       []CellRecord      `json:"removed_cells,omitempty"`
-	Blocks        []plan.Block      `json:"blocks"`
-	Fingerprint   map[string]string `json:"fingerprint"`
-	Created       time.Time         `json:"created"`
-	Updated       time.Time         `json:"updated"`
-	Stop          *StopRecord       `json:"stop,omitempty"`
-	Simulated     bool              `json:"simulated"`
+	MatrixCopy    string             `json:"matrix_copy,omitempty"`
+	MatrixSecrets bool               `json:"matrix_has_secrets,omitempty"`
+	Resolved      json.RawMessage    `json:"resolved"`
+	Seed          int64              `json:"seed"`
+	Randomize     bool               `json:"randomize"`
+	Cells         []results.CellInfo `json:"cells"`
+	Removed       []results.CellInfo `json:"removed_cells,omitempty"`
+	Blocks        []plan.Block       `json:"blocks"`
+	Fingerprint   map[string]string  `json:"fingerprint"`
+	Created       time.Time          `json:"created"`
+	Updated       time.Time          `json:"updated"`
+	Stop          *StopRecord        `json:"stop,omitempty"`
+	Simulated     bool               `json:"simulated"`
 	// Design is how the block orders were made and how balanced the
 	// planned blocks are (rewritten with every planned block).
 	Design *plan.Design `json:"design,omitempty"`
@@ -60,18 +60,6 @@ type SweepState struct {
 	// CapacityRounds are a capacity search's rounds as planned, each
 	// recorded before its runs start (plan.Round).
 	CapacityRounds []plan.Round `json:"capacity_rounds,omitempty"`
-}
-
-// CellRecord names one cell of the sweep.
-type CellRecord struct {
-	ID     string  `json:"id"`
-	Config string  `json:"config"`
-	Rate   float64 `json:"rate"`
-	Shape  string  `json:"shape"`
-	SameAs string  `json:"same_as,omitempty"`
-	// Attempt > 0: a capacity probe's re-run of its blocks without a
-	// usable run.
-	Attempt int `json:"attempt,omitempty"`
 }
 
 // StopRecord says why the sweep stopped and how close each cell came to the
@@ -101,13 +89,9 @@ type StopRecord struct {
 // not happen, nor did one journaled host_lost: resume redoes it, and the
 // later line supersedes the host_lost one.
 type JournalEntry struct {
-	Cell     string          `json:"cell"`
-	Block    int             `json:"block"`
-	Status   results.Verdict `json:"status"` // the run's verdict (results.Verdicts)
-	Dir      string          `json:"dir"`
-	Reason   string          `json:"reason,omitempty"`
-	Started  time.Time       `json:"started"`
-	Finished time.Time       `json:"finished"`
+	results.RunRef           // the run: cell, block, verdict, directory, reason
+	Started        time.Time `json:"started"`
+	Finished       time.Time `json:"finished"`
 	// Self is mbench's own footprint when the run was journaled, so that
 	// growth over a long sweep (a leak) shows in the journal.
 	Self *SelfUsage `json:"mbench,omitempty"`

@@ -83,9 +83,7 @@ func (st *store) planView(rep matrices.Repeat, baseline string, failLimit, done 
 	v := plan.View{Repeat: rep, Baseline: baseline, Seed: st.state.Seed, Randomize: st.state.Randomize,
 		Stage1: st.state.Stage1, Done: done, Elapsed: time.Since(st.state.Created), FailLimit: failLimit,
 		Dead: map[string]bool{}, Values: map[string]map[int]float64{}, Positions: map[string]map[int]int{}}
-	for _, c := range st.state.Cells {
-		v.Cells = append(v.Cells, plan.Cell{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape, SameAs: c.SameAs})
-	}
+	v.Cells = st.state.Cells
 	for _, b := range st.state.Blocks { // positions as export reads them (exportSweep)
 		for i, id := range b.Order {
 			if v.Positions[id] == nil {
@@ -128,7 +126,7 @@ func (st *store) addCells(cells []matrices.Cell) bool {
 	added := false
 	for _, c := range cells {
 		if !known[c.ID] {
-			st.state.Cells = append(st.state.Cells, CellRecord{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape.Name, SameAs: c.SameAs, Attempt: c.Attempt})
+			st.state.Cells = append(st.state.Cells, c.CellInfo)
 			known[c.ID], added = true, true
 		}
 	}

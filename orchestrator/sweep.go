@@ -76,7 +76,7 @@ type Outcome struct {
 	// failures, or a config whose engine does not start, --keep-going),
 	// whose later runs were skipped, each with why.
 	Skipped []string
-	Removed []CellRecord
+	Removed []results.CellInfo
 }
 
 // ErrNoResult is wrapped by the error of a sweep that finished with cells

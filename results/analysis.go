@@ -50,27 +50,36 @@ type Sweep struct {
 	CapacityErr error
 }
 
-// CellInfo identifies one cell of the matrix. SameAs names the config (or
-// cell ID) an A/A control duplicates; its comparison with that original is
-// the measured noise floor.
+// CellInfo identifies one cell of the matrix, as sweep.json records it
+// (hence the JSON tags): its config, rate and shape by name. SameAs names
+// the config (or cell ID) an A/A control duplicates; its comparison with
+// that original is the measured noise floor.
 type CellInfo struct {
-	ID, Config, Shape string
-	Rate              float64
-	SameAs            string
+	ID     string  `json:"id"` // stable hash of the resolved cell spec
+	Config string  `json:"config"`
+	Rate   float64 `json:"rate"`
+	Shape  string  `json:"shape"`
+	SameAs string  `json:"same_as,omitempty"`
+	// Attempt > 0: a capacity probe's re-run of its blocks without a
+	// usable run.
+	Attempt int `json:"attempt,omitempty"`
 }
 
-// RunRef is one journal line: a run of a cell in a block, its directory
-// relative to the sweep directory and its verdict. Only runs whose verdict is usable
-// (ok) count in the statistics; the others are listed with their reason.
+// RunRef is a run of a cell in a block: its directory relative to the
+// sweep directory and its verdict, as the journal records it (the first
+// fields of a journal.jsonl line, hence the JSON tags). Only runs whose
+// verdict is usable (ok) count in the statistics; the others are listed
+// with their reason.
 type RunRef struct {
-	Cell   string
-	Block  int
-	Dir    string
-	Status Verdict
-	Reason string
+	Cell   string  `json:"cell"`
+	Block  int     `json:"block"`
+	Status Verdict `json:"status"` // the run's verdict (Verdicts)
+	Dir    string  `json:"dir"`
+	Reason string  `json:"reason,omitempty"`
 	// Position is the run's 1-based position in its block's order (0:
-	// unknown); the nuisance fit of the position effect uses it.
-	Position int
+	// unknown); the nuisance fit of the position effect uses it. Not
+	// journaled: the export takes it from sweep.json's blocks.
+	Position int `json:"-"`
 }
 
 // RunFile is what was read of one run's directory for the analysis.

@@ -32,17 +32,15 @@ type CapacitySpec struct {
 	Shapes     []string `json:"shapes"`  // matrix order
 }
 
-// CapacityRun is one journaled run of a probed rate. Value is the metric
-// when the run's verdict is ok. Attempt > 0 is a re-run of a block that
-// gave no usable run before.
+// CapacityRun is one journaled run of a probed rate: its cell (Attempt > 0
+// is a re-run of a block that gave no usable run before), block and
+// verdict. Value is the metric when the run's verdict is ok.
 type CapacityRun struct {
-	Config, Shape, Cell string
-	Rate                float64
-	Block               int
-	Attempt             int
-	Status              Verdict
-	Value               float64            // the first bound's metric
-	Values              map[string]float64 // every bound's metric (nil: Value is the only one)
+	CellInfo
+	Block  int
+	Status Verdict
+	Value  float64            // the first bound's metric
+	Values map[string]float64 // every bound's metric (nil: Value is the only one)
 }
 
 // value is the run's value of bound i's metric (NaN when missing).
@@ -297,7 +295,7 @@ func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityPro
 	sat := 0
 	for _, r := range used {
 		if r.Attempt == 0 || p.Cell == "" {
-			p.Cell = r.Cell
+			p.Cell = r.ID
 		}
 		c := CapacityCell{Block: r.Block, Status: r.Status, Attempts: attempts[r.Block]}
 		switch {

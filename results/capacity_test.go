@@ -50,7 +50,7 @@ func capRuns(cfg string, rates []float64, blocks int, metric func(rate float64, 
 	for _, r := range rates {
 		for b := 1; b <= blocks; b++ {
 			v := metric(r, b)
-			run := CapacityRun{Config: cfg, Shape: "s", Cell: cfg + "-" + fmt.Sprint(r), Rate: r, Block: b, Status: VerdictOK, Value: v}
+			run := CapacityRun{CellInfo: CellInfo{Config: cfg, Shape: "s", ID: cfg + "-" + fmt.Sprint(r), Rate: r}, Block: b, Status: VerdictOK, Value: v}
 			switch {
 			case math.IsInf(v, 1):
 				run.Status, run.Value = VerdictSaturated, math.NaN()
@@ -128,7 +128,7 @@ func TestAnalyzeCapacityPairedRatio(t *testing.T) {
 	runs = append(runs, capRuns("taxed", rates, 4, func(r float64, b int) float64 { return 1.25 * base(r, b) })...)
 	twin := capRuns("twin", rates, 4, base)
 	for i := range twin {
-		twin[i].Cell += "-twin"
+		twin[i].ID += "-twin"
 	}
 	runs = append(runs, twin...)
 	sp := testSpec()
@@ -208,7 +208,7 @@ func TestCapacitySeveralBounds(t *testing.T) {
 	for _, r := range []float64{20, 30, 36, 38, 39, 41, 42, 44, 55} {
 		for b := 1; b <= 4; b++ {
 			j := 0.0005 * float64(b-2)
-			runs = append(runs, CapacityRun{Config: "plain", Shape: "s", Rate: r, Block: b, Status: VerdictOK, Value: 2 * r,
+			runs = append(runs, CapacityRun{CellInfo: CellInfo{Config: "plain", Shape: "s", Rate: r}, Block: b, Status: VerdictOK, Value: 2 * r,
 				Values: map[string]float64{"ttft_p90": 2 * r, "slo_attainment": 1.1 - r/200 + j}})
 		}
 	}
@@ -228,7 +228,7 @@ func TestCapacitySeveralBounds(t *testing.T) {
 		t.Errorf("in words: %q", got)
 	}
 	// A run without one bound's metric says nothing: it does not count.
-	miss := []CapacityRun{{Config: "plain", Shape: "s", Rate: 10, Block: 1, Status: VerdictOK, Value: 5, Values: map[string]float64{"ttft_p90": 5}}}
+	miss := []CapacityRun{{CellInfo: CellInfo{Config: "plain", Shape: "s", Rate: 10}, Block: 1, Status: VerdictOK, Value: 5, Values: map[string]float64{"ttft_p90": 5}}}
 	mrep := AnalyzeCapacity(sp, miss)
 	if p := mrep.Search("plain", "s").Probes[0]; p.N != 0 || p.Runs[0].Counts() {
 		t.Errorf("a run without slo_attainment counted: %+v", p)

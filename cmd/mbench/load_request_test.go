@@ -151,9 +151,14 @@ func TestSweepRequestOptions(t *testing.T) {
 	if ok < 20 || short == 0 {
 		t.Errorf("%d measured requests ok, %d shorter than max_tokens: want the key accepted and natural lengths", ok, short)
 	}
+	// The report draws the journaled run: a client_limited run is run again
+	// in place, so other attempts' summaries lie beside it.
 	var sum struct{ Verdict string }
-	sums, _ := filepath.Glob(filepath.Join(out, "runs", "*", "*", "summary_A.json"))
-	readJSONFile(t, sums[0], &sum)
+	journal := readJSONL(t, filepath.Join(out, "journal.jsonl"))
+	if len(journal) != 1 {
+		t.Fatalf("journal has %d lines, want the one run", len(journal))
+	}
+	readJSONFile(t, filepath.Join(out, journal[0]["dir"].(string), "summary_A.json"), &sum)
 	// report.md says the lengths were natural whatever timing graded the
 	// run, and draws the cell's row exactly when the run is usable (ok).
 	rep, _ := os.ReadFile(filepath.Join(out, "report.md"))

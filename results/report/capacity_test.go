@@ -59,7 +59,7 @@ func capRuns(cfg string, rates []float64, blocks int, metric func(rate float64, 
 	var out []results.CapacityRun
 	for _, r := range rates {
 		for b := 1; b <= blocks; b++ {
-			out = append(out, results.CapacityRun{Config: cfg, Shape: "s", Cell: cfg + "-" + fmtNum(r), Rate: r, Block: b, Status: results.VerdictOK, Value: metric(r, b)})
+			out = append(out, results.CapacityRun{CellInfo: results.CellInfo{Config: cfg, Shape: "s", ID: cfg + "-" + fmtNum(r), Rate: r}, Block: b, Status: results.VerdictOK, Value: metric(r, b)})
 		}
 	}
 	return out

@@ -238,7 +238,7 @@ func TestHTMLCapacityAsSeen(t *testing.T) {
 		for _, r := range c.rates {
 			for b := 1; b <= 3; b++ {
 				v := 300 * math.Exp(2*(r-c.knee)) * (1 + 0.03*float64(b-2)) // 300 ms at the knee, 600 ms about 0.35 req/s above it
-				run := results.CapacityRun{Config: c.cfg, Shape: shape, Cell: c.cfg + "@" + fmtNum(r), Rate: r, Block: b, Status: results.VerdictOK, Value: v}
+				run := results.CapacityRun{CellInfo: results.CellInfo{Config: c.cfg, Shape: shape, ID: c.cfg + "@" + fmtNum(r), Rate: r}, Block: b, Status: results.VerdictOK, Value: v}
 				if v > 5000 {
 					run.Status, run.Value = results.VerdictSaturated, math.NaN()
 				}

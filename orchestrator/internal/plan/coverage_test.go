@@ -98,7 +98,7 @@ func searchPaired(t *testing.T, c *matrices.Capacity, m pairedModel, rng *rand.R
 					if m.flaky > 0 && rng.Float64() < m.flaky {
 						v, x = results.VerdictClientLimited, math.NaN() // a run that says nothing about the SLO
 					}
-					runs = append(runs, results.CapacityRun{Config: s.Config, Shape: "s", Rate: r.Rate, Block: b, Attempt: r.Attempt, Status: v, Value: x})
+					runs = append(runs, results.CapacityRun{CellInfo: results.CellInfo{Config: s.Config, Shape: "s", Rate: r.Rate, Attempt: r.Attempt}, Block: b, Status: v, Value: x})
 				}
 			}
 		}
@@ -171,7 +171,7 @@ func TestRetries(t *testing.T) {
 		if v == results.VerdictOK {
 			x = 10
 		}
-		return results.CapacityRun{Config: "plain", Shape: "s", Rate: rate, Block: b, Attempt: attempt, Status: v, Value: x}
+		return results.CapacityRun{CellInfo: results.CellInfo{Config: "plain", Shape: "s", Rate: rate, Attempt: attempt}, Block: b, Status: v, Value: x}
 	}
 	runs := []results.CapacityRun{run(10, 1, 0, results.VerdictOK), run(10, 2, 0, results.VerdictClientLimited), run(10, 3, 0, results.VerdictFailed),
 		run(20, 1, 0, results.VerdictOK), run(20, 2, 0, results.VerdictSaturated), run(20, 3, 0, results.VerdictOK)}

@@ -32,7 +32,7 @@ type world struct {
 type synthCell struct {
 	id, base string // base: the cell it is compared with ("" for plain)
 	level    float64
-	cell     Cell
+	cell     results.CellInfo
 }
 
 func synthCells(tax float64) []synthCell {
@@ -41,10 +41,10 @@ func synthCells(tax float64) []synthCell {
 		lvl := map[string]float64{"r1": math.Log(10), "r2": math.Log(25)}[r]
 		rate := float64(i + 1)
 		cs = append(cs,
-			synthCell{"plain@" + r, "", lvl, Cell{ID: "plain@" + r, Config: "plain", Rate: rate, Shape: "s"}},
-			synthCell{"aa@" + r, "plain@" + r, lvl, Cell{ID: "aa@" + r, Config: "aa", Rate: rate, Shape: "s", SameAs: "plain"}},
-			synthCell{"noop@" + r, "plain@" + r, lvl, Cell{ID: "noop@" + r, Config: "noop", Rate: rate, Shape: "s"}},
-			synthCell{"taxed@" + r, "plain@" + r, lvl + tax, Cell{ID: "taxed@" + r, Config: "taxed", Rate: rate, Shape: "s"}})
+			synthCell{"plain@" + r, "", lvl, results.CellInfo{ID: "plain@" + r, Config: "plain", Rate: rate, Shape: "s"}},
+			synthCell{"aa@" + r, "plain@" + r, lvl, results.CellInfo{ID: "aa@" + r, Config: "aa", Rate: rate, Shape: "s", SameAs: "plain"}},
+			synthCell{"noop@" + r, "plain@" + r, lvl, results.CellInfo{ID: "noop@" + r, Config: "noop", Rate: rate, Shape: "s"}},
+			synthCell{"taxed@" + r, "plain@" + r, lvl + tax, results.CellInfo{ID: "taxed@" + r, Config: "taxed", Rate: rate, Shape: "s"}})
 	}
 	return cs
 }

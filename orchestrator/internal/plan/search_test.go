@@ -45,7 +45,7 @@ func searchModel(t *testing.T, c *matrices.Capacity, q queueModel, rng *rand.Ran
 		}
 		for _, r := range rates {
 			for b := 1; b <= c.Blocks; b++ {
-				run := results.CapacityRun{Config: "plain", Shape: "s", Rate: r, Block: b, Status: results.VerdictOK}
+				run := results.CapacityRun{CellInfo: results.CellInfo{Config: "plain", Shape: "s", Rate: r}, Block: b, Status: results.VerdictOK}
 				if r >= 0.97*q.mu {
 					run.Status, run.Value = results.VerdictSaturated, math.NaN()
 				} else {

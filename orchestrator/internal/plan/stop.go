@@ -13,15 +13,6 @@ import (
 	"github.com/mbench/mbench/stats"
 )
 
-// Cell is one cell of a sweep as the plan sees it.
-type Cell struct {
-	ID     string
-	Config string
-	Rate   float64
-	Shape  string
-	SameAs string
-}
-
 // View is what the plan reads of a fixed-rate sweep after Done complete
 // blocks: the method, the cells, the clock, the cells given up, and the
 // stored primary-metric value of every usable run. It holds values, not
@@ -34,7 +25,7 @@ type View struct {
 	// Stage1 is the number of first-stage blocks as sweep.json records it;
 	// 0 (a sweep recorded before the two-stage rule) means Repeat.Min.
 	Stage1 int
-	Cells  []Cell
+	Cells  []results.CellInfo
 	// Done is the number of complete blocks.
 	Done int
 	// Elapsed is the time since the sweep was created.

@@ -22,7 +22,7 @@ func stopView(t *testing.T, budget time.Duration, vals map[string][4]float64) Vi
 	m.Repeat.Budget = budget
 	v := View{Repeat: m.Repeat, Baseline: m.Baseline, Seed: m.Seed, FailLimit: 3, Dead: map[string]bool{}, Values: map[string]map[int]float64{}}
 	for _, c := range m.Cells() {
-		v.Cells = append(v.Cells, Cell{ID: c.ID, Config: c.Config, Rate: c.Rate, Shape: c.Shape.Name, SameAs: c.SameAs})
+		v.Cells = append(v.Cells, c.CellInfo)
 		x, ok := vals[fmt.Sprintf("%s@%g", c.Config, c.Rate)]
 		if !ok {
 			t.Fatalf("no values for %s@%g", c.Config, c.Rate)
