@@ -98,7 +98,7 @@ func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
 			collapsed(b, "Per-step latency", "%s writes no per-step log (engine_step.jsonl): per-step latency is not measured for this engine.", name)
 			return
 		}
-		collapsed(b, "Per-step latency", "no run has engine-step data (engine_step.jsonl missing or empty): per-step latency was not measured.")
+		collapsed(b, "Per-step latency", "no run that is a result has engine-step data (engine_step.jsonl missing or empty, or no run was a result): per-step latency was not measured.")
 		return
 	}
 	b.WriteString("## Per-Step Latency (from engine_step.jsonl)\n\n")
