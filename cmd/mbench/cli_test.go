@@ -83,7 +83,7 @@ func TestEngineNeverReady(t *testing.T) {
 	defer cancel()
 	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--keep-going")
 	// The walk cell has no usable run: the sweep says which, and exits 3.
-	if ec, ok := err.(exitCoder); !ok || ec.ExitCode() != exitNoResult || !strings.Contains(err.Error(), "(walk rate=10 64x8): 2 failed") {
+	if ec, ok := err.(exitCoder); !ok || ec.ExitCode() != exitNoResult || !strings.Contains(err.Error(), "(walk rate=20 64x8): 2 failed") {
 		t.Fatalf("run: %v, want exit 3 naming the walk cell\n%s\n%s", err, stdout, stderr)
 	}
 	if logs := engineLogs(t, out, "token-budget"); len(logs) != 2 {

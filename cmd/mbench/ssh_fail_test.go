@@ -111,8 +111,8 @@ func TestSSHConnectionCut(t *testing.T) {
 	srv, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, "", "")
-	body := strings.NewReplacer("rates: [10, 20]", "rates: [20]",
-		"min_completed: 30, timeout: 30s, drain_timeout: 5s", "min_completed: 120, timeout: 10s, drain_timeout: 2s").Replace(sshRead(t, m))
+	body := strings.NewReplacer("rates: [20, 40]", "rates: [20]",
+		"min_completed: 30, timeout: 30s, drain_timeout: 5s", "min_completed: 80, timeout: 10s, drain_timeout: 2s").Replace(sshRead(t, m))
 	sshWrite(t, m, body)
 	out := filepath.Join(dir, "out")
 	type result struct {

@@ -28,8 +28,8 @@ func TestSSHHostLost(t *testing.T) {
 	srv, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
 	m := sshMatrixFile(t, dir, workdir, ", connect_timeout: 1s", "")
-	body := strings.NewReplacer("rates: [10, 20]", "rates: [20]",
-		"min_completed: 30, timeout: 30s, drain_timeout: 5s", "min_completed: 120, timeout: 10s, drain_timeout: 2s",
+	body := strings.NewReplacer("rates: [20, 40]", "rates: [20]",
+		"min_completed: 30, timeout: 30s, drain_timeout: 5s", "min_completed: 80, timeout: 10s, drain_timeout: 2s",
 		"hosts:\n", "hosts:\n  here: {address: local}\n",
 		"  plain: {}", "  plain: {topology: {hosts: [gpu0]}}\n  near: {topology: {hosts: [here]}}").Replace(sshRead(t, m))
 	sshWrite(t, m, body)

@@ -79,7 +79,7 @@ engine:
   sim: {step_base_us: 1500, decode_seq_us: 20, prefill_token_us: 0.5}
 configs:
   plain: %CONFIG%
-rates: [10, 20]
+rates: [20, 40]
 shapes:
   - {name: 64x8, input: 64, output: 8}
 measure: {warmup_requests: 3, min_completed: 30, timeout: 30s, drain_timeout: 5s}
@@ -367,7 +367,7 @@ func TestSSHSweepTunnel(t *testing.T) {
 // oneRate cuts a matrix written by sshMatrixFile down to one rate (two runs).
 func sshOneRate(t *testing.T, m string) {
 	t.Helper()
-	sshWrite(t, m, strings.Replace(sshRead(t, m), "rates: [10, 20]", "rates: [20]", 1))
+	sshWrite(t, m, strings.Replace(sshRead(t, m), "rates: [20, 40]", "rates: [20]", 1))
 }
 
 // matrixPort is engine.port of a matrix file written by writeMatrix.

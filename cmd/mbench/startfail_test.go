@@ -192,7 +192,7 @@ func engineLogs(t *testing.T, out, s string) []string {
 // judge: the value, not the name, is wrong).
 func badFlagMatrix(t *testing.T, dir string) string {
 	t.Helper()
-	return writeMatrix(t, dir, strings.Replace(strings.Replace(tinyMatrix, "rates: [10, 20]", "rates: [10]", 1),
+	return writeMatrix(t, dir, strings.Replace(strings.Replace(tinyMatrix, "rates: [20, 40]", "rates: [20]", 1),
 		"walk_ns_per_block: 2000}", "walk_ns_per_block: 2000, token_budget: -5}", 1))
 }
 

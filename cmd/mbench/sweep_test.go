@@ -26,7 +26,7 @@ configs:
   plain: {}
   walk:
     sim: {connector: walk, walk_ns_per_block: 2000}
-rates: [10, 20]
+rates: [20, 40]
 shapes:
   - {name: 64x8, input: 64, output: 8}
 measure: {warmup_requests: 3, min_completed: 30, timeout: 30s, drain_timeout: 5s}
