@@ -65,7 +65,7 @@ func TestInterruptAndResumeAgainstLlamaServer(t *testing.T) {
 		cfgs := m["configs"].(map[string]any)
 		delete(cfgs, "np4_nocache")
 		m["rates"] = []any{8}
-		m["measure"] = map[string]any{"warmup_requests": 0, "min_completed": 40, "timeout": "60s", "drain_timeout": "2m"}
+		m["measure"] = map[string]any{"warmup_requests": 0, "min_completed": 20, "timeout": "60s", "drain_timeout": "2m"}
 	})
 	start := func(args ...string) (*exec.Cmd, *bytes.Buffer) {
 		cmd := exec.Command(mbenchBin(t), args...)
