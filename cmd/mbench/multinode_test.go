@@ -18,10 +18,11 @@ import (
 // three-node Slurm cluster whose nodes are network namespaces of this
 // machine (127.0.0.1 on one node is not another's), and three SSH hosts,
 // each with its own sshd. mbench runs here, on the bed's "login node". They
-// skip where the bed is not up, unless MBENCH_REQUIRE_NETNS=1. They must not
-// run in parallel with each other (they share the bed's nodes and fixed
-// ports): TestBed runs them one after another, the group beside the
-// package's other parallel tests, so each gives the mbench it
+// skip where the bed is not up, unless MBENCH_REQUIRE_NETNS=1. Those on the
+// cluster must not run in parallel with each other (they share the bed's
+// nodes and fixed ports): TestBed runs them one after another, the group
+// beside the package's other parallel tests and TestBedSSHTopology, which
+// uses the SSH hosts alone. So each gives the mbench it
 // starts its environment (the bed's SLURM_CONF, HOME, TZ: bedEnv,
 // startMbenchEnv) rather than setting the test process's.
 
@@ -42,7 +43,6 @@ func TestBed(t *testing.T) {
 		{"MbenchPath", testBedMbenchPath},
 		{"TwoNodeRouter", testBedTwoNodeRouter},
 		{"NodeFailure", testBedNodeFailure},
-		{"SSHTopology", testBedSSHTopology},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, bed) })
 	}
@@ -340,14 +340,17 @@ repeat: {min: 3, max: 3, metric: ttft_p90, rel_ci: 0.05, confidence: 0.95}
 gate: {enabled: false}
 `
 
-// testBedSSHTopology runs a sweep over three SSH hosts of the bed, each a
+// TestBedSSHTopology runs a sweep over three SSH hosts of the bed, each a
 // namespace with its own sshd: a router on one whose backends are the
 // engines of the other two, reached at their addresses. mbench uploads
 // itself to each host, is killed with SIGKILL after the first run (the
 // tether stops the engines), and resume finishes. The journal is exact,
 // every run's requests reached both backends, each engine ran on its own
-// host, and nothing is left on any host.
-func testBedSSHTopology(t *testing.T, bed *netnstest.Bed) {
+// host, and nothing is left on any host. It uses no node of the bed's
+// cluster, so it runs beside TestBed (netnstest.RequireHosts).
+func TestBedSSHTopology(t *testing.T) {
+	t.Parallel()
+	bed := netnstest.RequireHosts(t)
 	env := bedSSHEnv(t, bed)
 	dir := t.TempDir()
 	work := t.TempDir()

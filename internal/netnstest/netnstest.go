@@ -3,8 +3,8 @@
 // with its own network stack, hostname and sshd, three of them the nodes of
 // a Slurm cluster (slurmd in each) whose controller runs in the test's own
 // namespace, beside the one-node cluster of .ci/slurm-up.sh. Tests that
-// need it call Require: without the bed they skip, or fail when
-// MBENCH_REQUIRE_NETNS=1 (as in CI). The namespaces' addresses are the only
+// need it call Require, or RequireHosts where they use its SSH hosts alone:
+// without the bed they skip, or fail when MBENCH_REQUIRE_NETNS=1 (as in CI). The namespaces' addresses are the only
 // non-loopback addresses tests send to.
 package netnstest
 
@@ -63,12 +63,35 @@ const lockFile = "/var/lib/mbench-netns/tests.lock"
 // MBENCH_REQUIRE_NETNS=1.
 func Require(t testing.TB) *Bed {
 	t.Helper()
+	return require(t, lockFile, (*Bed).check)
+}
+
+// hostsLockFile serializes the tests that use the bed's SSH hosts alone
+// (RequireHosts). They run beside the cluster's tests (Require), which
+// fail nodes and count their jobs' steps but change nothing of the hosts
+// that another test could see.
+const hostsLockFile = "/var/lib/mbench-netns/hosts.lock"
+
+// RequireHosts returns the bed for a test that uses its SSH hosts and no
+// node of its cluster, after checking that each host's namespace exists,
+// and holds the hosts for the test (other tests that RequireHosts wait;
+// those that Require the bed run beside it). Without the bed the test is
+// skipped, or fails under MBENCH_REQUIRE_NETNS=1.
+func RequireHosts(t testing.TB) *Bed {
+	t.Helper()
+	return require(t, hostsLockFile, func(b *Bed) error { return namespacesExist(b.Hosts) })
+}
+
+// require loads the bed, holds lock for t and checks the bed with check;
+// without the bed it skips t, or fails it under MBENCH_REQUIRE_NETNS=1.
+func require(t testing.TB, lock string, check func(*Bed) error) *Bed {
+	t.Helper()
 	b, err := load()
 	if err == nil {
-		err = hold(t)
+		err = holdFile(t, lock)
 	}
 	if err == nil {
-		err = b.check()
+		err = check(b)
 	}
 	if err != nil {
 		if os.Getenv("MBENCH_REQUIRE_NETNS") == "1" {
@@ -79,15 +102,15 @@ func Require(t testing.TB) *Bed {
 	return b
 }
 
-// hold takes the bed's lock until the test ends.
-func hold(t testing.TB) error {
-	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+// holdFile takes an exclusive lock on the file lock until the test ends.
+func holdFile(t testing.TB, lock string) error {
+	f, err := os.OpenFile(lock, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()
-		return fmt.Errorf("lock %s: %w", lockFile, err)
+		return fmt.Errorf("lock %s: %w", lock, err)
 	}
 	t.Cleanup(func() { f.Close() }) // releases the lock
 	return nil
@@ -111,10 +134,8 @@ func load() (*Bed, error) {
 // check asks the bed's cluster whether every node is up, and each
 // namespace whether it exists.
 func (b *Bed) check() error {
-	for _, m := range append(slices.Clone(b.Nodes), b.Hosts...) {
-		if _, err := os.Stat(filepath.Join("/run/netns", m.Name)); err != nil {
-			return err
-		}
+	if err := namespacesExist(append(slices.Clone(b.Nodes), b.Hosts...)); err != nil {
+		return err
 	}
 	out, err := b.Slurm("sinfo", "-h", "-N", "-o", "%N %t")
 	if err != nil {
@@ -123,6 +144,16 @@ func (b *Bed) check() error {
 	for _, n := range b.Nodes {
 		if up := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(n.Name) + ` (idle|mix|alloc|comp)`); !up.MatchString(out) {
 			return fmt.Errorf("node %s is not up: %s", n.Name, out)
+		}
+	}
+	return nil
+}
+
+// namespacesExist checks that each machine's network namespace exists.
+func namespacesExist(ms []Machine) error {
+	for _, m := range ms {
+		if _, err := os.Stat(filepath.Join("/run/netns", m.Name)); err != nil {
+			return err
 		}
 	}
 	return nil
