@@ -297,8 +297,9 @@ func BenchmarkTTFTAgainstEngineTimings(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// ttftChecked is the measured requests of TestTTFTAgainstEngineTimings:
-// its claim holds of each request, so half the benchmark's batch.
+// ttftChecked is the measured requests of TestTTFTAgainstEngineTimings
+// (with the 2 warm-up ones, 16 checked): its claim holds of each request,
+// so half the benchmark's batch.
 const ttftChecked = ttftMeasured / 2
 
 // ttftGaps runs one batch of n measured requests (after 2 warmup) at 2
@@ -308,9 +309,8 @@ func ttftGaps(t testing.TB, srv *llamacpptest.Server, n int) []float64 {
 	t.Helper()
 	logBefore, _ := os.ReadFile(srv.LogPath)
 	recs := load(t, []string{"nice", "-n", "-20"}, srv.URL, 2, n)
-	logAll, _ := os.ReadFile(srv.LogPath)
-	timings := llamacpptest.Timings(logAll[len(logBefore):])
 	recs = slices.DeleteFunc(recs, func(r openloop.Record) bool { return !r.OK() })
+	timings := srv.TimingsAfter(len(logBefore), len(recs))
 	slices.SortFunc(recs, func(a, b openloop.Record) int { return int(a.SentNs - b.SentNs) })
 	if len(timings) != len(recs) {
 		t.Fatalf("the log has %d requests' timings, %d requests completed", len(timings), len(recs))

@@ -68,8 +68,7 @@ func TestNaturalEndsAgainstLlamaServer(t *testing.T) {
 				r.ID, r.OutputTokens, r.FinishReason, len(r.ITLMs), ttft, tpot)
 		}
 	}
-	logAfter, _ := os.ReadFile(srv.LogPath)
-	timings := llamacpptest.Timings(logAfter[len(logBefore):])
+	timings := srv.TimingsAfter(len(logBefore), len(recs))
 	if len(timings) != len(recs) {
 		t.Errorf("natural ends: the engine logged %d tasks for %d requests", len(timings), len(recs))
 	}

@@ -119,8 +119,7 @@ func refGap(t testing.TB, srv *llamacpptest.Server) float64 {
 	if err != nil {
 		t.Fatalf("reference client: %v\n%s", err, stderr.String())
 	}
-	logAll, _ := os.ReadFile(srv.LogPath)
-	timings := llamacpptest.Timings(logAll[len(logBefore):])
+	timings := srv.TimingsAfter(len(logBefore), refRequests)
 	lines := strings.Fields(string(out))
 	if len(lines) != refRequests || len(timings) != refRequests {
 		t.Fatalf("reference client: %d TTFTs, %d timings in the log, want %d", len(lines), len(timings), refRequests)

@@ -225,6 +225,23 @@ var (
 	evalRE   = regexp.MustCompile(`task (\d+) \|\s+eval time =\s+([\d.]+) ms /\s+(\d+) tokens`)
 )
 
+// TimingsAfter returns the timings of the requests s's log gained past its
+// first offset bytes, once it holds n of them: the server writes a
+// request's timings after the response's last chunk, so a client that has
+// read every response may read the log before its last lines. If the log
+// never holds n, it returns what it holds after a minute (a hang guard).
+func (s *Server) TimingsAfter(offset, n int) []Timing {
+	end := time.Now().Add(time.Minute)
+	for {
+		log, _ := os.ReadFile(s.LogPath)
+		tm := Timings(log[min(offset, len(log)):])
+		if len(tm) >= n || time.Now().After(end) {
+			return tm
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Timings parses every request's timings from a llama-server log.
 func Timings(log []byte) []Timing {
 	byTask := map[string]*Timing{}
