@@ -314,7 +314,9 @@ func testBedNodeFailure(t *testing.T, bed *netnstest.Bed) {
 // mbn-h1, one engine on each of mbn-h2 and mbn-h3, reached from the router
 // at their addresses (the bed's ~/.ssh/config knows them by address as by
 // name; this machine resolves no bed name). %WORKDIR% is the hosts' work
-// directory.
+// directory. Its ports are not the cluster tests' (18100, 18200), so that
+// no cluster test, of this version or an older one sharing the bed, holds
+// them while it runs beside.
 const sshTopology = `name: bed-ssh
 seed: 7
 hosts:
@@ -323,7 +325,7 @@ hosts:
   h3: {address: '%H3%', workdir: '%WORKDIR%/h3'}
 engine:
   kind: sim
-  port: 18100
+  port: 18400
   ready_timeout: 30s
   grace: 2s
   command: "sh -c 'echo mbench-test-node=$(hostname); exec \"$0\" \"$@\"' {{.Self}} sim --addr {{.Bind}}:{{.Port}} --step-log {{.StepLog}} --model {{.Model}} {{.ConfigArgs}}"
@@ -331,7 +333,7 @@ engine:
 configs:
   routed:
     topology: {hosts: [h2, h3], instances_per_host: 1}
-    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --policy round_robin {{.Targets}}", port: 18200, host: h1}
+    router: {command: "{{.Self}} router --addr {{.Bind}}:{{.RouterPort}} --policy round_robin {{.Targets}}", port: 18500, host: h1}
 rates: [20]
 shapes:
   - {name: 64x8, input: 64, output: 8}
@@ -371,7 +373,7 @@ func TestBedSSHTopology(t *testing.T) {
 	if len(runs) != 3 {
 		t.Fatalf("%d runs journaled, want 3", len(runs))
 	}
-	want := []string{"http://" + addr["mbn-h2"] + ":18100", "http://" + addr["mbn-h3"] + ":18100"}
+	want := []string{"http://" + addr["mbn-h2"] + ":18400", "http://" + addr["mbn-h3"] + ":18400"}
 	for d := range journaledDirs(out) {
 		b := routedBackends(t, filepath.Join(out, d))
 		if len(b) != 2 || b[want[0]] == 0 || b[want[1]] == 0 {
