@@ -2,7 +2,6 @@ package llamacpp_test
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/internal/longrun"
 )
@@ -120,7 +120,7 @@ func TestInterruptAndResumeAgainstLlamaServer(t *testing.T) {
 	exitOf(cmd, log, 10*time.Second)
 	orphans := serving(mdl)
 	t.Logf("after kill -9: %d of 4 runs journaled, llama-server pids %v left (local engines outlive mbench; resume finds them)", lines(journal), orphans)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	code, rlog := mbench(t, ctx, "resume", out2)
 	if code != 0 && code != 3 {

@@ -1,7 +1,6 @@
 package llamacpp_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/internal/porttest"
@@ -88,7 +88,7 @@ func TestSweepAgainstLlamaServer(t *testing.T) {
 	mdl := model(t)
 	mat := testMatrix(t, bin, mdl, nil)
 	out := filepath.Join(t.TempDir(), "sweep")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	start := time.Now()
 	code, log := mbench(t, ctx, "run", mat, "--out", out)

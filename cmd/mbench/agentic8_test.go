@@ -10,7 +10,6 @@ package main
 // and each cell runs one block.
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -18,7 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/mbench/mbench/internal/hangguard"
 )
 
 // onSim rewrites agentic8.yaml for the sim; every replaced text must be
@@ -76,7 +76,7 @@ func TestAgentic8OnSim(t *testing.T) {
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, onSim(t, string(src), trace, ep, bp, rp))
 	out := filepath.Join(dir, "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	if stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)

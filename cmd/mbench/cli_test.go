@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/openloop/stub"
 )
 
@@ -79,7 +80,7 @@ func TestEngineNeverReady(t *testing.T) {
 	dir := t.TempDir()
 	m := badFlagMatrix(t, dir) // 2 configs × 1 rate × 2 blocks
 	out := filepath.Join(dir, "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--keep-going")
 	// The walk cell has no usable run: the sweep says which, and exits 3.

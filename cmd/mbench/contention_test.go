@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -11,9 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mbench/mbench/internal/cpupin"
+	"github.com/mbench/mbench/internal/hangguard"
 )
 
 // TestSweepRecordsContention: a sim sweep run with --client-cpus records,
@@ -39,7 +38,7 @@ func TestSweepRecordsContention(t *testing.T) {
 	dir := t.TempDir()
 	matrix, out := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "out")
 	writeSimMatrix(t, matrix, map[string]string{"%NAME%": "contention", "%CONFIGS%": "  plain: {}", "%RATES%": "20", "%BLOCKS%": "2"})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 
 	_, _, err = runCLI(t, ctx, "run", matrix, "--out", out, "--client-cpus", "x")

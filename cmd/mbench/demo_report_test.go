@@ -1,16 +1,15 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mbench/mbench/internal/chromiumtest"
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/results"
 )
 
@@ -40,7 +39,7 @@ func TestDemoReportInBrowser(t *testing.T) {
 	dir := t.TempDir()
 	matrix, out := filepath.Join(dir, "sim.yaml"), filepath.Join(dir, "out")
 	writeTestFile(t, matrix, []byte(body))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	if _, stderr, err := runSweepCLI(t, ctx, "run", matrix, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("the demo: %v\n%s", err, stderr)

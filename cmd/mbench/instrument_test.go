@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/mbench/mbench/internal/hangguard"
 )
 
 // instrumentMatrix is a vllm-kind matrix with instrument: true whose
@@ -45,7 +45,7 @@ func TestInstrumentInstallsPlugin(t *testing.T) {
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, instrumentMatrix)
 	out := filepath.Join(dir, "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	if stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, stdout, stderr)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/openloop/stub"
 )
 
@@ -122,7 +123,7 @@ func TestSweepRequestOptions(t *testing.T) {
 	}
 	const key = "sk-planted-sweep-key-5678"
 	t.Setenv("MBENCH_SWEEP_KEY", key)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	dir := t.TempDir()
 	body := strings.NewReplacer("%ENV%", "  env: {VLLM_API_KEY: "+key+"}\n", "%CONFIGS%", "  plain: {}", "%RATES%", "20", "%BLOCKS%", "1",
@@ -215,7 +216,7 @@ func TestBurstSweep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	dir := t.TempDir()
 	const body = "name: burst\nseed: 3\nengine:\n  kind: sim\n  port: %PORT%\n  ready_timeout: 20s\n  grace: 2s\n  sim: {step_base_us: 1000}\n" +

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/openloop/stub"
 )
 
@@ -170,7 +171,7 @@ func TestLoadProfileSweep(t *testing.T) {
 	}
 	defer srv.Close()
 	out := filepath.Join(t.TempDir(), "sweep")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	stdout, stderr, err := runCLI(t, ctx, "load", "--base-url", srv.URL, "--model", "stub-model", "--random-input-len", "8",
 		"--random-output-len", "4", "--num-prompts", "20", "--profile", "sweep", "--sweep-rates", "2", "--disable-tqdm",

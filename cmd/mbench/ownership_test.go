@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/orchestrator"
 )
 
@@ -99,7 +100,7 @@ func TestExportUsesTheRecordedMethod(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	m, out := finishedSweep(t, ctx)
 	report := func() string {
@@ -167,7 +168,7 @@ func TestResumeAfterMoveAndDamage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sim sweep")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	m, out := finishedSweep(t, ctx)
 	moved := filepath.Join(t.TempDir(), "moved")

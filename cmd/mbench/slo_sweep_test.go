@@ -4,7 +4,6 @@ package main
 // again here from requests.jsonl, and report.html loaded in a real browser.
 
 import (
-	"context"
 	"encoding/csv"
 	"encoding/json"
 	"math"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/chromiumtest"
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/results"
 )
 
@@ -144,7 +144,7 @@ func TestSLOGoodputAndHTMLReportOnSim(t *testing.T) {
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, sloSweep)
 	out := filepath.Join(dir, "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	if stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)

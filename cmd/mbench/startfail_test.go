@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mbench/mbench/internal/hangguard"
 )
 
 // missingBinaryMatrix is llama-server's matrix with a binary that is not
@@ -206,7 +208,7 @@ func TestStartFailureStopsTheSweep(t *testing.T) {
 	dir := t.TempDir()
 	m := badFlagMatrix(t, dir)
 	out := filepath.Join(dir, "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out)
 	if err == nil || exitCode(err) != exitError {

@@ -1,14 +1,14 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/mbench/mbench/internal/hangguard"
 )
 
 // TestStoppingRuleClaimIsThePrintedCI: a sweep says "converged" exactly
@@ -30,7 +30,7 @@ func TestStoppingRuleClaimIsThePrintedCI(t *testing.T) {
 	body := strings.Replace(string(data), "repeat: {min: 2, max: 2, metric: ttft_p90, rel_ci: 0.05, confidence: 0.95}",
 		"repeat: {min: 4, max: 10, metric: ttft_p90, rel_ci: 0.5, confidence: 0.95}", 1)
 	writeTestFile(t, m, []byte(body))
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	if _, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr)

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/mbench/mbench/internal/hangguard"
 )
 
 // TestVerdictsOfRealisticSweeps: sweeps against an engine that is healthy
@@ -59,7 +59,7 @@ func TestVerdictsOfRealisticSweeps(t *testing.T) {
 				body = strings.Replace(body, k, v, 1)
 			}
 			writeTestFile(t, m, []byte(body))
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := hangguard.Context(t)
 			defer cancel()
 			stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet")
 			j := readJSONL(t, filepath.Join(out, "journal.jsonl"))

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/mbench/mbench/internal/hangguard"
 )
 
 // TestVerdictsOfMisbehavingEngines: an engine that fails its requests one
@@ -50,7 +50,7 @@ func TestVerdictsOfMisbehavingEngines(t *testing.T) {
 				body := strings.Replace(string(data), "measure: {warmup_requests: 3, min_completed: 20, timeout: 20s, drain_timeout: 3s}", c.measure, 1)
 				writeTestFile(t, m, []byte(body))
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := hangguard.Context(t)
 			defer cancel()
 			stdout, stderr, err := runCLI(t, ctx, "run", m, "--out", out, "--quiet")
 			ec, ok := err.(exitCoder)

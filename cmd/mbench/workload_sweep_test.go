@@ -6,7 +6,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -15,8 +14,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/openloop"
 )
 
@@ -49,7 +48,7 @@ func runWorkloadSweepAllowing(t *testing.T, body string, wantRuns int, statuses 
 	dir := t.TempDir()
 	m := writeMatrix(t, dir, strings.ReplaceAll(body, "%TRACE%", trace))
 	out := filepath.Join(dir, "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	if stdout, stderr, err := runSweepCLI(t, ctx, "run", m, "--out", out, "--quiet"); err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)

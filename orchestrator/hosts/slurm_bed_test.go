@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/clock"
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/internal/netnstest"
 	"github.com/mbench/mbench/shquote"
 )
@@ -54,7 +55,7 @@ func waitLog(t *testing.T, ctx context.Context, p Process, want string) {
 // it) is found there by its tag and killed. Complete ends the job
 // COMPLETED.
 func TestBedSlurmStop(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	bed, s := bedAllocation(t, ctx)
 

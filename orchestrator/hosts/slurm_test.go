@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/clock"
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/internal/sshdtest"
 	"github.com/mbench/mbench/shquote"
 )
@@ -52,7 +53,7 @@ func TestSlurmSteps(t *testing.T) {
 		}
 		t.Skipf("no Slurm with GPUs here (run .ci/slurm-up.sh): %v %s", err, out)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangguard.Context(t)
 	defer cancel()
 	dir := t.TempDir()
 	cfg := SlurmConfig{Name: "c", JobName: "mbench-hosts-test-" + strconv.Itoa(os.Getpid()), JobFile: filepath.Join(dir, "job.json"),
