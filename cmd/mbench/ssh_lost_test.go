@@ -27,7 +27,10 @@ func TestSSHHostLost(t *testing.T) {
 	}
 	srv, home, workdir := sshHome(t, true)
 	dir := t.TempDir()
-	m := sshMatrixFile(t, dir, workdir, ", connect_timeout: 1s", "")
+	// connect_timeout bounds one dial (TCP and handshake): long enough for a
+	// handshake on a loaded machine; the loss then takes 5 dials and the
+	// backoff, each later command to the lost host one dial.
+	m := sshMatrixFile(t, dir, workdir, ", connect_timeout: 5s", "")
 	body := strings.NewReplacer("rates: [20, 40]", "rates: [20]",
 		"min_completed: 30, timeout: 30s, drain_timeout: 5s", "min_completed: 80, timeout: 10s, drain_timeout: 2s",
 		"hosts:\n", "hosts:\n  here: {address: local}\n",

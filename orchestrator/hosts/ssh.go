@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,7 +48,10 @@ type SSHConfig struct {
 // opened only when the server's MaxSessions (OpenSSH default 10) is reached.
 const maxConns = 8
 
-// reconnectBackoff is the wait before each dial attempt when no connection is up.
+// reconnectBackoff is the wait before each dial attempt when no connection
+// is up. Once a reconnection has given up (the host is unreachable), later
+// ones dial once, until one succeeds: a host found lost costs each later
+// command one dial, not the whole backoff again.
 var reconnectBackoff = []time.Duration{0, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second}
 
 // DialSSH connects to a host over SSH and returns it as a Host. Lost
@@ -101,6 +105,7 @@ type sshTransport struct {
 	mu        sync.Mutex
 	conns     []*sshConn
 	closed    bool
+	gaveUp    bool // the last reconnection gave up; none has succeeded since
 	listeners map[net.Listener]struct{}
 }
 
@@ -196,7 +201,7 @@ func (t *sshTransport) conn(ctx context.Context, full map[*sshConn]bool) (*sshCo
 		return nil, fmt.Errorf("host %s: all %d connections are at the server's session limit (sshd MaxSessions)", t.cfg.Name, maxConns)
 	}
 	backoff := reconnectBackoff
-	if len(t.conns) > 0 {
+	if len(t.conns) > 0 || t.gaveUp {
 		backoff = backoff[:1]
 	}
 	var last error
@@ -210,18 +215,27 @@ func (t *sshTransport) conn(ctx context.Context, full map[*sshConn]bool) (*sshCo
 		}
 		c, err := t.dial(ctx)
 		if err == nil {
-			t.conns = append(t.conns, c)
+			t.conns, t.gaveUp = append(t.conns, c), false
 			return c, nil
 		}
 		last = err
 		if isPermanent(err) || ctx.Err() != nil {
 			return nil, err
 		}
-		if i == len(backoff)-1 && len(backoff) > 1 {
-			return nil, &UnreachableError{Host: t.cfg.Name, Err: fmt.Errorf("%w: %w (gave up after %d attempts)", ErrHostUnreachable, err, len(backoff))}
+		if i == len(backoff)-1 && len(t.conns) == 0 {
+			t.gaveUp = true
+			return nil, &UnreachableError{Host: t.cfg.Name, Err: fmt.Errorf("%w: %w (gave up after %s)", ErrHostUnreachable, err, attempts(len(backoff)))}
 		}
 	}
 	return nil, last
+}
+
+// attempts is "1 attempt" or "n attempts".
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return strconv.Itoa(n) + " attempts"
 }
 
 // dial connects to the endpoint, through its ProxyJump hops if any.

@@ -295,3 +295,43 @@ func TestForward(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreachableHostDialsOnce: a host that stops answering is given up
+// after the whole reconnect backoff (5 dials); every later command dials it
+// once, not the backoff again, until a dial succeeds, which restores the
+// backoff for the next loss. The dials are counted at the server's door.
+func TestUnreachableHostDialsOnce(t *testing.T) {
+	t.Parallel()
+	s := sshdtest.StartFake(t)
+	h := dialTest(t, s, func(c *SSHConfig) { c.DialTimeout = 300 * time.Millisecond })
+	ctx := ctxT(t, 2*time.Minute)
+	lose := func() {
+		s.Stall()
+		s.Cut()
+	}
+	run := func(wantDials int, wantErr string) {
+		t.Helper()
+		before := s.Accepted()
+		_, _, err := h.Run(ctx, "true")
+		dials := s.Accepted() - before
+		var ue *UnreachableError
+		switch {
+		case wantErr == "" && err != nil:
+			t.Fatalf("Run: %v", err)
+		case wantErr != "" && (!errors.As(err, &ue) || !strings.Contains(err.Error(), wantErr)):
+			t.Fatalf("Run: %v; want an UnreachableError saying %q", err, wantErr)
+		case dials != wantDials:
+			t.Fatalf("Run (%v) dialled %d times, want %d", err, dials, wantDials)
+		}
+	}
+	run(0, "")
+	lose()
+	run(5, "gave up after 5 attempts")
+	run(1, "gave up after 1 attempt")
+	run(1, "gave up after 1 attempt")
+	s.Resume()
+	run(1, "")
+	lose()
+	run(5, "gave up after 5 attempts")
+	s.Resume()
+}
