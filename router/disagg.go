@@ -151,9 +151,3 @@ func (s *Server) prefillLeg(ctx context.Context, url string, h http.Header, body
 	}
 	return out, http.StatusOK, nil
 }
-
-// jsonString quotes s as a JSON string.
-func jsonString(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
-}

@@ -86,9 +86,6 @@ func (e *Engine) BootstrapAddr() string {
 	return e.moon.addr
 }
 
-// Config returns the engine's configuration with defaults applied.
-func (e *Engine) Config() Config { return e.cfg }
-
 // LaunchFactor is this launch's multiplicative noise factor on step time
 // (1 when Noise is 0).
 func (e *Engine) LaunchFactor() float64 { return e.cost.launchFactor }
