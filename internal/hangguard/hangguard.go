@@ -20,10 +20,12 @@ type deadliner interface {
 	Deadline() (time.Time, bool)
 }
 
-// Context is t's context ending Margin before go test's deadline (no end
-// where go test has none, as with -timeout 0, or for a benchmark).
+// Context is a context ending Margin before go test's deadline (no end
+// where go test has none, as with -timeout 0, or for a benchmark). It is
+// not t.Context(), which ends before t's cleanups run: work a cleanup
+// still does (stopping engines) may hold it until the caller cancels.
 func Context(t testing.TB) (context.Context, context.CancelFunc) {
-	ctx := t.Context()
+	ctx := context.Background()
 	if d, ok := t.(deadliner); ok {
 		if dl, ok := d.Deadline(); ok {
 			return context.WithDeadline(ctx, dl.Add(-Margin))

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mbench/mbench/internal/hangguard"
 	"github.com/mbench/mbench/internal/sshdtest"
 	"github.com/mbench/mbench/shquote"
 )
@@ -58,8 +59,15 @@ func testConfig(s *sshdtest.Server, mod func(*SSHConfig)) SSHConfig {
 	return cfg
 }
 
+// ctxT is the context of a test's work on its hosts: until go test's deadline
+// less hangguard's margin, a hang's bound and never the machine's speed; d
+// only where go test sets none (a benchmark, -timeout 0).
 func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := hangguard.Context(t)
+	if _, ok := ctx.Deadline(); !ok {
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), d)
+	}
 	t.Cleanup(cancel)
 	return ctx
 }
