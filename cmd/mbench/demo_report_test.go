@@ -49,9 +49,31 @@ func TestDemoReportInBrowser(t *testing.T) {
 	if len(p.Problems) > 0 || p.Count(`<body[^>]* data-rendered="ok"`) != 1 {
 		t.Fatalf("report.html did not render cleanly: %v", p)
 	}
+	cells, _ := filepath.Glob(filepath.Join(out, "cells", "*", "summary_A.json"))
+	if len(cells) != 5 {
+		t.Fatalf("%d cell summaries, want the demo's 5", len(cells))
+	}
+	var want []string // the timelines of the runs that are not results
+	used := 0
+	for _, f := range cells {
+		var cs results.CellSummary
+		readJSONFile(t, f, &cs)
+		for _, r := range cs.Runs {
+			if !r.Used {
+				want = append(want, "plots/timeline_"+cs.Cell+"_"+filepath.Base(r.Dir)+".svg")
+			} else {
+				used++
+			}
+		}
+	}
+	// The per-request CDFs are over the runs that are results: drawn
+	// exactly where the cells have one (which runs are, the machine's
+	// grading decides).
 	for _, id := range []string{"forest", "request-ttft-cdf", "request-tpot-cdf"} {
-		if m := regexp.MustCompile(`<img id="` + id + `"[^>]*data-drawn="(\d+)"`).FindStringSubmatch(p.DOM); m == nil || m[1] == "0" {
-			t.Errorf("the inline plot %s is not decoded in the page: %v", id, m)
+		m := regexp.MustCompile(`<img id="` + id + `"[^>]*data-drawn="(\d+)"`).FindStringSubmatch(p.DOM)
+		drawn := m != nil && m[1] != "0"
+		if want := id == "forest" || used > 0; drawn != want {
+			t.Errorf("the inline plot %s decoded in the page: %v (%v), want %v with %d runs that are results", id, drawn, m, want, used)
 		}
 	}
 	if n := p.Count(`<svg class="plot (ttft|tpot)"`); n != 0 || p.Count(`<p class="nodata">Every shape was measured at one rate`) != 1 {
@@ -61,20 +83,6 @@ func TestDemoReportInBrowser(t *testing.T) {
 		t.Errorf("plots against rate written for one rate: %v", vs)
 	}
 
-	cells, _ := filepath.Glob(filepath.Join(out, "cells", "*", "summary_A.json"))
-	if len(cells) != 5 {
-		t.Fatalf("%d cell summaries, want the demo's 5", len(cells))
-	}
-	var want []string
-	for _, f := range cells {
-		var cs results.CellSummary
-		readJSONFile(t, f, &cs)
-		for _, r := range cs.Runs {
-			if !r.Used {
-				want = append(want, "plots/timeline_"+cs.Cell+"_"+filepath.Base(r.Dir)+".svg")
-			}
-		}
-	}
 	slices.Sort(want)
 	t.Logf("%d runs are not results: %q", len(want), want)
 	runs := p.DOM[strings.Index(p.DOM, `<table id="runs"`):]
