@@ -217,9 +217,13 @@ func TestSLOGoodputAndHTMLReportOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The goodput sections and the plots are over the runs that are
+	// results: present exactly where a cell has one (which runs are, the
+	// machine's grading decides).
+	anyResult := len(cellMean) > 0
 	for _, want := range []string{"## Goodput under the SLO", "TTFT ≤ 250 ms, TPOT ≤ 20 ms, E2EL ≤ 45 ms", "### request_goodput (request_goodput) — secondary", "### slo_attainment (slo_attainment) — secondary"} {
-		if !strings.Contains(string(report), want) {
-			t.Errorf("report.md lacks %q", want)
+		if strings.Contains(string(report), want) != anyResult {
+			t.Errorf("report.md has %q: %v, with %d cells that have a result", want, !anyResult, len(cellMean))
 		}
 	}
 	f, err := os.Open(filepath.Join(out, "tables.csv"))
@@ -257,8 +261,8 @@ func TestSLOGoodputAndHTMLReportOnSim(t *testing.T) {
 			t.Errorf("report.html cell %s: request_goodput %q, want %v", cell, got, want)
 		}
 	}
-	if n := p.Count(`<svg class="plot ttft"`); n != 1 {
-		t.Errorf("%d TTFT plots, want 1 (one shape)", n)
+	if n := p.Count(`<svg class="plot ttft"`); (n == 1) != anyResult || n > 1 {
+		t.Errorf("%d TTFT plots, want 1 (one shape) where a cell has a result (%d do)", n, len(cellMean))
 	}
 	if n := p.Count(`<path class="cdf"`); n != len(cellMean) {
 		t.Errorf("%d step CDF lines, want one per cell (%d)", n, len(cellMean))
