@@ -69,8 +69,8 @@ func startEngine(t testing.TB, cfg Config) *testEngine {
 			if te.expectCrash && ce == nil {
 				t.Errorf("Serve returned %v after a crash, want a *CrashError", err)
 			}
-		case <-time.After(3 * time.Second):
-			t.Errorf("Serve did not return within 3 s of cancel")
+		case <-time.After(time.Minute): // a hang's bound
+			t.Errorf("Serve did not return within a minute of cancel")
 		}
 	}
 	t.Cleanup(te.stop)

@@ -31,7 +31,7 @@ var escapeCases = []struct{ name, cmd string }{
 func readChild(t *testing.T, file string, pgid int) int {
 	t.Helper()
 	var pid int
-	if !eventually(10*time.Second, func() bool {
+	if !eventually(time.Minute, func() bool {
 		b, err := os.ReadFile(file)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		_, pgrp, _, ok := procStat(pid)

@@ -63,7 +63,7 @@ func lingeringSpec(t *testing.T, name, command string) ProcSpec {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		eventually(15*time.Second, func() bool { return os.RemoveAll(dir) == nil })
+		eventually(time.Minute, func() bool { return os.RemoveAll(dir) == nil })
 	})
 	return ProcSpec{Name: name, Command: command, StateDir: dir + "/state",
 		LogPath: dir + "/logs/" + name + ".log", Marker: testMarker, Tether: true}

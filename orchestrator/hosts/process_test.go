@@ -73,7 +73,7 @@ func TestStartStop(t *testing.T) {
 					}
 					select {
 					case <-p.Done():
-					case <-time.After(5 * time.Second):
+					case <-time.After(time.Minute): // a hang's bound
 						t.Fatal("Done not closed after Stop")
 					}
 					var ee *ExitError
@@ -106,7 +106,7 @@ func TestStartExitAndLog(t *testing.T) {
 			}
 			select {
 			case <-p.Done():
-			case <-time.After(10 * time.Second):
+			case <-time.After(time.Minute): // a hang's bound
 				t.Fatal("not Done")
 			}
 			var ee *ExitError
@@ -139,7 +139,7 @@ func TestStartSecretEnv(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Stop(ctx, time.Second)
-			eventually(5*time.Second, func() bool { b, _ := os.ReadFile(out); return len(b) > 0 })
+			eventually(time.Minute, func() bool { b, _ := os.ReadFile(out); return len(b) > 0 })
 			if b, _ := os.ReadFile(out); string(b) != secret {
 				t.Fatalf("engine saw %q, want the secret unchanged", b)
 			}
