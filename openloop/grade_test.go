@@ -147,7 +147,7 @@ func closedRecords(n int, lag func(i int) float64) []Record {
 // frees, so its send lag is time the slot stood empty, which the server
 // did not get to fill: the load it held, and the run's throughput, are
 // the generator's. A loop of one that leaves a 20 ms request's slot empty
-// 8 ms in one send of ten (a busy machine) is graded client_limited, as an
+// 8 ms in one send of ten (scripted records) is graded client_limited, as an
 // open loop would be; sub-millisecond lags are not. Closed loops take no
 // KS test (their gaps follow the completions).
 func TestGradeClosedLoopLag(t *testing.T) {

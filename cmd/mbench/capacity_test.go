@@ -137,10 +137,10 @@ func TestCapacitySearchOnSim(t *testing.T) {
 		t.Errorf("report.md lacks the capacity section")
 	}
 	// Whether the tax shows beyond the noise is a verdict on the client's
-	// TTFTs, which a busy machine's noise reaches (the paired CI over 3
-	// blocks is t on 2 df): it is asserted on a scripted measurer, every
-	// run, in orchestrator's TestLoopCapacityReplay (each capacity
-	// bracketed, taxed vs plain's CI below 0). Here the records' truth: the
+	// wall-clock TTFTs (the paired CI over 3 blocks is t on 2 df), so it is
+	// asserted where the measurements are scripted, every run: orchestrator's
+	// TestLoopCapacityReplay (each capacity bracketed, taxed vs plain's CI
+	// below 0). Here the records' truth: the
 	// comparison is paired over the blocks, and report.md words exactly what
 	// capacity.json holds.
 	bounds := map[string][2]float64{}
