@@ -23,9 +23,9 @@ import (
 // usable. Each claim is asserted on every run, for every block.
 //
 // Which runs are usable is the machine's to decide: the load is a closed
-// loop of one request at a time, and a client that sends the next request
-// late (more than openloop.ClientLateMs after the last one ended), which
-// grades the run client_limited; the sweep runs it again in place, and
+// loop of one request at a time, and a run whose client sends the next
+// request late (more than openloop.ClientLateMs after the last one ended)
+// is graded client_limited; the sweep runs it again in place, and
 // after two re-runs leaves it out. The claims here hold whatever the
 // grades: they read each run's journaled attempt, whatever its verdict.
 // That the method then finds the tax, keeps the A/A pair within noise in
