@@ -109,7 +109,8 @@ type GPUSummary struct {
 	Contended       bool   `json:"gpu_contended"`
 	ContendedReason string `json:"gpu_contended_reason,omitempty"`
 	// Throttled is set when a GPU was power or thermally throttled for more
-	// of the window than the matrix allows; the verdict becomes throttled.
+	// of the window than the matrix allows and it cost the GPU more than
+	// ThrottleMinClockLoss of its SM clock; the verdict becomes throttled.
 	Throttled       bool   `json:"throttled"`
 	ThrottledReason string `json:"throttled_reason,omitempty"`
 	// ThrottleMaxFraction is the bound Throttled was decided with.
@@ -210,8 +211,10 @@ func SummarizeGPUWith(samples []GPUSample, opt GPUSummaryOptions) GPUSummary {
 			foreign = append(foreign, name+": "+p.String())
 		}
 		if f := g.Throttle.ThermalOrPower; f > opt.ThrottleMaxFraction {
-			throttled = append(throttled, fmt.Sprintf("%s: power or thermal throttling %.0f%% of the window (%s) > %.0f%%",
-				name, 100*f, g.Throttle.active(), 100*opt.ThrottleMaxFraction))
+			if costly, cost := g.Throttle.costly(); costly {
+				throttled = append(throttled, fmt.Sprintf("%s: power or thermal throttling %.0f%% of the window (%s) > %.0f%%, %s",
+					name, 100*f, g.Throttle.active(), 100*opt.ThrottleMaxFraction, cost))
+			}
 		}
 		lo, hi = min(lo, g.UtilGPU.Mean), max(hi, g.UtilGPU.Mean)
 		sum.PerGPU = append(sum.PerGPU, g)

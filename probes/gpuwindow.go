@@ -28,6 +28,14 @@ type ThrottleFractions struct {
 	// (sw_power_cap, hw_slowdown, sw/hw thermal, hw power brake): what the
 	// throttle bound is compared with.
 	ThermalOrPower float64 `json:"thermal_or_power"`
+	// ClockLoss is what those reasons cost: the share of the GPU's
+	// unthrottled SM clock (UnthrottledClockMHz, the highest SM clock of a
+	// sample under none of them) the window lost while one held, the
+	// time-weighted mean of 1 − clock/unthrottled (0 while none held).
+	// Absent when no power or thermal reason held, or when every sample had
+	// one (nothing to measure the clock against).
+	ClockLoss           *float64 `json:"clock_loss,omitempty"`
+	UnthrottledClockMHz float64  `json:"unthrottled_sm_clock_mhz,omitempty"`
 }
 
 // throttleReason is one bit of the NVML bitmask.
@@ -87,8 +95,43 @@ func throttleFractions(ss []GPUSample) ThrottleFractions {
 		*r.field(&t) = frac(r.bit)
 	}
 	t.ThermalOrPower = frac(thermalPowerMask)
+	if t.ThermalOrPower > 0 {
+		for _, x := range ss {
+			if x.ThrottleReasons&thermalPowerMask == 0 {
+				t.UnthrottledClockMHz = max(t.UnthrottledClockMHz, x.SMClockMHz)
+			}
+		}
+	}
+	if ref := t.UnthrottledClockMHz; ref > 0 {
+		lost := 0.0
+		for i := range n {
+			if ss[i].ThrottleReasons&thermalPowerMask != 0 {
+				lost += weight(i) * max(0, 1-ss[i].SMClockMHz/ref)
+			}
+		}
+		t.ClockLoss = new(lost / total)
+	}
 	return t
 }
+
+// costly reports whether the power and thermal reasons cost the GPU more
+// than ThrottleMinClockLoss of its clock, in words: a reason that held
+// while the SM clock stayed at its unthrottled speed (an H100's
+// sw_power_cap at a third of its power limit took 1% of its clock in 40%
+// of a vLLM run's window) does not change what the run measured. Unknown
+// (no unthrottled sample) counts as costly.
+func (t ThrottleFractions) costly() (bool, string) {
+	if t.ClockLoss == nil {
+		return true, "no unthrottled sample to measure its cost in SM clock"
+	}
+	return *t.ClockLoss > ThrottleMinClockLoss, fmt.Sprintf("costing %.1f%% of the unthrottled %.0f MHz SM clock over the window",
+		100**t.ClockLoss, t.UnthrottledClockMHz)
+}
+
+// ThrottleMinClockLoss is the share of its SM clock a GPU must lose to
+// power or thermal throttling over a run's window (ThrottleFractions.
+// ClockLoss) before the run is marked throttled.
+const ThrottleMinClockLoss = 0.01
 
 // active lists the power and thermal reasons with their fractions, for a
 // reason string: "sw_power_cap 40%, hw_thermal_slowdown 5%".

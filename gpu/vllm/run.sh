@@ -165,9 +165,14 @@ engine:
   instrument: true
   ready_timeout: 4m
   grace: 20s
+  # vLLM 0.26 runs dense models on its V2 model runner, where the plugin
+  # cannot time forwards; the V1 runner (async scheduling still vLLM's
+  # default) so that every step's GPU time is measured. SWEEP_V2=1 keeps
+  # vLLM's default runner.
+  env: {VLLM_USE_V2_MODEL_RUNNER: "${SWEEP_V2:-0}"}
 configs:
   plain: {}
-  plain_aa: {}
+  plain_aa: {same_as: plain}
   noop_connector:
     kv_transfer_config:
       kv_connector: MbenchNoopConnector
@@ -177,13 +182,13 @@ rates: [${SWEEP_RATE:-4}]
 shapes:
   - {name: 4096x256, input: 4096, output: 256}
 measure: {warmup_requests: 8, min_completed: ${SWEEP_N:-40}, timeout: 90s, drain_timeout: 30s}
-repeat: {min: 2, max: 2, metric: ttft_p90}
+repeat: {min: ${SWEEP_BLOCKS:-3}, max: ${SWEEP_BLOCKS:-3}, metric: ttft_p90}
 baseline: plain
 compare: [ttft_p90, tpot_p90, e2el_p90]
 gate: {enabled: false}
 probe: {interval: 100ms}
 YAML
-  log "mbench run (3 configs x 1 rate x 2 blocks), $(left) s left"
+  log "mbench run (3 configs x 1 rate x ${SWEEP_BLOCKS:-3} blocks), $(left) s left"
   timeout -s INT $(($(left) - 25)) mbench run "$W/matrix.yaml" --out "$SW" >"$W/mbench.out" 2>&1
   rc=$?
   log "mbench run exit $rc"
