@@ -81,7 +81,9 @@ if [ "${SKIP_LOAD:-0}" != 1 ]; then
   log "check exit $?: $(head -3 "$OUT/check-plugin.txt" | tr '\n' ' ')"
 fi
 
-ARGS="--enforce-eager --gpu-memory-utilization 0.3 --max-model-len 8192 --enable-prefix-caching"
+# EAGER=0: vLLM's default CUDA graphs (captured at start: a slower start),
+# where a forward is a graph replay rather than hundreds of launches.
+ARGS="$([ "${EAGER:-1}" = 1 ] && echo --enforce-eager) --gpu-memory-utilization 0.3 --max-model-len 8192 --enable-prefix-caching"
 # ---------------------------------------------------------------- 4. load vs vLLM's own account
 if [ "${SKIP_LOAD:-0}" != 1 ]; then
   L=$W/load
