@@ -15,8 +15,8 @@ import (
 
 // specFlag is one row of mbench load's flag table: a flag, with
 // vllm bench serve's names for it among its aliases, and the path of the
-// load spec's field it sets, as openloop.Config.Validate names it in its
-// messages. The table is the one place where vLLM's names are declared and
+// load spec's field it sets, as the Path of openloop.Config.Validate's
+// FieldError names it. The table is the one place where vLLM's names are declared and
 // where a spec path is turned back into the flag the user typed; the rules
 // themselves live with the spec (openloop's Validate), written once.
 type specFlag struct {
