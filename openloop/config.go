@@ -231,8 +231,8 @@ const (
 	MaxRate     = 1e6     // req/s offered at a finite rate; a trace's rate multiplier
 )
 
-// CheckRate refuses a finite rate above MaxRate; an infinite one is a burst
-// (every request at once) and is not bounded here.
+// CheckRate refuses a finite rate above MaxRate (a *FieldError at "rate");
+// an infinite one is a burst (every request at once), not bounded here.
 func CheckRate(rate float64) error {
 	if math.IsNaN(rate) || (rate > MaxRate && !math.IsInf(rate, 1)) {
 		return fieldErr("rate", "", "%v req/s is more than one load generator offers (at most %g req/s)", rate, float64(MaxRate))
