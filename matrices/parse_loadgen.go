@@ -101,7 +101,7 @@ func (d *decoder) arrivalRules(m *Matrix) {
 	// again, so that every problem of the file is reported at once.
 	for v := a; ; {
 		err := v.Validate()
-		d.spec(err, "")
+		d.spec(err, "", "")
 		var fe *openloop.FieldError
 		if !errors.As(err, &fe) {
 			break
@@ -115,27 +115,27 @@ func (d *decoder) arrivalRules(m *Matrix) {
 		}
 	}
 	for _, s := range m.Shapes {
-		d.spec(a.CheckShape(s), "shape "+s.Name+": ")
+		d.spec(a.CheckShape(s), "", "shape "+s.Name+": ")
 	}
 }
 
-// spec adds err, a rule of the load generator's spec that the matrix
-// breaks, at the line of the field its path names (or of the nearest
-// written field above it); msgPrefix says which part of the matrix broke it.
-func (d *decoder) spec(err error, msgPrefix string) {
+// spec adds err, a rule of the load generator's spec that the matrix breaks,
+// at the field its path names under root ("shapes[0]"), on the line of that
+// field or of the nearest written one above it; msgPrefix says who broke it.
+func (d *decoder) spec(err error, root, msgPrefix string) {
 	if err == nil {
 		return
 	}
 	var fe *openloop.FieldError
 	if !errors.As(err, &fe) {
-		d.add(0, "", "", "%s%v", msgPrefix, err)
+		d.add(d.lines[root], root, "", "%s%v", msgPrefix, err)
 		return
 	}
-	line := 0
-	for p := fe.Path; line == 0 && p != ""; p = p[:max(strings.LastIndex(p, "."), 0)] {
+	field, line := join(root, fe.Path), 0
+	for p := field; line == 0 && p != ""; p = p[:max(strings.LastIndex(p, "."), 0)] {
 		line = d.lines[p]
 	}
-	d.add(line, fe.Path, fe.Valid, "%s%s", msgPrefix, fe.Msg)
+	d.add(line, field, fe.Valid, "%s%s", msgPrefix, fe.Msg)
 }
 
 // inFlight decodes arrival.in_flight, an in-flight level or a list of

@@ -96,12 +96,14 @@ func TestArrivalRulesAtTheirLines(t *testing.T) {
 
 // TestShapesHeldToTheLoadGenerator: a shape whose keys are each within
 // bounds but that the load generator refuses (a lognormal whose p90 is its
-// median, a prompt longer than it sends) is refused by Parse at its line,
-// not when its run starts.
+// median, a prompt longer than it sends) is refused by Parse at the line
+// and field of the key its rule names, not when its run starts.
 func TestShapesHeldToTheLoadGenerator(t *testing.T) {
 	for _, tc := range []struct{ shape, want string }{
-		{"{name: l, input_dist: {kind: lognormal, median: 100, p90: 100}, output: 4}", "x.yaml:6: shapes[0]: input_dist: lognormal: p90: must be > median 100, got 100"},
-		{"{input: 5000000, output: 4}", "x.yaml:6: shapes[0]: input: must be in [1, 4194304] tokens, got 5000000"},
+		{"{name: l, input_dist: {kind: lognormal, median: 100, p90: 100}, output: 4}", "x.yaml:6: shapes[0].input_dist.p90: must be > median 100, got 100"},
+		{"{input: 5000000, output: 4}", "x.yaml:6: shapes[0].input: must be in [1, 4194304] tokens, got 5000000"},
+		{"{name: l, output: 4,\n  input_dist: {kind: lognormal,\n    median: 100,\n    p90: 100}}", "x.yaml:9: shapes[0].input_dist.p90: must be > median 100, got 100"},
+		{"{input: 8,\n  output: 5000000}", "x.yaml:7: shapes[0].output: must be in [1, 4194304] tokens, got 5000000"},
 	} {
 		src := strings.Replace(minimalSim, "shapes: [{input: 8, output: 2}]", "shapes: ["+tc.shape+"]", 1)
 		if _, err := Parse("x.yaml", []byte(src)); err == nil || err.Error() != tc.want {

@@ -28,7 +28,7 @@ func (d *decoder) rates(v *yaml.Node, m *Matrix) {
 			continue
 		}
 		if err := openloop.CheckRate(r); err != nil {
-			d.add(e.Line, ps[i], "a number > 0", "%s", strings.TrimPrefix(err.Error(), "rate: "))
+			d.add(e.Line, ps[i], "a number > 0", "%s", err.(*openloop.FieldError).Msg)
 			continue
 		}
 		if first, dup := seen[r]; dup {
@@ -53,7 +53,7 @@ func (d *decoder) shapes(v *yaml.Node, m *Matrix, checkFiles bool) {
 			continue
 		}
 		if err := s.Validate(); err != nil { // the load generator's own rules, beyond the keys' bounds
-			d.add(e.Line, ps[i], "", "%v", err)
+			d.spec(err, ps[i], "")
 			continue
 		}
 		if first, dup := seen[s.Name]; dup {

@@ -53,7 +53,7 @@ func (a Arrival) Validate() error {
 			return fieldErr("arrival.ramp", rateProcess, "a closed loop has no rate to ramp")
 		}
 		if err := a.Ramp.Validate(); err != nil {
-			return under("arrival", err)
+			return under("arrival", "", err)
 		}
 	}
 	if a.MaxInFlight < 0 || a.MaxInFlight > MaxInFlight {

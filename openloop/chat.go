@@ -1,9 +1,5 @@
 package openloop
 
-import (
-	"fmt"
-)
-
 // Endpoint is the OpenAI API a run drives.
 type Endpoint string
 
@@ -30,7 +26,7 @@ func (e Endpoint) Validate() error {
 	case "", EndpointCompletions, EndpointChat:
 		return nil
 	}
-	return fmt.Errorf("endpoint: %q is not completions or chat", string(e))
+	return fieldErr("endpoint", "completions or chat", "%q is not completions or chat", string(e))
 }
 
 // Path is the endpoint's HTTP path.

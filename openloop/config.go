@@ -1,7 +1,6 @@
 package openloop
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -135,14 +134,21 @@ type Result struct {
 	Grade                     Grade       // the generator's self-grading over the measured requests
 }
 
+// Validate reports the first setting of c that cannot be run, as a
+// FieldError whose path names the setting as the matrix does ("rate",
+// "arrival.ramp.from", "shape.input"), so that a caller can name it in its
+// own terms (mbench load names the flag); its message reads as the path
+// (`shape "s": input: …`). Run calls it first.
+func (c *Config) Validate() error { return c.validate() }
+
 func (c *Config) validate() error {
 	if len(c.Targets) == 0 {
-		return errors.New("targets: need at least one base URL")
+		return fieldErr("targets", "", "need at least one base URL")
 	}
 	for _, t := range c.Targets {
 		u, err := url.Parse(t)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("targets: %q is not an http(s) base URL", t)
+			return fieldErr("targets", "", "%q is not an http(s) base URL", t)
 		}
 	}
 	if err := c.Endpoint.Validate(); err != nil {
@@ -152,7 +158,7 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.Shape.Validate(); err != nil {
-		return fmt.Errorf("shape %q: %w", c.Shape.Name, err)
+		return under("shape", fmt.Sprintf("shape %q", c.Shape.Name), err)
 	}
 	if err := c.Shape.checkFiles(); err != nil {
 		return err
@@ -169,23 +175,23 @@ func (c *Config) validate() error {
 	}
 	if c.Shape.Trace != nil {
 		if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate > MaxRate {
-			return fmt.Errorf("rate: the trace rate multiplier must be > 0 (or 0 for 1) and at most %g, got %v", float64(MaxRate), c.Rate)
+			return fieldErr("rate", "", "the trace rate multiplier must be > 0 (or 0 for 1) and at most %g, got %v", float64(MaxRate), c.Rate)
 		}
 	} else {
 		if c.Arrival.Process == ArrivalConcurrency && c.Rate != 0 {
 			return fieldErr("rate", "arrival.in_flight", "a closed loop (concurrency) has no rate")
 		}
 		if !(c.Rate > 0) && c.Arrival.Process != ArrivalConcurrency {
-			return fmt.Errorf("rate: must be > 0 req/s, got %v", c.Rate)
+			return fieldErr("rate", "", "must be > 0 req/s, got %v", c.Rate)
 		}
 		if err := CheckRate(c.Rate); err != nil {
-			return fmt.Errorf("%w; for every request at once give rate inf (a burst) with a number of requests", err)
+			return fieldErr("rate", "", "%s; for every request at once give rate inf (a burst) with a number of requests", err.(*FieldError).Msg)
 		}
 		if c.MinCompleted <= 0 && c.Requests <= 0 && c.Duration <= 0 {
-			return errors.New("stop condition: set min_completed, requests or duration")
+			return namedErr("requests", "stop condition", "", "set min_completed, requests or duration")
 		}
 		if math.IsInf(c.Rate, 1) && c.Requests <= 0 {
-			return errors.New("rate: an infinite rate (a burst) sends every request at once: give the number of requests (requests), not min_completed or duration")
+			return fieldErr("rate", "", "an infinite rate (a burst) sends every request at once: give the number of requests (requests), not min_completed or duration")
 		}
 	}
 	if err := c.Arrival.Validate(); err != nil {
@@ -194,11 +200,15 @@ func (c *Config) validate() error {
 	if err := c.Arrival.CheckShape(c.Shape); err != nil {
 		return err
 	}
-	if c.Duration < 0 || c.Timeout < 0 || c.DrainTimeout < 0 || c.AbortIf.MaxTTFT < 0 || c.AbortIf.MaxInflight < 0 || c.RequestTimeout < 0 {
-		return errors.New("duration/timeout/drain_timeout/request_timeout/abort_if: must be ≥ 0")
+	// The durations and abort_if's cap (only the sign is read).
+	paths := []string{"duration", "timeout", "drain_timeout", "abort_if", "abort_if", "request_timeout"}
+	for i, v := range []time.Duration{c.Duration, c.Timeout, c.DrainTimeout, c.AbortIf.MaxTTFT, time.Duration(c.AbortIf.MaxInflight), c.RequestTimeout} {
+		if v < 0 {
+			return namedErr(paths[i], "duration/timeout/drain_timeout/request_timeout/abort_if", "", "must be ≥ 0")
+		}
 	}
 	if c.StreamMemory < 0 {
-		return fmt.Errorf("stream memory: must be ≥ 0, got %d", c.StreamMemory)
+		return namedErr("stream_memory", "stream memory", "", "must be ≥ 0, got %d", c.StreamMemory)
 	}
 	if !c.TokenIDs.IsZero() {
 		if err := c.TokenIDs.Validate(); err != nil {
@@ -206,7 +216,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if !validHeaderValue(c.RequestIDPrefix) {
-		return fmt.Errorf("request id prefix %q: control characters cannot go in a header", c.RequestIDPrefix)
+		return namedErr("request_id_prefix", fmt.Sprintf("request id prefix %q", c.RequestIDPrefix), "", "control characters cannot go in a header")
 	}
 	return nil
 }
@@ -221,11 +231,11 @@ const (
 	MaxRate     = 1e6     // req/s offered at a finite rate; a trace's rate multiplier
 )
 
-// CheckRate refuses a finite rate above MaxRate; an infinite one is a burst
-// (every request at once) and is not bounded here.
+// CheckRate refuses a finite rate above MaxRate (a *FieldError at "rate");
+// an infinite one is a burst (every request at once), not bounded here.
 func CheckRate(rate float64) error {
 	if math.IsNaN(rate) || (rate > MaxRate && !math.IsInf(rate, 1)) {
-		return fmt.Errorf("rate: %v req/s is more than one load generator offers (at most %g req/s)", rate, float64(MaxRate))
+		return fieldErr("rate", "", "%v req/s is more than one load generator offers (at most %g req/s)", rate, float64(MaxRate))
 	}
 	return nil
 }

@@ -49,16 +49,16 @@ type DatasetItem struct {
 	Line   int // where the entry starts in the file, 1-based
 }
 
-// Validate reports a dataset that cannot be used.
+// Validate reports a dataset that cannot be used (a FieldError "dataset.…").
 func (d Dataset) Validate() error {
 	if d.Path == "" {
-		return errors.New("dataset: path: must be set")
+		return fieldErr("dataset.path", "", "must be set")
 	}
 	switch d.Format {
 	case DatasetShareGPT, DatasetJSONL:
 		return nil
 	}
-	return fmt.Errorf("dataset: format: %q is not sharegpt or jsonl", string(d.Format))
+	return fieldErr("dataset.format", "sharegpt or jsonl", "%q is not sharegpt or jsonl", string(d.Format))
 }
 
 // LoadDataset reads the dataset's usable prompts. When output is 0 (the

@@ -10,28 +10,47 @@ import (
 // setting's path as the matrix names it ("arrival.ramp.from"), so that a
 // caller can place it in its own terms: the matrix parser at file:line:field,
 // mbench load at the flag that sets it. Msg says what is wrong and Valid,
-// when set, what would do. It reads "arrival: ramp: from: <msg>".
+// when set, what would do. It reads "arrival: ramp: from: <msg>", a segment
+// in the words its rule gives it where it has some (`shape "s"`, "top_p 2").
 type FieldError struct {
 	Path, Msg, Valid string
+	words            []string // how the message names each segment of Path; "" for the segment itself
 }
 
-func (e *FieldError) Error() string {
-	return strings.ReplaceAll(e.Path, ".", ": ") + ": " + e.Msg
+func (e *FieldError) Error() string { return e.Tail(0) }
+
+// Tail is the message from Path's segment n on: for "request.sampling.top_p"
+// Tail(2) is "top_p 2: must be in (0, 1]", and Tail(3) is Msg.
+func (e *FieldError) Tail(n int) string {
+	var b strings.Builder
+	for i, seg := range strings.Split(e.Path, ".")[n:] {
+		if n+i < len(e.words) && e.words[n+i] != "" {
+			seg = e.words[n+i]
+		}
+		b.WriteString(seg + ": ")
+	}
+	return b.String() + e.Msg
 }
 
 // fieldErr is a FieldError at path.
 func fieldErr(path, valid, format string, args ...any) error {
-	return &FieldError{Path: path, Msg: fmt.Sprintf(format, args...), Valid: valid}
+	return namedErr(path, "", valid, format, args...)
 }
 
-// under roots a FieldError's path at prefix ("ramp.from" under "arrival");
+// namedErr is a FieldError at path whose last segment the message names in
+// words ("top_p 2", "lognormal: p90"; "" for the segment itself).
+func namedErr(path, words, valid, format string, args ...any) error {
+	return &FieldError{Path: path, Msg: fmt.Sprintf(format, args...), Valid: valid,
+		words: append(make([]string, strings.Count(path, ".")), words)}
+}
+
+// under roots a FieldError's path at prefix ("ramp.from" under "arrival"),
+// which the message names in words (`shape "s"`; "" for prefix itself);
 // other errors are returned as they are.
-func under(prefix string, err error) error {
+func under(prefix, words string, err error) error {
 	var fe *FieldError
 	if !errors.As(err, &fe) {
 		return err
 	}
-	out := *fe
-	out.Path = prefix + "." + fe.Path
-	return &out
+	return &FieldError{Path: prefix + "." + fe.Path, Msg: fe.Msg, Valid: fe.Valid, words: append([]string{words}, fe.words...)}
 }

@@ -3,7 +3,6 @@ package openloop
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -61,33 +60,34 @@ var ownedHeaders = []string{"Host", "Content-Length", "Content-Type", "Accept", 
 	"Keep-Alive", "Upgrade", "Te", "Trailer", "X-Request-Id", "X-Mbench-Id", "X-Mbench-Session", "User-Agent"}
 
 // Validate reports a header, key, sampling parameter or body field that
-// cannot be sent. Its messages name headers and fields, never their values.
+// cannot be sent (a FieldError under "request"). Its messages name headers
+// and fields, never their values.
 func (q *Request) Validate() error {
 	for name, v := range q.Headers {
 		canon := http.CanonicalHeaderKey(name)
 		switch {
 		case !validHeaderName(name):
-			return fmt.Errorf("request: header %q: not a valid header name", name)
+			return namedErr("request.headers", fmt.Sprintf("header %q", name), "", "not a valid header name")
 		case slices.Contains(ownedHeaders, canon):
-			return fmt.Errorf("request: header %s: mbench sets it itself", canon)
+			return namedErr("request.headers", "header "+canon, "", "mbench sets it itself")
 		case canon == "Authorization" && q.APIKey != "":
-			return errors.New("request: header Authorization and an API key: give one (the key is sent as Authorization: Bearer)")
+			return fieldErr("request", "", "header Authorization and an API key: give one (the key is sent as Authorization: Bearer)")
 		case !validHeaderValue(v):
-			return fmt.Errorf("request: header %s: its value has control characters", canon)
+			return namedErr("request.headers", "header "+canon, "", "its value has control characters")
 		}
 	}
 	if !validHeaderValue(q.APIKey) || strings.ContainsAny(q.APIKey, " \t") {
-		return errors.New("request: API key: spaces or control characters cannot go in an Authorization header")
+		return fieldErr("request", "", "API key: spaces or control characters cannot go in an Authorization header")
 	}
 	if err := q.Sampling.validate(); err != nil {
-		return fmt.Errorf("request: sampling: %w", err)
+		return under("request", "", err)
 	}
 	for k, v := range q.ExtraBody {
 		if slices.Contains(ownedFields, k) {
-			return fmt.Errorf("request: extra body field %q: mbench writes it (use its own option)", k)
+			return namedErr("request.extra_body", fmt.Sprintf("extra body field %q", k), "", "mbench writes it (use its own option)")
 		}
 		if !json.Valid(v) {
-			return fmt.Errorf("request: extra body field %q: not a JSON value", k)
+			return namedErr("request.extra_body", fmt.Sprintf("extra body field %q", k), "", "not a JSON value")
 		}
 	}
 	return nil
@@ -118,11 +118,11 @@ func (s Sampling) validate() error {
 			if c.open {
 				lo = "("
 			}
-			return fmt.Errorf("%s %v: must be in %s%g, %g]", c.name, x, lo, c.lo, c.hi)
+			return namedErr("sampling."+c.name, fmt.Sprintf("%s %v", c.name, x), "", "must be in %s%g, %g]", lo, c.lo, c.hi)
 		}
 	}
 	if s.TopK != nil && *s.TopK < -1 {
-		return fmt.Errorf("top_k %d: must be -1 or 0 (off) or a positive count", *s.TopK)
+		return namedErr("sampling.top_k", fmt.Sprintf("top_k %d", *s.TopK), "", "must be -1 or 0 (off) or a positive count")
 	}
 	return nil
 }

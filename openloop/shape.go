@@ -1,8 +1,6 @@
 package openloop
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 )
@@ -84,31 +82,31 @@ const maxTokens = 4 << 20
 // z90 is the 0.9 quantile of the standard normal distribution.
 const z90 = 1.2815515655446004
 
-// Validate reports the first field of the shape that cannot be used, named as
-// in the matrix.
+// Validate reports the first field of the shape that cannot be used, as a
+// FieldError whose path names it as the matrix does ("prefix.prefix_tokens").
 func (s Shape) Validate() error {
 	if s.Trace != nil {
 		t := s.Trace
 		switch {
 		case s.Dataset != nil:
-			return errors.New("trace: a shape replays a trace or samples a dataset, not both")
+			return fieldErr("trace", "", "a shape replays a trace or samples a dataset, not both")
 		case t.Path == "":
-			return errors.New("trace: path: must be set")
+			return fieldErr("trace.path", "", "must be set")
 		case t.TimeScale < 0 || math.IsNaN(t.TimeScale) || math.IsInf(t.TimeScale, 0):
-			return fmt.Errorf("trace: time_scale: must be > 0 (or 0 for 1), got %v", t.TimeScale)
+			return fieldErr("trace.time_scale", "", "must be > 0 (or 0 for 1), got %v", t.TimeScale)
 		case t.RequestLimit < 0:
-			return fmt.Errorf("trace: request_limit: must be ≥ 0, got %d", t.RequestLimit)
+			return fieldErr("trace.request_limit", "", "must be ≥ 0, got %d", t.RequestLimit)
 		case t.MaxInflightSessions < 0:
-			return fmt.Errorf("trace: max_inflight_sessions: must be ≥ 0, got %d", t.MaxInflightSessions)
+			return fieldErr("trace.max_inflight_sessions", "", "must be ≥ 0, got %d", t.MaxInflightSessions)
 		}
 		return nil
 	}
 	if d := s.Dataset; d != nil {
 		switch {
 		case s.Input != 0 || s.InputDist != nil || s.OutputDist != nil || s.Prefix != nil || s.CacheFill != nil:
-			return errors.New("dataset: the prompts come from the file; only output may be set beside it")
+			return fieldErr("dataset", "", "the prompts come from the file; only output may be set beside it")
 		case s.Output < 0 || s.Output > maxTokens:
-			return fmt.Errorf("output: must be in [1, %d] tokens (or 0 for the file's), got %d", maxTokens, s.Output)
+			return fieldErr("output", "", "must be in [1, %d] tokens (or 0 for the file's), got %d", maxTokens, s.Output)
 		}
 		return d.Validate()
 	}
@@ -120,21 +118,21 @@ func (s Shape) Validate() error {
 	}
 	if p := s.Prefix; p != nil {
 		if p.NumPrefixes < 1 {
-			return fmt.Errorf("prefix: num_prefixes: must be ≥ 1, got %d", p.NumPrefixes)
+			return fieldErr("prefix.num_prefixes", "", "must be ≥ 1, got %d", p.NumPrefixes)
 		}
 		if p.PrefixTokens < 1 || p.PrefixTokens > maxTokens {
-			return fmt.Errorf("prefix: prefix_tokens: must be in [1, %d], got %d", maxTokens, p.PrefixTokens)
+			return fieldErr("prefix.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, p.PrefixTokens)
 		}
 		if s.InputDist == nil && p.PrefixTokens > s.Input {
-			return fmt.Errorf("prefix: prefix_tokens: %d exceeds input %d (input is the whole prompt)", p.PrefixTokens, s.Input)
+			return fieldErr("prefix.prefix_tokens", "", "%d exceeds input %d (input is the whole prompt)", p.PrefixTokens, s.Input)
 		}
 	}
 	if f := s.CacheFill; f != nil {
 		if f.Prefixes < 0 {
-			return fmt.Errorf("cache_fill: prefixes: must be ≥ 0, got %d", f.Prefixes)
+			return fieldErr("cache_fill.prefixes", "", "must be ≥ 0, got %d", f.Prefixes)
 		}
 		if f.Prefixes > 0 && (f.PrefixTokens < 1 || f.PrefixTokens > maxTokens) {
-			return fmt.Errorf("cache_fill: prefix_tokens: must be in [1, %d], got %d", maxTokens, f.PrefixTokens)
+			return fieldErr("cache_fill.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, f.PrefixTokens)
 		}
 	}
 	return nil
@@ -143,38 +141,40 @@ func (s Shape) Validate() error {
 func checkLen(name string, fixed int, d *Dist) error {
 	if d == nil {
 		if fixed < 1 || fixed > maxTokens {
-			return fmt.Errorf("%s: must be in [1, %d] tokens, got %d", name, maxTokens, fixed)
+			return fieldErr(name, "", "must be in [1, %d] tokens, got %d", maxTokens, fixed)
 		}
 		return nil
 	}
-	if err := d.Validate(); err != nil {
-		return fmt.Errorf("%s_dist: %w", name, err)
-	}
-	return nil
+	return under(name+"_dist", "", d.Validate())
 }
 
-// Validate reports a distribution that cannot be sampled.
+// Validate reports a distribution that cannot be sampled, as a FieldError
+// at its key ("p90"), named with its kind ("lognormal: p90: …").
 func (d Dist) Validate() error {
+	key := "max" // the key that a rule over both min and max names
+	if d.Min < 0 || d.Kind == "uniform" && d.Min < 1 {
+		key = "min"
+	}
 	if d.Min < 0 || d.Max < 0 || d.Max > maxTokens {
-		return fmt.Errorf("min/max: must be in [0, %d], got %d/%d", maxTokens, d.Min, d.Max)
+		return namedErr(key, "min/max", "", "must be in [0, %d], got %d/%d", maxTokens, d.Min, d.Max)
 	}
 	switch d.Kind {
 	case "uniform":
 		if d.Min < 1 || d.Max < d.Min {
-			return fmt.Errorf("uniform: need 1 ≤ min ≤ max, got min %d max %d", d.Min, d.Max)
+			return namedErr(key, "uniform", "", "need 1 ≤ min ≤ max, got min %d max %d", d.Min, d.Max)
 		}
 	case "lognormal":
 		if !(d.Median >= 1) || math.IsInf(d.Median, 0) {
-			return fmt.Errorf("lognormal: median: must be ≥ 1, got %v", d.Median)
+			return namedErr("median", "lognormal: median", "", "must be ≥ 1, got %v", d.Median)
 		}
 		if !(d.P90 > d.Median) || math.IsInf(d.P90, 0) {
-			return fmt.Errorf("lognormal: p90: must be > median %v, got %v", d.Median, d.P90)
+			return namedErr("p90", "lognormal: p90", "", "must be > median %v, got %v", d.Median, d.P90)
 		}
 		if d.Max > 0 && d.Max < d.Min {
-			return fmt.Errorf("lognormal: max %d is below min %d", d.Max, d.Min)
+			return namedErr("max", "lognormal", "", "max %d is below min %d", d.Max, d.Min)
 		}
 	default:
-		return fmt.Errorf("kind: %q is not uniform or lognormal", d.Kind)
+		return fieldErr("kind", "", "%q is not uniform or lognormal", d.Kind)
 	}
 	return nil
 }

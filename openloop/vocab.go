@@ -37,7 +37,7 @@ func (t TokenRange) IsZero() bool { return t == TokenRange{} }
 // Validate reports a range that cannot be drawn from.
 func (t TokenRange) Validate() error {
 	if t.Min < 0 || t.Max <= t.Min || t.Max > 1<<31-1 {
-		return fmt.Errorf("token ids [%d, %d): need 0 ≤ min < max", t.Min, t.Max)
+		return namedErr("token_ids", fmt.Sprintf("token ids [%d, %d)", t.Min, t.Max), "", "need 0 ≤ min < max")
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -14,8 +15,8 @@ import (
 
 // specFlag is one row of mbench load's flag table: a flag, with
 // vllm bench serve's names for it among its aliases, and the path of the
-// load spec's field it sets, as openloop.Config.Validate names it in its
-// messages. The table is the one place where vLLM's names are declared and
+// load spec's field it sets, as the Path of openloop.Config.Validate's
+// FieldError names it. The table is the one place where vLLM's names are declared and
 // where a spec path is turned back into the flag the user typed; the rules
 // themselves live with the spec (openloop's Validate), written once.
 type specFlag struct {
@@ -40,7 +41,7 @@ func loadFlagTable() []specFlag {
 		{"model", false, &cli.StringFlag{Name: "model", Usage: "model name (default: the first of /v1/models)"}},
 		{"model", false, &cli.StringFlag{Name: "served-model-name", Usage: "the model name requests carry; the same as --model (mbench needs no tokenizer)"}},
 		{"", false, &cli.StringFlag{Name: "tokenizer", Usage: "recorded as tokenizer_id only: mbench counts tokens from the engine's usage, with no tokenizer of its own"}},
-		{"token ids", false, &cli.StringFlag{Name: "token-ids", Usage: "prompt token ids drawn from MIN:MAX (half-open; default: 1000:31000, cut to the vocabulary where /v1/models says its size)"}},
+		{"token_ids", false, &cli.StringFlag{Name: "token-ids", Usage: "prompt token ids drawn from MIN:MAX (half-open; default: 1000:31000, cut to the vocabulary where /v1/models says its size)"}},
 		{"request", true, &cli.StringSliceFlag{Name: "header", Usage: "an extra request header, NAME=VALUE or 'Name: value' (repeat, or several after one --header); its value is never written to a file"}},
 		{"request", true, &cli.StringFlag{Name: "api-key-env", Usage: "send the value of this environment variable as Authorization: Bearer (vllm bench serve reads OPENAI_API_KEY); never written to a file"}},
 		{"request", false, &cli.StringFlag{Name: "extra-body", Usage: "a JSON object whose fields every request body gets"}},
@@ -52,7 +53,7 @@ func loadFlagTable() []specFlag {
 		{"request.sampling.presence_penalty", false, &cli.Float64Flag{Name: "presence-penalty", Usage: "presence_penalty (unset: not sent)"}},
 		{"request.sampling.frequency_penalty", false, &cli.Float64Flag{Name: "frequency-penalty", Usage: "frequency_penalty (unset: not sent)"}},
 		{"request.sampling.repetition_penalty", false, &cli.Float64Flag{Name: "repetition-penalty", Usage: "repetition_penalty (unset: not sent)"}},
-		{"request id prefix", false, &cli.StringFlag{Name: "request-id-prefix", Usage: "start of every X-Request-Id (default mbench-<random>-)"}},
+		{"request_id_prefix", false, &cli.StringFlag{Name: "request-id-prefix", Usage: "start of every X-Request-Id (default mbench-<random>-)"}},
 
 		// What each request asks for.
 		{"", false, &cli.StringFlag{Name: "dataset-name", Usage: "random | prefix_repetition (token-id prompts) | sharegpt | custom (prompts from --dataset-path) (default: random, or as --dataset/--trace say)"}},
@@ -263,20 +264,18 @@ func (t typedFlags) as(f cli.Flag) string {
 	return f.Names()[0]
 }
 
-// specSegRE reads one segment of a spec message into its path and the rest:
-// `shape "x": prefix: prefix_tokens: must be …` → shape, prefix,
-// prefix_tokens.
-var specSegRE = regexp.MustCompile(`^([a-z_ /]+?)(?: ("[^"]*"|[^ :]+))?: `)
-
 // flagError turns a spec validation error into one naming the flag that
 // sets the field, as the user typed it (value quoted unless secret): the
-// longest path of the table that prefixes the message's path wins, and
+// longest path of the table that prefixes the error's path wins, and
 // among rows of that path the one the user set; a path with no row of its
 // own (a rule over a section, "arrival.ramp") names the flag under it that
 // the user set. An error the table does not place is returned as it is.
 func flagError(c *cli.Context, typed typedFlags, err error) error {
-	msg := err.Error()
-	segs, ends := specPath(msg)
+	var fe *openloop.FieldError
+	if !errors.As(err, &fe) {
+		return usageError{fmt.Errorf("load: %w", err)}
+	}
+	segs := strings.Split(fe.Path, ".")
 	table := loadFlagTable()
 	for n := len(segs); n > 0; n-- {
 		path := strings.Join(segs[:n], ".")
@@ -307,28 +306,12 @@ func flagError(c *cli.Context, typed typedFlags, err error) error {
 			}
 		}
 		name := typed.as(row.flag)
-		tail := msg[ends[n-1]:]
 		if v := c.Value(row.flag.Names()[0]); !row.secret && c.IsSet(row.flag.Names()[0]) && !isSlice(v) {
-			return usageError{fmt.Errorf("load: --%s %v: %s", name, v, tail)}
+			return usageError{fmt.Errorf("load: --%s %v: %s", name, v, fe.Tail(n))}
 		}
-		return usageError{fmt.Errorf("load: --%s: %s", name, tail)}
+		return usageError{fmt.Errorf("load: --%s: %s", name, fe.Tail(n))}
 	}
 	return usageError{fmt.Errorf("load: %w", err)}
-}
-
-// specPath reads the path a spec message starts with: its segments, and
-// where the message goes on after each.
-func specPath(msg string) (segs []string, ends []int) {
-	rest := msg
-	for {
-		m := specSegRE.FindStringSubmatch(rest)
-		if m == nil {
-			return segs, ends
-		}
-		segs = append(segs, strings.TrimSpace(m[1]))
-		rest = rest[len(m[0]):]
-		ends = append(ends, len(msg)-len(rest))
-	}
 }
 
 func isSlice(v any) bool {

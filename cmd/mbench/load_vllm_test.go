@@ -97,7 +97,8 @@ func TestLoadVLLMCommandLine(t *testing.T) {
 	}
 }
 
-// TestLoadFlagErrorsNameTheFlag: a setting the spec refuses is named by
+// TestLoadFlagErrorsNameTheFlag: a setting the spec refuses (a shape, a
+// length distribution, a dataset, the arrival, a stop condition) is named by
 // the flag the user typed, vLLM's name or mbench's, exit 2; an unknown
 // single-dash flag gets the flag meant; a vLLM flag mbench lacks says what
 // to do instead.
@@ -123,6 +124,11 @@ func TestLoadFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--request-rate", "5", "--concurrency", "2"}, "--request-rate 5: a closed loop (concurrency) has no rate"},
 		{[]string{"--trace", "t.jsonl", "--concurrency", "2"}, "--concurrency 2: a trace replays its own send times"},
 		{[]string{"--top-p", "2"}, "--top-p 2: must be in (0, 1]"},
+		{[]string{"--dataset-name", "prefix_repetition", "--prefix-repetition-num-prefixes", "0"}, "load: --prefix-repetition-num-prefixes 0: must be ≥ 1, got 0"},
+		{[]string{"--input", "1", "--random-range-ratio", "0.5"}, "load: --random-range-ratio 0.5: uniform: need 1 ≤ min ≤ max, got min 0 max 2"},
+		{[]string{"--dataset-path", "p.jsonl", "--dataset-format", "csv"}, `load: --dataset-format csv: "csv" is not sharegpt or jsonl`},
+		{[]string{"--num-prompts", "0"}, "load: --num-prompts 0: set min_completed, requests or duration"},
+		{[]string{"--drain-timeout", "-1s"}, "load: --drain-timeout -1s: must be ≥ 0"},
 		{[]string{"--dataset-name", "sonnet"}, "--dataset-name sonnet is not supported: use random"},
 		{[]string{"--backend", "tgi"}, `--backend "tgi" is not supported`},
 		{[]string{"--endpoint", "/v1/embeddings"}, `--endpoint "/v1/embeddings": valid: completions or /v1/completions`},
