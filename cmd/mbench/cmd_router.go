@@ -13,7 +13,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// routerCommand is the router command.
 func routerCommand() *cli.Command {
 	return &cli.Command{
 		Name: "router",

@@ -14,7 +14,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// runCommand is the run command.
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
@@ -53,10 +52,8 @@ func runCommand() *cli.Command {
 			return finishSweep(c, o, err)
 		},
 	}
-
 }
 
-// resumeCommand is the resume command.
 func resumeCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "resume",
@@ -81,7 +78,6 @@ func resumeCommand() *cli.Command {
 			return finishSweep(c, o, err)
 		},
 	}
-
 }
 
 func sweepOptions(c *cli.Context) (orchestrator.Options, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -115,7 +116,7 @@ func writeLoadResult(lr *loadRun, sum *results.RunSummary, res *openloop.Result)
 		return doc, nil
 	}
 	var meta []kv
-	for _, k := range sortedKeys(lr.meta) {
+	for _, k := range slices.Sorted(maps.Keys(lr.meta)) {
 		if _, ok := have[k]; !ok {
 			meta = append(meta, kv{k, lr.meta[k]})
 		}
@@ -341,7 +342,7 @@ func (lr *loadRun) specRecord(res *openloop.Result) loadSpecRecord {
 		}
 		rec.ExtraBody[k] = v
 	}
-	rec.HeaderNames = sortedKeys(c.Request.Headers)
+	rec.HeaderNames = slices.Sorted(maps.Keys(c.Request.Headers))
 	return rec
 }
 
@@ -382,13 +383,4 @@ func appendKeys(obj []byte, keys []kv) ([]byte, error) {
 	}
 	b.WriteString("\n}\n")
 	return b.Bytes(), nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
