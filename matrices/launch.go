@@ -44,12 +44,8 @@ func (m *Matrix) argvOf(config string, args []string, kv map[string]any, sim map
 		}
 	case EngineSim:
 		flags := map[string]string{}
-		for k, v := range m.Engine.Sim {
-			flags[k] = v
-		}
-		for k, v := range sim {
-			flags[k] = v
-		}
+		maps.Copy(flags, m.Engine.Sim)
+		maps.Copy(flags, sim)
 		for _, k := range slices.Sorted(maps.Keys(flags)) {
 			out = append(out, "--"+k+"="+flags[k])
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 )
 
@@ -91,9 +92,7 @@ func (o ServerOptions) withDefaults() (ServerOptions, error) {
 // at b36adfa3).
 func prefillBody(fields map[string]json.RawMessage, params string) ([]byte, error) {
 	p := make(map[string]json.RawMessage, len(fields)+1)
-	for k, v := range fields {
-		p[k] = v
-	}
+	maps.Copy(p, fields)
 	p["kv_transfer_params"] = json.RawMessage(params)
 	p["stream"] = json.RawMessage("false")
 	p["max_tokens"] = json.RawMessage("1")
