@@ -159,18 +159,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ErrWriter:            stderr,
 		EnableBashCompletion: false,
 		ExitErrHandler:       func(*cli.Context, error) {}, // never os.Exit inside run
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usageError{err}
-		},
+		OnUsageError:         func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
 	}
-	known := map[string]bool{"help": true, "h": true}
 	for _, c := range cmds {
 		requireFlags(c)
 		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError{flagHint(c, err)} }
-		known[c.Name] = true
-		for _, a := range c.Aliases {
-			known[a] = true
-		}
 	}
 	if len(args) <= 1 {
 		// No command: the help goes to stderr (stdout carries only what was
@@ -179,7 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_ = app.RunContext(ctx, args)
 		return usageError{errors.New("no command given; run mbench help for the list")}
 	}
-	if !strings.HasPrefix(args[1], "-") && !known[args[1]] {
+	if a := args[1]; !strings.HasPrefix(a, "-") && a != "help" && a != "h" && findCommand(cmds, a) == nil {
 		return usageError{fmt.Errorf("unknown command %q; run mbench help for the list", args[1])}
 	}
 	if args[1] == "load" {
