@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -63,9 +64,7 @@ type ServerOptions struct {
 }
 
 func (o ServerOptions) withDefaults() (ServerOptions, error) {
-	if o.Protocol == "" {
-		o.Protocol = ProtocolNIXL
-	}
+	o.Protocol = cmp.Or(o.Protocol, ProtocolNIXL)
 	if _, err := ParseProtocol(string(o.Protocol)); err != nil {
 		return o, err
 	}
@@ -77,9 +76,7 @@ func (o ServerOptions) withDefaults() (ServerOptions, error) {
 			return o, fmt.Errorf("bootstrap port %d is not a port", p)
 		}
 	}
-	if o.Messages == nil {
-		o.Messages = io.Discard
-	}
+	o.Messages = cmp.Or(o.Messages, io.Discard)
 	return o, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -148,10 +149,7 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 		maxConc = lr.cfg.Arrival.InFlight
 	}
 	tokensPerS, concurrent := peakOutput(res)
-	label := lr.label
-	if label == "" {
-		label = lr.backend
-	}
+	label := cmp.Or(lr.label, lr.backend)
 	out := []kv{
 		{"date", lr.now.Format("20060102-150405")},
 		{"endpoint_type", lr.backend},
@@ -275,10 +273,7 @@ func (lr *loadRun) tokenizerID(model string) string {
 func (lr *loadRun) resultPath(model string) string {
 	name := lr.resultFn
 	if name == "" {
-		label := lr.label
-		if label == "" {
-			label = lr.backend
-		}
+		label := cmp.Or(lr.label, lr.backend)
 		conc := ""
 		if n := lr.cfg.Arrival.MaxInFlight; n > 0 {
 			conc = "-concurrency" + strconv.Itoa(n)

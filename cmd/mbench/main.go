@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,10 +87,7 @@ func commandName(args []string) string {
 // the command it interrupts, and whether it exits at once: a command that
 // starts nothing has nothing to tear down.
 func interruptNotice(cmd string, sig os.Signal) (msg string, exitNow bool) {
-	name := map[os.Signal]string{os.Interrupt: "interrupt", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGQUIT: "SIGQUIT"}[sig]
-	if name == "" {
-		name = sig.String()
-	}
+	name := cmp.Or(map[os.Signal]string{os.Interrupt: "interrupt", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGQUIT: "SIGQUIT"}[sig], sig.String())
 	how := "interrupted"
 	if sig != os.Interrupt {
 		how += " (" + name + ")"
