@@ -4,6 +4,6 @@
 // command) and, beside it, build-llama-server.sh, which builds llama-server
 // from the npm packages node-llama-cpp (llama.cpp's source) and
 // @node-llama-cpp/linux-x64 (its prebuilt libraries) into a cache
-// directory keyed by version. Package llamacpptest starts that server for
-// tests. Nothing of llama.cpp is in this repository.
+// directory keyed by version; its tests start that server (server_test.go).
+// Nothing of llama.cpp is in this repository.
 package llamacpp

@@ -19,7 +19,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/llamacpp"
 	"github.com/mbench/mbench/openloop"
@@ -34,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	code := m.Run()
-	llamacpptest.Cleanup()
+	removeModels()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
@@ -73,7 +72,7 @@ func mbenchBin(t testing.TB) string {
 func model(t testing.TB) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := os.Symlink(llamacpptest.Model(t, llamacpp.TinyModel), p); err != nil {
+	if err := os.Symlink(writeModel(t, llamacpp.TinyModel), p); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -213,8 +212,8 @@ func TestLoadAgainstLlamaServer(t *testing.T) {
 	// Beside the package's other waiting tests in a plain run (each its
 	// own server and model path); serial in CI's long run.
 	longrun.Parallel(t)
-	bin := llamacpptest.Find(t)
-	srv := llamacpptest.Start(t, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
+	bin := findServer(t)
+	srv := startServer(t, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
 	for _, tc := range []struct {
 		rate     float64
 		requests int
@@ -262,8 +261,8 @@ func load(t testing.TB, prefix []string, url string, rate float64, n int) []open
 // lies above it is a timing claim: BenchmarkTTFTAgainstEngineTimings
 // measures it against a reference client in the same run.
 func TestTTFTAgainstEngineTimings(t *testing.T) {
-	bin := llamacpptest.Find(t)
-	srv := llamacpptest.StartWith(t, llamacpptest.Options{Nice: -20}, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
+	bin := findServer(t)
+	srv := startServerWith(t, serverOptions{Nice: -20}, bin, model(t), "--parallel", "4", "-c", "8192", "-t", "1")
 	g := ttftGaps(t, srv, ttftChecked)
 	t.Logf("TTFT − engine prompt eval over %d requests at 2 req/s: median %.3f ms, min %.3f, max %.3f", len(g), median(g), g[0], g[len(g)-1])
 }
@@ -281,8 +280,8 @@ func TestTTFTAgainstEngineTimings(t *testing.T) {
 //
 //	MBENCH_REQUIRE_LLAMA_SERVER=1 go test ./llamacpp -run '^$' -bench TTFTAgainstEngineTimings -benchtime 3x
 func BenchmarkTTFTAgainstEngineTimings(b *testing.B) {
-	bin := llamacpptest.Find(b)
-	srv := llamacpptest.StartWith(b, llamacpptest.Options{Nice: -20}, bin, model(b), "--parallel", "4", "-c", "8192", "-t", "1")
+	bin := findServer(b)
+	srv := startServerWith(b, serverOptions{Nice: -20}, bin, model(b), "--parallel", "4", "-c", "8192", "-t", "1")
 	var meds, refs, spreads []float64
 	for b.Loop() {
 		g := ttftGaps(b, srv, ttftMeasured)
@@ -305,7 +304,7 @@ const ttftChecked = ttftMeasured / 2
 // ttftGaps runs one batch of n measured requests (after 2 warmup) at 2
 // req/s against srv and returns each one's TTFT minus the prompt evaluation
 // time the server logged for it, in ms, in increasing order.
-func ttftGaps(t testing.TB, srv *llamacpptest.Server, n int) []float64 {
+func ttftGaps(t testing.TB, srv *llamaServer, n int) []float64 {
 	t.Helper()
 	logBefore, _ := os.ReadFile(srv.LogPath)
 	recs := load(t, []string{"nice", "-n", "-20"}, srv.URL, 2, n)

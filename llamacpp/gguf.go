@@ -38,7 +38,6 @@ type kv struct {
 	key     string
 	typ     uint32
 	u32     uint32
-	i32     int32
 	f32     float32
 	str     string
 	strs    []string  // array of strings
@@ -133,8 +132,6 @@ func (g *ggufWriter) value(e kv) {
 		switch e.typ {
 		case ggufUint32:
 			g.u32(e.u32)
-		case ggufInt32:
-			g.u32(uint32(e.i32))
 		case ggufFloat32:
 			g.f32(e.f32)
 		case ggufString:

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/hangguard"
-	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/internal/longrun"
 )
 
@@ -59,7 +58,7 @@ func measuring(out, model string) bool {
 // orchestrator.awaitFreePort.)
 func TestInterruptAndResumeAgainstLlamaServer(t *testing.T) {
 	longrun.Parallel(t)
-	bin := llamacpptest.Find(t)
+	bin := findServer(t)
 	mdl := model(t)
 	mat := testMatrix(t, bin, mdl, func(m map[string]any) {
 		cfgs := m["configs"].(map[string]any)

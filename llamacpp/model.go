@@ -1,6 +1,7 @@
 package llamacpp
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -133,10 +134,7 @@ func (m Model) metadata() []kv {
 		tokens[id], types[id] = TokenText(id), 1 // NORMAL
 		scores[id] = -float32(id - FirstOrdinary)
 	}
-	name := m.Name
-	if name == "" {
-		name = "mbench-tiny-llama"
-	}
+	name := cmp.Or(m.Name, "mbench-tiny-llama")
 	head := m.Width / m.Heads
 	return []kv{
 		kvStr("general.architecture", "llama"),

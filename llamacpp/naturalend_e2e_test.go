@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/llamacpp"
 	"github.com/mbench/mbench/openloop"
@@ -33,15 +32,15 @@ import (
 //     exceed_context_size_error, classed context_length.
 func TestNaturalEndsAgainstLlamaServer(t *testing.T) {
 	longrun.Parallel(t)
-	bin := llamacpptest.Find(t)
+	bin := findServer(t)
 	m := llamacpp.TinyModel
 	m.Ends = true
 	p := filepath.Join(t.TempDir(), "ends.gguf")
-	if err := os.Symlink(llamacpptest.Model(t, m), p); err != nil {
+	if err := os.Symlink(writeModel(t, m), p); err != nil {
 		t.Fatal(err)
 	}
 	// 2 slots of 1024 tokens each.
-	srv := llamacpptest.Start(t, bin, p, "--parallel", "2", "-c", "2048", "-t", "1")
+	srv := startServer(t, bin, p, "--parallel", "2", "-c", "2048", "-t", "1")
 
 	var lastDir string
 	loadRecs := func(extra ...string) ([]openloop.Record, int, string) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/hangguard"
-	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/internal/porttest"
 	"github.com/mbench/mbench/openloop"
@@ -84,7 +83,7 @@ func TestSweepAgainstLlamaServer(t *testing.T) {
 	if !longrun.On() {
 		t.Skip("a long sweep against llama-server: MBENCH_LONG=1 runs it (.ci/run does)")
 	}
-	bin := llamacpptest.Find(t)
+	bin := findServer(t)
 	mdl := model(t)
 	mat := testMatrix(t, bin, mdl, nil)
 	out := filepath.Join(t.TempDir(), "sweep")

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/internal/longrun"
 	"github.com/mbench/mbench/llamacpp"
 )
@@ -29,10 +28,10 @@ func TestTokenIDsAgainstLlamaServer(t *testing.T) {
 	// Beside the package's other waiting tests in a plain run (each its
 	// own server and model path); serial in CI's long run.
 	longrun.Parallel(t)
-	bin := llamacpptest.Find(t)
+	bin := findServer(t)
 	m := llamacpp.TinyModel
 	m.Vocab = 20000
-	srv := llamacpptest.Start(t, bin, llamacpptest.Model(t, m), "--parallel", "4", "-c", "8192", "-t", "1")
+	srv := startServer(t, bin, writeModel(t, m), "--parallel", "4", "-c", "8192", "-t", "1")
 	ctx := context.Background()
 	base := []string{"load", "--url", srv.URL, "--rate", "10", "--input", "64", "--output", "8", "--requests", "60", "--seed", "5"}
 
@@ -52,7 +51,7 @@ func TestTokenIDsAgainstLlamaServer(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "has 20000 tokens (ids 0-19999); set token ids below 20000") {
 		t.Errorf("--token-ids 1000:31000 against 20000 tokens: exit %d, want 2 naming the vocabulary:\n%s", code, out)
 	}
-	if n := len(llamacpptest.Timings(logAfter[len(logBefore):])); n != 0 {
+	if n := len(parseTimings(logAfter[len(logBefore):])); n != 0 {
 		t.Errorf("the engine served %d requests of a run refused at first contact", n)
 	}
 

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mbench/mbench/internal/llamacpptest"
 	"github.com/mbench/mbench/openloop"
 )
 
@@ -108,7 +107,7 @@ func refRequest(addr string, req []byte) (time.Duration, error) {
 // refGap runs the reference client against srv (at nice −20) and returns
 // the median of its TTFT minus the prompt evaluation time the server logged
 // for each request, in ms.
-func refGap(t testing.TB, srv *llamacpptest.Server) float64 {
+func refGap(t testing.TB, srv *llamaServer) float64 {
 	t.Helper()
 	logBefore, _ := os.ReadFile(srv.LogPath)
 	cmd := exec.Command("nice", "-n", "-20", os.Args[0], "-test.run=^$")

@@ -1,6 +1,7 @@
 package matrices
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -103,10 +104,7 @@ func validConstraint() string {
 // goodput and attainment need the slo section; a percentile beyond p50,
 // p90, p95 and p99 needs measure.percentiles to report it.
 func (d *decoder) checkConstraints(c *Capacity, m *Matrix) {
-	line := d.lines["capacity.constraints"]
-	if line == 0 {
-		line = d.lines["capacity"]
-	}
+	line := cmp.Or(d.lines["capacity.constraints"], d.lines["capacity"])
 	for _, k := range c.Constraints {
 		_, _, pct, _ := results.LatencyStat(k.Metric)
 		switch {

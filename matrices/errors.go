@@ -1,9 +1,10 @@
 package matrices
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -73,15 +74,8 @@ func (es Errors) Unwrap() []error {
 // sorted orders the problems by line, then field, then message, and drops
 // exact duplicates.
 func (es Errors) sorted() Errors {
-	sort.SliceStable(es, func(i, j int) bool {
-		a, b := es[i], es[j]
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		if a.Field != b.Field {
-			return a.Field < b.Field
-		}
-		return a.Msg < b.Msg
+	slices.SortStableFunc(es, func(a, b *Error) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Field, b.Field), strings.Compare(a.Msg, b.Msg))
 	})
 	out := es[:0]
 	for i, e := range es {

@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,12 +45,8 @@ func (m *Matrix) argvOf(config string, args []string, kv map[string]any, sim map
 		}
 	case EngineSim:
 		flags := map[string]string{}
-		for k, v := range m.Engine.Sim {
-			flags[k] = v
-		}
-		for k, v := range sim {
-			flags[k] = v
-		}
+		maps.Copy(flags, m.Engine.Sim)
+		maps.Copy(flags, sim)
 		for _, k := range slices.Sorted(maps.Keys(flags)) {
 			out = append(out, "--"+k+"="+flags[k])
 		}
@@ -215,11 +212,8 @@ type templateVars struct {
 type placeLists struct{ quoted, plain, producers string }
 
 func (m *Matrix) newTemplateVars(c *Config, root, configArgs string, rt Runtime, eps []endpoint) *templateVars {
-	t := &templateVars{m: m, root: root, configArgs: configArgs, bind: rt.Bind, rt: rt, eps: eps,
+	t := &templateVars{m: m, root: root, configArgs: configArgs, bind: cmp.Or(rt.Bind, "127.0.0.1"), rt: rt, eps: eps,
 		bounds: m.ClassBounds, seen: map[place]placeLists{}}
-	if t.bind == "" {
-		t.bind = "127.0.0.1"
-	}
 	if c.Router != nil {
 		t.routerPort = c.Router.Port
 	}

@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -373,12 +374,8 @@ func (d *decoder) engine(n *yaml.Node, m *Matrix) {
 			d.add(l, "engine.instrument", "false (instrument applies to kind vllm)", "llama-server has no step-timing plugin: it writes no engine_step.jsonl")
 		}
 	case EngineSim:
-		if e.Command == "" {
-			e.Command = DefaultSimCommand
-		}
-		if e.Model == "" {
-			e.Model = "sim-model"
-		}
+		e.Command = cmp.Or(e.Command, DefaultSimCommand)
+		e.Model = cmp.Or(e.Model, "sim-model")
 		if l := d.lines["engine.instrument"]; l > 0 && e.Instrument {
 			d.add(l, "engine.instrument", "false (instrument applies to kind vllm)", "the sim engine is always instrumented")
 		}

@@ -106,16 +106,12 @@ func roleOf(c *Config, k int) (string, *PDRole) {
 func (m *Matrix) roleArgv(c *Config, r *PDRole) ([]string, error) {
 	kv := c.KVTransferConfig
 	if r.KVTransferConfig != nil {
-		kv = maps.Clone(c.KVTransferConfig)
-		if kv == nil {
-			kv = map[string]any{}
-		}
+		kv = map[string]any{}
+		maps.Copy(kv, c.KVTransferConfig)
 		maps.Copy(kv, r.KVTransferConfig)
 	}
-	sim := maps.Clone(c.Sim)
-	if sim == nil {
-		sim = map[string]string{}
-	}
+	sim := map[string]string{}
+	maps.Copy(sim, c.Sim)
 	maps.Copy(sim, r.Sim)
 	return m.argvOf(c.Name, append(append([]string(nil), c.Args...), r.Args...), kv, sim)
 }

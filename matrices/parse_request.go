@@ -33,9 +33,6 @@ type Request struct {
 	ServedModelName string
 }
 
-// requestKeys are the request section's keys in documentation order.
-var requestKeys = []string{"headers", "api_key_env", "ignore_eos", "sampling", "extra_body", "served_model_name"}
-
 // request decodes the request section; the options are checked by the load
 // generator's own rules (openloop.Request.Validate).
 func (d *decoder) request(v *yaml.Node, m *Matrix) {

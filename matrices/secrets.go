@@ -9,10 +9,12 @@ package matrices
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -95,17 +97,9 @@ func (m *Matrix) Secrets() []string {
 			collect(c.PD.Consumer.Env)
 		}
 	}
-	out := make([]string, 0, len(set))
-	for s := range set {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if len(out[i]) != len(out[j]) {
-			return len(out[i]) > len(out[j])
-		}
-		return out[i] < out[j]
+	return slices.SortedFunc(maps.Keys(set), func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(b), len(a)), strings.Compare(a, b))
 	})
-	return out
 }
 
 // scrubbable reports whether free text can be scrubbed of s without

@@ -2,10 +2,12 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 )
 
@@ -62,9 +64,7 @@ type ServerOptions struct {
 }
 
 func (o ServerOptions) withDefaults() (ServerOptions, error) {
-	if o.Protocol == "" {
-		o.Protocol = ProtocolNIXL
-	}
+	o.Protocol = cmp.Or(o.Protocol, ProtocolNIXL)
 	if _, err := ParseProtocol(string(o.Protocol)); err != nil {
 		return o, err
 	}
@@ -76,9 +76,7 @@ func (o ServerOptions) withDefaults() (ServerOptions, error) {
 			return o, fmt.Errorf("bootstrap port %d is not a port", p)
 		}
 	}
-	if o.Messages == nil {
-		o.Messages = io.Discard
-	}
+	o.Messages = cmp.Or(o.Messages, io.Discard)
 	return o, nil
 }
 
@@ -91,9 +89,7 @@ func (o ServerOptions) withDefaults() (ServerOptions, error) {
 // at b36adfa3).
 func prefillBody(fields map[string]json.RawMessage, params string) ([]byte, error) {
 	p := make(map[string]json.RawMessage, len(fields)+1)
-	for k, v := range fields {
-		p[k] = v
-	}
+	maps.Copy(p, fields)
 	p["kv_transfer_params"] = json.RawMessage(params)
 	p["stream"] = json.RawMessage("false")
 	p["max_tokens"] = json.RawMessage("1")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -114,7 +115,7 @@ func (s *Server) pollEngines(ctx context.Context) {
 					s.r.setEngineLoad(i, snap.load)
 				}
 			}
-			if !needLoad && allTrue(kvKnown) {
+			if !needLoad && !slices.Contains(kvKnown, false) {
 				return
 			}
 			select {
@@ -124,15 +125,6 @@ func (s *Server) pollEngines(ctx context.Context) {
 			}
 		}
 	}()
-}
-
-func allTrue(xs []bool) bool {
-	for _, x := range xs {
-		if !x {
-			return false
-		}
-	}
-	return true
 }
 
 // scrapeEngine GETs instance i's /metrics.

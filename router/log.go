@@ -10,13 +10,6 @@ import (
 	"time"
 )
 
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
 // Entry is one line of the routing log (routing.jsonl): where a request
 // went, why, what the router estimated, and how long its phases took as the
 // router saw them.
@@ -235,7 +228,7 @@ func (l *Log) Breakdown(r *Router) Breakdown {
 			case diff < 0:
 				ce.UnderEstimated++
 			}
-			if abs(diff) <= r.opt.BlockTokens {
+			if diff >= -r.opt.BlockTokens && diff <= r.opt.BlockTokens {
 				ce.WithinBlock++
 			}
 		}

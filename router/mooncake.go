@@ -39,6 +39,7 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -238,10 +239,7 @@ func (s *Server) bootstrapReady() error {
 		ready, last := b.engines != nil, b.lastErr
 		b.mu.Unlock()
 		if !ready {
-			if last == "" {
-				last = "not asked yet"
-			}
-			return fmt.Errorf("router: the bootstrap server %s of %s has not named an engine (%s)", b.addr, s.r.URL(i), last)
+			return fmt.Errorf("router: the bootstrap server %s of %s has not named an engine (%s)", b.addr, s.r.URL(i), cmp.Or(last, "not asked yet"))
 		}
 	}
 	return nil

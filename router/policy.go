@@ -14,6 +14,7 @@
 package router
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -100,9 +101,7 @@ type Options struct {
 
 // withDefaults fills o's zero fields and validates it.
 func (o Options) withDefaults() (Options, error) {
-	if o.Policy == "" {
-		o.Policy = RoundRobin
-	}
+	o.Policy = cmp.Or(o.Policy, RoundRobin)
 	if o.Load == "" {
 		o.Load = LoadShadow
 		if o.Policy == LMetric {

@@ -1,6 +1,7 @@
 package simengine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net"
@@ -120,12 +121,8 @@ func DefaultConfig() Config {
 // to 0. It does not validate.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Addr == "" {
-		c.Addr = d.Addr
-	}
-	if c.Model == "" {
-		c.Model = d.Model
-	}
+	c.Addr = cmp.Or(c.Addr, d.Addr)
+	c.Model = cmp.Or(c.Model, d.Model)
 	for _, p := range []struct {
 		v   *float64
 		def float64
@@ -140,35 +137,21 @@ func (c Config) withDefaults() Config {
 			*p.v = 0
 		}
 	}
-	if c.TokenBudget == 0 {
-		c.TokenBudget = d.TokenBudget
-	}
-	if c.MaxSeqs == 0 {
-		c.MaxSeqs = d.MaxSeqs
-	}
-	if c.KVBlocks == 0 {
-		c.KVBlocks = d.KVBlocks
-	}
-	if c.BlockSize == 0 {
-		c.BlockSize = d.BlockSize
-	}
+	c.TokenBudget = cmp.Or(c.TokenBudget, d.TokenBudget)
+	c.MaxSeqs = cmp.Or(c.MaxSeqs, d.MaxSeqs)
+	c.KVBlocks = cmp.Or(c.KVBlocks, d.KVBlocks)
+	c.BlockSize = cmp.Or(c.BlockSize, d.BlockSize)
 	if c.MaxModelLen == 0 && c.KVBlocks > 0 && c.BlockSize > 0 {
 		c.MaxModelLen = c.KVBlocks * c.BlockSize
 	}
-	if c.Connector == "" {
-		c.Connector = d.Connector
-	}
-	if c.ColdFactor == 0 {
-		c.ColdFactor = d.ColdFactor
-	}
+	c.Connector = cmp.Or(c.Connector, d.Connector)
+	c.ColdFactor = cmp.Or(c.ColdFactor, d.ColdFactor)
 	if c.KVConnector == KVConnectorMooncake {
 		if c.BootstrapAddr == "" {
 			host, _, _ := net.SplitHostPort(c.Addr)
 			c.BootstrapAddr = net.JoinHostPort(host, strconv.Itoa(DefaultBootstrapPort))
 		}
-		if c.MooncakeAbortTimeout == 0 {
-			c.MooncakeAbortTimeout = DefaultMooncakeAbortTimeout
-		}
+		c.MooncakeAbortTimeout = cmp.Or(c.MooncakeAbortTimeout, DefaultMooncakeAbortTimeout)
 	}
 	return c
 }

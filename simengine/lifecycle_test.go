@@ -106,7 +106,7 @@ func TestCrashInjection(t *testing.T) {
 	te.e.stderr = &stderr
 	status, out := te.post(t, `{"prompt":[1,2],"max_tokens":50,"ignore_eos":true,"stream":true}`)
 	select {
-	case <-te.e.Crashed():
+	case <-te.e.crashed:
 	case <-time.After(time.Minute): // a hang's bound
 		t.Fatal("no crash after 5 steps")
 	}

@@ -111,9 +111,6 @@ func (e *Engine) crash(steps int64) {
 	close(e.crashed)
 }
 
-// Crashed is closed when the engine crashed by injection.
-func (e *Engine) Crashed() <-chan struct{} { return e.crashed }
-
 func (e *Engine) flushLog() {
 	if e.log != nil {
 		e.reportLogErr(e.log.flush())

@@ -468,14 +468,6 @@ func (m *mooncake) queryBootstrap(ctx context.Context, addr string) error {
 	return nil
 }
 
-// pending is the number of requests the producer tracks for a decode:
-// held for one, or asked for by one ahead of its prefill.
-func (m *mooncake) pending() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.sends)
-}
-
 // waitingRemote is the number of requests waiting for remote KV.
 func (m *mooncake) waitingRemote() int {
 	m.mu.Lock()

@@ -229,3 +229,11 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// pending is the number of requests the producer tracks for a decode:
+// held for one, or asked for by one ahead of its prefill.
+func (m *mooncake) pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sends)
+}

@@ -1,6 +1,7 @@
 package simengine
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -169,10 +170,7 @@ func ListenAndServe(ctx context.Context, cfg Config, stdout io.Writer) error {
 		}
 		return fmt.Errorf("sim: cannot listen on %s: %w", addr, err)
 	}
-	stepLog := e.cfg.StepLog
-	if stepLog == "" {
-		stepLog = "none"
-	}
+	stepLog := cmp.Or(e.cfg.StepLog, "none")
 	fmt.Fprintf(stdout, "%s: serving model %q on http://%s (pid %d, connector %s, async %t, launch factor %.4f, step log %s)\n",
 		Banner, e.cfg.Model, ln.Addr(), os.Getpid(), e.cfg.Connector, e.cfg.Async, e.LaunchFactor(), stepLog)
 	fmt.Fprintf(stdout, "sim: model %s\n", e.cfg.describe())

@@ -1,7 +1,6 @@
 package simengine
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,9 +42,7 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 	if req.KVTransfer != nil && req.KVTransfer.DoRemotePrefill {
 		pull := e.pullKV
 		if e.moon != nil {
-			pull = func(ctx context.Context, req *completionRequest) (int, error) {
-				return e.moon.pull(ctx, req)
-			}
+			pull = e.moon.pull
 		}
 		if _, err := pull(r.Context(), req); err != nil {
 			return // the client went away during the transfer (or, Mooncake, before KV that never came)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -58,13 +59,8 @@ func interspersed(cmds []*cli.Command, args []string) []string {
 
 func findCommand(cmds []*cli.Command, name string) *cli.Command {
 	for _, c := range cmds {
-		if c.Name == name {
+		if c.Name == name || slices.Contains(c.Aliases, name) {
 			return c
-		}
-		for _, a := range c.Aliases {
-			if a == name {
-				return c
-			}
 		}
 	}
 	return nil
@@ -72,14 +68,9 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 
 func takesValue(cmd *cli.Command, name string) bool {
 	for _, f := range cmd.Flags {
-		for _, n := range f.Names() {
-			if n != name {
-				continue
-			}
-			if bf, ok := f.(*cli.BoolFlag); ok && bf != nil {
-				return false
-			}
-			return true
+		if slices.Contains(f.Names(), name) {
+			bf, ok := f.(*cli.BoolFlag)
+			return !ok || bf == nil
 		}
 	}
 	return true

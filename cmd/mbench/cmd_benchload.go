@@ -22,7 +22,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// benchLoadCommand is the bench-load command.
 func benchLoadCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench-load",
@@ -45,7 +44,6 @@ func benchLoadCommand() *cli.Command {
 	}
 }
 
-// benchStubCommand is the bench-stub command.
 func benchStubCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "bench-stub",

@@ -12,7 +12,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// exportCommand is the export command.
 func exportCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "export",
@@ -91,5 +90,4 @@ func exportCommand() *cli.Command {
 			return nil
 		},
 	}
-
 }

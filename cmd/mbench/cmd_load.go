@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -174,9 +175,7 @@ type argsKey struct{}
 // defaultOut is the --out of a run that names none: a new directory per
 // run under --result-dir (or the current directory).
 func defaultOut(resultDir string, now time.Time) string {
-	if resultDir == "" {
-		resultDir = "."
-	}
+	resultDir = cmp.Or(resultDir, ".")
 	return filepath.Join(resultDir, "mbench-load-"+now.Format("20060102-150405"))
 }
 

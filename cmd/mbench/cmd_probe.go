@@ -13,7 +13,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// probeCommand is the probe command.
 func probeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "probe",
@@ -45,7 +44,6 @@ func probeCommand() *cli.Command {
 		},
 		Action: probeAction,
 	}
-
 }
 
 func probeAction(c *cli.Context) error {

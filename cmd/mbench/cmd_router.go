@@ -13,7 +13,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// routerCommand is the router command.
 func routerCommand() *cli.Command {
 	return &cli.Command{
 		Name: "router",
@@ -68,7 +67,7 @@ func routerAction(c *cli.Context) error {
 			return usageError{fmt.Errorf("router: --bootstrap-ports: %w", err)}
 		}
 	}
-	var log *router.Log
+	log := router.NewLog(nil)
 	if p := c.String("log"); p != "" {
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
@@ -76,8 +75,6 @@ func routerAction(c *cli.Context) error {
 		}
 		defer f.Close()
 		log = router.NewLog(f)
-	} else {
-		log = router.NewLog(nil)
 	}
 	ln, err := net.Listen("tcp", c.String("addr"))
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// runCommand is the run command.
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
@@ -53,10 +52,8 @@ func runCommand() *cli.Command {
 			return finishSweep(c, o, err)
 		},
 	}
-
 }
 
-// resumeCommand is the resume command.
 func resumeCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "resume",
@@ -81,7 +78,6 @@ func resumeCommand() *cli.Command {
 			return finishSweep(c, o, err)
 		},
 	}
-
 }
 
 func sweepOptions(c *cli.Context) (orchestrator.Options, error) {
@@ -132,7 +128,8 @@ func finishSweep(c *cli.Context, o *orchestrator.Outcome, err error) error {
 	for _, r := range o.Removed {
 		fmt.Fprintf(ew, "removed cell (results kept on disk): %s %s rate=%g %s\n", r.ID, r.Config, r.Rate, r.Shape)
 	}
-	rel, rerr := filepath.Rel(mustGetwd(), o.Report)
+	wd, _ := os.Getwd()
+	rel, rerr := filepath.Rel(wd, o.Report)
 	if rerr != nil {
 		rel = o.Report
 	}
@@ -164,11 +161,6 @@ type noResultError struct{ err error }
 func (e noResultError) Error() string { return e.err.Error() }
 func (e noResultError) Unwrap() error { return e.err }
 func (e noResultError) ExitCode() int { return exitNoResult }
-
-func mustGetwd() string {
-	wd, _ := os.Getwd()
-	return wd
-}
 
 // selfEnv is the environment that makes a re-executed binary act as mbench;
 // only the tests set it (they run the test binary as mbench).

@@ -11,7 +11,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// simCommand is the sim command.
 func simCommand() *cli.Command {
 	d := simengine.DefaultConfig()
 	return &cli.Command{

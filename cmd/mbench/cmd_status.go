@@ -9,7 +9,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// statusCommand is the status command.
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "status",
@@ -42,5 +41,4 @@ func statusCommand() *cli.Command {
 			return err
 		},
 	}
-
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// stepsCommand is the steps command.
 func stepsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "steps",
@@ -38,7 +37,6 @@ func stepsCommand() *cli.Command {
 		},
 		Action: stepsAction,
 	}
-
 }
 
 // stepsFormats are what steps prints: a table, the table as Markdown, JSON.

@@ -14,14 +14,12 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// traceCommand is the trace command.
 func traceCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "trace",
 		Usage:       "work with Mooncake-format traces",
 		Subcommands: []*cli.Command{traceSampleCommand(), traceStatsCommand()},
 	}
-
 }
 
 var (

@@ -10,7 +10,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// validateCommand is the validate command.
 func validateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "validate",
@@ -40,7 +39,6 @@ func validateCommand() *cli.Command {
 			return checkHosts(c, m, c.Bool("offline"), false)
 		},
 	}
-
 }
 
 // checkHosts runs the checks a sweep of m needs before anything starts

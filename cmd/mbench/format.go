@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -29,13 +30,7 @@ func outputFormat(c *cli.Context, cmd string, formats []string, aliases map[stri
 	if !slices.Contains(formats, format) {
 		return "", usageError{fmt.Errorf("%s: --format %q: valid: %s", cmd, format, strings.Join(formats, ", "))}
 	}
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for k := range aliases {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(aliases)) {
 		if !c.Bool(name) {
 			continue
 		}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -115,7 +117,7 @@ func writeLoadResult(lr *loadRun, sum *results.RunSummary, res *openloop.Result)
 		return doc, nil
 	}
 	var meta []kv
-	for _, k := range sortedKeys(lr.meta) {
+	for _, k := range slices.Sorted(maps.Keys(lr.meta)) {
 		if _, ok := have[k]; !ok {
 			meta = append(meta, kv{k, lr.meta[k]})
 		}
@@ -147,10 +149,7 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 		maxConc = lr.cfg.Arrival.InFlight
 	}
 	tokensPerS, concurrent := peakOutput(res)
-	label := lr.label
-	if label == "" {
-		label = lr.backend
-	}
+	label := cmp.Or(lr.label, lr.backend)
 	out := []kv{
 		{"date", lr.now.Format("20060102-150405")},
 		{"endpoint_type", lr.backend},
@@ -274,10 +273,7 @@ func (lr *loadRun) tokenizerID(model string) string {
 func (lr *loadRun) resultPath(model string) string {
 	name := lr.resultFn
 	if name == "" {
-		label := lr.label
-		if label == "" {
-			label = lr.backend
-		}
+		label := cmp.Or(lr.label, lr.backend)
 		conc := ""
 		if n := lr.cfg.Arrival.MaxInFlight; n > 0 {
 			conc = "-concurrency" + strconv.Itoa(n)
@@ -341,7 +337,7 @@ func (lr *loadRun) specRecord(res *openloop.Result) loadSpecRecord {
 		}
 		rec.ExtraBody[k] = v
 	}
-	rec.HeaderNames = sortedKeys(c.Request.Headers)
+	rec.HeaderNames = slices.Sorted(maps.Keys(c.Request.Headers))
 	return rec
 }
 
@@ -382,13 +378,4 @@ func appendKeys(obj []byte, keys []kv) ([]byte, error) {
 	}
 	b.WriteString("\n}\n")
 	return b.Bytes(), nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,10 +117,7 @@ func loadSpec(c *cli.Context, typed typedFlags) (*loadRun, error) {
 	if err := loadProfile(c, lr); err != nil {
 		return nil, err
 	}
-	lr.out = c.String("out")
-	if lr.out == "" {
-		lr.out = defaultOut(lr.resultDir, lr.now)
-	}
+	lr.out = cmp.Or(c.String("out"), defaultOut(lr.resultDir, lr.now))
 	return lr, nil
 }
 
@@ -168,9 +166,7 @@ func loadEndpoint(c *cli.Context, typed typedFlags) (openloop.Endpoint, string, 
 	default:
 		return "", "", usageError{fmt.Errorf("load: --endpoint %q: valid: completions or %s, chat or %s", ep, vllmEndpointPathComp, vllmEndpointPathChat)}
 	}
-	if e == "" {
-		e = openloop.EndpointCompletions
-	}
+	e = cmp.Or(e, openloop.EndpointCompletions)
 	if fromBackend != "" && e != fromBackend {
 		return "", "", usageError{fmt.Errorf("load: --backend %s and --endpoint %s disagree: openai-chat drives %s, openai %s", backend, c.String("endpoint"), vllmEndpointPathChat, vllmEndpointPathComp)}
 	}
@@ -370,9 +366,7 @@ func loadArrival(c *cli.Context, typed typedFlags, lr *loadRun) error {
 			return usageError{fmt.Errorf("load: --burstiness %g shapes gamma arrivals: leave out --arrival (or give --arrival gamma), not --arrival %s", a.Burstiness, a.Process)}
 		}
 	}
-	if a.Process == "" {
-		a.Process = openloop.ArrivalPoisson
-	}
+	a.Process = cmp.Or(a.Process, openloop.ArrivalPoisson)
 	if a.Process == openloop.ArrivalConcurrency {
 		return usageError{errors.New("load: --arrival concurrency: give --concurrency N")}
 	}

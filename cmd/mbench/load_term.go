@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,7 +186,7 @@ func verdictLine(sum *results.RunSummary) string {
 	if len(sum.VerdictReasons) > 0 {
 		line += " (" + loadTerms(strings.Join(sum.VerdictReasons, "; ")) + ")"
 	}
-	for _, k := range sortedKeys(sum.Errors) {
+	for _, k := range slices.Sorted(maps.Keys(sum.Errors)) {
 		ex := sum.ErrorExamples[k]
 		if len(ex) > 200 {
 			ex = ex[:200] + "…"

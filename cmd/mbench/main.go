@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,10 +87,7 @@ func commandName(args []string) string {
 // the command it interrupts, and whether it exits at once: a command that
 // starts nothing has nothing to tear down.
 func interruptNotice(cmd string, sig os.Signal) (msg string, exitNow bool) {
-	name := map[os.Signal]string{os.Interrupt: "interrupt", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGQUIT: "SIGQUIT"}[sig]
-	if name == "" {
-		name = sig.String()
-	}
+	name := cmp.Or(map[os.Signal]string{os.Interrupt: "interrupt", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGQUIT: "SIGQUIT"}[sig], sig.String())
 	how := "interrupted"
 	if sig != os.Interrupt {
 		how += " (" + name + ")"
@@ -159,18 +157,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ErrWriter:            stderr,
 		EnableBashCompletion: false,
 		ExitErrHandler:       func(*cli.Context, error) {}, // never os.Exit inside run
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usageError{err}
-		},
+		OnUsageError:         func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
 	}
-	known := map[string]bool{"help": true, "h": true}
 	for _, c := range cmds {
 		requireFlags(c)
 		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError{flagHint(c, err)} }
-		known[c.Name] = true
-		for _, a := range c.Aliases {
-			known[a] = true
-		}
 	}
 	if len(args) <= 1 {
 		// No command: the help goes to stderr (stdout carries only what was
@@ -179,7 +170,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_ = app.RunContext(ctx, args)
 		return usageError{errors.New("no command given; run mbench help for the list")}
 	}
-	if !strings.HasPrefix(args[1], "-") && !known[args[1]] {
+	if a := args[1]; !strings.HasPrefix(a, "-") && a != "help" && a != "h" && findCommand(cmds, a) == nil {
 		return usageError{fmt.Errorf("unknown command %q; run mbench help for the list", args[1])}
 	}
 	if args[1] == "load" {

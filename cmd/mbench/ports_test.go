@@ -6,10 +6,7 @@ import (
 	"github.com/mbench/mbench/internal/porttest"
 )
 
-// portBlock is how many consecutive ports a test sweep may use from its
-// engine.port on (instances and router count up from it).
-const portBlock = porttest.Size
-
-// freePortBase reserves a block of portBlock free ports below the
-// ephemeral port range for engine.port in a test matrix (porttest.Base).
+// freePortBase reserves a block of porttest.Size free ports below the
+// ephemeral port range for engine.port in a test matrix (porttest.Base):
+// a test sweep's instances and router count up from it.
 func freePortBase(t testing.TB) string { return porttest.Base(t) }

@@ -152,8 +152,6 @@ func watchSteps(t *testing.T, job func() string) (most func() int, stop func()) 
 	return func() int { mu.Lock(); defer mu.Unlock(); return n }, func() { close(done); wg.Wait() }
 }
 
-var allocatedRE = regexp.MustCompile(`host cluster: allocated slurm job ([0-9]+) `)
-
 var journalNodeRE = regexp.MustCompile(`^cluster: slurm job ([0-9]+) node \S+ \(cluster mbench\)$`)
 
 // journalJobs returns the slurm job each journaled run names.

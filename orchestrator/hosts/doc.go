@@ -29,7 +29,7 @@
 //     of /proc/<pid>/stat), written atomically by the process itself before
 //     it calls setsid: until then it dies with the launcher's process group,
 //     so no instant exists at which it runs unrecorded (AbortStarts kills the
-//     launches under way); FindLeftovers and StopLeftovers use the pidfile,
+//     launches under way); StopLeftovers uses the pidfile,
 //     with the marker, to find engines a crashed sweep left behind without
 //     ever signalling a process that merely reuses a pid;
 //   - a monitor shell stays attached (the waiting session) and reports the exit

@@ -143,9 +143,13 @@ func (k *hostKeys) callback() ssh.HostKeyCallback {
 			fmt.Fprintf(k.warn, "mbench: host %s (%s): added new host key %s %s to %s\n", k.name, hostport, key.Type(), fp, k.file)
 			return nil
 		case errors.As(err, &ke):
+			host, port, serr := net.SplitHostPort(hostport)
+			if serr != nil {
+				host, port = hostport, "22"
+			}
 			return permanent(fmt.Errorf("host %s (%s): host key %s %s is not in %s and host_key_policy is strict: "+
 				"check the fingerprint and add the key (e.g. ssh-keyscan -p %s %s >> %s), or set host_key_policy: accept-new",
-				k.name, hostport, key.Type(), fp, k.file, portOf(hostport), hostOf(hostport), k.file))
+				k.name, hostport, key.Type(), fp, k.file, port, host, k.file))
 		default:
 			return permanent(fmt.Errorf("host %s (%s): checking host key: %w", k.name, hostport, err))
 		}
@@ -186,19 +190,3 @@ type addrString string
 
 func (a addrString) Network() string { return "tcp" }
 func (a addrString) String() string  { return string(a) }
-
-func hostOf(hp string) string {
-	h, _, err := net.SplitHostPort(hp)
-	if err != nil {
-		return hp
-	}
-	return h
-}
-
-func portOf(hp string) string {
-	_, p, err := net.SplitHostPort(hp)
-	if err != nil {
-		return "22"
-	}
-	return p
-}

@@ -21,15 +21,6 @@ type Leftover struct {
 	Members   []int  // live processes of the group, its tagged processes and their descendants, when scanned
 }
 
-// FindLeftovers lists the pidfiles under stateDir whose process group is still
-// alive and ours (see Leftover). It changes nothing.
-func FindLeftovers(ctx context.Context, h Host, stateDir, marker string) ([]Leftover, error) {
-	if err := checkStateDir(stateDir); err != nil {
-		return nil, err
-	}
-	return leftoverScan(ctx, h, stateDir, marker, false, 0)
-}
-
 // StopLeftovers stops every leftover under stateDir (SIGTERM to the group,
 // SIGKILL after grace, verified) and removes its pidfile; it also removes
 // pidfiles whose process group is entirely gone. Pidfiles naming a live

@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,15 @@ import (
 
 	"github.com/mbench/mbench/internal/sshdtest"
 )
+
+// FindLeftovers lists, for the tests, the pidfiles under stateDir whose process group is still
+// alive and ours (see Leftover). It changes nothing.
+func FindLeftovers(ctx context.Context, h Host, stateDir, marker string) ([]Leftover, error) {
+	if err := checkStateDir(stateDir); err != nil {
+		return nil, err
+	}
+	return leftoverScan(ctx, h, stateDir, marker, false, 0)
+}
 
 // TestLeftovers: a process whose Host was abandoned without Stop (a killed
 // mbench) is found through its pidfile and stopped by a fresh Host.

@@ -14,7 +14,7 @@ import (
 
 // NewLocal returns the Host for this machine. Its commands run with `sh -c`
 // in their own process group; ProcSpec.Tether is ignored, so local engines
-// outlive a killed mbench and are found again with FindLeftovers.
+// outlive a killed mbench and are found again with StopLeftovers.
 func NewLocal() Host {
 	return &host{name: "local", t: localTransport{}, ops: localOps{}}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,12 +76,7 @@ func (s snapshot) tree(pgid int, tag string) []int {
 			}
 		}
 	}
-	out := make([]int, 0, len(in))
-	for pid := range in {
-		out = append(out, pid)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(in))
 }
 
 // pidRecord is one pidfile: "<pid> <starttime>".

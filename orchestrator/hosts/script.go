@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"strings"
@@ -202,9 +203,7 @@ func validateSpec(spec ProcSpec) (ProcSpec, error) {
 	if err := checkMarker(spec.Marker); err != nil {
 		return spec, fmt.Errorf("process %s: %w", spec.Name, err)
 	}
-	if spec.LogPath == "" {
-		spec.LogPath = stateFile(spec, ".log")
-	}
+	spec.LogPath = cmp.Or(spec.LogPath, stateFile(spec, ".log"))
 	for _, p := range []string{spec.StateDir, spec.LogPath, spec.Dir} {
 		if strings.ContainsAny(p, "\x00\n") {
 			return spec, fmt.Errorf("process %s: path %q contains a NUL or newline", spec.Name, p)
@@ -233,10 +232,7 @@ func startScript(spec ProcSpec, tether bool, tag string) string {
 	b.WriteString(shLib)
 	b.WriteString("mb_main() {\nmb_tag=" + shquote.Quote(tag) + "\n")
 	fmt.Fprintf(&b, "mb_pidf=%s\nmb_log=%s\n", quotePath(pidfilePath(spec)), quotePath(spec.LogPath))
-	logDir := spec.LogPath[:strings.LastIndex(spec.LogPath, "/")+1]
-	if logDir == "" {
-		logDir = "."
-	}
+	logDir := cmp.Or(spec.LogPath[:strings.LastIndex(spec.LogPath, "/")+1], ".")
 	fmt.Fprintf(&b, `mkdir -p -- %s %s || { echo "$mb_tag error: cannot create the state or log directory"; return; }`+"\n",
 		quotePath(spec.StateDir), quotePath(logDir))
 	b.WriteString(`: >> "$mb_log" || { echo "$mb_tag error: cannot write the log file"; return; }` + "\n")

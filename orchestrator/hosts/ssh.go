@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,9 +60,7 @@ var reconnectBackoff = []time.Duration{0, 500 * time.Millisecond, time.Second, 2
 // started before the loss end Done with ErrConnectionLost (their tether kills
 // them on the host).
 func DialSSH(ctx context.Context, cfg SSHConfig) (Host, error) {
-	if cfg.Name == "" {
-		cfg.Name = cfg.Address
-	}
+	cfg.Name = cmp.Or(cfg.Name, cfg.Address)
 	if cfg.KeepAlive <= 0 {
 		cfg.KeepAlive = 15 * time.Second
 	}
@@ -76,12 +75,7 @@ func DialSSH(ctx context.Context, cfg SSHConfig) (Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", cfg.Name, err)
 	}
-	if cfg.KnownHosts == "" {
-		cfg.KnownHosts = ep.knownHosts
-	}
-	if cfg.KnownHosts == "" {
-		cfg.KnownHosts = filepath.Join(homeDir(), ".ssh", "known_hosts")
-	}
+	cfg.KnownHosts = cmp.Or(cfg.KnownHosts, ep.knownHosts, filepath.Join(homeDir(), ".ssh", "known_hosts"))
 	hk, err := newHostKeys(cfg.HostKeyPolicy, cfg.KnownHosts, cfg.Warn, cfg.Name)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -104,18 +105,11 @@ func resolve(c *ssh_config.Config, addr string) (endpoint, error) {
 	if hn := get("HostName"); hn != "" {
 		ep.host = expandTokens(hn, ep)
 	}
-	if ep.port == "" {
-		ep.port = get("Port")
-	}
-	if ep.port == "" {
-		ep.port = "22"
-	}
+	ep.port = cmp.Or(ep.port, get("Port"), "22")
 	if n, err := strconv.Atoi(ep.port); err != nil || n < 1 || n > 65535 {
 		return endpoint{}, fmt.Errorf("ssh config for %s: invalid Port %q", host, ep.port)
 	}
-	if ep.user == "" {
-		ep.user = get("User")
-	}
+	ep.user = cmp.Or(ep.user, get("User"))
 	if ep.user == "" {
 		ep.user = localUser()
 	}

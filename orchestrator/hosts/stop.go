@@ -108,12 +108,7 @@ func ownedGroups(ctx context.Context, ops procOps, recs []pidRecord, marker stri
 		if snap.alive(r.pid) {
 			continue
 		}
-		for _, p := range snap.members(r.pid) {
-			if m[p] {
-				ours[r.pid] = true
-			}
-		}
-		if len(snap.tree(0, recordTag(r, marker))) > 0 {
+		if slices.ContainsFunc(snap.members(r.pid), func(p int) bool { return m[p] }) || len(snap.tree(0, recordTag(r, marker))) > 0 {
 			ours[r.pid] = true
 		}
 	}

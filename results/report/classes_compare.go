@@ -21,7 +21,7 @@ func classComparisonTables(v *reportView) ([]sectionTable, string) {
 			"their TTFT median and p90 on each side, compared across blocks (change with %s CI; paired t). "+
 			"Paired = requests per block, dropped = the class's requests that failed on either side (means over blocks).", pctConf(v.s.Confidence)),
 		Head: []string{"Config", "vs", "Shape", "Rate", "Class", "Paired", "Dropped", "TTFT p50 (base → config, ms)", "TTFT p50 change", "TTFT p90 change", "Blocks"}}
-	if classBasisOf(v.ordered).DependsOnRouting() {
+	if basis, _ := classesUsed(v.ordered); basis.DependsOnRouting() {
 		t.Notes = append(t.Notes, "The classes are the router's estimates, which differ between configs: a request is compared in a class only when both configs put it there.")
 	}
 	for _, r := range rows {

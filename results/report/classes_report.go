@@ -23,8 +23,7 @@ func classTables(v *reportView) ([]sectionTable, string) {
 	if !results.AnyCellHas(ordered, "class_warm_share") {
 		return nil, "no run has per-class figures."
 	}
-	bd := classBoundsOf(ordered)
-	basis := classBasisOf(ordered)
+	basis, bd := classesUsed(ordered)
 	if only, ok := singleClass(ordered); ok {
 		return nil, fmt.Sprintf("every measured request of every cell is %s (by %s; WARM < %d, MEDIUM < %d, HEAVY < %d, HEAVY+ above): one class, whose figures are the cells' own.", only, basisWords(basis), bd[0], bd[1], bd[2])
 	}
@@ -66,9 +65,10 @@ func classFailureTables(v *reportView) ([]sectionTable, string) {
 	if !results.AnyCellHas(ordered, "class_warm_failed") || allZero(ordered, "class_warm_failed", "class_medium_failed", "class_heavy_failed", "class_heavy_plus_failed") {
 		return nil, "no measured request failed in any run."
 	}
+	basis, _ := classesUsed(ordered)
 	t := sectionTable{ID: "class-failures", Title: "Failures by request class",
 		Intro: fmt.Sprintf("Measured requests and failures per class (by %s), means over runs; how = error classes over all runs. "+
-			"Configs whose failure rates differ cannot be compared on the survivors' latency alone: see docs/routing.md, \"Comparing configs whose failure rates differ\".", basisWords(classBasisOf(ordered))),
+			"Configs whose failure rates differ cannot be compared on the survivors' latency alone: see docs/routing.md, \"Comparing configs whose failure rates differ\".", basisWords(basis)),
 		Head: []string{"Config", "Shape", "Rate", "Class", "Requests", "Failed", "Fail rate", "Failed input p50", "How"}}
 	for _, c := range ordered {
 		m := c.Sum.Metrics
@@ -109,11 +109,10 @@ func failureModes(c *results.Cell, class int) string {
 // countOf is a count's mean over runs: whole when it is, else to one
 // decimal; "—" when absent.
 func countOf(m map[string]results.MetricStats, k string) string {
-	v, ok := m[k]
-	if !ok || v.Mean == nil {
-		return "—"
+	if v := m[k].Mean; v != nil {
+		return fmtCount(*v)
 	}
-	return fmtCount(*v.Mean)
+	return "—"
 }
 
 func fmtCount(x float64) string {
@@ -123,17 +122,17 @@ func fmtCount(x float64) string {
 	return fmt.Sprintf("%.1f", x)
 }
 
-// classBasisOf is the class basis the runs used (the first run that
-// recorded one).
-func classBasisOf(ordered []*results.Cell) results.ClassBasis {
+// classesUsed are the class basis and bounds the runs used (the first run
+// that recorded them), else the defaults.
+func classesUsed(ordered []*results.Cell) (results.ClassBasis, [3]int) {
 	for _, c := range ordered {
 		for _, r := range c.Runs {
 			if r.Sum != nil && r.Sum.Classes != nil {
-				return r.Sum.Classes.Basis
+				return r.Sum.Classes.Basis, r.Sum.Classes.Bounds
 			}
 		}
 	}
-	return results.ClassByInputTokens
+	return results.ClassByInputTokens, results.DefaultClassBounds
 }
 
 // basisWords says in words what requests are classed by.
@@ -171,19 +170,6 @@ func singleClass(ordered []*results.Cell) (string, bool) {
 	return only, only != ""
 }
 
-// classBoundsOf returns the class bounds the runs used (the first run that
-// recorded them), else the defaults.
-func classBoundsOf(ordered []*results.Cell) [3]int {
-	for _, c := range ordered {
-		for _, r := range c.Runs {
-			if r.Sum != nil && r.Sum.Classes != nil {
-				return r.Sum.Classes.Bounds
-			}
-		}
-	}
-	return results.DefaultClassBounds
-}
-
 // allZero reports whether every run of every cell has each of keys zero
 // or absent.
 func allZero(ordered []*results.Cell, keys ...string) bool {
@@ -201,8 +187,8 @@ func allZero(ordered []*results.Cell, keys ...string) bool {
 
 // meanOrDash is a metric's mean across runs, or "—".
 func meanOrDash(m map[string]results.MetricStats, k string) string {
-	if v, ok := m[k]; ok && v.Mean != nil {
-		return fmtNum(*v.Mean)
+	if v := m[k].Mean; v != nil {
+		return fmtNum(*v)
 	}
 	return "—"
 }

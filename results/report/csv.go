@@ -89,16 +89,12 @@ func csvHeader() []string {
 // table order, each cell row followed by its runs by block.
 func renderCSV(a *results.Analysis, redact func(string) string) ([]byte, error) {
 	s := &a.Sweep
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	red := func(row []string) []string {
+	rows := [][]string{csvHeader()}
+	add := func(row []string) {
 		for i := range row {
 			row[i] = redact(row[i])
 		}
-		return row
-	}
-	if err := w.Write(csvHeader()); err != nil {
-		return nil, fmt.Errorf("export: tables.csv: %w", err)
+		rows = append(rows, row)
 	}
 	for _, c := range a.Ordered {
 		status := "ok"
@@ -113,9 +109,7 @@ func renderCSV(a *results.Analysis, redact func(string) string) ([]byte, error) 
 		for _, k := range csvSpread {
 			row = append(row, optFloat(c.Sum.Metrics[k].HalfWidth), optFloat(c.Sum.Metrics[k].CV))
 		}
-		if err := w.Write(red(row)); err != nil {
-			return nil, fmt.Errorf("export: tables.csv: %w", err)
-		}
+		add(row)
 		for _, r := range c.Runs {
 			used := r.Problem == "" && r.Sum != nil
 			sat, cl := r.Ref.Status == results.VerdictSaturated, false
@@ -125,23 +119,16 @@ func renderCSV(a *results.Analysis, redact func(string) string) ([]byte, error) 
 			row := []string{"run", strconv.FormatBool(s.Simulated), c.Info.ID, c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate), c.Info.SameAs,
 				strconv.Itoa(r.Ref.Block), string(r.Ref.Status), strconv.FormatBool(used), strconv.FormatBool(sat), strconv.FormatBool(cl), ""}
 			for _, k := range csvMetrics {
-				v, ok := r.Metrics[k]
-				if ok {
-					row = append(row, fmtFloat(v))
-				} else {
-					row = append(row, "")
-				}
+				row = append(row, runFloat(r.Metrics, k))
 			}
 			for range csvSpread {
 				row = append(row, "", "")
 			}
-			if err := w.Write(red(row)); err != nil {
-				return nil, fmt.Errorf("export: tables.csv: %w", err)
-			}
+			add(row)
 		}
 	}
-	w.Flush()
-	if err := w.Error(); err != nil {
+	var buf bytes.Buffer
+	if err := csv.NewWriter(&buf).WriteAll(rows); err != nil {
 		return nil, fmt.Errorf("export: tables.csv: %w", err)
 	}
 	return buf.Bytes(), nil
@@ -157,6 +144,14 @@ func optFloat(v *float64) string {
 		return ""
 	}
 	return fmtFloat(*v)
+}
+
+// runFloat formats a run's metric k; empty when the run has none.
+func runFloat(m map[string]float64, k string) string {
+	if v, ok := m[k]; ok {
+		return fmtFloat(v)
+	}
+	return ""
 }
 
 // classCSVMetrics are the class and per-instance columns of tables.csv.

@@ -22,16 +22,8 @@ var instancesHeader = []string{"level", "cell", "config", "shape", "rate", "bloc
 // "instance": its hit rates) and per GPU (kind "gpu": its mean util), in the
 // order the run scraped and sampled them.
 func renderInstancesCSV(a *results.Analysis, redact func(string) string) ([]byte, error) {
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
 	rows := [][]string{instancesHeader}
 	opt := func(m map[string]results.MetricStats, k string) string { return optFloat(m[k].Mean) }
-	runOpt := func(m map[string]float64, k string) string {
-		if v, ok := m[k]; ok {
-			return fmtFloat(v)
-		}
-		return ""
-	}
 	for _, c := range a.Ordered {
 		head := []string{c.Info.ID, c.Info.Config, c.Info.Shape, fmtFloat(c.Info.Rate)}
 		for k, t := range instanceTargets(c) {
@@ -50,14 +42,14 @@ func renderInstancesCSV(a *results.Analysis, redact func(string) string) ([]byte
 			if ic := r.Sum.Instances; ic != nil {
 				for k, in := range ic.Instances {
 					rows = append(rows, append(append([]string{"run"}, head...), blk, "instance", strconv.Itoa(k), in.Target,
-						runOpt(r.Metrics, results.InstanceMetric(k, "prefix_hit_rate")), runOpt(r.Metrics, results.InstanceMetric(k, "external_hit_rate")),
-						runOpt(r.Metrics, results.InstanceMetric(k, "effective_hit_rate")), ""))
+						runFloat(r.Metrics, results.InstanceMetric(k, "prefix_hit_rate")), runFloat(r.Metrics, results.InstanceMetric(k, "external_hit_rate")),
+						runFloat(r.Metrics, results.InstanceMetric(k, "effective_hit_rate")), ""))
 				}
 			}
 			if g := r.Sum.GPU; g != nil && g.Available {
 				for k, p := range g.PerGPU {
 					rows = append(rows, append(append([]string{"run"}, head...), blk, "gpu", strconv.Itoa(k), fmt.Sprintf("%s:%d", p.Host, p.GPU),
-						"", "", "", runOpt(r.Metrics, results.GPUUtilMetric(k))))
+						"", "", "", runFloat(r.Metrics, results.GPUUtilMetric(k))))
 				}
 			}
 		}
@@ -66,12 +58,9 @@ func renderInstancesCSV(a *results.Analysis, redact func(string) string) ([]byte
 		for i := range row {
 			row[i] = redact(row[i])
 		}
-		if err := w.Write(row); err != nil {
-			return nil, fmt.Errorf("export: instances.csv: %w", err)
-		}
 	}
-	w.Flush()
-	if err := w.Error(); err != nil {
+	var buf bytes.Buffer
+	if err := csv.NewWriter(&buf).WriteAll(rows); err != nil {
 		return nil, fmt.Errorf("export: instances.csv: %w", err)
 	}
 	return buf.Bytes(), nil

@@ -35,10 +35,8 @@ var plotW, plotH = 20 * vg.Centimeter, 12 * vg.Centimeter
 func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func(name string, data []byte) error) error {
 	s, ordered := &a.Sweep, a.Ordered
 	shapes, _ := shapesOf(ordered)
-	if p := forestPlot(rd, a); p != nil {
-		if err := savePlot(rd, save, p, "comparisons_forest"); err != nil {
-			return err
-		}
+	if err := savePlot(rd, save, forestPlot(rd, a), "comparisons_forest"); err != nil {
+		return err
 	}
 	for _, sh := range shapes {
 		if len(ratesOf(ordered, sh)) < 2 {
@@ -55,16 +53,12 @@ func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func
 		return fmt.Errorf("export: %w", err)
 	}
 	for _, l := range []results.Latency{results.TTFT, results.TPOT} {
-		if p := requestCDFPlot(ctx, rd, s, ordered, l); p != nil {
-			if err := savePlot(rd, save, p, "request_"+l.Name+"_cdf"); err != nil {
-				return err
-			}
-		}
-	}
-	if p := stepCDFPlot(ctx, rd, s, ordered); p != nil {
-		if err := savePlot(rd, save, p, "step_duration_cdf"); err != nil {
+		if err := savePlot(rd, save, requestCDFPlot(ctx, rd, s, ordered, l), "request_"+l.Name+"_cdf"); err != nil {
 			return err
 		}
+	}
+	if err := savePlot(rd, save, stepCDFPlot(ctx, rd, s, ordered), "step_duration_cdf"); err != nil {
+		return err
 	}
 	for _, c := range ordered {
 		for _, r := range c.Runs {
@@ -79,11 +73,7 @@ func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func
 					return err
 				}
 			}
-			p := gpuPlot(rd, s, c, r)
-			if p == nil {
-				continue
-			}
-			if err := savePlot(rd, save, p, fmt.Sprintf("gpu_util_%s_b%d", c.Info.ID, r.Ref.Block)); err != nil {
+			if err := savePlot(rd, save, gpuPlot(rd, s, c, r), fmt.Sprintf("gpu_util_%s_b%d", c.Info.ID, r.Ref.Block)); err != nil {
 				return err
 			}
 		}
@@ -91,10 +81,13 @@ func writePlots(ctx context.Context, a *results.Analysis, rd renderer, save func
 	return nil
 }
 
-// savePlot renders p as PNG and SVG and saves each as base.png, base.svg.
-// gonum/plot panics on some degenerate input; that becomes a warning, not a
-// crash.
+// savePlot renders p as PNG and SVG and saves each as base.png, base.svg;
+// a nil p (nothing to draw) saves nothing. gonum/plot panics on some
+// degenerate input; that becomes a warning, not a crash.
 func savePlot(rd renderer, save func(name string, data []byte) error, p *plot.Plot, base string) error {
+	if p == nil {
+		return nil
+	}
 	for _, format := range []string{"png", "svg"} {
 		b, err := plotBytes(p, format)
 		if err != nil {

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -60,9 +61,7 @@ func classInstanceTables(v *reportView) []sectionTable {
 		}
 	}
 	for i := range out {
-		if out[i].ID == "" {
-			out[i].ID = fmt.Sprintf("section-table-%d", i)
-		}
+		out[i].ID = cmp.Or(out[i].ID, fmt.Sprintf("section-table-%d", i))
 	}
 	return out
 }

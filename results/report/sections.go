@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/openloop"
@@ -10,16 +11,13 @@ import (
 
 // hasMetric reports whether a cell has a mean for metric k.
 func hasMetric(m map[string]results.MetricStats, k string) bool {
-	v, ok := m[k]
-	return ok && v.Mean != nil
+	return m[k].Mean != nil
 }
 
 // appendOnce appends s to list unless it is already there.
 func appendOnce(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
+	if slices.Contains(list, s) {
+		return list
 	}
 	return append(list, s)
 }

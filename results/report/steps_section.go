@@ -2,7 +2,8 @@ package report
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/probes"
@@ -55,12 +56,7 @@ type cellStepFacts struct {
 
 func stepFacts(c *results.Cell) cellStepFacts {
 	var f cellStepFacts
-	blocks := make([]int, 0, len(c.Used))
-	for b := range c.Used {
-		blocks = append(blocks, b)
-	}
-	sort.Ints(blocks)
-	for _, b := range blocks {
+	for _, b := range slices.Sorted(maps.Keys(c.Used)) {
 		r := c.Used[b]
 		if r == nil || r.Sum == nil || r.Sum.EngineStep == nil {
 			continue

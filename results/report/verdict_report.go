@@ -50,10 +50,11 @@ func renderVerdicts(b *strings.Builder, v *reportView) {
 	}
 	b.WriteString("## Run verdicts\n\n")
 	fmt.Fprintf(b, "%d runs: %s. (The rule is in the Method section.)\n\n", counts.Total(), counts)
-	renderUsageMarks(b, marks)
+	if len(marks) > 0 {
+		b.WriteString("### Token counts the streams did not vouch for\n\n" + strings.Join(marks, "\n") + "\n\n")
+	}
 	if len(drifts) > 0 {
-		b.WriteString("### The engine slowed down (not saturation)\n\n")
-		b.WriteString(strings.Join(drifts, "\n") + "\n\n")
+		b.WriteString("### The engine slowed down (not saturation)\n\n" + strings.Join(drifts, "\n") + "\n\n")
 	}
 	renderSuperseded(b, v.s)
 	if len(rows) == 0 {
@@ -221,15 +222,6 @@ func finishNote(m map[string]int) string {
 	return "; finish reasons: " + strings.Join(parts, ", ")
 }
 
-// renderUsageMarks writes the lines of usageMarks under their heading.
-func renderUsageMarks(b *strings.Builder, lines []string) {
-	if len(lines) == 0 {
-		return
-	}
-	b.WriteString("### Token counts the streams did not vouch for\n\n")
-	b.WriteString(strings.Join(lines, "\n") + "\n\n")
-}
-
 // renderSuperseded says which runs were run again in place, and why: the
 // load generator fell behind (client_limited), which says nothing of the
 // engine. Only the last attempt counts.
@@ -239,14 +231,9 @@ func renderSuperseded(b *strings.Builder, s *results.Sweep) {
 	}
 	var parts []string
 	for _, r := range s.Superseded {
-		parts = append(parts, fmt.Sprintf("%s b%d (%s)", r.Cell, r.Block, orDefault(firstLineOf(r.Reason), string(r.Status))))
+		reason, _, _ := strings.Cut(strings.TrimSpace(r.Reason), "\n")
+		parts = append(parts, fmt.Sprintf("%s b%d (%s)", r.Cell, r.Block, orDefault(reason, string(r.Status))))
 	}
 	fmt.Fprintf(b, "%d runs were run again in place, at the same position of the same block, and only their last attempt counts: %s.\n\n",
 		len(parts), strings.Join(parts, "; "))
-}
-
-// firstLineOf is the first line of text.
-func firstLineOf(text string) string {
-	first, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
-	return first
 }

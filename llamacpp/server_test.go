@@ -1,10 +1,11 @@
-// Package llamacpptest runs llama.cpp's llama-server for tests: it finds the
-// binary that llamacpp/build-llama-server.sh built (or $MBENCH_LLAMA_SERVER),
+package llamacpp_test
+
+// This file runs llama.cpp's llama-server for the tests: it finds the
+// binary that build-llama-server.sh built (or $MBENCH_LLAMA_SERVER),
 // writes a random-weight model, starts the server on a port the kernel
 // picks, waits for it to answer /health with 200, and stops it when the
 // test ends. A test that needs llama-server and finds none is skipped, or
 // fails where MBENCH_REQUIRE_LLAMA_SERVER=1 (CI).
-package llamacpptest
 
 import (
 	"bufio"
@@ -26,14 +27,14 @@ import (
 	"github.com/mbench/mbench/llamacpp"
 )
 
-// Version is the node-llama-cpp version build-llama-server.sh builds by
-// default, the cache directory Find looks in.
-const Version = "3.21.1"
+// serverVersion is the node-llama-cpp version build-llama-server.sh builds by
+// default, the cache directory findServer looks in.
+const serverVersion = "3.21.1"
 
-// Find returns the path of llama-server: $MBENCH_LLAMA_SERVER, else the
+// findServer returns the path of llama-server: $MBENCH_LLAMA_SERVER, else the
 // build cache of llamacpp/build-llama-server.sh
-// ($MBENCH_LLAMA_CACHE or ~/.cache/mbench/llama-server)/Version/bin.
-func Find(t testing.TB) string {
+// ($MBENCH_LLAMA_CACHE or ~/.cache/mbench/llama-server)/serverVersion/bin.
+func findServer(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("MBENCH_LLAMA_SERVER")
 	if p == "" {
@@ -46,23 +47,23 @@ func Find(t testing.TB) string {
 			}
 			root = filepath.Join(cache, "mbench", "llama-server")
 		}
-		p = filepath.Join(root, Version, "bin", "llama-server")
+		p = filepath.Join(root, serverVersion, "bin", "llama-server")
 	}
 	if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
 		return p
 	}
 	if os.Getenv("MBENCH_REQUIRE_LLAMA_SERVER") == "1" {
-		t.Fatalf("llamacpptest: no llama-server at %s and MBENCH_REQUIRE_LLAMA_SERVER=1 (run llamacpp/build-llama-server.sh)", p)
+		t.Fatalf("no llama-server at %s and MBENCH_REQUIRE_LLAMA_SERVER=1 (run llamacpp/build-llama-server.sh)", p)
 	}
-	t.Skipf("llamacpptest: no llama-server at %s (run llamacpp/build-llama-server.sh, or set MBENCH_REQUIRE_LLAMA_SERVER=1 to fail instead)", p)
+	t.Skipf("no llama-server at %s (run llamacpp/build-llama-server.sh, or set MBENCH_REQUIRE_LLAMA_SERVER=1 to fail instead)", p)
 	return ""
 }
 
 var models sync.Map // llamacpp.Model → path (written once per test process)
 
-// Model writes m as a GGUF file once per test process and returns its path
-// (in a directory removed when the process's tests end, see Cleanup).
-func Model(t testing.TB, m llamacpp.Model) string {
+// writeModel writes m as a GGUF file once per test process and returns its path
+// (in a directory removed when the process's tests end, see removeModels).
+func writeModel(t testing.TB, m llamacpp.Model) string {
 	t.Helper()
 	if p, ok := models.Load(m); ok {
 		return p.(string)
@@ -90,16 +91,16 @@ func modelDir() (string, error) {
 	return dirPath, dirErr
 }
 
-// Cleanup removes the models Model wrote; call it from TestMain after the
+// removeModels removes the models writeModel wrote; call it from TestMain after the
 // tests ran.
-func Cleanup() {
+func removeModels() {
 	if dirPath != "" {
 		os.RemoveAll(dirPath)
 	}
 }
 
-// Server is one running llama-server.
-type Server struct {
+// llamaServer is one running llama-server.
+type llamaServer struct {
 	URL     string // http://127.0.0.1:PORT
 	LogPath string // its stdout and stderr
 	cmd     *exec.Cmd
@@ -110,16 +111,16 @@ type Server struct {
 // bound (tools/server/server.cpp:515 at 80fb11a: "listening on %s").
 var listenRE = regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
 
-// Start runs bin -m model --host 127.0.0.1 --port 0 --metrics --no-webui
+// startServer runs bin -m model --host 127.0.0.1 --port 0 --metrics --no-webui
 // args..., waits until it says where it listens and /health answers 200,
 // and stops it (SIGTERM, then SIGKILL) when the test ends.
-func Start(t testing.TB, bin, model string, args ...string) *Server {
+func startServer(t testing.TB, bin, model string, args ...string) *llamaServer {
 	t.Helper()
-	return StartWith(t, Options{}, bin, model, args...)
+	return startServerWith(t, serverOptions{}, bin, model, args...)
 }
 
-// Options change how Start runs the server.
-type Options struct {
+// serverOptions change how startServer runs the server.
+type serverOptions struct {
 	// Nice runs the server under nice -n Nice: a negative value (as root)
 	// favours it over the other processes of a shared machine, for checks
 	// of its timings against a client's that other tenants' scheduling
@@ -128,8 +129,8 @@ type Options struct {
 	Nice int
 }
 
-// StartWith is Start with options.
-func StartWith(t testing.TB, o Options, bin, model string, args ...string) *Server {
+// startServerWith is startServer with options.
+func startServerWith(t testing.TB, o serverOptions, bin, model string, args ...string) *llamaServer {
 	t.Helper()
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "llama-server.log")
@@ -147,7 +148,7 @@ func StartWith(t testing.TB, o Options, bin, model string, args ...string) *Serv
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	s := &llamaServer{LogPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(s.done) }()
 	t.Cleanup(s.Stop)
 	deadline := time.Now().Add(2 * time.Minute)
@@ -184,11 +185,8 @@ func healthy(url string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// Pid is the server's process id.
-func (s *Server) Pid() int { return s.cmd.Process.Pid }
-
 // Stop ends the server: SIGTERM, and SIGKILL after 10 s.
-func (s *Server) Stop() {
+func (s *llamaServer) Stop() {
 	select {
 	case <-s.done:
 		return
@@ -204,17 +202,17 @@ func (s *Server) Stop() {
 }
 
 // LogTail is the last n lines of the server's log.
-func (s *Server) LogTail(n int) string {
+func (s *llamaServer) LogTail(n int) string {
 	b, _ := os.ReadFile(s.LogPath)
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// Timing is one request's timings as llama-server logs them when the slot
+// timing is one request's timings as llama-server logs them when the slot
 // releases it (tools/server/server-context.cpp:632-651 at 80fb11a,
 // print_timings): the prompt evaluation and the generation, in ms, with
 // their token counts.
-type Timing struct {
+type timing struct {
 	Task                int
 	PromptMs, EvalMs    float64
 	PromptTokens, Evals int
@@ -230,11 +228,11 @@ var (
 // request's timings after the response's last chunk, so a client that has
 // read every response may read the log before its last lines. If the log
 // never holds n, it returns what it holds after a minute (a hang guard).
-func (s *Server) TimingsAfter(offset, n int) []Timing {
+func (s *llamaServer) TimingsAfter(offset, n int) []timing {
 	end := time.Now().Add(time.Minute)
 	for {
 		log, _ := os.ReadFile(s.LogPath)
-		tm := Timings(log[min(offset, len(log)):])
+		tm := parseTimings(log[min(offset, len(log)):])
 		if len(tm) >= n || time.Now().After(end) {
 			return tm
 		}
@@ -242,16 +240,16 @@ func (s *Server) TimingsAfter(offset, n int) []Timing {
 	}
 }
 
-// Timings parses every request's timings from a llama-server log.
-func Timings(log []byte) []Timing {
-	byTask := map[string]*Timing{}
+// parseTimings parses every request's timings from a llama-server log.
+func parseTimings(log []byte) []timing {
+	byTask := map[string]*timing{}
 	var order []string
 	sc := bufio.NewScanner(bytes.NewReader(log))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		if m := promptRE.FindStringSubmatch(line); m != nil {
-			var tm Timing
+			var tm timing
 			fmt.Sscan(m[1], &tm.Task)
 			fmt.Sscan(m[2], &tm.PromptMs)
 			fmt.Sscan(m[3], &tm.PromptTokens)
@@ -264,7 +262,7 @@ func Timings(log []byte) []Timing {
 			}
 		}
 	}
-	out := make([]Timing, 0, len(order))
+	out := make([]timing, 0, len(order))
 	for _, k := range order {
 		out = append(out, *byTask[k])
 	}
