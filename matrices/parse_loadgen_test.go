@@ -97,13 +97,21 @@ func TestArrivalRulesAtTheirLines(t *testing.T) {
 // TestShapesHeldToTheLoadGenerator: a shape whose keys are each within
 // bounds but that the load generator refuses (a lognormal whose p90 is its
 // median, a prompt longer than it sends) is refused by Parse at the line
-// and field of the key its rule names, not when its run starts.
+// and field of the key its rule names, not when its run starts; every
+// rule it breaks at once, and none over a value the decoder refused.
 func TestShapesHeldToTheLoadGenerator(t *testing.T) {
 	for _, tc := range []struct{ shape, want string }{
 		{"{name: l, input_dist: {kind: lognormal, median: 100, p90: 100}, output: 4}", "x.yaml:6: shapes[0].input_dist.p90: must be > median 100, got 100"},
 		{"{input: 5000000, output: 4}", "x.yaml:6: shapes[0].input: must be in [1, 4194304] tokens, got 5000000"},
 		{"{name: l, output: 4,\n  input_dist: {kind: lognormal,\n    median: 100,\n    p90: 100}}", "x.yaml:9: shapes[0].input_dist.p90: must be > median 100, got 100"},
 		{"{input: 8,\n  output: 5000000}", "x.yaml:7: shapes[0].output: must be in [1, 4194304] tokens, got 5000000"},
+		{"{input: 10, output: 4,\n  prefix: {num_prefixes: 2,\n    prefix_tokens: 30}}", "x.yaml:8: shapes[0].prefix.prefix_tokens: 30 exceeds input 10 (input is the whole prompt)"},
+		{"{name: l, output: 4, input_dist: {kind: lognormal, median: 100, p90: 50, min: 9, max: 3}}",
+			"x.yaml:6: shapes[0].input_dist.max: max 3 is below min 9\nx.yaml:6: shapes[0].input_dist.p90: must be > median 100, got 50"},
+		{"{name: l, output: x, input_dist: {kind: uniform, min: 9, max: 3}}", "x.yaml:6: shapes[0].input_dist.max: need 1 ≤ min ≤ max, got min 9 max 3\n" +
+			`x.yaml:6: shapes[0].output: expected an integer, got string "x"; valid: an integer from 1 to 10000000`},
+		{"{input: x, output: 4, prefix: {num_prefixes: 2, prefix_tokens: 3}}", `x.yaml:6: shapes[0].input: expected an integer, got string "x"; valid: an integer from 1 to 10000000`},
+		{"{name: l, output: 4, input_dist: {kind: uniform, min: 9}}", "x.yaml:6: shapes[0].input_dist.max: missing required key (kind uniform); valid: an integer ≥ 1"},
 	} {
 		src := strings.Replace(minimalSim, "shapes: [{input: 8, output: 2}]", "shapes: ["+tc.shape+"]", 1)
 		if _, err := Parse("x.yaml", []byte(src)); err == nil || err.Error() != tc.want {

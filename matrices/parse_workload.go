@@ -48,12 +48,10 @@ func (d *decoder) shapes(v *yaml.Node, m *Matrix, checkFiles bool) {
 	}
 	seen := map[string]int{}
 	for i, e := range es {
-		s, ok := d.shape(e, ps[i], m.File, checkFiles)
-		if !ok {
-			continue
-		}
-		if err := s.Validate(); err != nil { // the load generator's own rules, beyond the keys' bounds
-			d.spec(err, ps[i], "")
+		n := len(d.errs)
+		s := d.shape(e, ps[i], m.File, checkFiles)
+		d.shapeRules(s, ps[i], n)
+		if len(d.errs) > n {
 			continue
 		}
 		if first, dup := seen[s.Name]; dup {
@@ -68,10 +66,9 @@ func (d *decoder) shapes(v *yaml.Node, m *Matrix, checkFiles bool) {
 const maxTokens = 10_000_000
 
 // shape decodes one shape and applies its defaults.
-func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (openloop.Shape, bool) {
+func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) openloop.Shape {
 	var s openloop.Shape
 	var src string // the trace's or dataset's path as written
-	n := len(d.errs)
 	d.object(e, path, e.Line, []field{
 		{"name", false, func(v *yaml.Node, p string) {
 			if s.Name, _ = d.str(v, p); s.Name != "" && !nameRE.MatchString(s.Name) {
@@ -107,7 +104,7 @@ func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (openl
 	has := func(k string) int { return d.lines[path+"."+k] }
 	if s.Dataset != nil {
 		d.datasetShape(&s, src, path, e.Line, checkFiles)
-		return s, len(d.errs) == n
+		return s
 	}
 	if s.Trace != nil {
 		for _, k := range []string{"input", "output", "input_dist", "output_dist", "prefix", "cache_fill"} {
@@ -122,7 +119,7 @@ func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (openl
 				d.add(e.Line, path+".name", nameValid, "missing name (the trace file name %q is not a valid shape name)", base)
 			}
 		}
-		return s, len(d.errs) == n
+		return s
 	}
 	for _, lens := range [][2]string{{"input", "input_dist"}, {"output", "output_dist"}} {
 		switch {
@@ -132,9 +129,6 @@ func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (openl
 			d.add(e.Line, path+"."+lens[0], "a token count, or "+lens[1]+", or trace", "missing required key")
 		}
 	}
-	if s.Prefix != nil && s.Input > 0 && s.Prefix.PrefixTokens > s.Input {
-		d.add(has("prefix"), path+".prefix.prefix_tokens", fmt.Sprintf("at most input (%d)", s.Input), "%d shared tokens do not fit in the prompt", s.Prefix.PrefixTokens)
-	}
 	if s.Name == "" && has("name") == 0 {
 		if s.InputDist != nil || s.OutputDist != nil {
 			d.add(e.Line, path+".name", nameValid, "missing required key (a shape with a length distribution needs a name)")
@@ -142,7 +136,29 @@ func (d *decoder) shape(e *yaml.Node, path, file string, checkFiles bool) (openl
 			s.Name = fmt.Sprintf("%dx%d", s.Input, s.Output)
 		}
 	}
-	return s, len(d.errs) == n
+	return s
+}
+
+// shapeRules places each rule of the load generator's that shape s breaks
+// (openloop.Shape.Problems) at its field; n is the count of errors before
+// the shape was decoded. Where the decoder refused some of the shape's
+// keys, a rule at a key it refused or at one not written is its report
+// already (the value is not the user's), and a trace or dataset shape is
+// left at the decoder's report of its keys' conflicts.
+func (d *decoder) shapeRules(s openloop.Shape, path string, n int) {
+	clean := len(d.errs) == n
+	if !clean && (s.Trace != nil || s.Dataset != nil) {
+		return
+	}
+	refused := map[string]bool{}
+	for _, e := range d.errs[n:] {
+		refused[e.Field] = true
+	}
+	for _, fe := range s.Problems() {
+		if f := join(path, fe.Path); clean || !refused[f] && d.lines[f] > 0 {
+			d.spec(fe, path, "")
+		}
+	}
 }
 
 // dist decodes a length distribution.
@@ -174,12 +190,6 @@ func (d *decoder) dist(v *yaml.Node, path string) *openloop.Dist {
 				d.add(v.Line, path+"."+k, "a number > 0", "missing required key (kind lognormal)")
 			}
 		}
-		if x.Median > 0 && x.P90 > 0 && x.P90 < x.Median {
-			d.add(has("p90"), path+".p90", fmt.Sprintf("a value ≥ median (%v)", x.Median), "p90 %v is below the median", x.P90)
-		}
-	}
-	if x.Min > 0 && x.Max > 0 && x.Max < x.Min {
-		d.add(has("max"), path+".max", fmt.Sprintf("a value ≥ min (%d)", x.Min), "max %d is below min", x.Max)
 	}
 	return x
 }

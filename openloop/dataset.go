@@ -50,15 +50,17 @@ type DatasetItem struct {
 }
 
 // Validate reports a dataset that cannot be used (a FieldError "dataset.…").
-func (d Dataset) Validate() error {
+func (d Dataset) Validate() error { return first(d.problems()) }
+
+func (d Dataset) problems() []*FieldError {
+	var ps []*FieldError
 	if d.Path == "" {
-		return fieldErr("dataset.path", "", "must be set")
+		ps = append(ps, fieldErr("dataset.path", "", "must be set"))
 	}
-	switch d.Format {
-	case DatasetShareGPT, DatasetJSONL:
-		return nil
+	if d.Format != DatasetShareGPT && d.Format != DatasetJSONL {
+		ps = append(ps, fieldErr("dataset.format", "sharegpt or jsonl", "%q is not sharegpt or jsonl", string(d.Format)))
 	}
-	return fieldErr("dataset.format", "sharegpt or jsonl", "%q is not sharegpt or jsonl", string(d.Format))
+	return ps
 }
 
 // LoadDataset reads the dataset's usable prompts. When output is 0 (the

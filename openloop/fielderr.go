@@ -33,13 +33,13 @@ func (e *FieldError) Tail(n int) string {
 }
 
 // fieldErr is a FieldError at path.
-func fieldErr(path, valid, format string, args ...any) error {
+func fieldErr(path, valid, format string, args ...any) *FieldError {
 	return namedErr(path, "", valid, format, args...)
 }
 
 // namedErr is a FieldError at path whose last segment the message names in
 // words ("top_p 2", "lognormal: p90"; "" for the segment itself).
-func namedErr(path, words, valid, format string, args ...any) error {
+func namedErr(path, words, valid, format string, args ...any) *FieldError {
 	return &FieldError{Path: path, Msg: fmt.Sprintf(format, args...), Valid: valid,
 		words: append(make([]string, strings.Count(path, ".")), words)}
 }
@@ -52,5 +52,18 @@ func under(prefix, words string, err error) error {
 	if !errors.As(err, &fe) {
 		return err
 	}
-	return &FieldError{Path: prefix + "." + fe.Path, Msg: fe.Msg, Valid: fe.Valid, words: append([]string{words}, fe.words...)}
+	return fe.under(prefix, words)
+}
+
+func (e *FieldError) under(prefix, words string) *FieldError {
+	return &FieldError{Path: prefix + "." + e.Path, Msg: e.Msg, Valid: e.Valid, words: append([]string{words}, e.words...)}
+}
+
+// first is the first of a rule set's problems (what Validate reports), nil
+// when there is none.
+func first(ps []*FieldError) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps[0]
 }

@@ -82,101 +82,117 @@ const maxTokens = 4 << 20
 // z90 is the 0.9 quantile of the standard normal distribution.
 const z90 = 1.2815515655446004
 
-// Validate reports the first field of the shape that cannot be used, as a
+// Validate reports the first field of the shape that cannot be used (the
+// first of Problems).
+func (s Shape) Validate() error { return first(s.Problems()) }
+
+// Problems lists every field of the shape that cannot be used, each a
 // FieldError whose path names it as the matrix does ("prefix.prefix_tokens").
-func (s Shape) Validate() error {
-	if s.Trace != nil {
-		t := s.Trace
-		switch {
-		case s.Dataset != nil:
-			return fieldErr("trace", "", "a shape replays a trace or samples a dataset, not both")
-		case t.Path == "":
-			return fieldErr("trace.path", "", "must be set")
-		case t.TimeScale < 0 || math.IsNaN(t.TimeScale) || math.IsInf(t.TimeScale, 0):
-			return fieldErr("trace.time_scale", "", "must be > 0 (or 0 for 1), got %v", t.TimeScale)
-		case t.RequestLimit < 0:
-			return fieldErr("trace.request_limit", "", "must be ≥ 0, got %d", t.RequestLimit)
-		case t.MaxInflightSessions < 0:
-			return fieldErr("trace.max_inflight_sessions", "", "must be ≥ 0, got %d", t.MaxInflightSessions)
+// A rule over two fields (prefix_tokens within input, p90 above median) is
+// checked once the other holds on its own, so that a bad value is reported
+// once; a shape that replays a trace or samples a dataset beside settings
+// of its own has that one problem.
+func (s Shape) Problems() []*FieldError {
+	var ps []*FieldError
+	if t := s.Trace; t != nil {
+		if s.Dataset != nil {
+			return []*FieldError{fieldErr("trace", "", "a shape replays a trace or samples a dataset, not both")}
 		}
-		return nil
+		if t.Path == "" {
+			ps = append(ps, fieldErr("trace.path", "", "must be set"))
+		}
+		if t.TimeScale < 0 || math.IsNaN(t.TimeScale) || math.IsInf(t.TimeScale, 0) {
+			ps = append(ps, fieldErr("trace.time_scale", "", "must be > 0 (or 0 for 1), got %v", t.TimeScale))
+		}
+		if t.RequestLimit < 0 {
+			ps = append(ps, fieldErr("trace.request_limit", "", "must be ≥ 0, got %d", t.RequestLimit))
+		}
+		if t.MaxInflightSessions < 0 {
+			ps = append(ps, fieldErr("trace.max_inflight_sessions", "", "must be ≥ 0, got %d", t.MaxInflightSessions))
+		}
+		return ps
 	}
 	if d := s.Dataset; d != nil {
-		switch {
-		case s.Input != 0 || s.InputDist != nil || s.OutputDist != nil || s.Prefix != nil || s.CacheFill != nil:
-			return fieldErr("dataset", "", "the prompts come from the file; only output may be set beside it")
-		case s.Output < 0 || s.Output > maxTokens:
-			return fieldErr("output", "", "must be in [1, %d] tokens (or 0 for the file's), got %d", maxTokens, s.Output)
+		if s.Input != 0 || s.InputDist != nil || s.OutputDist != nil || s.Prefix != nil || s.CacheFill != nil {
+			return []*FieldError{fieldErr("dataset", "", "the prompts come from the file; only output may be set beside it")}
 		}
-		return d.Validate()
+		if s.Output < 0 || s.Output > maxTokens {
+			ps = append(ps, fieldErr("output", "", "must be in [1, %d] tokens (or 0 for the file's), got %d", maxTokens, s.Output))
+		}
+		return append(ps, d.problems()...)
 	}
-	if err := checkLen("input", s.Input, s.InputDist); err != nil {
-		return err
-	}
-	if err := checkLen("output", s.Output, s.OutputDist); err != nil {
-		return err
-	}
+	ps = append(lenProblems("input", s.Input, s.InputDist), lenProblems("output", s.Output, s.OutputDist)...)
 	if p := s.Prefix; p != nil {
 		if p.NumPrefixes < 1 {
-			return fieldErr("prefix.num_prefixes", "", "must be ≥ 1, got %d", p.NumPrefixes)
+			ps = append(ps, fieldErr("prefix.num_prefixes", "", "must be ≥ 1, got %d", p.NumPrefixes))
 		}
 		if p.PrefixTokens < 1 || p.PrefixTokens > maxTokens {
-			return fieldErr("prefix.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, p.PrefixTokens)
-		}
-		if s.InputDist == nil && p.PrefixTokens > s.Input {
-			return fieldErr("prefix.prefix_tokens", "", "%d exceeds input %d (input is the whole prompt)", p.PrefixTokens, s.Input)
+			ps = append(ps, fieldErr("prefix.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, p.PrefixTokens))
+		} else if s.InputDist == nil && s.Input >= 1 && p.PrefixTokens > s.Input {
+			ps = append(ps, fieldErr("prefix.prefix_tokens", "", "%d exceeds input %d (input is the whole prompt)", p.PrefixTokens, s.Input))
 		}
 	}
 	if f := s.CacheFill; f != nil {
 		if f.Prefixes < 0 {
-			return fieldErr("cache_fill.prefixes", "", "must be ≥ 0, got %d", f.Prefixes)
+			ps = append(ps, fieldErr("cache_fill.prefixes", "", "must be ≥ 0, got %d", f.Prefixes))
 		}
 		if f.Prefixes > 0 && (f.PrefixTokens < 1 || f.PrefixTokens > maxTokens) {
-			return fieldErr("cache_fill.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, f.PrefixTokens)
+			ps = append(ps, fieldErr("cache_fill.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, f.PrefixTokens))
 		}
 	}
-	return nil
+	return ps
 }
 
-func checkLen(name string, fixed int, d *Dist) error {
-	if d == nil {
-		if fixed < 1 || fixed > maxTokens {
-			return fieldErr(name, "", "must be in [1, %d] tokens, got %d", maxTokens, fixed)
+// lenProblems are those of a length: fixed, or drawn from d when set.
+func lenProblems(name string, fixed int, d *Dist) []*FieldError {
+	if d != nil {
+		ps := d.problems()
+		for i, p := range ps {
+			ps[i] = p.under(name+"_dist", "")
 		}
-		return nil
+		return ps
 	}
-	return under(name+"_dist", "", d.Validate())
+	if fixed < 1 || fixed > maxTokens {
+		return []*FieldError{fieldErr(name, "", "must be in [1, %d] tokens, got %d", maxTokens, fixed)}
+	}
+	return nil
 }
 
 // Validate reports a distribution that cannot be sampled, as a FieldError
 // at its key ("p90"), named with its kind ("lognormal: p90: …").
-func (d Dist) Validate() error {
+func (d Dist) Validate() error { return first(d.problems()) }
+
+// problems lists every rule of the distribution that it breaks, in the
+// order Validate checks them.
+func (d Dist) problems() []*FieldError {
+	var ps []*FieldError
 	key := "max" // the key that a rule over both min and max names
 	if d.Min < 0 || d.Kind == "uniform" && d.Min < 1 {
 		key = "min"
 	}
-	if d.Min < 0 || d.Max < 0 || d.Max > maxTokens {
-		return namedErr(key, "min/max", "", "must be in [0, %d], got %d/%d", maxTokens, d.Min, d.Max)
+	inRange := d.Min >= 0 && d.Max >= 0 && d.Max <= maxTokens
+	if !inRange {
+		ps = append(ps, namedErr(key, "min/max", "", "must be in [0, %d], got %d/%d", maxTokens, d.Min, d.Max))
 	}
 	switch d.Kind {
 	case "uniform":
-		if d.Min < 1 || d.Max < d.Min {
-			return namedErr(key, "uniform", "", "need 1 ≤ min ≤ max, got min %d max %d", d.Min, d.Max)
+		if inRange && (d.Min < 1 || d.Max < d.Min) {
+			ps = append(ps, namedErr(key, "uniform", "", "need 1 ≤ min ≤ max, got min %d max %d", d.Min, d.Max))
 		}
 	case "lognormal":
-		if !(d.Median >= 1) || math.IsInf(d.Median, 0) {
-			return namedErr("median", "lognormal: median", "", "must be ≥ 1, got %v", d.Median)
+		medianOK := d.Median >= 1 && !math.IsInf(d.Median, 0)
+		if !medianOK {
+			ps = append(ps, namedErr("median", "lognormal: median", "", "must be ≥ 1, got %v", d.Median))
+		} else if !(d.P90 > d.Median) || math.IsInf(d.P90, 0) {
+			ps = append(ps, namedErr("p90", "lognormal: p90", "", "must be > median %v, got %v", d.Median, d.P90))
 		}
-		if !(d.P90 > d.Median) || math.IsInf(d.P90, 0) {
-			return namedErr("p90", "lognormal: p90", "", "must be > median %v, got %v", d.Median, d.P90)
-		}
-		if d.Max > 0 && d.Max < d.Min {
-			return namedErr("max", "lognormal", "", "max %d is below min %d", d.Max, d.Min)
+		if inRange && d.Max > 0 && d.Max < d.Min {
+			ps = append(ps, namedErr("max", "lognormal", "", "max %d is below min %d", d.Max, d.Min))
 		}
 	default:
-		return fieldErr("kind", "", "%q is not uniform or lognormal", d.Kind)
+		ps = append(ps, fieldErr("kind", "", "%q is not uniform or lognormal", d.Kind))
 	}
-	return nil
+	return ps
 }
 
 // Sample draws one length from d (at least 1 token).

@@ -164,6 +164,39 @@ func TestShapeValidate(t *testing.T) {
 	}
 }
 
+// TestShapeProblems: Problems reports every broken rule of a shape at its
+// path, Validate the first of them; a rule over two fields waits for the
+// other to hold on its own, so one bad value is reported once.
+func TestShapeProblems(t *testing.T) {
+	for _, tc := range []struct {
+		s    Shape
+		want []string
+	}{
+		{Shape{Input: 10, Output: 0, InputDist: &Dist{Kind: "lognormal", Median: 10, P90: 5, Min: 8, Max: 4},
+			Prefix: &Prefix{NumPrefixes: 0, PrefixTokens: 20}, CacheFill: &CacheFill{Prefixes: 1}},
+			[]string{"input_dist.p90", "input_dist.max", "output", "prefix.num_prefixes", "cache_fill.prefix_tokens"}},
+		{Shape{Input: 0, Output: 1, Prefix: &Prefix{NumPrefixes: 1, PrefixTokens: 20}}, []string{"input"}},
+		{Shape{Input: 10, Output: 1, Prefix: &Prefix{NumPrefixes: 1, PrefixTokens: 20}}, []string{"prefix.prefix_tokens"}},
+		{Shape{Input: 1, Output: 1, InputDist: &Dist{Kind: "lognormal", P90: 5}}, []string{"input_dist.median"}},
+		{Shape{Input: 1, Output: 1, InputDist: &Dist{Kind: "uniform", Min: -1, Max: 2}}, []string{"input_dist.min"}},
+		{Shape{Trace: &Trace{TimeScale: -1, RequestLimit: -1}}, []string{"trace.path", "trace.time_scale", "trace.request_limit"}},
+		{Shape{Trace: &Trace{}, Dataset: &Dataset{}}, []string{"trace"}},
+		{Shape{Output: -1, Dataset: &Dataset{Format: "csv"}}, []string{"output", "dataset.path", "dataset.format"}},
+		{Shape{Input: 1, Output: 1}, nil},
+	} {
+		var got []string
+		for _, p := range tc.s.Problems() {
+			got = append(got, p.Path)
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Problems(%+v) at %q, want %q", tc.s, got, tc.want)
+		}
+		if err := tc.s.Validate(); (err == nil) != (len(got) == 0) || err != nil && err.(*FieldError).Path != got[0] {
+			t.Errorf("Validate(%+v) = %v, want the first of %q", tc.s, err, got)
+		}
+	}
+}
+
 // TestAppendTokenList: the list is what strconv writes, for ids of every
 // length and sign.
 func TestAppendTokenList(t *testing.T) {
