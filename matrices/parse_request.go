@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -54,7 +55,7 @@ func (d *decoder) request(v *yaml.Node, m *Matrix) {
 				// was reported at request:'s).
 				one := openloop.Request{Headers: map[string]string{kv.key: q.Headers[kv.key]}}
 				if err := one.Validate(); err != nil {
-					d.add(kv.v.Line, join(p, kv.key), "a header name and a value without control characters (CR, LF, NUL), not one mbench sets itself", "%s", strings.TrimPrefix(err.Error(), "request: "))
+					d.add(kv.v.Line, join(p, kv.key), "a header name and a value without control characters (CR, LF, NUL), not one mbench sets itself", "%s", ruleMsg(err))
 				}
 			}
 		}},
@@ -91,10 +92,25 @@ func (d *decoder) request(v *yaml.Node, m *Matrix) {
 	}
 	lq := q.load("")
 	if err := lq.Validate(); err != nil {
-		d.add(v.Line, "request", "options vllm serve accepts (docs/loadgen.md, Request options)", "%s", strings.TrimPrefix(err.Error(), "request: "))
+		field, line := "request", v.Line
+		if fe := (*openloop.FieldError)(nil); errors.As(err, &fe) && d.lines[fe.Path] > 0 {
+			field, line = fe.Path, d.lines[fe.Path]
+		}
+		d.add(line, field, "options vllm serve accepts (docs/loadgen.md, Request options)", "%s", ruleMsg(err))
 		return
 	}
 	m.Request = q
+}
+
+// ruleMsg is a request rule's message from the last segment of its path on,
+// in the words that name the header, body field or parameter there
+// (`header "X-A": …`, `top_p 0: …`).
+func ruleMsg(err error) string {
+	var fe *openloop.FieldError
+	if !errors.As(err, &fe) {
+		return err.Error()
+	}
+	return fe.Tail(max(strings.Count(fe.Path, "."), 1))
 }
 
 // sampling decodes request.sampling: each parameter a number (top_k an

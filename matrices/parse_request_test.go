@@ -65,6 +65,8 @@ func TestRequestSection(t *testing.T) {
 		{"request: {sampling: {temperature: hot}}", "m.yaml:8: request.sampling.temperature"},
 		{"request: {sampling: {top_k: -2}}", "request.sampling.top_k"},
 		{"request: {extra_body: {max_tokens: 3}}", `"max_tokens": mbench writes it`},
+		{"request:\n  sampling:\n    top_p: 0", "m.yaml:10: request.sampling.top_p: top_p 0: must be in (0, 1]"},
+		{"request:\n  extra_body:\n    max_tokens: 3", `m.yaml:10: request.extra_body: extra body field "max_tokens": mbench writes it`},
 		{"request: {api_key_env: 'not a name'}", "request.api_key_env"},
 		{"request: {ignore_eos: maybe}", "request.ignore_eos"},
 		{"request: {nope: 1}", "request.nope"},
