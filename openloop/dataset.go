@@ -52,14 +52,10 @@ type DatasetItem struct {
 // Validate reports a dataset that cannot be used (a FieldError "dataset.…").
 func (d Dataset) Validate() error { return first(d.problems()) }
 
-func (d Dataset) problems() []*FieldError {
-	var ps []*FieldError
-	if d.Path == "" {
-		ps = append(ps, fieldErr("dataset.path", "", "must be set"))
-	}
-	if d.Format != DatasetShareGPT && d.Format != DatasetJSONL {
-		ps = append(ps, fieldErr("dataset.format", "sharegpt or jsonl", "%q is not sharegpt or jsonl", string(d.Format)))
-	}
+func (d Dataset) problems() problems {
+	var ps problems
+	ps.check(d.Path == "", fieldErr("dataset.path", "", "must be set"))
+	ps.check(d.Format != DatasetShareGPT && d.Format != DatasetJSONL, fieldErr("dataset.format", "sharegpt or jsonl", "%q is not sharegpt or jsonl", string(d.Format)))
 	return ps
 }
 

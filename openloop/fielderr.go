@@ -59,9 +59,27 @@ func (e *FieldError) under(prefix, words string) *FieldError {
 	return &FieldError{Path: prefix + "." + e.Path, Msg: e.Msg, Valid: e.Valid, words: append([]string{words}, e.words...)}
 }
 
-// first is the first of a rule set's problems (what Validate reports), nil
-// when there is none.
-func first(ps []*FieldError) error {
+// problems are the rules of a setting that it breaks, in the order its
+// Validate checks them; Validate reports the first.
+type problems []*FieldError
+
+// check adds fe when its rule is broken.
+func (ps *problems) check(broken bool, fe *FieldError) {
+	if broken {
+		*ps = append(*ps, fe)
+	}
+}
+
+// under roots each problem's path at prefix (see under).
+func (ps problems) under(prefix, words string) problems {
+	for i, p := range ps {
+		ps[i] = p.under(prefix, words)
+	}
+	return ps
+}
+
+// first is the first problem, nil when there is none.
+func first(ps problems) error {
 	if len(ps) == 0 {
 		return nil
 	}

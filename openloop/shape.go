@@ -93,69 +93,47 @@ func (s Shape) Validate() error { return first(s.Problems()) }
 // once; a shape that replays a trace or samples a dataset beside settings
 // of its own has that one problem.
 func (s Shape) Problems() []*FieldError {
-	var ps []*FieldError
+	var ps problems
 	if t := s.Trace; t != nil {
 		if s.Dataset != nil {
 			return []*FieldError{fieldErr("trace", "", "a shape replays a trace or samples a dataset, not both")}
 		}
-		if t.Path == "" {
-			ps = append(ps, fieldErr("trace.path", "", "must be set"))
-		}
-		if t.TimeScale < 0 || math.IsNaN(t.TimeScale) || math.IsInf(t.TimeScale, 0) {
-			ps = append(ps, fieldErr("trace.time_scale", "", "must be > 0 (or 0 for 1), got %v", t.TimeScale))
-		}
-		if t.RequestLimit < 0 {
-			ps = append(ps, fieldErr("trace.request_limit", "", "must be ≥ 0, got %d", t.RequestLimit))
-		}
-		if t.MaxInflightSessions < 0 {
-			ps = append(ps, fieldErr("trace.max_inflight_sessions", "", "must be ≥ 0, got %d", t.MaxInflightSessions))
-		}
+		ps.check(t.Path == "", fieldErr("trace.path", "", "must be set"))
+		ps.check(t.TimeScale < 0 || math.IsNaN(t.TimeScale) || math.IsInf(t.TimeScale, 0), fieldErr("trace.time_scale", "", "must be > 0 (or 0 for 1), got %v", t.TimeScale))
+		ps.check(t.RequestLimit < 0, fieldErr("trace.request_limit", "", "must be ≥ 0, got %d", t.RequestLimit))
+		ps.check(t.MaxInflightSessions < 0, fieldErr("trace.max_inflight_sessions", "", "must be ≥ 0, got %d", t.MaxInflightSessions))
 		return ps
 	}
 	if d := s.Dataset; d != nil {
 		if s.Input != 0 || s.InputDist != nil || s.OutputDist != nil || s.Prefix != nil || s.CacheFill != nil {
 			return []*FieldError{fieldErr("dataset", "", "the prompts come from the file; only output may be set beside it")}
 		}
-		if s.Output < 0 || s.Output > maxTokens {
-			ps = append(ps, fieldErr("output", "", "must be in [1, %d] tokens (or 0 for the file's), got %d", maxTokens, s.Output))
-		}
+		ps.check(s.Output < 0 || s.Output > maxTokens, fieldErr("output", "", "must be in [1, %d] tokens (or 0 for the file's), got %d", maxTokens, s.Output))
 		return append(ps, d.problems()...)
 	}
 	ps = append(lenProblems("input", s.Input, s.InputDist), lenProblems("output", s.Output, s.OutputDist)...)
 	if p := s.Prefix; p != nil {
-		if p.NumPrefixes < 1 {
-			ps = append(ps, fieldErr("prefix.num_prefixes", "", "must be ≥ 1, got %d", p.NumPrefixes))
-		}
-		if p.PrefixTokens < 1 || p.PrefixTokens > maxTokens {
-			ps = append(ps, fieldErr("prefix.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, p.PrefixTokens))
-		} else if s.InputDist == nil && s.Input >= 1 && p.PrefixTokens > s.Input {
-			ps = append(ps, fieldErr("prefix.prefix_tokens", "", "%d exceeds input %d (input is the whole prompt)", p.PrefixTokens, s.Input))
-		}
+		ps.check(p.NumPrefixes < 1, fieldErr("prefix.num_prefixes", "", "must be ≥ 1, got %d", p.NumPrefixes))
+		tokensOK := p.PrefixTokens >= 1 && p.PrefixTokens <= maxTokens
+		ps.check(!tokensOK, fieldErr("prefix.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, p.PrefixTokens))
+		ps.check(tokensOK && s.InputDist == nil && s.Input >= 1 && p.PrefixTokens > s.Input,
+			fieldErr("prefix.prefix_tokens", "", "%d exceeds input %d (input is the whole prompt)", p.PrefixTokens, s.Input))
 	}
 	if f := s.CacheFill; f != nil {
-		if f.Prefixes < 0 {
-			ps = append(ps, fieldErr("cache_fill.prefixes", "", "must be ≥ 0, got %d", f.Prefixes))
-		}
-		if f.Prefixes > 0 && (f.PrefixTokens < 1 || f.PrefixTokens > maxTokens) {
-			ps = append(ps, fieldErr("cache_fill.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, f.PrefixTokens))
-		}
+		ps.check(f.Prefixes < 0, fieldErr("cache_fill.prefixes", "", "must be ≥ 0, got %d", f.Prefixes))
+		ps.check(f.Prefixes > 0 && (f.PrefixTokens < 1 || f.PrefixTokens > maxTokens), fieldErr("cache_fill.prefix_tokens", "", "must be in [1, %d], got %d", maxTokens, f.PrefixTokens))
 	}
 	return ps
 }
 
 // lenProblems are those of a length: fixed, or drawn from d when set.
-func lenProblems(name string, fixed int, d *Dist) []*FieldError {
+func lenProblems(name string, fixed int, d *Dist) problems {
 	if d != nil {
-		ps := d.problems()
-		for i, p := range ps {
-			ps[i] = p.under(name+"_dist", "")
-		}
-		return ps
+		return d.problems().under(name+"_dist", "")
 	}
-	if fixed < 1 || fixed > maxTokens {
-		return []*FieldError{fieldErr(name, "", "must be in [1, %d] tokens, got %d", maxTokens, fixed)}
-	}
-	return nil
+	var ps problems
+	ps.check(fixed < 1 || fixed > maxTokens, fieldErr(name, "", "must be in [1, %d] tokens, got %d", maxTokens, fixed))
+	return ps
 }
 
 // Validate reports a distribution that cannot be sampled, as a FieldError
@@ -164,33 +142,24 @@ func (d Dist) Validate() error { return first(d.problems()) }
 
 // problems lists every rule of the distribution that it breaks, in the
 // order Validate checks them.
-func (d Dist) problems() []*FieldError {
-	var ps []*FieldError
+func (d Dist) problems() problems {
+	var ps problems
 	key := "max" // the key that a rule over both min and max names
 	if d.Min < 0 || d.Kind == "uniform" && d.Min < 1 {
 		key = "min"
 	}
 	inRange := d.Min >= 0 && d.Max >= 0 && d.Max <= maxTokens
-	if !inRange {
-		ps = append(ps, namedErr(key, "min/max", "", "must be in [0, %d], got %d/%d", maxTokens, d.Min, d.Max))
-	}
+	ps.check(!inRange, namedErr(key, "min/max", "", "must be in [0, %d], got %d/%d", maxTokens, d.Min, d.Max))
 	switch d.Kind {
 	case "uniform":
-		if inRange && (d.Min < 1 || d.Max < d.Min) {
-			ps = append(ps, namedErr(key, "uniform", "", "need 1 ≤ min ≤ max, got min %d max %d", d.Min, d.Max))
-		}
+		ps.check(inRange && (d.Min < 1 || d.Max < d.Min), namedErr(key, "uniform", "", "need 1 ≤ min ≤ max, got min %d max %d", d.Min, d.Max))
 	case "lognormal":
 		medianOK := d.Median >= 1 && !math.IsInf(d.Median, 0)
-		if !medianOK {
-			ps = append(ps, namedErr("median", "lognormal: median", "", "must be ≥ 1, got %v", d.Median))
-		} else if !(d.P90 > d.Median) || math.IsInf(d.P90, 0) {
-			ps = append(ps, namedErr("p90", "lognormal: p90", "", "must be > median %v, got %v", d.Median, d.P90))
-		}
-		if inRange && d.Max > 0 && d.Max < d.Min {
-			ps = append(ps, namedErr("max", "lognormal", "", "max %d is below min %d", d.Max, d.Min))
-		}
+		ps.check(!medianOK, namedErr("median", "lognormal: median", "", "must be ≥ 1, got %v", d.Median))
+		ps.check(medianOK && (!(d.P90 > d.Median) || math.IsInf(d.P90, 0)), namedErr("p90", "lognormal: p90", "", "must be > median %v, got %v", d.Median, d.P90))
+		ps.check(inRange && d.Max > 0 && d.Max < d.Min, namedErr("max", "lognormal", "", "max %d is below min %d", d.Max, d.Min))
 	default:
-		ps = append(ps, fieldErr("kind", "", "%q is not uniform or lognormal", d.Kind))
+		ps.check(true, fieldErr("kind", "", "%q is not uniform or lognormal", d.Kind))
 	}
 	return ps
 }
