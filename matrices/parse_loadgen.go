@@ -79,9 +79,10 @@ func (d *decoder) includeRamp(m *Matrix) {
 }
 
 // arrivalRules holds the arrival, once its keys decoded cleanly, to the load
-// generator's own rules (openloop.Arrival.Validate and CheckShape: no ramp
-// or cap in a closed loop, no ramp or closed loop for a trace, a ramp's
-// from), each broken rule placed at the line of the field its path names.
+// generator's own rules, all at once (openloop.Arrival.Problems and
+// CheckShape: no ramp or cap in a closed loop, no ramp or closed loop for a
+// trace, a ramp's from), each broken rule placed at the line of the field
+// its path names.
 // A burst's own rules are burst's; a closed loop's levels are checked where
 // in_flight is decoded.
 func (d *decoder) arrivalRules(m *Matrix) {
@@ -97,22 +98,8 @@ func (d *decoder) arrivalRules(m *Matrix) {
 	case openloop.ArrivalConcurrency:
 		a.InFlight = 1
 	}
-	// Validate names the first broken rule: set that field aside and ask
-	// again, so that every problem of the file is reported at once.
-	for v := a; ; {
-		err := v.Validate()
-		d.spec(err, "", "")
-		var fe *openloop.FieldError
-		if !errors.As(err, &fe) {
-			break
-		}
-		if strings.HasPrefix(fe.Path, "arrival.ramp") && v.Ramp != nil {
-			v.Ramp = nil
-		} else if fe.Path == "arrival.max_in_flight" && v.MaxInFlight != 0 {
-			v.MaxInFlight = 0
-		} else {
-			break
-		}
+	for _, fe := range a.Problems() {
+		d.spec(fe, "", "")
 	}
 	for _, s := range m.Shapes {
 		d.spec(a.CheckShape(s), "", "shape "+s.Name+": ")

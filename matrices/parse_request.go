@@ -1,6 +1,7 @@
 package matrices
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,7 +56,8 @@ func (d *decoder) request(v *yaml.Node, m *Matrix) {
 				// was reported at request:'s).
 				one := openloop.Request{Headers: map[string]string{kv.key: q.Headers[kv.key]}}
 				if err := one.Validate(); err != nil {
-					d.add(kv.v.Line, join(p, kv.key), "a header name and a value without control characters (CR, LF, NUL), not one mbench sets itself", "%s", ruleMsg(err))
+					_, msg := requestRule(err)
+					d.add(kv.v.Line, join(p, kv.key), "a header name and a value without control characters (CR, LF, NUL), not one mbench sets itself", "%s", msg)
 				}
 			}
 		}},
@@ -92,25 +94,21 @@ func (d *decoder) request(v *yaml.Node, m *Matrix) {
 	}
 	lq := q.load("")
 	if err := lq.Validate(); err != nil {
-		field, line := "request", v.Line
-		if fe := (*openloop.FieldError)(nil); errors.As(err, &fe) && d.lines[fe.Path] > 0 {
-			field, line = fe.Path, d.lines[fe.Path]
-		}
-		d.add(line, field, "options vllm serve accepts (docs/loadgen.md, Request options)", "%s", ruleMsg(err))
+		path, msg := requestRule(err)
+		d.add(cmp.Or(d.lines[path], v.Line), path, "options vllm serve accepts (docs/loadgen.md, Request options)", "%s", msg)
 		return
 	}
 	m.Request = q
 }
 
-// ruleMsg is a request rule's message from the last segment of its path on,
-// in the words that name the header, body field or parameter there
-// (`header "X-A": …`, `top_p 0: …`).
-func ruleMsg(err error) string {
-	var fe *openloop.FieldError
-	if !errors.As(err, &fe) {
-		return err.Error()
-	}
-	return fe.Tail(max(strings.Count(fe.Path, "."), 1))
+// requestRule is the path of a request rule that is broken (placed at its
+// key where written: request.sampling.top_p) and its message from the
+// path's last segment on, whose words name the header, body field or
+// parameter there (`header "X-A": …`, `top_p 0: …`).
+func requestRule(err error) (path, msg string) {
+	fe := &openloop.FieldError{Path: "request", Msg: err.Error()}
+	errors.As(err, &fe)
+	return fe.Path, fe.Tail(max(strings.Count(fe.Path, "."), 1))
 }
 
 // sampling decodes request.sampling: each parameter a number (top_k an

@@ -150,12 +150,9 @@ func (d *decoder) shapeRules(s openloop.Shape, path string, n int) {
 	if !clean && (s.Trace != nil || s.Dataset != nil) {
 		return
 	}
-	refused := map[string]bool{}
-	for _, e := range d.errs[n:] {
-		refused[e.Field] = true
-	}
 	for _, fe := range s.Problems() {
-		if f := join(path, fe.Path); clean || !refused[f] && d.lines[f] > 0 {
+		f := join(path, fe.Path)
+		if clean || d.lines[f] > 0 && !slices.ContainsFunc(d.errs[n:], func(e *Error) bool { return e.Field == f }) {
 			d.spec(fe, path, "")
 		}
 	}

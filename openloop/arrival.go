@@ -42,44 +42,36 @@ type Arrival struct {
 }
 
 // Validate reports a process or burstiness that cannot be used (a
-// FieldError under "arrival").
-func (a Arrival) Validate() error {
+// FieldError under "arrival"): the first of Problems.
+func (a Arrival) Validate() error { return first(a.Problems()) }
+
+// Problems lists every rule of the arrival that it breaks, in the order
+// Validate checks them (a closed loop's ramp once, not its keys as well).
+func (a Arrival) Problems() []*FieldError {
 	const rateProcess = "a rate process (poisson, gamma, constant)"
-	if a.InFlight != 0 && a.Process != ArrivalConcurrency {
-		return fieldErr("arrival.in_flight", "process concurrency", "applies to process concurrency only, not %q", a.Process)
-	}
+	var ps problems
+	closed := a.Process == ArrivalConcurrency
+	ps.check(a.InFlight != 0 && !closed, fieldErr("arrival.in_flight", "process concurrency", "applies to process concurrency only, not %q", a.Process))
 	if a.Ramp != nil {
-		if a.Process == ArrivalConcurrency {
-			return fieldErr("arrival.ramp", rateProcess, "a closed loop has no rate to ramp")
-		}
-		if err := a.Ramp.Validate(); err != nil {
-			return under("arrival", "", err)
+		ps.check(closed, fieldErr("arrival.ramp", rateProcess, "a closed loop has no rate to ramp"))
+		if !closed {
+			ps = append(ps, a.Ramp.problems().under("arrival", "")...)
 		}
 	}
-	if a.MaxInFlight < 0 || a.MaxInFlight > MaxInFlight {
-		return fieldErr("arrival.max_in_flight", "", "must be ≥ 0 and at most %d, got %d", MaxInFlight, a.MaxInFlight)
-	}
-	if a.InFlight > MaxInFlight {
-		return fieldErr("arrival.in_flight", "", "at most %d requests in flight, got %d", MaxInFlight, a.InFlight)
-	}
-	if a.MaxInFlight > 0 && a.Process == ArrivalConcurrency {
-		return fieldErr("arrival.max_in_flight", rateProcess+", or remove max_in_flight", "a closed loop keeps in_flight requests in flight; it takes no cap")
-	}
+	capOK := a.MaxInFlight >= 0 && a.MaxInFlight <= MaxInFlight
+	ps.check(!capOK, fieldErr("arrival.max_in_flight", "", "must be ≥ 0 and at most %d, got %d", MaxInFlight, a.MaxInFlight))
+	ps.check(closed && a.InFlight > MaxInFlight, fieldErr("arrival.in_flight", "", "at most %d requests in flight, got %d", MaxInFlight, a.InFlight))
+	ps.check(capOK && a.MaxInFlight > 0 && closed, fieldErr("arrival.max_in_flight", rateProcess+", or remove max_in_flight", "a closed loop keeps in_flight requests in flight; it takes no cap"))
 	switch a.Process {
 	case ArrivalConcurrency:
-		if a.InFlight < 1 {
-			return fieldErr("arrival.in_flight", "", "must be ≥ 1 for concurrency, got %d", a.InFlight)
-		}
-		return nil
+		ps.check(a.InFlight < 1, fieldErr("arrival.in_flight", "", "must be ≥ 1 for concurrency, got %d", a.InFlight))
 	case "", ArrivalPoisson, ArrivalConstant:
-		return nil
 	case ArrivalGamma:
-		if !(a.Burstiness > 0) || math.IsInf(a.Burstiness, 0) {
-			return fieldErr("arrival.burstiness", "", "must be > 0 for gamma, got %v", a.Burstiness)
-		}
-		return nil
+		ps.check(!(a.Burstiness > 0) || math.IsInf(a.Burstiness, 0), fieldErr("arrival.burstiness", "", "must be > 0 for gamma, got %v", a.Burstiness))
+	default:
+		ps.check(true, fieldErr("arrival.process", "", "%q is not poisson, gamma, constant or concurrency", a.Process))
 	}
-	return fieldErr("arrival.process", "", "%q is not poisson, gamma, constant or concurrency", a.Process)
+	return ps
 }
 
 // CheckShape reports an arrival that the shape cannot have: a trace

@@ -157,8 +157,8 @@ func (c *Config) validate() error {
 	if err := c.Request.Validate(); err != nil {
 		return err
 	}
-	if err := c.Shape.Validate(); err != nil {
-		return under("shape", fmt.Sprintf("shape %q", c.Shape.Name), err)
+	if err := first(problems(c.Shape.Problems()).under("shape", fmt.Sprintf("shape %q", c.Shape.Name))); err != nil {
+		return err
 	}
 	if err := c.Shape.checkFiles(); err != nil {
 		return err
@@ -241,28 +241,20 @@ func CheckRate(rate float64) error {
 }
 
 // checkFiles refuses, before any contact with the engine, a trace or
-// dataset that is not a regular file within its size limit.
+// dataset that is not a regular file within its size limit (one it cannot
+// stat is reported where it is read, with the read's context).
 func (s Shape) checkFiles() error {
-	check := func(kind, path string, limit int64) error {
-		if path == "" {
-			return nil
-		}
-		fi, err := os.Stat(path)
-		if err != nil {
-			return nil // reported where the file is read, with the read's context
-		}
+	kind, path, limit := "trace", "", int64(MaxTraceFile)
+	switch {
+	case s.Trace != nil:
+		path = s.Trace.Path
+	case s.Dataset != nil: // not both: Validate refused that first
+		kind, path, limit = "dataset", s.Dataset.Path, MaxDatasetFile
+	}
+	if fi, err := os.Stat(path); path != "" && err == nil {
 		if err := userfile.Check(fi, kind+" file "+path, limit); err != nil {
 			return fmt.Errorf("%s: %w", kind, err)
 		}
-		return nil
-	}
-	if s.Trace != nil {
-		if err := check("trace", s.Trace.Path, MaxTraceFile); err != nil {
-			return err
-		}
-	}
-	if s.Dataset != nil {
-		return check("dataset", s.Dataset.Path, MaxDatasetFile)
 	}
 	return nil
 }

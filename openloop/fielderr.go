@@ -1,7 +1,6 @@
 package openloop
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -44,21 +43,6 @@ func namedErr(path, words, valid, format string, args ...any) *FieldError {
 		words: append(make([]string, strings.Count(path, ".")), words)}
 }
 
-// under roots a FieldError's path at prefix ("ramp.from" under "arrival"),
-// which the message names in words (`shape "s"`; "" for prefix itself);
-// other errors are returned as they are.
-func under(prefix, words string, err error) error {
-	var fe *FieldError
-	if !errors.As(err, &fe) {
-		return err
-	}
-	return fe.under(prefix, words)
-}
-
-func (e *FieldError) under(prefix, words string) *FieldError {
-	return &FieldError{Path: prefix + "." + e.Path, Msg: e.Msg, Valid: e.Valid, words: append([]string{words}, e.words...)}
-}
-
 // problems are the rules of a setting that it breaks, in the order its
 // Validate checks them; Validate reports the first.
 type problems []*FieldError
@@ -70,10 +54,11 @@ func (ps *problems) check(broken bool, fe *FieldError) {
 	}
 }
 
-// under roots each problem's path at prefix (see under).
+// under roots each problem's path at prefix ("ramp.from" under "arrival"),
+// which the message names in words (`shape "s"`; "" for prefix itself).
 func (ps problems) under(prefix, words string) problems {
-	for i, p := range ps {
-		ps[i] = p.under(prefix, words)
+	for i, e := range ps {
+		ps[i] = &FieldError{Path: prefix + "." + e.Path, Msg: e.Msg, Valid: e.Valid, words: append([]string{words}, e.words...)}
 	}
 	return ps
 }

@@ -34,18 +34,16 @@ type Ramp struct {
 var RampKinds = []RampKind{RampLinear, RampExponential}
 
 // Validate reports a ramp that cannot be used (a FieldError under "ramp").
-func (r Ramp) Validate() error {
-	switch {
-	case r.Kind != RampLinear && r.Kind != RampExponential:
-		return fieldErr("ramp.kind", "linear or exponential", "%q is not linear or exponential", string(r.Kind))
-	case r.Duration <= 0:
-		return fieldErr("ramp.duration", "a duration > 0", "must be > 0, got %v", r.Duration)
-	case math.IsNaN(r.From) || math.IsInf(r.From, 0) || r.From < 0:
-		return fieldErr("ramp.from", "a rate ≥ 0", "must be a rate ≥ 0, got %v", r.From)
-	case r.Kind == RampExponential && r.From == 0:
-		return fieldErr("ramp.from", "a rate > 0", "an exponential ramp starts at a rate > 0")
-	}
-	return nil
+func (r Ramp) Validate() error { return first(r.problems()) }
+
+func (r Ramp) problems() problems {
+	var ps problems
+	ps.check(r.Kind != RampLinear && r.Kind != RampExponential, fieldErr("ramp.kind", "linear or exponential", "%q is not linear or exponential", string(r.Kind)))
+	ps.check(r.Duration <= 0, fieldErr("ramp.duration", "a duration > 0", "must be > 0, got %v", r.Duration))
+	fromOK := !math.IsNaN(r.From) && !math.IsInf(r.From, 0) && r.From >= 0
+	ps.check(!fromOK, fieldErr("ramp.from", "a rate ≥ 0", "must be a rate ≥ 0, got %v", r.From))
+	ps.check(fromOK && r.Kind == RampExponential && r.From == 0, fieldErr("ramp.from", "a rate > 0", "an exponential ramp starts at a rate > 0"))
+	return ps
 }
 
 // rampMap maps operational time (expected arrivals) to schedule time for a

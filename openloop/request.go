@@ -63,39 +63,27 @@ var ownedHeaders = []string{"Host", "Content-Length", "Content-Type", "Accept", 
 // cannot be sent (a FieldError under "request"). Its messages name headers
 // and fields, never their values.
 func (q *Request) Validate() error {
+	var ps problems
 	for name, v := range q.Headers {
 		canon := http.CanonicalHeaderKey(name)
-		switch {
-		case !validHeaderName(name):
-			return namedErr("request.headers", fmt.Sprintf("header %q", name), "", "not a valid header name")
-		case slices.Contains(ownedHeaders, canon):
-			return namedErr("request.headers", "header "+canon, "", "mbench sets it itself")
-		case canon == "Authorization" && q.APIKey != "":
-			return fieldErr("request", "", "header Authorization and an API key: give one (the key is sent as Authorization: Bearer)")
-		case !validHeaderValue(v):
-			return namedErr("request.headers", "header "+canon, "", "its value has control characters")
-		}
+		ps.check(!validHeaderName(name), namedErr("request.headers", fmt.Sprintf("header %q", name), "", "not a valid header name"))
+		ps.check(slices.Contains(ownedHeaders, canon), namedErr("request.headers", "header "+canon, "", "mbench sets it itself"))
+		ps.check(canon == "Authorization" && q.APIKey != "", fieldErr("request", "", "header Authorization and an API key: give one (the key is sent as Authorization: Bearer)"))
+		ps.check(!validHeaderValue(v), namedErr("request.headers", "header "+canon, "", "its value has control characters"))
 	}
-	if !validHeaderValue(q.APIKey) || strings.ContainsAny(q.APIKey, " \t") {
-		return fieldErr("request", "", "API key: spaces or control characters cannot go in an Authorization header")
-	}
-	if err := q.Sampling.validate(); err != nil {
-		return under("request", "", err)
-	}
+	ps.check(!validHeaderValue(q.APIKey) || strings.ContainsAny(q.APIKey, " \t"), fieldErr("request", "", "API key: spaces or control characters cannot go in an Authorization header"))
+	ps = append(ps, q.Sampling.problems().under("request", "")...)
 	for k, v := range q.ExtraBody {
-		if slices.Contains(ownedFields, k) {
-			return namedErr("request.extra_body", fmt.Sprintf("extra body field %q", k), "", "mbench writes it (use its own option)")
-		}
-		if !json.Valid(v) {
-			return namedErr("request.extra_body", fmt.Sprintf("extra body field %q", k), "", "not a JSON value")
-		}
+		ps.check(slices.Contains(ownedFields, k), namedErr("request.extra_body", fmt.Sprintf("extra body field %q", k), "", "mbench writes it (use its own option)"))
+		ps.check(!json.Valid(v), namedErr("request.extra_body", fmt.Sprintf("extra body field %q", k), "", "not a JSON value"))
 	}
-	return nil
+	return first(ps)
 }
 
-// validate checks each parameter against the range vLLM's SamplingParams
+// problems checks each parameter against the range vLLM's SamplingParams
 // accepts (vllm/sampling_params.py, _verify_args).
-func (s Sampling) validate() error {
+func (s Sampling) problems() problems {
+	var ps problems
 	for _, c := range []struct {
 		name   string
 		v      *float64
@@ -112,19 +100,17 @@ func (s Sampling) validate() error {
 		if c.v == nil {
 			continue
 		}
-		x := *c.v
-		if math.IsNaN(x) || math.IsInf(x, 0) || x < c.lo || x > c.hi || (c.open && x == c.lo) {
-			lo := "["
-			if c.open {
-				lo = "("
-			}
-			return namedErr("sampling."+c.name, fmt.Sprintf("%s %v", c.name, x), "", "must be in %s%g, %g]", lo, c.lo, c.hi)
+		x, lo := *c.v, "["
+		if c.open {
+			lo = "("
 		}
+		ps.check(math.IsNaN(x) || math.IsInf(x, 0) || x < c.lo || x > c.hi || (c.open && x == c.lo),
+			namedErr("sampling."+c.name, fmt.Sprintf("%s %v", c.name, x), "", "must be in %s%g, %g]", lo, c.lo, c.hi))
 	}
-	if s.TopK != nil && *s.TopK < -1 {
-		return namedErr("sampling.top_k", fmt.Sprintf("top_k %d", *s.TopK), "", "must be -1 or 0 (off) or a positive count")
+	if k := s.TopK; k != nil {
+		ps.check(*k < -1, namedErr("sampling.top_k", fmt.Sprintf("top_k %d", *k), "", "must be -1 or 0 (off) or a positive count"))
 	}
-	return nil
+	return ps
 }
 
 // Any reports whether s sets a parameter.

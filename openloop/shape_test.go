@@ -184,16 +184,40 @@ func TestShapeProblems(t *testing.T) {
 		{Shape{Output: -1, Dataset: &Dataset{Format: "csv"}}, []string{"output", "dataset.path", "dataset.format"}},
 		{Shape{Input: 1, Output: 1}, nil},
 	} {
-		var got []string
-		for _, p := range tc.s.Problems() {
-			got = append(got, p.Path)
-		}
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("Problems(%+v) at %q, want %q", tc.s, got, tc.want)
-		}
-		if err := tc.s.Validate(); (err == nil) != (len(got) == 0) || err != nil && err.(*FieldError).Path != got[0] {
-			t.Errorf("Validate(%+v) = %v, want the first of %q", tc.s, err, got)
-		}
+		checkProblems(t, tc.s, tc.s.Problems(), tc.s.Validate(), tc.want)
+	}
+}
+
+// checkProblems holds what's Problems to the paths want, in order, and its
+// Validate to the first of them.
+func checkProblems(t *testing.T, what any, ps []*FieldError, err error, want []string) {
+	t.Helper()
+	var got []string
+	for _, p := range ps {
+		got = append(got, p.Path)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Problems(%+v) at %q, want %q", what, got, want)
+	}
+	if (err == nil) != (len(want) == 0) || err != nil && err.(*FieldError).Path != want[0] {
+		t.Errorf("Validate(%+v) = %v, want the first of %q", what, err, want)
+	}
+}
+
+// TestArrivalProblems: every broken rule of an arrival at its path, a
+// closed loop's ramp once (not its keys as well), Validate the first.
+func TestArrivalProblems(t *testing.T) {
+	for _, tc := range []struct {
+		a    Arrival
+		want []string
+	}{
+		{Arrival{Process: ArrivalConcurrency, Ramp: &Ramp{Kind: "step"}, MaxInFlight: 2},
+			[]string{"arrival.ramp", "arrival.max_in_flight", "arrival.in_flight"}},
+		{Arrival{Process: ArrivalGamma, InFlight: 2, Ramp: &Ramp{Kind: "step", From: -1}, MaxInFlight: -1},
+			[]string{"arrival.in_flight", "arrival.ramp.kind", "arrival.ramp.duration", "arrival.ramp.from", "arrival.max_in_flight", "arrival.burstiness"}},
+		{Arrival{Process: ArrivalPoisson}, nil},
+	} {
+		checkProblems(t, tc.a, tc.a.Problems(), tc.a.Validate(), tc.want)
 	}
 }
 
