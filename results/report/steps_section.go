@@ -84,11 +84,7 @@ func stepFacts(c *results.Cell) cellStepFacts {
 // where the timers do not decompose the step (a decomposition claimed
 // from timers that did not cover it: docs/design.md).
 func renderSteps(b *strings.Builder, v *reportView) {
-	renderStepTable(b, v.ordered)
-}
-
-// renderStepTable is renderSteps over the cells in report order.
-func renderStepTable(b *strings.Builder, ordered []*results.Cell) {
+	ordered := v.ordered
 	if !results.AnyCellHas(ordered, stepP50) {
 		if name := stepless(ordered); name != "" {
 			collapsed(b, "Per-step latency", "%s writes no per-step log (engine_step.jsonl): per-step latency is not measured for this engine.", name)

@@ -59,7 +59,7 @@ func TestRenderStepsGPUWords(t *testing.T) {
 	}, &probes.StepStats{NSteps: 500, BatchQueueSteps: 500,
 		GPU: probes.GPUTiming{Measured: true, Steps: 500, Source: "CUDA events around GPUModelRunner._model_forward"}})
 	var b strings.Builder
-	renderStepTable(&b, []*results.Cell{cpuBound, measured})
+	renderSteps(&b, &reportView{ordered: []*results.Cell{cpuBound, measured}})
 	out := b.String()
 	rows := map[string]string{}
 	for _, l := range strings.Split(out, "\n") {
@@ -105,7 +105,7 @@ func TestRenderStepsHostBoundWords(t *testing.T) {
 		"step_duration_us_p90": 5600, "wait_us_p50": 3757, "gpu_us_p50": 5494.4}, &probes.StepStats{NSteps: 200, BatchQueueSteps: 200,
 		GPU: probes.GPUTiming{Measured: true, Steps: 190, HostBound: 10, HostBoundSpanP50: 5600, Source: "CUDA events"}})
 	var b strings.Builder
-	renderStepTable(&b, []*results.Cell{hostCell, mixed})
+	renderSteps(&b, &reportView{ordered: []*results.Cell{hostCell, mixed}})
 	out := b.String()
 	for _, want := range []string{
 		"**GPU time not measured** for eager: every GPU-timed batch (200) was host-bound",
