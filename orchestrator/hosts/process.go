@@ -60,7 +60,7 @@ func (h *host) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 		// The launch may have happened: stop whatever the pidfile names.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
-		_, _ = stopPidfile(cctx, h, pidfilePath(spec), spec.Marker, 0)
+		_, _ = leftoverScan(cctx, h, pidfilePath(spec), spec.Marker, true, 0)
 		return nil, fmt.Errorf("start %s on %s: %w", spec.Name, h.name, err)
 	}
 	var first string
@@ -219,7 +219,7 @@ func (p *proc) Stop(ctx context.Context, grace time.Duration) error {
 			return wrap(err)
 		}
 		if len(surv) > 0 {
-			return wrap(survivorsError(surv))
+			return wrap(fmt.Errorf("processes still alive after SIGKILL: %v", surv))
 		}
 	}
 	// Within the deadline only: a pidfile left behind names a group that is
@@ -247,14 +247,4 @@ func (p *proc) LogTail(ctx context.Context, n int) string {
 		return fmt.Sprintf("(log %s on %s unavailable: %v)", p.spec.LogPath, p.h.name, err)
 	}
 	return string(out)
-}
-
-// stopPidfile stops the process a pidfile names if it is still ours, and
-// removes the pidfile. It returns the pid it acted on (0 if none).
-func stopPidfile(ctx context.Context, h Host, pidfile, marker string, grace time.Duration) (int, error) {
-	ls, err := leftoverScan(ctx, h, pidfile, marker, true, grace)
-	if len(ls) == 1 {
-		return ls[0].Pid, err
-	}
-	return 0, err
 }

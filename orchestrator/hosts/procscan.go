@@ -266,7 +266,9 @@ func (localOps) scan(ctx context.Context, q scanQuery) (snapshot, error) {
 		}
 		if p, ok := parseStat(strings.TrimSpace(st)); ok && q.wanted(p) {
 			if len(q.tags) > 0 && q.recent(p) {
-				p.tag = envTag(readEnvironOnce(p.pid), q.tags)
+				// A process caught mid-exec reads empty; the next scan, a tick later, sees it.
+				env, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
+				p.tag = envTag(env, q.tags)
 			}
 			snap[p.pid] = p
 		}
@@ -286,13 +288,6 @@ func envTag(env []byte, tags []string) string {
 		}
 	}
 	return ""
-}
-
-// readEnvironOnce reads /proc/<pid>/environ (nil when unreadable). A
-// process caught mid-exec reads empty; the next scan, a tick later, sees it.
-func readEnvironOnce(pid int) []byte {
-	env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	return env
 }
 
 // readSmall reads a small file into buf (a /proc stat line fits in 1 KiB).

@@ -2,7 +2,6 @@ package hosts
 
 import (
 	"context"
-	"fmt"
 	"path"
 	"slices"
 	"strconv"
@@ -329,9 +328,4 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// survivorsError describes groups that outlived SIGKILL.
-func survivorsError(s map[int][]int) error {
-	return fmt.Errorf("processes still alive after SIGKILL: %v", s)
 }
