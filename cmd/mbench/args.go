@@ -76,18 +76,9 @@ func takesValue(cmd *cli.Command, name string) bool {
 	return true
 }
 
-// checkRate refuses a rate that is not a finite number > 0 (strconv and so
-// the flag parser accept "Inf" and "NaN"); flag names the flag in the
-// message. The error is a usage error (exit 2).
-func checkRate(cmd, flag string, r float64) error {
-	if !(r > 0) || math.IsInf(r, 0) {
-		return usageError{fmt.Errorf("%s: %s %v: a rate must be a finite number of requests per second > 0", cmd, flag, r)}
-	}
-	return nil
-}
-
-// parseRates reads a comma-separated list of rates, each checked by
-// checkRate.
+// parseRates reads a comma-separated list of rates, each a finite number > 0
+// (strconv and so the flag parser accept "Inf" and "NaN"); flag names the
+// flag in a message, a usage error (exit 2).
 func parseRates(cmd, flag, list string) ([]float64, error) {
 	var rates []float64
 	for _, f := range strings.Split(list, ",") {
@@ -95,8 +86,8 @@ func parseRates(cmd, flag, list string) ([]float64, error) {
 		if err != nil {
 			return nil, usageError{fmt.Errorf("%s: %s: %q is not a number", cmd, flag, f)}
 		}
-		if err := checkRate(cmd, flag, r); err != nil {
-			return nil, err
+		if !(r > 0) || math.IsInf(r, 0) {
+			return nil, usageError{fmt.Errorf("%s: %s %v: a rate must be a finite number of requests per second > 0", cmd, flag, r)}
 		}
 		rates = append(rates, r)
 	}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/mbench/mbench/internal/cpupin"
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/openloop/stub"
+	"github.com/mbench/mbench/stats"
 	"github.com/urfave/cli/v2"
 )
 
@@ -223,7 +223,8 @@ func writeBenchSummary(w io.Writer, rows []openloop.PrecisionRow, clients []benc
 	}
 }
 
-// medianCPU is the median client CPU per request of client's runs at rate.
+// medianCPU is the median client CPU per request of client's runs at rate
+// (NaN: none).
 func medianCPU(rows []openloop.PrecisionRow, client string, rate float64) float64 {
 	var v []float64
 	for _, r := range rows {
@@ -231,14 +232,7 @@ func medianCPU(rows []openloop.PrecisionRow, client string, rate float64) float6
 			v = append(v, r.ClientCPUMsReq)
 		}
 	}
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	sort.Float64s(v)
-	if n := len(v); n%2 == 0 {
-		return (v[n/2-1] + v[n/2]) / 2
-	}
-	return v[len(v)/2]
+	return stats.Percentile(v, 50)
 }
 
 // externalClient is a load generator of another make, run as a command:

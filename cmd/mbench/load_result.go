@@ -143,10 +143,8 @@ func writeLoadResult(lr *loadRun, sum *results.RunSummary, res *openloop.Result)
 // benchmark's result and process_one_metric), with vLLM's meanings.
 func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 	var maxConc any
-	if n := lr.cfg.Arrival.MaxInFlight; n > 0 {
+	if n := lr.concurrency(); n > 0 {
 		maxConc = n
-	} else if lr.cfg.Arrival.Process == openloop.ArrivalConcurrency {
-		maxConc = lr.cfg.Arrival.InFlight
 	}
 	tokensPerS, concurrent := peakOutput(res)
 	label := cmp.Or(lr.label, lr.backend)
@@ -156,7 +154,9 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 		{"backend", lr.backend},
 		{"label", label},
 		{"model_id", res.Model},
-		{"tokenizer_id", lr.tokenizerID(res.Model)},
+		// --tokenizer, else the model: mbench counts tokens from the
+		// engine's usage, so the engine's own tokenizer.
+		{"tokenizer_id", cmp.Or(lr.tokenizer, res.Model)},
 		{results.NumPrompts.Key, sum.NumPrompts},
 		{"request_rate", lr.rate},
 		{"burstiness", lr.burstiness()},
@@ -258,13 +258,13 @@ func (lr *loadRun) burstiness() any {
 	return 1.0
 }
 
-// tokenizerID is vLLM's tokenizer_id: --tokenizer, else the model (mbench
-// counts tokens from the engine's usage, so the engine's own tokenizer).
-func (lr *loadRun) tokenizerID(model string) string {
-	if lr.tokenizer != "" {
-		return lr.tokenizer
+// concurrency is vLLM's max_concurrency: the cap on a rate, else a closed
+// loop's requests in flight (0: neither).
+func (lr *loadRun) concurrency() int {
+	if a := lr.cfg.Arrival; a.Process == openloop.ArrivalConcurrency {
+		return a.InFlight
 	}
-	return model
+	return lr.cfg.Arrival.MaxInFlight
 }
 
 // resultPath is the --save-result file: --result-filename, else vLLM's
@@ -275,10 +275,8 @@ func (lr *loadRun) resultPath(model string) string {
 	if name == "" {
 		label := cmp.Or(lr.label, lr.backend)
 		conc := ""
-		if n := lr.cfg.Arrival.MaxInFlight; n > 0 {
+		if n := lr.concurrency(); n > 0 {
 			conc = "-concurrency" + strconv.Itoa(n)
-		} else if lr.cfg.Arrival.Process == openloop.ArrivalConcurrency {
-			conc = "-concurrency" + strconv.Itoa(lr.cfg.Arrival.InFlight)
 		}
 		base := model[strings.LastIndex(model, "/")+1:]
 		rate := fmt.Sprint(lr.rate)
