@@ -225,15 +225,6 @@ func (m *Matrix) Resolved() ([]byte, error) {
 	return []byte(js), nil // secrets were redacted by field above
 }
 
-// hash is the sha256 (16 hex digits) of Resolved.
-func (m *Matrix) hash() (string, error) {
-	js, err := m.Resolved()
-	if err != nil {
-		return "", err
-	}
-	return hashJSON(string(js), 16)
-}
-
 // Launch-time allowances used by EstimateDuration.
 const (
 	simLaunch  = time.Second

@@ -76,10 +76,7 @@ func (m *Matrix) Launch(config string, rt Runtime) (*Launch, error) {
 	if !ok {
 		return nil, m.unknownConfig(config)
 	}
-	root := c.Name
-	if c.SameAs != "" {
-		root = c.SameAs
-	}
+	root := cmp.Or(c.SameAs, c.Name)
 	cpath := "configs." + root
 	argv, err := m.ConfigArgv(config)
 	if err != nil {
@@ -135,7 +132,7 @@ func (m *Matrix) placeInstances(c *Config, cpath string, hosts []string, rt Runt
 			if c.BootstrapPort > 0 && in.Role != RoleConsumer { // a kv_consumer runs no bootstrap server
 				in.BootstrapPort = c.BootstrapPort + i
 			}
-			in.StepLog = placeholderStepLog(h, i)
+			in.StepLog = fmt.Sprintf("%s/engine_step-%s-%d.jsonl", strings.TrimSuffix(h.Workdir, "/"), h.Name, i)
 			if rt.StepLog != nil {
 				in.StepLog = rt.StepLog(hn, i)
 			}
@@ -159,10 +156,8 @@ func (m *Matrix) renderInstance(c *Config, cpath string, k int, in *Instance, at
 			return err
 		}
 		cmdVars["ConfigArgs"] = shquote.Join(argv)
-		configEnv = maps.Clone(c.Env)
-		if configEnv == nil {
-			configEnv = map[string]EnvValue{}
-		}
+		configEnv = map[string]EnvValue{}
+		maps.Copy(configEnv, c.Env)
 		maps.Copy(configEnv, role.Env)
 	}
 	var err error
@@ -390,10 +385,6 @@ func bracket(h string) string {
 		return "[" + h + "]"
 	}
 	return h
-}
-
-func placeholderStepLog(h Host, i int) string {
-	return fmt.Sprintf("%s/engine_step-%s-%d.jsonl", strings.TrimSuffix(h.Workdir, "/"), h.Name, i)
 }
 
 func joinInts(xs []int) string {

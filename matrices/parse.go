@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,8 +28,9 @@ var (
 
 const nameValid = "letters, digits, _ . - (1 to 100 of them)"
 
-// Load reads the matrix file at path and parses it. Beyond Parse, it checks
-// that trace files named by shapes exist.
+// Load reads the matrix file at path, decodes and validates it, and checks
+// that trace files named by shapes exist. On any problem it returns nil and
+// an Errors value listing every problem found.
 func Load(path string) (*Matrix, error) {
 	data, err := userfile.ReadFile(path, "matrix file", maxFileSize)
 	if err != nil {
@@ -36,15 +39,8 @@ func Load(path string) (*Matrix, error) {
 	return parse(path, data, true)
 }
 
-// Parse decodes and validates a matrix from data; file names it in errors
-// and anchors relative trace paths. On any problem it returns nil and an
-// Errors value listing every problem found.
-func Parse(file string, data []byte) (*Matrix, error) {
-	return parse(file, data, false)
-}
-
 func parse(file string, data []byte, checkFiles bool) (*Matrix, error) {
-	d := newDecoder(file)
+	d := &decoder{file: file, lines: map[string]int{}, secrets: map[yamlPos]bool{}, written: map[string]string{}}
 	root, err := decodeYAML(data)
 	if err != nil {
 		e := yamlError(file, err)
@@ -61,11 +57,13 @@ func parse(file string, data []byte, checkFiles bool) (*Matrix, error) {
 	if err := m.checkSize(); err != nil {
 		return nil, Errors{{File: file, Line: m.lines["repeat"], Field: "limits", Msg: err.Error(), cause: err}}
 	}
-	h, err := m.hash()
+	js, err := m.Resolved()
+	if err == nil {
+		m.Hash, err = hashJSON(string(js), 16) // sha256, 16 hex digits
+	}
 	if err != nil {
 		return nil, Errors{{File: file, Msg: "cannot hash the resolved matrix: " + err.Error(), cause: err}}
 	}
-	m.Hash = h
 	return m, nil
 }
 
@@ -116,14 +114,9 @@ func yamlError(file string, err error) *Error {
 
 // parserProblem reports whether msg comes from the YAML parser proper.
 func parserProblem(msg string) bool {
-	for _, p := range []string{"did not find expected key", "did not find expected ',' or ']'",
+	return slices.Contains([]string{"did not find expected key", "did not find expected ',' or ']'",
 		"did not find expected ',' or '}'", "did not find expected '-' indicator",
-		"did not find expected node content", "did not find expected <document start>"} {
-		if msg == p {
-			return true
-		}
-	}
-	return false
+		"did not find expected node content", "did not find expected <document start>"}, msg)
 }
 
 // topKeys lists the top-level keys in documentation order.
@@ -158,7 +151,7 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 		}
 	}
 	if v := nodes["seed"]; v != nil {
-		m.Seed, _ = d.integer(v, "seed", math64Min, math64Max)
+		m.Seed, _ = d.integer(v, "seed", math.MinInt64, math.MaxInt64)
 	}
 	clean := func(f func()) bool { n := len(d.errs); f(); return len(d.errs) == n }
 	hostsOK := clean(func() { d.hosts(nodes["hosts"], m) })
@@ -206,11 +199,6 @@ func (d *decoder) matrix(root *yaml.Node, m *Matrix, checkFiles bool) {
 		d.placement(m)
 	}
 }
-
-const (
-	math64Min = -1 << 63
-	math64Max = 1<<63 - 1
-)
 
 // hosts decodes the hosts section (default: one local host).
 func (d *decoder) hosts(n *yaml.Node, m *Matrix) {

@@ -11,6 +11,13 @@ import (
 	"github.com/mbench/mbench/results"
 )
 
+// Parse decodes and validates a matrix from data, as Load does without
+// reading a file or checking that trace files exist; file names it in
+// errors and anchors relative trace paths.
+func Parse(file string, data []byte) (*Matrix, error) {
+	return parse(file, data, false)
+}
+
 const minimalSim = "name: x\nseed: 1\nengine: {kind: sim}\nconfigs: {a: {}, b: }\nrates: [1]\nshapes: [{input: 8, output: 2}]\nmeasure: {min_completed: 3}\n"
 
 // TestDefaults checks every documented default on a minimal matrix.

@@ -31,10 +31,6 @@ type decoder struct {
 	written map[string]string // shape name → trace or dataset path as written
 }
 
-func newDecoder(file string) *decoder {
-	return &decoder{file: file, lines: map[string]int{}, secrets: map[yamlPos]bool{}, written: map[string]string{}}
-}
-
 // secret marks v's value as secret: RedactedSource replaces it.
 func (d *decoder) secret(v *yaml.Node) { d.secrets[yamlPos{v.Line, v.Column}] = true }
 
