@@ -224,11 +224,11 @@ type htmlPage struct {
 	Comparisons, NoiseFloor []htmlComparison
 	Problems                []problemLine // Text as plain text
 	Errors                  htmlErrors
-	GPUNote                 string       // the runs without GPU samples, in one line
-	Figures                 []htmlFigure // plots of plots/ drawn inline: the forest plot, the per-request CDFs
-	HasSLO                  bool         // some cell's runs had an SLO (the cell table's SLO column)
-	HasTimelines            bool         // some run that is not a result links its timeline
-	Tables                  []htmlTable  // the request-class and per-instance tables, as in report.md
+	GPUNote                 string         // the runs without GPU samples, in one line
+	Figures                 []htmlFigure   // plots of plots/ drawn inline: the forest plot, the per-request CDFs
+	HasSLO                  bool           // some cell's runs had an SLO (the cell table's SLO column)
+	HasTimelines            bool           // some run that is not a result links its timeline
+	Tables                  []sectionTable // the request-class and per-instance tables, as in report.md
 }
 
 // htmlFigure is a plot of plots/ in the page, as a data: URL.
@@ -243,7 +243,7 @@ func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, 
 	s, ordered := v.s, v.ordered
 	pg := htmlPage{Title: "mbench report: " + orDefault(s.Name, "sweep"), CSP: htmlCSP,
 		Overrides: s.Overrides, CSS: template.CSS(htmlCSS), JS: template.JS(htmlJS),
-		Head: newHTMLHead(v), Capacity: newHTMLCapacity(v), Errors: newHTMLErrors(ordered), Tables: htmlTablesOf(classInstanceTables(v))}
+		Head: newHTMLHead(v), Capacity: newHTMLCapacity(v), Errors: newHTMLErrors(ordered), Tables: classInstanceTables(v)}
 	for _, r := range v.shown {
 		pg.Comparisons = append(pg.Comparisons, htmlComparisonOf(r))
 	}

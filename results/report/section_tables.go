@@ -52,7 +52,7 @@ func tableSection(title string, f func(*reportView) ([]sectionTable, string)) md
 }
 
 // classInstanceTables are the tables of the class and instance sections that have
-// something to show, for report.html.
+// something to show, for report.html (markdown emphasis stripped).
 func classInstanceTables(v *reportView) []sectionTable {
 	var out []sectionTable
 	for _, f := range []func(*reportView) ([]sectionTable, string){classTables, classComparisonTables, classFailureTables, prefixCacheTables, gpuUtilTables} {
@@ -61,28 +61,11 @@ func classInstanceTables(v *reportView) []sectionTable {
 		}
 	}
 	for i := range out {
-		out[i].ID = cmp.Or(out[i].ID, fmt.Sprintf("section-table-%d", i))
-	}
-	return out
-}
-
-// htmlTable is a sectionTable as report.html's template takes it (markdown
-// emphasis stripped).
-type htmlTable struct {
-	ID, Title, Intro string
-	Notes            []string
-	Head             []string
-	Rows             [][]string
-}
-
-func htmlTablesOf(ts []sectionTable) []htmlTable {
-	var out []htmlTable
-	for _, t := range ts {
-		h := htmlTable{ID: t.ID, Title: t.Title, Intro: plainText(t.Intro), Head: t.Head, Rows: t.Rows}
-		for _, n := range t.Notes {
-			h.Notes = append(h.Notes, plainText(n))
+		t := &out[i]
+		t.ID, t.Intro = cmp.Or(t.ID, fmt.Sprintf("section-table-%d", i)), plainText(t.Intro)
+		for j, n := range t.Notes {
+			t.Notes[j] = plainText(n)
 		}
-		out = append(out, h)
 	}
 	return out
 }

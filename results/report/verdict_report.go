@@ -43,7 +43,7 @@ func renderVerdicts(b *strings.Builder, v *reportView) {
 		}
 	}
 	rows, classes := errorRows(v.ordered)
-	marks, drifts := usageMarks(v.ordered), driftMarks(v.ordered)
+	marks, drifts := runMarks(v.ordered)
 	if len(rows) == 0 && len(marks) == 0 && len(drifts) == 0 && len(v.s.Superseded) == 0 && counts[results.VerdictOK] == counts.Total() {
 		collapsed(b, "Run verdicts", "%d runs: %s; no measured request failed.", counts.Total(), counts)
 		return
@@ -166,12 +166,14 @@ func blockMismatch(ordered []*results.Cell, configs []string, shape string, rate
 		rate, shape, strings.Join(parts, "; "))
 }
 
-// usageMarks are the lines for the runs whose completed requests' token
+// runMarks are the lines for the runs whose completed requests' token
 // counts the streams did not vouch for (RunSummary.UsageMissing,
 // ShortOutputs): what rests on the counts is said (short outputs make a
-// run short_outputs unless the matrix allows them).
-func usageMarks(ordered []*results.Cell) []string {
-	var lines []string
+// run short_outputs unless the matrix allows them); and drifts, those for
+// the runs whose TTFT rose through the window while the engine's own queue
+// stayed empty (RunSummary.TTFTDriftMs): the engine slowed down, by how
+// much.
+func runMarks(ordered []*results.Cell) (lines, drifts []string) {
 	for _, c := range ordered {
 		for _, r := range c.Runs {
 			if r.Sum == nil {
@@ -186,26 +188,12 @@ func usageMarks(ordered []*results.Cell) []string {
 				lines = append(lines, fmt.Sprintf("- %s: %d of %d completed requests got fewer output tokens than the max_tokens = min_tokens asked for (%s%s): the engine stopped early (a stop string, a slot's context; does it honour ignore_eos and min_tokens?), so the run measured shorter outputs than the shape says.",
 					where, n, r.Sum.Completed, r.Sum.ShortOutputExample, finishNote(r.Sum.ShortOutputFinish)))
 			}
-		}
-	}
-	return lines
-}
-
-// driftMarks are the lines for the runs whose TTFT rose through the window
-// while the engine's own queue stayed empty (RunSummary.TTFTDriftMs): the
-// engine slowed down, by how much.
-func driftMarks(ordered []*results.Cell) []string {
-	var lines []string
-	for _, c := range ordered {
-		for _, r := range c.Runs {
-			if r.Sum == nil || r.Sum.TTFTDriftMs == nil {
-				continue
+			if d := r.Sum.TTFTDriftMs; d != nil {
+				drifts = append(drifts, fmt.Sprintf("- %s: TTFT drifted +%.3g ms: %s.", where, *d, r.Sum.DriftReason))
 			}
-			lines = append(lines, fmt.Sprintf("- %s (%s rate=%g) b%d: TTFT drifted +%.3g ms: %s.",
-				c.Info.ID, c.Info.Config, c.Info.Rate, r.Ref.Block, *r.Sum.TTFTDriftMs, r.Sum.DriftReason))
 		}
 	}
-	return lines
+	return lines, drifts
 }
 
 // finishNote is "; finish reasons: 40 stop" for a short-output line, ""
