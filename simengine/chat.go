@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 )
 
@@ -26,10 +25,6 @@ import (
 // joined by spaces and tokenized as a text prompt of /v1/completions (one
 // token per word), so a chat request and a completion request of the same
 // words cost the same and report the same usage.
-
-func (e *Engine) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
-	e.serveGeneration(w, r, decodeChatRequest, true)
-}
 
 type rawChatRequest struct {
 	Model               *string           `json:"model"`

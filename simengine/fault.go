@@ -3,7 +3,6 @@ package simengine
 import (
 	"fmt"
 	"net/http"
-	"strings"
 )
 
 // Faults the sim can inject into every completion request, to show what a
@@ -35,18 +34,6 @@ func (e *Engine) pickFault() string {
 		return FaultNone
 	}
 	return e.cfg.Fault
-}
-
-func validFault(f string) error {
-	if f == FaultNone {
-		return nil
-	}
-	for _, k := range Faults {
-		if f == k {
-			return nil
-		}
-	}
-	return fmt.Errorf("fault: unknown %q, want one of %s", f, strings.Join(Faults, ", "))
 }
 
 // injectFault answers r with fault and reports whether it did (false:

@@ -98,10 +98,7 @@ func (kv *kvCache) release(b int32) {
 // register publishes a full block under its chain hash, unless another block
 // already holds that hash (then this one stays an uncached duplicate).
 func (kv *kvCache) register(b int32, h uint64) {
-	if kv.hashed[b] {
-		return
-	}
-	if _, dup := kv.cached[h]; dup {
+	if _, dup := kv.cached[h]; dup || kv.hashed[b] {
 		return
 	}
 	kv.cached[h] = b

@@ -33,7 +33,9 @@ func (e *Engine) loop() {
 		work := !e.sch.idle()
 		e.mu.Unlock()
 		if len(plan.seqs) == 0 {
-			e.flushLog()
+			if e.log != nil {
+				e.reportLogErr(e.log.flush())
+			}
 			if work {
 				// Unreachable with validated requests; never spin if it happens.
 				if !sleepUntil(time.Now().Add(time.Millisecond), e.stop, pt) {
@@ -109,12 +111,6 @@ func (e *Engine) crash(steps int64) {
 	e.failAllLocked(errors.New("the simulated engine crashed (injected fault)"))
 	e.mu.Unlock()
 	close(e.crashed)
-}
-
-func (e *Engine) flushLog() {
-	if e.log != nil {
-		e.reportLogErr(e.log.flush())
-	}
 }
 
 // reportLogErr prints a step-log error; stepLog returns each failure once.

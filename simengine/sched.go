@@ -2,6 +2,7 @@ package simengine
 
 import (
 	"math/rand/v2"
+	"slices"
 )
 
 // eosProb is the per-token chance of a pseudo-EOS when ignore_eos is false
@@ -55,11 +56,6 @@ type stepPlan struct {
 	numWaiting    int
 	cachedBlocks  int
 	newest        uint64 // the highest serial among seqs
-}
-
-func (p *stepPlan) reset() {
-	p.seqs, p.tokens = p.seqs[:0], p.tokens[:0]
-	p.prefillTokens, p.decodeSeqs, p.numRunning, p.numWaiting, p.cachedBlocks, p.newest = 0, 0, 0, 0, 0, 0
 }
 
 func (p *stepPlan) add(s *seq, n int) {
@@ -166,7 +162,7 @@ func (sc *scheduler) preempt(s *seq) {
 // sequences in FIFO order with chunked prefill, while budget, MaxSeqs and
 // free blocks allow.
 func (sc *scheduler) schedule(p *stepPlan) {
-	p.reset()
+	*p = stepPlan{seqs: p.seqs[:0], tokens: p.tokens[:0]} // the slices' arrays are reused
 	sc.purgeAborted()
 	budget := sc.budget
 	preempted := false
@@ -294,14 +290,7 @@ func (sc *scheduler) complete(p *stepPlan) {
 		s.stream.push(ev)
 	}
 	if finished > 0 {
-		out := sc.running[:0]
-		for _, s := range sc.running {
-			if !s.done {
-				out = append(out, s)
-			}
-		}
-		clear(sc.running[len(out):])
-		sc.running = out
+		sc.running = slices.DeleteFunc(sc.running, func(s *seq) bool { return s.done })
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,8 +189,12 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("/v1/models", e.handleModels)
 	mux.HandleFunc("/version", e.handleVersion)
 	mux.HandleFunc("/metrics", e.handleMetrics)
-	mux.HandleFunc("/v1/completions", e.handleCompletions)
-	mux.HandleFunc("/v1/chat/completions", e.handleChatCompletions)
+	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		e.serveGeneration(w, r, decodeCompletionRequest, false)
+	})
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		e.serveGeneration(w, r, decodeChatRequest, true)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
 	})
@@ -220,10 +225,8 @@ func (e *Engine) authorized(r *http.Request) bool {
 
 // allow answers 405 unless r uses one of the methods.
 func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
-	for _, m := range methods {
-		if r.Method == m {
-			return true
-		}
+	if slices.Contains(methods, r.Method) {
+		return true
 	}
 	writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
 	return false

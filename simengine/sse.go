@@ -15,10 +15,6 @@ import (
 // maxBodyBytes bounds a request body (a 1M-token id list is about 8 MB).
 const maxBodyBytes = 64 << 20
 
-func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	e.serveGeneration(w, r, decodeCompletionRequest, false)
-}
-
 // serveGeneration serves one /v1/completions (chat false) or
 // /v1/chat/completions (chat true) request whose body decode turns into a
 // completionRequest.

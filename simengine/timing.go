@@ -72,10 +72,9 @@ func (m *costModel) cost(step int64, prefill, decode, cached int, newest uint64)
 		sc.getFinished = c.ConnectorUs / 2
 	}
 	cpu := sc.schedule + sc.buildMeta
+	sc.execute = exec
 	if c.Async {
 		sc.execute = max(exec-cpu, 0)
-	} else {
-		sc.execute = exec
 	}
 	sc.total = cpu + sc.execute + sc.update + sc.getFinished
 	return sc
