@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 )
 
 // Protocol names how the router splits a request between a prefill and a
@@ -42,10 +43,8 @@ var Protocols = []Protocol{ProtocolNIXL, ProtocolMooncake}
 
 // ParseProtocol validates a protocol name.
 func ParseProtocol(s string) (Protocol, error) {
-	for _, p := range Protocols {
-		if string(p) == s {
-			return p, nil
-		}
+	if slices.Contains(Protocols, Protocol(s)) {
+		return Protocol(s), nil
 	}
 	return "", fmt.Errorf("kv protocol %q is not one of nixl, mooncake", s)
 }

@@ -16,6 +16,7 @@ package router
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -44,10 +45,8 @@ var Policies = []Policy{RoundRobin, Sticky, Linear, LMetric}
 
 // ParsePolicy validates a policy name.
 func ParsePolicy(s string) (Policy, error) {
-	for _, p := range Policies {
-		if string(p) == s {
-			return p, nil
-		}
+	if slices.Contains(Policies, Policy(s)) {
+		return Policy(s), nil
 	}
 	names := make([]string, len(Policies))
 	for i, p := range Policies {
@@ -117,21 +116,8 @@ func (o Options) withDefaults() (Options, error) {
 	if _, err := ParsePolicy(string(o.Policy)); err != nil {
 		return o, err
 	}
-	def := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defInt := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&o.Alpha, 4)
-	def(&o.OverrideFactor, 2)
-	defInt(&o.BlockTokens, 16)
-	defInt(&o.HeavyTokens, 20000)
-	defInt(&o.MaxOffload, 4)
+	o.Alpha, o.OverrideFactor = cmp.Or(o.Alpha, 4), cmp.Or(o.OverrideFactor, 2)
+	o.BlockTokens, o.HeavyTokens, o.MaxOffload = cmp.Or(o.BlockTokens, 16), cmp.Or(o.HeavyTokens, 20000), cmp.Or(o.MaxOffload, 4)
 	if o.Classes == [3]int{} {
 		o.Classes = [3]int{5000, 20000, 50000}
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"container/list"
+	"encoding/binary"
 	"hash/maphash"
 )
 
@@ -16,22 +17,16 @@ func blockHashes(seed maphash.Seed, prompt []int64, size int) []uint64 {
 	var buf [8]byte
 	for i := 0; i+size <= len(prompt); i += size {
 		h.Reset()
-		putUint64(&buf, prev)
+		binary.LittleEndian.PutUint64(buf[:], prev)
 		h.Write(buf[:])
 		for _, t := range prompt[i : i+size] {
-			putUint64(&buf, uint64(t))
+			binary.LittleEndian.PutUint64(buf[:], uint64(t))
 			h.Write(buf[:])
 		}
 		prev = h.Sum64()
 		out = append(out, prev)
 	}
 	return out
-}
-
-func putUint64(b *[8]byte, v uint64) {
-	for i := range b {
-		b[i] = byte(v >> (8 * i))
-	}
 }
 
 // prefixIndex is the router's guess of one instance's prefix cache: the
