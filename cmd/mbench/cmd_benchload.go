@@ -38,7 +38,7 @@ func benchLoadCommand() *cli.Command {
 			&cli.StringFlag{Name: "compare", Usage: "another load generator to run at every point beside mbench's, as a command (see docs/loadgen.md: its arguments and records)"},
 			&cli.StringFlag{Name: "compare-name", Value: "other", Usage: "the --compare client's name in the table"},
 			&cli.StringFlag{Name: "compare-rates", Usage: "the rates at which to run the --compare client (default: --rates)"},
-			formatFlag("text", "json"), formatAlias("json", "json"),
+			formatFlag("text", "json"), formatAlias("json"),
 		},
 		Action: benchLoadAction,
 	}
@@ -66,7 +66,7 @@ func (c benchClient) runsAt(rate float64) bool {
 }
 
 func benchLoadAction(c *cli.Context) error {
-	format, err := outputFormat(c, "bench-load", []string{"text", "json"}, map[string]string{"json": "json"})
+	format, err := outputFormat(c, "bench-load", []string{"text", "json"}, "json")
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func stepsCommand() *cli.Command {
 			"merged in for get_finished_us unless --no-workers. FILE may be gzipped (.gz).",
 		Flags: []cli.Flag{
 			formatFlag(stepsFormats...),
-			formatAlias("json", "json"), formatAlias("markdown", "markdown"),
+			formatAlias("json"), formatAlias("markdown"),
 			&cli.Int64Flag{Name: "from-us", Usage: "keep steps with ts_us ≥ this (µs since the epoch)"},
 			&cli.Int64Flag{Name: "to-us", Usage: "keep steps with ts_us ≤ this"},
 			&cli.BoolFlag{Name: "no-workers", Usage: "do not merge worker get_finished_us files"},
@@ -59,7 +59,7 @@ func stepsAction(c *cli.Context) error {
 			return usageError{fmt.Errorf("steps: %q: flags go before the files", f)}
 		}
 	}
-	format, err := outputFormat(c, "steps", stepsFormats, map[string]string{"json": "json", "markdown": "markdown"})
+	format, err := outputFormat(c, "steps", stepsFormats, "json", "markdown")
 	if err != nil {
 		return err
 	}

@@ -81,13 +81,13 @@ func traceStatsCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "lru", Usage: "LRU cache sizes in blocks of 512 tokens, comma-separated (e.g. 1000,10000)"},
 			sessionsFlag, commonFracFlag,
-			formatFlag("text", "json"), formatAlias("json", "json"),
+			formatFlag("text", "json"), formatAlias("json"),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError{errors.New("trace stats: give one trace file")}
 			}
-			format, err := outputFormat(c, "trace stats", []string{"text", "json"}, map[string]string{"json": "json"})
+			format, err := outputFormat(c, "trace stats", []string{"text", "json"}, "json")
 			if err != nil {
 				return err
 			}

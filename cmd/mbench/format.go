@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -15,28 +14,26 @@ func formatFlag(formats ...string) *cli.StringFlag {
 	return &cli.StringFlag{Name: "format", Value: formats[0], Usage: "what to print: " + strings.Join(formats, ", ")}
 }
 
-// formatAlias is an old boolean flag that stands for a --format value
-// (--json, --markdown); it keeps working.
-func formatAlias(name, format string) *cli.BoolFlag {
-	return &cli.BoolFlag{Name: name, Usage: "the same as --format " + format + " (kept for old scripts)"}
+// formatAlias is an old boolean flag named as the --format value it stands
+// for (--json, --markdown); it keeps working.
+func formatAlias(format string) *cli.BoolFlag {
+	return &cli.BoolFlag{Name: format, Usage: "the same as --format " + format + " (kept for old scripts)"}
 }
 
 // outputFormat is what command cmd prints: --format's value, or the format
-// an old flag of aliases (flag name → format) stands for. A value the
-// command cannot print, or an alias that contradicts --format, is a usage
-// error.
-func outputFormat(c *cli.Context, cmd string, formats []string, aliases map[string]string) (string, error) {
+// an old flag of aliases (formatAlias) stands for. A value the command
+// cannot print, or an alias that contradicts --format, is a usage error.
+func outputFormat(c *cli.Context, cmd string, formats []string, aliases ...string) (string, error) {
 	format := c.String("format")
 	if !slices.Contains(formats, format) {
 		return "", usageError{fmt.Errorf("%s: --format %q: valid: %s", cmd, format, strings.Join(formats, ", "))}
 	}
-	for _, name := range slices.Sorted(maps.Keys(aliases)) {
-		if !c.Bool(name) {
+	for _, alias := range aliases {
+		if !c.Bool(alias) {
 			continue
 		}
-		alias := aliases[name]
 		if c.IsSet("format") && format != alias {
-			return "", usageError{fmt.Errorf("%s: --%s means --format %s, but --format is %s", cmd, name, alias, format)}
+			return "", usageError{fmt.Errorf("%s: --%s means --format %s, but --format is %s", cmd, alias, alias, format)}
 		}
 		format = alias
 	}

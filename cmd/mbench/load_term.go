@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -44,11 +45,7 @@ func newLoadProgress(w io.Writer, lr *loadRun, disabled bool) *loadProgress {
 		return p
 	}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		max := p.total
-		if max == 0 {
-			max = -1 // a spinner
-		}
-		p.bar = progressbar.NewOptions(max,
+		p.bar = progressbar.NewOptions(cmp.Or(p.total, -1), // -1: a spinner
 			progressbar.OptionSetWriter(w),
 			progressbar.OptionSetDescription("load"),
 			progressbar.OptionShowCount(),

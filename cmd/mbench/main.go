@@ -102,12 +102,7 @@ func interruptNotice(cmd string, sig os.Signal) (msg string, exitNow bool) {
 	case "export":
 		return fmt.Sprintf("mbench export: %s: stopping the export (interrupt again to exit at once)", how), false
 	}
-	if cmd == "" {
-		cmd = "mbench"
-	} else {
-		cmd = "mbench " + cmd
-	}
-	return fmt.Sprintf("%s: %s: stopped (it starts nothing, so there is nothing to tear down)", cmd, how), true
+	return fmt.Sprintf("%s: %s: stopped (it starts nothing, so there is nothing to tear down)", strings.TrimSpace("mbench "+cmd), how), true
 }
 
 // The exit statuses of mbench (docs/commands.md: "Exit status").
