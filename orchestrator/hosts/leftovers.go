@@ -42,11 +42,11 @@ func checkStateDir(d string) error {
 // leftoverScan finds the leftovers of a state dir, or of one pidfile when
 // target ends in ".pid", and with stop set stops them (see StopLeftovers).
 func leftoverScan(ctx context.Context, h Host, target, marker string, stop bool, grace time.Duration) ([]Leftover, error) {
+	wrap := func(err error) error { return fmt.Errorf("leftovers in %s on %s: %w", target, h.Name(), err) }
 	if err := checkMarker(marker); err != nil {
-		return nil, fmt.Errorf("leftovers in %s on %s: %w", target, h.Name(), err)
+		return nil, wrap(err)
 	}
 	ops := opsFor(h)
-	wrap := func(err error) error { return fmt.Errorf("leftovers in %s on %s: %w", target, h.Name(), err) }
 	recs, err := ops.pidfiles(ctx, target)
 	if err != nil {
 		return nil, wrap(err)

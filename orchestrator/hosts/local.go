@@ -39,15 +39,14 @@ func (t localTransport) exec(ctx context.Context, cmd string, stdin io.Reader, s
 	}
 	waitc := make(chan error, 1)
 	go func() { waitc <- c.Wait() }()
-	var err error
 	select {
-	case err = <-waitc:
+	case err := <-waitc:
+		return localExitError(err)
 	case <-ctx.Done():
 		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 		<-waitc
 		return ctx.Err()
 	}
-	return localExitError(err)
 }
 
 // localExitError maps exec errors to *ExitError.

@@ -165,10 +165,8 @@ func checkMarker(m string) error {
 	if m == "" {
 		return fmt.Errorf("marker is required (one per sweep)")
 	}
-	for _, r := range m {
-		if r <= ' ' || r == 0x7f {
-			return fmt.Errorf("marker %q must be printable without spaces", m)
-		}
+	if strings.IndexFunc(m, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return fmt.Errorf("marker %q must be printable without spaces", m)
 	}
 	return nil
 }

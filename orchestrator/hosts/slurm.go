@@ -96,14 +96,10 @@ func (c SlurmConfig) SbatchArgs() []string {
 	if c.Exclusive {
 		a = append(a, "--exclusive")
 	}
-	if c.Partition != "" {
-		a = append(a, "--partition="+c.Partition)
-	}
-	if c.Account != "" {
-		a = append(a, "--account="+c.Account)
-	}
-	if c.Constraint != "" {
-		a = append(a, "--constraint="+c.Constraint)
+	for _, o := range [][2]string{{"--partition=", c.Partition}, {"--account=", c.Account}, {"--constraint=", c.Constraint}} {
+		if o[1] != "" {
+			a = append(a, o[0]+o[1])
+		}
 	}
 	if c.GPUsPerNode > 0 {
 		a = append(a, "--gres=gpu:"+strconv.Itoa(c.GPUsPerNode))

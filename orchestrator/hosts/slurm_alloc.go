@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,7 +46,7 @@ func AllocateSlurm(ctx context.Context, login Host, cfg SlurmConfig) (s *Slurm, 
 						return nil, false, err
 					}
 				}
-				if err := s.cancelSteps(ctx, ""); err != nil {
+				if err := s.cancelSteps(ctx); err != nil {
 					return nil, false, err
 				}
 				return s, true, nil
@@ -60,7 +61,7 @@ func AllocateSlurm(ctx context.Context, login Host, cfg SlurmConfig) (s *Slurm, 
 				}
 				s.rec = slurmRecord{}
 			default:
-				s.warnf("host %s: slurm job %s of this sweep is %s; asking for a new allocation", cfg.Name, rec.JobID, orGone(j.state))
+				s.warnf("host %s: slurm job %s of this sweep is %s; asking for a new allocation", cfg.Name, rec.JobID, cmp.Or(j.state, "gone"))
 			}
 		}
 	}
@@ -84,13 +85,13 @@ func (s *Slurm) adopt(ctx context.Context) error {
 		return err
 	}
 	if j.state != "RUNNING" {
-		return fmt.Errorf("host %s: mbench runs inside slurm job %s (SLURM_JOB_ID), which is %s", s.cfg.Name, s.cfg.Inside, orGone(j.state))
+		return fmt.Errorf("host %s: mbench runs inside slurm job %s (SLURM_JOB_ID), which is %s", s.cfg.Name, s.cfg.Inside, cmp.Or(j.state, "gone"))
 	}
 	s.rec.JobName = j.name
 	if err := s.findNodes(ctx, true); err != nil {
 		return fmt.Errorf("host %s: the nodes of slurm job %s (mbench runs inside it): %w", s.cfg.Name, s.cfg.Inside, err)
 	}
-	return s.cancelSteps(ctx, "") // steps an earlier mbench left in it
+	return s.cancelSteps(ctx) // steps an earlier mbench left in it
 }
 
 // submit asks Slurm for the allocation, records it and waits until it runs.
@@ -203,7 +204,7 @@ func (s *Slurm) waitRunning(ctx context.Context) error {
 			if j.reason != "" && j.reason != "None" {
 				why = " (" + j.reason + ")"
 			}
-			return fmt.Errorf("host %s: slurm job %s is %s%s: it never ran", s.cfg.Name, s.rec.JobID, orGone(j.state), why)
+			return fmt.Errorf("host %s: slurm job %s is %s%s: it never ran", s.cfg.Name, s.rec.JobID, cmp.Or(j.state, "gone"), why)
 		case s.cfg.MaxWait > 0 && waited >= s.cfg.MaxWait:
 			return fmt.Errorf("host %s: slurm job %s still %s after %s (reason: %s); max_wait is %s, so mbench cancels it",
 				s.cfg.Name, s.rec.JobID, j.state, waited.Round(time.Second), j.reason, s.cfg.MaxWait)
@@ -360,14 +361,7 @@ func (s *Slurm) Alive(ctx context.Context) error {
 		next = "mbench ran inside it; `mbench resume` in a new allocation continues"
 	}
 	return fmt.Errorf("%w: job %s (%s) on %s is %s; %s",
-		ErrAllocationEnded, s.rec.JobID, s.rec.JobName, strings.Join(s.Nodes(), ","), orGone(j.state), next)
-}
-
-func orGone(state string) string {
-	if state == "" {
-		return "gone"
-	}
-	return state
+		ErrAllocationEnded, s.rec.JobID, s.rec.JobName, strings.Join(s.Nodes(), ","), cmp.Or(j.state, "gone"), next)
 }
 
 // Complete implements NodeHost: it stops the steps mbench left, then ends
@@ -379,7 +373,7 @@ func (s *Slurm) Complete(ctx context.Context) error {
 	if s.rec.JobID == "" || s.ended {
 		return nil
 	}
-	if err := s.cancelSteps(ctx, ""); err != nil {
+	if err := s.cancelSteps(ctx); err != nil {
 		return err
 	}
 	if s.cfg.Inside != "" {
@@ -419,7 +413,7 @@ func (s *Slurm) Close() error {
 	defer cancel()
 	var err error
 	if s.cfg.Inside != "" {
-		err = s.cancelSteps(ctx, "")
+		err = s.cancelSteps(ctx)
 	} else if !s.ended {
 		err = s.release(ctx)
 	}

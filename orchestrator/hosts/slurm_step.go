@@ -49,23 +49,18 @@ func (s *Slurm) steps(ctx context.Context, name string) ([]string, error) {
 
 // mbenchStep reports whether a step name is one mbench gives its steps.
 func mbenchStep(name string) bool {
-	for _, p := range []string{"engine-", "router-", "probe-", "gate-", "mbench-"} {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]string{"engine-", "router-", "probe-", "gate-", "mbench-"}, func(p string) bool { return strings.HasPrefix(name, p) })
 }
 
-// cancelSteps cancels the allocation's steps named name ("" = all of
-// mbench's) and waits until squeue no longer lists them, or ctx ends.
-func (s *Slurm) cancelSteps(ctx context.Context, name string) error {
-	ids, err := s.steps(ctx, name)
+// cancelSteps cancels all of mbench's steps of the allocation and waits
+// until squeue no longer lists them, or ctx ends.
+func (s *Slurm) cancelSteps(ctx context.Context) error {
+	ids, err := s.steps(ctx, "")
 	if err != nil || len(ids) == 0 {
 		return err
 	}
 	_, _, err = s.Host.Run(ctx, "scancel "+strings.Join(ids, " "))
-	if werr := s.waitStepsGone(ctx, name, ids); werr != nil {
+	if werr := s.waitStepsGone(ctx, "", ids); werr != nil {
 		return errors.Join(werr, err)
 	}
 	return nil // an error of scancel for a step that ended meanwhile does not matter

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,13 +180,7 @@ func (t *sshTransport) conn(ctx context.Context, full map[*sshConn]bool) (*sshCo
 	if t.closed {
 		return nil, fmt.Errorf("host %s: closed", t.cfg.Name)
 	}
-	live := t.conns[:0]
-	for _, c := range t.conns {
-		if !c.isDead() {
-			live = append(live, c)
-		}
-	}
-	t.conns = live
+	t.conns = slices.DeleteFunc(t.conns, (*sshConn).isDead)
 	for _, c := range t.conns {
 		if !full[c] {
 			return c, nil

@@ -109,10 +109,7 @@ func resolve(c *ssh_config.Config, addr string) (endpoint, error) {
 	if n, err := strconv.Atoi(ep.port); err != nil || n < 1 || n > 65535 {
 		return endpoint{}, fmt.Errorf("ssh config for %s: invalid Port %q", host, ep.port)
 	}
-	ep.user = cmp.Or(ep.user, get("User"))
-	if ep.user == "" {
-		ep.user = localUser()
-	}
+	ep.user = cmp.Or(ep.user, get("User"), localUser())
 	ids, _ := c.GetAll(host, "IdentityFile")
 	for _, id := range ids {
 		ep.identities = append(ep.identities, expandTokens(strings.TrimSpace(id), ep))

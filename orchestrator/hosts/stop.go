@@ -212,8 +212,8 @@ func stopSchedule(ctx context.Context, grace time.Duration) (killAt, end time.Ti
 // scanBefore scans with end as its deadline, except a scan that sends
 // SIGKILL: that must go out even when the deadline has passed.
 func scanBefore(ctx context.Context, ops procOps, q scanQuery, end time.Time) (snapshot, error) {
-	if q.sig == syscall.SIGKILL {
-		end = later(end, time.Now().Add(time.Second))
+	if soon := time.Now().Add(time.Second); q.sig == syscall.SIGKILL && soon.After(end) {
+		end = soon
 	}
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	defer cancel()
@@ -321,11 +321,4 @@ func (tr *stopTrees) outside(s snapshot, l map[int][]int, found []int) []int {
 		}
 	}
 	return found
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
