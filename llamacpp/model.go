@@ -80,19 +80,9 @@ func (m Model) Validate() error {
 	return nil
 }
 
-func (m Model) kvHeads() int {
-	if m.KVHeads == 0 {
-		return m.Heads
-	}
-	return m.KVHeads
-}
+func (m Model) kvHeads() int { return cmp.Or(m.KVHeads, m.Heads) }
 
-func (m Model) ff() int {
-	if m.FF == 0 {
-		return 4 * m.Width
-	}
-	return m.FF
-}
+func (m Model) ff() int { return cmp.Or(m.FF, 4*m.Width) }
 
 // Params is the number of weights.
 func (m Model) Params() int64 {
