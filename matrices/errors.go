@@ -77,17 +77,9 @@ func (es Errors) sorted() Errors {
 	slices.SortStableFunc(es, func(a, b *Error) int {
 		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Field, b.Field), strings.Compare(a.Msg, b.Msg))
 	})
-	out := es[:0]
-	for i, e := range es {
-		if i > 0 {
-			p := es[i-1]
-			if p.Line == e.Line && p.Field == e.Field && p.Msg == e.Msg && p.Valid == e.Valid {
-				continue
-			}
-		}
-		out = append(out, e)
-	}
-	return out
+	return slices.CompactFunc(es, func(p, e *Error) bool {
+		return p.Line == e.Line && p.Field == e.Field && p.Msg == e.Msg && p.Valid == e.Valid
+	})
 }
 
 // asErrors converts err into Errors (nil stays nil).

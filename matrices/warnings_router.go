@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -48,17 +49,8 @@ func (m *Matrix) usesMooncake(c *Config) bool {
 		kvs = append(kvs, c.PD.Producer.KVTransferConfig, c.PD.Consumer.KVTransferConfig)
 		sims = append(sims, c.PD.Producer.Sim, c.PD.Consumer.Sim)
 	}
-	for _, kv := range kvs {
-		if name, _ := kv["kv_connector"].(string); name == "MooncakeConnector" {
-			return true
-		}
-	}
-	for _, sim := range sims {
-		if sim["kv_connector"] == "MooncakeConnector" {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(kvs, func(kv map[string]any) bool { return kv["kv_connector"] == "MooncakeConnector" }) ||
+		slices.ContainsFunc(sims, func(sim map[string]string) bool { return sim["kv_connector"] == "MooncakeConnector" })
 }
 
 // isMbenchRouter reports whether a router command runs `mbench router`.
