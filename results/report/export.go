@@ -88,19 +88,17 @@ func Export(ctx context.Context, in ExportInput) (*Exported, error) {
 			return nil, err
 		}
 	}
-	csvText, err := renderCSV(a, in.redact)
-	if err != nil {
-		return nil, err
-	}
-	if err := w.write("tables.csv", csvText); err != nil {
-		return nil, err
-	}
-	instText, err := renderInstancesCSV(a, in.redact)
-	if err != nil {
-		return nil, err
-	}
-	if err := w.write("instances.csv", instText); err != nil {
-		return nil, err
+	for _, f := range []struct {
+		name   string
+		render func(*results.Analysis, func(string) string) ([]byte, error)
+	}{{"tables.csv", renderCSV}, {"instances.csv", renderInstancesCSV}} {
+		text, err := f.render(a, in.redact)
+		if err == nil {
+			err = w.write(f.name, text)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if !in.InMemory {
 		save := func(name string, data []byte) error { return w.write(filepath.Join("plots", name), data) }
