@@ -92,9 +92,7 @@ func (s *Server) setupBootstrap() error {
 	}
 	ports := s.opt.BootstrapPorts
 	if len(ports) == 0 {
-		for range prefill {
-			ports = append(ports, 8998)
-		}
+		ports = slices.Repeat([]int{8998}, len(prefill))
 	}
 	if len(ports) != len(prefill) {
 		return fmt.Errorf("%d bootstrap ports for %d instances that prefill (give one per instance, in their order)", len(ports), len(prefill))

@@ -195,15 +195,12 @@ func readRouted(w http.ResponseWriter, req *http.Request, endpoint string) (body
 	if err := json.Unmarshal(body, &fields); err != nil {
 		return nil, nil, nil, fmt.Errorf("router: body is not a JSON object: %w", err)
 	}
+	field, tokens := "prompt", promptTokens
 	if endpoint == endpointChat {
-		prompt, err = chatTokens(fields["messages"])
-		err = prefixErr("messages", err)
-	} else {
-		prompt, err = promptTokens(fields["prompt"])
-		err = prefixErr("prompt", err)
+		field, tokens = "messages", chatTokens
 	}
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("router: %w", err)
+	if prompt, err = tokens(fields[field]); err != nil {
+		return nil, nil, nil, fmt.Errorf("router: %s: %w", field, err)
 	}
 	return body, fields, prompt, nil
 }
@@ -367,14 +364,6 @@ func promptTokens(raw json.RawMessage) ([]int64, error) {
 		out[i] = int64(h.Sum64() >> 1)
 	}
 	return out, nil
-}
-
-// prefixErr names the field an error is about (nil stays nil).
-func prefixErr(field string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", field, err)
 }
 
 // chatTokens reads a chat request's messages as one text, each message's
