@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
@@ -171,13 +169,6 @@ func loadTyped(c *cli.Context, typed typedFlags) typedFlags {
 // argsKey carries run's arguments in its context, for messages that name
 // a flag as it was typed.
 type argsKey struct{}
-
-// defaultOut is the --out of a run that names none: a new directory per
-// run under --result-dir (or the current directory).
-func defaultOut(resultDir string, now time.Time) string {
-	resultDir = cmp.Or(resultDir, ".")
-	return filepath.Join(resultDir, "mbench-load-"+now.Format("20060102-150405"))
-}
 
 // loadTerms says a verdict's reasons in mbench load's flags, not the
 // matrix's keys.

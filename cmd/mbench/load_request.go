@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,12 +16,12 @@ import (
 // read from the environment variable named by --api-key-env.
 func requestFromFlags(c *cli.Context) (openloop.Request, error) {
 	q := openloop.Request{Headers: map[string]string{}, NaturalLength: !c.Bool("ignore-eos")}
-	for _, h := range c.StringSlice("header") {
-		name, value, err := splitHeader(h)
-		if err != nil {
-			return q, usageError{fmt.Errorf("load: --header: %w", err)}
+	for _, h := range c.StringSlice("header") { // NAME=VALUE (vllm bench serve's) or "Name: value"
+		i := strings.IndexAny(h, ":=")
+		if i <= 0 { // the error never quotes the value
+			return q, usageError{errors.New("load: --header: want NAME=VALUE or 'Name: value'")}
 		}
-		q.Headers[name] = value
+		q.Headers[strings.TrimSpace(h[:i])] = strings.TrimSpace(h[i+1:])
 	}
 	if env := c.String("api-key-env"); env != "" {
 		if q.APIKey = os.Getenv(env); q.APIKey == "" {
@@ -48,16 +49,6 @@ func requestFromFlags(c *cli.Context) (openloop.Request, error) {
 	return q, nil // checked with the whole spec (openloop.Config.Validate)
 }
 
-// splitHeader reads NAME=VALUE (vllm bench serve's --header) or
-// "Name: value"; the error never quotes the value.
-func splitHeader(h string) (string, string, error) {
-	i := strings.IndexAny(h, ":=")
-	if i <= 0 {
-		return "", "", errors.New("want NAME=VALUE or 'Name: value'")
-	}
-	return strings.TrimSpace(h[:i]), strings.TrimSpace(h[i+1:]), nil
-}
-
 // modelFlag is the model name requests carry: --served-model-name or
 // --model (not both, unless equal).
 func modelFlag(c *cli.Context) (string, error) {
@@ -65,8 +56,5 @@ func modelFlag(c *cli.Context) (string, error) {
 	if m != "" && s != "" && m != s {
 		return "", usageError{fmt.Errorf("load: --model %q and --served-model-name %q: requests carry one name; mbench needs no tokenizer, so give the served name", m, s)}
 	}
-	if s != "" {
-		return s, nil
-	}
-	return m, nil
+	return cmp.Or(s, m), nil
 }

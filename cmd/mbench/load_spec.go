@@ -117,7 +117,8 @@ func loadSpec(c *cli.Context, typed typedFlags) (*loadRun, error) {
 	if err := loadProfile(c, lr); err != nil {
 		return nil, err
 	}
-	lr.out = cmp.Or(c.String("out"), defaultOut(lr.resultDir, lr.now))
+	// Without --out, a new directory per run under --result-dir (or the current directory).
+	lr.out = cmp.Or(c.String("out"), filepath.Join(cmp.Or(lr.resultDir, "."), "mbench-load-"+lr.now.Format("20060102-150405")))
 	return lr, nil
 }
 
