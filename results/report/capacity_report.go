@@ -8,15 +8,6 @@ import (
 	"github.com/mbench/mbench/results"
 )
 
-// boundsHold is "ttft_p90 ≤ 500 ms holds", or "every bound holds" with
-// several.
-func boundsHold(sp results.CapacitySpec) string {
-	if len(sp.Constraints()) > 1 {
-		return "every bound holds"
-	}
-	return sp.BoundsText() + " holds"
-}
-
 // renderCapacityHeadline opens a capacity search's report.md: per config
 // the capacity interval and the per-block estimate, and each config's
 // capacity against the baseline's, paired by block.
@@ -33,7 +24,11 @@ func renderCapacityHeadline(b *strings.Builder, v *reportView) {
 	if sp.Over == "concurrency" {
 		what = "number of requests kept in flight (a closed loop)"
 	}
-	p("The highest %s at which %s, per config (the probes and how they were judged are under \"The search\" below).\n\n", what, boundsHold(sp))
+	holds := sp.BoundsText() + " holds" // "ttft_p90 ≤ 500 ms holds"
+	if len(sp.Constraints()) > 1 {
+		holds = "every bound holds"
+	}
+	p("The highest %s at which %s, per config (the probes and how they were judged are under \"The search\" below).\n\n", what, holds)
 	p("| Config | Shape | Capacity interval (%s) | Uncertain band | Per-block estimate [%.0f%% CI] | Probes | Note |\n|---|---|---|---|---|---|---|\n", sp.Unit(), 100*sp.Confidence)
 	for _, r := range capacitySearchRows(rep) {
 		p("| %s | %s | %s | %s | %s | %d | %s |\n", r.Config, r.Shape, r.Interval, r.Band, r.Estimate, r.Probes, mdCell(r.Note))

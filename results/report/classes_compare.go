@@ -16,10 +16,14 @@ func classComparisonTables(v *reportView) ([]sectionTable, string) {
 	if len(rows) == 0 {
 		return nil, fmt.Sprintf("no class has requests completed under both a config and the baseline %s.", orDefault(v.s.Baseline, "(none)"))
 	}
+	conf := v.s.Confidence // 0: the 95% default
+	if conf <= 0 || conf >= 1 {
+		conf = 0.95
+	}
 	t := sectionTable{ID: "class-comparisons", Title: "Request classes compared with the baseline",
 		Intro: fmt.Sprintf("Each class over the same requests: per block the requests of the class that completed under both runs (by request id), "+
-			"their TTFT median and p90 on each side, compared across blocks (change with %s CI; paired t). "+
-			"Paired = requests per block, dropped = the class's requests that failed on either side (means over blocks).", pctConf(v.s.Confidence)),
+			"their TTFT median and p90 on each side, compared across blocks (change with %g%% CI; paired t). "+
+			"Paired = requests per block, dropped = the class's requests that failed on either side (means over blocks).", 100*conf),
 		Head: []string{"Config", "vs", "Shape", "Rate", "Class", "Paired", "Dropped", "TTFT p50 (base → config, ms)", "TTFT p50 change", "TTFT p90 change", "Blocks"}}
 	if basis, _ := classesUsed(v.ordered); basis.DependsOnRouting() {
 		t.Notes = append(t.Notes, "The classes are the router's estimates, which differ between configs: a request is compared in a class only when both configs put it there.")
@@ -42,12 +46,4 @@ func changeText(c results.Comparison, base, treat float64) string {
 		return fmt.Sprintf("%+.1f%% (one block: no CI)", 100*(treat/base-1))
 	}
 	return fmt.Sprintf("%+.1f%% [%+.1f%%, %+.1f%%]", 100*c.Effect, 100*c.Lo, 100*c.Hi)
-}
-
-// pctConf is a confidence in percent (0: the 95% default).
-func pctConf(conf float64) string {
-	if conf <= 0 || conf >= 1 {
-		conf = 0.95
-	}
-	return fmt.Sprintf("%g%%", 100*conf)
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -154,10 +155,7 @@ func (h headline) resultLine() string {
 
 // stopLine is why the sweep stopped, or that it has not.
 func (h headline) stopLine() string {
-	if h.Stop == "" {
-		return "the sweep has not finished: this export is partial"
-	}
-	return h.Stop
+	return cmp.Or(h.Stop, "the sweep has not finished: this export is partial")
 }
 
 // renderHeadline writes report.md's opening section.

@@ -353,8 +353,11 @@ func (pg *htmlPage) addRuns(rd renderer, c *results.Cell, data *htmlData, bare [
 		rr := htmlRunRow{Cell: c.Info.ID, Config: c.Info.Config, Rate: fmtFloat(c.Info.Rate), Block: r.Ref.Block,
 			Verdict: string(r.Ref.Status), Reason: orDefault(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir, Timeline: timelineLink(c, r)}
 		for _, m := range pg.RunMetrics {
-			v, ok := r.Metrics[m.Key]
-			rr.Values = append(rr.Values, htmlRunValue(v, ok, m))
+			hv := htmlValue{Metric: m.Key, Text: "—"}
+			if x, ok := r.Metrics[m.Key]; ok {
+				hv.Value, hv.Text = strconv.FormatFloat(x, 'g', -1, 64), fmtNum(m.Scale*x)+m.Unit
+			}
+			rr.Values = append(rr.Values, hv)
 		}
 		pg.Runs = append(pg.Runs, rr)
 		if r.Sum != nil && filepath.IsLocal(r.Ref.Dir) {
@@ -489,14 +492,6 @@ func cellValue(m results.MetricStats, hm htmlMetric) htmlValue {
 		v.Value = strconv.FormatFloat(*m.Mean, 'g', -1, 64)
 	}
 	return v
-}
-
-// htmlRunValue formats one run's metric.
-func htmlRunValue(x float64, ok bool, hm htmlMetric) htmlValue {
-	if !ok {
-		return htmlValue{Metric: hm.Key, Text: "—"}
-	}
-	return htmlValue{Metric: hm.Key, Value: strconv.FormatFloat(x, 'g', -1, 64), Text: fmtNum(hm.Scale*x) + hm.Unit}
 }
 
 // cellStepCDF is the step-duration quantiles of a cell's used runs (a

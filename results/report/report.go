@@ -301,6 +301,8 @@ func fmtP(p float64, n int) string {
 func renderNoise(b *strings.Builder, v *reportView) {
 	s, ordered := v.s, v.ordered
 	key := s.Primary().Key
+	def, _ := results.MetricOf(key)
+	unit := map[results.Unit]string{results.UnitMs: "ms", results.UnitUs: "µs"}[def.Unit] // its registry unit where it is a time
 	fmt.Fprintf(b, "## Noise floor (%s)\n\nPer cell, across blocks: CV of the per-run %s and the relative half-width of the %.0f%% CI of its mean (for context: the stopping rule targets the comparisons' CIs, see Method; only sweeps recorded before it show a per-cell target).\n\n", s.Metric, key, 100*s.Confidence)
 	b.WriteString("| Config | Shape | Rate | n | mean | CV | rel. half-width | target |\n|---|---|---|---|---|---|---|---|\n")
 	for _, c := range ordered {
@@ -318,7 +320,7 @@ func renderNoise(b *strings.Builder, v *reportView) {
 			target = fmt.Sprintf("≤%.1f%% (%s)", 100*s.RelCI, met)
 		}
 		fmt.Fprintf(b, "| %s | %s | %g | %d | %s %s | %s | %s | %s |\n", c.Info.Config, c.Info.Shape, c.Info.Rate, m.N,
-			fmtNum(*m.Mean), metricUnit(key), fmtPct(m.CV), fmtPct(m.RelHalfWidth), target)
+			fmtNum(*m.Mean), unit, fmtPct(m.CV), fmtPct(m.RelHalfWidth), target)
 	}
 	b.WriteString("\n")
 }
@@ -327,18 +329,6 @@ func renderNoise(b *strings.Builder, v *reportView) {
 func mdCell(s string) string {
 	s = strings.ReplaceAll(s, "|", "\\|")
 	return strings.Join(strings.Fields(s), " ")
-}
-
-// metricUnit is the unit of metric key in a table's text: its registry
-// unit where it is a time, else none.
-func metricUnit(key string) string {
-	switch m, _ := results.MetricOf(key); m.Unit {
-	case results.UnitMs:
-		return "ms"
-	case results.UnitUs:
-		return "µs"
-	}
-	return ""
 }
 
 // ptr returns a pointer to v.
