@@ -100,21 +100,15 @@ func (r *Router) cached(i int, hashes []uint64, promptTokens int) int {
 	return max(0, min(r.inst[i].index.match(hashes)*r.opt.BlockTokens, promptTokens-1))
 }
 
-// meanLoad is the mean in-flight count over cands.
-func (r *Router) meanLoad(cands []int) float64 {
-	sum := 0
-	for _, i := range cands {
-		sum += r.load(i)
-	}
-	return float64(sum) / float64(len(cands))
-}
-
 // overloaded reports whether instance i carries more than OverrideFactor
 // times the mean load of cands (and at least 2 requests, so one request on
 // an idle cluster does not count).
 func (r *Router) overloaded(i int, cands []int) bool {
-	l := r.load(i)
-	return l >= 2 && float64(l) > r.opt.OverrideFactor*r.meanLoad(cands)
+	l, sum := r.load(i), 0
+	for _, c := range cands {
+		sum += r.load(c)
+	}
+	return l >= 2 && float64(l) > r.opt.OverrideFactor*(float64(sum)/float64(len(cands))) // over the mean load
 }
 
 // score is the policy's score of instance i for a prompt (lower is better).
