@@ -175,10 +175,7 @@ func loadEndpoint(c *cli.Context, typed typedFlags) (openloop.Endpoint, string, 
 	if e == openloop.EndpointChat {
 		name = "openai-chat"
 	}
-	if backend != "" {
-		name = backend
-	}
-	return e, name, nil
+	return e, cmp.Or(backend, name), nil
 }
 
 // loadShape is what each request asks for: vLLM's datasets random and
