@@ -72,13 +72,7 @@ func lookupKey(v any, key, url string) (any, error) {
 // VersionOf is the engine's version string, "" when it does not say (no
 // Version field, or the request fails: a version is recorded, not needed).
 func (p Profile) VersionOf(ctx context.Context, c *http.Client, base string) string {
-	if p.Version.IsZero() {
-		return ""
-	}
-	v, err := Get(ctx, c, base, p.Version)
-	if err != nil {
-		return ""
-	}
+	v, _ := Get(ctx, c, base, p.Version) // nil on any error, a zero Version included
 	s, _ := v.(string)
 	return s
 }
