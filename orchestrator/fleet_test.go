@@ -57,8 +57,17 @@ shapes: [{input: 8, output: 2}]
 measure: {min_completed: 1}
 `
 
+// loadFleetMatrix loads fleetMatrix as a user's file is loaded.
+func loadFleetMatrix(t *testing.T) (*matrices.Matrix, error) {
+	path := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(path, []byte(fleetMatrix), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return matrices.Load(path)
+}
+
 func TestFleet(t *testing.T) {
-	m, err := matrices.Parse("f.yaml", []byte(fleetMatrix))
+	m, err := loadFleetMatrix(t)
 	if err != nil {
 		t.Fatal(err)
 	}

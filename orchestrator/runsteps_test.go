@@ -97,7 +97,7 @@ func TestStepLogSteps(t *testing.T) {
 	if got := stepLogOffsets(context.Background(), es); got[0] != int64(len(h.files["/a.jsonl"])) || got[1] != int64(len(h.files["/b.jsonl"])) || got[2] != 0 {
 		t.Errorf("offsets %v", got)
 	}
-	m, err := matrices.Parse("f.yaml", []byte(fleetMatrix))
+	m, err := loadFleetMatrix(t)
 	if err != nil {
 		t.Fatal(err)
 	}
