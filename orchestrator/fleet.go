@@ -143,13 +143,6 @@ func (f *fleet) workdir(hostName string) string {
 	return wd
 }
 
-// reach returns the base URL at which mbench reaches port on a host: loopback
-// for the local host, an SSH tunnel when the host asks for one, else the
-// host's address.
-func (f *fleet) reach(ctx context.Context, hostName string, port int) (string, error) {
-	return f.reachNode(ctx, hostName, 0, port)
-}
-
 // reachNode is reach for port on node node of a slurm host's allocation
 // (other hosts have node 0 only).
 func (f *fleet) reachNode(ctx context.Context, hostName string, node, port int) (string, error) {

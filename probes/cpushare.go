@@ -158,14 +158,6 @@ func (s *CPUSnapshot) Tree(pgids []int) []int {
 	return out
 }
 
-// CPUSeconds is the user+system time of pid, its waited-for children's
-// included, as the kernel reports it, in seconds; false when s has no such
-// process.
-func (s *CPUSnapshot) CPUSeconds(pid int) (float64, bool) {
-	p, ok := s.Procs[pid]
-	return float64(p.ticks) / s.Tick, ok
-}
-
 // used is the CPU seconds pids spent between a and b: for a process in
 // both (the same start time), what it added; for one started after a,
 // all of it.

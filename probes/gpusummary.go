@@ -155,12 +155,6 @@ func SortedGPUKeys[V any](m map[GPUKey]V) []GPUKey {
 	return keys
 }
 
-// SummarizeGPU is SummarizeGPUWith with no engine processes known and the
-// default throttle bound.
-func SummarizeGPU(samples []GPUSample) GPUSummary {
-	return SummarizeGPUWith(samples, GPUSummaryOptions{ThrottleMaxFraction: DefaultThrottleMaxFraction})
-}
-
 // SummarizeGPUWith summarizes gpu.jsonl samples per GPU (keyed by host and
 // index, sorted that way), and marks the run contended (a foreign process
 // on a GPU) or throttled (power or thermal throttling over the bound). With
@@ -320,16 +314,4 @@ func ReadProbeStream(r io.Reader) ([]GPUSample, []HostSample, error) {
 			return gpus, hosts, fmt.Errorf("probe samples: line %d: neither a GPU sample (gpu) nor a host sample (cpu_pct)", lineNo)
 		}
 	}
-}
-
-// SliceGPUSamples keeps the samples with fromUs ≤ ts_us ≤ toUs (0 leaves a
-// side unbounded), to cut a run's window out of a longer probe stream.
-func SliceGPUSamples(samples []GPUSample, fromUs, toUs int64) []GPUSample {
-	var out []GPUSample
-	for _, s := range samples {
-		if (fromUs == 0 || s.TsUs >= fromUs) && (toUs == 0 || s.TsUs <= toUs) {
-			out = append(out, s)
-		}
-	}
-	return out
 }

@@ -2,7 +2,6 @@ package probes
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -110,21 +109,6 @@ func (s *Scraper) Run(ctx context.Context) ([]Scrape, error) {
 	}
 }
 
-// ReadScrapes reads metrics.jsonl; a bad line is an error naming it.
-func ReadScrapes(r io.Reader) ([]Scrape, error) {
-	dec := json.NewDecoder(r)
-	var out []Scrape
-	for n := 1; ; n++ {
-		var s Scrape
-		if err := dec.Decode(&s); err == io.EOF {
-			return out, nil
-		} else if err != nil {
-			return out, fmt.Errorf("metrics.jsonl: record %d: %w", n, err)
-		}
-		out = append(out, s)
-	}
-}
-
 // Level is the mean and max of a gauge over the window, summed across
 // targets per scrape round.
 type Level struct {
@@ -221,11 +205,6 @@ func lastOK(ss []Scrape, first bool) map[string]Scrape {
 		m[s.Target] = s
 	}
 	return m
-}
-
-// SummarizeMetrics is VLLMMetrics.Summarize.
-func SummarizeMetrics(before, after []Scrape, during []Scrape) CacheSummary {
-	return VLLMMetrics.Summarize(before, after, during)
 }
 
 // Summarize computes the window's deltas from the last good "before"
