@@ -358,16 +358,8 @@ func ptr(v float64) *float64 {
 // against Exponential(offered) (Gamma(k, offered·k)) exceeds its critical
 // value at 0.01 by more than 0.05. The reasons are in words.
 func SummarizeRun(in RunInput) (*RunSummary, error) {
-	if in.Offered < 0 || math.IsNaN(in.Offered) || math.IsInf(in.Offered, 0) {
-		return nil, fmt.Errorf("summarize run %s b%d: offered rate %v is not a rate", in.Cell, in.Block, in.Offered)
-	}
-	for name, v := range map[string]float64{"rate": in.Rate, "client CPU": in.ClientCPUPct, "burstiness": in.Burstiness} {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("summarize run %s b%d: %s is %v", in.Cell, in.Block, name, v)
-		}
-	}
-	if !in.WindowStart.IsZero() && in.WindowEnd.Before(in.WindowStart) {
-		return nil, fmt.Errorf("summarize run %s b%d: window ends (%s) before it starts (%s)", in.Cell, in.Block, in.WindowEnd, in.WindowStart)
+	if err := in.check(); err != nil {
+		return nil, fmt.Errorf("summarize run %s b%d: %w", in.Cell, in.Block, err)
 	}
 	s := &RunSummary{
 		Simulated: in.Simulated, Engine: in.Engine, Cell: in.Cell, Config: in.Config, Shape: in.Shape,
@@ -396,19 +388,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 			sends = append(sends, float64(r.SentNs))
 		}
 		if r.Status != openloop.StatusOK {
-			s.Failed++
-			class := errorClass(r)
-			s.Errors[class]++
-			if _, ok := s.ErrorExamples[class]; !ok {
-				s.ErrorExamples[class] = errorExample(r)
-			}
-			switch {
-			case !harnessCut(class):
-			case r.FirstTokenNs > 0:
-				s.CutStreaming++
-			default:
-				s.CutWaiting++
-			}
+			countFailure(s, r)
 			continue
 		}
 		s.Completed++
@@ -446,6 +426,42 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	gradeSaturation(s, trendX, trendY, lat[0])
 	Decide(s, in.Policy)
 	return s, nil
+}
+
+// check refuses an input whose rates are not numbers or whose window ends
+// before it starts.
+func (in *RunInput) check() error {
+	if in.Offered < 0 || math.IsNaN(in.Offered) || math.IsInf(in.Offered, 0) {
+		return fmt.Errorf("offered rate %v is not a rate", in.Offered)
+	}
+	for name, v := range map[string]float64{"rate": in.Rate, "client CPU": in.ClientCPUPct, "burstiness": in.Burstiness} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%s is %v", name, v)
+		}
+	}
+	if !in.WindowStart.IsZero() && in.WindowEnd.Before(in.WindowStart) {
+		return fmt.Errorf("window ends (%s) before it starts (%s)", in.WindowEnd, in.WindowStart)
+	}
+	return nil
+}
+
+// countFailure counts a failed measured request by its class (keeping the
+// class's first example), and as cut off waiting or streaming when the
+// harness ended it.
+func countFailure(s *RunSummary, r *Record) {
+	s.Failed++
+	class := errorClass(r)
+	s.Errors[class]++
+	if _, ok := s.ErrorExamples[class]; !ok {
+		s.ErrorExamples[class] = errorExample(r)
+	}
+	switch {
+	case !harnessCut(class):
+	case r.FirstTokenNs > 0:
+		s.CutStreaming++
+	default:
+		s.CutWaiting++
+	}
 }
 
 // summarized are the latencies a run summary has statistics of, TTFT
