@@ -63,12 +63,6 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 		for _, c := range removed {
 			s.logf("removed cell %s (%s rate=%g %s): its results stay on disk but leave the report", c.ID, c.Config, c.Rate, c.Shape)
 		}
-		if err := s.store.keepMatrixCopy(m); err != nil {
-			return nil, err
-		}
-		if err := s.store.save(); err != nil {
-			return nil, err
-		}
 	case errors.Is(err, os.ErrNotExist):
 		resolved, err := m.Resolved()
 		if err != nil {
@@ -78,13 +72,13 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 			MatrixHash: m.Hash, Resolved: resolved, Seed: m.Seed, Randomize: m.Repeat.Randomize,
 			Cells: cellRecords(m), Fingerprint: fingerprintOf(m, opts.Version), Created: time.Now().UTC(), Simulated: m.Engine.Kind == matrices.EngineSim,
 			Stage1: m.Repeat.Min}
-		if err := s.store.keepMatrixCopy(m); err != nil {
-			return nil, err
-		}
-		if err := s.store.save(); err != nil {
-			return nil, err
-		}
 	default:
+		return nil, err
+	}
+	if err := s.store.keepMatrixCopy(m); err != nil {
+		return nil, err
+	}
+	if err := s.store.save(); err != nil {
 		return nil, err
 	}
 	return s.execute(ctx, req)
@@ -211,9 +205,7 @@ func fingerprintOf(m *matrices.Matrix, version string) map[string]string {
 		hs = append(hs, n+"="+m.Hosts[n].Address)
 	}
 	fp["hosts"] = strings.Join(hs, ",")
-	for k, v := range localGPUFingerprint() {
-		fp[k] = v
-	}
+	maps.Copy(fp, localGPUFingerprint())
 	return fp
 }
 
@@ -232,8 +224,6 @@ func (st *store) checkFingerprint(now map[string]string, force bool) error {
 	if st.state.Fingerprint == nil {
 		st.state.Fingerprint = map[string]string{}
 	}
-	for k, v := range now {
-		st.state.Fingerprint[k] = v
-	}
+	maps.Copy(st.state.Fingerprint, now)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -235,12 +236,7 @@ func (s *instruments) runIsLocal(es *engineSet) bool {
 	if es == nil || len(es.all()) == 0 {
 		return true
 	}
-	for _, p := range es.all() {
-		if s.hosts.onThisMachine(p.hostName) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(es.all(), func(p *engineProc) bool { return s.hosts.onThisMachine(p.hostName) })
 }
 
 // runIsGated reports whether the gate reads the GPUs of a process of es (or
@@ -249,12 +245,9 @@ func (s *instruments) runIsGated(es *engineSet) bool {
 	if es == nil || len(es.all()) == 0 {
 		return true
 	}
-	for _, p := range es.all() {
-		if (s.gpu.localGate && s.hosts.onThisMachine(p.hostName)) || s.gpu.gated[p.hostName] {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(es.all(), func(p *engineProc) bool {
+		return (s.gpu.localGate && s.hosts.onThisMachine(p.hostName)) || s.gpu.gated[p.hostName]
+	})
 }
 
 // remoteProbe is a `mbench probe` process on a remote host for one run.

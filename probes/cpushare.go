@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 )
@@ -150,12 +151,7 @@ func (s *CPUSnapshot) Tree(pgids []int) []int {
 			}
 		}
 	}
-	out := make([]int, 0, len(in))
-	for pid := range in {
-		out = append(out, pid)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(in))
 }
 
 // used is the CPU seconds pids spent between a and b: for a process in

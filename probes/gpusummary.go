@@ -2,11 +2,14 @@ package probes
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -142,17 +145,9 @@ type GPUKey struct {
 
 // SortedGPUKeys returns the keys of m sorted by host, then GPU index.
 func SortedGPUKeys[V any](m map[GPUKey]V) []GPUKey {
-	keys := make([]GPUKey, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].Host != keys[j].Host {
-			return keys[i].Host < keys[j].Host
-		}
-		return keys[i].GPU < keys[j].GPU
+	return slices.SortedFunc(maps.Keys(m), func(a, b GPUKey) int {
+		return cmp.Or(strings.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU))
 	})
-	return keys
 }
 
 // SummarizeGPUWith summarizes gpu.jsonl samples per GPU (keyed by host and

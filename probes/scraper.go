@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -213,11 +215,7 @@ func lastOK(ss []Scrape, first bool) map[string]Scrape {
 func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSummary {
 	var cs CacheSummary
 	b, a := lastOK(before, false), lastOK(after, true)
-	targets := make([]string, 0, len(b))
-	for t := range b {
-		targets = append(targets, t)
-	}
-	sort.Strings(targets)
+	targets := slices.Sorted(maps.Keys(b))
 	var hitsSeen, extSeen bool
 	var tokSeconds, tokCount float64
 	for _, t := range targets {

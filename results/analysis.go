@@ -3,6 +3,7 @@ package results
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 )
 
@@ -259,10 +260,8 @@ func (s *Sweep) lastBlock() int {
 
 // AnyCellHas reports whether some cell's summary has the metric key.
 func AnyCellHas(ordered []*Cell, key string) bool {
-	for _, c := range ordered {
-		if _, ok := c.Sum.Metrics[key]; ok {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(ordered, func(c *Cell) bool {
+		_, ok := c.Sum.Metrics[key]
+		return ok
+	})
 }

@@ -258,12 +258,7 @@ func analyzeSearch(spec CapacitySpec, cfg, shape string, runs []CapacityRun) Cap
 	for _, r := range runs {
 		byRate[r.Rate] = append(byRate[r.Rate], r)
 	}
-	rates := make([]float64, 0, len(byRate))
-	for r := range byRate {
-		rates = append(rates, r)
-	}
-	slices.Sort(rates)
-	for _, rate := range rates {
+	for _, rate := range slices.Sorted(maps.Keys(byRate)) {
 		s.Probes = append(s.Probes, judgeProbe(spec, rate, byRate[rate]))
 	}
 	bracket(&s)

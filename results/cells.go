@@ -1,8 +1,9 @@
 package results
 
 import (
+	"maps"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/mbench/mbench/stats"
 )
@@ -175,11 +176,8 @@ func (c *Cell) Saturated() bool { return c.Sum.SaturatedRuns > 0 }
 
 // metricStats computes mean, CI and CV of per-block values.
 func metricStats(byBlock map[int]float64, confidence float64) MetricStats {
-	ms := MetricStats{Values: []float64{}, Blocks: []int{}}
-	for b := range byBlock {
-		ms.Blocks = append(ms.Blocks, b)
-	}
-	sort.Ints(ms.Blocks)
+	ms := MetricStats{Values: []float64{}, Blocks: slices.AppendSeq([]int{}, maps.Keys(byBlock))}
+	slices.Sort(ms.Blocks)
 	for _, b := range ms.Blocks {
 		ms.Values = append(ms.Values, byBlock[b])
 	}
