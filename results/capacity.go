@@ -45,11 +45,8 @@ type CapacityRun struct {
 
 // value is the run's value of bound i's metric (NaN when missing).
 func (r CapacityRun) value(i int, b Bound) float64 {
-	if r.Values == nil {
-		if i == 0 {
-			return r.Value
-		}
-		return math.NaN()
+	if r.Values == nil && i == 0 {
+		return r.Value
 	}
 	if v, ok := r.Values[b.Metric]; ok {
 		return v

@@ -202,7 +202,7 @@ func cellOrder(s *Sweep, cells []*Cell) []*Cell {
 // control against its original), and fits the position effect of every
 // compared metric. The primary metric's rows of both tables are one Holm
 // family; each secondary metric's rows of a table form their own family.
-// Every comparison is PrintedComparison's with the spread spreadFor picks. Only runs whose status is "ok" count.
+// Every comparison is CompareAdjusted's with the spread spreadFor picks. Only runs whose status is "ok" count.
 func comparisons(s *Sweep, cells []*Cell) (main, aa []ComparisonRow, nuis []Nuisance) {
 	originals := map[groupKey]map[string]*Cell{}
 	byID := map[string]*Cell{}
@@ -310,7 +310,7 @@ func compareCells(s *Sweep, metric, key string, base, c *Cell, nu Nuisance) Comp
 			dpos[b] = float64(r.Ref.Position - q.Ref.Position)
 		}
 	}
-	row.Comparison = PrintedComparison(ref, treat, dpos, nu, spreadFor(s, ranTogether(c, base)), s.Confidence)
+	row.Comparison = CompareAdjusted(ref, treat, dpos, nu, spreadFor(s, lastTogether(c, base)), s.Confidence)
 	row.Saturated = base.Saturated() || c.Saturated()
 	switch {
 	case len(tu) == 0:
@@ -323,31 +323,20 @@ func compareCells(s *Sweep, metric, key string, base, c *Cell, nu Nuisance) Comp
 	return row
 }
 
-// PrintedComparison is the comparison the report prints of treat against
-// base on one metric: paired by block over the blocks both have (base and
-// treat hold usable runs only), each block's log ratio corrected by the
-// position effect nu where it is used (dpos: block → treat's position minus
-// base's), its spread from the blocks sp names. The stopping rule tests
-// this same interval (plan.View), so a sweep it ends prints every primary
-// CI within its target.
-func PrintedComparison(base, treat, dpos map[int]float64, nu Nuisance, sp Spread, confidence float64) Comparison {
-	return CompareAdjusted(base, treat, dpos, nu, sp, confidence)
-}
-
-// ranTogether is the set of blocks in which both cells ran, whatever the
-// runs' verdicts.
-func ranTogether(c, base *Cell) map[int]bool {
+// lastTogether is the last block in which both cells ran, whatever the
+// runs' verdicts (0: none).
+func lastTogether(c, base *Cell) int {
 	in := map[int]bool{}
 	for _, r := range c.Runs {
 		in[r.Ref.Block] = true
 	}
-	both := map[int]bool{}
+	last := 0
 	for _, r := range base.Runs {
 		if in[r.Ref.Block] {
-			both[r.Ref.Block] = true
+			last = max(last, r.Ref.Block)
 		}
 	}
-	return both
+	return last
 }
 
 // spreadFor picks the blocks a comparison's CI takes its spread from. A
@@ -355,17 +344,14 @@ func ranTogether(c, base *Cell) map[int]bool {
 // cells, which an only_unconverged sweep stops running once within target
 // — takes it from the second stage (the paired blocks after the first
 // Stage1), as the rule judged it; any other comparison from every block.
-// ran is the blocks in which both cells ran: a pair stopped early has no
-// runs after its stop, while a run graded out (client_limited, saturated)
-// in the sweep's last block is still a run, and its pair was not stopped —
-// taking that for an early stop printed a CI the rule never judged.
-func spreadFor(s *Sweep, ran map[int]bool) Spread {
+// last is the last block in which both cells ran: a pair stopped early has
+// no runs after its stop, while a run graded out (client_limited,
+// saturated) in the sweep's last block is still a run, and its pair was
+// not stopped — taking that for an early stop printed a CI the rule never
+// judged.
+func spreadFor(s *Sweep, last int) Spread {
 	if s.Stage1 <= 0 {
 		return Spread{}
-	}
-	last := 0
-	for b := range ran {
-		last = max(last, b)
 	}
 	if s.RuleStop || last > s.Stage1 && last < s.lastBlock() {
 		return Spread{MethodSecondStage, s.Stage1}

@@ -93,7 +93,10 @@ func CompareTwoStage(base, treat map[int]float64, stage1 int, confidence float64
 // block → position of treat minus position of base) and the variance of γ's
 // estimate is added to the variance of the mean. With fewer than two blocks
 // in the spread's stage it falls back to the ordinary paired t (Method says
-// which CI was made).
+// which CI was made). It is the comparison the report prints, over the
+// blocks with usable runs on both sides, and the stopping rule tests this
+// same interval (plan.View), so a sweep it ends prints every primary CI
+// within its target.
 func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisance, sp Spread, confidence float64) Comparison {
 	c := Comparison{Confidence: confidence, P: 1, PAdj: 1, PMW: 1, Method: MethodPairedT}
 	blocks, logs := pairedLogs(base, treat)

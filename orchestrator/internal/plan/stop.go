@@ -78,7 +78,7 @@ func Next(v View) (*Block, *Stop) {
 // ruleMinBlocks, once every paired comparison on the primary metric is
 // within repeat.rel_ci twice over: the first stage's Stein projection (the
 // plan), and the CI the report will print when the rule ends the sweep
-// (results.PrintedComparison: the second stage's spread, the position
+// (results.CompareAdjusted: the second stage's spread, the position
 // effect fitted as the report fits it). nil: go on.
 func (v View) shouldStop() *Stop {
 	rep, done := v.Repeat, v.Done
@@ -162,7 +162,7 @@ func (v View) primaryComparisons() []pairedCells {
 // (fewer than two paired usable blocks, or no second-stage spread).
 func (v View) comparisonHalf(p pairedCells, nu results.Nuisance) (half float64, projected, ok bool) {
 	base, treat := v.values(p.base), v.values(p.treat)
-	c := results.PrintedComparison(base, treat, v.dpos(p), nu, results.Spread{Method: results.MethodSecondStage, Stage1: v.stage1()}, v.Repeat.Confidence)
+	c := results.CompareAdjusted(base, treat, v.dpos(p), nu, results.Spread{Method: results.MethodSecondStage, Stage1: v.stage1()}, v.Repeat.Confidence)
 	if c.N < 2 || c.Method != results.MethodSecondStage {
 		return math.NaN(), false, false
 	}
@@ -176,7 +176,7 @@ func (v View) comparisonHalf(p pairedCells, nu results.Nuisance) (half float64, 
 // block, with the position effect nu.
 func (v View) pairedTHalf(p pairedCells, nu results.Nuisance) (float64, bool) {
 	base, treat := v.values(p.base), v.values(p.treat)
-	c := results.PrintedComparison(base, treat, v.dpos(p), nu, results.Spread{}, v.Repeat.Confidence)
+	c := results.CompareAdjusted(base, treat, v.dpos(p), nu, results.Spread{}, v.Repeat.Confidence)
 	if c.N < 2 {
 		return math.NaN(), false
 	}
