@@ -111,36 +111,3 @@ func TestClosedLoopStopsOnMinCompletedAndDuration(t *testing.T) {
 		}
 	}
 }
-
-// Concurrency is the peak and the time-weighted mean number of requests in
-// flight over [from, to] (ns since the run's start), each record counting
-// from its SentNs to its DoneNs (a completion before a send at equal times).
-// Records never sent count nowhere.
-func Concurrency(recs []Record, from, to int64) (peak int, mean float64) {
-	type edge struct {
-		at    int64
-		delta int
-	}
-	edges := make([]edge, 0, 2*len(recs))
-	for i := range recs {
-		if recs[i].SentNs > 0 {
-			edges = append(edges, edge{recs[i].SentNs, 1}, edge{recs[i].DoneNs, -1})
-		}
-	}
-	sort.Slice(edges, func(i, j int) bool {
-		return edges[i].at < edges[j].at || edges[i].at == edges[j].at && edges[i].delta < edges[j].delta
-	})
-	cur, prev, area := 0, from, 0.0
-	for _, e := range edges {
-		if e.at > from && prev < to {
-			area += float64(cur) * float64(min(e.at, to)-prev)
-		}
-		prev = max(e.at, from)
-		cur += e.delta
-		peak = max(peak, cur)
-	}
-	if to > from {
-		mean = area / float64(to-from)
-	}
-	return peak, mean
-}

@@ -14,7 +14,7 @@
 //     prometheus/common/expfmt's text parser), scraping before/during/after
 //     a measured window
 //     (Scraper, metrics.jsonl) and the prefix-cache, preemption and queue
-//     summary (MetricNames.Summarize), the engine's own per-token time among it;
+//     summary (SummarizeMetrics), the engine's own per-token time among it;
 //   - what shared a run's CPUs: two readings of a host's /proc through one
 //     sh command line (ReadCPU), giving an engine's process-tree CPU, the
 //     host's busy and stolen time and what else ran on the load

@@ -310,3 +310,9 @@ func ReadProbeStream(r io.Reader) ([]GPUSample, []HostSample, error) {
 		}
 	}
 }
+
+// SummarizeGPU is SummarizeGPUWith with no engine processes known and the
+// default throttle bound.
+func SummarizeGPU(samples []GPUSample) GPUSummary {
+	return SummarizeGPUWith(samples, GPUSummaryOptions{ThrottleMaxFraction: DefaultThrottleMaxFraction})
+}

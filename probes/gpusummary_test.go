@@ -178,12 +178,6 @@ func TestMemSource(t *testing.T) {
 	}
 }
 
-// SummarizeGPU is SummarizeGPUWith with no engine processes known and the
-// default throttle bound.
-func SummarizeGPU(samples []GPUSample) GPUSummary {
-	return SummarizeGPUWith(samples, GPUSummaryOptions{ThrottleMaxFraction: DefaultThrottleMaxFraction})
-}
-
 // SliceGPUSamples keeps the samples with fromUs ≤ ts_us ≤ toUs (0 leaves a
 // side unbounded), to cut a run's window out of a longer probe stream.
 func SliceGPUSamples(samples []GPUSample, fromUs, toUs int64) []GPUSample {

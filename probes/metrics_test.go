@@ -268,8 +268,3 @@ func ReadScrapes(r io.Reader) ([]Scrape, error) {
 		out = append(out, s)
 	}
 }
-
-// SummarizeMetrics is VLLMMetrics.Summarize.
-func SummarizeMetrics(before, after []Scrape, during []Scrape) CacheSummary {
-	return VLLMMetrics.Summarize(before, after, during)
-}

@@ -337,3 +337,8 @@ func levels(during []Scrape, names []string) (l Level, seen bool, rounds int) {
 	}
 	return l, seen, len(byTs)
 }
+
+// SummarizeMetrics is VLLMMetrics.Summarize.
+func SummarizeMetrics(before, after []Scrape, during []Scrape) CacheSummary {
+	return VLLMMetrics.Summarize(before, after, during)
+}
