@@ -51,9 +51,6 @@ type PrecisionRow struct {
 	Holds          bool    `json:"holds"`             // ratio ≥ 0.99 and lag p99 ≤ 5 ms
 }
 
-// PrecisionStub is the stub of MeasurePrecision: RealisticStub.
-var PrecisionStub = RealisticStub
-
 // PrecisionInput is the prompt length of the precision runs, in tokens.
 const PrecisionInput = 256
 

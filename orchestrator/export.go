@@ -61,11 +61,6 @@ func ExportReport(ctx context.Context, dir string, ov ExportOverrides) (*report.
 		return nil, err
 	}
 	cleanTemps(dir)
-	return exportReport(ctx, dir, ov)
-}
-
-// exportReport is ExportReport for a caller that holds the directory's lock.
-func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*report.Exported, error) {
 	return exportSweep(ctx, dir, ov, false)
 }
 

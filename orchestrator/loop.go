@@ -65,7 +65,7 @@ func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, er
 	if cerr != nil {
 		s.logf("warning: teardown: %v", cerr)
 	}
-	rep, err := exportReport(ctx, s.store.dir, ExportOverrides{})
+	rep, err := exportSweep(ctx, s.store.dir, ExportOverrides{}, false)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, s.interrupted()

@@ -454,13 +454,10 @@ func CompareBrackets(base, treat *CapacitySearch, confidence float64) Comparison
 	c.HalfLog = (hi - lo) / 2
 	c.Effect, c.Lo, c.Hi = math.Expm1(c.MeanLog), math.Expm1(lo), math.Expm1(hi)
 	ml, mh, se := censoredStats(los, his)
-	switch m := math.NaN(); {
-	case mh < 0:
-		m = mh
-		fallthrough
-	case ml > 0:
-		if math.IsNaN(m) {
-			m = ml
+	if mh < 0 || ml > 0 { // the bound farther from 0 on the effect's side
+		m := ml
+		if mh < 0 {
+			m = mh
 		}
 		c.P = 0
 		if se > 0 {

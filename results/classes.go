@@ -37,9 +37,6 @@ const (
 	ClassByRouterNewTokens ClassBasis = "router_new_tokens"
 )
 
-// ClassBases lists the bases.
-var ClassBases = []ClassBasis{ClassByIdealNewTokens, ClassByInputTokens, ClassByRouterNewTokens}
-
 // DependsOnRouting reports whether a request's class under b can change
 // with the config.
 func (b ClassBasis) DependsOnRouting() bool { return b == ClassByRouterNewTokens }

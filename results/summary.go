@@ -338,25 +338,15 @@ func ptr(v float64) *float64 {
 // that window (openloop.Grade.AchievedRate; the sends, for records without
 // head_ns), or, without scheduled times, (sends − 1) / (last send − first
 // send); sent_rate = the requests written within that window over it;
-// thr_ratio = completed / (completed + requests the harness cut off before
-// their first token), over the measured requests, which are the requests
-// sent in the measured window: each counts by its own outcome, whenever it
-// ended, so the latency of the last requests is not load left undone, a
-// request the engine failed is an error, not an uncompleted one, and one the
-// harness cut off while it streamed was being served (a drain timeout
-// shorter than the outputs: incomplete, not saturated).
+// thr_ratio as RunSummary.ThrRatio defines it.
 //
 // It grades the run: saturated when thr_ratio < 0.9, when the run was
 // aborted, or when TTFT rises through the window (least-squares slope of TTFT
 // against send time with one-sided p < 0.01 and a fitted rise over the window
 // above half the median TTFT). Send lag, the KS test and client_limited are
 // the load generator's own grading, in.Grade or openloop.SelfGrade over the
-// records (see RunInput.Grade and the rule at openloop.ClientLateMs):
-// client_limited when more than 1% of the sends were over 5 ms late (with 99%
-// confidence), under 99% of the requests were sent within the schedule's
-// window, or, for Poisson (gamma) arrivals, the KS distance of the sent gaps
-// against Exponential(offered) (Gamma(k, offered·k)) exceeds its critical
-// value at 0.01 by more than 0.05. The reasons are in words.
+// records (see RunInput.Grade and the rule at openloop.ClientLateMs). The
+// reasons are in words.
 func SummarizeRun(in RunInput) (*RunSummary, error) {
 	if err := in.check(); err != nil {
 		return nil, fmt.Errorf("summarize run %s b%d: %w", in.Cell, in.Block, err)
