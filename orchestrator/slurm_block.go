@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/orchestrator/hosts"
 )
 
 // Per-block allocations (hosts.<name>.slurm.allocation: block): when a
@@ -44,7 +45,7 @@ func (s *sweep) endBlockAllocations(ctx context.Context, block int) (ended bool,
 		// The block is done: its job ends COMPLETED (or, should that fail,
 		// cancelled as the host closes).
 		if h, ok := s.fleet.connected(name); ok {
-			if nh, ok := nodeHost(h); ok && err == nil {
+			if nh, ok := h.(hosts.NodeHost); ok && err == nil {
 				if cerr := nh.Complete(ctx); cerr != nil {
 					s.logf("warning: host %s: complete slurm job %s: %v (it is cancelled instead)", name, nh.Allocation().JobID, cerr)
 				}
