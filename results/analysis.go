@@ -1,10 +1,11 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sort"
+	"strings"
 )
 
 // Sweep is a (possibly partial) sweep as the analysis takes it: what was
@@ -191,15 +192,9 @@ func (a *Analysis) cells(read func(RunRef) (RunFile, error)) ([]*Cell, error) {
 		byID[ci.ID] = c
 		cells = append(cells, c)
 	}
-	refs := append([]RunRef(nil), s.Runs...)
-	sort.SliceStable(refs, func(i, j int) bool {
-		if refs[i].Cell != refs[j].Cell {
-			return refs[i].Cell < refs[j].Cell
-		}
-		if refs[i].Block != refs[j].Block {
-			return refs[i].Block < refs[j].Block
-		}
-		return refs[i].Dir < refs[j].Dir
+	refs := slices.Clone(s.Runs)
+	slices.SortStableFunc(refs, func(a, b RunRef) int {
+		return cmp.Or(strings.Compare(a.Cell, b.Cell), cmp.Compare(a.Block, b.Block), strings.Compare(a.Dir, b.Dir))
 	})
 	for _, ref := range refs {
 		c := byID[ref.Cell]

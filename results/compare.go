@@ -1,9 +1,10 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/mbench/mbench/stats"
 	"gonum.org/v1/gonum/stat/distuv"
@@ -183,16 +184,10 @@ func cellOrder(s *Sweep, cells []*Cell) []*Cell {
 			cfgIdx[c.Info.Config] = len(cfgIdx)
 		}
 	}
-	out := append([]*Cell(nil), cells...)
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i].Info, out[j].Info
-		if a.Shape != b.Shape {
-			return shapeIdx[a.Shape] < shapeIdx[b.Shape]
-		}
-		if a.Rate != b.Rate {
-			return a.Rate < b.Rate
-		}
-		return cfgIdx[a.Config] < cfgIdx[b.Config]
+	out := slices.Clone(cells)
+	slices.SortStableFunc(out, func(x, y *Cell) int {
+		a, b := x.Info, y.Info
+		return cmp.Or(cmp.Compare(shapeIdx[a.Shape], shapeIdx[b.Shape]), cmp.Compare(a.Rate, b.Rate), cmp.Compare(cfgIdx[a.Config], cfgIdx[b.Config]))
 	})
 	return out
 }
