@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mbench/mbench/internal/clock"
@@ -462,7 +461,3 @@ func (s *runner) checkEngineVersion(ctx context.Context, es *engineSet) error {
 }
 
 var errFingerprint = errors.New("environment fingerprint changed")
-
-func isDiskFull(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
-}

@@ -147,10 +147,7 @@ func lastStepEndUs(ctx context.Context, p *engineProc, known int64) (tsUs, size 
 	if len(b) > tailBytes {
 		b = b[len(b)-tailBytes:]
 	}
-	ts, ok := probes.LastStepEndUs(b)
-	if !ok {
-		return 0, size
-	}
+	ts, _ := probes.LastStepEndUs(b) // 0 without a complete record
 	return ts, size
 }
 
@@ -249,16 +246,15 @@ func diskFull(err error) bool {
 	if err == nil {
 		return false
 	}
-	if isDiskFull(err) {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return true
 	}
 	msg := err.Error()
 	return strings.Contains(msg, syscall.ENOSPC.Error()) || strings.Contains(msg, syscall.EDQUOT.Error())
 }
 
+// firstLine is s up to its first newline.
 func firstLine(s string) string {
-	if i := bytes.IndexByte([]byte(s), '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
