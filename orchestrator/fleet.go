@@ -1,11 +1,13 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -73,17 +75,13 @@ func (f *fleet) host(ctx context.Context, name string) (hosts.Host, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown host %q", name)
 	}
-	var h hosts.Host
+	dial := f.dialMachine
 	if hc.IsSlurm() {
-		var err error
-		if h, err = f.dialSlurm(ctx, name); err != nil {
-			return nil, err
-		}
-	} else {
-		var err error
-		if h, err = f.dialMachine(ctx, name); err != nil {
-			return nil, err
-		}
+		dial = f.dialSlurm
+	}
+	h, err := dial(ctx, name)
+	if err != nil {
+		return nil, err
 	}
 	f.conns[name] = h
 	return h, nil
@@ -181,11 +179,7 @@ func (f *fleet) drop(name string) {
 	}
 	h.Close()
 	delete(f.conns, name)
-	for k := range f.tunnels {
-		if strings.HasPrefix(k, name+":") {
-			delete(f.tunnels, k)
-		}
-	}
+	maps.DeleteFunc(f.tunnels, func(k, _ string) bool { return strings.HasPrefix(k, name+":") })
 }
 
 // close closes every connection (their tunnels go with them).
@@ -249,13 +243,9 @@ func (f *fleet) prepare(ctx context.Context) error {
 	return nil
 }
 
+// hostUsed reports whether a config's engines or router run on the host.
 func (f *fleet) hostUsed(name string) bool {
-	for _, c := range f.m.ConfigOrder {
-		if slices.Contains(f.configHosts(c), name) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.m.ConfigOrder, func(c string) bool { return slices.Contains(f.configHosts(c), name) })
 }
 
 // uploadSelf makes this mbench binary available on a remote host, for the
@@ -309,14 +299,8 @@ func (f *fleet) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 
 // unameOf is `uname -sm` of a machine that runs binaries for goos/goarch.
 func unameOf(goos, goarch string) string {
-	sys := map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[goos]
-	if sys == "" {
-		sys = goos
-	}
-	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64", "386": "i686"}[goarch]
-	if arch == "" {
-		arch = goarch
-	}
+	sys := cmp.Or(map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[goos], goos)
+	arch := cmp.Or(map[string]string{"amd64": "x86_64", "arm64": "aarch64", "386": "i686"}[goarch], goarch)
 	if goos == "darwin" && goarch == "arm64" {
 		arch = "arm64"
 	}
