@@ -382,22 +382,14 @@ func (e *launcher) portInUse(ctx context.Context, hostName string, node int, h h
 			return false, ""
 		}
 		tables = string(out)
-	} else {
-		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-			b, err := os.ReadFile(f)
-			if err == nil {
-				tables += string(b)
-			}
+	} else if tables = localTCPTables(); tables == "" {
+		d := net.Dialer{Timeout: 500 * time.Millisecond}
+		c, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(baseURL, "http://"))
+		if err != nil {
+			return false, ""
 		}
-		if tables == "" {
-			d := net.Dialer{Timeout: 500 * time.Millisecond}
-			c, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(baseURL, "http://"))
-			if err != nil {
-				return false, ""
-			}
-			c.Close()
-			return true, "something accepts connections on it"
-		}
+		c.Close()
+		return true, "something accepts connections on it"
 	}
 	if use := portUse(tables, port); use != "" {
 		return true, use
@@ -406,6 +398,18 @@ func (e *launcher) portInUse(ctx context.Context, hostName string, node int, h h
 		return bindProbe(baseURL)
 	}
 	return false, ""
+}
+
+// localTCPTables is this machine's /proc/net/tcp and tcp6 ("" where they
+// cannot be read).
+func localTCPTables() string {
+	var tables string
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		if b, err := os.ReadFile(f); err == nil {
+			tables += string(b)
+		}
+	}
+	return tables
 }
 
 // bindProbe listens, for an instant, where a local engine will: a socket
