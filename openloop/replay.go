@@ -1,6 +1,7 @@
 package openloop
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -42,13 +43,7 @@ func newTracePlan(reqs []TraceRequest, t Trace, mult float64) (*tracePlan, error
 	if t.RequestLimit > 0 && t.RequestLimit < len(order) {
 		order = order[:t.RequestLimit]
 	}
-	scale := t.TimeScale
-	if scale == 0 {
-		scale = 1
-	}
-	if mult == 0 {
-		mult = 1
-	}
+	scale, mult := cmp.Or(t.TimeScale, 1), cmp.Or(mult, 1)
 	p := &tracePlan{items: make([]traceItem, len(order)), maxSess: t.MaxInflightSessions}
 	ts0 := reqs[order[0]].TimestampMs
 	bySession := map[string]int{}

@@ -57,10 +57,7 @@ type fleet struct {
 // opts it takes the mbench binary (Self, SelfEnv), the Slurm job mbench runs
 // in and where connection warnings go (Stderr).
 func newFleet(m *matrices.Matrix, dir, sweepID string, log *sweepLog, opts Options) *fleet {
-	warn := opts.Stderr
-	if warn == nil {
-		warn = io.Discard
-	}
+	warn := cmp.Or(opts.Stderr, io.Discard)
 	return &fleet{sweepLog: log, m: m, sweepID: sweepID, self: opts.Self, selfEnv: opts.SelfEnv, slurmJob: opts.SlurmJob, dir: dir, warn: warn, dial: hosts.DialSSH,
 		conns: map[string]hosts.Host{}, homes: map[string]string{}, selfPath: map[string]string{},
 		pluginDir: map[string]string{}, tunnels: map[string]string{}}
@@ -131,10 +128,7 @@ func (f *fleet) path(hostName string, parts ...string) string {
 // workdir is a remote host's work directory with a leading ~ expanded to
 // the remote $HOME (learnt when the host was dialled).
 func (f *fleet) workdir(hostName string) string {
-	wd := f.m.Hosts[hostName].Workdir
-	if wd == "" {
-		wd = "~/.mbench"
-	}
+	wd := cmp.Or(f.m.Hosts[hostName].Workdir, "~/.mbench")
 	if wd == "~" || strings.HasPrefix(wd, "~/") {
 		wd = f.homes[hostName] + strings.TrimPrefix(wd, "~")
 	}

@@ -4,6 +4,7 @@ package orchestrator
 // matrix, or one resumed as recorded.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,10 +32,7 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 	if opts.DryRun {
 		return nil, dryRun(m, opts)
 	}
-	out := opts.Out
-	if out == "" {
-		out = defaultOut(m.Name, time.Now())
-	}
+	out := cmp.Or(opts.Out, defaultOut(m.Name, time.Now()))
 	abs, err := filepath.Abs(out)
 	if err != nil {
 		return nil, fmt.Errorf("results directory %s: %w", out, err)
@@ -168,9 +166,7 @@ func (st *store) adopt(old *SweepState, m *matrices.Matrix, matrixAbs string, fp
 		old.Blocks[i].Order = plan.BlockOrder(old.Seed, old.Blocks[i].Block, ids, old.Randomize)
 	}
 	old.Design = plan.DesignOf(len(old.Cells), old.Randomize, old.Blocks)
-	if old.Stage1 == 0 {
-		old.Stage1 = m.Repeat.Min // the stopping rule from here on is the two-stage one
-	}
+	old.Stage1 = cmp.Or(old.Stage1, m.Repeat.Min) // the stopping rule from here on is the two-stage one
 	old.Stop = nil
 	old.CapacityRounds = nil // a changed search replans its rounds; runs of cells it probes again are kept
 	return removed, st.save()

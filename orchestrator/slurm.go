@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -356,10 +357,7 @@ func slurmEnv(env map[string]string, entries []JournalEntry) map[string]string {
 		out = map[string]string{}
 	}
 	for _, a := range order {
-		cluster := a.cluster
-		if cluster == "" {
-			cluster = "unnamed"
-		}
+		cluster := cmp.Or(a.cluster, "unnamed")
 		out["slurm "+a.host+" job "+a.job] = fmt.Sprintf("cluster %s, %s %s, %d run(s): %s",
 			cluster, plural(strings.Count(a.nodes, ",")+1, "node"), a.nodes, len(runs[a]), strings.Join(runs[a], " "))
 	}

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -127,12 +128,7 @@ func (s *sweep) assemble(req openloop.Request) {
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *sweep {
-	if opts.Stdout == nil {
-		opts.Stdout = io.Discard
-	}
-	if opts.Stderr == nil {
-		opts.Stderr = io.Discard
-	}
+	opts.Stdout, opts.Stderr = cmp.Or(opts.Stdout, io.Discard), cmp.Or(opts.Stderr, io.Discard)
 	if opts.FailLimit <= 0 {
 		opts.FailLimit = 3
 	}

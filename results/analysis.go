@@ -145,18 +145,14 @@ type Analysis struct {
 // missing cells, blocks and unreadable summaries are in the cells and in
 // Warnings; only bad arguments and read's errors are errors.
 func Analyze(sw Sweep, read func(RunRef) (RunFile, error)) (*Analysis, error) {
-	if sw.Confidence == 0 {
-		sw.Confidence = 0.95
-	}
+	sw.Confidence = cmp.Or(sw.Confidence, 0.95)
 	if !(sw.Confidence > 0 && sw.Confidence < 1) {
 		return nil, fmt.Errorf("confidence %v must be between 0 and 1", sw.Confidence)
 	}
 	if len(sw.Compare) == 0 {
 		sw.Compare = DefaultCompare
 	}
-	if sw.Metric == "" {
-		sw.Metric = DefaultStopMetric
-	}
+	sw.Metric = cmp.Or(sw.Metric, DefaultStopMetric)
 	a := &Analysis{Sweep: sw}
 	s := &a.Sweep
 	cells, err := a.cells(read)
@@ -214,10 +210,7 @@ func (a *Analysis) cells(read func(RunRef) (RunFile, error)) ([]*Cell, error) {
 		}
 		switch {
 		case f.Sum == nil:
-			r.Problem = f.Problem
-			if r.Problem == "" {
-				r.Problem = "its summary_A.json is missing"
-			}
+			r.Problem = cmp.Or(f.Problem, "its summary_A.json is missing")
 		default:
 			r.Sum, r.Metrics, r.TTFTs = f.Sum, RunMetrics(f.Sum), f.TTFTs
 			if !ref.Status.Usable() {

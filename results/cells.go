@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"maps"
 	"math"
 	"slices"
@@ -84,9 +85,7 @@ func summarizeCell(c *Cell, s *Sweep, blocks int) CellSummary {
 				cr.SaturationReason = r.Ref.Reason
 			}
 			cr.ClientLimited, cr.ClientLimitedReason = r.Sum.ClientLimited, r.Sum.ClientLimitedReason
-			if cs.Engine == "" {
-				cs.Engine = r.Sum.Engine
-			}
+			cs.Engine = cmp.Or(cs.Engine, r.Sum.Engine)
 		}
 		if cr.Used {
 			cs.NRuns++

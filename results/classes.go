@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 
@@ -95,9 +96,7 @@ func SummarizeClasses(recs []Record, basis ClassBasis, tokens map[int]int, bound
 	if bounds == [3]int{} {
 		bounds = DefaultClassBounds
 	}
-	if basis == "" {
-		basis = ClassByInputTokens
-	}
+	basis = cmp.Or(basis, ClassByInputTokens)
 	cs := &ClassSummary{Basis: basis, DependsOnRouting: basis.DependsOnRouting(), Bounds: bounds}
 	var in, failedIn, ttft, tpot, e2el [4][]float64
 	var st [4]ClassStats

@@ -223,10 +223,7 @@ func comparisons(s *Sweep, cells []*Cell) (main, aa []ComparisonRow, nuis []Nuis
 			k := groupKey{c.Info.Shape, c.Info.Rate}
 			switch {
 			case c.Info.SameAs != "":
-				orig := byID[c.Info.SameAs]
-				if orig == nil {
-					orig = originals[k][c.Info.SameAs]
-				}
+				orig := cmp.Or(byID[c.Info.SameAs], originals[k][c.Info.SameAs])
 				aaRows = append(aaRows, compareCells(s, metric, key, orig, c, nu))
 			case c.Info.Config != s.Baseline:
 				rows = append(rows, compareCells(s, metric, key, originals[k][s.Baseline], c, nu))

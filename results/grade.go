@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -47,11 +48,7 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	// failures is an engine that fails requests (verdict errors). A summary
 	// with no cause (written before causes existed) counts as overload.
 	if s.Aborted && (s.AbortCause == openloop.AbortOverload || s.AbortCause == "") {
-		r := s.AbortReason
-		if r == "" {
-			r = "no reason given"
-		}
-		why = append(why, "run aborted early ("+r+")")
+		why = append(why, "run aborted early ("+cmp.Or(s.AbortReason, "no reason given")+")")
 	}
 	// thr_ratio judges only a run with enough requests to judge: at rate
 	// 1e-9 nothing is offered, nothing completes, and the run is

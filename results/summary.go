@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sort"
@@ -490,10 +491,6 @@ func markUsage(s *RunSummary, r *Record, natural bool) {
 		if s.ShortOutputFinish == nil {
 			s.ShortOutputFinish = map[string]int{}
 		}
-		fr := r.FinishReason
-		if fr == "" {
-			fr = "none"
-		}
-		s.ShortOutputFinish[fr]++
+		s.ShortOutputFinish[cmp.Or(r.FinishReason, "none")]++
 	}
 }

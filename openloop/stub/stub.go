@@ -7,6 +7,7 @@
 package stub
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,9 +129,7 @@ type Server struct {
 // Start listens on 127.0.0.1:0 and serves /health, /v1/models and streaming
 // /v1/completions until Close.
 func Start(opts Options) (*Server, error) {
-	if opts.Model == "" {
-		opts.Model = "stub-model"
-	}
+	opts.Model = cmp.Or(opts.Model, "stub-model")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
