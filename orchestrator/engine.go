@@ -114,12 +114,8 @@ func (e *launcher) start(ctx context.Context, l *matrices.Launch, run string) (*
 	es := &engineSet{launch: l, started: time.Now()}
 	e.launches++
 	fail := func(err error) (*engineSet, error) {
-		sctx := context.WithoutCancel(ctx)
-		if ctx.Err() != nil { // interrupted: the teardown is bounded as after a run
-			var cancel context.CancelFunc
-			sctx, cancel = context.WithTimeout(sctx, interruptTeardown)
-			defer cancel()
-		}
+		sctx, cancel := teardownContext(ctx) // bounded after an interrupt, as after a run
+		defer cancel()
 		stopSet(sctx, es)
 		return nil, err
 	}

@@ -352,10 +352,7 @@ func slurmEnv(env map[string]string, entries []JournalEntry) map[string]string {
 	if len(order) == 0 {
 		return env
 	}
-	out := maps.Clone(env)
-	if out == nil {
-		out = map[string]string{}
-	}
+	out := maps.Collect(maps.All(env)) // a copy, never nil
 	for _, a := range order {
 		cluster := cmp.Or(a.cluster, "unnamed")
 		out["slurm "+a.host+" job "+a.job] = fmt.Sprintf("cluster %s, %s %s, %d run(s): %s",
