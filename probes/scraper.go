@@ -47,16 +47,14 @@ func (s *Scraper) round(ctx context.Context, phase string, dropCut bool) ([]Scra
 	out := make([]Scrape, len(s.Targets))
 	var wg sync.WaitGroup
 	for i, t := range s.Targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			sc, err := scrapeAt(ctx, s.Client, MetricsURL(t), clock)
 			if err != nil {
 				sc.Err = err.Error()
 			}
 			sc.TsUs, sc.Target, sc.Phase = ts, t, phase
 			out[i] = sc
-		}()
+		})
 	}
 	wg.Wait()
 	if dropCut && ctx.Err() != nil {
