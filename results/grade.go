@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mbench/mbench/stats"
 
@@ -155,16 +156,13 @@ func errorExample(r *Record) string {
 	const maxLen = 200
 	if len(msg) > maxLen {
 		cut := maxLen
-		for cut > 0 && !isRuneStart(msg[cut]) {
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
 			cut--
 		}
 		msg = msg[:cut] + "…"
 	}
 	return msg
 }
-
-// isRuneStart reports whether b begins a UTF-8 sequence.
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // spanRate is the event rate (per second) of times in ns: (n − 1) / (last −
 // first). It sorts ts.
