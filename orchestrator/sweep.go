@@ -133,7 +133,7 @@ func newSweep(m *matrices.Matrix, dir string, opts Options) *sweep {
 		opts.FailLimit = 3
 	}
 	s := &sweep{opts: opts, m: m, cells: map[string]matrices.Cell{},
-		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
+		store: &store{dir: dir, ledger: newLedger(dir, opts.FailLimit), values: runValues{}}, sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}
