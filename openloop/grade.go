@@ -176,7 +176,7 @@ func tallySends(recs []Record) sendTally {
 		// A wait for a slot under a concurrency cap is the cap's, not the
 		// generator's: the request is graded as sent when it got its slot.
 		t.sent = append(t.sent, float64(r.SentNs-r.QueuedNs))
-		t.lags = append(t.lags, float64(r.SentNs-r.ScheduledNs-r.QueuedNs)/1e6)
+		t.lags = append(t.lags, float64(r.Lag())/1e6)
 		if r.OK() {
 			t.ok++
 		}
