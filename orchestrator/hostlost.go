@@ -103,12 +103,7 @@ func (f *fleet) configHosts(config string) []string {
 // hosts stopped answering: it names them and the runs journaled host_lost,
 // and wraps the first one's cause.
 func (f *fleet) lostHostsError(block, runs int) error {
-	var names []string
-	for _, name := range f.m.HostOrder {
-		if f.isLost(name) {
-			names = append(names, name)
-		}
-	}
+	names := slices.DeleteFunc(slices.Clone(f.m.HostOrder), func(name string) bool { return !f.isLost(name) })
 	if len(names) == 0 {
 		return nil
 	}

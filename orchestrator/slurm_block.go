@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
@@ -18,13 +19,10 @@ import (
 // perBlockHosts lists the slurm hosts of the matrix that ask for an
 // allocation per block.
 func (f *fleet) perBlockHosts() []string {
-	var out []string
-	for _, name := range f.m.HostOrder {
-		if hc := f.m.Hosts[name]; hc.IsSlurm() && hc.Slurm.Allocation == matrices.AllocationBlock {
-			out = append(out, name)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(f.m.HostOrder), func(name string) bool {
+		hc := f.m.Hosts[name]
+		return !hc.IsSlurm() || hc.Slurm.Allocation != matrices.AllocationBlock
+	})
 }
 
 // endBlockAllocations stops the running engines and ends the allocation of

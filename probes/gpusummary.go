@@ -230,12 +230,7 @@ func SummarizeGPUWith(samples []GPUSample, opt GPUSummaryOptions) GPUSummary {
 // reservedStat is the Stat of the samples' reserved memory, over the samples
 // that carry it; nil when none does.
 func reservedStat(ss []GPUSample) *Stat {
-	var rs []GPUSample
-	for _, s := range ss {
-		if s.MemReservedMiB != nil {
-			rs = append(rs, s)
-		}
-	}
+	rs := slices.DeleteFunc(slices.Clone(ss), func(s GPUSample) bool { return s.MemReservedMiB == nil })
 	if len(rs) == 0 {
 		return nil
 	}

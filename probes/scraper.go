@@ -58,13 +58,7 @@ func (s *Scraper) round(ctx context.Context, phase string, dropCut bool) ([]Scra
 	}
 	wg.Wait()
 	if dropCut && ctx.Err() != nil {
-		kept := out[:0]
-		for _, sc := range out {
-			if sc.Err == "" {
-				kept = append(kept, sc)
-			}
-		}
-		out = kept
+		out = slices.DeleteFunc(out, func(sc Scrape) bool { return sc.Err != "" })
 	}
 	if s.Sink == nil {
 		return out, nil

@@ -223,12 +223,7 @@ func AnalyzeCapacity(spec CapacitySpec, runs []CapacityRun) CapacityReport {
 	rep := CapacityReport{Spec: spec}
 	for _, sh := range spec.Shapes {
 		for _, cfg := range spec.Configs {
-			var mine []CapacityRun
-			for _, r := range runs {
-				if r.Config == cfg && r.Shape == sh {
-					mine = append(mine, r)
-				}
-			}
+			mine := slices.DeleteFunc(slices.Clone(runs), func(r CapacityRun) bool { return r.Config != cfg || r.Shape != sh })
 			rep.Searches = append(rep.Searches, analyzeSearch(spec, cfg, sh, mine))
 		}
 	}

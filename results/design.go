@@ -2,6 +2,7 @@ package results
 
 import (
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/mbench/mbench/stats"
@@ -187,12 +188,7 @@ type Obs struct {
 // incomplete ones) and regresses the residual log value on the residual
 // position; the degrees of freedom are runs − cells − blocks + 1 − 1.
 func EstimatePosition(obs []Obs, confidence float64) Nuisance {
-	var use []Obs
-	for _, o := range obs {
-		if positive(o.Value) {
-			use = append(use, o)
-		}
-	}
+	use := slices.DeleteFunc(slices.Clone(obs), func(o Obs) bool { return !positive(o.Value) })
 	nu := Nuisance{Runs: len(use), P: 1}
 	y := make([]float64, len(use))
 	x := make([]float64, len(use))
