@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,12 +91,8 @@ func (e *launcher) stop(ctx context.Context) error {
 	e.cur = nil
 	if es != nil && len(e.fleet.lost) > 0 {
 		kept := *es
-		kept.procs, kept.router = nil, nil
-		for _, p := range es.procs {
-			if !e.fleet.isLost(p.hostName) {
-				kept.procs = append(kept.procs, p)
-			}
-		}
+		kept.procs = slices.DeleteFunc(slices.Clone(es.procs), func(p *engineProc) bool { return e.fleet.isLost(p.hostName) })
+		kept.router = nil
 		if es.router != nil && !e.fleet.isLost(es.router.hostName) {
 			kept.router = es.router
 		}

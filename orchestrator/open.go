@@ -143,12 +143,7 @@ func (st *store) adopt(old *SweepState, m *matrices.Matrix, matrixAbs string, fp
 	for _, c := range now {
 		keep[c.ID] = true
 	}
-	var removed []results.CellInfo
-	for _, c := range old.Cells {
-		if !keep[c.ID] {
-			removed = append(removed, c)
-		}
-	}
+	removed := slices.DeleteFunc(slices.Clone(old.Cells), func(c results.CellInfo) bool { return keep[c.ID] })
 	if old.MatrixHash == m.Hash {
 		return nil, st.save()
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,12 +83,7 @@ func (s *runner) collectSteps(ctx context.Context, es *engineSet, offsets []int6
 func (s *runner) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd time.Time, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	endUs := windowEnd.UnixMicro()
-	pending := make([]*engineProc, 0, len(es.procs))
-	for _, p := range es.procs {
-		if p.stepLog != "" {
-			pending = append(pending, p)
-		}
-	}
+	pending := slices.DeleteFunc(slices.Clone(es.procs), func(p *engineProc) bool { return p.stepLog == "" })
 	// The sim flushes its log the moment it goes idle, and its last step
 	// ends just before the last token reaches the client: a log that stopped
 	// growing with a step that ended in the last stepSlack of the window is

@@ -29,12 +29,10 @@ func (f *fleet) perBlockHosts() []string {
 // every connected per-block host, after a block: COMPLETED, as the block is.
 // ended reports whether it ended any: the next block then renews them.
 func (s *sweep) endBlockAllocations(ctx context.Context, block int) (ended bool, err error) {
-	var names []string
-	for _, name := range s.fleet.perBlockHosts() {
-		if _, ok := s.fleet.connected(name); ok {
-			names = append(names, name)
-		}
-	}
+	names := slices.DeleteFunc(s.fleet.perBlockHosts(), func(name string) bool {
+		_, ok := s.fleet.connected(name)
+		return !ok
+	})
 	if len(names) == 0 {
 		return false, nil
 	}
