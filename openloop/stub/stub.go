@@ -7,6 +7,7 @@
 package stub
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -433,12 +434,7 @@ func promptLen(raw json.RawMessage) int {
 	if len(raw) == 0 || raw[0] != '[' {
 		return 0
 	}
-	n := 0
-	for _, c := range raw {
-		if c == ',' {
-			n++
-		}
-	}
+	n := bytes.Count(raw, []byte{','})
 	if len(raw) > 2 {
 		n++
 	}
