@@ -74,10 +74,7 @@ func summarizeCell(c *Cell, s *Sweep, blocks int) CellSummary {
 		Metrics: map[string]MetricStats{}, Runs: []CellRun{}, MissingBlocks: []int{}, Verdicts: VerdictCounts{},
 	}
 	for _, r := range c.Runs {
-		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: r.Ref.Reason, Dir: r.Ref.Dir, Used: r.IsResult()}
-		if r.Problem != "" && cr.Reason == "" {
-			cr.Reason = r.Problem
-		}
+		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: cmp.Or(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir, Used: r.IsResult()}
 		if r.Sum != nil {
 			cr.Saturated = r.Sum.Saturated || r.Ref.Status == VerdictSaturated
 			cr.SaturationReason = r.Sum.SaturationReason
