@@ -316,18 +316,13 @@ func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityPro
 // bracket sets Lo, Hi, the uncertain band and the non-monotone rates from
 // the probes' verdicts.
 func bracket(s *CapacitySearch) {
-	for _, p := range s.Probes {
-		if p.Verdict == ProbeFails {
-			r := p.Rate
-			s.Hi = &r
-			break
-		}
+	if i := slices.IndexFunc(s.Probes, func(p CapacityProbe) bool { return p.Verdict == ProbeFails }); i >= 0 {
+		s.Hi = ptr(s.Probes[i].Rate)
 	}
 	for _, p := range s.Probes {
 		switch {
 		case p.Verdict == ProbeHolds && (s.Hi == nil || p.Rate < *s.Hi):
-			r := p.Rate
-			s.Lo = &r
+			s.Lo = ptr(p.Rate)
 		case p.Verdict == ProbeHolds:
 			s.NonMonotone = append(s.NonMonotone, p.Rate)
 		}
@@ -336,11 +331,8 @@ func bracket(s *CapacitySearch) {
 		if p.Verdict.Decided() || (s.Lo != nil && p.Rate < *s.Lo) || (s.Hi != nil && p.Rate > *s.Hi) {
 			continue
 		}
-		r := p.Rate
-		if s.BandLo == nil {
-			s.BandLo = &r
-		}
-		s.BandHi = &r
+		r := ptr(p.Rate)
+		s.BandLo, s.BandHi = cmp.Or(s.BandLo, r), r
 	}
 }
 
