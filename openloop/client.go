@@ -397,8 +397,7 @@ func (c *client) stream(ctx context.Context, sc *scratch, resp response, j *job,
 		rec.InputTokens = st.usagePrompt
 	}
 	if st.haveCached {
-		n := st.usageCached
-		rec.CachedTokens = &n
+		rec.CachedTokens = new(st.usageCached)
 	}
 	if st.haveUsage {
 		rec.OutputTokens = st.usageOut

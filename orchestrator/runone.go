@@ -282,8 +282,7 @@ func (s *runner) policy(cell matrices.Cell) results.Policy {
 		MaxErrorRate: s.m.Measure.MaxErrorRate, MaxErrorRateSet: s.m.Measure.MaxErrorRateSet,
 		AllowShortOutputs: s.m.Measure.AllowShortOutputs}
 	if s.m.SLO != nil {
-		slo := *s.m.SLO // a copy: the policy is the run's own
-		p.SLO = &slo
+		p.SLO = new(*s.m.SLO) // a copy: the policy is the run's own
 	}
 	return p
 }

@@ -72,8 +72,7 @@ func ReadStatus(dir string) (*Status, error) {
 		}
 	}
 	if len(entries) > 0 {
-		last := entries[len(entries)-1]
-		s.Last = &last
+		s.Last = new(entries[len(entries)-1])
 	}
 	for _, b := range st.Blocks {
 		complete := len(b.Order) > 0

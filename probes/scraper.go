@@ -241,8 +241,7 @@ func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSum
 		}
 	}
 	if tokCount > 0 {
-		ms := 1000 * tokSeconds / tokCount
-		cs.EngineTokenMs = &ms
+		cs.EngineTokenMs = new(1000 * tokSeconds / tokCount)
 	}
 	for t := range a {
 		if _, ok := b[t]; !ok {

@@ -26,8 +26,7 @@ func gradeSends(s *RunSummary, sends []float64, in RunInput) {
 	}
 	g := in.Grade
 	if g == nil {
-		sg := openloop.SelfGrade(in.Records, in.Offered, openloop.Arrival{Process: strings.ToLower(in.Arrival), Burstiness: in.Burstiness})
-		g = &sg
+		g = new(openloop.SelfGrade(in.Records, in.Offered, openloop.Arrival{Process: strings.ToLower(in.Arrival), Burstiness: in.Burstiness}))
 	}
 	if g.Sent > 0 {
 		s.SendLagP50Ms, s.SendLagP99Ms, s.SendLagMaxMs = ptr(g.LagP50Ms), ptr(g.LagP99Ms), ptr(g.LagMaxMs)
