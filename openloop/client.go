@@ -417,8 +417,7 @@ func (c *client) stream(ctx context.Context, sc *scratch, resp response, j *job,
 // was cancelled by the run, the error itself otherwise.
 func errText(ctx context.Context, err error) string {
 	if ctx.Err() != nil {
-		var sc *stopCause
-		if errors.As(context.Cause(ctx), &sc) {
+		if sc, ok := errors.AsType[*stopCause](context.Cause(ctx)); ok {
 			return sc.msg
 		}
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {

@@ -30,8 +30,7 @@ import (
 // host: "", nil. The name is "" too when the cause names no host of the
 // matrix.
 func (f *fleet) lostHost(ctx context.Context, runErr error) (string, error) {
-	var ue *hosts.UnreachableError
-	if errors.As(runErr, &ue) {
+	if ue, ok := errors.AsType[*hosts.UnreachableError](runErr); ok {
 		return ue.Host, runErr
 	}
 	for _, name := range f.m.HostOrder {
