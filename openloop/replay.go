@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -60,11 +61,7 @@ func newTracePlan(reqs []TraceRequest, t Trace, mult float64) (*tracePlan, error
 		p.sessions[si] = append(p.sessions[si], i)
 	}
 	for _, s := range p.sessions {
-		allTurns := true
-		for _, ix := range s {
-			allTurns = allTurns && p.items[ix].req.HasTurn
-		}
-		if allTurns {
+		if !slices.ContainsFunc(s, func(ix int) bool { return !p.items[ix].req.HasTurn }) { // every request has a turn
 			sort.SliceStable(s, func(a, b int) bool { return p.items[s[a]].req.Turn < p.items[s[b]].req.Turn })
 		}
 	}
