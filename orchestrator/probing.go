@@ -137,12 +137,12 @@ func (s *instruments) open(ctx context.Context) {
 	}
 	g.sampler = func() *probes.Sampler { return probes.NewSampler(lib, "local", interval, nil) }
 	var reads []func(context.Context) ([]probes.GPUSample, error)
-	if lib != nil && s.m.Gate.Enabled {
-		reader := probes.NewSampler(lib, "local", interval, nil)
-		reads = append(reads, func(context.Context) ([]probes.GPUSample, error) { return reader.SampleGPUs() })
-		g.localGate = true
-	}
 	if s.m.Gate.Enabled {
+		if lib != nil {
+			reader := probes.NewSampler(lib, "local", interval, nil)
+			reads = append(reads, func(context.Context) ([]probes.GPUSample, error) { return reader.SampleGPUs() })
+			g.localGate = true
+		}
 		var sr []func(context.Context) ([]probes.GPUSample, error)
 		sr, g.gated = s.hosts.slurmGPUReads(ctx)
 		reads = append(reads, sr...)
