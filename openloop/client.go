@@ -397,8 +397,7 @@ func (c *client) stream(ctx context.Context, sc *scratch, resp response, j *job,
 		rec.InputTokens = st.usagePrompt
 	}
 	if st.haveCached {
-		n := st.usageCached
-		rec.CachedTokens = &n
+		rec.CachedTokens = new(st.usageCached)
 	}
 	if st.haveUsage {
 		rec.OutputTokens = st.usageOut
@@ -418,8 +417,7 @@ func (c *client) stream(ctx context.Context, sc *scratch, resp response, j *job,
 // was cancelled by the run, the error itself otherwise.
 func errText(ctx context.Context, err error) string {
 	if ctx.Err() != nil {
-		var sc *stopCause
-		if errors.As(context.Cause(ctx), &sc) {
+		if sc, ok := errors.AsType[*stopCause](context.Cause(ctx)); ok {
 			return sc.msg
 		}
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {

@@ -8,18 +8,15 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 )
 
-var (
-	selfOnce sync.Once
-	self     *process.Process
-	selfErr  error
-)
+// selfProcess is this process, as gopsutil reads it.
+var selfProcess = sync.OnceValues(func() (*process.Process, error) { return process.NewProcess(int32(os.Getpid())) })
 
 // cpuSeconds returns the user+system CPU time of this process so far, from
 // gopsutil (the client CPU that every run reports to grade itself).
 func cpuSeconds() (float64, error) {
-	selfOnce.Do(func() { self, selfErr = process.NewProcess(int32(os.Getpid())) })
-	if selfErr != nil {
-		return 0, selfErr
+	self, err := selfProcess()
+	if err != nil {
+		return 0, err
 	}
 	t, err := self.Times()
 	if err != nil {

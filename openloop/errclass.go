@@ -117,8 +117,7 @@ var errMalformed = errors.New("malformed stream chunk")
 // timeout, whatever the transport said).
 func ClassifyErr(ctx context.Context, err error) ErrorClass {
 	if ctx != nil && ctx.Err() != nil {
-		var sc *stopCause
-		if errors.As(context.Cause(ctx), &sc) && sc == causeDrain {
+		if sc, ok := errors.AsType[*stopCause](context.Cause(ctx)); ok && sc == causeDrain {
 			return ErrClassDrained
 		}
 		if c := context.Cause(ctx); errors.Is(c, context.DeadlineExceeded) || errors.Is(c, errRequestTimeout) {
@@ -148,8 +147,7 @@ func ClassifyErr(ctx context.Context, err error) ErrorClass {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return ErrClassTimeout
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		return ErrClassTimeout
 	}
 	return ErrClassOther

@@ -97,11 +97,60 @@ type Grade struct {
 // and for trace replay (records with TraceNs set), whose gaps follow the
 // trace rather than a parametric law.
 func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
-	var sent, lags, heads []float64
-	var g Grade
-	ok, scheduled := 0, 0
-	trace := false
-	first, last := int64(math.MaxInt64), int64(math.MinInt64)
+	t := tallySends(recs)
+	g := Grade{Sent: len(t.sent), Unreachable: t.unreachable}
+	if t.scheduled == 0 {
+		return g
+	}
+	if math.IsInf(rate, 1) { // a burst: all due at once, sent as fast as they go; nothing can be late
+		g.AchievedRatio, g.OKRatio = float64(len(t.sent))/float64(t.scheduled), float64(t.ok)/math.Max(1, float64(len(t.sent)))
+		return g
+	}
+	end := float64(t.last) + ClientLateMs*1e6
+	inWindow := countIn(t.sent, float64(t.first), end)
+	g.AchievedRatio = float64(inWindow) / float64(t.scheduled)
+	if span := (end - float64(t.first)) / 1e9; span > 0 && t.scheduled > 1 {
+		g.SentRate = float64(inWindow) / span
+		g.AchievedRate = g.SentRate
+		if len(t.heads) > 0 {
+			g.AchievedRate = float64(countIn(t.heads, float64(t.first), end)) / span
+		}
+	}
+	if len(t.sent) == 0 {
+		return g
+	}
+	sort.Float64s(t.lags)
+	g.LagP50Ms, g.LagP99Ms, g.LagMaxMs = stats.Quantile(t.lags, 0.5), stats.Quantile(t.lags, 0.99), t.lags[len(t.lags)-1]
+	for _, l := range t.lags {
+		if l > ClientLateMs {
+			g.Late++
+		}
+	}
+	g.LateShare = float64(g.Late) / float64(len(t.lags))
+	g.OKRatio = float64(t.ok) / float64(len(t.sent))
+	if cdf := gapCDF(a, rate); cdf != nil && !t.trace && len(t.sent) >= 20 {
+		g.KSApplicable = true
+		g.KSD, g.KSP = stats.KSTestGrid(gapsOf(t.sent), cdf, KSResolution.Seconds())
+	}
+	if why := clientLimits(g, a, rate, t.scheduled, inWindow); len(why) > 0 {
+		g.ClientLimited = true
+		g.Reason = "the load generator fell behind: " + strings.Join(why, "; ")
+	}
+	return g
+}
+
+// sendTally is what grading reads of a run's measured records.
+type sendTally struct {
+	sent, lags, heads []float64 // send times (ns, less the cap's wait), send lags (ms), response heads (ns)
+	ok, scheduled     int       // completed OK; scheduled, less the unreachable
+	unreachable       int       // never written: the server refused or dropped the connection
+	trace             bool      // a trace or ramp record: no parametric gap law
+	first, last       int64     // the first and last scheduled send (ns)
+}
+
+// tallySends reads the measured records for grading.
+func tallySends(recs []Record) sendTally {
+	t := sendTally{first: math.MaxInt64, last: math.MinInt64}
 	for i := range recs {
 		r := &recs[i]
 		if r.Phase != PhaseMeasure {
@@ -112,78 +161,47 @@ func SelfGrade(recs []Record, rate float64, a Arrival) Grade {
 			// request could be written (an engine that died): the
 			// generator was on time, so the request is not one it failed
 			// to send.
-			g.Unreachable++
+			t.unreachable++
 			continue
 		}
-		scheduled++
-		first, last = min(first, r.ScheduledNs), max(last, r.ScheduledNs)
+		t.scheduled++
+		t.first, t.last = min(t.first, r.ScheduledNs), max(t.last, r.ScheduledNs)
 		if r.HeadNs != 0 {
-			heads = append(heads, float64(r.HeadNs))
+			t.heads = append(t.heads, float64(r.HeadNs))
 		}
 		if r.SentNs == 0 {
 			continue
 		}
-		trace = trace || r.TraceNs != 0 || r.Ramp // no parametric gap law: no KS test
+		t.trace = t.trace || r.TraceNs != 0 || r.Ramp
 		// A wait for a slot under a concurrency cap is the cap's, not the
 		// generator's: the request is graded as sent when it got its slot.
-		sent = append(sent, float64(r.SentNs-r.QueuedNs))
-		lags = append(lags, float64(r.SentNs-r.ScheduledNs-r.QueuedNs)/1e6)
+		t.sent = append(t.sent, float64(r.SentNs-r.QueuedNs))
+		t.lags = append(t.lags, float64(r.Lag())/1e6)
 		if r.OK() {
-			ok++
+			t.ok++
 		}
 	}
-	g.Sent = len(sent)
-	if scheduled == 0 {
-		return g
-	}
-	if math.IsInf(rate, 1) { // a burst: all due at once, sent as fast as they go; nothing can be late
-		g.AchievedRatio, g.OKRatio = float64(len(sent))/float64(scheduled), float64(ok)/math.Max(1, float64(len(sent)))
-		return g
-	}
-	end := float64(last) + ClientLateMs*1e6
-	inWindow := countIn(sent, float64(first), end)
-	g.AchievedRatio = float64(inWindow) / float64(scheduled)
-	if span := (end - float64(first)) / 1e9; span > 0 && scheduled > 1 {
-		g.SentRate = float64(inWindow) / span
-		g.AchievedRate = g.SentRate
-		if len(heads) > 0 {
-			g.AchievedRate = float64(countIn(heads, float64(first), end)) / span
-		}
-	}
-	if len(sent) == 0 {
-		return g
-	}
-	sort.Float64s(lags)
-	g.LagP50Ms, g.LagP99Ms, g.LagMaxMs = stats.Quantile(lags, 0.5), stats.Quantile(lags, 0.99), lags[len(lags)-1]
-	for _, l := range lags {
-		if l > ClientLateMs {
-			g.Late++
-		}
-	}
-	g.LateShare = float64(g.Late) / float64(len(lags))
-	g.OKRatio = float64(ok) / float64(len(sent))
-	if cdf := gapCDF(a, rate); cdf != nil && !trace && len(sent) >= 20 {
-		g.KSApplicable = true
-		g.KSD, g.KSP = stats.KSTestGrid(gapsOf(sent), cdf, KSResolution.Seconds())
-	}
+	return t
+}
+
+// clientLimits are the criteria of the client-limited rule that g meets,
+// in words; inWindow of the scheduled requests were sent within the
+// schedule's window.
+func clientLimits(g Grade, a Arrival, rate float64, scheduled, inWindow int) []string {
 	var why []string
-	if p := lateP(g.Late, len(lags)); p < ClientLateAlpha {
+	if p := stats.BinomialTail(g.Late, g.Sent, ClientLateShare); p < ClientLateAlpha {
 		why = append(why, fmt.Sprintf("%d of %d requests (%.1f%%) were sent more than %.0f ms late, more than %.0f%% (binomial p=%.2g); send lag p99 %.2f ms",
-			g.Late, len(lags), 100*g.LateShare, ClientLateMs, 100*ClientLateShare, p, g.LagP99Ms))
+			g.Late, g.Sent, 100*g.LateShare, ClientLateMs, 100*ClientLateShare, p, g.LagP99Ms))
 	}
 	if g.AchievedRatio < ClientLimitedRatio && scheduled-inWindow >= ClientSlowMin {
 		why = append(why, fmt.Sprintf("only %d of %d requests (%.3f < %.2f) were sent within the schedule's window: requests left slower than scheduled",
 			inWindow, scheduled, g.AchievedRatio, ClientLimitedRatio))
 	}
-	if crit := ksCritical(len(sent) - 1); g.KSApplicable && g.KSD > crit+ClientLimitedKSMaxD {
+	if crit := ksCritical(g.Sent - 1); g.KSApplicable && g.KSD > crit+ClientLimitedKSMaxD {
 		why = append(why, fmt.Sprintf("the sent inter-arrival gaps are not %s (KS test on a %v grid: D=%.4f > %.4f + %.2f, p=%.2g)",
 			gapLawName(a, rate), KSResolution, g.KSD, crit, ClientLimitedKSMaxD, g.KSP))
 	}
-	if len(why) > 0 {
-		g.ClientLimited = true
-		g.Reason = "the load generator fell behind: " + strings.Join(why, "; ")
-	}
-	return g
+	return why
 }
 
 // countIn counts the times in ts within [lo, hi].
@@ -213,12 +231,6 @@ func gapsOf(ts []float64) []float64 {
 func ksCritical(n int) float64 {
 	sn := math.Sqrt(float64(n))
 	return 1.6276 / (sn + 0.12 + 0.11/sn) // Q_KS(1.6276) = 0.01
-}
-
-// lateP is the one-sided binomial p-value of k or more late sends out of n
-// when the true late share is ClientLateShare.
-func lateP(k, n int) float64 {
-	return stats.BinomialTail(k, n, ClientLateShare)
 }
 
 // gapCDF is the CDF of the offered inter-arrival gap in seconds, or nil when

@@ -1,6 +1,7 @@
 package openloop
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -50,9 +51,6 @@ type PrecisionRow struct {
 	ClientLimited  bool    `json:"client_limited"`    // the run's self-grading
 	Holds          bool    `json:"holds"`             // ratio ≥ 0.99 and lag p99 ≤ 5 ms
 }
-
-// PrecisionStub is the stub of MeasurePrecision: RealisticStub.
-var PrecisionStub = RealisticStub
 
 // PrecisionInput is the prompt length of the precision runs, in tokens.
 const PrecisionInput = 256
@@ -131,13 +129,14 @@ func WritePrecisionHeader(w io.Writer) {
 		"lag max", "TTFTe p50", "TTFTe p99", "cli ms/r", "stub ms/r", "load", "grade", "holds")
 }
 
-// WritePrecisionRow writes one row of the precision table (times in ms).
+// WritePrecisionRow writes one row of the precision table (times in ms; an
+// unnamed client is mbench).
 func WritePrecisionRow(w io.Writer, r PrecisionRow) {
 	grade := "ok"
 	if r.ClientLimited {
 		grade = "limit"
 	}
-	fmt.Fprintf(w, "%-8s %7g %6d %8.4f %8.4f %8.3f %8.3f %8.2f %9.3f %9.3f %8.3f %8.3f %6.2f %6s %6v\n", orMbench(r.Client), r.Rate, r.Sent, r.AchievedRatio,
+	fmt.Fprintf(w, "%-8s %7g %6d %8.4f %8.4f %8.3f %8.3f %8.2f %9.3f %9.3f %8.3f %8.3f %6.2f %6s %6v\n", cmp.Or(r.Client, "mbench"), r.Rate, r.Sent, r.AchievedRatio,
 		r.ServerRatio, r.LagP50Ms, r.LagP99Ms, r.LagMaxMs, r.TTFTErrP50Ms, r.TTFTErrP99Ms, r.ClientCPUMsReq, r.StubCPUMsReq, r.LoadAvg, grade, r.Holds)
 }
 
@@ -189,11 +188,3 @@ func PrecisionOf(rate float64, res *Result, entries []stub.Entry) PrecisionRow {
 // RealisticStub streams like an engine under load: 16 tokens, each flushed
 // on its own, the first 20 ms after arrival, then one every millisecond.
 var RealisticStub = stub.Options{Tokens: 16, FirstToken: 20 * time.Millisecond, Gap: time.Millisecond}
-
-// orMbench names the client of a row: mbench's own when unnamed.
-func orMbench(client string) string {
-	if client == "" {
-		return "mbench"
-	}
-	return client
-}

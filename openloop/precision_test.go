@@ -192,3 +192,6 @@ func measurePrecision(ctx context.Context, rates []float64, dur time.Duration, w
 	}
 	return rows, nil
 }
+
+// PrecisionStub is the stub of MeasurePrecision: RealisticStub.
+var PrecisionStub = RealisticStub

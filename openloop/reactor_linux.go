@@ -443,8 +443,7 @@ func (re *reactor) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error
 	}
 	if err != nil {
 		c.Close()
-		var errno unix.Errno
-		if errors.As(err, &errno) {
+		if errno, ok := errors.AsType[unix.Errno](err); ok {
 			return nil, opErr("connect", errno)
 		}
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: raddr, Err: err}

@@ -313,8 +313,7 @@ func parseRecordLine(b []byte) (Record, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rec); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			return rec, fmt.Errorf("%s: want %s, got %s", te.Field, te.Type, te.Value)
 		}
 		return rec, fmt.Errorf("invalid JSON: %w", err)

@@ -1,9 +1,11 @@
 package openloop
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -42,13 +44,7 @@ func newTracePlan(reqs []TraceRequest, t Trace, mult float64) (*tracePlan, error
 	if t.RequestLimit > 0 && t.RequestLimit < len(order) {
 		order = order[:t.RequestLimit]
 	}
-	scale := t.TimeScale
-	if scale == 0 {
-		scale = 1
-	}
-	if mult == 0 {
-		mult = 1
-	}
+	scale, mult := cmp.Or(t.TimeScale, 1), cmp.Or(mult, 1)
 	p := &tracePlan{items: make([]traceItem, len(order)), maxSess: t.MaxInflightSessions}
 	ts0 := reqs[order[0]].TimestampMs
 	bySession := map[string]int{}
@@ -65,11 +61,7 @@ func newTracePlan(reqs []TraceRequest, t Trace, mult float64) (*tracePlan, error
 		p.sessions[si] = append(p.sessions[si], i)
 	}
 	for _, s := range p.sessions {
-		allTurns := true
-		for _, ix := range s {
-			allTurns = allTurns && p.items[ix].req.HasTurn
-		}
-		if allTurns {
+		if !slices.ContainsFunc(s, func(ix int) bool { return !p.items[ix].req.HasTurn }) { // every request has a turn
 			sort.SliceStable(s, func(a, b int) bool { return p.items[s[a]].req.Turn < p.items[s[b]].req.Turn })
 		}
 	}

@@ -1,6 +1,7 @@
 package openloop
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -174,10 +175,7 @@ func (r *runner) connect() (hc *http.Client, closeConns func(), err error) {
 		r.shown = append(r.shown, RedactUserinfo(b))
 		urls = append(urls, b+cfg.Endpoint.Path())
 	}
-	budget := &memBudget{limit: cfg.StreamMemory}
-	if budget.limit == 0 {
-		budget.limit = DefaultStreamMemory
-	}
+	budget := &memBudget{limit: cmp.Or(cfg.StreamMemory, DefaultStreamMemory)}
 	cl, err := newClient(cfg.Client, urls, &r.clk, cfg.RequestTimeout, budget)
 	if err != nil {
 		return nil, nil, fmt.Errorf("openloop: %w", err)
@@ -237,10 +235,7 @@ func (r *runner) firstContact(ctx context.Context, hc *http.Client) error {
 		if err != nil {
 			return fmt.Errorf("openloop: %w: %w", ErrModelLookup, err)
 		}
-		r.model = served.ID
-		if vocab == 0 {
-			vocab = served.Vocab
-		}
+		r.model, vocab = served.ID, cmp.Or(vocab, served.Vocab)
 	}
 	var err error
 	r.tokens, r.tokenSource, err = ChooseTokens(cfg.TokenIDs, vocab, "the model "+r.model+" at "+r.shown[0])
@@ -345,10 +340,7 @@ func (r *runner) enterMeasure() {
 // does not copy them over and over as the slice grows (at most 1<<16 ahead).
 func (r *runner) expectedRecords() int {
 	c := &r.cfg
-	n := float64(c.Requests)
-	if n == 0 {
-		n = c.Rate * c.Duration.Seconds() // both validated finite and ≥ 0
-	}
+	n := cmp.Or(float64(c.Requests), c.Rate*c.Duration.Seconds()) // both validated finite and ≥ 0
 	return min(int(min(n, 1<<16))+c.Warmup+64, 1<<16)
 }
 

@@ -24,16 +24,12 @@ import (
 // the clock instead). The first reactor of the process opens one UDP socket
 // with SO_TIMESTAMPNS and keeps it, so that they are on from its first
 // response on, and stay on between runs.
-var keepStamps sync.Once
-
-func stampKeeper() {
-	keepStamps.Do(func() {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err == nil && unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) != nil {
-			unix.Close(fd)
-		}
-	})
-}
+var stampKeeper = sync.OnceFunc(func() {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err == nil && unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) != nil {
+		unix.Close(fd)
+	}
+})
 
 // rxStamp is a connection's recvmsg(2) state: its message header, buffers
 // and the receive time of the last read.

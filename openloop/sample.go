@@ -68,7 +68,10 @@ func SampleTraceWith(ctx context.Context, in io.Reader, out io.Writer, o SampleO
 		if _, err := rs.Seek(start, io.SeekStart); err != nil {
 			return fmt.Errorf("trace sample: %w", err)
 		}
-		return eachTraceLine(ctx, rs, name, fn)
+		if err := scanTrace(ctx, rs, name, fn); err != nil {
+			return fmt.Errorf("trace sample: %w", err)
+		}
+		return nil
 	}
 	ss, err := findSessions(pass, mode, frac)
 	if err != nil {
@@ -164,14 +167,6 @@ func chooseSessions(keys []string, sizes map[string]int, target int, seed int64)
 		total += n
 	}
 	return chosen
-}
-
-// eachTraceLine is scanTrace with errors that say "trace sample".
-func eachTraceLine(ctx context.Context, r io.Reader, name string, fn func(*TraceRequest, []byte) error) error {
-	if err := scanTrace(ctx, r, name, fn); err != nil {
-		return fmt.Errorf("trace sample: %w", err)
-	}
-	return nil
 }
 
 // scanTrace parses every non-blank line of r (named name in errors) and

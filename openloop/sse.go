@@ -268,7 +268,7 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 		}
 		t := max(now(), st.floorNs)
 		st.floorNs = t
-		if isDone(data) {
+		if string(bytes.TrimSpace(data)) == "[DONE]" {
 			return nil
 		}
 		var c chunk
@@ -305,10 +305,6 @@ func (st *streamState) consume(s *sseReader, now func() int64) error {
 			st.usageCached, st.haveCached = c.cachedTokens, true
 		}
 	}
-}
-
-func isDone(data []byte) bool {
-	return string(bytes.TrimSpace(data)) == "[DONE]"
 }
 
 // finishReason is a finish_reason's raw JSON string contents as a string,

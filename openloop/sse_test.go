@@ -462,3 +462,10 @@ func TestConsumeTimesNeverGoBack(t *testing.T) {
 		t.Errorf("times %v (first %d last %d), want %v", st.times, st.firstNs, st.lastNs, want)
 	}
 }
+
+// inUse is the counted capacity held by requests (not idle).
+func (b *memBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used.Load() - b.idle
+}

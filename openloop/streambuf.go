@@ -90,10 +90,3 @@ func (b *memBudget) put(buf []byte) {
 	b.idle += int64(cap(buf))
 	b.mu.Unlock()
 }
-
-// inUse is the counted capacity held by requests (not idle).
-func (b *memBudget) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used.Load() - b.idle
-}

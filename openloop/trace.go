@@ -106,8 +106,7 @@ func parseTraceLine(b []byte, name string, line int) (TraceRequest, error) {
 	}
 	var tl traceLine
 	if err := json.Unmarshal(b, &tl); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
 			return fail(te.Field, "want %s, got %s", te.Type, te.Value)
 		}
 		return fail("json", "%v", err)

@@ -1,6 +1,7 @@
 package openloop
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 )
@@ -42,10 +43,7 @@ func groupingOptions(m SessionMode, frac float64) (SessionMode, float64, error) 
 	if err != nil {
 		return "", 0, err
 	}
-	if frac == 0 {
-		frac = DefaultCommonFrac
-	}
-	if frac < MinCommonFrac || frac > 1 {
+	if frac = cmp.Or(frac, DefaultCommonFrac); frac < MinCommonFrac || frac > 1 {
 		return "", 0, fmt.Errorf("common fraction: must be in [%v, 1], got %v", MinCommonFrac, frac)
 	}
 	return mode, frac, nil

@@ -1,11 +1,13 @@
 package openloop
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"github.com/mbench/mbench/stats"
 	"io"
 	"slices"
+
+	"github.com/mbench/mbench/stats"
 )
 
 // StatsOptions says what TraceStatsOf computes.
@@ -69,15 +71,7 @@ func TraceStatsOf(ctx context.Context, path string, o StatsOptions) (*TraceStats
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	slices.SortStableFunc(reqs, func(a, b TraceRequest) int {
-		switch {
-		case a.TimestampMs < b.TimestampMs:
-			return -1
-		case a.TimestampMs > b.TimestampMs:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(reqs, func(a, b TraceRequest) int { return cmp.Compare(a.TimestampMs, b.TimestampMs) })
 	return traceStats(reqs, mode, frac, o.LRUBlocks), nil
 }
 
@@ -125,11 +119,7 @@ func distOf(xs []float64) CountSummary {
 		return CountSummary{}
 	}
 	slices.Sort(xs)
-	var sum float64
-	for _, x := range xs {
-		sum += x
-	}
-	return CountSummary{Mean: sum / float64(len(xs)), P50: stats.PercentileSorted(xs, 50), P90: stats.PercentileSorted(xs, 90),
+	return CountSummary{Mean: stats.Mean(xs), P50: stats.PercentileSorted(xs, 50), P90: stats.PercentileSorted(xs, 90),
 		P99: stats.PercentileSorted(xs, 99), Max: xs[len(xs)-1]}
 }
 

@@ -221,7 +221,7 @@ func (s *sweep) runOne(ctx context.Context, cell matrices.Cell, block int, seed 
 		return nil, err
 	}
 	s.finishProgress(entry, sum)
-	if cse := (*configStartError)(nil); errors.As(runErr, &cse) {
+	if cse, ok := errors.AsType[*configStartError](runErr); ok {
 		s.giveUpConfig(cse)
 	}
 	return &runOutcome{entry: entry, summary: sum, gaveUp: gaveUp}, nil
@@ -268,8 +268,7 @@ func (s *sweep) notTheRuns(ctx context.Context, cell matrices.Cell, block int, e
 		s.logf("host %s stopped answering during %s b%d; the block goes on with the runs that need no lost host, then the sweep stops", host, cell.ID, block)
 		return &runOutcome{entry: entry, lost: true}, nil
 	}
-	var cse *configStartError
-	if errors.As(runErr, &cse) && !s.opts.KeepGoing {
+	if cse, ok := errors.AsType[*configStartError](runErr); ok && !s.opts.KeepGoing {
 		// Every run of the config would burn a launch the same way:
 		// stop with no journal line, so resume (once fixed) redoes it.
 		return nil, fmt.Errorf("run %s b%d: %w\n(with --keep-going the sweep goes on with the other configs and marks %s failed)", cell.ID, block, runErr, cse.config)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
@@ -129,12 +130,10 @@ func (s *sweep) capacityCell(config, shape string, rate float64, attempt int) (m
 // with completeOnly, only probes that have every block journaled (what the
 // plan may depend on).
 func (s *sweep) capacityRuns(rc *recordedCapacity, completeOnly bool) []results.CapacityRun {
-	var cells []results.CellInfo
-	for _, c := range s.store.state.Cells {
-		if _, ok := s.cells[c.ID]; ok {
-			cells = append(cells, c)
-		}
-	}
+	cells := slices.DeleteFunc(slices.Clone(s.store.state.Cells), func(c results.CellInfo) bool {
+		_, ok := s.cells[c.ID]
+		return !ok
+	})
 	var blocks map[string]int
 	if completeOnly {
 		blocks = plannedBlocks(s.store.state.CapacityRounds, rc.Blocks)

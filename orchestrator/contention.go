@@ -49,9 +49,6 @@ func newPinning(cpus []int) (*pinning, error) {
 	return &pinning{client: cpus, all: allowed}, nil
 }
 
-// engine is the CPUs left to local engines.
-func (p *pinning) engine() []int { return cpupin.Without(p.all, p.client) }
-
 // enter puts mbench on the load generator's CPUs.
 func (p *pinning) enter() error {
 	if err := cpupin.Self(p.client); err != nil {

@@ -89,3 +89,6 @@ func TestKeepOff(t *testing.T) {
 		t.Errorf("an engine on the load generator's CPU only: %v", err)
 	}
 }
+
+// engine is the CPUs left to local engines.
+func (p *pinning) engine() []int { return cpupin.Without(p.all, p.client) }

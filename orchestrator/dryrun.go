@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -20,10 +21,7 @@ import (
 // host's $HOME, learnt only on connecting); the sweep id is known when
 // opts.Out is set.
 func dryRun(m *matrices.Matrix, opts Options) error {
-	w := opts.Stdout
-	if w == nil {
-		w = io.Discard
-	}
+	w := cmp.Or(opts.Stdout, io.Discard)
 	p := newDryRunPaths(m, opts.Out)
 	fmt.Fprintf(w, "# dry run of %s (%s engine): nothing is started\n", m.Name, m.Engine.Kind)
 	if m.Engine.Kind == matrices.EngineSim {

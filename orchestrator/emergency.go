@@ -66,11 +66,7 @@ func EmergencyStop() {
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, d := range dirs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = hosts.StopLeftovers(ctx, d.host, d.dir, d.marker, 0)
-		}()
+		wg.Go(func() { _, _ = hosts.StopLeftovers(ctx, d.host, d.dir, d.marker, 0) })
 	}
 	wg.Wait()
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,12 +91,8 @@ func (e *launcher) stop(ctx context.Context) error {
 	e.cur = nil
 	if es != nil && len(e.fleet.lost) > 0 {
 		kept := *es
-		kept.procs, kept.router = nil, nil
-		for _, p := range es.procs {
-			if !e.fleet.isLost(p.hostName) {
-				kept.procs = append(kept.procs, p)
-			}
-		}
+		kept.procs = slices.DeleteFunc(slices.Clone(es.procs), func(p *engineProc) bool { return e.fleet.isLost(p.hostName) })
+		kept.router = nil
 		if es.router != nil && !e.fleet.isLost(es.router.hostName) {
 			kept.router = es.router
 		}
@@ -114,12 +111,8 @@ func (e *launcher) start(ctx context.Context, l *matrices.Launch, run string) (*
 	es := &engineSet{launch: l, started: time.Now()}
 	e.launches++
 	fail := func(err error) (*engineSet, error) {
-		sctx := context.WithoutCancel(ctx)
-		if ctx.Err() != nil { // interrupted: the teardown is bounded as after a run
-			var cancel context.CancelFunc
-			sctx, cancel = context.WithTimeout(sctx, interruptTeardown)
-			defer cancel()
-		}
+		sctx, cancel := teardownContext(ctx) // bounded after an interrupt, as after a run
+		defer cancel()
 		stopSet(sctx, es)
 		return nil, err
 	}
@@ -382,22 +375,14 @@ func (e *launcher) portInUse(ctx context.Context, hostName string, node int, h h
 			return false, ""
 		}
 		tables = string(out)
-	} else {
-		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-			b, err := os.ReadFile(f)
-			if err == nil {
-				tables += string(b)
-			}
+	} else if tables = localTCPTables(); tables == "" {
+		d := net.Dialer{Timeout: 500 * time.Millisecond}
+		c, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(baseURL, "http://"))
+		if err != nil {
+			return false, ""
 		}
-		if tables == "" {
-			d := net.Dialer{Timeout: 500 * time.Millisecond}
-			c, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(baseURL, "http://"))
-			if err != nil {
-				return false, ""
-			}
-			c.Close()
-			return true, "something accepts connections on it"
-		}
+		c.Close()
+		return true, "something accepts connections on it"
 	}
 	if use := portUse(tables, port); use != "" {
 		return true, use
@@ -406,6 +391,18 @@ func (e *launcher) portInUse(ctx context.Context, hostName string, node int, h h
 		return bindProbe(baseURL)
 	}
 	return false, ""
+}
+
+// localTCPTables is this machine's /proc/net/tcp and tcp6 ("" where they
+// cannot be read).
+func localTCPTables() string {
+	var tables string
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		if b, err := os.ReadFile(f); err == nil {
+			tables += string(b)
+		}
+	}
+	return tables
 }
 
 // bindProbe listens, for an instant, where a local engine will: a socket

@@ -61,11 +61,6 @@ func ExportReport(ctx context.Context, dir string, ov ExportOverrides) (*report.
 		return nil, err
 	}
 	cleanTemps(dir)
-	return exportReport(ctx, dir, ov)
-}
-
-// exportReport is ExportReport for a caller that holds the directory's lock.
-func exportReport(ctx context.Context, dir string, ov ExportOverrides) (*report.Exported, error) {
 	return exportSweep(ctx, dir, ov, false)
 }
 
@@ -109,13 +104,11 @@ func exportSweep(ctx context.Context, dir string, ov ExportOverrides, inMemory b
 	}
 	sw.Baseline, sw.Compare = rm.Baseline, rm.Compare
 	if len(rm.Metadata) > 0 {
-		sw.Env = maps.Clone(sw.Env)
-		if sw.Env == nil {
-			sw.Env = map[string]string{}
-		}
+		env := maps.Collect(maps.All(sw.Env)) // a copy, never nil
 		for k, v := range rm.Metadata {
-			sw.Env["metadata: "+k] = v
+			env["metadata: "+k] = v
 		}
+		sw.Env = env
 	}
 	sw.Confidence, sw.Metric, sw.RelCI = rm.Repeat.Confidence, rm.Repeat.Metric, rm.Repeat.RelCI
 	if err := ov.apply(&sw, st); err != nil {
@@ -147,11 +140,7 @@ func (ov ExportOverrides) apply(sw *report.ExportInput, st *SweepState) error {
 		sw.RecordedConfidence, sw.Confidence = sw.Confidence, ov.Confidence
 	}
 	if ov.Baseline != "" && ov.Baseline != sw.Baseline {
-		known := false
-		for _, c := range st.Cells {
-			known = known || c.Config == ov.Baseline
-		}
-		if !known {
+		if !slices.ContainsFunc(st.Cells, func(c results.CellInfo) bool { return c.Config == ov.Baseline }) {
 			return fmt.Errorf("%w: --baseline %q is not a config of the sweep", ErrBadOverride, ov.Baseline)
 		}
 		sw.Overrides = append(sw.Overrides, fmt.Sprintf("baseline %s, where the sweep recorded %s (mbench export --baseline)", ov.Baseline, sw.Baseline))

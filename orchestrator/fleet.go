@@ -1,11 +1,13 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -55,10 +57,7 @@ type fleet struct {
 // opts it takes the mbench binary (Self, SelfEnv), the Slurm job mbench runs
 // in and where connection warnings go (Stderr).
 func newFleet(m *matrices.Matrix, dir, sweepID string, log *sweepLog, opts Options) *fleet {
-	warn := opts.Stderr
-	if warn == nil {
-		warn = io.Discard
-	}
+	warn := cmp.Or(opts.Stderr, io.Discard)
 	return &fleet{sweepLog: log, m: m, sweepID: sweepID, self: opts.Self, selfEnv: opts.SelfEnv, slurmJob: opts.SlurmJob, dir: dir, warn: warn, dial: hosts.DialSSH,
 		conns: map[string]hosts.Host{}, homes: map[string]string{}, selfPath: map[string]string{},
 		pluginDir: map[string]string{}, tunnels: map[string]string{}}
@@ -73,17 +72,13 @@ func (f *fleet) host(ctx context.Context, name string) (hosts.Host, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown host %q", name)
 	}
-	var h hosts.Host
+	dial := f.dialMachine
 	if hc.IsSlurm() {
-		var err error
-		if h, err = f.dialSlurm(ctx, name); err != nil {
-			return nil, err
-		}
-	} else {
-		var err error
-		if h, err = f.dialMachine(ctx, name); err != nil {
-			return nil, err
-		}
+		dial = f.dialSlurm
+	}
+	h, err := dial(ctx, name)
+	if err != nil {
+		return nil, err
 	}
 	f.conns[name] = h
 	return h, nil
@@ -133,21 +128,11 @@ func (f *fleet) path(hostName string, parts ...string) string {
 // workdir is a remote host's work directory with a leading ~ expanded to
 // the remote $HOME (learnt when the host was dialled).
 func (f *fleet) workdir(hostName string) string {
-	wd := f.m.Hosts[hostName].Workdir
-	if wd == "" {
-		wd = "~/.mbench"
-	}
+	wd := cmp.Or(f.m.Hosts[hostName].Workdir, "~/.mbench")
 	if wd == "~" || strings.HasPrefix(wd, "~/") {
 		wd = f.homes[hostName] + strings.TrimPrefix(wd, "~")
 	}
 	return wd
-}
-
-// reach returns the base URL at which mbench reaches port on a host: loopback
-// for the local host, an SSH tunnel when the host asks for one, else the
-// host's address.
-func (f *fleet) reach(ctx context.Context, hostName string, port int) (string, error) {
-	return f.reachNode(ctx, hostName, 0, port)
 }
 
 // reachNode is reach for port on node node of a slurm host's allocation
@@ -188,11 +173,7 @@ func (f *fleet) drop(name string) {
 	}
 	h.Close()
 	delete(f.conns, name)
-	for k := range f.tunnels {
-		if strings.HasPrefix(k, name+":") {
-			delete(f.tunnels, k)
-		}
-	}
+	maps.DeleteFunc(f.tunnels, func(k, _ string) bool { return strings.HasPrefix(k, name+":") })
 }
 
 // close closes every connection (their tunnels go with them).
@@ -256,13 +237,9 @@ func (f *fleet) prepare(ctx context.Context) error {
 	return nil
 }
 
+// hostUsed reports whether a config's engines or router run on the host.
 func (f *fleet) hostUsed(name string) bool {
-	for _, c := range f.m.ConfigOrder {
-		if slices.Contains(f.configHosts(c), name) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.m.ConfigOrder, func(c string) bool { return slices.Contains(f.configHosts(c), name) })
 }
 
 // uploadSelf makes this mbench binary available on a remote host, for the
@@ -316,14 +293,8 @@ func (f *fleet) uploadSelf(ctx context.Context, name string, h hosts.Host) error
 
 // unameOf is `uname -sm` of a machine that runs binaries for goos/goarch.
 func unameOf(goos, goarch string) string {
-	sys := map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[goos]
-	if sys == "" {
-		sys = goos
-	}
-	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64", "386": "i686"}[goarch]
-	if arch == "" {
-		arch = goarch
-	}
+	sys := cmp.Or(map[string]string{"linux": "Linux", "darwin": "Darwin", "freebsd": "FreeBSD"}[goos], goos)
+	arch := cmp.Or(map[string]string{"amd64": "x86_64", "arm64": "aarch64", "386": "i686"}[goarch], goarch)
 	if goos == "darwin" && goarch == "arm64" {
 		arch = "arm64"
 	}

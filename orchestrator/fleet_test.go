@@ -129,3 +129,10 @@ func TestFleet(t *testing.T) {
 		}
 	}
 }
+
+// reach returns the base URL at which mbench reaches port on a host: loopback
+// for the local host, an SSH tunnel when the host asks for one, else the
+// host's address.
+func (f *fleet) reach(ctx context.Context, hostName string, port int) (string, error) {
+	return f.reachNode(ctx, hostName, 0, port)
+}

@@ -30,8 +30,7 @@ import (
 // host: "", nil. The name is "" too when the cause names no host of the
 // matrix.
 func (f *fleet) lostHost(ctx context.Context, runErr error) (string, error) {
-	var ue *hosts.UnreachableError
-	if errors.As(runErr, &ue) {
+	if ue, ok := errors.AsType[*hosts.UnreachableError](runErr); ok {
 		return ue.Host, runErr
 	}
 	for _, name := range f.m.HostOrder {
@@ -103,12 +102,7 @@ func (f *fleet) configHosts(config string) []string {
 // hosts stopped answering: it names them and the runs journaled host_lost,
 // and wraps the first one's cause.
 func (f *fleet) lostHostsError(block, runs int) error {
-	var names []string
-	for _, name := range f.m.HostOrder {
-		if f.isLost(name) {
-			names = append(names, name)
-		}
-	}
+	names := slices.DeleteFunc(slices.Clone(f.m.HostOrder), func(name string) bool { return !f.isLost(name) })
 	if len(names) == 0 {
 		return nil
 	}

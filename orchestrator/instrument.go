@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/orchestrator/hosts"
@@ -57,11 +58,5 @@ func workerLogs(ctx context.Context, h hosts.Host, stepLog string) []string {
 	if err != nil {
 		return nil
 	}
-	var files []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if l != "" {
-			files = append(files, l)
-		}
-	}
-	return files
+	return slices.DeleteFunc(strings.Split(strings.TrimSpace(string(out)), "\n"), func(l string) bool { return l == "" })
 }

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -106,9 +107,7 @@ func (l *ledger) givenUp(cells map[string]matrices.Cell) []string {
 // giveUp gives cell up for why (its later runs are skipped), unless it was
 // already.
 func (l *ledger) giveUp(cell, why string) {
-	if l.dead[cell] == "" {
-		l.dead[cell] = why
-	}
+	l.dead[cell] = cmp.Or(l.dead[cell], why)
 }
 
 // runValues keeps the metric values read from journaled runs' summaries:

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,7 +66,7 @@ func (s *sweep) execute(ctx context.Context, req openloop.Request) (*Outcome, er
 	if cerr != nil {
 		s.logf("warning: teardown: %v", cerr)
 	}
-	rep, err := exportReport(ctx, s.store.dir, ExportOverrides{})
+	rep, err := exportSweep(ctx, s.store.dir, ExportOverrides{}, false)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, s.interrupted()
@@ -114,17 +115,22 @@ func (s *sweep) outcome(rep *report.Exported) *Outcome {
 	return o
 }
 
-// teardown stops the engines and closes the hosts. After an interrupt it is
-// bounded (the user was promised a prompt exit): the SIGTERM grace is cut so
-// that SIGKILL and its check still fit in interruptTeardown.
+// teardown stops the engines and closes the hosts, in teardownContext.
 func (s *sweep) teardown(ctx context.Context) error {
-	tctx := context.WithoutCancel(ctx)
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		tctx, cancel = context.WithTimeout(tctx, interruptTeardown)
-		defer cancel()
-	}
+	tctx, cancel := teardownContext(ctx)
+	defer cancel()
 	return s.closeAll(tctx)
+}
+
+// teardownContext is the context of a teardown after ctx: not canceled with
+// it, and after an interrupt bounded (the user was promised a prompt exit),
+// so that a stop's SIGTERM grace is cut and SIGKILL and its check still fit
+// in interruptTeardown.
+func teardownContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil {
+		return context.WithTimeout(context.WithoutCancel(ctx), interruptTeardown)
+	}
+	return context.WithoutCancel(ctx), func() {}
 }
 
 // interruptTeardown bounds the engine teardown after Ctrl-C.
@@ -135,10 +141,7 @@ func (s *sweep) interrupted() error {
 }
 
 func (s *sweep) resumeHint() string {
-	if s.opts.ResumeHint != "" {
-		return s.opts.ResumeHint
-	}
-	return "mbench resume " + shquote.Quote(s.store.dir)
+	return cmp.Or(s.opts.ResumeHint, "mbench resume "+shquote.Quote(s.store.dir))
 }
 
 // unusableCells names the cells of rep with no usable run, with the

@@ -4,6 +4,7 @@ package orchestrator
 // matrix, or one resumed as recorded.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,10 +32,7 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 	if opts.DryRun {
 		return nil, dryRun(m, opts)
 	}
-	out := opts.Out
-	if out == "" {
-		out = defaultOut(m.Name, time.Now())
-	}
+	out := cmp.Or(opts.Out, defaultOut(m.Name, time.Now()))
 	abs, err := filepath.Abs(out)
 	if err != nil {
 		return nil, fmt.Errorf("results directory %s: %w", out, err)
@@ -63,12 +61,6 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 		for _, c := range removed {
 			s.logf("removed cell %s (%s rate=%g %s): its results stay on disk but leave the report", c.ID, c.Config, c.Rate, c.Shape)
 		}
-		if err := s.store.keepMatrixCopy(m); err != nil {
-			return nil, err
-		}
-		if err := s.store.save(); err != nil {
-			return nil, err
-		}
 	case errors.Is(err, os.ErrNotExist):
 		resolved, err := m.Resolved()
 		if err != nil {
@@ -78,13 +70,13 @@ func Run(ctx context.Context, matrixPath string, opts Options) (*Outcome, error)
 			MatrixHash: m.Hash, Resolved: resolved, Seed: m.Seed, Randomize: m.Repeat.Randomize,
 			Cells: cellRecords(m), Fingerprint: fingerprintOf(m, opts.Version), Created: time.Now().UTC(), Simulated: m.Engine.Kind == matrices.EngineSim,
 			Stage1: m.Repeat.Min}
-		if err := s.store.keepMatrixCopy(m); err != nil {
-			return nil, err
-		}
-		if err := s.store.save(); err != nil {
-			return nil, err
-		}
 	default:
+		return nil, err
+	}
+	if err := s.store.keepMatrixCopy(m); err != nil {
+		return nil, err
+	}
+	if err := s.store.save(); err != nil {
 		return nil, err
 	}
 	return s.execute(ctx, req)
@@ -151,12 +143,7 @@ func (st *store) adopt(old *SweepState, m *matrices.Matrix, matrixAbs string, fp
 	for _, c := range now {
 		keep[c.ID] = true
 	}
-	var removed []results.CellInfo
-	for _, c := range old.Cells {
-		if !keep[c.ID] {
-			removed = append(removed, c)
-		}
-	}
+	removed := slices.DeleteFunc(slices.Clone(old.Cells), func(c results.CellInfo) bool { return keep[c.ID] })
 	if old.MatrixHash == m.Hash {
 		return nil, st.save()
 	}
@@ -174,9 +161,7 @@ func (st *store) adopt(old *SweepState, m *matrices.Matrix, matrixAbs string, fp
 		old.Blocks[i].Order = plan.BlockOrder(old.Seed, old.Blocks[i].Block, ids, old.Randomize)
 	}
 	old.Design = plan.DesignOf(len(old.Cells), old.Randomize, old.Blocks)
-	if old.Stage1 == 0 {
-		old.Stage1 = m.Repeat.Min // the stopping rule from here on is the two-stage one
-	}
+	old.Stage1 = cmp.Or(old.Stage1, m.Repeat.Min) // the stopping rule from here on is the two-stage one
 	old.Stop = nil
 	old.CapacityRounds = nil // a changed search replans its rounds; runs of cells it probes again are kept
 	return removed, st.save()
@@ -211,9 +196,7 @@ func fingerprintOf(m *matrices.Matrix, version string) map[string]string {
 		hs = append(hs, n+"="+m.Hosts[n].Address)
 	}
 	fp["hosts"] = strings.Join(hs, ",")
-	for k, v := range localGPUFingerprint() {
-		fp[k] = v
-	}
+	maps.Copy(fp, localGPUFingerprint())
 	return fp
 }
 
@@ -232,8 +215,6 @@ func (st *store) checkFingerprint(now map[string]string, force bool) error {
 	if st.state.Fingerprint == nil {
 		st.state.Fingerprint = map[string]string{}
 	}
-	for k, v := range now {
-		st.state.Fingerprint[k] = v
-	}
+	maps.Copy(st.state.Fingerprint, now)
 	return nil
 }

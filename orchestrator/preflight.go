@@ -256,12 +256,7 @@ func pathMissing(ctx context.Context, h hosts.Host, path string, local bool) (bo
 // localPortProblems refuses the ports of a local host that another process
 // holds now: every launch on them would fail, or meet a stale engine.
 func localPortProblems(m *matrices.Matrix, host string, ports map[int]string) []*matrices.Error {
-	var tables string
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		if b, err := os.ReadFile(f); err == nil {
-			tables += string(b)
-		}
-	}
+	tables := localTCPTables()
 	var es []*matrices.Error
 	for _, p := range slices.Sorted(maps.Keys(ports)) {
 		use := portUse(tables, p)

@@ -8,9 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mbench/mbench/internal/clock"
@@ -137,12 +137,12 @@ func (s *instruments) open(ctx context.Context) {
 	}
 	g.sampler = func() *probes.Sampler { return probes.NewSampler(lib, "local", interval, nil) }
 	var reads []func(context.Context) ([]probes.GPUSample, error)
-	if lib != nil && s.m.Gate.Enabled {
-		reader := probes.NewSampler(lib, "local", interval, nil)
-		reads = append(reads, func(context.Context) ([]probes.GPUSample, error) { return reader.SampleGPUs() })
-		g.localGate = true
-	}
 	if s.m.Gate.Enabled {
+		if lib != nil {
+			reader := probes.NewSampler(lib, "local", interval, nil)
+			reads = append(reads, func(context.Context) ([]probes.GPUSample, error) { return reader.SampleGPUs() })
+			g.localGate = true
+		}
 		var sr []func(context.Context) ([]probes.GPUSample, error)
 		sr, g.gated = s.hosts.slurmGPUReads(ctx)
 		reads = append(reads, sr...)
@@ -235,12 +235,7 @@ func (s *instruments) runIsLocal(es *engineSet) bool {
 	if es == nil || len(es.all()) == 0 {
 		return true
 	}
-	for _, p := range es.all() {
-		if s.hosts.onThisMachine(p.hostName) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(es.all(), func(p *engineProc) bool { return s.hosts.onThisMachine(p.hostName) })
 }
 
 // runIsGated reports whether the gate reads the GPUs of a process of es (or
@@ -249,12 +244,9 @@ func (s *instruments) runIsGated(es *engineSet) bool {
 	if es == nil || len(es.all()) == 0 {
 		return true
 	}
-	for _, p := range es.all() {
-		if (s.gpu.localGate && s.hosts.onThisMachine(p.hostName)) || s.gpu.gated[p.hostName] {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(es.all(), func(p *engineProc) bool {
+		return (s.gpu.localGate && s.hosts.onThisMachine(p.hostName)) || s.gpu.gated[p.hostName]
+	})
 }
 
 // remoteProbe is a `mbench probe` process on a remote host for one run.
@@ -469,7 +461,3 @@ func (s *runner) checkEngineVersion(ctx context.Context, es *engineSet) error {
 }
 
 var errFingerprint = errors.New("environment fingerprint changed")
-
-func isDiskFull(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
-}

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 )
@@ -33,8 +34,6 @@ func resolvedMethod(st *SweepState) (recordedMethod, error) {
 	if err := json.Unmarshal(st.Resolved, &r); err != nil {
 		return r, fmt.Errorf("sweep.json: resolved matrix: %w", err)
 	}
-	if r.Repeat.Confidence == 0 {
-		r.Repeat.Confidence = 0.95
-	}
+	r.Repeat.Confidence = cmp.Or(r.Repeat.Confidence, 0.95)
 	return r, nil
 }

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -101,11 +103,7 @@ func (s *runner) classTokens(cell matrices.Cell, routerNewTok map[int]int) (resu
 		if err == nil {
 			var ideal []int
 			if ideal, err = openloop.IdealNewTokens(reqs, *t); err == nil {
-				out := make(map[int]int, len(ideal))
-				for id, n := range ideal {
-					out[id] = n
-				}
-				return results.ClassByIdealNewTokens, out
+				return results.ClassByIdealNewTokens, maps.Collect(slices.All(ideal)) // by request id
 			}
 		}
 		s.logf("warning: request classes by ideal new tokens: %v (classed by input tokens)", err)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,12 +83,7 @@ func (s *runner) collectSteps(ctx context.Context, es *engineSet, offsets []int6
 func (s *runner) waitStepsFlushed(ctx context.Context, es *engineSet, windowEnd time.Time, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	endUs := windowEnd.UnixMicro()
-	pending := make([]*engineProc, 0, len(es.procs))
-	for _, p := range es.procs {
-		if p.stepLog != "" {
-			pending = append(pending, p)
-		}
-	}
+	pending := slices.DeleteFunc(slices.Clone(es.procs), func(p *engineProc) bool { return p.stepLog == "" })
 	// The sim flushes its log the moment it goes idle, and its last step
 	// ends just before the last token reaches the client: a log that stopped
 	// growing with a step that ended in the last stepSlack of the window is
@@ -147,10 +143,7 @@ func lastStepEndUs(ctx context.Context, p *engineProc, known int64) (tsUs, size 
 	if len(b) > tailBytes {
 		b = b[len(b)-tailBytes:]
 	}
-	ts, ok := probes.LastStepEndUs(b)
-	if !ok {
-		return 0, size
-	}
+	ts, _ := probes.LastStepEndUs(b) // 0 without a complete record
 	return ts, size
 }
 
@@ -249,16 +242,15 @@ func diskFull(err error) bool {
 	if err == nil {
 		return false
 	}
-	if isDiskFull(err) {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return true
 	}
 	msg := err.Error()
 	return strings.Contains(msg, syscall.ENOSPC.Error()) || strings.Contains(msg, syscall.EDQUOT.Error())
 }
 
+// firstLine is s up to its first newline.
 func firstLine(s string) string {
-	if i := bytes.IndexByte([]byte(s), '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

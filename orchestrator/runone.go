@@ -243,15 +243,13 @@ func (s *runner) ensureEngine(ctx context.Context, cell matrices.Cell, run strin
 	}
 	s.prog.setPhase("launch")
 	es, err := s.engines.start(ctx, l, run)
-	var first *startError
-	if errors.As(err, &first) && ctx.Err() == nil {
+	if first, ok := errors.AsType[*startError](err); ok && ctx.Err() == nil {
 		// One relaunch: a start can fail for a passing reason (a port
 		// still held, a node slow to mount the model). The same cause
 		// twice is the config's: no later run of it would start either.
 		s.logf("config %s: the engine failed before it was ready (%s); launching it once more", cell.Config, first.cause)
 		es, err = s.engines.start(ctx, l, run)
-		var second *startError
-		if errors.As(err, &second) && second.sameCause(first) {
+		if second, ok := errors.AsType[*startError](err); ok && second.sameCause(first) {
 			return nil, &configStartError{config: cell.Config, launches: 2, last: second}
 		}
 	}
@@ -282,8 +280,7 @@ func (s *runner) policy(cell matrices.Cell) results.Policy {
 		MaxErrorRate: s.m.Measure.MaxErrorRate, MaxErrorRateSet: s.m.Measure.MaxErrorRateSet,
 		AllowShortOutputs: s.m.Measure.AllowShortOutputs}
 	if s.m.SLO != nil {
-		slo := *s.m.SLO // a copy: the policy is the run's own
-		p.SLO = &slo
+		p.SLO = new(*s.m.SLO) // a copy: the policy is the run's own
 	}
 	return p
 }

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,13 +97,6 @@ func plural(n int, word string) string {
 	return word + "s"
 }
 
-// nodeHost is h's node capability: the allocation a Slurm host's engines
-// run in. Other hosts have none.
-func nodeHost(h hosts.Host) (hosts.NodeHost, bool) {
-	nh, ok := h.(hosts.NodeHost)
-	return nh, ok
-}
-
 // slurmReach is the URL of port on a slurm host's node, once allocated: the
 // node's address, or with tunnel: true a local port forwarded through the
 // SSH connection to the login machine (nodes a cluster does not route to
@@ -112,7 +106,7 @@ func (f *fleet) slurmReach(ctx context.Context, name string, i, port int) (strin
 	if err != nil {
 		return "", err
 	}
-	nh, ok := nodeHost(h)
+	nh, ok := h.(hosts.NodeHost)
 	if !ok {
 		return "", fmt.Errorf("host %s: not an allocation's host", name)
 	}
@@ -146,7 +140,7 @@ func (f *fleet) bind() string {
 			continue
 		}
 		h, ok := f.connected(name)
-		if nh, isNode := nodeHost(h); ok && isNode && allLoopback(nh.Allocation()) {
+		if nh, isNode := h.(hosts.NodeHost); ok && isNode && allLoopback(nh.Allocation()) {
 			continue
 		}
 		return "0.0.0.0"
@@ -180,7 +174,7 @@ func allLoopback(a hosts.Allocation) bool {
 // nodeRun runs cmd where h's engines run: on node i of a slurm host's
 // allocation as a step, else on the host.
 func nodeRun(ctx context.Context, h hosts.Host, i int, cmd string) ([]byte, []byte, error) {
-	if nh, ok := nodeHost(h); ok {
+	if nh, ok := h.(hosts.NodeHost); ok {
 		return nh.RunOnNode(ctx, i, cmd)
 	}
 	return h.Run(ctx, cmd)
@@ -191,15 +185,24 @@ func nodeRun(ctx context.Context, h hosts.Host, i int, cmd string) ([]byte, []by
 // connected slurm host.
 func (f *fleet) slurmNodes() []string {
 	var out []string
+	for _, nh := range f.nodeHosts() {
+		a := nh.Allocation()
+		line := fmt.Sprintf("%s: slurm job %s %s %s", nh.Name(), a.JobID, plural(len(a.Nodes), "node"), strings.Join(a.Nodes, ","))
+		if a.Cluster != "" {
+			line += " (cluster " + a.Cluster + ")"
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// nodeHosts are the connected slurm hosts, in the matrix's order.
+func (f *fleet) nodeHosts() []hosts.NodeHost {
+	var out []hosts.NodeHost
 	for _, name := range f.m.HostOrder {
 		if h, ok := f.connected(name); ok {
-			if nh, ok := nodeHost(h); ok {
-				a := nh.Allocation()
-				line := fmt.Sprintf("%s: slurm job %s %s %s", name, a.JobID, plural(len(a.Nodes), "node"), strings.Join(a.Nodes, ","))
-				if a.Cluster != "" {
-					line += " (cluster " + a.Cluster + ")"
-				}
-				out = append(out, line)
+			if nh, ok := h.(hosts.NodeHost); ok {
+				out = append(out, nh)
 			}
 		}
 	}
@@ -228,13 +231,9 @@ func allocationEnded(ended, runErr error) error {
 // slurmEnded returns an error wrapping hosts.ErrAllocationEnded when the
 // allocation of a connected slurm host has ended.
 func (f *fleet) slurmEnded(ctx context.Context) error {
-	for _, name := range f.m.HostOrder {
-		if h, ok := f.connected(name); ok {
-			if nh, ok := nodeHost(h); ok {
-				if err := nh.Alive(context.WithoutCancel(ctx)); err != nil {
-					return err
-				}
-			}
+	for _, nh := range f.nodeHosts() {
+		if err := nh.Alive(context.WithoutCancel(ctx)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -296,7 +295,7 @@ func dryRunNode(m *matrices.Matrix, host string, i int) string {
 // connected slurm host's allocation.
 func (f *fleet) nodeOf(host string, i int) (name, addr string, ok bool) {
 	h, connected := f.connected(host)
-	nh, isNode := nodeHost(h)
+	nh, isNode := h.(hosts.NodeHost)
 	if !connected || !isNode {
 		return "", "", false
 	}
@@ -313,14 +312,7 @@ func (f *fleet) nodeOf(host string, i int) (name, addr string, ok bool) {
 // them). A failure to complete is said, not fatal: the allocation is then
 // cancelled when the hosts close.
 func (s *sweep) completeAllocations(ctx context.Context) {
-	var done []hosts.NodeHost
-	for _, name := range s.m.HostOrder {
-		if h, ok := s.fleet.connected(name); ok {
-			if nh, ok := nodeHost(h); ok {
-				done = append(done, nh)
-			}
-		}
-	}
+	done := s.fleet.nodeHosts()
 	if len(done) == 0 {
 		return
 	}
@@ -360,15 +352,9 @@ func slurmEnv(env map[string]string, entries []JournalEntry) map[string]string {
 	if len(order) == 0 {
 		return env
 	}
-	out := maps.Clone(env)
-	if out == nil {
-		out = map[string]string{}
-	}
+	out := maps.Collect(maps.All(env)) // a copy, never nil
 	for _, a := range order {
-		cluster := a.cluster
-		if cluster == "" {
-			cluster = "unnamed"
-		}
+		cluster := cmp.Or(a.cluster, "unnamed")
 		out["slurm "+a.host+" job "+a.job] = fmt.Sprintf("cluster %s, %s %s, %d run(s): %s",
 			cluster, plural(strings.Count(a.nodes, ",")+1, "node"), a.nodes, len(runs[a]), strings.Join(runs[a], " "))
 	}

@@ -3,9 +3,11 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/orchestrator/hosts"
 )
 
 // Per-block allocations (hosts.<name>.slurm.allocation: block): when a
@@ -17,25 +19,20 @@ import (
 // perBlockHosts lists the slurm hosts of the matrix that ask for an
 // allocation per block.
 func (f *fleet) perBlockHosts() []string {
-	var out []string
-	for _, name := range f.m.HostOrder {
-		if hc := f.m.Hosts[name]; hc.IsSlurm() && hc.Slurm.Allocation == matrices.AllocationBlock {
-			out = append(out, name)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(f.m.HostOrder), func(name string) bool {
+		hc := f.m.Hosts[name]
+		return !hc.IsSlurm() || hc.Slurm.Allocation != matrices.AllocationBlock
+	})
 }
 
 // endBlockAllocations stops the running engines and ends the allocation of
 // every connected per-block host, after a block: COMPLETED, as the block is.
 // ended reports whether it ended any: the next block then renews them.
 func (s *sweep) endBlockAllocations(ctx context.Context, block int) (ended bool, err error) {
-	var names []string
-	for _, name := range s.fleet.perBlockHosts() {
-		if _, ok := s.fleet.connected(name); ok {
-			names = append(names, name)
-		}
-	}
+	names := slices.DeleteFunc(s.fleet.perBlockHosts(), func(name string) bool {
+		_, ok := s.fleet.connected(name)
+		return !ok
+	})
 	if len(names) == 0 {
 		return false, nil
 	}
@@ -44,7 +41,7 @@ func (s *sweep) endBlockAllocations(ctx context.Context, block int) (ended bool,
 		// The block is done: its job ends COMPLETED (or, should that fail,
 		// cancelled as the host closes).
 		if h, ok := s.fleet.connected(name); ok {
-			if nh, ok := nodeHost(h); ok && err == nil {
+			if nh, ok := h.(hosts.NodeHost); ok && err == nil {
 				if cerr := nh.Complete(ctx); cerr != nil {
 					s.logf("warning: host %s: complete slurm job %s: %v (it is cancelled instead)", name, nh.Allocation().JobID, cerr)
 				}

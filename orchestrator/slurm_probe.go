@@ -42,7 +42,7 @@ func (f *fleet) selfOn(name string) (string, bool) {
 // step bound to every GPU of the allocation on a slurm host's node, else as
 // a process of the host.
 func startProbeOn(ctx context.Context, h hosts.Host, spec hosts.ProcSpec) (hosts.Process, error) {
-	if nh, ok := nodeHost(h); ok {
+	if nh, ok := h.(hosts.NodeHost); ok {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		return nh.StartOnNode(ctx, spec)
@@ -73,12 +73,8 @@ func nodePid(p hosts.Process) int {
 // and left out (the gate cannot cover it); gated names the hosts read.
 func (f *fleet) slurmGPUReads(ctx context.Context) (reads []func(context.Context) ([]probes.GPUSample, error), gated map[string]bool) {
 	gated = map[string]bool{}
-	for _, name := range f.m.HostOrder {
-		h, ok := f.connected(name)
-		nh, isNode := nodeHost(h)
-		if !ok || !isNode {
-			continue
-		}
+	for _, nh := range f.nodeHosts() {
+		name := nh.Name()
 		self, ok := f.selfOn(name)
 		if !ok {
 			f.logf("host %s: no mbench binary there (set hosts.%s.mbench_path): the GPU gate does not cover its node", name, name)
@@ -150,7 +146,7 @@ func (f *fleet) sampleHost(p *engineProc) string {
 	if f.onThisMachine(p.hostName) {
 		return "local"
 	}
-	if nh, ok := nodeHost(p.host); ok {
+	if nh, ok := p.host.(hosts.NodeHost); ok {
 		return probeLabel(p.hostName, nh, p.node)
 	}
 	return p.hostName

@@ -24,12 +24,10 @@ func (e *startError) Error() string { return e.msg }
 // same last log line once its numbers (timestamps, pids, addresses) are
 // masked.
 func (e *startError) sameCause(o *startError) bool {
-	return maskNumbers(e.cause) == maskNumbers(o.cause)
+	return numbers.ReplaceAllString(e.cause, "#") == numbers.ReplaceAllString(o.cause, "#")
 }
 
 var numbers = regexp.MustCompile(`[0-9]+`)
-
-func maskNumbers(s string) string { return numbers.ReplaceAllString(s, "#") }
 
 // logCause is the last line of a log tail that the engine wrote (not
 // Slurm's launcher, whose "srun: … Terminating StepId=…" follows any step

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -72,16 +73,14 @@ func ReadStatus(dir string) (*Status, error) {
 		}
 	}
 	if len(entries) > 0 {
-		last := entries[len(entries)-1]
-		s.Last = &last
+		s.Last = new(entries[len(entries)-1])
 	}
 	for _, b := range st.Blocks {
-		complete := len(b.Order) > 0
-		for _, id := range b.Order {
+		notRun := func(id string) bool {
 			_, ran := done[runKey{id, b.Block}]
-			complete = complete && ran
+			return !ran
 		}
-		if complete {
+		if len(b.Order) > 0 && !slices.ContainsFunc(b.Order, notRun) {
 			s.Complete++
 		}
 	}

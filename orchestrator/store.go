@@ -22,10 +22,6 @@ type store struct {
 	values runValues
 }
 
-func newStore(dir string, failLimit int) *store {
-	return &store{dir: dir, ledger: newLedger(dir, failLimit), values: runValues{}}
-}
-
 // save writes sweep.json.
 func (st *store) save() error { return writeSweep(st.dir, st.state) }
 

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -127,17 +128,12 @@ func (s *sweep) assemble(req openloop.Request) {
 }
 
 func newSweep(m *matrices.Matrix, dir string, opts Options) *sweep {
-	if opts.Stdout == nil {
-		opts.Stdout = io.Discard
-	}
-	if opts.Stderr == nil {
-		opts.Stderr = io.Discard
-	}
+	opts.Stdout, opts.Stderr = cmp.Or(opts.Stdout, io.Discard), cmp.Or(opts.Stderr, io.Discard)
 	if opts.FailLimit <= 0 {
 		opts.FailLimit = 3
 	}
 	s := &sweep{opts: opts, m: m, cells: map[string]matrices.Cell{},
-		store: newStore(dir, opts.FailLimit), sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
+		store: &store{dir: dir, ledger: newLedger(dir, opts.FailLimit), values: runValues{}}, sweepLog: newSweepLog(m.Redact, dir, opts.Stderr, opts.Quiet)}
 	for _, c := range m.Cells() {
 		s.cells[c.ID] = c
 	}

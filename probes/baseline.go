@@ -66,33 +66,27 @@ func (g *Gate) TakeBaseline(ctx context.Context, kind BaselineKind) ([]GPUSample
 	rec := BaselineRecord{Kind: kind, Method: BaselineClean}
 	start := clock.Now()
 	deadline := start.Add(timeout)
-	var (
-		last    []GPUSample
-		lastErr error
-	)
+	var last []GPUSample // the last good reading
 	for {
 		rec.Polls++
 		cur, err := g.Read(ctx)
 		now := clock.Now()
 		rec.WaitedS = now.Sub(start).Seconds()
 		if err == nil {
-			last, lastErr = cur, nil
-			if foreign := g.foreignOn(cur); len(foreign) == 0 || !now.Before(deadline) {
-				return subtractForeign(cur, foreign), g.recordOf(cur, foreign, now.UnixMicro(), rec), nil
-			}
-		} else {
-			lastErr = err
+			last = cur
 		}
-		if !now.Before(deadline) {
-			if last != nil { // a read failed at the deadline: keep the last good one
-				foreign := g.foreignOn(last)
-				return subtractForeign(last, foreign), g.recordOf(last, foreign, now.UnixMicro(), rec), nil
-			}
-			return nil, rec, fmt.Errorf("no reading in %s: %w", timeout, lastErr)
+		expired := !now.Before(deadline)
+		// A clean reading; at the deadline the last good one (a read may
+		// have failed since), foreign memory subtracted.
+		if foreign := g.foreignOn(last); last != nil && (err == nil && len(foreign) == 0 || expired) {
+			return subtractForeign(last, foreign), g.recordOf(last, foreign, now.UnixMicro(), rec), nil
+		}
+		if expired {
+			return nil, rec, fmt.Errorf("no reading in %s: %w", timeout, err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, rec, errors.Join(ctx.Err(), lastErr)
+			return nil, rec, errors.Join(ctx.Err(), err)
 		case <-clock.After(min(poll, deadline.Sub(now))):
 		}
 	}

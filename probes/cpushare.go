@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 )
@@ -150,20 +151,7 @@ func (s *CPUSnapshot) Tree(pgids []int) []int {
 			}
 		}
 	}
-	out := make([]int, 0, len(in))
-	for pid := range in {
-		out = append(out, pid)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// CPUSeconds is the user+system time of pid, its waited-for children's
-// included, as the kernel reports it, in seconds; false when s has no such
-// process.
-func (s *CPUSnapshot) CPUSeconds(pid int) (float64, bool) {
-	p, ok := s.Procs[pid]
-	return float64(p.ticks) / s.Tick, ok
+	return slices.Sorted(maps.Keys(in))
 }
 
 // used is the CPU seconds pids spent between a and b: for a process in

@@ -193,3 +193,11 @@ func stopped(t *testing.T, pid int) bool {
 	}
 	return st.state == 'T' || strings.Contains(string(b), ") T ")
 }
+
+// CPUSeconds is the user+system time of pid, its waited-for children's
+// included, as the kernel reports it, in seconds; false when s has no such
+// process.
+func (s *CPUSnapshot) CPUSeconds(pid int) (float64, bool) {
+	p, ok := s.Procs[pid]
+	return float64(p.ticks) / s.Tick, ok
+}

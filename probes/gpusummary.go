@@ -2,11 +2,14 @@ package probes
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -142,23 +145,9 @@ type GPUKey struct {
 
 // SortedGPUKeys returns the keys of m sorted by host, then GPU index.
 func SortedGPUKeys[V any](m map[GPUKey]V) []GPUKey {
-	keys := make([]GPUKey, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].Host != keys[j].Host {
-			return keys[i].Host < keys[j].Host
-		}
-		return keys[i].GPU < keys[j].GPU
+	return slices.SortedFunc(maps.Keys(m), func(a, b GPUKey) int {
+		return cmp.Or(strings.Compare(a.Host, b.Host), cmp.Compare(a.GPU, b.GPU))
 	})
-	return keys
-}
-
-// SummarizeGPU is SummarizeGPUWith with no engine processes known and the
-// default throttle bound.
-func SummarizeGPU(samples []GPUSample) GPUSummary {
-	return SummarizeGPUWith(samples, GPUSummaryOptions{ThrottleMaxFraction: DefaultThrottleMaxFraction})
 }
 
 // SummarizeGPUWith summarizes gpu.jsonl samples per GPU (keyed by host and
@@ -241,12 +230,7 @@ func SummarizeGPUWith(samples []GPUSample, opt GPUSummaryOptions) GPUSummary {
 // reservedStat is the Stat of the samples' reserved memory, over the samples
 // that carry it; nil when none does.
 func reservedStat(ss []GPUSample) *Stat {
-	var rs []GPUSample
-	for _, s := range ss {
-		if s.MemReservedMiB != nil {
-			rs = append(rs, s)
-		}
-	}
+	rs := slices.DeleteFunc(slices.Clone(ss), func(s GPUSample) bool { return s.MemReservedMiB == nil })
 	if len(rs) == 0 {
 		return nil
 	}
@@ -322,14 +306,8 @@ func ReadProbeStream(r io.Reader) ([]GPUSample, []HostSample, error) {
 	}
 }
 
-// SliceGPUSamples keeps the samples with fromUs ≤ ts_us ≤ toUs (0 leaves a
-// side unbounded), to cut a run's window out of a longer probe stream.
-func SliceGPUSamples(samples []GPUSample, fromUs, toUs int64) []GPUSample {
-	var out []GPUSample
-	for _, s := range samples {
-		if (fromUs == 0 || s.TsUs >= fromUs) && (toUs == 0 || s.TsUs <= toUs) {
-			out = append(out, s)
-		}
-	}
-	return out
+// SummarizeGPU is SummarizeGPUWith with no engine processes known and the
+// default throttle bound.
+func SummarizeGPU(samples []GPUSample) GPUSummary {
+	return SummarizeGPUWith(samples, GPUSummaryOptions{ThrottleMaxFraction: DefaultThrottleMaxFraction})
 }

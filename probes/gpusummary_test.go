@@ -177,3 +177,15 @@ func TestMemSource(t *testing.T) {
 		}
 	}
 }
+
+// SliceGPUSamples keeps the samples with fromUs ≤ ts_us ≤ toUs (0 leaves a
+// side unbounded), to cut a run's window out of a longer probe stream.
+func SliceGPUSamples(samples []GPUSample, fromUs, toUs int64) []GPUSample {
+	var out []GPUSample
+	for _, s := range samples {
+		if (fromUs == 0 || s.TsUs >= fromUs) && (toUs == 0 || s.TsUs <= toUs) {
+			out = append(out, s)
+		}
+	}
+	return out
+}

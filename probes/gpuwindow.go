@@ -190,10 +190,7 @@ func hardwareEvents(ss []GPUSample) (events []GPUEvent, corrected, uncorrected u
 	for i := range ss {
 		events = append(events, ss[i].Events...)
 		if ss[i].ECCCorrected != nil && ss[i].ECCUncorrected != nil {
-			if first == nil {
-				first = &ss[i]
-			}
-			last = &ss[i]
+			first, last = cmp.Or(first, &ss[i]), &ss[i]
 		}
 	}
 	if first != nil {

@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -58,9 +59,7 @@ func ScrapeMetrics(ctx context.Context, c *http.Client, url string) (Scrape, err
 func scrapeAt(ctx context.Context, c *http.Client, url string, clock Clock) (Scrape, error) {
 	shown := openloop.RedactUserinfo(url) // a target may carry credentials; records and messages do not
 	s := Scrape{TsUs: clock.Now().UnixMicro(), Target: shown}
-	if c == nil {
-		c = http.DefaultClient
-	}
+	c = cmp.Or(c, http.DefaultClient)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return s, fmt.Errorf("scrape %s: %w", shown, openloop.RedactError(err))

@@ -2,6 +2,9 @@ package probes
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -248,5 +251,20 @@ func TestSummarizeEngineTokenTime(t *testing.T) {
 		if cs := SummarizeMetrics(v(1, 100), v(3, 300), nil); cs.EngineTokenMs == nil || math.Abs(*cs.EngineTokenMs-10) > 1e-9 {
 			t.Errorf("%s: %v, want 2 s / 200 = 10 ms", name, cs.EngineTokenMs)
 		}
+	}
+}
+
+// ReadScrapes reads metrics.jsonl; a bad line is an error naming it.
+func ReadScrapes(r io.Reader) ([]Scrape, error) {
+	dec := json.NewDecoder(r)
+	var out []Scrape
+	for n := 1; ; n++ {
+		var s Scrape
+		if err := dec.Decode(&s); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return out, fmt.Errorf("metrics.jsonl: record %d: %w", n, err)
+		}
+		out = append(out, s)
 	}
 }

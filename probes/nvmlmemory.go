@@ -48,8 +48,7 @@ func (m memoryReader) read(d nvml.Device, x *GPUSample) nvml.Return {
 		if ret != nvml.SUCCESS {
 			return ret
 		}
-		r := mib(v.Reserved)
-		x.MemUsedMiB, x.MemReservedMiB, x.MemTotalMiB = mib(v.Used), &r, mib(v.Total)
+		x.MemUsedMiB, x.MemReservedMiB, x.MemTotalMiB = mib(v.Used), new(mib(v.Reserved)), mib(v.Total)
 		return nvml.SUCCESS
 	}
 	v, ret := d.GetMemoryInfo()

@@ -2,10 +2,11 @@ package probes
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -46,26 +47,18 @@ func (s *Scraper) round(ctx context.Context, phase string, dropCut bool) ([]Scra
 	out := make([]Scrape, len(s.Targets))
 	var wg sync.WaitGroup
 	for i, t := range s.Targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			sc, err := scrapeAt(ctx, s.Client, MetricsURL(t), clock)
 			if err != nil {
 				sc.Err = err.Error()
 			}
 			sc.TsUs, sc.Target, sc.Phase = ts, t, phase
 			out[i] = sc
-		}()
+		})
 	}
 	wg.Wait()
 	if dropCut && ctx.Err() != nil {
-		kept := out[:0]
-		for _, sc := range out {
-			if sc.Err == "" {
-				kept = append(kept, sc)
-			}
-		}
-		out = kept
+		out = slices.DeleteFunc(out, func(sc Scrape) bool { return sc.Err != "" })
 	}
 	if s.Sink == nil {
 		return out, nil
@@ -107,21 +100,6 @@ func (s *Scraper) Run(ctx context.Context) ([]Scrape, error) {
 		if err != nil {
 			return all, err
 		}
-	}
-}
-
-// ReadScrapes reads metrics.jsonl; a bad line is an error naming it.
-func ReadScrapes(r io.Reader) ([]Scrape, error) {
-	dec := json.NewDecoder(r)
-	var out []Scrape
-	for n := 1; ; n++ {
-		var s Scrape
-		if err := dec.Decode(&s); err == io.EOF {
-			return out, nil
-		} else if err != nil {
-			return out, fmt.Errorf("metrics.jsonl: record %d: %w", n, err)
-		}
-		out = append(out, s)
 	}
 }
 
@@ -223,22 +201,13 @@ func lastOK(ss []Scrape, first bool) map[string]Scrape {
 	return m
 }
 
-// SummarizeMetrics is VLLMMetrics.Summarize.
-func SummarizeMetrics(before, after []Scrape, during []Scrape) CacheSummary {
-	return VLLMMetrics.Summarize(before, after, during)
-}
-
 // Summarize computes the window's deltas from the last good "before"
 // scrape and the first good "after" scrape of each target, and the levels
 // of running, waiting and KV usage from the "during" rounds.
 func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSummary {
 	var cs CacheSummary
 	b, a := lastOK(before, false), lastOK(after, true)
-	targets := make([]string, 0, len(b))
-	for t := range b {
-		targets = append(targets, t)
-	}
-	sort.Strings(targets)
+	targets := slices.Sorted(maps.Keys(b))
 	var hitsSeen, extSeen bool
 	var tokSeconds, tokCount float64
 	for _, t := range targets {
@@ -272,8 +241,7 @@ func (n MetricNames) Summarize(before, after []Scrape, during []Scrape) CacheSum
 		}
 	}
 	if tokCount > 0 {
-		ms := 1000 * tokSeconds / tokCount
-		cs.EngineTokenMs = &ms
+		cs.EngineTokenMs = new(1000 * tokSeconds / tokCount)
 	}
 	for t := range a {
 		if _, ok := b[t]; !ok {
@@ -359,4 +327,9 @@ func levels(during []Scrape, names []string) (l Level, seen bool, rounds int) {
 		l.Mean /= float64(n)
 	}
 	return l, seen, len(byTs)
+}
+
+// SummarizeMetrics is VLLMMetrics.Summarize.
+func SummarizeMetrics(before, after []Scrape, during []Scrape) CacheSummary {
+	return VLLMMetrics.Summarize(before, after, during)
 }

@@ -1,8 +1,10 @@
 package probes
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -148,7 +150,7 @@ func (s *statusSet) finish(st *StepStats) {
 				g.SampleEvery = es.GPUSampleEvery
 			}
 		case es.GPUTime != GPUMeasured:
-			reasons = appendUnique(reasons, orDefault(es.GPUReason, "the plugin did not say why"))
+			reasons = appendUnique(reasons, cmp.Or(es.GPUReason, "the plugin did not say why"))
 		}
 	}
 	g.Source = strings.Join(sources, "; ")
@@ -165,18 +167,10 @@ func (s *statusSet) finish(st *StepStats) {
 	}
 }
 
+// appendUnique appends s to list unless list has it.
 func appendUnique(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
+	if slices.Contains(list, s) {
+		return list
 	}
 	return append(list, s)
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
 }

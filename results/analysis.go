@@ -1,9 +1,11 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
-	"sort"
+	"slices"
+	"strings"
 )
 
 // Sweep is a (possibly partial) sweep as the analysis takes it: what was
@@ -143,18 +145,14 @@ type Analysis struct {
 // missing cells, blocks and unreadable summaries are in the cells and in
 // Warnings; only bad arguments and read's errors are errors.
 func Analyze(sw Sweep, read func(RunRef) (RunFile, error)) (*Analysis, error) {
-	if sw.Confidence == 0 {
-		sw.Confidence = 0.95
-	}
+	sw.Confidence = cmp.Or(sw.Confidence, 0.95)
 	if !(sw.Confidence > 0 && sw.Confidence < 1) {
 		return nil, fmt.Errorf("confidence %v must be between 0 and 1", sw.Confidence)
 	}
 	if len(sw.Compare) == 0 {
 		sw.Compare = DefaultCompare
 	}
-	if sw.Metric == "" {
-		sw.Metric = DefaultStopMetric
-	}
+	sw.Metric = cmp.Or(sw.Metric, DefaultStopMetric)
 	a := &Analysis{Sweep: sw}
 	s := &a.Sweep
 	cells, err := a.cells(read)
@@ -190,15 +188,9 @@ func (a *Analysis) cells(read func(RunRef) (RunFile, error)) ([]*Cell, error) {
 		byID[ci.ID] = c
 		cells = append(cells, c)
 	}
-	refs := append([]RunRef(nil), s.Runs...)
-	sort.SliceStable(refs, func(i, j int) bool {
-		if refs[i].Cell != refs[j].Cell {
-			return refs[i].Cell < refs[j].Cell
-		}
-		if refs[i].Block != refs[j].Block {
-			return refs[i].Block < refs[j].Block
-		}
-		return refs[i].Dir < refs[j].Dir
+	refs := slices.Clone(s.Runs)
+	slices.SortStableFunc(refs, func(a, b RunRef) int {
+		return cmp.Or(strings.Compare(a.Cell, b.Cell), cmp.Compare(a.Block, b.Block), strings.Compare(a.Dir, b.Dir))
 	})
 	for _, ref := range refs {
 		c := byID[ref.Cell]
@@ -218,10 +210,7 @@ func (a *Analysis) cells(read func(RunRef) (RunFile, error)) ([]*Cell, error) {
 		}
 		switch {
 		case f.Sum == nil:
-			r.Problem = f.Problem
-			if r.Problem == "" {
-				r.Problem = "its summary_A.json is missing"
-			}
+			r.Problem = cmp.Or(f.Problem, "its summary_A.json is missing")
 		default:
 			r.Sum, r.Metrics, r.TTFTs = f.Sum, RunMetrics(f.Sum), f.TTFTs
 			if !ref.Status.Usable() {
@@ -259,10 +248,8 @@ func (s *Sweep) lastBlock() int {
 
 // AnyCellHas reports whether some cell's summary has the metric key.
 func AnyCellHas(ordered []*Cell, key string) bool {
-	for _, c := range ordered {
-		if _, ok := c.Sum.Metrics[key]; ok {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(ordered, func(c *Cell) bool {
+		_, ok := c.Sum.Metrics[key]
+		return ok
+	})
 }

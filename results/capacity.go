@@ -45,11 +45,8 @@ type CapacityRun struct {
 
 // value is the run's value of bound i's metric (NaN when missing).
 func (r CapacityRun) value(i int, b Bound) float64 {
-	if r.Values == nil {
-		if i == 0 {
-			return r.Value
-		}
-		return math.NaN()
+	if r.Values == nil && i == 0 {
+		return r.Value
 	}
 	if v, ok := r.Values[b.Metric]; ok {
 		return v
@@ -226,12 +223,7 @@ func AnalyzeCapacity(spec CapacitySpec, runs []CapacityRun) CapacityReport {
 	rep := CapacityReport{Spec: spec}
 	for _, sh := range spec.Shapes {
 		for _, cfg := range spec.Configs {
-			var mine []CapacityRun
-			for _, r := range runs {
-				if r.Config == cfg && r.Shape == sh {
-					mine = append(mine, r)
-				}
-			}
+			mine := slices.DeleteFunc(slices.Clone(runs), func(r CapacityRun) bool { return r.Config != cfg || r.Shape != sh })
 			rep.Searches = append(rep.Searches, analyzeSearch(spec, cfg, sh, mine))
 		}
 	}
@@ -258,12 +250,7 @@ func analyzeSearch(spec CapacitySpec, cfg, shape string, runs []CapacityRun) Cap
 	for _, r := range runs {
 		byRate[r.Rate] = append(byRate[r.Rate], r)
 	}
-	rates := make([]float64, 0, len(byRate))
-	for r := range byRate {
-		rates = append(rates, r)
-	}
-	slices.Sort(rates)
-	for _, rate := range rates {
+	for _, rate := range slices.Sorted(maps.Keys(byRate)) {
 		s.Probes = append(s.Probes, judgeProbe(spec, rate, byRate[rate]))
 	}
 	bracket(&s)
@@ -329,18 +316,13 @@ func judgeProbe(spec CapacitySpec, rate float64, runs []CapacityRun) CapacityPro
 // bracket sets Lo, Hi, the uncertain band and the non-monotone rates from
 // the probes' verdicts.
 func bracket(s *CapacitySearch) {
-	for _, p := range s.Probes {
-		if p.Verdict == ProbeFails {
-			r := p.Rate
-			s.Hi = &r
-			break
-		}
+	if i := slices.IndexFunc(s.Probes, func(p CapacityProbe) bool { return p.Verdict == ProbeFails }); i >= 0 {
+		s.Hi = ptr(s.Probes[i].Rate)
 	}
 	for _, p := range s.Probes {
 		switch {
 		case p.Verdict == ProbeHolds && (s.Hi == nil || p.Rate < *s.Hi):
-			r := p.Rate
-			s.Lo = &r
+			s.Lo = ptr(p.Rate)
 		case p.Verdict == ProbeHolds:
 			s.NonMonotone = append(s.NonMonotone, p.Rate)
 		}
@@ -349,11 +331,8 @@ func bracket(s *CapacitySearch) {
 		if p.Verdict.Decided() || (s.Lo != nil && p.Rate < *s.Lo) || (s.Hi != nil && p.Rate > *s.Hi) {
 			continue
 		}
-		r := p.Rate
-		if s.BandLo == nil {
-			s.BandLo = &r
-		}
-		s.BandHi = &r
+		r := ptr(p.Rate)
+		s.BandLo, s.BandHi = cmp.Or(s.BandLo, r), r
 	}
 }
 
@@ -462,13 +441,10 @@ func CompareBrackets(base, treat *CapacitySearch, confidence float64) Comparison
 	c.HalfLog = (hi - lo) / 2
 	c.Effect, c.Lo, c.Hi = math.Expm1(c.MeanLog), math.Expm1(lo), math.Expm1(hi)
 	ml, mh, se := censoredStats(los, his)
-	switch m := math.NaN(); {
-	case mh < 0:
-		m = mh
-		fallthrough
-	case ml > 0:
-		if math.IsNaN(m) {
-			m = ml
+	if mh < 0 || ml > 0 { // the bound farther from 0 on the effect's side
+		m := ml
+		if mh < 0 {
+			m = mh
 		}
 		c.P = 0
 		if se > 0 {

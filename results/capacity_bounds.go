@@ -81,8 +81,7 @@ func (s CapacitySpec) Constraints() []Bound {
 	if len(s.Bounds) > 0 {
 		return s.Bounds
 	}
-	x := s.MaxMs
-	return []Bound{{Metric: s.Metric, MaxMs: &x}}
+	return []Bound{{Metric: s.Metric, MaxMs: new(s.MaxMs)}}
 }
 
 // BoundsText is the spec's constraints in words, joined with commas.

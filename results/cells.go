@@ -1,8 +1,10 @@
 package results
 
 import (
+	"cmp"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/mbench/mbench/stats"
 )
@@ -72,10 +74,7 @@ func summarizeCell(c *Cell, s *Sweep, blocks int) CellSummary {
 		Metrics: map[string]MetricStats{}, Runs: []CellRun{}, MissingBlocks: []int{}, Verdicts: VerdictCounts{},
 	}
 	for _, r := range c.Runs {
-		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: r.Ref.Reason, Dir: r.Ref.Dir, Used: r.IsResult()}
-		if r.Problem != "" && cr.Reason == "" {
-			cr.Reason = r.Problem
-		}
+		cr := CellRun{Block: r.Ref.Block, Status: r.Ref.Status, Reason: cmp.Or(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir, Used: r.IsResult()}
 		if r.Sum != nil {
 			cr.Saturated = r.Sum.Saturated || r.Ref.Status == VerdictSaturated
 			cr.SaturationReason = r.Sum.SaturationReason
@@ -83,9 +82,7 @@ func summarizeCell(c *Cell, s *Sweep, blocks int) CellSummary {
 				cr.SaturationReason = r.Ref.Reason
 			}
 			cr.ClientLimited, cr.ClientLimitedReason = r.Sum.ClientLimited, r.Sum.ClientLimitedReason
-			if cs.Engine == "" {
-				cs.Engine = r.Sum.Engine
-			}
+			cs.Engine = cmp.Or(cs.Engine, r.Sum.Engine)
 		}
 		if cr.Used {
 			cs.NRuns++
@@ -175,11 +172,8 @@ func (c *Cell) Saturated() bool { return c.Sum.SaturatedRuns > 0 }
 
 // metricStats computes mean, CI and CV of per-block values.
 func metricStats(byBlock map[int]float64, confidence float64) MetricStats {
-	ms := MetricStats{Values: []float64{}, Blocks: []int{}}
-	for b := range byBlock {
-		ms.Blocks = append(ms.Blocks, b)
-	}
-	sort.Ints(ms.Blocks)
+	ms := MetricStats{Values: []float64{}, Blocks: slices.AppendSeq([]int{}, maps.Keys(byBlock))}
+	slices.Sort(ms.Blocks)
 	for _, b := range ms.Blocks {
 		ms.Values = append(ms.Values, byBlock[b])
 	}

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 
@@ -36,9 +37,6 @@ const (
 	// requests.
 	ClassByRouterNewTokens ClassBasis = "router_new_tokens"
 )
-
-// ClassBases lists the bases.
-var ClassBases = []ClassBasis{ClassByIdealNewTokens, ClassByInputTokens, ClassByRouterNewTokens}
 
 // DependsOnRouting reports whether a request's class under b can change
 // with the config.
@@ -98,9 +96,7 @@ func SummarizeClasses(recs []Record, basis ClassBasis, tokens map[int]int, bound
 	if bounds == [3]int{} {
 		bounds = DefaultClassBounds
 	}
-	if basis == "" {
-		basis = ClassByInputTokens
-	}
+	basis = cmp.Or(basis, ClassByInputTokens)
 	cs := &ClassSummary{Basis: basis, DependsOnRouting: basis.DependsOnRouting(), Bounds: bounds}
 	var in, failedIn, ttft, tpot, e2el [4][]float64
 	var st [4]ClassStats

@@ -1,9 +1,10 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/mbench/mbench/stats"
 	"gonum.org/v1/gonum/stat/distuv"
@@ -183,16 +184,10 @@ func cellOrder(s *Sweep, cells []*Cell) []*Cell {
 			cfgIdx[c.Info.Config] = len(cfgIdx)
 		}
 	}
-	out := append([]*Cell(nil), cells...)
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i].Info, out[j].Info
-		if a.Shape != b.Shape {
-			return shapeIdx[a.Shape] < shapeIdx[b.Shape]
-		}
-		if a.Rate != b.Rate {
-			return a.Rate < b.Rate
-		}
-		return cfgIdx[a.Config] < cfgIdx[b.Config]
+	out := slices.Clone(cells)
+	slices.SortStableFunc(out, func(x, y *Cell) int {
+		a, b := x.Info, y.Info
+		return cmp.Or(cmp.Compare(shapeIdx[a.Shape], shapeIdx[b.Shape]), cmp.Compare(a.Rate, b.Rate), cmp.Compare(cfgIdx[a.Config], cfgIdx[b.Config]))
 	})
 	return out
 }
@@ -202,7 +197,7 @@ func cellOrder(s *Sweep, cells []*Cell) []*Cell {
 // control against its original), and fits the position effect of every
 // compared metric. The primary metric's rows of both tables are one Holm
 // family; each secondary metric's rows of a table form their own family.
-// Every comparison is PrintedComparison's with the spread spreadFor picks. Only runs whose status is "ok" count.
+// Every comparison is CompareAdjusted's with the spread spreadFor picks. Only runs whose status is "ok" count.
 func comparisons(s *Sweep, cells []*Cell) (main, aa []ComparisonRow, nuis []Nuisance) {
 	originals := map[groupKey]map[string]*Cell{}
 	byID := map[string]*Cell{}
@@ -228,10 +223,7 @@ func comparisons(s *Sweep, cells []*Cell) (main, aa []ComparisonRow, nuis []Nuis
 			k := groupKey{c.Info.Shape, c.Info.Rate}
 			switch {
 			case c.Info.SameAs != "":
-				orig := byID[c.Info.SameAs]
-				if orig == nil {
-					orig = originals[k][c.Info.SameAs]
-				}
+				orig := cmp.Or(byID[c.Info.SameAs], originals[k][c.Info.SameAs])
 				aaRows = append(aaRows, compareCells(s, metric, key, orig, c, nu))
 			case c.Info.Config != s.Baseline:
 				rows = append(rows, compareCells(s, metric, key, originals[k][s.Baseline], c, nu))
@@ -310,7 +302,7 @@ func compareCells(s *Sweep, metric, key string, base, c *Cell, nu Nuisance) Comp
 			dpos[b] = float64(r.Ref.Position - q.Ref.Position)
 		}
 	}
-	row.Comparison = PrintedComparison(ref, treat, dpos, nu, spreadFor(s, ranTogether(c, base)), s.Confidence)
+	row.Comparison = CompareAdjusted(ref, treat, dpos, nu, spreadFor(s, lastTogether(c, base)), s.Confidence)
 	row.Saturated = base.Saturated() || c.Saturated()
 	switch {
 	case len(tu) == 0:
@@ -323,31 +315,20 @@ func compareCells(s *Sweep, metric, key string, base, c *Cell, nu Nuisance) Comp
 	return row
 }
 
-// PrintedComparison is the comparison the report prints of treat against
-// base on one metric: paired by block over the blocks both have (base and
-// treat hold usable runs only), each block's log ratio corrected by the
-// position effect nu where it is used (dpos: block → treat's position minus
-// base's), its spread from the blocks sp names. The stopping rule tests
-// this same interval (plan.View), so a sweep it ends prints every primary
-// CI within its target.
-func PrintedComparison(base, treat, dpos map[int]float64, nu Nuisance, sp Spread, confidence float64) Comparison {
-	return CompareAdjusted(base, treat, dpos, nu, sp, confidence)
-}
-
-// ranTogether is the set of blocks in which both cells ran, whatever the
-// runs' verdicts.
-func ranTogether(c, base *Cell) map[int]bool {
+// lastTogether is the last block in which both cells ran, whatever the
+// runs' verdicts (0: none).
+func lastTogether(c, base *Cell) int {
 	in := map[int]bool{}
 	for _, r := range c.Runs {
 		in[r.Ref.Block] = true
 	}
-	both := map[int]bool{}
+	last := 0
 	for _, r := range base.Runs {
 		if in[r.Ref.Block] {
-			both[r.Ref.Block] = true
+			last = max(last, r.Ref.Block)
 		}
 	}
-	return both
+	return last
 }
 
 // spreadFor picks the blocks a comparison's CI takes its spread from. A
@@ -355,17 +336,14 @@ func ranTogether(c, base *Cell) map[int]bool {
 // cells, which an only_unconverged sweep stops running once within target
 // — takes it from the second stage (the paired blocks after the first
 // Stage1), as the rule judged it; any other comparison from every block.
-// ran is the blocks in which both cells ran: a pair stopped early has no
-// runs after its stop, while a run graded out (client_limited, saturated)
-// in the sweep's last block is still a run, and its pair was not stopped —
-// taking that for an early stop printed a CI the rule never judged.
-func spreadFor(s *Sweep, ran map[int]bool) Spread {
+// last is the last block in which both cells ran: a pair stopped early has
+// no runs after its stop, while a run graded out (client_limited,
+// saturated) in the sweep's last block is still a run, and its pair was
+// not stopped — taking that for an early stop printed a CI the rule never
+// judged.
+func spreadFor(s *Sweep, last int) Spread {
 	if s.Stage1 <= 0 {
 		return Spread{}
-	}
-	last := 0
-	for b := range ran {
-		last = max(last, b)
 	}
 	if s.RuleStop || last > s.Stage1 && last < s.lastBlock() {
 		return Spread{MethodSecondStage, s.Stage1}

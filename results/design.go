@@ -2,6 +2,7 @@ package results
 
 import (
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/mbench/mbench/stats"
@@ -93,7 +94,10 @@ func CompareTwoStage(base, treat map[int]float64, stage1 int, confidence float64
 // block → position of treat minus position of base) and the variance of γ's
 // estimate is added to the variance of the mean. With fewer than two blocks
 // in the spread's stage it falls back to the ordinary paired t (Method says
-// which CI was made).
+// which CI was made). It is the comparison the report prints, over the
+// blocks with usable runs on both sides, and the stopping rule tests this
+// same interval (plan.View), so a sweep it ends prints every primary CI
+// within its target.
 func CompareAdjusted(base, treat map[int]float64, dpos map[int]float64, nu Nuisance, sp Spread, confidence float64) Comparison {
 	c := Comparison{Confidence: confidence, P: 1, PAdj: 1, PMW: 1, Method: MethodPairedT}
 	blocks, logs := pairedLogs(base, treat)
@@ -184,12 +188,7 @@ type Obs struct {
 // incomplete ones) and regresses the residual log value on the residual
 // position; the degrees of freedom are runs − cells − blocks + 1 − 1.
 func EstimatePosition(obs []Obs, confidence float64) Nuisance {
-	var use []Obs
-	for _, o := range obs {
-		if positive(o.Value) {
-			use = append(use, o)
-		}
-	}
+	use := slices.DeleteFunc(slices.Clone(obs), func(o Obs) bool { return !positive(o.Value) })
 	nu := Nuisance{Runs: len(use), P: 1}
 	y := make([]float64, len(use))
 	x := make([]float64, len(use))

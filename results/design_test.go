@@ -132,7 +132,7 @@ func TestValidityTwoStageStopping(t *testing.T) {
 					continue
 				}
 				projected := half(CompareTwoStage(base, treat, stage1, 0.95)) <= target
-				printed := PrintedComparison(base, treat, nil, Nuisance{}, Spread{MethodSecondStage, stage1}, 0.95)
+				printed := CompareAdjusted(base, treat, nil, Nuisance{}, Spread{MethodSecondStage, stage1}, 0.95)
 				if projected && !oldDone && b < maxBlocks {
 					oldDone, oldStops = true, oldStops+1
 					if half(printed) > target {

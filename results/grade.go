@@ -1,10 +1,12 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mbench/mbench/stats"
 
@@ -24,8 +26,7 @@ func gradeSends(s *RunSummary, sends []float64, in RunInput) {
 	}
 	g := in.Grade
 	if g == nil {
-		sg := openloop.SelfGrade(in.Records, in.Offered, openloop.Arrival{Process: strings.ToLower(in.Arrival), Burstiness: in.Burstiness})
-		g = &sg
+		g = new(openloop.SelfGrade(in.Records, in.Offered, openloop.Arrival{Process: strings.ToLower(in.Arrival), Burstiness: in.Burstiness}))
 	}
 	if g.Sent > 0 {
 		s.SendLagP50Ms, s.SendLagP99Ms, s.SendLagMaxMs = ptr(g.LagP50Ms), ptr(g.LagP99Ms), ptr(g.LagMaxMs)
@@ -47,11 +48,7 @@ func gradeSaturation(s *RunSummary, x, y, ttftSorted []float64) {
 	// failures is an engine that fails requests (verdict errors). A summary
 	// with no cause (written before causes existed) counts as overload.
 	if s.Aborted && (s.AbortCause == openloop.AbortOverload || s.AbortCause == "") {
-		r := s.AbortReason
-		if r == "" {
-			r = "no reason given"
-		}
-		why = append(why, "run aborted early ("+r+")")
+		why = append(why, "run aborted early ("+cmp.Or(s.AbortReason, "no reason given")+")")
 	}
 	// thr_ratio judges only a run with enough requests to judge: at rate
 	// 1e-9 nothing is offered, nothing completes, and the run is
@@ -158,16 +155,13 @@ func errorExample(r *Record) string {
 	const maxLen = 200
 	if len(msg) > maxLen {
 		cut := maxLen
-		for cut > 0 && !isRuneStart(msg[cut]) {
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
 			cut--
 		}
 		msg = msg[:cut] + "…"
 	}
 	return msg
 }
-
-// isRuneStart reports whether b begins a UTF-8 sequence.
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // spanRate is the event rate (per second) of times in ns: (n − 1) / (last −
 // first). It sorts ts.

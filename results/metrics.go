@@ -367,12 +367,7 @@ func proportionTrials(s *RunSummary, key string) (float64, bool) {
 	}
 	switch {
 	case key == MetricSLOAttainment:
-		n := s.Completed
-		for class, k := range s.Errors {
-			if !harnessCut(class) {
-				n += k
-			}
-		}
+		n := s.Completed + s.engineFailed()
 		return float64(n), n > 0
 	case strings.HasPrefix(key, "class_") && strings.HasSuffix(key, "_"+ClassShare):
 		return float64(s.Completed), s.Completed > 0

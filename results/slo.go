@@ -2,6 +2,7 @@ package results
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/openloop"
@@ -93,19 +94,24 @@ func applySLO(s *RunSummary, recs []Record, o *SLO) {
 			met++
 		}
 	}
-	engineFailed := 0
-	for class, n := range s.Errors {
-		if !harnessCut(class) {
-			engineFailed += n
-		}
-	}
 	s.SLO, s.SLOMet = &slo, &met
 	if s.Duration > 0 {
 		s.Goodput = ptr(float64(met) / s.Duration)
 	}
-	if n := s.Completed + engineFailed; n > 0 {
+	if n := s.Completed + s.engineFailed(); n > 0 {
 		s.SLOAttainment = ptr(float64(met) / float64(n))
 	}
+}
+
+// engineFailed counts the measured requests the engine failed: every
+// failure but those the harness cut off.
+func (s *RunSummary) engineFailed() (n int) {
+	for class, k := range s.Errors {
+		if !harnessCut(class) {
+			n += k
+		}
+	}
+	return n
 }
 
 // withSLOCompare adds the SLO metrics to the compared metrics when some cell
@@ -115,7 +121,7 @@ func withSLOCompare(s *Sweep, cells []*Cell) {
 	for _, m := range s.ComparedMetrics() {
 		listed[m.Key] = true
 	}
-	out := append([]string(nil), s.Compare...)
+	out := slices.Clone(s.Compare)
 	for _, m := range sloMetrics {
 		if !listed[m] && AnyCellHas(cells, m) {
 			out = append(out, m)

@@ -17,11 +17,11 @@ func TestSpreadForGradedOutLastRun(t *testing.T) {
 	}
 	s := &Sweep{Stage1: 2, Blocks: 6}
 	ok, cl := VerdictOK, VerdictClientLimited
-	graded := ranTogether(cell("t", ok, ok, ok, ok, ok, cl), cell("b", ok, ok, ok, ok, ok, ok))
+	graded := lastTogether(cell("t", ok, ok, ok, ok, ok, cl), cell("b", ok, ok, ok, ok, ok, ok))
 	if sp := spreadFor(s, graded); sp != (Spread{}) {
 		t.Errorf("last run graded out: spread %+v, want every block", sp)
 	}
-	stopped := ranTogether(cell("t", ok, ok, ok, ok), cell("b", ok, ok, ok, ok, ok, ok))
+	stopped := lastTogether(cell("t", ok, ok, ok, ok), cell("b", ok, ok, ok, ok, ok, ok))
 	if sp := spreadFor(s, stopped); sp.Method != MethodSecondStage || sp.Stage1 != 2 {
 		t.Errorf("pair stopped after block 4: spread %+v, want the second stage", sp)
 	}

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sort"
@@ -338,36 +339,18 @@ func ptr(v float64) *float64 {
 // that window (openloop.Grade.AchievedRate; the sends, for records without
 // head_ns), or, without scheduled times, (sends − 1) / (last send − first
 // send); sent_rate = the requests written within that window over it;
-// thr_ratio = completed / (completed + requests the harness cut off before
-// their first token), over the measured requests, which are the requests
-// sent in the measured window: each counts by its own outcome, whenever it
-// ended, so the latency of the last requests is not load left undone, a
-// request the engine failed is an error, not an uncompleted one, and one the
-// harness cut off while it streamed was being served (a drain timeout
-// shorter than the outputs: incomplete, not saturated).
+// thr_ratio as RunSummary.ThrRatio defines it.
 //
 // It grades the run: saturated when thr_ratio < 0.9, when the run was
 // aborted, or when TTFT rises through the window (least-squares slope of TTFT
 // against send time with one-sided p < 0.01 and a fitted rise over the window
 // above half the median TTFT). Send lag, the KS test and client_limited are
 // the load generator's own grading, in.Grade or openloop.SelfGrade over the
-// records (see RunInput.Grade and the rule at openloop.ClientLateMs):
-// client_limited when more than 1% of the sends were over 5 ms late (with 99%
-// confidence), under 99% of the requests were sent within the schedule's
-// window, or, for Poisson (gamma) arrivals, the KS distance of the sent gaps
-// against Exponential(offered) (Gamma(k, offered·k)) exceeds its critical
-// value at 0.01 by more than 0.05. The reasons are in words.
+// records (see RunInput.Grade and the rule at openloop.ClientLateMs). The
+// reasons are in words.
 func SummarizeRun(in RunInput) (*RunSummary, error) {
-	if in.Offered < 0 || math.IsNaN(in.Offered) || math.IsInf(in.Offered, 0) {
-		return nil, fmt.Errorf("summarize run %s b%d: offered rate %v is not a rate", in.Cell, in.Block, in.Offered)
-	}
-	for name, v := range map[string]float64{"rate": in.Rate, "client CPU": in.ClientCPUPct, "burstiness": in.Burstiness} {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("summarize run %s b%d: %s is %v", in.Cell, in.Block, name, v)
-		}
-	}
-	if !in.WindowStart.IsZero() && in.WindowEnd.Before(in.WindowStart) {
-		return nil, fmt.Errorf("summarize run %s b%d: window ends (%s) before it starts (%s)", in.Cell, in.Block, in.WindowEnd, in.WindowStart)
+	if err := in.check(); err != nil {
+		return nil, fmt.Errorf("summarize run %s b%d: %w", in.Cell, in.Block, err)
 	}
 	s := &RunSummary{
 		Simulated: in.Simulated, Engine: in.Engine, Cell: in.Cell, Config: in.Config, Shape: in.Shape,
@@ -396,19 +379,7 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 			sends = append(sends, float64(r.SentNs))
 		}
 		if r.Status != openloop.StatusOK {
-			s.Failed++
-			class := errorClass(r)
-			s.Errors[class]++
-			if _, ok := s.ErrorExamples[class]; !ok {
-				s.ErrorExamples[class] = errorExample(r)
-			}
-			switch {
-			case !harnessCut(class):
-			case r.FirstTokenNs > 0:
-				s.CutStreaming++
-			default:
-				s.CutWaiting++
-			}
+			countFailure(s, r)
 			continue
 		}
 		s.Completed++
@@ -448,6 +419,42 @@ func SummarizeRun(in RunInput) (*RunSummary, error) {
 	return s, nil
 }
 
+// check refuses an input whose rates are not numbers or whose window ends
+// before it starts.
+func (in *RunInput) check() error {
+	if in.Offered < 0 || math.IsNaN(in.Offered) || math.IsInf(in.Offered, 0) {
+		return fmt.Errorf("offered rate %v is not a rate", in.Offered)
+	}
+	for name, v := range map[string]float64{"rate": in.Rate, "client CPU": in.ClientCPUPct, "burstiness": in.Burstiness} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%s is %v", name, v)
+		}
+	}
+	if !in.WindowStart.IsZero() && in.WindowEnd.Before(in.WindowStart) {
+		return fmt.Errorf("window ends (%s) before it starts (%s)", in.WindowEnd, in.WindowStart)
+	}
+	return nil
+}
+
+// countFailure counts a failed measured request by its class (keeping the
+// class's first example), and as cut off waiting or streaming when the
+// harness ended it.
+func countFailure(s *RunSummary, r *Record) {
+	s.Failed++
+	class := errorClass(r)
+	s.Errors[class]++
+	if _, ok := s.ErrorExamples[class]; !ok {
+		s.ErrorExamples[class] = errorExample(r)
+	}
+	switch {
+	case !harnessCut(class):
+	case r.FirstTokenNs > 0:
+		s.CutStreaming++
+	default:
+		s.CutWaiting++
+	}
+}
+
 // summarized are the latencies a run summary has statistics of, TTFT
 // first.
 var summarized = []Latency{TTFT, TPOT, ITL, E2EL, TTFTIntended}
@@ -484,10 +491,6 @@ func markUsage(s *RunSummary, r *Record, natural bool) {
 		if s.ShortOutputFinish == nil {
 			s.ShortOutputFinish = map[string]int{}
 		}
-		fr := r.FinishReason
-		if fr == "" {
-			fr = "none"
-		}
-		s.ShortOutputFinish[fr]++
+		s.ShortOutputFinish[cmp.Or(r.FinishReason, "none")]++
 	}
 }

@@ -59,14 +59,7 @@ var Verdicts = []Verdict{VerdictFailed, VerdictErrors, VerdictSaturated, Verdict
 	VerdictShortOutputs, VerdictClientLimited, VerdictGPUContended, VerdictThrottled, VerdictOK, VerdictHostLost}
 
 // Valid reports whether v is one of Verdicts.
-func (v Verdict) Valid() bool {
-	for _, k := range Verdicts {
-		if v == k {
-			return true
-		}
-	}
-	return false
-}
+func (v Verdict) Valid() bool { return slices.Contains(Verdicts, v) }
 
 // Usable reports whether a run with this verdict is a result.
 func (v Verdict) Usable() bool { return v == VerdictOK }

@@ -7,6 +7,8 @@
 package stub
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,9 +130,7 @@ type Server struct {
 // Start listens on 127.0.0.1:0 and serves /health, /v1/models and streaming
 // /v1/completions until Close.
 func Start(opts Options) (*Server, error) {
-	if opts.Model == "" {
-		opts.Model = "stub-model"
-	}
+	opts.Model = cmp.Or(opts.Model, "stub-model")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -434,12 +434,7 @@ func promptLen(raw json.RawMessage) int {
 	if len(raw) == 0 || raw[0] != '[' {
 		return 0
 	}
-	n := 0
-	for _, c := range raw {
-		if c == ',' {
-			n++
-		}
-	}
+	n := bytes.Count(raw, []byte{','})
 	if len(raw) > 2 {
 		n++
 	}

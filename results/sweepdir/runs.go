@@ -92,32 +92,32 @@ type Logs struct{ Dir string }
 // into add, parsing with probes (which owns the format) and skipping
 // malformed lines; a run without the file is not an error.
 func (l Logs) StepDurations(run string, add func(us float64)) error {
-	var rec probes.StepRecord
-	err := eachLine(filepath.Join(l.Dir, run, "engine_step.jsonl"), func(line []byte) {
-		if probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) != nil {
-			return
-		}
+	return l.eachStep(run, func(rec *probes.StepRecord) {
 		if d, ok := rec.Get(probes.FieldStepDuration); ok && d > 0 && !math.IsInf(d, 0) {
 			add(d)
 		}
 	})
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
 }
 
 // StepWaiting streams the engine's queue (num_waiting) of run's
 // engine_step.jsonl with each line's time (ts_us) into add, skipping lines
 // without either; a run without the file is not an error.
 func (l Logs) StepWaiting(run string, add func(tsUs int64, waiting float64)) error {
+	return l.eachStep(run, func(rec *probes.StepRecord) {
+		if w, ok := rec.Get(probes.FieldNumWaiting); ok && rec.TsUs > 0 && w >= 0 && !math.IsInf(w, 0) {
+			add(rec.TsUs, w)
+		}
+	})
+}
+
+// eachStep streams the lines of run's engine_step.jsonl that parse into
+// fn, with probes (which owns the format); a run without the file is not
+// an error.
+func (l Logs) eachStep(run string, fn func(*probes.StepRecord)) error {
 	var rec probes.StepRecord
 	err := eachLine(filepath.Join(l.Dir, run, "engine_step.jsonl"), func(line []byte) {
-		if probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) != nil || rec.TsUs <= 0 {
-			return
-		}
-		if w, ok := rec.Get(probes.FieldNumWaiting); ok && w >= 0 && !math.IsInf(w, 0) {
-			add(rec.TsUs, w)
+		if probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) == nil {
+			fn(&rec)
 		}
 	})
 	if errors.Is(err, os.ErrNotExist) {

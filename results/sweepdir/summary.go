@@ -36,18 +36,11 @@ func parseRunSummary(b []byte) (*results.RunSummary, error) {
 // WriteRunSummary writes a run's summary_A.json atomically, indented, with
 // "<" and ">" left readable.
 func WriteRunSummary(path string, s *results.RunSummary) error {
-	_, err := WriteRunSummaryBytes(path, s)
-	return err
-}
-
-// WriteRunSummaryBytes is WriteRunSummary returning the bytes written, for a
-// caller that also prints them.
-func WriteRunSummaryBytes(path string, s *results.RunSummary) ([]byte, error) {
 	b, err := EncodeJSON(s)
 	if err != nil {
-		return nil, fmt.Errorf("encode run summary %s: %w", path, err)
+		return fmt.Errorf("encode run summary %s: %w", path, err)
 	}
-	return b, durable.WriteFile(path, b, 0o644)
+	return durable.WriteFile(path, b, 0o644)
 }
 
 // EncodeJSON encodes v as every summary file of a sweep is written:

@@ -64,7 +64,7 @@ func MeasureBalance(orders [][]string, n int) Balance {
 		bal.PositionMaxDev = math.Max(bal.PositionMaxDev, math.Abs(d/float64(posN[c])))
 	}
 	for _, d := range before {
-		bal.PairOrderMaxDev = max(bal.PairOrderMaxDev, abs(d))
+		bal.PairOrderMaxDev = max(bal.PairOrderMaxDev, d, -d) // |d|
 	}
 	bal.CarryoverSeen = len(neighbours)
 	bal.Balanced = bal.PositionMaxDev < 1e-9 && bal.PairOrderMaxDev == 0
@@ -79,13 +79,6 @@ func MeasureBalance(orders [][]string, n int) Balance {
 			len(orders), bal.PositionMaxDev, bal.PairOrderMaxDev, bal.CarryoverSeen, bal.CarryoverPairs)
 	}
 	return bal
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // DesignOf describes the design of a sweep of n cells with the given

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"math/rand/v2"
+	"slices"
 )
 
 // Block is one planned block, recorded in sweep.json before any of its runs
@@ -61,7 +62,7 @@ func WilliamsRow(n, r int) []int {
 		row[k] = (row[k] + shift) % n
 	}
 	if n%2 == 1 && r >= n {
-		reverse(row)
+		slices.Reverse(row)
 	}
 	return row
 }
@@ -91,12 +92,6 @@ func williamsPairs(n int) [][2]int {
 		out = append(out, [2]int{0, 0})
 	}
 	return out
-}
-
-func reverse(xs []int) {
-	for i, j := 0, len(xs)-1; i < j; i, j = i+1, j-1 {
-		xs[i], xs[j] = xs[j], xs[i]
-	}
 }
 
 // BlockOrder returns the order in which block b (1-based) runs the given

@@ -17,7 +17,7 @@ import (
 // a cold first run, run noise and a known tax, run in the orders BlockOrder
 // plans, stopped by the stopping rule itself (View.shouldStop over the
 // values and positions so far), and compared as the report compares them
-// (results.EstimatePosition, results.PrintedComparison). No seed is
+// (results.EstimatePosition, results.CompareAdjusted). No seed is
 // chosen: the error rates are asserted.
 
 // world is the truth the synthetic sweeps are drawn from.
@@ -105,7 +105,7 @@ func synthSweep(seed int64, w world, stage1, maxBlocks int, target float64, rand
 		if out.early {
 			sp = results.Spread{Method: results.MethodSecondStage, Stage1: stage1}
 		}
-		out.comps[c.id] = results.PrintedComparison(v.Values[c.base], v.Values[c.id], dpos, nu, sp, 0.95)
+		out.comps[c.id] = results.CompareAdjusted(v.Values[c.base], v.Values[c.id], dpos, nu, sp, 0.95)
 		out.naive[c.id] = results.Compare(v.Values[c.base], v.Values[c.id], 0.95)
 	}
 	return out

@@ -62,7 +62,7 @@ func Next(v View) (*Block, *Stop) {
 	}
 	b := v.Done + 1
 	order := BlockOrder(v.Seed, b, v.cellIDs(), v.Randomize)
-	if v.Repeat.OnlyUnconverged && b > ruleMinBlocks(v.stage1()) {
+	if v.Repeat.OnlyUnconverged && b > ruleMinBlocks(v.FirstStage()) {
 		keep := map[string]bool{}
 		for _, id := range v.unconvergedWithBaselines() {
 			keep[id] = true
@@ -78,7 +78,7 @@ func Next(v View) (*Block, *Stop) {
 // ruleMinBlocks, once every paired comparison on the primary metric is
 // within repeat.rel_ci twice over: the first stage's Stein projection (the
 // plan), and the CI the report will print when the rule ends the sweep
-// (results.PrintedComparison: the second stage's spread, the position
+// (results.CompareAdjusted: the second stage's spread, the position
 // effect fitted as the report fits it). nil: go on.
 func (v View) shouldStop() *Stop {
 	rep, done := v.Repeat, v.Done
@@ -99,7 +99,7 @@ func (v View) shouldStop() *Stop {
 		return &Stop{Reason: fmt.Sprintf("time budget of %s: another pair of blocks (about %s) would not finish within it; stopped after %d blocks, a balanced design",
 			rep.Budget, (2 * elapsed / time.Duration(done)).Round(time.Second), done)}
 	}
-	if done < ruleMinBlocks(v.stage1()) || !pairComplete(done, v.Randomize) || len(v.unconverged()) > 0 {
+	if done < ruleMinBlocks(v.FirstStage()) || !pairComplete(done, v.Randomize) || len(v.unconverged()) > 0 {
 		return nil
 	}
 	if len(v.primaryComparisons()) == 0 {
@@ -107,7 +107,7 @@ func (v View) shouldStop() *Stop {
 			rep.Metric, rep.Confidence*100, rep.RelCI*100, done)}
 	}
 	return &Stop{ByRule: true, Reason: fmt.Sprintf("converged: every comparison on the primary metric %s has a %.0f%% CI half-width ≤ ±%.1f%% after %d blocks, as the report prints it (its spread from the blocks after the first %d pairs), and the first stage projected as much",
-		rep.Metric, rep.Confidence*100, rep.RelCI*100, done, v.stage1())}
+		rep.Metric, rep.Confidence*100, rep.RelCI*100, done, v.FirstStage())}
 }
 
 // ruleMinBlocks is the fewest blocks after which the stopping rule may end
@@ -162,11 +162,11 @@ func (v View) primaryComparisons() []pairedCells {
 // (fewer than two paired usable blocks, or no second-stage spread).
 func (v View) comparisonHalf(p pairedCells, nu results.Nuisance) (half float64, projected, ok bool) {
 	base, treat := v.values(p.base), v.values(p.treat)
-	c := results.PrintedComparison(base, treat, v.dpos(p), nu, results.Spread{Method: results.MethodSecondStage, Stage1: v.stage1()}, v.Repeat.Confidence)
+	c := results.CompareAdjusted(base, treat, v.dpos(p), nu, results.Spread{Method: results.MethodSecondStage, Stage1: v.FirstStage()}, v.Repeat.Confidence)
 	if c.N < 2 || c.Method != results.MethodSecondStage {
 		return math.NaN(), false, false
 	}
-	proj := results.CompareTwoStage(base, treat, v.stage1(), v.Repeat.Confidence)
+	proj := results.CompareTwoStage(base, treat, v.FirstStage(), v.Repeat.Confidence)
 	projected = proj.Method == results.MethodTwoStage && (proj.Hi-proj.Lo)/2 <= v.Repeat.RelCI
 	return (c.Hi - c.Lo) / 2, projected, true
 }
@@ -176,7 +176,7 @@ func (v View) comparisonHalf(p pairedCells, nu results.Nuisance) (half float64, 
 // block, with the position effect nu.
 func (v View) pairedTHalf(p pairedCells, nu results.Nuisance) (float64, bool) {
 	base, treat := v.values(p.base), v.values(p.treat)
-	c := results.PrintedComparison(base, treat, v.dpos(p), nu, results.Spread{}, v.Repeat.Confidence)
+	c := results.CompareAdjusted(base, treat, v.dpos(p), nu, results.Spread{}, v.Repeat.Confidence)
 	if c.N < 2 {
 		return math.NaN(), false
 	}
@@ -217,16 +217,13 @@ func (v View) nuisance() results.Nuisance {
 	return results.EstimatePosition(obs, v.Repeat.Confidence)
 }
 
-// stage1 is the number of first-stage blocks.
-func (v View) stage1() int {
+// FirstStage is the number of first-stage blocks of v's sweep.
+func (v View) FirstStage() int {
 	if v.Stage1 > 0 {
 		return v.Stage1
 	}
 	return v.Repeat.Min
 }
-
-// FirstStage is the number of first-stage blocks of v's sweep.
-func (v View) FirstStage() int { return v.stage1() }
 
 // values is block → primary metric of a cell's usable runs (never nil).
 func (v View) values(id string) map[int]float64 {
