@@ -139,9 +139,7 @@ type Result struct {
 // "arrival.ramp.from", "shape.input"), so that a caller can name it in its
 // own terms (mbench load names the flag); its message reads as the path
 // (`shape "s": input: …`). Run calls it first.
-func (c *Config) Validate() error { return c.validate() }
-
-func (c *Config) validate() error {
+func (c *Config) Validate() error {
 	if len(c.Targets) == 0 {
 		return fieldErr("targets", "", "need at least one base URL")
 	}

@@ -108,7 +108,7 @@ func TestAchievedRateUnderForcedOverload(t *testing.T) {
 	cfg := Config{Targets: []string{s.URL}, Model: "stub-model", Rate: 2000, Shape: Shape{Input: 8, Output: 2}, Seed: 3, Requests: 1000}
 	r := newRunner(cfg, defaultWaitMode)
 	r.beforeWrite = func() { mu.Lock(); time.Sleep(time.Millisecond); mu.Unlock() }
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	res, err := r.run(context.Background())

@@ -49,7 +49,7 @@ func startStubProcess(tb testing.TB, o stub.Options) *stub.Process {
 // coalescing its waits) or "goroutines" (a goroutine per request).
 func runIO(tb testing.TB, cfg Config, io string) (*runner, *Result) {
 	tb.Helper()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		tb.Fatal(err)
 	}
 	r := newRunner(cfg, defaultWaitMode)

@@ -42,7 +42,7 @@ func runLoadChild(spec string) error {
 	}
 	cfg := Config{Targets: []string{sp.URL}, Model: "m", Rate: sp.Rate, Shape: Shape{Input: 8, Output: 1},
 		Requests: sp.Requests, Seed: 1, RequestTimeout: 60 * time.Second}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	r := newRunner(cfg, defaultWaitMode)

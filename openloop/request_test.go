@@ -215,7 +215,7 @@ func TestMaxInFlightCap(t *testing.T) {
 	}
 	var fe *FieldError
 	if err := (&Config{Targets: []string{s.URL}, Arrival: Arrival{Process: ArrivalConcurrency, InFlight: 2, MaxInFlight: 2},
-		Shape: Shape{Input: 1, Output: 1}, Requests: 1}).validate(); !errors.As(err, &fe) || fe.Path != "arrival.max_in_flight" {
+		Shape: Shape{Input: 1, Output: 1}, Requests: 1}).Validate(); !errors.As(err, &fe) || fe.Path != "arrival.max_in_flight" {
 		t.Errorf("a closed loop with a cap: %v, want an error at arrival.max_in_flight", err)
 	}
 }
@@ -242,7 +242,7 @@ func TestBurst(t *testing.T) {
 		t.Errorf("burst: client-limited %v (%s), offered %v: want not graded, offered 0 (JSON has no infinity)", res.Grade.ClientLimited, res.Grade.Reason, res.Offered)
 	}
 	cfg.Requests, cfg.MinCompleted = 0, 10
-	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "burst") {
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "burst") {
 		t.Errorf("a burst with min_completed only: %v, want refused", err)
 	}
 }

@@ -98,7 +98,7 @@ var ErrModelLookup = errors.New("the endpoint did not list its model")
 // is cancelled, in-flight requests are cancelled and Run returns the partial
 // Result with ctx's error.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("openloop: config: %w", err)
 	}
 	return newRunner(cfg, defaultWaitMode).run(ctx)

@@ -27,16 +27,11 @@ type GPUEvent struct {
 // watchedEvents are the event types the sampler registers, where supported.
 const watchedEvents = nvml.EventTypeXidCriticalError | nvml.EventTypeSingleBitEccError | nvml.EventTypeDoubleBitEccError
 
-func eventKind(t uint64) (GPUEventKind, bool) {
-	switch t {
-	case nvml.EventTypeXidCriticalError:
-		return EventXid, true
-	case nvml.EventTypeSingleBitEccError:
-		return EventECCSingleBit, true
-	case nvml.EventTypeDoubleBitEccError:
-		return EventECCDoubleBit, true
-	}
-	return "", false
+// eventKinds names each watched event type.
+var eventKinds = map[uint64]GPUEventKind{
+	nvml.EventTypeXidCriticalError:  EventXid,
+	nvml.EventTypeSingleBitEccError: EventECCSingleBit,
+	nvml.EventTypeDoubleBitEccError: EventECCDoubleBit,
 }
 
 // eventWatch is an NVML event set with the sampler's GPUs registered.
@@ -84,7 +79,7 @@ func (w *eventWatch) drain(out []GPUSample, ts int64) {
 		if ret != nvml.SUCCESS {
 			return // ERROR_TIMEOUT: none pending
 		}
-		kind, ok := eventKind(e.EventType)
+		kind, ok := eventKinds[e.EventType]
 		if !ok || e.Device == nil {
 			continue
 		}

@@ -42,13 +42,12 @@ func (s *Scraper) Round(ctx context.Context, phase string) ([]Scrape, error) {
 // round is Round; with dropCut, scrapes that failed because ctx ended
 // during the round are left out.
 func (s *Scraper) round(ctx context.Context, phase string, dropCut bool) ([]Scrape, error) {
-	clock := orSystem(s.Clock)
-	ts := clock.Now().UnixMicro()
+	ts := orSystem(s.Clock).Now().UnixMicro()
 	out := make([]Scrape, len(s.Targets))
 	var wg sync.WaitGroup
 	for i, t := range s.Targets {
 		wg.Go(func() {
-			sc, err := scrapeAt(ctx, s.Client, MetricsURL(t), clock)
+			sc, err := ScrapeMetrics(ctx, s.Client, MetricsURL(t))
 			if err != nil {
 				sc.Err = err.Error()
 			}
