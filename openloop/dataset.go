@@ -210,7 +210,7 @@ func shareGPTPair(e *shareGPTEntry) (prompt string, outWords int, ok bool) {
 // in errors. Blank lines are skipped; other fields are ignored.
 func ParseDatasetJSONL(name string, r io.Reader) ([]DatasetItem, error) {
 	var out []DatasetItem
-	err := eachLine(r, func(line int, b []byte) error {
+	err := eachLine(r, maxDatasetLine, func(line int, b []byte) error {
 		it, err := parseDatasetLine(b)
 		if err != nil {
 			return err
@@ -228,12 +228,13 @@ func ParseDatasetJSONL(name string, r io.Reader) ([]DatasetItem, error) {
 	return out, nil
 }
 
-// eachLine calls fn with every non-blank line of r and its 1-based number;
-// an error, fn's or the reader's, comes back as "line: error".
-func eachLine(r io.Reader, fn func(line int, b []byte) error) error {
+// eachLine calls fn with every non-blank line of r (at most max bytes) and
+// its 1-based number; an error, fn's or the reader's, comes back as "line:
+// error".
+func eachLine(r io.Reader, max int, fn func(line int, b []byte) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for line := 1; ; line++ {
-		b, err := readLine(br, maxDatasetLine)
+		b, err := readLine(br, max)
 		if len(bytes.TrimSpace(b)) > 0 && (err == nil || errors.Is(err, io.EOF)) {
 			if ferr := fn(line, b); ferr != nil {
 				return fmt.Errorf("%d: %w", line, ferr)

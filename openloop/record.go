@@ -294,7 +294,7 @@ func appendJSONString(b []byte, s string) []byte {
 // the line. Blank lines are skipped.
 func ReadRecords(r io.Reader) ([]Record, error) {
 	var out []Record
-	err := eachLine(r, func(_ int, b []byte) error {
+	err := eachLine(r, maxDatasetLine, func(_ int, b []byte) error {
 		rec, err := parseRecordLine(b)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -168,12 +169,7 @@ func newBodyTail(q *Request) bodyTail {
 			b.Write(js[1 : len(js)-1])
 		}
 	}
-	keys := make([]string, 0, len(q.ExtraBody))
-	for k := range q.ExtraBody {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(q.ExtraBody)) {
 		var v bytes.Buffer
 		if err := json.Compact(&v, q.ExtraBody[k]); err != nil {
 			continue // Validate refuses it before a run

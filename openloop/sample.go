@@ -179,9 +179,9 @@ func scanTrace(ctx context.Context, r io.Reader, name string, fn func(*TraceRequ
 		}
 		b, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(b)) > 0 {
-			tr, perr := parseTraceLine(b, name, line)
+			tr, perr := parseTraceLine(b, line)
 			if perr != nil {
-				return perr
+				return fmt.Errorf("%s:%d: %w", name, line, perr)
 			}
 			if ferr := fn(&tr, b); ferr != nil {
 				return ferr

@@ -66,43 +66,39 @@ func LoadTrace(path string) ([]TraceRequest, error) {
 // that is not valid is refused with an error "name:line: field: problem".
 // A session may not repeat a turn number.
 func ParseTrace(r io.Reader, name string) ([]TraceRequest, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
 	var out []TraceRequest
 	type sessionTurn struct {
 		session string
 		turn    int
 	}
 	seen := map[sessionTurn]int{}
-	for line := 1; ; line++ {
-		b, err := readLine(br, maxTraceLine)
-		if len(bytes.TrimSpace(b)) > 0 && (err == nil || errors.Is(err, io.EOF)) {
-			tr, perr := parseTraceLine(b, name, line)
-			if perr != nil {
-				return nil, perr
-			}
-			if tr.HasTurn && tr.SessionID != "" {
-				k := sessionTurn{tr.SessionID, tr.Turn}
-				if first, dup := seen[k]; dup {
-					return nil, fmt.Errorf("%s:%d: turn: session %q repeats turn %d (first at line %d)", name, line, tr.SessionID, tr.Turn, first)
-				}
-				seen[k] = line
-			}
-			out = append(out, tr)
-		}
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
+	err := eachLine(r, maxTraceLine, func(line int, b []byte) error {
+		tr, err := parseTraceLine(b, line)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+			return err
 		}
+		if tr.HasTurn && tr.SessionID != "" {
+			k := sessionTurn{tr.SessionID, tr.Turn}
+			if first, dup := seen[k]; dup {
+				return fmt.Errorf("turn: session %q repeats turn %d (first at line %d)", tr.SessionID, tr.Turn, first)
+			}
+			seen[k] = line
+		}
+		out = append(out, tr)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s:%w", name, err)
 	}
+	return out, nil
 }
 
-// parseTraceLine parses and validates one non-blank trace line.
-func parseTraceLine(b []byte, name string, line int) (TraceRequest, error) {
+// parseTraceLine parses and validates one non-blank trace line; its error
+// reads "field: problem".
+func parseTraceLine(b []byte, line int) (TraceRequest, error) {
 	tr := TraceRequest{Line: line}
 	fail := func(field, format string, args ...any) (TraceRequest, error) {
-		return tr, fmt.Errorf("%s:%d: %s: %s", name, line, field, fmt.Sprintf(format, args...))
+		return tr, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...))
 	}
 	var tl traceLine
 	if err := json.Unmarshal(b, &tl); err != nil {

@@ -72,13 +72,9 @@ func TraceStatsOf(ctx context.Context, path string, o StatsOptions) (*TraceStats
 		return nil, ctx.Err()
 	}
 	slices.SortStableFunc(reqs, func(a, b TraceRequest) int { return cmp.Compare(a.TimestampMs, b.TimestampMs) })
-	return traceStats(reqs, mode, frac, o.LRUBlocks), nil
-}
-
-func traceStats(reqs []TraceRequest, mode SessionMode, frac float64, lru []int) *TraceStats {
 	st := &TraceStats{Requests: len(reqs), SessionMode: mode}
 	if len(reqs) == 0 {
-		return st
+		return st, nil
 	}
 	ss, _ := findSessions(func(fn func(*TraceRequest, []byte) error) error {
 		for i := range reqs {
@@ -88,8 +84,8 @@ func traceStats(reqs []TraceRequest, mode SessionMode, frac float64, lru []int) 
 	}, mode, frac)
 	st.CommonBlocks = len(ss.g.common)
 	in, out := make([]float64, len(reqs)), make([]float64, len(reqs))
-	caches := make([]*lruBlocks, len(lru))
-	for i, n := range lru {
+	caches := make([]*lruBlocks, len(o.LRUBlocks))
+	for i, n := range o.LRUBlocks {
 		caches[i] = newLRUBlocks(n)
 	}
 	for i := range reqs {
@@ -108,9 +104,9 @@ func traceStats(reqs []TraceRequest, mode SessionMode, frac float64, lru []int) 
 	st.DurationMs = reqs[len(reqs)-1].TimestampMs - reqs[0].TimestampMs
 	st.Blocks, st.DistinctBlocks, st.IdealHitRate = ss.full.blocks, ss.full.blocks-ss.full.hits, ss.full.rate()
 	for i, c := range caches {
-		st.LRU = append(st.LRU, LRUHitRate{Blocks: lru[i], HitRate: c.rate()})
+		st.LRU = append(st.LRU, LRUHitRate{Blocks: o.LRUBlocks[i], HitRate: c.rate()})
 	}
-	return st
+	return st, nil
 }
 
 // distOf summarizes xs (sorted in place).
