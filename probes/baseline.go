@@ -130,22 +130,6 @@ func (g *Gate) recordOf(cur []GPUSample, foreign map[GPUKey][]GPUProc, tsUs int6
 	return rec
 }
 
-// baselineGPUs describes a combined baseline, keeping each GPU's
-// subtracted foreign memory from the reading's record.
-func baselineGPUs(base []GPUSample, reading []BaselineGPU) []BaselineGPU {
-	out := make([]BaselineGPU, 0, len(base))
-	for _, b := range base {
-		bg := BaselineGPU{Host: b.Host, GPU: b.GPU, MemUsedMiB: b.MemUsedMiB, TempC: b.TempC}
-		for _, r := range reading {
-			if r.Host == b.Host && r.GPU == b.GPU {
-				bg.ForeignMiB = r.ForeignMiB
-			}
-		}
-		out = append(out, bg)
-	}
-	return out
-}
-
 // GateRecord is the gate object of a run summary: the checks made for that
 // run, each named by what it measured, and how their baselines were taken.
 type GateRecord struct {

@@ -35,6 +35,14 @@ type realTicker struct{ t *time.Ticker }
 func (r realTicker) C() <-chan time.Time { return r.t.C }
 func (r realTicker) Stop()               { r.t.Stop() }
 
+// orPositive is v, or def when v ≤ 0 (a setting left unset).
+func orPositive[T float64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
 func orSystem(c Clock) Clock {
 	if c == nil {
 		return SystemClock{}

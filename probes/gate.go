@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -73,20 +74,8 @@ type GateResult struct {
 }
 
 func (g *Gate) defaults() (band, tol float64, timeout, poll time.Duration, c Clock) {
-	band, tol, timeout, poll = g.TempBandC, g.MemToleranceMiB, g.Timeout, g.Poll
-	if band <= 0 {
-		band = DefaultTempBandC
-	}
-	if tol <= 0 {
-		tol = DefaultMemToleranceMiB
-	}
-	if timeout <= 0 {
-		timeout = DefaultGateTimeout
-	}
-	if poll <= 0 {
-		poll = DefaultGatePoll
-	}
-	return band, tol, timeout, poll, orSystem(g.Clock)
+	return orPositive(g.TempBandC, DefaultTempBandC), orPositive(g.MemToleranceMiB, DefaultMemToleranceMiB),
+		orPositive(g.Timeout, DefaultGateTimeout), orPositive(g.Poll, DefaultGatePoll), orSystem(g.Clock)
 }
 
 // MeasureBaseline takes the idle baseline before the first launch of a
@@ -109,15 +98,24 @@ func (g *Gate) MeasureLoaded(ctx context.Context) ([]GPUSample, BaselineRecord, 
 	if err != nil {
 		return nil, rec, fmt.Errorf("gate engine-loaded baseline: %w", err)
 	}
-	out := append([]GPUSample(nil), g.Baseline...)
+	// The record describes the combined baseline, keeping each GPU's
+	// subtracted foreign memory from the reading's record.
+	out, reading := slices.Clone(g.Baseline), rec.GPUs
+	rec.GPUs = make([]BaselineGPU, 0, len(out))
 	for i, b := range out {
 		for _, c := range now {
 			if c.Host == b.Host && c.GPU == b.GPU && c.MemUsedMiB > b.MemUsedMiB {
 				out[i].MemUsedMiB = c.MemUsedMiB
 			}
 		}
+		bg := BaselineGPU{Host: b.Host, GPU: b.GPU, MemUsedMiB: out[i].MemUsedMiB, TempC: b.TempC}
+		for _, r := range reading {
+			if r.Host == b.Host && r.GPU == b.GPU {
+				bg.ForeignMiB = r.ForeignMiB
+			}
+		}
+		rec.GPUs = append(rec.GPUs, bg)
 	}
-	rec.GPUs = baselineGPUs(out, rec.GPUs)
 	return out, rec, nil
 }
 

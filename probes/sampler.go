@@ -104,10 +104,7 @@ type gpuDev struct {
 // NewSampler returns a sampler; interval ≤ 0 means DefaultInterval and a
 // nil clock the system clock.
 func NewSampler(lib nvml.Interface, host string, interval time.Duration, clock Clock) *Sampler {
-	if interval <= 0 {
-		interval = DefaultInterval
-	}
-	return &Sampler{lib: lib, host: host, interval: interval, clock: orSystem(clock), procRoot: "/proc"}
+	return &Sampler{lib: lib, host: host, interval: orPositive(interval, DefaultInterval), clock: orSystem(clock), procRoot: "/proc"}
 }
 
 // discover lists the GPUs once; their names and UUIDs do not change.

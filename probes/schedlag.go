@@ -23,12 +23,8 @@ type SchedLag struct {
 
 // Run samples until ctx is done. Call Summary after it returns.
 func (s *SchedLag) Run(ctx context.Context) {
-	period := s.Period
-	if period <= 0 {
-		period = SchedLagPeriod
-	}
 	clk := orSystem(s.Clock)
-	tk := clk.NewTicker(period)
+	tk := clk.NewTicker(orPositive(s.Period, SchedLagPeriod))
 	defer tk.Stop()
 	for {
 		select {
@@ -57,15 +53,11 @@ func (s *SchedLag) Summary() *SchedDelay {
 	}
 	l := slices.Clone(s.lags)
 	slices.Sort(l)
-	period := s.Period
-	if period <= 0 {
-		period = SchedLagPeriod
-	}
 	rank := func(q float64) float64 {
 		i := int(math.Ceil(q*float64(len(l)))) - 1
 		return ms(l[min(max(i, 0), len(l)-1)])
 	}
-	return &SchedDelay{PeriodMs: ms(period), Samples: len(l), P50Ms: rank(0.5), P99Ms: rank(0.99), MaxMs: ms(l[len(l)-1])}
+	return &SchedDelay{PeriodMs: ms(orPositive(s.Period, SchedLagPeriod)), Samples: len(l), P50Ms: rank(0.5), P99Ms: rank(0.99), MaxMs: ms(l[len(l)-1])}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -81,11 +81,7 @@ func (s *Scraper) round(ctx context.Context, phase string, dropCut bool) ([]Scra
 // start) until ctx is done, and returns the rounds' scrapes with phase
 // "during". Scrapes cut short by ctx's end are dropped (not written).
 func (s *Scraper) Run(ctx context.Context) ([]Scrape, error) {
-	iv := s.Interval
-	if iv <= 0 {
-		iv = time.Second
-	}
-	t := orSystem(s.Clock).NewTicker(iv)
+	t := orSystem(s.Clock).NewTicker(orPositive(s.Interval, time.Second))
 	defer t.Stop()
 	var all []Scrape
 	for {
