@@ -110,10 +110,7 @@ func gammaVariate(r *rand.Rand, k float64) float64 {
 		}
 		v = v * v * v
 		u := r.Float64()
-		if u < 1-0.0331*x*x*x*x {
-			return d * v
-		}
-		if math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
+		if u < 1-0.0331*x*x*x*x || math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
 			return d * v
 		}
 	}

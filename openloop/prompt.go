@@ -1,6 +1,7 @@
 package openloop
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 )
@@ -23,11 +24,7 @@ type promptGen struct {
 // sample is a pure function of (seed, i).
 func (g *promptGen) dataset(i int) (prompt string, output int) {
 	it := &g.items[streamRNG(g.seed, saltDataset, uint64(i)).IntN(len(g.items))]
-	output = it.Output
-	if g.shape.Output > 0 {
-		output = g.shape.Output
-	}
-	return it.Prompt, output
+	return it.Prompt, cmp.Or(g.shape.Output, it.Output)
 }
 
 // open returns the prompt tokens (appended to dst[:0]), the output length and
@@ -57,8 +54,7 @@ func (g *promptGen) open(i int, dst []int32) (tokens []int32, output, group int)
 // fill returns the prompt of cache-fill request k: PrefixTokens tokens from a
 // stream no measured prompt draws from.
 func (g *promptGen) fill(k int, dst []int32) []int32 {
-	n := g.shape.CacheFill.PrefixTokens
-	return g.appendRandomTokens(dst[:0], streamRNG(g.seed, saltFill, uint64(k)), n)
+	return g.appendRandomTokens(dst[:0], streamRNG(g.seed, saltFill, uint64(k)), g.shape.CacheFill.PrefixTokens)
 }
 
 // trace returns the prompt of trace request idx: one 512-token block per hash

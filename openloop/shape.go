@@ -173,16 +173,9 @@ func (d Dist) Sample(r *rand.Rand) int {
 	default:
 		mu := math.Log(d.Median)
 		sigma := math.Log(d.P90/d.Median) / z90
-		v := math.Round(math.Exp(mu + sigma*r.NormFloat64()))
-		if v > maxTokens {
-			v = maxTokens
-		}
-		n = int(v)
-		if n < d.Min {
-			n = d.Min
-		}
-		if d.Max > 0 && n > d.Max {
-			n = d.Max
+		n = max(int(min(math.Round(math.Exp(mu+sigma*r.NormFloat64())), maxTokens)), d.Min)
+		if d.Max > 0 {
+			n = min(n, d.Max)
 		}
 	}
 	return max(n, 1)
