@@ -3,7 +3,6 @@ package openloop
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -49,15 +48,7 @@ var ErrorClasses = []ErrorClass{
 // Valid reports whether c is one of ErrorClasses.
 func (c ErrorClass) Valid() bool { return slices.Contains(ErrorClasses, c) }
 
-// ParseErrorClass checks a class read from a file.
-func ParseErrorClass(s string) (ErrorClass, error) {
-	c := ErrorClass(s)
-	if !c.Valid() {
-		return "", fmt.Errorf("error_class: %q is not one of %s", s, joinClasses())
-	}
-	return c, nil
-}
-
+// joinClasses lists ErrorClasses for a message.
 func joinClasses() string {
 	parts := make([]string, len(ErrorClasses))
 	for i, c := range ErrorClasses {

@@ -360,8 +360,7 @@ func (r *Record) validate() error {
 		return fmt.Errorf("input_tokens/output_tokens/max_tokens: must be ≥ 0, got %d/%d/%d", r.InputTokens, r.OutputTokens, r.MaxTokens)
 	}
 	if r.ErrorClass != "" && !r.ErrorClass.Valid() {
-		_, err := ParseErrorClass(string(r.ErrorClass))
-		return err
+		return fmt.Errorf("error_class: %q is not one of %s", r.ErrorClass, joinClasses())
 	}
 	if r.Status == StatusOK && r.ErrorClass != "" {
 		return fmt.Errorf("error_class: set on a request with status ok: %q", r.ErrorClass)
