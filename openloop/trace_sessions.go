@@ -78,15 +78,10 @@ const leadSlots = 1024
 // MinCommonFrac is the smallest common fraction the sampler accepts.
 const MinCommonFrac = 0.01
 
-func newLeadCounter() *leadCounter { return &leadCounter{cand: map[int64]int{}} }
-
 // add feeds tr's leading ids to the summary (first pass).
 func (c *leadCounter) add(tr *TraceRequest) {
 	c.n++
-	for i, h := range tr.HashIDs {
-		if i == commonDepth {
-			break
-		}
+	for _, h := range tr.HashIDs[:min(len(tr.HashIDs), commonDepth)] {
 		c.items++
 		if _, ok := c.cand[h]; ok || len(c.cand) < leadSlots {
 			c.cand[h]++
@@ -112,10 +107,7 @@ func (c *leadCounter) startVerify() {
 
 // verify counts tr's leading ids that are candidates (second pass).
 func (c *leadCounter) verify(tr *TraceRequest) {
-	for i, h := range tr.HashIDs {
-		if i == commonDepth {
-			break
-		}
+	for _, h := range tr.HashIDs[:min(len(tr.HashIDs), commonDepth)] {
 		if _, ok := c.cand[h]; ok {
 			c.cand[h]++
 		}
@@ -175,7 +167,7 @@ type traceSessions struct {
 // leading ids (and the trace's ideal hit rate), their exact counts, then
 // each session's size.
 func findSessions(pass func(func(*TraceRequest, []byte) error) error, mode SessionMode, frac float64) (*traceSessions, error) {
-	lead, ss := newLeadCounter(), &traceSessions{sizes: map[string]int{}, full: &idealCache{}}
+	lead, ss := &leadCounter{cand: map[int64]int{}}, &traceSessions{sizes: map[string]int{}, full: &idealCache{}}
 	err := pass(func(tr *TraceRequest, _ []byte) error {
 		lead.add(tr)
 		ss.full.add(tr)
@@ -244,8 +236,8 @@ func (s *blockSet) has(h int64) bool {
 // to its first unseen one (prefix caching stops at the first miss). Rates
 // are over hash-id blocks, the trace's own unit.
 type idealCache struct {
-	seen         blockSet
-	hits, blocks int64
+	seen blockSet
+	hitCount
 }
 
 func (c *idealCache) add(tr *TraceRequest) {
@@ -261,8 +253,12 @@ func (c *idealCache) add(tr *TraceRequest) {
 	c.blocks += int64(len(tr.HashIDs))
 }
 
-// rate is hits/blocks, 0 for a trace without blocks.
-func (c *idealCache) rate() float64 {
+// hitCount counts the blocks a prefix cache was asked for and those it
+// held.
+type hitCount struct{ hits, blocks int64 }
+
+// rate is hits/blocks, 0 without blocks.
+func (c *hitCount) rate() float64 {
 	if c.blocks == 0 {
 		return 0
 	}

@@ -310,7 +310,7 @@ func TestLeadCounterBounded(t *testing.T) {
 				}
 			}
 		}
-		c := newLeadCounter()
+		c := &leadCounter{cand: map[int64]int{}}
 		for i := range reqs {
 			c.add(&reqs[i])
 		}

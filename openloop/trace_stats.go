@@ -124,12 +124,12 @@ func distOf(xs []float64) CountSummary {
 // frees a sequence's blocks tail first, so its tail is evicted first). A
 // request longer than the cache keeps only its leading blocks that fit.
 type lruBlocks struct {
-	capacity     int
-	slot         map[int64]int32 // id → slot
-	id           []int64
-	prev, next   []int32 // slot links; slot capacity is the sentinel: next = LRU end
-	used         int
-	hits, blocks int64
+	capacity   int
+	slot       map[int64]int32 // id → slot
+	id         []int64
+	prev, next []int32 // slot links; slot capacity is the sentinel: next = LRU end
+	used       int
+	hitCount
 }
 
 func newLRUBlocks(capacity int) *lruBlocks {
@@ -182,13 +182,6 @@ func (c *lruBlocks) request(ids []int64) {
 		c.id[b], c.slot[h] = h, b
 		c.pushMRU(b)
 	}
-}
-
-func (c *lruBlocks) rate() float64 {
-	if c.blocks == 0 {
-		return 0
-	}
-	return float64(c.hits) / float64(c.blocks)
 }
 
 // WriteText writes st as the table `mbench trace stats` prints.
