@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // NewTransport returns the keep-alive transport Run uses by default: direct
@@ -103,7 +105,7 @@ func (r *runner) encode(j *job, body []byte) *job {
 	j.target = -1
 	j.reqID = r.reqPrefix + strconv.Itoa(j.id)
 	session := j.session
-	if !validHeaderValue(session) {
+	if !httpguts.ValidHeaderFieldValue(session) {
 		session = ""
 	}
 	if !r.cl.raw {
@@ -133,16 +135,6 @@ func (r *runner) encode(j *job, body []byte) *job {
 	j.closeConn = headCloses(w)
 	j.wire = append(w, body...)
 	return j
-}
-
-// validHeaderValue reports whether v can be sent as a header value as it is.
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // newRequestIDPrefix is the default Config.RequestIDPrefix: "mbench-", eight

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/userfile"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Config is one open-loop run against one or more OpenAI-compatible servers.
@@ -213,7 +215,7 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
-	if !validHeaderValue(c.RequestIDPrefix) {
+	if !httpguts.ValidHeaderFieldValue(c.RequestIDPrefix) {
 		return namedErr("request_id_prefix", fmt.Sprintf("request id prefix %q", c.RequestIDPrefix), "", "control characters cannot go in a header")
 	}
 	return nil

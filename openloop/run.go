@@ -157,10 +157,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			}
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	return res, nil
+	return res, ctx.Err()
 }
 
 // connect makes the run's client for its targets: the built-in HTTP/1.1
@@ -349,11 +346,7 @@ func (r *runner) drain() {
 	r.stop("drained")
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
-	d := r.cfg.DrainTimeout
-	if d <= 0 {
-		d = defaultDrainTimeout
-	}
-	t := time.NewTimer(d)
+	t := time.NewTimer(cmp.Or(r.cfg.DrainTimeout, defaultDrainTimeout)) // validated ≥ 0
 	defer t.Stop()
 	select {
 	case <-done:
