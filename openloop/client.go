@@ -181,16 +181,16 @@ type client struct {
 }
 
 // newClient sets up the client for the completion URLs.
-func newClient(hc *http.Client, urls []string, clk *clock, timeout time.Duration, budget *memBudget) (*client, error) {
+func newClient(hc *http.Client, urls []string, clk *clock, timeout time.Duration, budget *memBudget) *client {
 	c := &client{hc: hc, urls: urls, clk: clk, timeout: timeout, budget: budget}
 	if hc != nil {
-		return c, nil
+		return c
 	}
 	for _, u := range urls {
 		pu, err := url.Parse(u)
 		if err != nil || pu.Scheme != "http" {
 			c.pools = nil
-			return c, nil
+			return c
 		}
 		addr := pu.Host
 		if pu.Port() == "" {
@@ -199,7 +199,7 @@ func newClient(hc *http.Client, urls []string, clk *clock, timeout time.Duration
 		c.pools = append(c.pools, newH1Pool(addr, pu.Host, pu.RequestURI()))
 	}
 	c.raw = true
-	return c, nil
+	return c
 }
 
 // reactorAddrs resolves every target of the raw client for the reactor (a

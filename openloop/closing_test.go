@@ -304,10 +304,7 @@ func TestConnectionCloseHonoured(t *testing.T) {
 				}
 			}()
 			url := "http://" + ln.Addr().String() + "/v1/completions"
-			cl, err := newClient(nil, []string{url}, &clock{start: time.Now()}, 10*time.Second, &memBudget{limit: DefaultStreamMemory})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cl := newClient(nil, []string{url}, &clock{start: time.Now()}, 10*time.Second, &memBudget{limit: DefaultStreamMemory})
 			defer cl.close()
 			for i := range 3 {
 				j := &job{id: i, output: 1, target: 0}
@@ -371,10 +368,7 @@ func TestIdleCloseNoticed(t *testing.T) {
 	for _, io := range []string{"reactor", "goroutines"} {
 		t.Run(io, func(t *testing.T) {
 			cs := startClosingServer(t, &closingServer{tokens: 2})
-			cl, err := newClient(nil, []string{cs.url + "/v1/completions"}, &clock{start: time.Now()}, 10*time.Second, &memBudget{limit: DefaultStreamMemory})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cl := newClient(nil, []string{cs.url + "/v1/completions"}, &clock{start: time.Now()}, 10*time.Second, &memBudget{limit: DefaultStreamMemory})
 			defer cl.close()
 			run := func(fn func()) { fn() }
 			if io == "reactor" {

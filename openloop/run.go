@@ -106,10 +106,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
 	cfg := &r.cfg
-	hc, closeConns, err := r.connect()
-	if err != nil {
-		return nil, err
-	}
+	hc, closeConns := r.connect()
 	defer closeConns() // after the requests (drain waits for them)
 	r.encodeRequests()
 	if err := r.firstContact(ctx, hc); err != nil {
@@ -163,7 +160,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 // connect makes the run's client for its targets: the built-in HTTP/1.1
 // client, on the reactor where it can run, for plain-http targets; net/http
 // (hc, also the model lookup's) otherwise. closeConns closes them all.
-func (r *runner) connect() (hc *http.Client, closeConns func(), err error) {
+func (r *runner) connect() (hc *http.Client, closeConns func()) {
 	cfg := &r.cfg
 	var urls []string
 	for _, t := range cfg.Targets {
@@ -172,11 +169,7 @@ func (r *runner) connect() (hc *http.Client, closeConns func(), err error) {
 		r.shown = append(r.shown, RedactUserinfo(b))
 		urls = append(urls, b+cfg.Endpoint.Path())
 	}
-	budget := &memBudget{limit: cmp.Or(cfg.StreamMemory, DefaultStreamMemory)}
-	cl, err := newClient(cfg.Client, urls, &r.clk, cfg.RequestTimeout, budget)
-	if err != nil {
-		return nil, nil, fmt.Errorf("openloop: %w", err)
-	}
+	cl := newClient(cfg.Client, urls, &r.clk, cfg.RequestTimeout, &memBudget{limit: cmp.Or(cfg.StreamMemory, DefaultStreamMemory)})
 	cl.beforeWrite = r.beforeWrite
 	hc = cfg.Client
 	if hc == nil { // https targets, and the model lookup
@@ -202,7 +195,7 @@ func (r *runner) connect() (hc *http.Client, closeConns func(), err error) {
 		}
 		cl.close()
 		hc.CloseIdleConnections()
-	}, nil
+	}
 }
 
 // encodeRequests encodes once what every request carries: the request id
