@@ -36,11 +36,15 @@ func (p GPUProc) Visible() bool { return p.Sid != 0 || p.Pgid != 0 }
 
 // String names the process as reports quote it: "pid 4242 (python3, 1754 MiB)".
 func (p GPUProc) String() string {
-	name := p.Name
+	return fmt.Sprintf("pid %d (%s, %.0f MiB)", p.Pid, p.shownName(), p.UsedMiB)
+}
+
+// shownName is the process's name, or why it has none.
+func (p GPUProc) shownName() string {
 	if !p.Visible() {
-		name = "not visible from this PID namespace"
+		return "not visible from this PID namespace"
 	}
-	return fmt.Sprintf("pid %d (%s, %.0f MiB)", p.Pid, name, p.UsedMiB)
+	return p.Name
 }
 
 // Owner says which GPU processes belong to the engine being measured.

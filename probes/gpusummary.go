@@ -81,11 +81,7 @@ type ProcSeen struct {
 
 // String names the process for a reason: "pid 4242 (python3, up to 1754 MiB)".
 func (p ProcSeen) String() string {
-	g := GPUProc{Pid: p.Pid, Name: p.Name, Pgid: p.Pgid, Sid: p.Sid}
-	name := g.Name
-	if !g.Visible() {
-		name = "not visible from this PID namespace"
-	}
+	name := GPUProc{Name: p.Name, Pgid: p.Pgid, Sid: p.Sid}.shownName()
 	return fmt.Sprintf("pid %d (%s, up to %.0f MiB)", p.Pid, name, p.MaxUsedMiB)
 }
 

@@ -448,11 +448,9 @@ func (s *Server) waitUntil(ctx context.Context, t time.Time) bool {
 		d -= 1500 * time.Microsecond
 	}
 	if d > 0 {
-		tm := time.NewTimer(d)
 		select {
-		case <-tm.C:
+		case <-time.After(d):
 		case <-ctx.Done():
-			tm.Stop()
 			return false
 		}
 	}
