@@ -252,9 +252,7 @@ func (b *h1Body) chunkSize() (int64, error) {
 	if err != nil {
 		return 0, unexpectedEOF(err)
 	}
-	if i := bytes.IndexByte(line, ';'); i >= 0 {
-		line = line[:i]
-	}
+	line, _, _ = bytes.Cut(line, []byte(";"))
 	line = bytes.TrimSpace(line)
 	n, err := strconv.ParseInt(string(line), 16, 64)
 	if err != nil || n < 0 || len(line) > 12 {
