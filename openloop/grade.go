@@ -198,8 +198,12 @@ func clientLimits(g Grade, a Arrival, rate float64, scheduled, inWindow int) []s
 			inWindow, scheduled, g.AchievedRatio, ClientLimitedRatio))
 	}
 	if crit := ksCritical(g.Sent - 1); g.KSApplicable && g.KSD > crit+ClientLimitedKSMaxD {
+		law := fmt.Sprintf("exponential at %.4g req/s", rate)
+		if a.Process == ArrivalGamma {
+			law = fmt.Sprintf("gamma(k=%.3g) at %.4g req/s", a.Burstiness, rate)
+		}
 		why = append(why, fmt.Sprintf("the sent inter-arrival gaps are not %s (KS test on a %v grid: D=%.4f > %.4f + %.2f, p=%.2g)",
-			gapLawName(a, rate), KSResolution, g.KSD, crit, ClientLimitedKSMaxD, g.KSP))
+			law, KSResolution, g.KSD, crit, ClientLimitedKSMaxD, g.KSP))
 	}
 	return why
 }
@@ -248,13 +252,4 @@ func gapCDF(a Arrival, rate float64) func(float64) float64 {
 		}
 	}
 	return nil
-}
-
-// gapLawName names the offered gap law in words, for the client-limited
-// reason.
-func gapLawName(a Arrival, rate float64) string {
-	if a.Process == ArrivalGamma {
-		return fmt.Sprintf("gamma(k=%.3g) at %.4g req/s", a.Burstiness, rate)
-	}
-	return fmt.Sprintf("exponential at %.4g req/s", rate)
 }

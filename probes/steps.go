@@ -133,9 +133,12 @@ func SummarizeSteps(ctx context.Context, r io.Reader, fromUs, toUs int64, w io.W
 		tally    stepTally
 		rec      StepRecord
 		sp       = stepParser{skip: stepSkip} // only timers and the path are read
-		out      = newStepCopy(w)
+		out      stepCopy
 		statuses statusSet
 	)
+	if w != nil {
+		out.bw = bufio.NewWriterSize(w, 1<<16)
+	}
 	inWindow := func(ts int64) bool { return (fromUs == 0 || ts >= fromUs) && (toUs == 0 || ts <= toUs) }
 	rr := newRecordReader(r)
 	for lineNo := int64(1); ; lineNo++ {
@@ -315,13 +318,6 @@ func (t *stepTally) finish(st *StepStats) {
 type stepCopy struct {
 	bw  *bufio.Writer
 	buf []byte // a binary record's text form
-}
-
-func newStepCopy(w io.Writer) stepCopy {
-	if w == nil {
-		return stepCopy{}
-	}
-	return stepCopy{bw: bufio.NewWriterSize(w, 1<<16)}
 }
 
 // write copies a kept line or record: a text line verbatim, a binary
