@@ -17,9 +17,13 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/net/http/httpguts"
 )
+
+// validHeaderValue reports whether v can be sent as a header value as it
+// is: no control character but HTAB (RFC 9110 §5.5).
+func validHeaderValue(v string) bool {
+	return !strings.ContainsFunc(v, func(c rune) bool { return c < 0x20 && c != '\t' || c == 0x7f })
+}
 
 // NewTransport returns the keep-alive transport Run uses by default: direct
 // connections (no proxy), no cap on connections per host, idle connections
@@ -105,7 +109,7 @@ func (r *runner) encode(j *job, body []byte) *job {
 	j.target = -1
 	j.reqID = r.reqPrefix + strconv.Itoa(j.id)
 	session := j.session
-	if !httpguts.ValidHeaderFieldValue(session) {
+	if !validHeaderValue(session) {
 		session = ""
 	}
 	if !r.cl.raw {

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/internal/userfile"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // Config is one open-loop run against one or more OpenAI-compatible servers.
@@ -215,7 +213,7 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
-	if !httpguts.ValidHeaderFieldValue(c.RequestIDPrefix) {
+	if !validHeaderValue(c.RequestIDPrefix) {
 		return namedErr("request_id_prefix", fmt.Sprintf("request id prefix %q", c.RequestIDPrefix), "", "control characters cannot go in a header")
 	}
 	return nil

@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // Request is what every request of a run carries beyond its prompt and its
@@ -69,12 +67,12 @@ func (q *Request) Validate() error {
 	var ps problems
 	for name, v := range q.Headers {
 		canon := http.CanonicalHeaderKey(name)
-		ps.check(!httpguts.ValidHeaderFieldName(name), namedErr("request.headers", fmt.Sprintf("header %q", name), "", "not a valid header name"))
+		ps.check(!validHeaderName(name), namedErr("request.headers", fmt.Sprintf("header %q", name), "", "not a valid header name"))
 		ps.check(slices.Contains(ownedHeaders, canon), namedErr("request.headers", "header "+canon, "", "mbench sets it itself"))
 		ps.check(canon == "Authorization" && q.APIKey != "", fieldErr("request", "", "header Authorization and an API key: give one (the key is sent as Authorization: Bearer)"))
-		ps.check(!httpguts.ValidHeaderFieldValue(v), namedErr("request.headers", "header "+canon, "", "its value has control characters"))
+		ps.check(!validHeaderValue(v), namedErr("request.headers", "header "+canon, "", "its value has control characters"))
 	}
-	ps.check(!httpguts.ValidHeaderFieldValue(q.APIKey) || strings.ContainsAny(q.APIKey, " \t"), fieldErr("request", "", "API key: spaces or control characters cannot go in an Authorization header"))
+	ps.check(!validHeaderValue(q.APIKey) || strings.ContainsAny(q.APIKey, " \t"), fieldErr("request", "", "API key: spaces or control characters cannot go in an Authorization header"))
 	ps = append(ps, q.Sampling.problems().under("request", "")...)
 	for k, v := range q.ExtraBody {
 		ps.check(slices.Contains(ownedFields, k), namedErr("request.extra_body", fmt.Sprintf("extra body field %q", k), "", "mbench writes it (use its own option)"))
@@ -118,6 +116,11 @@ func (s Sampling) problems() problems {
 
 // Any reports whether s sets a parameter.
 func (s Sampling) Any() bool { return s != Sampling{} }
+
+// validHeaderName reports whether n is an HTTP token (RFC 9110 §5.6.2).
+func validHeaderName(n string) bool {
+	return n != "" && strings.Trim(n, "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") == ""
+}
 
 // header is the extra headers of q (the API key as Authorization) with
 // canonical names, sorted: what every request adds to its own.
