@@ -290,15 +290,16 @@ func (s *sweep) finishProgress(entry JournalEntry, sum *results.RunSummary) {
 	case !entry.Status.Usable():
 		s.prog.finish(fmt.Sprintf("NOT A RESULT (%s): %s", entry.Status, firstLine(entry.Reason)))
 	default:
-		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s", fmtPtr(sum.P90TTFTMs, 0), fmtPtr(sum.P90TPOTMs, 1), fmtPtr(sum.ThrRatio, 2)))
+		m := results.RunMetrics(sum)
+		f := func(key string, prec int) string {
+			if v, ok := m[key]; ok {
+				return strconv.FormatFloat(v, 'f', prec, 64)
+			}
+			return "-"
+		}
+		s.prog.finish(fmt.Sprintf("ttft p90 %s ms, tpot p90 %s ms, thr %s",
+			f(results.TTFT.Key(results.StatP90), 0), f(results.TPOT.Key(results.StatP90), 1), f(results.ThrRatio.Key, 2)))
 	}
-}
-
-func fmtPtr(v *float64, prec int) string {
-	if v == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(*v, 'f', prec, 64)
 }
 
 // giveUpConfig skips every later run of a config whose engine does not
