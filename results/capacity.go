@@ -206,10 +206,8 @@ type CapacityReport struct {
 
 // Search returns the search of config and shape, nil when there is none.
 func (r *CapacityReport) Search(config, shape string) *CapacitySearch {
-	for i := range r.Searches {
-		if r.Searches[i].Config == config && r.Searches[i].Shape == shape {
-			return &r.Searches[i]
-		}
+	if i := slices.IndexFunc(r.Searches, func(s CapacitySearch) bool { return s.Config == config && s.Shape == shape }); i >= 0 {
+		return &r.Searches[i]
 	}
 	return nil
 }
@@ -223,8 +221,19 @@ func AnalyzeCapacity(spec CapacitySpec, runs []CapacityRun) CapacityReport {
 	rep := CapacityReport{Spec: spec}
 	for _, sh := range spec.Shapes {
 		for _, cfg := range spec.Configs {
-			mine := slices.DeleteFunc(slices.Clone(runs), func(r CapacityRun) bool { return r.Config != cfg || r.Shape != sh })
-			rep.Searches = append(rep.Searches, analyzeSearch(spec, cfg, sh, mine))
+			s := CapacitySearch{Config: cfg, Shape: sh, PerBlock: map[int]float64{}, PerBlockCrossing: map[int]Crossing{}}
+			byRate := map[float64][]CapacityRun{}
+			for _, r := range runs {
+				if r.Config == cfg && r.Shape == sh {
+					byRate[r.Rate] = append(byRate[r.Rate], r)
+				}
+			}
+			for _, rate := range slices.Sorted(maps.Keys(byRate)) {
+				s.Probes = append(s.Probes, judgeProbe(spec, rate, byRate[rate]))
+			}
+			bracket(&s)
+			perBlock(spec, &s)
+			rep.Searches = append(rep.Searches, s)
 		}
 	}
 	for _, sh := range spec.Shapes {
@@ -242,20 +251,6 @@ func AnalyzeCapacity(spec CapacitySpec, runs []CapacityRun) CapacityReport {
 		}
 	}
 	return rep
-}
-
-func analyzeSearch(spec CapacitySpec, cfg, shape string, runs []CapacityRun) CapacitySearch {
-	s := CapacitySearch{Config: cfg, Shape: shape, PerBlock: map[int]float64{}, PerBlockCrossing: map[int]Crossing{}}
-	byRate := map[float64][]CapacityRun{}
-	for _, r := range runs {
-		byRate[r.Rate] = append(byRate[r.Rate], r)
-	}
-	for _, rate := range slices.Sorted(maps.Keys(byRate)) {
-		s.Probes = append(s.Probes, judgeProbe(spec, rate, byRate[rate]))
-	}
-	bracket(&s)
-	perBlock(spec, &s)
-	return s
 }
 
 // judgeProbe decides what the blocks of one rate say, each block by the

@@ -108,7 +108,7 @@ func summarizeCell(c *Cell, s *Sweep, blocks int) CellSummary {
 		}
 	}
 	for k := range keys {
-		ms := metricStats(c.metricByBlock(k), s.Confidence)
+		ms := metricStats(byBlock(c.Used, k), s.Confidence)
 		if trials, ok := c.trialsByBlock(k); ok {
 			ms.proportion(trials, s.Confidence)
 		}
@@ -117,10 +117,10 @@ func summarizeCell(c *Cell, s *Sweep, blocks int) CellSummary {
 	return cs
 }
 
-// metricByBlock returns block → value of metric key over the used runs.
-func (c *Cell) metricByBlock(key string) map[int]float64 {
+// byBlock is block → value of metric key over runs (block → run).
+func byBlock(runs map[int]*Run, key string) map[int]float64 {
 	out := map[int]float64{}
-	for b, r := range c.Used {
+	for b, r := range runs {
 		if v, ok := r.Metrics[key]; ok {
 			out[b] = v
 		}

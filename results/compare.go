@@ -294,9 +294,9 @@ func compareCells(s *Sweep, metric, key string, base, c *Cell, nu Nuisance) Comp
 	}
 	row.BaseCell = base.Info.ID
 	row.Baseline = base.Info.Config
-	treat, ref := c.usableByBlock(key), base.usableByBlock(key)
-	dpos := map[int]float64{}
 	tu, bu := c.usable(), base.usable()
+	treat, ref := byBlock(tu, key), byBlock(bu, key)
+	dpos := map[int]float64{}
 	for b, r := range tu {
 		if q := bu[b]; q != nil {
 			dpos[b] = float64(r.Ref.Position - q.Ref.Position)
@@ -358,17 +358,6 @@ func (c *Cell) usable() map[int]*Run {
 	for b, r := range c.Used {
 		if r.Ref.Status.Usable() {
 			out[b] = r
-		}
-	}
-	return out
-}
-
-// usableByBlock is block → value of metric key over the usable runs.
-func (c *Cell) usableByBlock(key string) map[int]float64 {
-	out := map[int]float64{}
-	for b, r := range c.usable() {
-		if v, ok := r.Metrics[key]; ok {
-			out[b] = v
 		}
 	}
 	return out

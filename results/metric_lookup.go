@@ -17,10 +17,8 @@ import (
 // a run names (familyOf), whose value is its row's. false for any other
 // key.
 func MetricOf(key string) (Metric, bool) {
-	for _, m := range registry {
-		if m.Key == key {
-			return m, true
-		}
+	if i := slices.IndexFunc(registry, func(m Metric) bool { return m.Key == key }); i >= 0 {
+		return registry[i], true
 	}
 	u, d, ok := familyOf(key)
 	if !ok {
@@ -96,12 +94,10 @@ func lookupKey(name string) string {
 		if !ok {
 			continue
 		}
-		switch {
-		case stat == StatMean || stat == StatMedian || stat == StatStd:
-			return l.Key(stat)
-		case stat == "p50":
-			return l.Key(StatMedian)
-		case isPercentile(stat):
+		if stat == "p50" {
+			stat = StatMedian
+		}
+		if stat == StatMean || stat == StatMedian || stat == StatStd || isPercentile(stat) {
 			return l.Key(stat)
 		}
 	}

@@ -110,12 +110,11 @@ var (
 // LatencyNamed is the latency of Latencies named name (ttft, tpot, itl,
 // e2el).
 func LatencyNamed(name string) (Latency, bool) {
-	for _, l := range Latencies {
-		if l.Name == name {
-			return l, true
-		}
+	i := slices.IndexFunc(Latencies, func(l Latency) bool { return l.Name == name })
+	if i < 0 {
+		return Latency{}, false
 	}
-	return Latency{}, false
+	return Latencies[i], true
 }
 
 // Stat is statistic stat of l in run s: one of LatencyStats, or p<p> of

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -284,12 +285,7 @@ func harnessCut(class string) bool {
 // errorBreakdown is "412 http_5xx, 3 timeout", most frequent first.
 func errorBreakdown(m map[string]int) string {
 	keys := slices.Collect(maps.Keys(m))
-	slices.SortFunc(keys, func(a, b string) int {
-		if m[a] != m[b] {
-			return m[b] - m[a]
-		}
-		return strings.Compare(a, b)
-	})
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(m[b]-m[a], strings.Compare(a, b)) })
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%d %s", m[k], k)

@@ -114,16 +114,29 @@ func (l Logs) StepWaiting(run string, add func(tsUs int64, waiting float64)) err
 // fn, with probes (which owns the format); a run without the file is not
 // an error.
 func (l Logs) eachStep(run string, fn func(*probes.StepRecord)) error {
-	var rec probes.StepRecord
-	err := eachLine(filepath.Join(l.Dir, run, "engine_step.jsonl"), func(line []byte) {
-		if probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) == nil {
-			fn(&rec)
-		}
-	})
+	path := filepath.Join(l.Dir, run, "engine_step.jsonl")
+	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var rec probes.StepRecord
+	br := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 && probes.ParseStepLine(bytes.TrimRight(line, "\r\n"), &rec) == nil {
+			fn(&rec)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+	}
 }
 
 // Requests reads run's requests.jsonl: nil, nil without one.
@@ -153,26 +166,4 @@ func readRunFile[T any](path string, read func(io.Reader) ([]T, error)) ([]T, er
 		return xs, fmt.Errorf("%s: %w", path, err)
 	}
 	return xs, nil
-}
-
-// eachLine calls fn for every non-empty line of a file, streaming.
-func eachLine(path string, fn func([]byte)) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	br := bufio.NewReaderSize(f, 64<<10)
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			fn(line)
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
-		}
-	}
 }
