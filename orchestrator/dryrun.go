@@ -22,7 +22,10 @@ import (
 // opts.Out is set.
 func dryRun(m *matrices.Matrix, opts Options) error {
 	w := cmp.Or(opts.Stdout, io.Discard)
-	p := newDryRunPaths(m, opts.Out)
+	p := dryRunPaths{m: m, id: "<sweep id>", localState: filepath.Join("results", m.Name+"-<UTC timestamp>", ".state")}
+	if abs, err := filepath.Abs(opts.Out); opts.Out != "" && err == nil {
+		p.id, p.localState = sweepID(m.Name, abs), filepath.Join(abs, ".state")
+	}
 	fmt.Fprintf(w, "# dry run of %s (%s engine): nothing is started\n", m.Name, m.Engine.Kind)
 	if m.Engine.Kind == matrices.EngineSim {
 		fmt.Fprintln(w, "# engine kind sim: the SIMULATED engine (a model of an engine, not vLLM)")
@@ -45,16 +48,6 @@ func dryRun(m *matrices.Matrix, opts Options) error {
 type dryRunPaths struct {
 	m              *matrices.Matrix
 	id, localState string
-}
-
-func newDryRunPaths(m *matrices.Matrix, out string) dryRunPaths {
-	p := dryRunPaths{m: m, id: "<sweep id>", localState: filepath.Join("results", m.Name+"-<UTC timestamp>", ".state")}
-	if out != "" {
-		if abs, err := filepath.Abs(out); err == nil {
-			p.id, p.localState = sweepID(m.Name, abs), filepath.Join(abs, ".state")
-		}
-	}
-	return p
 }
 
 // state is the sweep's state directory on host h.

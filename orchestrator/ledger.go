@@ -2,11 +2,13 @@ package orchestrator
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
 	"sort"
 
+	"github.com/mbench/mbench/internal/durable"
 	"github.com/mbench/mbench/matrices"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/results/sweepdir"
@@ -64,8 +66,13 @@ func (l *ledger) deadReason(cell string) string { return l.dead[cell] }
 // record appends e to the journal (durably) and counts it. gaveUp reports
 // that this failure was the one that gave its cell up.
 func (l *ledger) record(e JournalEntry) (gaveUp bool, err error) {
-	if err := appendJournal(l.dir, e); err != nil {
-		return false, err
+	data, err := json.Marshal(e)
+	if err != nil {
+		return false, fmt.Errorf("encode journal line: %w", err)
+	}
+	path := filepath.Join(l.dir, journalFile)
+	if err := durable.AppendLine(path, data); err != nil {
+		return false, fmt.Errorf("append journal %s: %w", path, err)
 	}
 	if e.Status == results.VerdictHostLost {
 		return false, nil // no run: resume runs it again, and no failure of the cell

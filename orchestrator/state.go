@@ -212,18 +212,6 @@ type runKey struct {
 	block int
 }
 
-func appendJournal(dir string, e JournalEntry) error {
-	data, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("encode journal line: %w", err)
-	}
-	path := filepath.Join(dir, journalFile)
-	if err := durable.AppendLine(path, data); err != nil {
-		return fmt.Errorf("append journal %s: %w", path, err)
-	}
-	return nil
-}
-
 // repairJournal rewrites a journal whose last line was torn by a crash,
 // keeping every whole line, so later appends start on a fresh line.
 func repairJournal(dir string, entries []JournalEntry) error {
