@@ -89,7 +89,7 @@ func Lookup(name string) Named {
 }
 
 func lookupKey(name string) string {
-	for _, l := range append(append([]Latency(nil), Latencies...), TTFTIntended) {
+	for _, l := range summarized {
 		stat, ok := strings.CutPrefix(name, l.Name+"_")
 		if !ok {
 			continue

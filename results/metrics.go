@@ -213,7 +213,7 @@ var (
 // names (extra percentiles, step timers, classes, instances, GPUs).
 var registry = func() []Metric {
 	ms := []Metric{NumPrompts, Completed, Failed, Duration, RequestThroughput, OutputThroughput, TotalInputTokens, TotalOutputTokens}
-	for _, l := range append(append([]Latency(nil), Latencies...), TTFTIntended) {
+	for _, l := range summarized {
 		for _, stat := range LatencyStats {
 			if l.fields(new(RunSummary))[stat] != nil {
 				ms = append(ms, opt(l.Key(stat), UnitMs, LowerIsBetter, func(s *RunSummary) *float64 { return *l.fields(s)[stat] }))

@@ -480,13 +480,9 @@ func markUsage(s *RunSummary, r *Record, natural bool) {
 		s.UsageMissing++
 	case !natural && r.MaxTokens > 0 && r.OutputTokens < r.MaxTokens:
 		s.ShortOutputs++
-		if s.ShortOutputExample == "" {
-			s.ShortOutputExample = fmt.Sprintf("request %d: %d of the %d tokens asked for", r.ID, r.OutputTokens, r.MaxTokens)
-		}
+		s.ShortOutputExample = cmp.Or(s.ShortOutputExample, fmt.Sprintf("request %d: %d of the %d tokens asked for", r.ID, r.OutputTokens, r.MaxTokens))
 		share := float64(r.OutputTokens) / float64(r.MaxTokens)
-		if s.ShortOutputMeanShare == nil {
-			s.ShortOutputMeanShare = ptr(0.0)
-		}
+		s.ShortOutputMeanShare = cmp.Or(s.ShortOutputMeanShare, new(0.0))
 		*s.ShortOutputMeanShare += (share - *s.ShortOutputMeanShare) / float64(s.ShortOutputs)
 		if s.ShortOutputFinish == nil {
 			s.ShortOutputFinish = map[string]int{}
