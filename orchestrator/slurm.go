@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -152,10 +153,8 @@ func (f *fleet) bind() string {
 // not known before salloc, so with one its engines are shown binding all
 // interfaces, as they do unless the node's address is loopback.
 func dryRunBind(m *matrices.Matrix) string {
-	for _, name := range m.HostOrder {
-		if m.Hosts[name].IsSlurm() {
-			return "0.0.0.0"
-		}
+	if slices.ContainsFunc(m.HostOrder, func(name string) bool { return m.Hosts[name].IsSlurm() }) {
+		return "0.0.0.0"
 	}
 	return bindAddr(m)
 }

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mbench/mbench/matrices"
@@ -39,10 +40,8 @@ func (st *store) openJournal(failLimit int) error {
 // recordedBlock is block b as sweep.json records it, nil when it is not
 // planned yet.
 func (st *store) recordedBlock(b int) *plan.Block {
-	for i := range st.state.Blocks {
-		if st.state.Blocks[i].Block == b {
-			return &st.state.Blocks[i]
-		}
+	if i := slices.IndexFunc(st.state.Blocks, func(blk plan.Block) bool { return blk.Block == b }); i >= 0 {
+		return &st.state.Blocks[i]
 	}
 	return nil
 }

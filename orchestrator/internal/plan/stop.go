@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -161,7 +162,7 @@ func (v View) primaryComparisons() []pairedCells {
 // the paired blocks) is within target too. ok is false when it has no CI
 // (fewer than two paired usable blocks, or no second-stage spread).
 func (v View) comparisonHalf(p pairedCells, nu results.Nuisance) (half float64, projected, ok bool) {
-	base, treat := v.values(p.base), v.values(p.treat)
+	base, treat := v.Values[p.base], v.Values[p.treat]
 	c := results.CompareAdjusted(base, treat, v.dpos(p), nu, results.Spread{Method: results.MethodSecondStage, Stage1: v.FirstStage()}, v.Repeat.Confidence)
 	if c.N < 2 || c.Method != results.MethodSecondStage {
 		return math.NaN(), false, false
@@ -175,7 +176,7 @@ func (v View) comparisonHalf(p pairedCells, nu results.Nuisance) (half float64, 
 // comparison of a sweep the rule did not end: the paired t over every
 // block, with the position effect nu.
 func (v View) pairedTHalf(p pairedCells, nu results.Nuisance) (float64, bool) {
-	base, treat := v.values(p.base), v.values(p.treat)
+	base, treat := v.Values[p.base], v.Values[p.treat]
 	c := results.CompareAdjusted(base, treat, v.dpos(p), nu, results.Spread{}, v.Repeat.Confidence)
 	if c.N < 2 {
 		return math.NaN(), false
@@ -186,7 +187,7 @@ func (v View) pairedTHalf(p pairedCells, nu results.Nuisance) (float64, bool) {
 // dpos is block → the position of p's treat cell minus its base cell's, in
 // the blocks both have.
 func (v View) dpos(p pairedCells) map[int]float64 {
-	base, treat := v.values(p.base), v.values(p.treat)
+	base, treat := v.Values[p.base], v.Values[p.treat]
 	out := map[int]float64{}
 	for b := range treat {
 		if _, both := base[b]; both {
@@ -209,10 +210,7 @@ func (v View) nuisance() results.Nuisance {
 		}
 	}
 	slices.SortFunc(obs, func(a, b results.Obs) int { // the fit's sums in one order, whatever the maps'
-		if a.Cell != b.Cell {
-			return strings.Compare(a.Cell, b.Cell)
-		}
-		return a.Block - b.Block
+		return cmp.Or(strings.Compare(a.Cell, b.Cell), a.Block-b.Block)
 	})
 	return results.EstimatePosition(obs, v.Repeat.Confidence)
 }
@@ -223,14 +221,6 @@ func (v View) FirstStage() int {
 		return v.Stage1
 	}
 	return v.Repeat.Min
-}
-
-// values is block → primary metric of a cell's usable runs (never nil).
-func (v View) values(id string) map[int]float64 {
-	if vals := v.Values[id]; vals != nil {
-		return vals
-	}
-	return map[int]float64{}
 }
 
 func (v View) cellIDs() []string {
@@ -272,7 +262,7 @@ func (v View) unconverged() []string {
 }
 
 func (v View) cellConverged(id string) (bool, float64) {
-	vals := slices.Collect(maps.Values(v.values(id)))
+	vals := slices.Collect(maps.Values(v.Values[id]))
 	if len(vals) < 2 {
 		return false, math.NaN()
 	}
