@@ -154,34 +154,31 @@ func (v View) primaryComparisons() []pairedCells {
 	return out
 }
 
-// comparisonHalf is the half-width (a fraction, (Hi − Lo)/2) of the CI the
-// report prints of one comparison on the primary metric over the usable
-// runs if the rule ends the sweep now — the second stage's spread, the
-// position effect nu — and whether the rule may end it on this comparison:
-// it has that CI and the first stage's Stein projection (its spread over all
-// the paired blocks) is within target too. ok is false when it has no CI
-// (fewer than two paired usable blocks, or no second-stage spread).
-func (v View) comparisonHalf(p pairedCells, nu results.Nuisance) (half float64, projected, ok bool) {
-	base, treat := v.Values[p.base], v.Values[p.treat]
-	c := results.CompareAdjusted(base, treat, v.dpos(p), nu, results.Spread{Method: results.MethodSecondStage, Stage1: v.FirstStage()}, v.Repeat.Confidence)
-	if c.N < 2 || c.Method != results.MethodSecondStage {
-		return math.NaN(), false, false
-	}
-	proj := results.CompareTwoStage(base, treat, v.FirstStage(), v.Repeat.Confidence)
-	projected = proj.Method == results.MethodTwoStage && (proj.Hi-proj.Lo)/2 <= v.Repeat.RelCI
-	return (c.Hi - c.Lo) / 2, projected, true
-}
-
-// pairedTHalf is the half-width of the CI the report prints of one
-// comparison of a sweep the rule did not end: the paired t over every
-// block, with the position effect nu.
-func (v View) pairedTHalf(p pairedCells, nu results.Nuisance) (float64, bool) {
-	base, treat := v.Values[p.base], v.Values[p.treat]
-	c := results.CompareAdjusted(base, treat, v.dpos(p), nu, results.Spread{}, v.Repeat.Confidence)
-	if c.N < 2 {
+// half is the half-width (a fraction, (Hi − Lo)/2) of the CI the report
+// prints of one comparison on the primary metric over the usable runs, with
+// spread sp (the second stage's if the rule ends the sweep now, else every
+// block's) and the position effect nu. ok is false when it has no such CI
+// (fewer than two paired usable blocks, or no spread of the kind asked for).
+func (v View) half(p pairedCells, nu results.Nuisance, sp results.Spread) (float64, bool) {
+	c := results.CompareAdjusted(v.Values[p.base], v.Values[p.treat], v.dpos(p), nu, sp, v.Repeat.Confidence)
+	if c.N < 2 || sp.Method != "" && c.Method != sp.Method {
 		return math.NaN(), false
 	}
 	return (c.Hi - c.Lo) / 2, true
+}
+
+// secondStage is the spread of a sweep the rule ends: the blocks after the
+// first stage.
+func (v View) secondStage() results.Spread {
+	return results.Spread{Method: results.MethodSecondStage, Stage1: v.FirstStage()}
+}
+
+// projected reports whether the first stage's Stein projection of one
+// comparison (its spread over all the paired blocks) is within target: the
+// rule ends the sweep on a comparison only then.
+func (v View) projected(p pairedCells) bool {
+	proj := results.CompareTwoStage(v.Values[p.base], v.Values[p.treat], v.FirstStage(), v.Repeat.Confidence)
+	return proj.Method == results.MethodTwoStage && (proj.Hi-proj.Lo)/2 <= v.Repeat.RelCI
 }
 
 // dpos is block → the position of p's treat cell minus its base cell's, in
@@ -246,7 +243,7 @@ func (v View) unconverged() []string {
 	}
 	nu := v.nuisance()
 	for _, p := range comps {
-		if h, projected, ok := v.comparisonHalf(p, nu); !projected || !withinTarget(h, ok, v.Repeat.RelCI) {
+		if h, ok := v.half(p, nu, v.secondStage()); !withinTarget(h, ok, v.Repeat.RelCI) || !v.projected(p) {
 			add(p.treat)
 			add(p.base)
 		}
@@ -306,11 +303,12 @@ func Converge(v View, byRule bool) Convergence {
 	comps := v.primaryComparisons()
 	conv := true
 	nu := v.nuisance()
+	sp := results.Spread{} // every block
+	if byRule {
+		sp = v.secondStage()
+	}
 	for _, p := range comps {
-		h, _, ok := v.comparisonHalf(p, nu)
-		if !byRule {
-			h, ok = v.pairedTHalf(p, nu)
-		}
+		h, ok := v.half(p, nu, sp)
 		if !ok {
 			c.Unusable = append(c.Unusable, p.name)
 			conv = false
