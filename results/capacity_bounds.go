@@ -1,8 +1,10 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/mbench/mbench/stats"
@@ -57,11 +59,8 @@ func (b Bound) String() string {
 
 // Limit is the bound's value.
 func (b Bound) Limit() float64 {
-	if b.MaxMs != nil {
-		return *b.MaxMs
-	}
-	if b.Min != nil {
-		return *b.Min
+	if l := cmp.Or(b.MaxMs, b.Min); l != nil {
+		return *l
 	}
 	return math.NaN()
 }
@@ -142,10 +141,8 @@ func boundVerdict(b Bound, vals []float64, sat int, lo, hi *float64) (ProbeVerdi
 	case sat == n:
 		return ProbeFails, ""
 	case sat > 0:
-		for _, v := range vals {
-			if meets(v) {
-				return ProbeUncertain, fmt.Sprintf("%d of %d blocks saturated, others held", sat, n)
-			}
+		if slices.ContainsFunc(vals, meets) {
+			return ProbeUncertain, fmt.Sprintf("%d of %d blocks saturated, others held", sat, n)
 		}
 		return ProbeFails, ""
 	case b.MaxMs != nil && meets(*hi), b.MaxMs == nil && meets(*lo):

@@ -117,13 +117,10 @@ func (s *RunSummary) engineFailed() (n int) {
 // withSLOCompare adds the SLO metrics to the compared metrics when some cell
 // has them and the sweep does not list them already.
 func withSLOCompare(s *Sweep, cells []*Cell) {
-	listed := map[string]bool{}
-	for _, m := range s.ComparedMetrics() {
-		listed[m.Key] = true
-	}
+	compared := s.ComparedMetrics()
 	out := slices.Clone(s.Compare)
 	for _, m := range sloMetrics {
-		if !listed[m] && AnyCellHas(cells, m) {
+		if !slices.ContainsFunc(compared, func(c Named) bool { return c.Key == m }) && AnyCellHas(cells, m) {
 			out = append(out, m)
 		}
 	}
