@@ -252,13 +252,16 @@ func (e *launcher) waitReady(ctx context.Context, p *engineProc, path string, ti
 	deadline := time.Now().Add(timeout)
 	client := &http.Client{Timeout: 2 * time.Second}
 	wait := readyFirstPoll
+	// notReady is the error of a process that never became ready, quoting its log.
+	notReady := func(fallback, what string) error {
+		tail := e.redact(logExcerpt(p.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20))
+		return &startError{cause: logCause(tail, fallback), logPath: p.logPath, hostName: p.hostName,
+			msg: fmt.Sprintf("%s on host %s%s; command: %s; last lines of %s:\n%s", p.name, p.hostName, what, e.redact(p.command), p.logPath, tail)}
+	}
 	for {
 		select {
 		case <-p.proc.Done():
-			tail := e.redact(logExcerpt(p.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20))
-			return &startError{cause: logCause(tail, fmt.Sprint(p.proc.Err())), logPath: p.logPath, hostName: p.hostName,
-				msg: fmt.Sprintf("%s on host %s exited before it was ready (%v); command: %s; last lines of %s:\n%s",
-					p.name, p.hostName, p.proc.Err(), e.redact(p.command), p.logPath, tail)}
+			return notReady(fmt.Sprint(p.proc.Err()), fmt.Sprintf(" exited before it was ready (%v)", p.proc.Err()))
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+path, nil)
@@ -270,10 +273,7 @@ func (e *launcher) waitReady(ctx context.Context, p *engineProc, path string, ti
 			}
 		}
 		if time.Now().After(deadline) {
-			tail := e.redact(logExcerpt(p.proc.LogTail(context.WithoutCancel(ctx), excerptScan), 20))
-			return &startError{cause: logCause(tail, "not ready after "+timeout.String()), logPath: p.logPath, hostName: p.hostName,
-				msg: fmt.Sprintf("%s on host %s: not ready after %s (GET %s%s never answered 200); command: %s; last lines of %s:\n%s",
-					p.name, p.hostName, timeout, p.url, path, e.redact(p.command), p.logPath, tail)}
+			return notReady("not ready after "+timeout.String(), fmt.Sprintf(": not ready after %s (GET %s%s never answered 200)", timeout, p.url, path))
 		}
 		t := time.NewTimer(wait)
 		select {
