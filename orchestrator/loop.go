@@ -115,11 +115,15 @@ func (s *sweep) outcome(rep *report.Exported) *Outcome {
 	return o
 }
 
-// teardown stops the engines and closes the hosts, in teardownContext.
+// teardown stops the engines, in teardownContext, and closes every host
+// connection and the sweep's log.
 func (s *sweep) teardown(ctx context.Context) error {
 	tctx, cancel := teardownContext(ctx)
 	defer cancel()
-	return s.closeAll(tctx)
+	err := s.engines.stop(tctx)
+	s.fleet.close()
+	s.sweepLog.close()
+	return err
 }
 
 // teardownContext is the context of a teardown after ctx: not canceled with

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -148,12 +147,4 @@ func defaultOut(name string, now time.Time) string {
 func sweepID(name, absDir string) string {
 	sum := sha256.Sum256([]byte(absDir))
 	return name + "-" + hex.EncodeToString(sum[:6])
-}
-
-// closeAll tears down the running engines and closes every host connection.
-func (s *sweep) closeAll(ctx context.Context) error {
-	err := s.engines.stop(ctx)
-	s.fleet.close()
-	s.sweepLog.close()
-	return err
 }
