@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/mbench/mbench/matrices"
+	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/orchestrator/internal/plan"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/results/report"
@@ -113,17 +114,15 @@ func (s *sweep) capacityRound(ctx context.Context, rec plan.Round) error {
 // capacityCell is the cell of config at rate with the named shape,
 // registered in s.cells.
 func (s *sweep) capacityCell(config, shape string, rate float64, attempt int) (matrices.Cell, error) {
-	for _, sh := range s.m.Shapes {
-		if sh.Name == shape {
-			c, err := s.m.CapacityCell(config, rate, sh, attempt)
-			if err != nil {
-				return c, err
-			}
-			s.cells[c.ID] = c
-			return c, nil
-		}
+	i := slices.IndexFunc(s.m.Shapes, func(sh openloop.Shape) bool { return sh.Name == shape })
+	if i < 0 {
+		return matrices.Cell{}, fmt.Errorf("capacity search: shape %q is not in the matrix", shape)
 	}
-	return matrices.Cell{}, fmt.Errorf("capacity search: shape %q is not in the matrix", shape)
+	c, err := s.m.CapacityCell(config, rate, s.m.Shapes[i], attempt)
+	if err == nil {
+		s.cells[c.ID] = c
+	}
+	return c, err
 }
 
 // capacityRuns reads the journaled runs of the capacity cells in s.cells;

@@ -231,9 +231,8 @@ func (s *runner) ensureEngine(ctx context.Context, cell matrices.Cell, run strin
 		return nil, fmt.Errorf("render launch of config %s: %w", cell.Config, err)
 	}
 	cur := s.engines.cur
-	reuse := cur != nil && cur.launch.Key == l.Key && cur.dead() == nil && s.m.Engine.Restart != "every_run"
-	if reuse {
-		return cur, nil
+	if cur != nil && cur.launch.Key == l.Key && cur.dead() == nil && s.m.Engine.Restart != "every_run" {
+		return cur, nil // reused
 	}
 	if cur != nil {
 		if err := s.engines.stop(context.WithoutCancel(ctx)); err != nil {
