@@ -134,7 +134,7 @@ func load() (*Bed, error) {
 // check asks the bed's cluster whether every node is up, and each
 // namespace whether it exists.
 func (b *Bed) check() error {
-	if err := namespacesExist(append(slices.Clone(b.Nodes), b.Hosts...)); err != nil {
+	if err := namespacesExist(b.Machines()); err != nil {
 		return err
 	}
 	out, err := b.Slurm("sinfo", "-h", "-N", "-o", "%N %t")
@@ -202,20 +202,10 @@ func (b *Bed) WaitJobState(job string, d time.Duration, states ...string) string
 	return st
 }
 
-// SSHHome writes a home directory whose ~/.ssh reaches every bed machine
-// by name (mbn-h1, mbn-n1, …) with the bed's client key and host keys,
-// sets HOME to it for the test, and returns it.
-func (b *Bed) SSHHome(t testing.TB) string {
-	t.Helper()
-	home := b.SSHHomeDir(t)
-	t.Setenv("HOME", home)
-	t.Setenv("SSH_AUTH_SOCK", "")
-	return home
-}
-
-// SSHHomeDir writes the home directory SSHHome sets and returns it, for a
-// parallel test that gives it to the processes it starts (HOME=, and an
-// empty SSH_AUTH_SOCK) instead of setting the test process's environment.
+// SSHHomeDir writes a home directory whose ~/.ssh reaches every bed
+// machine by name (mbn-h1, mbn-n1, …) with the bed's client key and host
+// keys, and returns it, for a test that gives it to the processes it starts
+// (HOME=, and an empty SSH_AUTH_SOCK).
 func (b *Bed) SSHHomeDir(t testing.TB) string {
 	t.Helper()
 	home := t.TempDir()
