@@ -74,19 +74,17 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 func (e *Engine) admit(w http.ResponseWriter, r *http.Request, decode func([]byte) (*completionRequest, error)) (*completionRequest, *apiError) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
 			return nil, badRequest("request body exceeds %d bytes", maxBodyBytes)
 		}
 		return nil, badRequest("reading the request body: %v", err)
 	}
 	req, err := decode(body)
 	if err != nil {
-		var ae *apiError
-		if !errors.As(err, &ae) {
-			ae = badRequest("%v", err)
+		if ae, ok := errors.AsType[*apiError](err); ok {
+			return nil, ae
 		}
-		return nil, ae
+		return nil, badRequest("%v", err)
 	}
 	if req.Model != "" && req.Model != e.cfg.Model {
 		return nil, &apiError{status: http.StatusNotFound, typ: "NotFoundError",

@@ -208,7 +208,7 @@ func (t *sshTransport) conn(ctx context.Context, full map[*sshConn]bool) (*sshCo
 			return c, nil
 		}
 		last = err
-		if isPermanent(err) || ctx.Err() != nil {
+		if _, ok := errors.AsType[permanentError](err); ok || ctx.Err() != nil {
 			return nil, err
 		}
 		if i == len(backoff)-1 && len(t.conns) == 0 {
@@ -334,8 +334,7 @@ func (t *sshTransport) session(ctx context.Context) (*ssh.Session, *sshConn, err
 			return s, c, nil
 		}
 		last = err
-		var oce *ssh.OpenChannelError
-		if errors.As(err, &oce) {
+		if _, ok := errors.AsType[*ssh.OpenChannelError](err); ok {
 			full[c] = true
 			continue
 		}
