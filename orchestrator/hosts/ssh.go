@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kevinburke/ssh_config"
+	"github.com/mbench/mbench/internal/clock"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -196,10 +197,8 @@ func (t *sshTransport) conn(ctx context.Context, full map[*sshConn]bool) (*sshCo
 	var last error
 	for i, d := range backoff {
 		if d > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("host %s: connecting: %w (last error: %v)", t.cfg.Name, ctx.Err(), last)
-			case <-time.After(d):
+			if err := clock.Sleep(ctx, d); err != nil {
+				return nil, fmt.Errorf("host %s: connecting: %w (last error: %v)", t.cfg.Name, err, last)
 			}
 		}
 		c, err := t.dial(ctx)
