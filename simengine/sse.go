@@ -40,7 +40,7 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 		if e.moon != nil {
 			pull = e.moon.pull
 		}
-		if _, err := pull(r.Context(), req); err != nil {
+		if err := pull(r.Context(), req); err != nil {
 			return // the client went away during the transfer (or, Mooncake, before KV that never came)
 		}
 	}
