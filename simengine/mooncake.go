@@ -293,7 +293,7 @@ func (m *mooncake) release(key string, sm *sendMeta, why string) {
 		sm.expiry.Stop()
 	}
 	m.e.sch.free(held)
-	m.e.signalWake()
+	notify(m.e.wake)
 	if why == "expired" {
 		fmt.Fprintf(m.e.stderr, "sim: MooncakeConnector: request %s timed out after %s without being sent; freeing its blocks on the producer side\n", key, m.timeout)
 	}
