@@ -31,11 +31,7 @@ const (
 
 // ParseLoadSource validates a load source name.
 func ParseLoadSource(s string) (LoadSource, error) {
-	switch LoadSource(s) {
-	case LoadShadow, LoadEngine:
-		return LoadSource(s), nil
-	}
-	return "", fmt.Errorf("load %q is not one of shadow, engine", s)
+	return oneOf("load", s, []LoadSource{LoadShadow, LoadEngine})
 }
 
 // EnginePoll is how often LoadEngine polls the instances' /metrics.
