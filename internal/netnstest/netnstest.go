@@ -228,29 +228,28 @@ func (b *Bed) SSHHomeDir(t testing.TB) string {
 // Machines are every namespace host of the bed: the nodes, then the hosts.
 func (b *Bed) Machines() []Machine { return append(slices.Clone(b.Nodes), b.Hosts...) }
 
-// netnsID is the network namespace identity of a bed machine ("net:[inode]"
-// as /proc/<pid>/ns/net reads), or of this test's own namespace for "".
-func netnsID(name string) (string, error) {
-	if name == "" {
-		return os.Readlink("/proc/self/ns/net")
+// netnsNames maps the network namespace identity of each bed machine
+// ("net:[inode]", as /proc/<pid>/ns/net reads) to its name, and this test's
+// own namespace to "".
+func (b *Bed) netnsNames() map[string]string {
+	ids := map[string]string{}
+	if id, err := os.Readlink("/proc/self/ns/net"); err == nil {
+		ids[id] = ""
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join("/run/netns", name), &st); err != nil {
-		return "", err
+	for _, m := range b.Machines() {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join("/run/netns", m.Name), &st) == nil {
+			ids[fmt.Sprintf("net:[%d]", st.Ino)] = m.Name
+		}
 	}
-	return fmt.Sprintf("net:[%d]", st.Ino), nil
+	return ids
 }
 
 // Marked lists, by machine name ("" for this machine's own namespace), the
 // live processes whose environment carries MBENCH_MARKER=marker: what a
 // sweep has running on each machine of the bed.
 func (b *Bed) Marked(marker string) map[string][]int {
-	ids := map[string]string{}
-	for _, m := range append(b.Machines(), Machine{Name: ""}) {
-		if id, err := netnsID(m.Name); err == nil {
-			ids[id] = m.Name
-		}
-	}
+	ids := b.netnsNames()
 	out := map[string][]int{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -293,13 +292,8 @@ func (b *Bed) NothingLeft(t testing.TB, marker string, d time.Duration) {
 // this machine's own, "?" for none of them).
 func (b *Bed) NetnsOf(pid int) string {
 	ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
-	if err != nil {
-		return "?"
-	}
-	for _, m := range append(b.Machines(), Machine{Name: ""}) {
-		if id, err := netnsID(m.Name); err == nil && id == ns {
-			return m.Name
-		}
+	if name, ok := b.netnsNames()[ns]; err == nil && ok {
+		return name
 	}
 	return "?"
 }
