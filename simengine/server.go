@@ -238,14 +238,13 @@ func (e *Engine) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodGet, http.MethodHead) {
 		return
 	}
+	status := http.StatusOK
 	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return
+	if e.closed {
+		status = http.StatusServiceUnavailable
 	}
-	w.WriteHeader(http.StatusOK)
+	e.mu.Unlock()
+	w.WriteHeader(status)
 }
 
 func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
