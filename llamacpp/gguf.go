@@ -32,28 +32,12 @@ const (
 	ggmlF16 = 1
 )
 
-// kv is one metadata key/value; exactly one of the value fields is used,
-// by typ.
+// kv is one metadata key/value; v is a uint32, float32, string, or a
+// []string, []float32 or []int32 array.
 type kv struct {
-	key     string
-	typ     uint32
-	u32     uint32
-	f32     float32
-	str     string
-	strs    []string  // array of strings
-	f32s    []float32 // array of float32
-	i32s    []int32   // array of int32
-	isArray bool
+	key string
+	v   any
 }
-
-func kvU32(k string, v uint32) kv    { return kv{key: k, typ: ggufUint32, u32: v} }
-func kvF32(k string, v float32) kv   { return kv{key: k, typ: ggufFloat32, f32: v} }
-func kvStr(k, v string) kv           { return kv{key: k, typ: ggufString, str: v} }
-func kvStrs(k string, v []string) kv { return kv{key: k, typ: ggufString, strs: v, isArray: true} }
-func kvF32s(k string, v []float32) kv {
-	return kv{key: k, typ: ggufFloat32, f32s: v, isArray: true}
-}
-func kvI32s(k string, v []int32) kv { return kv{key: k, typ: ggufInt32, i32s: v, isArray: true} }
 
 // tensor is one tensor: its name, dims (ne0 first, the contiguous one),
 // element type, and a function that writes its elements in order.
@@ -105,39 +89,43 @@ func (g *ggufWriter) pad() {
 	}
 }
 
-func (g *ggufWriter) value(e kv) {
-	switch {
-	case e.isArray:
-		g.u32(ggufArray)
-		g.u32(e.typ)
-		switch e.typ {
-		case ggufString:
-			g.u64(uint64(len(e.strs)))
-			for _, s := range e.strs {
-				g.str(s)
-			}
-		case ggufFloat32:
-			g.u64(uint64(len(e.f32s)))
-			for _, f := range e.f32s {
-				g.f32(f)
-			}
-		case ggufInt32:
-			g.u64(uint64(len(e.i32s)))
-			for _, x := range e.i32s {
-				g.u32(uint32(x))
-			}
+// value writes v's GGUF type, then v.
+func (g *ggufWriter) value(v any) {
+	switch v := v.(type) {
+	case uint32:
+		g.u32(ggufUint32)
+		g.u32(v)
+	case float32:
+		g.u32(ggufFloat32)
+		g.f32(v)
+	case string:
+		g.u32(ggufString)
+		g.str(v)
+	case []string:
+		g.array(ggufString, len(v))
+		for _, s := range v {
+			g.str(s)
+		}
+	case []float32:
+		g.array(ggufFloat32, len(v))
+		for _, f := range v {
+			g.f32(f)
+		}
+	case []int32:
+		g.array(ggufInt32, len(v))
+		for _, x := range v {
+			g.u32(uint32(x))
 		}
 	default:
-		g.u32(e.typ)
-		switch e.typ {
-		case ggufUint32:
-			g.u32(e.u32)
-		case ggufFloat32:
-			g.f32(e.f32)
-		case ggufString:
-			g.str(e.str)
-		}
+		panic(fmt.Sprintf("gguf: no value type for %T", v))
 	}
+}
+
+// array writes an array's header: its element type and length.
+func (g *ggufWriter) array(typ uint32, n int) {
+	g.u32(ggufArray)
+	g.u32(typ)
+	g.u64(uint64(n))
 }
 
 // writeGGUF writes a whole GGUF v3 file.
@@ -149,7 +137,7 @@ func writeGGUF(w io.Writer, kvs []kv, tensors []tensor) error {
 	g.u64(uint64(len(kvs)))
 	for _, e := range kvs {
 		g.str(e.key)
-		g.value(e)
+		g.value(e.v)
 	}
 	var off uint64
 	for i := range tensors {

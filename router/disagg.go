@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"slices"
 )
 
 // Protocol names how the router splits a request between a prefill and a
@@ -42,12 +41,7 @@ const (
 var Protocols = []Protocol{ProtocolNIXL, ProtocolMooncake}
 
 // ParseProtocol validates a protocol name.
-func ParseProtocol(s string) (Protocol, error) {
-	if slices.Contains(Protocols, Protocol(s)) {
-		return Protocol(s), nil
-	}
-	return "", fmt.Errorf("kv protocol %q is not one of nixl, mooncake", s)
-}
+func ParseProtocol(s string) (Protocol, error) { return oneOf("kv protocol", s, Protocols) }
 
 // ServerOptions configures a Server. Zero values take defaults.
 type ServerOptions struct {

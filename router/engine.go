@@ -31,11 +31,7 @@ const (
 
 // ParseLoadSource validates a load source name.
 func ParseLoadSource(s string) (LoadSource, error) {
-	switch LoadSource(s) {
-	case LoadShadow, LoadEngine:
-		return LoadSource(s), nil
-	}
-	return "", fmt.Errorf("load %q is not one of shadow, engine", s)
+	return oneOf("load", s, []LoadSource{LoadShadow, LoadEngine})
 }
 
 // EnginePoll is how often LoadEngine polls the instances' /metrics.
@@ -158,14 +154,14 @@ func (r *Router) setCapacity(i, kvTokens int) int {
 func (r *Router) setEngineLoad(i, n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.inst[i].engineLoad, r.inst[i].engineLoadKnown = n, true
+	r.inst[i].engineLoad = n
 }
 
 // load is instance i's load for placement: its shadow in-flight count, or
 // the engine's own under LoadEngine once known. Under r.mu.
 func (r *Router) load(i int) int {
 	in := r.inst[i]
-	if r.opt.Load == LoadEngine && in.engineLoadKnown {
+	if r.opt.Load == LoadEngine && in.engineLoad >= 0 {
 		return in.engineLoad
 	}
 	return in.inflight

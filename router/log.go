@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -102,7 +103,7 @@ func (l *Log) Reset() {
 func (l *Log) Entries() []Entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Entry(nil), l.entries...)
+	return slices.Clone(l.entries)
 }
 
 // WriteEntries writes the entries kept as JSON lines.
@@ -241,11 +242,7 @@ func (l *Log) Breakdown(r *Router) Breakdown {
 		b.InFlight = append(b.InFlight, in.inflight)
 		b.Instances[i].IndexBlocks = in.index.capacity
 		if r.opt.Load == LoadEngine {
-			l := -1
-			if in.engineLoadKnown {
-				l = in.engineLoad
-			}
-			b.EngineLoad = append(b.EngineLoad, l)
+			b.EngineLoad = append(b.EngineLoad, in.engineLoad)
 		}
 	}
 	b.Offloads = r.offloads

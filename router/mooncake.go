@@ -296,10 +296,9 @@ func (s *Server) serveMooncake(w http.ResponseWriter, req *http.Request, d *Deci
 	b := s.boot[d.Prefill]
 	dp := b.pick()
 	pParams, _ := json.Marshal(mooncakePrefillParams{DoRemoteDecode: true, TransferID: xfer})
-	pBody, err := prefillBody(fields, string(pParams))
-	if err == nil {
-		pBody, err = withField(pBody, "ignore_eos", "true")
-	}
+	pFields := maps.Clone(fields)
+	pFields["ignore_eos"] = json.RawMessage("true")
+	pBody, err := prefillBody(pFields, string(pParams))
 	if err != nil {
 		fail(http.StatusInternalServerError, err)
 		return
@@ -354,14 +353,4 @@ func (s *Server) serveMooncake(w http.ResponseWriter, req *http.Request, d *Deci
 	default:
 		fail(http.StatusBadGateway, fmt.Errorf("router: decode on %s: %w", s.r.URL(d.Decode), derr))
 	}
-}
-
-// withField sets one top-level field of a JSON object.
-func withField(obj []byte, key, value string) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &m); err != nil {
-		return nil, err
-	}
-	m[key] = json.RawMessage(value)
-	return json.Marshal(m)
 }

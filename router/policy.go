@@ -44,15 +44,19 @@ const (
 var Policies = []Policy{RoundRobin, Sticky, Linear, LMetric}
 
 // ParsePolicy validates a policy name.
-func ParsePolicy(s string) (Policy, error) {
-	if slices.Contains(Policies, Policy(s)) {
-		return Policy(s), nil
+func ParsePolicy(s string) (Policy, error) { return oneOf("policy", s, Policies) }
+
+// oneOf returns s as a T when it is one of valid, else an error that names
+// what s is and the valid names.
+func oneOf[T ~string](what, s string, valid []T) (T, error) {
+	if slices.Contains(valid, T(s)) {
+		return T(s), nil
 	}
-	names := make([]string, len(Policies))
-	for i, p := range Policies {
-		names[i] = string(p)
+	names := make([]string, len(valid))
+	for i, v := range valid {
+		names[i] = string(v)
 	}
-	return "", fmt.Errorf("policy %q is not one of %s", s, strings.Join(names, ", "))
+	return "", fmt.Errorf("%s %q is not one of %s", what, s, strings.Join(names, ", "))
 }
 
 // Options configures a Router. Zero values take the defaults below (those

@@ -67,7 +67,10 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /breakdown", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, s.log.Breakdown(s.r))
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(s.log.Breakdown(s.r)) // the client went away: nothing to do
 	})
 	mux.HandleFunc("GET /routes", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
@@ -76,13 +79,6 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /routes", func(w http.ResponseWriter, _ *http.Request) { s.log.Reset() })
 	mux.HandleFunc("/", s.passThrough)
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v) // the client went away: nothing to do
 }
 
 // handleHealth is 200 only when every instance's /health is (and, with

@@ -12,9 +12,9 @@ type instance struct {
 	inflight int // requests on it: prefilling here, or being served from here
 	pending  int // prefill tokens sent here and not yet done
 	index    *prefixIndex
-	// engineLoad is the engine's own waiting + running count (LoadEngine).
-	engineLoad      int
-	engineLoadKnown bool
+	// engineLoad is the engine's own waiting + running count (LoadEngine);
+	// -1 until it has answered.
+	engineLoad int
 }
 
 // Decision is where one request goes. Prefill == Decode unless the prefill
@@ -82,11 +82,11 @@ func New(targets, producers []string, o Options) (*Router, error) {
 	r := &Router{opt: o, seed: maphash.MakeSeed(), pins: map[string]int{}}
 	for _, u := range targets {
 		r.serve = append(r.serve, len(r.inst))
-		r.inst = append(r.inst, &instance{url: u, index: newPrefixIndex(o.CacheBlocks)})
+		r.inst = append(r.inst, &instance{url: u, index: newPrefixIndex(o.CacheBlocks), engineLoad: -1})
 	}
 	for _, u := range producers {
 		r.prefill = append(r.prefill, len(r.inst))
-		r.inst = append(r.inst, &instance{url: u, index: newPrefixIndex(o.CacheBlocks)})
+		r.inst = append(r.inst, &instance{url: u, index: newPrefixIndex(o.CacheBlocks), engineLoad: -1})
 	}
 	return r, nil
 }
@@ -195,10 +195,7 @@ func (r *Router) Decide(session string, prompt []int64) *Decision {
 	if r.opt.Load == LoadEngine {
 		d.EngineLoads = make([]int, len(r.inst))
 		for i, in := range r.inst {
-			d.EngineLoads[i] = -1
-			if in.engineLoadKnown {
-				d.EngineLoads[i] = in.engineLoad
-			}
+			d.EngineLoads[i] = in.engineLoad
 		}
 	}
 	if r.prefill != nil { // PD-separated: prefill placed by the policy, decode on the least loaded consumer

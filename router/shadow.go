@@ -73,11 +73,7 @@ func (p *prefixIndex) insert(hashes []uint64) {
 			p.order.MoveToBack(e)
 			continue
 		}
-		if p.capacity > 0 && p.order.Len() >= p.capacity {
-			e := p.order.Front()
-			delete(p.at, e.Value.(uint64))
-			p.order.Remove(e)
-		}
 		p.at[h] = p.order.PushBack(h)
+		p.resize(p.capacity)
 	}
 }

@@ -27,7 +27,6 @@ import (
 // words cost the same and report the same usage.
 
 type rawChatRequest struct {
-	Model               *string           `json:"model"`
 	Messages            []json.RawMessage `json:"messages"`
 	MaxTokens           *int              `json:"max_tokens"`
 	MaxCompletionTokens *int              `json:"max_completion_tokens"`
@@ -67,9 +66,6 @@ func decodeChatRequest(body []byte) (*completionRequest, error) {
 	req := &completionRequest{Prompt: tokenize(text.String())}
 	if len(req.Prompt) == 0 {
 		return nil, badRequest("messages: the prompt is empty")
-	}
-	if raw.Model != nil {
-		req.Model = *raw.Model
 	}
 	switch {
 	case raw.MaxCompletionTokens != nil:

@@ -85,9 +85,8 @@ func (e *Engine) handleMetrics(w http.ResponseWriter, r *http.Request) {
 			b.WriteString(m.name + "{" + labels + "} " + strconv.FormatFloat(s.value, 'g', -1, 64) + "\n")
 		}
 	}
-	b.WriteString("# HELP mbench_sim_info This engine is SIMULATED (mbench sim, a model of an engine, not vLLM).\n")
-	b.WriteString("# TYPE mbench_sim_info gauge\n")
-	b.WriteString("mbench_sim_info 1\n")
+	b.WriteString("# HELP mbench_sim_info This engine is SIMULATED (mbench sim, a model of an engine, not vLLM).\n" +
+		"# TYPE mbench_sim_info gauge\nmbench_sim_info 1\n")
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = w.Write([]byte(b.String()))
 }

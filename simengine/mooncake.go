@@ -121,12 +121,6 @@ type sendMeta struct {
 	expiry *time.Timer
 }
 
-func newMooncake(e *Engine) *mooncake {
-	return &mooncake{e: e, engineID: randomID(), timeout: e.cfg.MooncakeAbortTimeout,
-		client:  &http.Client{Timeout: 10 * time.Second},
-		workers: map[int]*bootstrapDP{}, sends: map[string]*sendMeta{}, remotes: map[string]string{}}
-}
-
 func randomID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -144,11 +138,6 @@ func (m *mooncake) serveBootstrap(ctx context.Context, ln net.Listener) {
 	m.mu.Lock()
 	m.addr = ln.Addr().String()
 	m.mu.Unlock()
-	go m.serveOn(ctx, ln)
-	go m.registerWorker(ctx)
-}
-
-func (m *mooncake) serveOn(ctx context.Context, ln net.Listener) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /query", m.handleQuery)
 	mux.HandleFunc("POST /register", m.handleRegister)
@@ -161,7 +150,8 @@ func (m *mooncake) serveOn(ctx context.Context, ln net.Listener) {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	_ = srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }()
+	go m.registerWorker(ctx)
 }
 
 // registerWorker is register_worker_with_bootstrap for the sim's one
@@ -303,7 +293,7 @@ func (m *mooncake) release(key string, sm *sendMeta, why string) {
 		sm.expiry.Stop()
 	}
 	m.e.sch.free(held)
-	m.e.signalWake()
+	notify(m.e.wake)
 	if why == "expired" {
 		fmt.Fprintf(m.e.stderr, "sim: MooncakeConnector: request %s timed out after %s without being sent; freeing its blocks on the producer side\n", key, m.timeout)
 	}
@@ -363,10 +353,9 @@ func (m *mooncake) handleXfer(w http.ResponseWriter, r *http.Request) {
 var errNoRemoteKV = errors.New("no remote KV")
 
 // pull is the D side of one request: find the producer's worker, ask it for
-// the full blocks not held here, and pay their transfer. It returns the
-// tokens received. On any failure it logs, as vLLM does, and waits — the
+// the full blocks not held here, and pay their transfer. On any failure it logs, as vLLM does, and waits — the
 // request never runs — until the client or the engine ends it.
-func (m *mooncake) pull(ctx context.Context, req *completionRequest) (int, error) {
+func (m *mooncake) pull(ctx context.Context, req *completionRequest) error {
 	kt := req.KVTransfer
 	m.mu.Lock()
 	m.waiting++
@@ -376,13 +365,13 @@ func (m *mooncake) pull(ctx context.Context, req *completionRequest) (int, error
 		m.waiting--
 		m.mu.Unlock()
 	}()
-	fail := func(format string, args ...any) (int, error) {
+	fail := func(format string, args ...any) error {
 		fmt.Fprintf(m.e.stderr, "sim: MooncakeConnector: "+format+"\n", args...)
 		select {
 		case <-ctx.Done():
 		case <-m.e.stop:
 		}
-		return 0, errNoRemoteKV
+		return errNoRemoteKV
 	}
 	if kt.RemoteEngineID == nil || kt.RemoteBootstrapAddr == nil || kt.TransferID == nil {
 		return fail("Got invalid KVTransferParams: %s. This request will not utilize KVTransfer", req.kvRaw)
@@ -401,7 +390,7 @@ func (m *mooncake) pull(ctx context.Context, req *completionRequest) (int, error
 	resp, err := (&http.Client{}).Do(hr) // waits as long as the producer does (its abort timeout)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return ctx.Err()
 		}
 		return fail("MooncakeXferMetadata transfer failed for %s: %v", xfer, err)
 	}
@@ -411,11 +400,7 @@ func (m *mooncake) pull(ctx context.Context, req *completionRequest) (int, error
 	if err != nil || !x.OK {
 		return fail("pulling kv_caches for %s failed: %s", xfer, x.ErrMsg)
 	}
-	ext := need * m.e.cfg.BlockSize
-	if err := m.e.transfer(ctx, ext); err != nil {
-		return 0, err
-	}
-	return ext, nil
+	return m.e.transfer(ctx, need*m.e.cfg.BlockSize)
 }
 
 // remoteWorker returns where to ask engineID's worker (tp 0, pp 0) for KV,

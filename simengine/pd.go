@@ -99,11 +99,10 @@ func remoteDecodeParams(addr string, blocks []int32) string {
 // pullKV models a decode instance receiving a prompt's KV from the prefill
 // instance: the full blocks it does not hold locally are "transferred",
 // taking KVTransferUsPerToken per token, before the request joins the
-// queue. It returns the tokens transferred (the connector's external hits).
-// The transfer waits outside the engine's lock, so other requests run.
-func (e *Engine) pullKV(ctx context.Context, req *completionRequest) (int, error) {
-	ext := e.missingBlocks(req.Prompt) * e.cfg.BlockSize
-	return ext, e.transfer(ctx, ext)
+// queue. The transfer waits outside the engine's lock, so other requests
+// run.
+func (e *Engine) pullKV(ctx context.Context, req *completionRequest) error {
+	return e.transfer(ctx, e.missingBlocks(req.Prompt)*e.cfg.BlockSize)
 }
 
 // missingBlocks is the number of a prompt's full blocks (never the last

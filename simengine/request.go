@@ -69,7 +69,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 type rawRequest struct {
-	Model     *string         `json:"model"`
 	Prompt    json.RawMessage `json:"prompt"`
 	MaxTokens *int            `json:"max_tokens"`
 	rawCommon
@@ -78,6 +77,7 @@ type rawRequest struct {
 // rawCommon holds the request fields /v1/completions and
 // /v1/chat/completions share beyond the prompt and max_tokens.
 type rawCommon struct {
+	Model *string `json:"model"`
 	// KVTransferParams is vLLM's field of both endpoints for disaggregated
 	// prefill (see pd.go).
 	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
@@ -93,6 +93,9 @@ type rawCommon struct {
 // apply validates the shared fields into req, whose MaxTokens is set (0 =
 // not given, chat only).
 func (c *rawCommon) apply(req *completionRequest) error {
+	if c.Model != nil {
+		req.Model = *c.Model
+	}
 	if c.MinTokens != nil {
 		req.MinTokens = *c.MinTokens
 	}
@@ -140,9 +143,6 @@ func decodeCompletionRequest(body []byte) (*completionRequest, error) {
 		return nil, badRequest("prompt: must not be empty")
 	}
 	req := &completionRequest{Prompt: ids, MaxTokens: defaultMaxTokens}
-	if raw.Model != nil {
-		req.Model = *raw.Model
-	}
 	if raw.MaxTokens != nil {
 		req.MaxTokens = *raw.MaxTokens
 	}

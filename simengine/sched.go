@@ -104,25 +104,19 @@ func (sc *scheduler) purgeAborted() {
 	if sc.abortsPending == 0 {
 		return
 	}
-	keep := func(list []*seq) []*seq {
-		out := list[:0]
-		for _, s := range list {
-			if s.aborted {
-				if s.xferKey != "" && sc.kvDone != nil {
-					sc.kvDone(s, false)
-				}
-				sc.free(s)
-				s.done = true
-				sc.c.aborted++
-				continue
+	drop := func(s *seq) bool {
+		if s.aborted {
+			if s.xferKey != "" && sc.kvDone != nil {
+				sc.kvDone(s, false)
 			}
-			out = append(out, s)
+			sc.free(s)
+			s.done = true
+			sc.c.aborted++
 		}
-		clear(list[len(out):])
-		return out
+		return s.aborted
 	}
-	sc.running = keep(sc.running)
-	sc.waiting = keep(sc.waiting)
+	sc.running = slices.DeleteFunc(sc.running, drop)
+	sc.waiting = slices.DeleteFunc(sc.waiting, drop)
 	sc.abortsPending = 0
 }
 

@@ -64,7 +64,9 @@ func New(cfg Config) (*Engine, error) {
 		crashed:  make(chan struct{}),
 	}
 	if cfg.KVConnector == KVConnectorMooncake {
-		e.moon = newMooncake(e)
+		e.moon = &mooncake{e: e, engineID: randomID(), timeout: cfg.MooncakeAbortTimeout,
+			client:  &http.Client{Timeout: 10 * time.Second},
+			workers: map[int]*bootstrapDP{}, sends: map[string]*sendMeta{}, remotes: map[string]string{}}
 		e.sch.kvDone = func(s *seq, capped bool) bool { return e.moon.finished(s.xferKey, s, capped) }
 	}
 	if cfg.StepLog != "" {
@@ -236,14 +238,13 @@ func (e *Engine) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodGet, http.MethodHead) {
 		return
 	}
+	status := http.StatusOK
 	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return
+	if e.closed {
+		status = http.StatusServiceUnavailable
 	}
-	w.WriteHeader(http.StatusOK)
+	e.mu.Unlock()
+	w.WriteHeader(status)
 }
 
 func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {

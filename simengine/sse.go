@@ -40,7 +40,7 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 		if e.moon != nil {
 			pull = e.moon.pull
 		}
-		if _, err := pull(r.Context(), req); err != nil {
+		if err := pull(r.Context(), req); err != nil {
 			return // the client went away during the transfer (or, Mooncake, before KV that never came)
 		}
 	}
@@ -74,19 +74,17 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 func (e *Engine) admit(w http.ResponseWriter, r *http.Request, decode func([]byte) (*completionRequest, error)) (*completionRequest, *apiError) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
 			return nil, badRequest("request body exceeds %d bytes", maxBodyBytes)
 		}
 		return nil, badRequest("reading the request body: %v", err)
 	}
 	req, err := decode(body)
 	if err != nil {
-		var ae *apiError
-		if !errors.As(err, &ae) {
-			ae = badRequest("%v", err)
+		if ae, ok := errors.AsType[*apiError](err); ok {
+			return nil, ae
 		}
-		return nil, ae
+		return nil, badRequest("%v", err)
 	}
 	if req.Model != "" && req.Model != e.cfg.Model {
 		return nil, &apiError{status: http.StatusNotFound, typ: "NotFoundError",
@@ -138,7 +136,7 @@ func (e *Engine) submit(req *completionRequest) (*seq, error) {
 	e.sch.add(s)
 	e.mu.Unlock()
 	e.start()
-	e.signalWake()
+	notify(e.wake)
 	return s, nil
 }
 
@@ -147,12 +145,14 @@ func (e *Engine) abort(s *seq) {
 	e.mu.Lock()
 	e.sch.abort(s)
 	e.mu.Unlock()
-	e.signalWake()
+	notify(e.wake)
 }
 
-func (e *Engine) signalWake() {
+// notify posts on ch, a channel of capacity 1, without blocking: a
+// notification already pending stands for this one.
+func notify(ch chan<- struct{}) {
 	select {
-	case e.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -177,23 +177,19 @@ func (rs response) head() string {
 		`,"model":` + string(m)
 }
 
-func usageJSON(prompt, completion int) string {
-	return fmt.Sprintf(`{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}`, prompt, prompt+completion, completion)
-}
-
-// usageOf is usageJSON, with vLLM's prompt_tokens_details.cached_tokens (the
-// prompt tokens the request did not compute: prefix-cache hits and KV
-// received from another instance) when the engine runs with
-// --enable-prompt-tokens-details.
+// usageOf is a response's usage object, with vLLM's
+// prompt_tokens_details.cached_tokens (the prompt tokens the request did
+// not compute: prefix-cache hits and KV received from another instance)
+// when the engine runs with --enable-prompt-tokens-details.
 func (e *Engine) usageOf(s *seq, prompt, completion int) string {
-	u := usageJSON(prompt, completion)
+	u := fmt.Sprintf(`{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d`, prompt, prompt+completion, completion)
 	if !e.cfg.PromptTokensDetails {
-		return u
+		return u + "}"
 	}
 	e.mu.Lock()
 	cached := s.cachedTokens
 	e.mu.Unlock()
-	return strings.TrimSuffix(u, "}") + fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}}`, cached)
+	return u + fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}}`, cached)
 }
 
 // streamResponse writes vLLM's SSE stream: one chunk per token, flushed as
@@ -223,9 +219,8 @@ func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, s *seq, 
 		if !e.awaitStream(r, s) {
 			return
 		}
-		var done bool
-		var err error
-		evs, done, err = s.stream.take(evs)
+		next, done, err := s.stream.take(evs)
+		evs = next
 		buf = buf[:0]
 		if sent == 0 && len(evs) > 0 {
 			buf = append(buf, roleChunk...) // vLLM's first chat chunk, sent with the first output
@@ -304,9 +299,8 @@ func (e *Engine) wholeResponse(w http.ResponseWriter, r *http.Request, s *seq, r
 		if !e.awaitStream(r, s) {
 			return
 		}
-		var done bool
-		var err error
-		evs, done, err = s.stream.take(evs)
+		next, done, err := s.stream.take(evs)
+		evs = next
 		for _, ev := range evs {
 			text.WriteString(ev.text())
 			n++

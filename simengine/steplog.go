@@ -55,29 +55,26 @@ func appendUs(b []byte, v float64) []byte {
 // a connector is configured: a timer that is not part of the step is absent.
 func (l *stepLog) encode(r stepRecord) []byte {
 	c := r.cost
-	b := l.buf[:0]
-	b = append(b, `{"ts_us":`...)
-	b = strconv.AppendInt(b, r.endWall.UnixMicro(), 10)
-	b = append(b, `,"step_duration_us":`...)
-	b = appendUs(b, c.total)
-	b = append(b, `,"schedule_us":`...)
-	b = appendUs(b, c.schedule)
 	parts := c.schedule + c.execute + c.update
 	if c.connector {
-		b = append(b, `,"build_meta_us":`...)
-		b = appendUs(b, c.buildMeta)
 		parts += c.buildMeta + c.getFinished
 	}
-	b = append(b, `,"execute_us":`...)
-	b = appendUs(b, c.execute)
-	b = append(b, `,"update_us":`...)
-	b = appendUs(b, c.update)
-	if c.connector {
-		b = append(b, `,"get_finished_us":`...)
-		b = appendUs(b, c.getFinished)
+	b := append(l.buf[:0], `{"ts_us":`...)
+	b = strconv.AppendInt(b, r.endWall.UnixMicro(), 10)
+	for _, f := range []struct {
+		k  string
+		v  float64
+		on bool
+	}{
+		{`,"step_duration_us":`, c.total, true}, {`,"schedule_us":`, c.schedule, true},
+		{`,"build_meta_us":`, c.buildMeta, c.connector}, {`,"execute_us":`, c.execute, true},
+		{`,"update_us":`, c.update, true}, {`,"get_finished_us":`, c.getFinished, c.connector},
+		{`,"unaccounted_us":`, c.total - parts, true},
+	} {
+		if f.on {
+			b = appendUs(append(b, f.k...), f.v)
+		}
 	}
-	b = append(b, `,"unaccounted_us":`...)
-	b = appendUs(b, c.total-parts)
 	for _, kv := range []struct {
 		k string
 		v int

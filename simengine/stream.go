@@ -58,21 +58,12 @@ type tokenStream struct {
 
 func newTokenStream() *tokenStream { return &tokenStream{notify: make(chan struct{}, 1)} }
 
-func (t *tokenStream) signal() {
-	select {
-	case t.notify <- struct{}{}:
-	default:
-	}
-}
-
 func (t *tokenStream) push(ev tokenEvent) {
 	t.mu.Lock()
 	t.pending = append(t.pending, ev)
-	if ev.finish != "" {
-		t.done = true
-	}
+	t.done = t.done || ev.finish != ""
 	t.mu.Unlock()
-	t.signal()
+	notify(t.notify)
 }
 
 func (t *tokenStream) fail(err error) {
@@ -81,7 +72,7 @@ func (t *tokenStream) fail(err error) {
 		t.err = err
 	}
 	t.mu.Unlock()
-	t.signal()
+	notify(t.notify)
 }
 
 // take moves the pending tokens into buf and reports whether the stream has

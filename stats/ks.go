@@ -20,8 +20,7 @@ func KSTest(xs []float64, cdf func(float64) float64) (d, p float64) {
 		f := cdf(x)
 		d = max(d, f-float64(i)/float64(n), float64(i+1)/float64(n)-f)
 	}
-	sn := math.Sqrt(float64(n))
-	return d, KolmogorovQ((sn + 0.12 + 0.11/sn) * d)
+	return d, ksPValue(n, d)
 }
 
 // KSTestGrid is KSTest with the distribution functions compared only at the
@@ -45,23 +44,23 @@ func KSTestGrid(xs []float64, cdf func(float64) float64, step float64) (d, p flo
 			break
 		}
 	}
-	sn := math.Sqrt(float64(n))
-	return d, KolmogorovQ((sn + 0.12 + 0.11/sn) * d)
+	return d, ksPValue(n, d)
 }
 
-// KolmogorovQ is the survival function of the Kolmogorov distribution.
-func KolmogorovQ(lambda float64) float64 {
+// ksPValue is the asymptotic p-value of the statistic d over n samples,
+// with Stephens' small-sample correction: the survival function of the
+// Kolmogorov distribution.
+func ksPValue(n int, d float64) float64 {
+	sn := math.Sqrt(float64(n))
+	lambda := (sn + 0.12 + 0.11/sn) * d
 	if lambda < 0.2 {
 		return 1
 	}
-	sum := 0.0
+	sum, sign := 0.0, 1.0
 	for k := 1; k <= 100; k++ {
 		term := math.Exp(-2 * float64(k*k) * lambda * lambda)
-		if k%2 == 1 {
-			sum += term
-		} else {
-			sum -= term
-		}
+		sum += sign * term
+		sign = -sign
 		if term < 1e-12 {
 			break
 		}

@@ -51,14 +51,9 @@ func ProportionCI(values, trials []float64, confidence float64) (mean, lo, hi fl
 	mean = Mean(values)
 	nEff := total
 	if s2 := SampleStd(values); s2 > 0 {
-		if n := mean * (1 - mean) / (s2 * s2 / float64(k)); n < nEff {
-			nEff = n
-		}
+		nEff = min(nEff, mean*(1-mean)/(s2*s2/float64(k)))
 	}
-	z := TQuantile((1+confidence)/2, float64(k-1))
-	if mean == 0 || mean == 1 || nEff < 1 {
-		nEff = max(nEff, 1) // a spread with p̄ at a bound, or below one trial
-	}
-	lo, hi = WilsonCI(mean, nEff, z)
+	nEff = max(nEff, 1) // a spread with p̄ at a bound, or below one trial
+	lo, hi = WilsonCI(mean, nEff, TQuantile((1+confidence)/2, float64(k-1)))
 	return mean, lo, hi, true
 }

@@ -40,31 +40,28 @@ func Mean(xs []float64) float64 {
 
 // SampleStd is the sample standard deviation (n−1 denominator); NaN for n < 2.
 func SampleStd(xs []float64) float64 {
-	n := len(xs)
-	if n < 2 {
+	if len(xs) < 2 {
 		return math.NaN()
 	}
-	m := Mean(xs)
-	var ss float64
-	for _, x := range xs {
-		ss += (x - m) * (x - m)
-	}
-	return math.Sqrt(ss / float64(n-1))
+	return math.Sqrt(sumSquares(xs) / float64(len(xs)-1))
 }
 
 // PopStd is the population standard deviation (n denominator, numpy's
 // np.std default, which vllm bench serve reports as std_*_ms).
 func PopStd(xs []float64) float64 {
-	n := len(xs)
-	if n == 0 {
+	if len(xs) == 0 {
 		return math.NaN()
 	}
+	return math.Sqrt(sumSquares(xs) / float64(len(xs)))
+}
+
+// sumSquares is the sum of the squared deviations of xs from their mean.
+func sumSquares(xs []float64) (ss float64) {
 	m := Mean(xs)
-	var ss float64
 	for _, x := range xs {
 		ss += (x - m) * (x - m)
 	}
-	return math.Sqrt(ss / float64(n))
+	return ss
 }
 
 // TQuantile is the q-quantile of Student's t with nu degrees of freedom.

@@ -6,6 +6,7 @@ package chromiumtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"html"
@@ -81,17 +82,20 @@ func (p *Page) Count(re string) int {
 	return len(regexp.MustCompile(re).FindAllStringIndex(p.DOM, -1))
 }
 
-// Load opens file (an absolute path) in a fresh headless browser profile,
-// with networking features that phone home switched off, and returns the
-// DOM after the scripts ran.
+// quietFlags run a headless browser with the networking features that phone
+// home switched off.
+var quietFlags = []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+	"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps"}
+
+// Load opens file (an absolute path) in a fresh headless browser profile
+// (quietFlags) and returns the DOM after the scripts ran.
 func Load(ctx context.Context, t testing.TB, browser, file string) *Page {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	profile := t.TempDir()
-	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps",
-		"--user-data-dir="+profile, "--enable-logging=stderr", "--v=0", "--dump-dom", "file://"+filepath.ToSlash(file))
+	cmd := exec.CommandContext(ctx, browser, append(quietFlags,
+		"--user-data-dir="+profile, "--enable-logging=stderr", "--v=0", "--dump-dom", "file://"+filepath.ToSlash(file))...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Env = append(os.Environ(), "HOME="+profile) // no dbus, no keyring prompts
@@ -140,10 +144,8 @@ func ImageSizes(ctx context.Context, t testing.TB, browser, dir string, srcs []s
 	}
 	name := f.Name()
 	defer os.Remove(name)
-	if _, err := f.Write(b.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	_, err = f.Write(b.Bytes())
+	if err = cmp.Or(err, f.Close()); err != nil {
 		t.Fatal(err)
 	}
 	p := Load(ctx, t, browser, name)
@@ -175,10 +177,8 @@ func Screenshot(ctx context.Context, t testing.TB, browser, file, dir, name stri
 	defer cancel()
 	profile := t.TempDir()
 	full := filepath.Join(profile, "full.png")
-	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-default-apps",
-		"--hide-scrollbars", "--force-device-scale-factor=1", fmt.Sprintf("--window-size=%d,%d", width, maxPageHeight),
-		"--user-data-dir="+profile, "--screenshot="+full, "file://"+filepath.ToSlash(file))
+	cmd := exec.CommandContext(ctx, browser, append(quietFlags, "--hide-scrollbars", "--force-device-scale-factor=1", fmt.Sprintf("--window-size=%d,%d", width, maxPageHeight),
+		"--user-data-dir="+profile, "--screenshot="+full, "file://"+filepath.ToSlash(file))...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.Env = append(os.Environ(), "HOME="+profile)

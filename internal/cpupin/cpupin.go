@@ -53,11 +53,5 @@ func Format(cpus []int) string {
 
 // Without is cpus less those in drop, in cpus' order.
 func Without(cpus, drop []int) []int {
-	var out []int
-	for _, c := range cpus {
-		if !slices.Contains(drop, c) {
-			out = append(out, c)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(cpus), func(c int) bool { return slices.Contains(drop, c) })
 }

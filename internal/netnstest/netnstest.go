@@ -134,7 +134,7 @@ func load() (*Bed, error) {
 // check asks the bed's cluster whether every node is up, and each
 // namespace whether it exists.
 func (b *Bed) check() error {
-	if err := namespacesExist(append(slices.Clone(b.Nodes), b.Hosts...)); err != nil {
+	if err := namespacesExist(b.Machines()); err != nil {
 		return err
 	}
 	out, err := b.Slurm("sinfo", "-h", "-N", "-o", "%N %t")
@@ -202,20 +202,10 @@ func (b *Bed) WaitJobState(job string, d time.Duration, states ...string) string
 	return st
 }
 
-// SSHHome writes a home directory whose ~/.ssh reaches every bed machine
-// by name (mbn-h1, mbn-n1, …) with the bed's client key and host keys,
-// sets HOME to it for the test, and returns it.
-func (b *Bed) SSHHome(t testing.TB) string {
-	t.Helper()
-	home := b.SSHHomeDir(t)
-	t.Setenv("HOME", home)
-	t.Setenv("SSH_AUTH_SOCK", "")
-	return home
-}
-
-// SSHHomeDir writes the home directory SSHHome sets and returns it, for a
-// parallel test that gives it to the processes it starts (HOME=, and an
-// empty SSH_AUTH_SOCK) instead of setting the test process's environment.
+// SSHHomeDir writes a home directory whose ~/.ssh reaches every bed
+// machine by name (mbn-h1, mbn-n1, …) with the bed's client key and host
+// keys, and returns it, for a test that gives it to the processes it starts
+// (HOME=, and an empty SSH_AUTH_SOCK).
 func (b *Bed) SSHHomeDir(t testing.TB) string {
 	t.Helper()
 	home := t.TempDir()
@@ -238,29 +228,28 @@ func (b *Bed) SSHHomeDir(t testing.TB) string {
 // Machines are every namespace host of the bed: the nodes, then the hosts.
 func (b *Bed) Machines() []Machine { return append(slices.Clone(b.Nodes), b.Hosts...) }
 
-// netnsID is the network namespace identity of a bed machine ("net:[inode]"
-// as /proc/<pid>/ns/net reads), or of this test's own namespace for "".
-func netnsID(name string) (string, error) {
-	if name == "" {
-		return os.Readlink("/proc/self/ns/net")
+// netnsNames maps the network namespace identity of each bed machine
+// ("net:[inode]", as /proc/<pid>/ns/net reads) to its name, and this test's
+// own namespace to "".
+func (b *Bed) netnsNames() map[string]string {
+	ids := map[string]string{}
+	if id, err := os.Readlink("/proc/self/ns/net"); err == nil {
+		ids[id] = ""
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join("/run/netns", name), &st); err != nil {
-		return "", err
+	for _, m := range b.Machines() {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join("/run/netns", m.Name), &st) == nil {
+			ids[fmt.Sprintf("net:[%d]", st.Ino)] = m.Name
+		}
 	}
-	return fmt.Sprintf("net:[%d]", st.Ino), nil
+	return ids
 }
 
 // Marked lists, by machine name ("" for this machine's own namespace), the
 // live processes whose environment carries MBENCH_MARKER=marker: what a
 // sweep has running on each machine of the bed.
 func (b *Bed) Marked(marker string) map[string][]int {
-	ids := map[string]string{}
-	for _, m := range append(b.Machines(), Machine{Name: ""}) {
-		if id, err := netnsID(m.Name); err == nil {
-			ids[id] = m.Name
-		}
-	}
+	ids := b.netnsNames()
 	out := map[string][]int{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -303,13 +292,8 @@ func (b *Bed) NothingLeft(t testing.TB, marker string, d time.Duration) {
 // this machine's own, "?" for none of them).
 func (b *Bed) NetnsOf(pid int) string {
 	ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
-	if err != nil {
-		return "?"
-	}
-	for _, m := range append(b.Machines(), Machine{Name: ""}) {
-		if id, err := netnsID(m.Name); err == nil && id == ns {
-			return m.Name
-		}
+	if name, ok := b.netnsNames()[ns]; err == nil && ok {
+		return name
 	}
 	return "?"
 }

@@ -39,18 +39,14 @@ func Base(t testing.TB) string {
 		t.Fatal(err)
 	}
 	blocks := (hi - lo) / Size
-	for try := 0; try < 200; try++ {
+	for range 200 {
 		base := lo + rand.IntN(blocks)*Size
 		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(base)+".lock"), os.O_CREATE|os.O_RDWR, 0o666)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-			f.Close() // another test holds this block
-			continue
-		}
-		if !blockFree(base) {
-			f.Close()
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil || !blockFree(base) {
+			f.Close() // another test holds this block, or a port of it is taken
 			continue
 		}
 		t.Cleanup(func() { f.Close() }) // releases the lock

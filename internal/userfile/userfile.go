@@ -46,7 +46,7 @@ func Open(path, what string, limit int64) (*File, error) {
 		f.Close()
 		return nil, err
 	}
-	return &File{File: f, r: io.LimitReader(f, limit), what: what, limit: limit, Size: fi.Size()}, nil
+	return &File{File: f, r: &io.LimitedReader{R: f, N: limit}, what: what, limit: limit, Size: fi.Size()}, nil
 }
 
 // Check refuses fi when it is not a regular file or is larger than limit.
@@ -80,18 +80,16 @@ func ReadFile(path, what string, limit int64) ([]byte, error) {
 type File struct {
 	*os.File
 	Size  int64 // at the open
-	r     io.Reader
+	r     *io.LimitedReader
 	what  string
 	limit int64
-	n     int64
 }
 
 // Read reads the file, refusing to go beyond the limit it was opened with
 // (a file that grew past it while being read).
 func (f *File) Read(p []byte) (int, error) {
 	n, err := f.r.Read(p)
-	f.n += int64(n)
-	if errors.Is(err, io.EOF) && f.n >= f.limit {
+	if errors.Is(err, io.EOF) && f.r.N <= 0 {
 		var one [1]byte
 		if k, _ := f.File.Read(one[:]); k > 0 {
 			return n, refuse("%s grew past its limit %s while being read", f.what, limitSize(f.limit))
@@ -113,10 +111,4 @@ func Size(n int64) string {
 }
 
 // limitSize is Size without a trailing ".0": limits are round.
-func limitSize(n int64) string {
-	s := Size(n)
-	if i := strings.Index(s, ".0 "); i >= 0 {
-		return s[:i] + s[i+2:]
-	}
-	return s
-}
+func limitSize(n int64) string { return strings.Replace(Size(n), ".0 ", " ", 1) }

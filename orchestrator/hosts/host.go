@@ -211,12 +211,12 @@ func (h *host) Put(ctx context.Context, data io.Reader, remotePath string, mode 
 	if dir != "" {
 		mk = "mkdir -p -- " + quotePath(dir) + " && "
 	}
-	cr := &countingReader{r: data}
+	sent := &countingWriter{w: io.Discard}
 	var errb bytes.Buffer
-	err := h.t.exec(ctx, "umask 077 && "+mk+"cat > "+quotePath(tmp), cr, io.Discard, &errb)
+	err := h.t.exec(ctx, "umask 077 && "+mk+"cat > "+quotePath(tmp), io.TeeReader(data, sent), io.Discard, &errb)
 	if err == nil {
 		finish := fmt.Sprintf(`n=$(wc -c < %[1]s) && [ "$n" -eq %[2]d ] && chmod %[3]o %[1]s && mv -f -- %[1]s %[4]s`,
-			quotePath(tmp), cr.n, mode.Perm(), quotePath(remotePath))
+			quotePath(tmp), sent.n, mode.Perm(), quotePath(remotePath))
 		_, _, err = h.Run(ctx, finish)
 	}
 	if err != nil {
@@ -281,17 +281,6 @@ func checkPath(p string) error {
 		return fmt.Errorf("path %q contains a NUL or newline", p)
 	}
 	return nil
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 type countingWriter struct {

@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -38,17 +40,11 @@ type hostKeys struct {
 }
 
 func newHostKeys(policy, file string, warn io.Writer, name string) (*hostKeys, error) {
-	switch policy {
-	case "":
-		policy = PolicyStrict
-	case PolicyStrict, PolicyAcceptNew, PolicyInsecure:
-	default:
+	policy = cmp.Or(policy, PolicyStrict)
+	if !slices.Contains([]string{PolicyStrict, PolicyAcceptNew, PolicyInsecure}, policy) {
 		return nil, permanent(fmt.Errorf("host %s: host_key_policy %q: want strict, accept-new or insecure", name, policy))
 	}
-	if warn == nil {
-		warn = os.Stderr
-	}
-	return &hostKeys{policy: policy, file: file, warn: warn, name: name}, nil
+	return &hostKeys{policy: policy, file: file, warn: cmp.Or(warn, io.Writer(os.Stderr)), name: name}, nil
 }
 
 // load reads the known_hosts file; a missing file knows no host.
@@ -163,19 +159,15 @@ func (k *hostKeys) appendKey(hostport string, key ssh.PublicKey) error {
 	if err := os.MkdirAll(filepath.Dir(k.file), 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(k.file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(k.file, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
 	line := knownhosts.Line([]string{knownhosts.Normalize(hostport)}, key) + "\n"
 	if st, err := f.Stat(); err == nil && st.Size() > 0 {
-		// Make sure the entry starts on its own line.
 		b := make([]byte, 1)
-		if rf, err := os.Open(k.file); err == nil {
-			if _, err := rf.ReadAt(b, st.Size()-1); err == nil && b[0] != '\n' {
-				line = "\n" + line
-			}
-			rf.Close()
+		if _, err := f.ReadAt(b, st.Size()-1); err == nil && b[0] != '\n' {
+			line = "\n" + line // the entry starts on its own line
 		}
 	}
 	if _, err := f.WriteString(line); err != nil {

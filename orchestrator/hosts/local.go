@@ -51,8 +51,7 @@ func (t localTransport) exec(ctx context.Context, cmd string, stdin io.Reader, s
 
 // localExitError maps exec errors to *ExitError.
 func localExitError(err error) error {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 		code := ee.ExitCode()
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			code = 128 + int(ws.Signal())

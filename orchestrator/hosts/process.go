@@ -106,11 +106,11 @@ func (h *host) Start(ctx context.Context, spec ProcSpec) (Process, error) {
 }
 
 // starting holds the monitors of the launches under way, for AbortStarts.
-var starting struct {
+var starting = struct {
 	sync.Mutex
 	m       map[*stream]struct{}
 	aborted bool // AbortStarts was called: no launch may begin
-}
+}{m: map[*stream]struct{}{}}
 
 // errAborted refuses a launch after AbortStarts.
 var errAborted = errors.New("launches aborted (mbench is exiting)")
@@ -122,9 +122,6 @@ func track(st *stream) (func(), error) {
 	defer starting.Unlock()
 	if starting.aborted {
 		return nil, errAborted
-	}
-	if starting.m == nil {
-		starting.m = map[*stream]struct{}{}
 	}
 	starting.m[st] = struct{}{}
 	return func() {
@@ -169,14 +166,13 @@ func (p *proc) monitor(st *stream, lines <-chan string, tag string) {
 	drainLines(lines)
 	_ = st.stdin.Close() // releases the tether's cat (the group is gone already)
 	werr := st.wait()
-	if !got {
-		switch {
-		case errors.Is(werr, ErrConnectionLost):
-			err = fmt.Errorf("process %s (pid %d) on %s: %w", p.spec.Name, p.pid, p.h.name, ErrConnectionLost)
-		default:
-			err = fmt.Errorf("process %s (pid %d) on %s: monitor ended without an exit status: %v %s",
-				p.spec.Name, p.pid, p.h.name, werr, strings.TrimSpace(st.stderr.String()))
-		}
+	switch {
+	case got:
+	case errors.Is(werr, ErrConnectionLost):
+		err = fmt.Errorf("process %s (pid %d) on %s: %w", p.spec.Name, p.pid, p.h.name, ErrConnectionLost)
+	default:
+		err = fmt.Errorf("process %s (pid %d) on %s: monitor ended without an exit status: %v %s",
+			p.spec.Name, p.pid, p.h.name, werr, strings.TrimSpace(st.stderr.String()))
 	}
 	st.kill()
 	p.mu.Lock()

@@ -77,12 +77,12 @@ func SlurmTime(d time.Duration) string {
 // loses re-parented processes).
 const holderScript = `trap 'kill $! 2>/dev/null; exit 0' TERM; while :; do sleep 3600 & wait $!; done`
 
-// SbatchArgs is the sbatch command line that asks for the allocation: a job
-// whose batch script only holds it (holderScript), its output discarded,
-// never requeued (after a node failure Slurm would otherwise run the same
-// job id again on other nodes, and the recorded nodes would be wrong);
-// engines run in it as steps.
-func (c SlurmConfig) SbatchArgs() []string {
+// SbatchCommand is the sbatch command line, as one sh command, that asks
+// for the allocation: a job whose batch script only holds it
+// (holderScript), its output discarded, never requeued (after a node
+// failure Slurm would otherwise run the same job id again on other nodes,
+// and the recorded nodes would be wrong); engines run in it as steps.
+func (c SlurmConfig) SbatchCommand() string {
 	a := []string{"sbatch", "--parsable", "--no-requeue", "--job-name=" + c.JobName, "--nodes=" + strconv.Itoa(max(c.Nodes, 1)), "--time=" + SlurmTime(c.TimeLimit)}
 	if c.Nodes > 1 {
 		a = append(a, "--ntasks-per-node="+strconv.Itoa(max(c.Steps, 1)))
@@ -106,17 +106,14 @@ func (c SlurmConfig) SbatchArgs() []string {
 	}
 	a = append(a, "--output=/dev/null")
 	a = append(a, c.Options...)
-	return append(a, "--wrap="+holderScript)
+	return shquote.Join(append(a, "--wrap="+holderScript))
 }
 
-// SbatchCommand is SbatchArgs as one sh command line.
-func (c SlurmConfig) SbatchCommand() string { return shquote.Join(c.SbatchArgs()) }
-
-// StepArgs is the srun command line of an engine step: one task on the
-// node, with gpus GPUs of the allocation bound to it by Slurm (--exact, so
-// two steps never share a GPU: --overlap steps would), named after the
-// process.
-func (c SlurmConfig) StepArgs(jobID, node, name string, gpus int) []string {
+// StepCommand is the sh command line that runs command as an engine step:
+// one task on the node, with gpus GPUs of the allocation bound to it by
+// Slurm (--exact, so two steps never share a GPU: --overlap steps would),
+// named after the process.
+func (c SlurmConfig) StepCommand(jobID, node, name string, gpus int, command string) string {
 	cpus := max(c.CPUsPerInstance, 1)
 	a := []string{"srun", "--jobid=" + jobID, "--job-name=" + name, "--nodes=1", "--ntasks=1", "--nodelist=" + node,
 		"--cpus-per-task=" + strconv.Itoa(cpus), "--exact", "--kill-on-bad-exit=1"}
@@ -125,13 +122,7 @@ func (c SlurmConfig) StepArgs(jobID, node, name string, gpus int) []string {
 	} else {
 		a = append(a, "--gres=none", "--overlap")
 	}
-	return append(a, c.StepOptions...)
-}
-
-// StepCommand is the sh command line that runs command as an engine step
-// (see StepArgs).
-func (c SlurmConfig) StepCommand(jobID, node, name string, gpus int, command string) string {
-	return shquote.Join(c.StepArgs(jobID, node, name, gpus)) + " sh -c " + shquote.Quote(command)
+	return shquote.Join(append(a, c.StepOptions...)) + " sh -c " + shquote.Quote(command)
 }
 
 // nodeTag is the tag (MBENCH_PROC) of a step's processes on its node: the

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kevinburke/ssh_config"
+	"github.com/mbench/mbench/internal/clock"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -196,10 +197,8 @@ func (t *sshTransport) conn(ctx context.Context, full map[*sshConn]bool) (*sshCo
 	var last error
 	for i, d := range backoff {
 		if d > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("host %s: connecting: %w (last error: %v)", t.cfg.Name, ctx.Err(), last)
-			case <-time.After(d):
+			if err := clock.Sleep(ctx, d); err != nil {
+				return nil, fmt.Errorf("host %s: connecting: %w (last error: %v)", t.cfg.Name, err, last)
 			}
 		}
 		c, err := t.dial(ctx)
@@ -208,7 +207,7 @@ func (t *sshTransport) conn(ctx context.Context, full map[*sshConn]bool) (*sshCo
 			return c, nil
 		}
 		last = err
-		if isPermanent(err) || ctx.Err() != nil {
+		if _, ok := errors.AsType[permanentError](err); ok || ctx.Err() != nil {
 			return nil, err
 		}
 		if i == len(backoff)-1 && len(t.conns) == 0 {
@@ -334,8 +333,7 @@ func (t *sshTransport) session(ctx context.Context) (*ssh.Session, *sshConn, err
 			return s, c, nil
 		}
 		last = err
-		var oce *ssh.OpenChannelError
-		if errors.As(err, &oce) {
+		if _, ok := errors.AsType[*ssh.OpenChannelError](err); ok {
 			full[c] = true
 			continue
 		}

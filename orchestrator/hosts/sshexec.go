@@ -76,8 +76,7 @@ func (t *sshTransport) exec(ctx context.Context, cmd string, stdin io.Reader, st
 
 // exitError maps a session result to *ExitError or ErrConnectionLost.
 func (t *sshTransport) exitError(c *sshConn, err error) error {
-	var ee *ssh.ExitError
-	if errors.As(err, &ee) {
+	if ee, ok := errors.AsType[*ssh.ExitError](err); ok {
 		code := ee.ExitStatus()
 		if sig := ee.Signal(); sig != "" {
 			code = 128 + signalNumbers[sig]
@@ -92,8 +91,7 @@ func (t *sshTransport) exitError(c *sshConn, err error) error {
 
 // lost wraps an error of a session whose connection broke.
 func (t *sshTransport) lost(c *sshConn, err error) error {
-	var em *ssh.ExitMissingError
-	if c.isDead() || errors.Is(err, io.EOF) || errors.As(err, &em) || errors.Is(err, net.ErrClosed) {
+	if _, missing := errors.AsType[*ssh.ExitMissingError](err); missing || c.isDead() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		c.close()
 		return fmt.Errorf("host %s: %w: %v", t.cfg.Name, ErrConnectionLost, err)
 	}
@@ -184,8 +182,7 @@ func (t *sshTransport) pipe(ctx context.Context, lc net.Conn, remoteAddr string)
 		if rc, err = c.client.DialContext(ctx, "tcp", remoteAddr); err == nil {
 			break
 		}
-		var oce *ssh.OpenChannelError
-		if errors.As(err, &oce) {
+		if _, ok := errors.AsType[*ssh.OpenChannelError](err); ok {
 			return // refused by the host (nothing listening, forwarding disabled)
 		}
 		c.close()

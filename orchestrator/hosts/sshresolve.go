@@ -201,9 +201,8 @@ func loadAuth(explicit []string, ep endpoint) (*authConfig, error) {
 			continue
 		}
 		s, err := ssh.ParsePrivateKey(b)
-		var pm *ssh.PassphraseMissingError
-		switch {
-		case errors.As(err, &pm):
+		switch _, noPassphrase := errors.AsType[*ssh.PassphraseMissingError](err); {
+		case noPassphrase:
 			encrypted = append(encrypted, f)
 			if haveAgent {
 				a.notes = append(a.notes, fmt.Sprintf("identity file %s is encrypted; relying on ssh-agent for it", f))
@@ -237,11 +236,6 @@ type permanentError struct{ error }
 func (p permanentError) Unwrap() error { return p.error }
 
 func permanent(err error) error { return permanentError{err} }
-
-func isPermanent(err error) bool {
-	var p permanentError
-	return errors.As(err, &p)
-}
 
 // ResolveHostName returns the network host that address connects to after
 // ssh_config resolution (sshConfigPath "" means ~/.ssh/config): the

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mbench/mbench/internal/clock"
 )
 
 // Poll intervals of the stop loop: the first check comes after firstTick,
@@ -128,17 +130,17 @@ func killTargets(ctx context.Context, ops procOps, targets []stopTarget, grace t
 		return nil, nil
 	}
 	killAt, end := stopSchedule(ctx, grace)
-	trees := newStopTrees(targets)
-	q := scanQuery{pgids: trees.pgids, since: since(targets)}
+	trees := &stopTrees{targets: targets, known: map[int]map[int]string{}}
+	q := scanQuery{since: since(targets)}
+	last := map[int][]int{} // survivors as last seen; before any scan, every target
 	for _, t := range targets {
+		trees.pgids = append(trees.pgids, t.pgid)
 		if t.tag != "" {
 			q.tags = append(q.tags, t.tag)
 		}
-	}
-	last := map[int][]int{} // survivors as last seen; before any scan, every target
-	for _, t := range targets {
 		last[t.pgid] = nil
 	}
+	q.pgids = trees.pgids
 	// A first scan, before any signal, sees each tree whole.
 	snap, err := ops.scan(ctx, q)
 	if err != nil {
@@ -181,12 +183,7 @@ func killTargets(ctx context.Context, ops procOps, targets []stopTarget, grace t
 			ph.escalate(end)
 			continue
 		}
-		t := time.NewTimer(min(ph.wait, time.Until(ph.end)))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
+		_ = clock.Sleep(ctx, min(ph.wait, time.Until(ph.end)))
 		ph.wait = min(2*ph.wait, maxTick)
 	}
 }
@@ -270,14 +267,6 @@ type stopTrees struct {
 	targets []stopTarget
 	pgids   []int
 	known   map[int]map[int]string // by target pgid: pid → start time
-}
-
-func newStopTrees(targets []stopTarget) *stopTrees {
-	tr := &stopTrees{targets: targets, known: map[int]map[int]string{}}
-	for _, t := range targets {
-		tr.pgids = append(tr.pgids, t.pgid)
-	}
-	return tr
 }
 
 // left returns, by target pgid, the live processes of each tree in s
