@@ -63,7 +63,8 @@ func loadSweep(c *cli.Context, base *loadRun) error {
 	if err != nil {
 		return err
 	}
-	lo, hi := sync.RequestThroughput, thr.RequestThroughput
+	lo, _ := results.RequestThroughput.Value(sync)
+	hi, _ := results.RequestThroughput.Value(thr)
 	if !(lo > 0) || !(hi > lo) {
 		writeSweepTable(c.App.Writer, rows)
 		return noResultError{fmt.Errorf("load: --profile sweep: throughput %.3g req/s is not above synchronous %.3g req/s: no rates between to run", hi, lo)}
@@ -120,11 +121,15 @@ func sweepJSON(rows []sweepRow) []map[string]any {
 // writeSweepTable is the sweep as one table: rate against TTFT, TPOT,
 // throughput and verdict, one row per run.
 func writeSweepTable(w io.Writer, rows []sweepRow) {
-	f := func(p *float64) string {
-		if p == nil {
-			return "n/a"
+	value := func(m results.Metric, s *results.RunSummary) float64 {
+		v, _ := m.Value(s)
+		return v
+	}
+	stat := func(l results.Latency, s *results.RunSummary, stat string) string {
+		if p := l.Stat(s, stat); p != nil {
+			return fmt.Sprintf("%.2f", *p)
 		}
-		return fmt.Sprintf("%.2f", *p)
+		return "n/a"
 	}
 	fmt.Fprintf(w, "%-12s %10s %9s %10s %12s %10s %10s %10s %10s  %s\n", "profile", "rate", "completed", "req/s", "output tok/s",
 		"TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "verdict")
@@ -137,8 +142,10 @@ func writeSweepTable(w io.Writer, rows []sweepRow) {
 		if r.Profile == "synchronous" {
 			rate = "1 in flight"
 		}
-		fmt.Fprintf(w, "%-12s %10s %9d %10.2f %12.2f %10s %10s %10s %10s  %s\n", r.Profile, rate, s.Completed, s.RequestThroughput,
-			s.OutputThroughput, f(s.MedianTTFTMs), f(s.P99TTFTMs), f(s.MedianTPOTMs), f(s.P99TPOTMs), s.Verdict)
+		fmt.Fprintf(w, "%-12s %10s %9.0f %10.2f %12.2f %10s %10s %10s %10s  %s\n", r.Profile, rate,
+			value(results.Completed, s), value(results.RequestThroughput, s), value(results.OutputThroughput, s),
+			stat(results.TTFT, s, results.StatMedian), stat(results.TTFT, s, results.StatP99),
+			stat(results.TPOT, s, results.StatMedian), stat(results.TPOT, s, results.StatP99), s.Verdict)
 	}
 	fmt.Fprintln(w, "latencies in ms; each run's summary_A.json is in its directory of --out")
 }
