@@ -82,7 +82,7 @@ func runLoad(c *cli.Context, lr *loadRun) (sum *results.RunSummary, doc *loadDoc
 	res, runErr := openloop.Run(c.Context, cfg)
 	prog.finish()
 	if res == nil {
-		scr.summary(nil)
+		scr.summary()
 		switch {
 		case errors.Is(runErr, context.Canceled):
 			return nil, nil, nil, fmt.Errorf("load: %w before the first request: nothing was measured", errLoadInterrupted)
@@ -103,7 +103,7 @@ func runLoad(c *cli.Context, lr *loadRun) (sum *results.RunSummary, doc *loadDoc
 		Cell: "load", Config: "load", Shape: cfg.Shape.Name, Rate: rateLabel(cfg), Engine: lr.engine(),
 		Simulated: lr.simulated, Arrival: lr.arrivalName(), Burstiness: cfg.Arrival.Burstiness, Policy: lr.policy,
 		Percentiles: lr.pcts, NaturalLength: cfg.Request.NaturalLength, Label: lr.label, Metadata: lr.meta,
-		Cache: scr.summary(res),
+		Cache: scr.summary(),
 	}.WithLoad(res))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("load: summarize: %w", err)

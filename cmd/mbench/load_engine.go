@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mbench/mbench/engines"
-	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/probes"
 )
 
@@ -143,7 +142,7 @@ func (m *metricsScrape) onPhase(phase string) {
 }
 
 // summary ends the scrapes and summarizes the window; nil without one.
-func (m *metricsScrape) summary(*openloop.Result) *probes.CacheSummary {
+func (m *metricsScrape) summary() *probes.CacheSummary {
 	if m.win == nil {
 		return nil
 	}

@@ -37,14 +37,12 @@ func requestFromFlags(c *cli.Context) (openloop.Request, error) {
 		if !c.IsSet(name) {
 			return nil
 		}
-		v := c.Float64(name)
-		return &v
+		return new(c.Float64(name))
 	}
 	q.Sampling = openloop.Sampling{Temperature: f("temperature"), TopP: f("top-p"), MinP: f("min-p"),
 		PresencePenalty: f("presence-penalty"), FrequencyPenalty: f("frequency-penalty"), RepetitionPenalty: f("repetition-penalty")}
 	if c.IsSet("top-k") {
-		k := c.Int("top-k")
-		q.Sampling.TopK = &k
+		q.Sampling.TopK = new(c.Int("top-k"))
 	}
 	return q, nil // checked with the whole spec (openloop.Config.Validate)
 }

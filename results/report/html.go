@@ -392,7 +392,7 @@ func ratePoint(c *results.Cell, key string) (htmlPoint, bool) {
 	}
 	pt := htmlPoint{htmlCellKey: keyOf(c), Mean: *m.Mean, Lo: m.CILo, Hi: m.CIHi, N: m.N, Saturated: c.Saturated()}
 	if pt.Lo != nil && *pt.Lo < 0 {
-		pt.Lo, pt.Clipped = ptr(0), true
+		pt.Lo, pt.Clipped = new(0.0), true
 	}
 	return pt, true
 }
@@ -474,7 +474,7 @@ func capacityData(v *reportView) *htmlCapacityData {
 		for _, p := range sr.Probes {
 			hp := htmlCapacityProbe{Config: sr.Config, Shape: sr.Shape, Rate: p.Rate, Mean: p.Mean, Lo: p.CILo, Hi: p.CIHi, Verdict: string(p.Verdict)}
 			if hp.Lo != nil && *hp.Lo < 0 {
-				hp.Lo = ptr(0)
+				hp.Lo = new(0.0)
 			}
 			d.Probes = append(d.Probes, hp)
 		}

@@ -330,6 +330,3 @@ func mdCell(s string) string {
 	s = strings.ReplaceAll(s, "|", "\\|")
 	return strings.Join(strings.Fields(s), " ")
 }
-
-// ptr returns a pointer to v.
-func ptr(v float64) *float64 { return &v }
