@@ -277,44 +277,26 @@ func flagError(c *cli.Context, typed typedFlags, err error) error {
 	}
 	segs := strings.Split(fe.Path, ".")
 	table := loadFlagTable()
+	isSet := func(f specFlag) bool { return c.IsSet(f.flag.Names()[0]) }
 	for n := len(segs); n > 0; n-- {
 		path := strings.Join(segs[:n], ".")
-		var rows []specFlag
-		for _, f := range table {
-			if f.path == path {
-				rows = append(rows, f)
-			}
-		}
+		rows := slices.DeleteFunc(slices.Clone(table), func(f specFlag) bool { return f.path != path })
 		if len(rows) == 0 {
 			// A rule over a whole section ("arrival.ramp") names the flag
 			// of it that the user set (--ramp).
-			for _, f := range table {
-				if strings.HasPrefix(f.path, path+".") && c.IsSet(f.flag.Names()[0]) {
-					rows = append(rows, f)
-					break
-				}
+			if i := slices.IndexFunc(table, func(f specFlag) bool { return strings.HasPrefix(f.path, path+".") && isSet(f) }); i >= 0 {
+				rows = table[i : i+1]
 			}
 		}
 		if len(rows) == 0 {
 			continue
 		}
-		row := rows[0]
-		for _, f := range rows {
-			if c.IsSet(f.flag.Names()[0]) {
-				row = f
-				break
-			}
-		}
-		name := typed.as(row.flag)
-		if v := c.Value(row.flag.Names()[0]); !row.secret && c.IsSet(row.flag.Names()[0]) && !isSlice(v) {
+		row := rows[max(0, slices.IndexFunc(rows, isSet))]
+		name, v := typed.as(row.flag), c.Value(row.flag.Names()[0])
+		if _, slice := v.([]string); !row.secret && isSet(row) && !slice {
 			return usageError{fmt.Errorf("load: --%s %v: %s", name, v, fe.Tail(n))}
 		}
 		return usageError{fmt.Errorf("load: --%s: %s", name, fe.Tail(n))}
 	}
 	return usageError{fmt.Errorf("load: %w", err)}
-}
-
-func isSlice(v any) bool {
-	_, ok := v.([]string)
-	return ok
 }

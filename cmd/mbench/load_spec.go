@@ -129,10 +129,10 @@ func loadTargets(c *cli.Context, typed typedFlags) ([]string, error) {
 	if len(urls) == 0 {
 		return []string{"http://" + net.JoinHostPort(c.String("host"), strconv.Itoa(c.Int("port")))}, nil
 	}
-	if c.IsSet("host") || c.IsSet("port") {
-		return nil, usageError{fmt.Errorf("load: --%s or --host/--port, not both", typed.as(&cli.StringSliceFlag{Name: "url", Aliases: []string{"base-url"}}))}
-	}
 	flag := typed.as(&cli.StringSliceFlag{Name: "url", Aliases: []string{"base-url"}})
+	if c.IsSet("host") || c.IsSet("port") {
+		return nil, usageError{fmt.Errorf("load: --%s or --host/--port, not both", flag)}
+	}
 	for i, u := range urls {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 			return nil, usageError{fmt.Errorf("load: --%s: %q has no scheme: give http://HOST:PORT (or https://)", flag, redactURL("http://" + u)[len("http://"):])}
