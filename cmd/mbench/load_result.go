@@ -36,40 +36,40 @@ type kv struct {
 // loadSpecRecord is everything needed to run the load again, in the
 // flags' terms: summary_A.json's "load" key.
 type loadSpecRecord struct {
-	URLs           []string            `json:"base_urls"` // without credentials
-	Endpoint       string              `json:"endpoint"`  // the path
-	Backend        string              `json:"backend"`
-	Model          string              `json:"model"`
-	DatasetName    string              `json:"dataset_name"`
-	DatasetPath    string              `json:"dataset_path,omitempty"`
-	DatasetFormat  string              `json:"dataset_format,omitempty"`
-	InputLen       int                 `json:"input_len,omitempty"`  // the whole prompt, prefix included
-	OutputLen      int                 `json:"output_len,omitempty"` // 0 with a dataset: the file's
-	InputRange     *[2]int             `json:"input_len_range,omitempty"`
-	OutputRange    *[2]int             `json:"output_len_range,omitempty"`
-	PrefixLen      int                 `json:"prefix_len,omitempty"`
-	NumPrefixes    int                 `json:"num_prefixes,omitempty"`
-	Trace          *traceRecord        `json:"trace,omitempty"`
-	Seed           int64               `json:"seed"`
-	NumPrompts     int                 `json:"num_prompts,omitempty"`
-	Duration       string              `json:"duration,omitempty"`
-	MinCompleted   int                 `json:"min_completed,omitempty"`
-	NumWarmups     int                 `json:"num_warmups"`
-	RequestRate    any                 `json:"request_rate"`
-	Arrival        string              `json:"arrival"`
-	Burstiness     float64             `json:"burstiness,omitempty"`
-	Concurrency    int                 `json:"concurrency,omitempty"`     // a closed loop's requests in flight
-	MaxConcurrency int                 `json:"max_concurrency,omitempty"` // the cap on a rate
-	Ramp           *rampRecord         `json:"ramp,omitempty"`
-	IncludeRamp    bool                `json:"include_ramp,omitempty"`
-	IgnoreEOS      bool                `json:"ignore_eos"`
-	Sampling       openloop.Sampling   `json:"sampling"`
-	ExtraBody      map[string]any      `json:"extra_body,omitempty"`
-	HeaderNames    []string            `json:"header_names,omitempty"` // values never written
-	TokenIDs       openloop.TokenRange `json:"token_ids"`
-	Timeout        string              `json:"timeout"`
-	DrainTimeout   string              `json:"drain_timeout"`
-	RequestTimeout string              `json:"request_timeout,omitempty"`
+	URLs           []string                   `json:"base_urls"` // without credentials
+	Endpoint       string                     `json:"endpoint"`  // the path
+	Backend        string                     `json:"backend"`
+	Model          string                     `json:"model"`
+	DatasetName    string                     `json:"dataset_name"`
+	DatasetPath    string                     `json:"dataset_path,omitempty"`
+	DatasetFormat  string                     `json:"dataset_format,omitempty"`
+	InputLen       int                        `json:"input_len,omitempty"`  // the whole prompt, prefix included
+	OutputLen      int                        `json:"output_len,omitempty"` // 0 with a dataset: the file's
+	InputRange     *[2]int                    `json:"input_len_range,omitempty"`
+	OutputRange    *[2]int                    `json:"output_len_range,omitempty"`
+	PrefixLen      int                        `json:"prefix_len,omitempty"`
+	NumPrefixes    int                        `json:"num_prefixes,omitempty"`
+	Trace          *traceRecord               `json:"trace,omitempty"`
+	Seed           int64                      `json:"seed"`
+	NumPrompts     int                        `json:"num_prompts,omitempty"`
+	Duration       string                     `json:"duration,omitempty"`
+	MinCompleted   int                        `json:"min_completed,omitempty"`
+	NumWarmups     int                        `json:"num_warmups"`
+	RequestRate    any                        `json:"request_rate"`
+	Arrival        string                     `json:"arrival"`
+	Burstiness     float64                    `json:"burstiness,omitempty"`
+	Concurrency    int                        `json:"concurrency,omitempty"`     // a closed loop's requests in flight
+	MaxConcurrency int                        `json:"max_concurrency,omitempty"` // the cap on a rate
+	Ramp           *rampRecord                `json:"ramp,omitempty"`
+	IncludeRamp    bool                       `json:"include_ramp,omitempty"`
+	IgnoreEOS      bool                       `json:"ignore_eos"`
+	Sampling       openloop.Sampling          `json:"sampling"`
+	ExtraBody      map[string]json.RawMessage `json:"extra_body,omitempty"`
+	HeaderNames    []string                   `json:"header_names,omitempty"` // values never written
+	TokenIDs       openloop.TokenRange        `json:"token_ids"`
+	Timeout        string                     `json:"timeout"`
+	DrainTimeout   string                     `json:"drain_timeout"`
+	RequestTimeout string                     `json:"request_timeout,omitempty"`
 }
 
 type traceRecord struct {
@@ -100,12 +100,7 @@ func writeLoadResult(lr *loadRun, sum *results.RunSummary, res *openloop.Result)
 	if err := json.Unmarshal(base, &have); err != nil {
 		return nil, fmt.Errorf("load: encode summary: %w", err)
 	}
-	var extra []kv
-	for _, e := range doc.vllm {
-		if _, ok := have[e.k]; !ok {
-			extra = append(extra, e)
-		}
-	}
+	extra := slices.DeleteFunc(slices.Clone(doc.vllm), func(e kv) bool { _, ok := have[e.k]; return ok })
 	extra = append(extra, kv{"load", lr.specRecord(res)})
 	if doc.summary, err = appendKeys(base, extra); err != nil {
 		return nil, err
@@ -237,13 +232,7 @@ func peakOutput(res *openloop.Result) (float64, int) {
 			active[b]++
 		}
 	}
-	var peak float64
-	var conc int
-	for i := range tokens {
-		peak = max(peak, tokens[i])
-		conc = max(conc, active[i])
-	}
-	return peak, conc
+	return slices.Max(tokens), slices.Max(active)
 }
 
 // burstiness is vLLM's burstiness: the gamma shape, 1 for Poisson, inf
@@ -329,12 +318,7 @@ func (lr *loadRun) specRecord(res *openloop.Result) loadSpecRecord {
 	if c.RequestTimeout > 0 {
 		rec.RequestTimeout = c.RequestTimeout.String()
 	}
-	for k, v := range c.Request.ExtraBody {
-		if rec.ExtraBody == nil {
-			rec.ExtraBody = map[string]any{}
-		}
-		rec.ExtraBody[k] = v
-	}
+	rec.ExtraBody = maps.Clone(c.Request.ExtraBody)
 	rec.HeaderNames = slices.Sorted(maps.Keys(c.Request.Headers))
 	return rec
 }
