@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/mbench/mbench/results"
@@ -14,7 +15,7 @@ var renderClassComparisons = tableSection("Request classes compared", classCompa
 func classComparisonTables(v *reportView) ([]sectionTable, string) {
 	rows := v.a.Classes
 	if len(rows) == 0 {
-		return nil, fmt.Sprintf("no class has requests completed under both a config and the baseline %s.", orDefault(v.s.Baseline, "(none)"))
+		return nil, fmt.Sprintf("no class has requests completed under both a config and the baseline %s.", cmp.Or(v.s.Baseline, "(none)"))
 	}
 	conf := v.s.Confidence // 0: the 95% default
 	if conf <= 0 || conf >= 1 {

@@ -101,7 +101,7 @@ func failureModes(c *results.Cell, class int) string {
 	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s ×%d", orDefault(k, "unclassified"), counts[k]))
+		parts = append(parts, fmt.Sprintf("%s ×%d", cmp.Or(k, "unclassified"), counts[k]))
 	}
 	return strings.Join(parts, ", ")
 }

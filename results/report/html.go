@@ -2,15 +2,16 @@ package report
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"gonum.org/v1/plot"
 	"html/template"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/mbench/mbench/probes"
 	"github.com/mbench/mbench/results"
 	"github.com/mbench/mbench/stats"
+	"gonum.org/v1/plot"
 )
 
 // report.html: one self-contained page (no network fetch: inline CSS and
@@ -241,7 +243,7 @@ type htmlFigure struct {
 func renderHTML(ctx context.Context, a *results.Analysis, rd renderer) ([]byte, error) {
 	v := newReportView(a)
 	s, ordered := v.s, v.ordered
-	pg := htmlPage{Title: "mbench report: " + orDefault(s.Name, "sweep"), CSP: htmlCSP,
+	pg := htmlPage{Title: "mbench report: " + cmp.Or(s.Name, "sweep"), CSP: htmlCSP,
 		Overrides: s.Overrides, CSS: template.CSS(htmlCSS), JS: template.JS(htmlJS),
 		Head: newHTMLHead(v), Capacity: newHTMLCapacity(v), Errors: newHTMLErrors(ordered), Tables: classInstanceTables(v)}
 	for _, r := range v.shown {
@@ -337,13 +339,7 @@ func htmlFigures(ctx context.Context, a *results.Analysis, rd renderer) []htmlFi
 
 // metricsPresent are the metrics of ms that some cell of ordered has.
 func metricsPresent(ordered []*results.Cell, ms []htmlMetric) []htmlMetric {
-	var out []htmlMetric
-	for _, m := range ms {
-		if results.AnyCellHas(ordered, m.Key) {
-			out = append(out, m)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(ms), func(m htmlMetric) bool { return !results.AnyCellHas(ordered, m.Key) })
 }
 
 // addRuns adds the rows of cell c's runs and their GPU plots; it returns
@@ -351,7 +347,7 @@ func metricsPresent(ordered []*results.Cell, ms []htmlMetric) []htmlMetric {
 func (pg *htmlPage) addRuns(rd renderer, c *results.Cell, data *htmlData, bare []string) []string {
 	for _, r := range c.Runs {
 		rr := htmlRunRow{Cell: c.Info.ID, Config: c.Info.Config, Rate: fmtFloat(c.Info.Rate), Block: r.Ref.Block,
-			Verdict: string(r.Ref.Status), Reason: orDefault(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir, Timeline: timelineLink(c, r)}
+			Verdict: string(r.Ref.Status), Reason: cmp.Or(r.Ref.Reason, r.Problem), Dir: r.Ref.Dir, Timeline: timelineLink(c, r)}
 		for _, m := range pg.RunMetrics {
 			hv := htmlValue{Metric: m.Key, Text: "—"}
 			if x, ok := r.Metrics[m.Key]; ok {

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strings"
@@ -22,7 +23,7 @@ func renderMethod(b *strings.Builder, v *reportView) {
 	}
 	b.WriteString(" Within a block every config gets the same seeded workload, so each config is paired with its baseline block by block.\n")
 	fmt.Fprintf(b, "- **Primary metric: %s** (%s), declared before the sweep. Its comparisons (the configs against %s and the A/A controls against their originals) are one family, Holm-corrected together; every other metric is **secondary**: shown for context, Holm-corrected within its own table, and never what the sweep was sized for.\n",
-		s.Metric, s.Primary().Key, orDefault(s.Baseline, "the baseline"))
+		s.Metric, s.Primary().Key, cmp.Or(s.Baseline, "the baseline"))
 	ruleConf := conf
 	if s.RecordedConfidence > 0 {
 		ruleConf = 100 * s.RecordedConfidence // the rule ran at the sweep's level, whatever this analysis uses

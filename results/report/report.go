@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -73,7 +74,7 @@ func renderReport(a *results.Analysis) string {
 	s := &a.Sweep
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("# mbench report: %s\n\n", orDefault(s.Name, "sweep"))
+	p("# mbench report: %s\n\n", cmp.Or(s.Name, "sweep"))
 	if s.Simulated {
 		p("%s\n\n", SimulatedBanner)
 	}
@@ -240,21 +241,13 @@ func ttftCell(c *results.Cell) string {
 func firstReason(c *results.Cell, saturation bool) string {
 	for _, r := range c.Sum.Runs {
 		if saturation && r.Saturated {
-			return fmt.Sprintf("b%d: %s", r.Block, orDefault(r.SaturationReason, "marked saturated"))
+			return fmt.Sprintf("b%d: %s", r.Block, cmp.Or(r.SaturationReason, "marked saturated"))
 		}
 		if !saturation && r.ClientLimited {
-			return fmt.Sprintf("b%d: %s", r.Block, orDefault(r.ClientLimitedReason, "marked client-limited"))
+			return fmt.Sprintf("b%d: %s", r.Block, cmp.Or(r.ClientLimitedReason, "marked client-limited"))
 		}
 	}
 	return "no reason recorded"
-}
-
-// orDefault returns s, or def when s is empty.
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // fmtNum formats a measurement with 3 significant digits' worth of decimals.

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,7 +28,7 @@ func appendOnce(list []string, s string) []string {
 // the A/A table.
 func renderComparisons(b *strings.Builder, v *reportView) {
 	s := v.s
-	fmt.Fprintf(b, "## Comparisons with %s\n\n", orDefault(s.Baseline, "the baseline"))
+	fmt.Fprintf(b, "## Comparisons with %s\n\n", cmp.Or(s.Baseline, "the baseline"))
 	switch {
 	case s.Baseline == "":
 		b.WriteString("No baseline config named: no comparisons.\n\n")
@@ -103,7 +104,7 @@ func renderClientLimited(b *strings.Builder, v *reportView) {
 	for _, c := range v.ordered {
 		for _, r := range c.Sum.Runs {
 			if r.Used && r.ClientLimited {
-				fmt.Fprintf(b, "- %s b%d (%s, rate=%g, %s): %s. Its latencies include time the request spent waiting in the client.\n", c.Info.ID, r.Block, c.Info.Config, c.Info.Rate, c.Info.Shape, orDefault(r.ClientLimitedReason, "marked client-limited"))
+				fmt.Fprintf(b, "- %s b%d (%s, rate=%g, %s): %s. Its latencies include time the request spent waiting in the client.\n", c.Info.ID, r.Block, c.Info.Config, c.Info.Rate, c.Info.Shape, cmp.Or(r.ClientLimitedReason, "marked client-limited"))
 			}
 		}
 	}
@@ -155,7 +156,7 @@ func problemLines(v *reportView) []problemLine {
 		}
 		for _, r := range c.Runs {
 			if !r.IsResult() {
-				lines = append(lines, problemLine{Text: fmt.Sprintf("run %s b%d: **%s** — %s", c.Info.ID, r.Ref.Block, r.Ref.Status, orDefault(orDefault(r.Ref.Reason, r.Problem), "no reason recorded")),
+				lines = append(lines, problemLine{Text: fmt.Sprintf("run %s b%d: **%s** — %s", c.Info.ID, r.Ref.Block, r.Ref.Status, cmp.Or(r.Ref.Reason, r.Problem, "no reason recorded")),
 					Timeline: timelineLink(c, r)})
 			}
 		}

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -34,7 +35,7 @@ func renderSLO(b *strings.Builder, v *reportView) {
 		}
 		g, a := c.Sum.Metrics[results.MetricGoodput], c.Sum.Metrics[results.MetricSLOAttainment]
 		fmt.Fprintf(b, "| %s | %s | %g | %s | %s | %s | %d |\n", c.Info.Config, c.Info.Shape, c.Info.Rate,
-			orDefault(strings.Join(slos, "; "), "none"), meanCI(g, 1, ""), proportionCI(a), g.N)
+			cmp.Or(strings.Join(slos, "; "), "none"), meanCI(g, 1, ""), proportionCI(a), g.N)
 	}
 	b.WriteString("\n")
 	if len(all) > 1 {

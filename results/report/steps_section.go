@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -70,7 +71,7 @@ func stepFacts(c *results.Cell) cellStepFacts {
 				f.gpuSource = appendOnce(f.gpuSource, st.GPU.Source)
 			}
 		} else if st.NSteps > 0 {
-			f.gpuReasons = appendOnce(f.gpuReasons, orDefault(st.GPU.Reason, noGPUWords))
+			f.gpuReasons = appendOnce(f.gpuReasons, cmp.Or(st.GPU.Reason, noGPUWords))
 		}
 		for _, s := range st.Incomplete {
 			f.incomplete = appendOnce(f.incomplete, s)
@@ -158,12 +159,12 @@ func (f *stepFindings) addCell(b *strings.Builder, c *results.Cell) {
 	gpu := "not measured"
 	if facts.gpuMeasured && hasMetric(m, timerKey(probes.FieldGPU, "p50")) {
 		gpu = get(timerKey(probes.FieldGPU, "p50"))
-		f.gpuMeasured = appendOnce(f.gpuMeasured, fmt.Sprintf("%s (%s)", c.Info.Config, orDefault(strings.Join(facts.gpuSource, "; "), "CUDA events")))
+		f.gpuMeasured = appendOnce(f.gpuMeasured, fmt.Sprintf("%s (%s)", c.Info.Config, cmp.Or(strings.Join(facts.gpuSource, "; "), "CUDA events")))
 		if facts.hostBound > 0 {
 			f.partly = append(f.partly, fmt.Sprintf("%s: %d of %d GPU-timed batches", where, facts.hostBound, facts.gpuTimed))
 		}
 	} else {
-		why := orDefault(strings.Join(facts.gpuReasons, "; "), noGPUWords)
+		why := cmp.Or(strings.Join(facts.gpuReasons, "; "), noGPUWords)
 		if _, ok := f.noGPU[why]; !ok {
 			f.gpuWhy = append(f.gpuWhy, why)
 		}

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -220,7 +221,7 @@ func renderSuperseded(b *strings.Builder, s *results.Sweep) {
 	var parts []string
 	for _, r := range s.Superseded {
 		reason, _, _ := strings.Cut(strings.TrimSpace(r.Reason), "\n")
-		parts = append(parts, fmt.Sprintf("%s b%d (%s)", r.Cell, r.Block, orDefault(reason, string(r.Status))))
+		parts = append(parts, fmt.Sprintf("%s b%d (%s)", r.Cell, r.Block, cmp.Or(reason, string(r.Status))))
 	}
 	fmt.Fprintf(b, "%d runs were run again in place, at the same position of the same block, and only their last attempt counts: %s.\n\n",
 		len(parts), strings.Join(parts, "; "))
