@@ -85,11 +85,7 @@ func (m *Matrix) configSpec(c *Config) map[string]any {
 		hosts = append([]string(nil), m.HostOrder...)
 		sort.Strings(hosts)
 	}
-	args := c.Args
-	if args == nil {
-		args = []string{}
-	}
-	s := map[string]any{"kv_transfer_config": c.KVTransferConfig, "args": args, "env": redactMap(c.Env),
+	s := map[string]any{"kv_transfer_config": c.KVTransferConfig, "args": append([]string{}, c.Args...), "env": redactMap(c.Env),
 		"sim": orEmpty(c.Sim), "bootstrap_port": c.BootstrapPort,
 		"topology": map[string]any{"hosts": hosts, "instances_per_host": c.Topology.InstancesPerHost,
 			"gpus_per_instance": c.Topology.GPUsPerInstance}}
@@ -160,11 +156,7 @@ func (m *Matrix) measureSpec() map[string]any {
 func (m *Matrix) Resolved() ([]byte, error) {
 	hosts := map[string]any{}
 	for name, h := range m.Hosts {
-		gpus := h.GPUs
-		if gpus == nil {
-			gpus = []int{}
-		}
-		e := map[string]any{"address": h.Address, "gpus": gpus, "host_key_policy": h.HostKeyPolicy,
+		e := map[string]any{"address": h.Address, "gpus": append([]int{}, h.GPUs...), "host_key_policy": h.HostKeyPolicy,
 			"tunnel": h.Tunnel, "workdir": h.Workdir, "mbench_path": h.MbenchPath}
 		if h.Slurm != nil {
 			e["slurm"] = h.Slurm
