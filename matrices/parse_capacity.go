@@ -2,6 +2,7 @@ package matrices
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/mbench/mbench/openloop"
 	"github.com/mbench/mbench/results"
@@ -50,13 +51,7 @@ const (
 // CapacityMetrics lists the metrics a capacity search can hold to a limit
 // in milliseconds: the latency statistics of results.MatrixNames.
 func CapacityMetrics() []string {
-	var out []string
-	for _, m := range results.MatrixNames() {
-		if _, _, _, ok := results.LatencyStat(m); ok {
-			out = append(out, m)
-		}
-	}
-	return out
+	return slices.DeleteFunc(results.MatrixNames(), func(m string) bool { _, _, _, ok := results.LatencyStat(m); return !ok })
 }
 
 // capacity decodes the capacity section and enforces that a matrix has

@@ -63,12 +63,7 @@ func (d *decoder) configs(n *yaml.Node, m *Matrix) {
 		m.Configs[p.key] = c
 		m.ConfigOrder = append(m.ConfigOrder, p.key)
 	}
-	var roots []string
-	for _, name := range m.ConfigOrder {
-		if m.Configs[name].SameAs == "" {
-			roots = append(roots, name)
-		}
-	}
+	roots := slices.DeleteFunc(slices.Clone(m.ConfigOrder), func(name string) bool { return m.Configs[name].SameAs != "" })
 	for _, name := range m.ConfigOrder {
 		c := m.Configs[name]
 		if c.SameAs == "" {
@@ -236,33 +231,33 @@ func (d *decoder) stringList(v *yaml.Node, path string) []string {
 
 // scalarText decodes a scalar into its canonical text: integers in decimal,
 // numbers in shortest form, booleans as true/false, strings as written.
-func (d *decoder) scalarText(v *yaml.Node, path string) (string, bool) {
+func (d *decoder) scalarText(v *yaml.Node, path string) string {
 	if v.Kind != yaml.ScalarNode || isNull(v) {
 		d.add(v.Line, path, "a string, number or boolean", "expected a scalar value, got %s", describe(v))
-		return "", false
+		return ""
 	}
 	switch v.ShortTag() {
 	case "!!int":
 		var x int64
 		if v.Decode(&x) == nil {
-			return strconv.FormatInt(x, 10), true
+			return strconv.FormatInt(x, 10)
 		}
 	case "!!float":
 		var f float64
 		if v.Decode(&f) == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
-			return strconv.FormatFloat(f, 'g', -1, 64), true
+			return strconv.FormatFloat(f, 'g', -1, 64)
 		}
 	case "!!bool":
 		var b bool
 		if v.Decode(&b) == nil {
-			return strconv.FormatBool(b), true
+			return strconv.FormatBool(b)
 		}
 	}
 	if strings.ContainsRune(v.Value, 0) {
 		d.add(v.Line, path, "text without NUL bytes", "contains a NUL byte")
-		return "", false
+		return ""
 	}
-	return v.Value, true
+	return v.Value
 }
 
 // env decodes NAME: value or NAME: {value: v, secret: true}.
@@ -289,14 +284,14 @@ func (d *decoder) env(v *yaml.Node, path string) map[string]EnvValue {
 		if val.Kind == yaml.MappingNode {
 			d.object(val, fp, val.Line, []field{
 				{"value", true, func(v *yaml.Node, vp string) {
-					ev.Value, _ = d.scalarText(v, vp)
+					ev.Value = d.scalarText(v, vp)
 					d.lines[fp] = v.Line
 					valNode = d.deref(v)
 				}},
 				{"secret", false, func(v *yaml.Node, vp string) { ev.Secret = d.boolean(v, vp) || ev.Secret }},
 			})
 		} else {
-			ev.Value, _ = d.scalarText(val, fp)
+			ev.Value = d.scalarText(val, fp)
 		}
 		if ev.Secret && valNode != nil {
 			d.secret(valNode)
@@ -328,7 +323,7 @@ func (d *decoder) simFlags(v *yaml.Node, path string) map[string]string {
 		}
 		if val := d.deref(p.v); val != nil {
 			d.lines[fp] = val.Line
-			out[flag], _ = d.scalarText(val, fp)
+			out[flag] = d.scalarText(val, fp)
 		}
 	}
 	return out
