@@ -208,7 +208,7 @@ type placeLists struct{ quoted, plain, producers string }
 
 func (m *Matrix) newTemplateVars(c *Config, root, configArgs string, rt Runtime, eps []endpoint) *templateVars {
 	t := &templateVars{m: m, root: root, configArgs: configArgs, bind: cmp.Or(rt.Bind, "127.0.0.1"), rt: rt, eps: eps,
-		bounds: m.ClassBounds, seen: map[place]placeLists{}}
+		bounds: cmp.Or(m.ClassBounds, defaultClassBounds), seen: map[place]placeLists{}}
 	if c.Router != nil {
 		t.routerPort = c.Router.Port
 	}
@@ -226,9 +226,6 @@ func (m *Matrix) newTemplateVars(c *Config, root, configArgs string, rt Runtime,
 	}
 	if c.BootstrapPort > 0 {
 		t.bootstrapPorts = joinInts(prefillBoot)
-	}
-	if t.bounds == [3]int{} {
-		t.bounds = defaultClassBounds
 	}
 	return t
 }
@@ -251,10 +248,7 @@ func (t *templateVars) self(hn string) string {
 	if t.rt.Self != nil {
 		return t.rt.Self(hn)
 	}
-	if p := t.m.Hosts[hn].MbenchPath; p != "" {
-		return p
-	}
-	return "mbench"
+	return cmp.Or(t.m.Hosts[hn].MbenchPath, "mbench")
 }
 
 // vars are the template variables of a process at a place; quote: for a

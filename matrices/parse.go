@@ -106,17 +106,12 @@ func yamlError(file string, err error) *Error {
 	}
 	// The parser (unlike the scanner) reports the 0-based line of the
 	// collection it was parsing, or nothing for the first line.
-	if parserProblem(msg) {
+	if slices.Contains([]string{"did not find expected key", "did not find expected ',' or ']'",
+		"did not find expected ',' or '}'", "did not find expected '-' indicator",
+		"did not find expected node content", "did not find expected <document start>"}, msg) {
 		line++
 	}
 	return &Error{File: file, Line: line, Msg: "invalid YAML: " + msg, cause: err}
-}
-
-// parserProblem reports whether msg comes from the YAML parser proper.
-func parserProblem(msg string) bool {
-	return slices.Contains([]string{"did not find expected key", "did not find expected ',' or ']'",
-		"did not find expected ',' or '}'", "did not find expected '-' indicator",
-		"did not find expected node content", "did not find expected <document start>"}, msg)
 }
 
 // topKeys lists the top-level keys in documentation order.
