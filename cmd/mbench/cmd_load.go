@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -132,7 +133,9 @@ func (interruptedError) ExitCode() int { return exitInterrupted }
 func loadOutcome(sum *results.RunSummary, runErr error) error {
 	if runErr != nil {
 		if errors.Is(runErr, context.Canceled) {
-			return fmt.Errorf("load: %w: the load stopped; requests.jsonl and summary_A.json hold the %d requests measured so far (not a result)", errLoadInterrupted, sum.Completed+sum.Failed)
+			done, _ := results.Completed.Value(sum)
+			failed, _ := results.Failed.Value(sum)
+			return fmt.Errorf("load: %w: the load stopped; requests.jsonl and summary_A.json hold the %.0f requests measured so far (not a result)", errLoadInterrupted, done+failed)
 		}
 		return fmt.Errorf("load: %w", runErr)
 	}
@@ -159,9 +162,7 @@ func rateLabel(cfg openloop.Config) float64 {
 // the binary, the arguments run was given in tests) to typed.
 func loadTyped(c *cli.Context, typed typedFlags) typedFlags {
 	if args, ok := c.Context.Value(argsKey{}).([]string); ok {
-		for n := range typedNames(args) {
-			typed[n] = true
-		}
+		maps.Copy(typed, typedNames(args))
 	}
 	return typed
 }

@@ -142,6 +142,7 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 		maxConc = n
 	}
 	tokensPerS, concurrent := peakOutput(res)
+	numPrompts, _ := results.NumPrompts.Value(sum)
 	label := cmp.Or(lr.label, lr.backend)
 	out := []kv{
 		{"date", lr.now.Format("20060102-150405")},
@@ -152,7 +153,7 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 		// --tokenizer, else the model: mbench counts tokens from the
 		// engine's usage, so the engine's own tokenizer.
 		{"tokenizer_id", cmp.Or(lr.tokenizer, res.Model)},
-		{results.NumPrompts.Key, sum.NumPrompts},
+		{results.NumPrompts.Key, int(numPrompts)},
 		{"request_rate", lr.rate},
 		{"burstiness", lr.burstiness()},
 		{"max_concurrency", maxConc},
@@ -187,10 +188,13 @@ func vllmKeys(lr *loadRun, sum *results.RunSummary, res *openloop.Result) []kv {
 
 // totalTokenThroughput is vLLM's (input + output tokens) / duration.
 func totalTokenThroughput(sum *results.RunSummary) float64 {
-	if !(sum.Duration > 0) {
+	d, _ := results.Duration.Value(sum)
+	in, _ := results.TotalInputTokens.Value(sum)
+	out, _ := results.TotalOutputTokens.Value(sum)
+	if !(d > 0) {
 		return 0
 	}
-	return float64(sum.TotalInputTokens+sum.TotalOutputTokens) / sum.Duration
+	return (in + out) / d
 }
 
 // peakOutput is vLLM's max_output_tokens_per_s and max_concurrent_requests

@@ -133,26 +133,32 @@ func writeSummaryTable(w io.Writer, lr *loadRun, sum *results.RunSummary, doc *l
 			fmt.Fprintf(w, "%-40s %-10v\n", label, x)
 		}
 	}
+	metric := func(label string, m results.Metric) { // a count as an integer, as vLLM prints it
+		switch v, ok := m.Value(sum); {
+		case ok && (m.Unit == results.UnitCount || m.Unit == results.UnitTokens):
+			row(label, int64(v))
+		case ok:
+			row(label, v)
+		}
+	}
 	fmt.Fprintf(w, "%s\n", center(" Serving Benchmark Result ", 50, '='))
 	if lr.simulated {
 		row("Engine:", "simulated (mbench sim)")
 	}
-	row("Successful requests:", sum.Completed)
-	row("Failed requests:", sum.Failed)
+	metric("Successful requests:", results.Completed)
+	metric("Failed requests:", results.Failed)
 	if mc := v["max_concurrency"]; mc != nil {
 		row("Maximum request concurrency:", mc)
 	}
 	if r, ok := lr.rate.(float64); ok && !math.IsInf(r, 0) && lr.cfg.Arrival.Process != openloop.ArrivalConcurrency {
 		row("Request rate configured (RPS):", r)
 	}
-	row("Benchmark duration (s):", sum.Duration)
-	row("Total input tokens:", sum.TotalInputTokens)
-	row("Total generated tokens:", sum.TotalOutputTokens)
-	row("Request throughput (req/s):", sum.RequestThroughput)
-	if sum.Goodput != nil {
-		row("Request goodput (req/s):", *sum.Goodput)
-	}
-	row("Output token throughput (tok/s):", sum.OutputThroughput)
+	metric("Benchmark duration (s):", results.Duration)
+	metric("Total input tokens:", results.TotalInputTokens)
+	metric("Total generated tokens:", results.TotalOutputTokens)
+	metric("Request throughput (req/s):", results.RequestThroughput)
+	metric("Request goodput (req/s):", results.Goodput)
+	metric("Output token throughput (tok/s):", results.OutputThroughput)
 	row("Peak output token throughput (tok/s):", v["max_output_tokens_per_s"])
 	row("Peak concurrent requests:", float64(v["max_concurrent_requests"].(int)))
 	row("Total token throughput (tok/s):", v["total_token_throughput"])
