@@ -104,22 +104,7 @@ func requireFlags(cmd *cli.Command) {
 	}
 	var names []string
 	for _, f := range cmd.Flags {
-		var req *bool
-		switch f := f.(type) {
-		case *cli.StringFlag:
-			req = &f.Required
-		case *cli.StringSliceFlag:
-			req = &f.Required
-		case *cli.IntFlag:
-			req = &f.Required
-		case *cli.Int64Flag:
-			req = &f.Required
-		case *cli.Float64Flag:
-			req = &f.Required
-		case *cli.DurationFlag:
-			req = &f.Required
-		}
-		if req != nil && *req {
+		if _, _, req := flagFields(f); req != nil && *req {
 			*req = false
 			names = append(names, f.Names()[0])
 		}
@@ -136,6 +121,29 @@ func requireFlags(cmd *cli.Command) {
 		}
 		return action(c)
 	}
+}
+
+// flagFields are the settings of f that mbench rewrites after declaring
+// it: its usage, its default text and its Required mark (nil for a flag
+// type mbench does not use).
+func flagFields(f cli.Flag) (usage, defaultText *string, required *bool) {
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		return &f.Usage, &f.DefaultText, &f.Required
+	case *cli.StringSliceFlag:
+		return &f.Usage, &f.DefaultText, &f.Required
+	case *cli.IntFlag:
+		return &f.Usage, &f.DefaultText, &f.Required
+	case *cli.Int64Flag:
+		return &f.Usage, &f.DefaultText, &f.Required
+	case *cli.Float64Flag:
+		return &f.Usage, &f.DefaultText, &f.Required
+	case *cli.DurationFlag:
+		return &f.Usage, &f.DefaultText, &f.Required
+	case *cli.BoolFlag:
+		return &f.Usage, &f.DefaultText, &f.Required
+	}
+	return nil, nil, nil
 }
 
 // flagHint adds the flag meant to urfave/cli's "flag provided but not

@@ -165,23 +165,8 @@ var usageDefaultRE = regexp.MustCompile(`\s*\((?:default:?|unset:) ((?:[^()]|\([
 // defaultInWords moves the default a usage says in words into the flag's
 // DefaultText.
 func defaultInWords(f cli.Flag) {
-	var usage, text *string
-	switch f := f.(type) {
-	case *cli.StringFlag:
-		usage, text = &f.Usage, &f.DefaultText
-	case *cli.StringSliceFlag:
-		usage, text = &f.Usage, &f.DefaultText
-	case *cli.IntFlag:
-		usage, text = &f.Usage, &f.DefaultText
-	case *cli.Int64Flag:
-		usage, text = &f.Usage, &f.DefaultText
-	case *cli.Float64Flag:
-		usage, text = &f.Usage, &f.DefaultText
-	case *cli.DurationFlag:
-		usage, text = &f.Usage, &f.DefaultText
-	case *cli.BoolFlag:
-		usage, text = &f.Usage, &f.DefaultText
-	default:
+	usage, text, _ := flagFields(f)
+	if usage == nil {
 		return
 	}
 	if m := usageDefaultRE.FindStringSubmatchIndex(*usage); m != nil {
