@@ -21,8 +21,15 @@ import (
 
 // validHeaderValue reports whether v can be sent as a header value as it
 // is: no control character but HTAB (RFC 9110 §5.5).
+// It runs on every request's session id in the send path: a byte loop,
+// no rune decoding and no closure.
 func validHeaderValue(v string) bool {
-	return !strings.ContainsFunc(v, func(c rune) bool { return c < 0x20 && c != '\t' || c == 0x7f })
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // NewTransport returns the keep-alive transport Run uses by default: direct
